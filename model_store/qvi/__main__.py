@@ -1,0 +1,3 @@
+from qvi.cli import main
+
+main()

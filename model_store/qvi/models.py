@@ -1,0 +1,302 @@
+"""The architectures of the paper (Tables 1-2) built from qvi.nn, each with the single serving
+entry point forward(token_ids: Long[B,T], mask: Bool[B,T]) -> Dict[str, Tensor].
+
+Output names and shapes (B batch, T tokens, C labels, K tags, L layers, H heads):
+    logits            [B,C]      classifiers: unnormalised label scores
+    emissions         [B,T,K]    taggers: per-token tag scores
+    tags              [B,T]      taggers (eval mode): CRF Viterbi path, -1 on padding
+    attention         [B,T]      α per token, sums to 1 over a text's real tokens, 0 on padding
+    gates             [B,T]      β per token (QVI models), in (0,1) on real tokens, 0 on padding
+    sentence_attention, sentence_gates  [B,T]  HAN: the sentence-level α / β of each token's sentence
+    lambda_q, lambda_k [B,T]     context-aware models: λ averaged over layers and heads
+    layer_attention   [B,L,H,T,T] Transformer models: every layer's and head's attention map
+    layer_gates       [B,L,H,T]  Transformer QVI models: β per layer, head and position
+    layer_lambda_q, layer_lambda_k [B,L,H,T]  context-aware models
+For classifiers `attention`/`gates` come from the final attention pooling; for taggers, which have
+no pooling, `attention` is the attention each token receives (the column mean of the maps over
+layers, heads and real queries) and `gates` is β averaged over layers and heads.
+"""
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Tuple
+
+import torch
+from torch import nn
+
+from qvi.nn import (CRF, AdditiveAttention, MaskedBiRNN, MaskedConv1d, TransformerEncoder,
+                    check_interaction, sinusoidal_positions)
+
+CLASSIFIERS = ("cnn_att", "lstm_att", "han", "transformer", "ctx_transformer")
+TAGGERS = ("transformer_crf", "cnn_transformer_crf")
+DISPLAY = {
+    "cnn_att": "CNN-Att", "lstm_att": "LSTM-Att", "han": "HAN", "transformer": "Transformer",
+    "ctx_transformer": "Context-aware Transformer", "transformer_crf": "Transformer-CRF",
+    "cnn_transformer_crf": "CNN-Transformer-CRF",
+}
+
+
+@dataclass
+class ModelConfig:
+    """Hyper-parameters of one architecture. `g` selects the attention values (qvi.nn.INTERACTIONS)."""
+    arch: str
+    vocab_size: int
+    num_outputs: int                 # labels (classifiers) or tags (taggers)
+    g: str = "qvi"
+    score: str = "additive"          # h(q, v) of the additive pooling: dot | general | additive
+    emb_dim: int = 64
+    hidden: int = 64                 # CNN filters, RNN size per direction, Transformer width
+    heads: int = 4
+    layers: int = 1
+    ffn: int = 128
+    window: int = 3
+    dropout: float = 0.1
+    max_tokens: int = 128
+    boundary_ids: List[int] = field(default_factory=list)  # HAN: sentence-ending token ids
+
+    def __post_init__(self) -> None:
+        if self.arch not in CLASSIFIERS + TAGGERS:
+            raise ValueError(f"arch must be one of {CLASSIFIERS + TAGGERS}, got {self.arch!r}")
+        self.g = check_interaction(self.g)
+
+    @property
+    def task(self) -> str:
+        return "classification" if self.arch in CLASSIFIERS else "tagging"
+
+    def display_name(self) -> str:
+        base = DISPLAY[self.arch]
+        if self.g == "none":
+            return base
+        suffix = "QVI" if self.g == "qvi" else self.g
+        if base.endswith("-CRF"):
+            return base[: -len("-CRF")] + f"-{suffix}-CRF"
+        return f"{base}-{suffix}"
+
+    def to_json(self) -> Dict[str, object]:
+        return dict(asdict(self))
+
+
+def _mean_over_layers_heads(x: torch.Tensor) -> torch.Tensor:
+    return x.mean(dim=(1, 2))
+
+
+class CNNAtt(nn.Module):
+    """CNN-Att(-QVI): embeddings -> masked CNN -> additive attention pooling -> linear."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+        self.drop = nn.Dropout(c.dropout)
+        self.cnn = MaskedConv1d(c.emb_dim, c.hidden, c.window)
+        self.pool = AdditiveAttention(c.hidden, c.score, c.g)
+        self.out = nn.Linear(c.hidden, c.num_outputs)
+
+    def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        h = self.drop(self.cnn(self.drop(self.emb(token_ids)), mask))
+        pooled, alpha, beta = self.pool(h, mask)
+        out = {"logits": self.out(self.drop(pooled)), "attention": alpha}
+        if beta is not None:
+            out["gates"] = beta
+        return out
+
+
+class LSTMAtt(nn.Module):
+    """LSTM-Att(-QVI): embeddings -> masked bi-LSTM -> additive attention pooling -> linear."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+        self.drop = nn.Dropout(c.dropout)
+        self.rnn = MaskedBiRNN("lstm", c.emb_dim, c.hidden)
+        self.pool = AdditiveAttention(2 * c.hidden, c.score, c.g)
+        self.out = nn.Linear(2 * c.hidden, c.num_outputs)
+
+    def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        h = self.drop(self.rnn(self.drop(self.emb(token_ids)), mask))
+        pooled, alpha, beta = self.pool(h, mask)
+        out = {"logits": self.out(self.drop(pooled)), "attention": alpha}
+        if beta is not None:
+            out["gates"] = beta
+        return out
+
+
+class HAN(nn.Module):
+    """HAN(-QVI) (Yang et al. 2016): word bi-GRU + word attention inside each sentence, then
+    sentence bi-GRU + sentence attention over the document; QVI at both levels when g = qvi.
+
+    Sentences are found inside the model: a token whose id is in `boundary_ids` ends a sentence.
+    Tokens are scattered into a [B, S, W] grid (S sentences of at most W words), so one flat
+    [B,T] batch serves HAN like every other model. A token's `attention` is its word-level α
+    times its sentence's α, which sums to 1 over the text's tokens.
+    """
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+        self.drop = nn.Dropout(c.dropout)
+        self.word_rnn = MaskedBiRNN("gru", c.emb_dim, c.hidden)
+        self.word_pool = AdditiveAttention(2 * c.hidden, c.score, c.g)
+        self.sent_rnn = MaskedBiRNN("gru", 2 * c.hidden, c.hidden)
+        self.sent_pool = AdditiveAttention(2 * c.hidden, c.score, c.g)
+        self.out = nn.Linear(2 * c.hidden, c.num_outputs)
+        ids = c.boundary_ids if c.boundary_ids else [-1]
+        self.register_buffer("boundaries", torch.tensor(ids, dtype=torch.long))
+
+    def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        b, t = token_ids.shape
+        x = self.drop(self.emb(token_ids))
+        is_end = mask & (token_ids.unsqueeze(-1) == self.boundaries).any(-1)
+        ends = is_end.long()
+        sent = torch.cumsum(ends, dim=1) - ends                     # sentence index of each token
+        steps = torch.arange(t, device=token_ids.device).unsqueeze(0).expand(b, t)
+        starts = torch.ones_like(is_end)
+        starts[:, 1:] = is_end[:, :-1]
+        first = torch.cummax(torch.where(starts, steps, torch.zeros_like(steps)), dim=1)[0]
+        pos = steps - first                                          # position inside its sentence
+        sent = torch.where(mask, sent, torch.zeros_like(sent))
+        pos = torch.where(mask, pos, torch.zeros_like(pos))
+        n_sent = int(sent.max().item()) + 1 if t > 0 else 1
+        n_word = int(pos.max().item()) + 1 if t > 0 else 1
+        rows = torch.arange(b, device=token_ids.device).unsqueeze(1).expand(b, t)
+        flat = (rows * n_sent + sent) * n_word + pos                 # [B,T] slot in the grid
+        real = flat[mask]
+        grid = torch.zeros(b * n_sent * n_word, x.size(-1), dtype=x.dtype, device=x.device)
+        grid = grid.index_put((real,), x[mask])
+        grid_mask = torch.zeros(b * n_sent * n_word, dtype=torch.bool, device=x.device)
+        grid_mask = grid_mask.index_put((real,), torch.ones_like(real, dtype=torch.bool))
+        words = grid.view(b * n_sent, n_word, -1)
+        word_mask = grid_mask.view(b * n_sent, n_word)
+        hw = self.drop(self.word_rnn(words, word_mask))
+        sent_vec, w_alpha, w_beta = self.word_pool(hw, word_mask)
+        sent_vec = sent_vec.view(b, n_sent, -1)
+        sent_mask = word_mask.view(b, n_sent, n_word).any(-1)
+        hs = self.drop(self.sent_rnn(sent_vec, sent_mask))
+        doc, s_alpha, s_beta = self.sent_pool(hs, sent_mask)
+        tok_sent = rows * n_sent + sent                              # [B,T] index into [B*S]
+        word_alpha = w_alpha.reshape(-1)[flat.reshape(-1)].view(b, t)
+        sent_alpha = s_alpha.reshape(-1)[tok_sent.reshape(-1)].view(b, t)
+        zeros = torch.zeros(b, t, dtype=x.dtype, device=x.device)
+        out = {
+            "logits": self.out(self.drop(doc)),
+            "attention": torch.where(mask, word_alpha * sent_alpha, zeros),
+            "sentence_attention": torch.where(mask, sent_alpha, zeros),
+        }
+        if w_beta is not None and s_beta is not None:
+            out["gates"] = torch.where(mask, w_beta.reshape(-1)[flat.reshape(-1)].view(b, t), zeros)
+            out["sentence_gates"] = torch.where(mask, s_beta.reshape(-1)[tok_sent.reshape(-1)].view(b, t), zeros)
+        return out
+
+
+class _TransformerBody(nn.Module):
+    """Embeddings (optionally through a masked CNN) + sinusoidal positions + Transformer encoder."""
+
+    def __init__(self, c: ModelConfig, cnn: bool, context: bool):
+        super().__init__()
+        self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+        self.drop = nn.Dropout(c.dropout)
+        self.cnn = MaskedConv1d(c.emb_dim, c.hidden, c.window) if cnn else None
+        self.proj = nn.Linear(c.emb_dim, c.hidden) if (not cnn and c.emb_dim != c.hidden) else None
+        self.register_buffer("positions", sinusoidal_positions(c.max_tokens, c.hidden))
+        self.encoder = TransformerEncoder(c.hidden, c.heads, c.layers, c.ffn, c.g, context, c.dropout)
+
+    def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        x = self.drop(self.emb(token_ids))
+        if self.cnn is not None:
+            x = self.cnn(x, mask)
+        elif self.proj is not None:
+            x = self.proj(x)
+        x = self.drop(x + self.positions[: token_ids.size(1)].unsqueeze(0))
+        h, maps, gates = self.encoder(x, mask)
+        out = {"layer_attention": maps}
+        if "beta" in gates:
+            out["layer_gates"] = gates["beta"]
+        if "lambda_q" in gates:
+            out["layer_lambda_q"] = gates["lambda_q"]
+            out["layer_lambda_k"] = gates["lambda_k"]
+            out["lambda_q"] = _mean_over_layers_heads(gates["lambda_q"])
+            out["lambda_k"] = _mean_over_layers_heads(gates["lambda_k"])
+        return h, out
+
+
+class TransformerClassifier(nn.Module):
+    """Transformer(-QVI) and the context-aware Transformer: encoder -> additive attention
+    pooling (QVI when g = qvi) -> linear."""
+
+    def __init__(self, c: ModelConfig, context: bool = False):
+        super().__init__()
+        self.body = _TransformerBody(c, cnn=False, context=context)
+        self.pool = AdditiveAttention(c.hidden, c.score, c.g)
+        self.drop = nn.Dropout(c.dropout)
+        self.out = nn.Linear(c.hidden, c.num_outputs)
+
+    def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        h, out = self.body(token_ids, mask)
+        pooled, alpha, beta = self.pool(h, mask)
+        out["logits"] = self.out(self.drop(pooled))
+        out["attention"] = alpha
+        if beta is not None:
+            out["gates"] = beta
+        return out
+
+
+class TransformerCRF(nn.Module):
+    """(CNN-)Transformer(-QVI)-CRF tagger: encoder -> linear emissions -> CRF (Viterbi in eval)."""
+
+    def __init__(self, c: ModelConfig, cnn: bool = False):
+        super().__init__()
+        self.body = _TransformerBody(c, cnn=cnn, context=False)
+        self.emit = nn.Linear(c.hidden, c.num_outputs)
+        self.crf = CRF(c.num_outputs)
+
+    def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        h, out = self.body(token_ids, mask)
+        emissions = self.emit(h)
+        out["emissions"] = emissions
+        if not self.training:
+            out["tags"] = self.crf.decode(emissions, mask)
+        # attention received by each token: mean over layers, heads and real queries
+        maps = out["layer_attention"]
+        q = mask.to(maps.dtype).unsqueeze(1).unsqueeze(1).unsqueeze(-1)        # [B,1,1,T,1]
+        n_real = mask.to(maps.dtype).sum(1).clamp(min=1.0).view(-1, 1)
+        out["attention"] = (maps * q).sum(dim=3).mean(dim=(1, 2)) / n_real
+        if "layer_gates" in out:
+            out["gates"] = _mean_over_layers_heads(out["layer_gates"])
+        return out
+
+
+def build_model(c: ModelConfig) -> nn.Module:
+    if c.arch == "cnn_att":
+        return CNNAtt(c)
+    if c.arch == "lstm_att":
+        return LSTMAtt(c)
+    if c.arch == "han":
+        return HAN(c)
+    if c.arch == "transformer":
+        return TransformerClassifier(c)
+    if c.arch == "ctx_transformer":
+        return TransformerClassifier(c, context=True)
+    if c.arch == "transformer_crf":
+        return TransformerCRF(c)
+    return TransformerCRF(c, cnn=True)
+
+
+_SHAPES = {
+    "logits": ["B", "C"], "emissions": ["B", "T", "K"], "tags": ["B", "T"],
+    "attention": ["B", "T"], "gates": ["B", "T"], "sentence_attention": ["B", "T"],
+    "sentence_gates": ["B", "T"], "lambda_q": ["B", "T"], "lambda_k": ["B", "T"],
+    "layer_attention": ["B", "L", "H", "T", "T"], "layer_gates": ["B", "L", "H", "T"],
+    "layer_lambda_q": ["B", "L", "H", "T"], "layer_lambda_k": ["B", "L", "H", "T"],
+}
+
+
+def output_spec(c: ModelConfig) -> Dict[str, Dict[str, object]]:
+    """The outputs a model of this config returns in eval mode, with their shapes and dims."""
+    model = build_model(c).eval()
+    ids = torch.full((1, 3), 2, dtype=torch.long).clamp(max=c.vocab_size - 1)
+    with torch.no_grad():
+        out = model(ids, torch.ones(1, 3, dtype=torch.bool))
+    dims = {"C": c.num_outputs, "K": c.num_outputs, "L": c.layers, "H": c.heads}
+    spec: Dict[str, Dict[str, object]] = {}
+    for name in sorted(out):
+        shape = _SHAPES[name]
+        spec[name] = {"shape": shape, "dtype": str(out[name].dtype).replace("torch.", ""),
+                      "dims": {d: dims[d] for d in shape if d in dims}}
+    return spec

@@ -1,0 +1,84 @@
+"""Additive attention pooling, with and without query-value interaction (QVI)."""
+from typing import Optional, Tuple
+
+import torch
+from torch import nn
+
+from qvi.nn.functional import masked_softmax
+
+
+class AdditiveAttention(nn.Module):
+    """Pools a sequence of values v_1..v_N [B,T,D] into one vector [B,D] with a learned query q.
+
+    Attention weights (eq. 1), with h(q, v_i) selected by `score` (survey §2, eq. 6-8):
+        dot:      h = qᵀ v_i
+        general:  h = qᵀ W_a v_i
+        additive: h = w₂ᵀ tanh(W₁ [q ; v_i])
+        α_i = softmax_i h(q, v_i)                   over real positions only; exactly 0 on padding
+
+    Output, by `g` (paper §3 and §4.3):
+        none (g1): o = Σ α_i v_i                                                      (eq. 2)
+        qvi:       g(q, v_i) = (1 - β_i) · (q ∗ W v_i) + β_i · v_i                    (eq. 4)
+                   β_i = σ(uᵀ [q ∗ W v_i ; v_i])                                      (eq. 5)
+                   ô = Σ α_i g(q, v_i)                                                (eq. 6)
+        g2:        g = q ∗ W v_i            g3: g = q ∗ W v_i + v_i
+
+    Because q ∗ W v_i and v_i are summed, the query has the values' dimension D.
+    Returns (output [B,D], α [B,T], β [B,T] or None). β is 0 on padding.
+    """
+
+    g: torch.jit.Final[str]
+    score: torch.jit.Final[str]
+
+    def __init__(self, dim: int, score: str = "additive", g: str = "none", score_hidden: int = 0):
+        super().__init__()
+        if score not in ("dot", "general", "additive"):
+            raise ValueError(f"score must be dot, general or additive, got {score!r}")
+        self.g = g
+        self.score = score
+        self.query = nn.Parameter(torch.randn(dim) * (1.0 / dim ** 0.5))
+        hidden = score_hidden if score_hidden > 0 else dim
+        self.w_a: Optional[nn.Linear] = nn.Linear(dim, dim, bias=False) if score == "general" else None
+        self.w_1: Optional[nn.Linear] = nn.Linear(2 * dim, hidden, bias=False) if score == "additive" else None
+        self.w_2: Optional[nn.Linear] = nn.Linear(hidden, 1, bias=False) if score == "additive" else None
+        self.w: Optional[nn.Linear] = nn.Linear(dim, dim, bias=False) if g != "none" else None
+        self.u: Optional[nn.Linear] = nn.Linear(2 * dim, 1, bias=False) if g == "qvi" else None
+
+    def scores(self, values: torch.Tensor) -> torch.Tensor:
+        """h(q, v_i) for every position: [B,T]."""
+        q = self.query
+        if self.score == "dot":
+            return torch.matmul(values, q)
+        if self.score == "general":
+            w_a = self.w_a
+            assert w_a is not None
+            return torch.matmul(w_a(values), q)
+        w_1 = self.w_1
+        w_2 = self.w_2
+        assert w_1 is not None and w_2 is not None
+        q_rep = q.expand(values.size(0), values.size(1), q.size(0))
+        return w_2(torch.tanh(w_1(torch.cat([q_rep, values], dim=-1)))).squeeze(-1)
+
+    def forward(self, values: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+        alpha = masked_softmax(self.scores(values), mask, dim=-1)
+        beta: Optional[torch.Tensor] = None
+        if self.g == "none":
+            gv = values
+        else:
+            w = self.w
+            assert w is not None
+            inter = self.query * w(values)  # q ∗ W v_i
+            if self.g == "qvi":
+                u = self.u
+                assert u is not None
+                b = torch.sigmoid(u(torch.cat([inter, values], dim=-1)).squeeze(-1))
+                b = b.masked_fill(~mask, 0.0)
+                beta = b
+                bb = b.unsqueeze(-1)
+                gv = (1.0 - bb) * inter + bb * values
+            elif self.g == "g2":
+                gv = inter
+            else:
+                gv = inter + values
+        out = torch.bmm(alpha.unsqueeze(1), gv).squeeze(1)
+        return out, alpha, beta

@@ -1,0 +1,122 @@
+"""The serving artifact: manifest and vocabulary round-trip through torch.jit.load; the CLI trains
+deterministically, exports, and scores the exported file as it scores the checkpoint."""
+import json
+import os
+import random
+
+import pytest
+import torch
+
+from qvi import artifact
+from qvi.cli import evaluate_artifact, load_checkpoint, main
+from qvi.models import ModelConfig, build_model
+from qvi.tokenizer import TokenizerConfig, Vocabulary
+
+from conftest import REPO
+
+
+def small_model(arch="transformer_crf"):
+    cfg = ModelConfig(arch, 10, 5, g="qvi", emb_dim=8, hidden=8, heads=2, layers=1, ffn=16, max_tokens=16)
+    return cfg, build_model(cfg).eval()
+
+
+def test_manifest_and_vocab_round_trip(tmp_path):
+    cfg, model = small_model()
+    vocab = Vocabulary(["[PAD]", "[UNK]"] + [f"w{i}" for i in range(8)] + ["naïve", "北"])
+    tags = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    manifest = artifact.build_manifest("tiny", cfg, TokenizerConfig(level="char", max_tokens=16), vocab, tags,
+                                       "BIO", {"description": "test", "seed": 3})
+    path = artifact.export(model, manifest, vocab, str(tmp_path), 7)
+    assert path == os.path.join(str(tmp_path), "tiny", "7", "model.pt")
+    assert os.listdir(os.path.dirname(path)) == ["model.pt"], "no temporary file may be left behind"
+    module, loaded, loaded_vocab = artifact.load(path)
+    assert loaded == json.loads(json.dumps(manifest))
+    assert loaded_vocab.tokens == vocab.tokens
+    assert loaded["task"] == "tagging" and loaded["tags"] == tags and loaded["tag_scheme"] == "BIO"
+    assert loaded["entity_types"] == ["LOC", "PER"]
+    assert loaded["tokenizer"]["level"] == "char" and loaded["tokenizer"]["vocab_size"] == len(vocab)
+    assert set(loaded["outputs"]) == {"emissions", "tags", "attention", "gates", "layer_attention", "layer_gates"}
+    assert loaded["outputs"]["layer_gates"]["shape"] == ["B", "L", "H", "T"]
+    assert set(loaded["explanations"]) == {"attention", "gates", "layer_attention", "layer_gates"}
+    for key in ("date", "torch_version", "seed", "description"):
+        assert key in loaded["model_card"]
+    ids = torch.randint(2, 10, (3, 6))
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    mask[1, 3:] = False
+    with torch.no_grad():
+        a, b = model(ids, mask), module(ids, mask)
+    for k in a:
+        torch.testing.assert_close(a[k], b[k])
+
+
+def test_bad_version_is_rejected(tmp_path):
+    cfg, model = small_model("cnn_att")
+    vocab = Vocabulary(["[PAD]", "[UNK]"])
+    manifest = artifact.build_manifest("m", cfg, TokenizerConfig(), vocab, ["a"] * 5, "", {})
+    with pytest.raises(ValueError, match="positive"):
+        artifact.export(model, manifest, vocab, str(tmp_path), 0)
+
+
+def write_corpora(folder):
+    rng = random.Random(0)
+    good, bad = ["great", "lovely", "superb", "fun"], ["awful", "dull", "boring", "bad"]
+    filler = ["the", "film", "was", "really", "quite", "plot", "acting"]
+    for split, n in (("train", 120), ("dev", 30), ("test", 30)):
+        with open(folder / f"{split}.tsv", "w") as f:
+            for _ in range(n):
+                label = rng.choice(["pos", "neg"])
+                words = [rng.choice(filler) for _ in range(rng.randint(2, 8))]
+                words.insert(rng.randint(0, len(words)), rng.choice(good if label == "pos" else bad))
+                f.write(f"{label}\t{' '.join(words)} .\n")
+        with open(folder / f"{split}.conll", "w") as f:
+            for _ in range(n // 3):
+                words = [(rng.choice(filler), "O") for _ in range(rng.randint(2, 6))]
+                i = rng.randint(0, len(words))
+                words[i:i] = [("Anna", "B-PER"), ("Berg", "I-PER")] if rng.random() < 0.5 else [("Oslo", "B-LOC")]
+                f.write("".join(f"{w}\t{t}\n" for w, t in words) + "\n")
+
+
+@pytest.mark.parametrize("task,arch,ext", [("classification", "cnn_att", "tsv"), ("tagging", "cnn_transformer_crf", "conll")])
+def test_cli_train_export_evaluate(tmp_path, capsys, task, arch, ext):
+    write_corpora(tmp_path)
+    common = ["train", "--task", task, "--arch", arch, "--g", "qvi", "--epochs", "12", "--lr", "1e-2", "--batch-size", "8", "--quiet", "--threads", "1",
+              "--emb-dim", "16", "--hidden", "16", "--heads", "2", "--ffn", "16",
+              "--train", str(tmp_path / f"train.{ext}"), "--dev", str(tmp_path / f"dev.{ext}"),
+              "--test", str(tmp_path / f"test.{ext}"), "--no-lowercase"]
+    main(common + ["--out", str(tmp_path / "a.ckpt")])
+    main(common + ["--out", str(tmp_path / "b.ckpt")])
+    (ma, ca), (mb, cb) = load_checkpoint(str(tmp_path / "a.ckpt")), load_checkpoint(str(tmp_path / "b.ckpt"))
+    for k, v in ca["state_dict"].items():
+        assert torch.equal(v, cb["state_dict"][k]), f"training is not deterministic: {k}"
+    capsys.readouterr()
+    main(["export", "--checkpoint", str(tmp_path / "a.ckpt"), "--store", str(tmp_path / "store"),
+          "--name", "m", "--version", "2"])
+    path = capsys.readouterr().out.strip()
+    assert path.endswith(os.path.join("m", "2", "model.pt"))
+    main(["evaluate", "--checkpoint", str(tmp_path / "a.ckpt"), "--test", str(tmp_path / f"test.{ext}")])
+    from_ckpt = json.loads(capsys.readouterr().out)
+    assert from_ckpt == evaluate_artifact(path, str(tmp_path / f"test.{ext}"), " ")
+    assert from_ckpt == ca["metrics"]["test"]
+    key = "accuracy" if task == "classification" else "f1"
+    assert from_ckpt[key] > 0.7, f"the toy task is easy; {key} = {from_ckpt[key]}"
+
+
+DEMO = os.path.join(REPO, "model_store", "store")
+
+
+@pytest.mark.parametrize("name,task", [("sentiment", "classification"), ("ner", "tagging")])
+def test_demo_models_are_built_and_serve(name, task):
+    path = os.path.join(DEMO, name, "1", "model.pt")
+    assert os.path.exists(path), f"{path} is missing: scripts/setup.sh builds the demo models"
+    module, manifest, vocab = artifact.load(path)
+    assert manifest["task"] == task and manifest["name"] == name
+    assert manifest["architecture"]["interaction"] == "qvi"
+    assert "gates" in manifest["explanations"] and "attention" in manifest["explanations"]
+    card = manifest["model_card"]
+    assert card["training_data"] and card["metrics"]["test"] and card["reproduce"].startswith("python -m qvi train")
+    ids = torch.tensor([[vocab.id("the"), vocab.id("movie"), 1, 0]])
+    mask = torch.tensor([[True, True, True, False]])
+    with torch.no_grad():
+        out = module(ids, mask)
+    assert set(out) == set(manifest["outputs"])
+    assert abs(float(out["attention"][0].sum()) - 1.0) < 1e-5

