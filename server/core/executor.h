@@ -1,0 +1,40 @@
+// A fixed pool of worker threads with a bounded queue. TrySubmit() never blocks: when the queue
+// holds `max_queued` tasks it refuses at once, which the caller answers with RESOURCE_EXHAUSTED.
+// Shutdown() stops taking work and returns after every accepted task has run.
+//
+// This is the execution layer of the first server: one request's texts form one batch. The dynamic
+// batcher (issue 4) replaces it with per-model queues that batch across requests.
+#ifndef QVI_SERVER_CORE_EXECUTOR_H_
+#define QVI_SERVER_CORE_EXECUTOR_H_
+
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace qvi {
+
+class Executor {
+ public:
+  Executor(int threads, int max_queued);
+  ~Executor();
+
+  bool TrySubmit(std::function<void()> task) ABSL_LOCKS_EXCLUDED(mu_);
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Work() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const size_t max_queued_;
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_EXECUTOR_H_

@@ -1,0 +1,177 @@
+#include "server/core/inference_service.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/core/postprocess.h"
+
+namespace qvi {
+namespace {
+
+const char* MethodName(Method m) { return m == Method::kClassify ? "Classify" : "Tag"; }
+
+absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits) {
+  if (r.model.empty()) return absl::InvalidArgumentError("model.name: empty; name the model to use (see ListModels)");
+  if (r.version < 0) return absl::InvalidArgumentError(absl::StrCat("model.version: ", r.version, " is negative; use 0 for the newest"));
+  if (r.texts.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("texts: empty; send between 1 and ", limits.max_texts, " texts"));
+  }
+  if (static_cast<int>(r.texts.size()) > limits.max_texts) {
+    return absl::InvalidArgumentError(absl::StrCat("texts: ", r.texts.size(), " texts exceed the limit of ",
+                                                   limits.max_texts, " per request"));
+  }
+  for (size_t i = 0; i < r.texts.size(); ++i) {
+    if (static_cast<int>(r.texts[i].size()) > limits.max_text_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", r.texts[i].size(),
+                                                     " bytes exceed the limit of ", limits.max_text_bytes, " bytes"));
+    }
+    absl::Status utf8 = ValidateUtf8(r.texts[i]);
+    if (!utf8.ok()) return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", utf8.message()));
+  }
+  if (r.options.top_k < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("options.top_k: ", r.options.top_k, " is negative; 0 returns the best label"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const Model& model) {
+  const Manifest& m = model.manifest();
+  const bool tagging = m.task == Task::kTagging;
+  if ((method == Method::kTag) != tagging) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", m.name, "' is a ", tagging ? "tagging" : "classification",
+                                                   " model; call ", tagging ? "Tag" : "Classify", ", not ", MethodName(method)));
+  }
+  if (r.options.gates && !m.HasOutput("gates") && !m.HasOutput("lambda_q")) {
+    return absl::InvalidArgumentError(absl::StrCat("options.gates: model '", m.name, "' (", m.display_name,
+                                                   ") has no gates; it was trained without QVI"));
+  }
+  const LayerSelection& l = r.options.layers;
+  if (l.any() || !l.layers.empty() || !l.heads.empty()) {
+    if (!m.HasOutput("layer_attention")) {
+      return absl::InvalidArgumentError(absl::StrCat("options.layers: model '", m.name, "' (", m.display_name,
+                                                     ") has no per-layer outputs"));
+    }
+    if (l.gates && !m.HasOutput("layer_gates") && !m.HasOutput("layer_lambda_q")) {
+      return absl::InvalidArgumentError(absl::StrCat("options.layers.gates: model '", m.name, "' has no per-layer gates"));
+    }
+    for (size_t i = 0; i < l.layers.size(); ++i) {
+      if (l.layers[i] < 0 || l.layers[i] >= m.layers) {
+        return absl::InvalidArgumentError(absl::StrCat("options.layers.layers[", i, "]: ", l.layers[i],
+                                                       " is out of range [0, ", m.layers, ")"));
+      }
+    }
+    for (size_t i = 0; i < l.heads.size(); ++i) {
+      if (l.heads[i] < 0 || l.heads[i] >= m.heads) {
+        return absl::InvalidArgumentError(absl::StrCat("options.layers.heads[", i, "]: ", l.heads[i],
+                                                       " is out of range [0, ", m.heads, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> WantedOutputs(const Manifest& m, const OutputOptions& o) {
+  std::vector<std::string> wanted;
+  if (m.task == Task::kClassification) {
+    wanted = {"logits"};
+  } else {
+    wanted = {"tags", "emissions"};
+  }
+  if (o.attention) wanted.insert(wanted.end(), {"attention", "sentence_attention"});
+  if (o.gates) wanted.insert(wanted.end(), {"gates", "sentence_gates", "lambda_q", "lambda_k"});
+  if (o.layers.gates) wanted.insert(wanted.end(), {"layer_gates", "layer_lambda_q", "layer_lambda_k"});
+  if (o.layers.attention_maps) wanted.push_back("layer_attention");
+  return wanted;
+}
+
+absl::Status CheckLive(const InferenceRequest& r) {
+  if (r.is_cancelled && r.is_cancelled()) return absl::CancelledError("the client cancelled the request");
+  if (absl::Now() > r.deadline) return absl::DeadlineExceededError("the deadline passed before the model ran");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void InferenceService::Submit(Method method, InferenceRequest request, Done done) const {
+  auto shared = std::make_shared<std::pair<InferenceRequest, Done>>(std::move(request), std::move(done));
+  const bool queued = executor_->TrySubmit([this, method, shared] { shared->second(Run(method, shared->first)); });
+  if (!queued) {
+    shared->second(absl::ResourceExhaustedError("the server's queue is full; retry with backoff"));
+  }
+}
+
+absl::StatusOr<InferenceResponse> InferenceService::Run(Method method, const InferenceRequest& r) const {
+  if (absl::Status s = CheckRequest(r, limits_); !s.ok()) return s;
+  absl::StatusOr<ServableHandle> handle = repository_->Resolve(r.model, r.version);
+  if (!handle.ok()) return handle.status();
+  const Model& model = *handle->model;
+  const Manifest& m = model.manifest();
+  if (absl::Status s = CheckAgainstModel(method, r, model); !s.ok()) return s;
+
+  InferenceResponse response;
+  response.model = r.model;
+  response.version = handle->version;
+  response.request_id = r.request_id;
+  response.results.resize(r.texts.size());
+  const int max_tokens = m.tokenizer.max_tokens;
+  int64_t width = 1;
+  for (size_t i = 0; i < r.texts.size(); ++i) {
+    absl::StatusOr<std::vector<TextToken>> tokens = model.tokenizer().Tokenize(r.texts[i]);
+    if (!tokens.ok()) return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", tokens.status().message()));
+    TextResult& result = response.results[i];
+    result.num_tokens = static_cast<uint32_t>(tokens->size());
+    if (static_cast<int>(tokens->size()) > max_tokens) {
+      if (r.options.error_on_truncation) {
+        return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", tokens->size(), " tokens exceed model '", m.name,
+                                                       "' max_tokens of ", max_tokens, " (options.truncation = ERROR)"));
+      }
+      tokens->resize(max_tokens);
+      result.truncated = true;
+    }
+    if (tokens->empty() && method == Method::kClassify) {
+      return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: has no tokens; Classify needs at least one word"));
+    }
+    result.tokens.reserve(tokens->size());
+    for (TextToken& t : *tokens) {
+      TokenOutput out;
+      out.id = model.vocabulary().Id(t.normalized);
+      out.token = std::move(t);
+      result.tokens.push_back(std::move(out));
+    }
+    width = std::max<int64_t>(width, static_cast<int64_t>(result.tokens.size()));
+  }
+
+  const int64_t batch = static_cast<int64_t>(r.texts.size());
+  torch::Tensor ids = torch::zeros({batch, width}, torch::kLong);
+  torch::Tensor mask = torch::zeros({batch, width}, torch::kBool);
+  auto id = ids.accessor<int64_t, 2>();
+  auto mk = mask.accessor<bool, 2>();
+  for (int64_t b = 0; b < batch; ++b) {
+    const std::vector<TokenOutput>& toks = response.results[b].tokens;
+    for (size_t t = 0; t < toks.size(); ++t) {
+      id[b][t] = toks[t].id;
+      mk[b][t] = true;
+    }
+  }
+  if (absl::Status s = CheckLive(r); !s.ok()) return s;
+  absl::StatusOr<std::map<std::string, torch::Tensor>> outputs = model.Forward(ids, mask, WantedOutputs(m, r.options));
+  if (!outputs.ok()) return outputs.status();
+
+  const OutputOptions& o = r.options;
+  const bool keep_tokens = method == Method::kTag || o.attention || o.gates || o.tokens || o.layers.any();
+  for (int64_t b = 0; b < batch; ++b) {
+    TextResult& result = response.results[b];
+    if (method == Method::kClassify) {
+      result.labels = TopK((*outputs)["logits"][b], m.labels, o.top_k);
+    } else {
+      DecodeTagging(m, (*outputs)["tags"], (*outputs)["emissions"], b, r.texts[b], result);
+    }
+    FillTokenExplanations(*outputs, o, b, result);
+    if (o.layers.any()) result.layers = LayerMaps(*outputs, o.layers, b, static_cast<int64_t>(result.tokens.size()));
+    if (!keep_tokens) result.tokens.clear();
+  }
+  return response;
+}
+
+}  // namespace qvi

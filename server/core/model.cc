@@ -1,0 +1,92 @@
+#include "server/core/model.h"
+
+#include <torch/cuda.h>
+
+#include <exception>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace qvi {
+
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec) {
+  if (spec == "auto") {
+    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  }
+  if (spec == "cpu") return torch::Device(torch::kCPU);
+  if (spec == "cuda" || spec.rfind("cuda:", 0) == 0) {
+    int index = 0;
+    if (spec.size() > 5) {
+      try {
+        size_t used = 0;
+        index = std::stoi(spec.substr(5), &used);
+        if (used != spec.size() - 5 || index < 0) throw std::invalid_argument(spec);
+      } catch (const std::exception&) {
+        return absl::InvalidArgumentError(absl::StrCat("device '", spec, "' is not auto, cpu, cuda or cuda:N"));
+      }
+    }
+    const int count = static_cast<int>(torch::cuda::device_count());
+    if (index >= count) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("device '", spec, "' was asked for but this machine has ", count, " CUDA device(s)"));
+    }
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("device '", spec, "' is not auto, cpu, cuda or cuda:N"));
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, const std::string& device_spec) {
+  absl::StatusOr<torch::Device> device = ResolveDevice(device_spec);
+  if (!device.ok()) return device.status();
+  torch::jit::ExtraFilesMap extra{{"manifest.json", ""}, {"vocab.txt", ""}};
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(path, *device, extra);
+    module.eval();
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return absl::InvalidArgumentError(absl::StrCat("cannot read ", path, " as TorchScript: ", what.substr(0, what.find('\n'))));
+  }
+  if (extra["manifest.json"].empty()) return absl::InvalidArgumentError(absl::StrCat(path, " has no manifest.json"));
+  absl::StatusOr<Manifest> manifest = Manifest::Parse(extra["manifest.json"]);
+  if (!manifest.ok()) return manifest.status();
+  absl::StatusOr<Vocabulary> vocab = Vocabulary::Parse(extra["vocab.txt"]);
+  if (!vocab.ok()) return vocab.status();
+  if (static_cast<int>(vocab->size()) != manifest->vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab.txt has ", vocab->size(), " tokens but manifest.json says ",
+                                                   manifest->vocab_size));
+  }
+  std::unique_ptr<Model> model(new Model(std::move(module), *std::move(manifest), *std::move(vocab), *device));
+  // Warm-up: one small batch through the whole graph (also profiles the TorchScript executor).
+  torch::Tensor ids = torch::full({2, 4}, Vocabulary::kUnkId, torch::kLong);
+  torch::Tensor mask = torch::ones({2, 4}, torch::kBool);
+  mask.index_put_({1, torch::indexing::Slice(2)}, false);
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::map<std::string, torch::Tensor>> out = model->Forward(ids, mask, {});
+    if (!out.ok()) return absl::InvalidArgumentError(absl::StrCat("warm-up failed: ", out.status().message()));
+  }
+  return model;
+}
+
+absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch::Tensor& ids, const torch::Tensor& mask,
+                                                                    const std::vector<std::string>& wanted) const {
+  std::map<std::string, torch::Tensor> out;
+  try {
+    c10::InferenceMode guard;
+    const bool cuda = device_.is_cuda();
+    std::vector<torch::jit::IValue> inputs;
+    inputs.emplace_back(cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids);
+    inputs.emplace_back(cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask);
+    c10::Dict<c10::IValue, c10::IValue> result = module_.forward(inputs).toGenericDict();
+    for (const std::string& name : wanted) {
+      auto it = result.find(name);
+      if (it != result.end()) out[name] = it->value().toTensor().to(torch::kCPU);
+    }
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return absl::InternalError(absl::StrCat("model failed: ", what.substr(0, what.find('\n'))));
+  }
+  return out;
+}
+
+}  // namespace qvi

@@ -1,0 +1,60 @@
+// A loaded model version: the TorchScript module with its manifest, vocabulary and tokenizer.
+//
+// This is the one place that calls into LibTorch: c10::Error and other exceptions thrown by torch
+// become absl::Status here. A Model is immutable after Load() and Forward() may be called from
+// several threads at once. Hold it through a shared_ptr for the life of each request so that a
+// version swap never frees it under a running forward pass.
+#ifndef QVI_SERVER_CORE_MODEL_H_
+#define QVI_SERVER_CORE_MODEL_H_
+
+#include <torch/script.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/core/manifest.h"
+#include "server/core/tokenizer.h"
+#include "server/core/vocabulary.h"
+
+namespace qvi {
+
+// "auto" (the first GPU when one is present, else the CPU), "cpu", "cuda" or "cuda:N".
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec);
+
+class Model {
+ public:
+  // Reads model.pt, checks its manifest and vocabulary, moves it to `device` and runs one warm-up
+  // batch, so that a model that cannot run fails here rather than on a request.
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& path, const std::string& device);
+
+  // Runs the model on a padded batch (ids and mask [B,T] on the CPU) and returns the outputs named
+  // in `wanted` that the model produces, copied to the CPU. Other outputs never leave the device.
+  absl::StatusOr<std::map<std::string, torch::Tensor>> Forward(const torch::Tensor& ids, const torch::Tensor& mask,
+                                                               const std::vector<std::string>& wanted) const;
+
+  const Manifest& manifest() const { return manifest_; }
+  const Vocabulary& vocabulary() const { return vocabulary_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  std::string device() const { return device_.str(); }
+
+ private:
+  Model(torch::jit::Module module, Manifest manifest, Vocabulary vocabulary, torch::Device device)
+      : module_(std::move(module)),
+        manifest_(std::move(manifest)),
+        vocabulary_(std::move(vocabulary)),
+        tokenizer_(manifest_.tokenizer),
+        device_(device) {}
+
+  mutable torch::jit::Module module_;  // forward() is not const in the API, but does not mutate
+  Manifest manifest_;
+  Vocabulary vocabulary_;
+  Tokenizer tokenizer_;
+  torch::Device device_;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_MODEL_H_

@@ -1,0 +1,96 @@
+// The core's request and answer types. They mirror the public API (proto/) without depending on
+// it: the gRPC adapter converts between the two, so the core builds and tests without gRPC.
+#ifndef QVI_SERVER_CORE_REQUEST_H_
+#define QVI_SERVER_CORE_REQUEST_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "server/core/tokenizer.h"
+
+namespace qvi {
+
+enum class Method { kClassify, kTag };
+
+struct LayerSelection {
+  enum class Reduction { kNone, kMeanHeads, kMeanAll };
+  bool gates = false;
+  bool attention_maps = false;
+  std::vector<int> layers;  // empty = all
+  std::vector<int> heads;   // empty = all
+  Reduction reduction = Reduction::kNone;
+  bool any() const { return gates || attention_maps; }
+};
+
+struct OutputOptions {
+  int top_k = 0;  // 0 = the best label only
+  bool attention = false;
+  bool gates = false;
+  bool tokens = false;
+  bool error_on_truncation = false;
+  LayerSelection layers;
+};
+
+struct InferenceRequest {
+  std::string model;
+  int64_t version = 0;  // 0 = newest ready
+  std::vector<std::string> texts;
+  OutputOptions options;
+  std::string request_id;
+  // Checked before the model runs: a request past its deadline or cancelled never reaches it.
+  absl::Time deadline = absl::InfiniteFuture();
+  std::function<bool()> is_cancelled;
+};
+
+struct TokenOutput {
+  TextToken token;
+  int64_t id = 0;
+  std::optional<float> attention;
+  std::optional<float> gate;
+  std::optional<float> sentence_attention;
+  std::optional<float> sentence_gate;
+  std::optional<float> lambda_q;
+  std::optional<float> lambda_k;
+  std::string tag;
+};
+
+struct SpanOutput {
+  std::string label;
+  uint32_t start = 0, end = 0;            // code points
+  uint32_t byte_start = 0, byte_end = 0;
+  uint32_t token_start = 0, token_end = 0;
+  std::string text;
+  float score = 0;
+};
+
+struct LayerMapOutput {
+  int layer = -1;
+  int head = -1;
+  std::vector<float> gates, lambda_q, lambda_k;
+  std::vector<float> attention;  // T x T, row-major
+};
+
+struct TextResult {
+  std::vector<std::pair<std::string, float>> labels;  // classification, best first
+  std::vector<SpanOutput> spans;                      // tagging
+  std::vector<TokenOutput> tokens;
+  bool truncated = false;
+  uint32_t num_tokens = 0;
+  std::vector<LayerMapOutput> layers;
+};
+
+struct InferenceResponse {
+  std::string model;
+  int64_t version = 0;
+  std::vector<TextResult> results;
+  std::string request_id;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_REQUEST_H_

@@ -1,0 +1,162 @@
+#include "server/grpc/convert.h"
+
+namespace qvi {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  // absl::StatusCode and grpc::StatusCode share their numbering (both follow google.rpc.Code).
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::RepeatedPtrField<std::string>& texts,
+                           const v1::OutputOptions& options, const std::string& request_id) {
+  InferenceRequest r;
+  r.model = model.name();
+  r.version = model.version();
+  r.texts.assign(texts.begin(), texts.end());
+  r.request_id = request_id;
+  OutputOptions& o = r.options;
+  o.top_k = options.top_k();
+  o.attention = options.attention();
+  o.gates = options.gates();
+  o.tokens = options.tokens();
+  o.error_on_truncation = options.truncation() == v1::TRUNCATION_POLICY_ERROR;
+  const v1::LayerOptions& l = options.layers();
+  o.layers.gates = l.gates();
+  o.layers.attention_maps = l.attention_maps();
+  o.layers.layers.assign(l.layers().begin(), l.layers().end());
+  o.layers.heads.assign(l.heads().begin(), l.heads().end());
+  o.layers.reduction = l.reduction() == v1::LAYER_REDUCTION_MEAN_HEADS ? LayerSelection::Reduction::kMeanHeads
+                       : l.reduction() == v1::LAYER_REDUCTION_MEAN_ALL  ? LayerSelection::Reduction::kMeanAll
+                                                                        : LayerSelection::Reduction::kNone;
+  return r;
+}
+
+namespace {
+
+void TokensToProto(const std::vector<TokenOutput>& tokens, google::protobuf::RepeatedPtrField<v1::Token>* out) {
+  out->Reserve(static_cast<int>(tokens.size()));
+  for (const TokenOutput& t : tokens) {
+    v1::Token* p = out->Add();
+    p->set_text(t.token.text);
+    p->set_start(t.token.start);
+    p->set_end(t.token.end);
+    p->set_byte_start(t.token.byte_start);
+    p->set_byte_end(t.token.byte_end);
+    p->set_normalized(t.token.normalized);
+    p->set_id(static_cast<int32_t>(t.id));
+    if (t.attention) p->set_attention(*t.attention);
+    if (t.gate) p->set_gate(*t.gate);
+    if (t.sentence_attention) p->set_sentence_attention(*t.sentence_attention);
+    if (t.sentence_gate) p->set_sentence_gate(*t.sentence_gate);
+    if (t.lambda_q) p->set_lambda_q(*t.lambda_q);
+    if (t.lambda_k) p->set_lambda_k(*t.lambda_k);
+    if (!t.tag.empty()) p->set_tag(t.tag);
+  }
+}
+
+void LayersToProto(const std::vector<LayerMapOutput>& layers, google::protobuf::RepeatedPtrField<v1::LayerMap>* out) {
+  for (const LayerMapOutput& m : layers) {
+    v1::LayerMap* p = out->Add();
+    p->set_layer(m.layer);
+    p->set_head(m.head);
+    p->mutable_gates()->Add(m.gates.begin(), m.gates.end());
+    p->mutable_lambda_q()->Add(m.lambda_q.begin(), m.lambda_q.end());
+    p->mutable_lambda_k()->Add(m.lambda_k.begin(), m.lambda_k.end());
+    p->mutable_attention()->Add(m.attention.begin(), m.attention.end());
+  }
+}
+
+}  // namespace
+
+void ToProto(const InferenceResponse& in, v1::ClassifyResponse* out) {
+  out->mutable_model()->set_name(in.model);
+  out->mutable_model()->set_version(in.version);
+  out->set_request_id(in.request_id);
+  for (const TextResult& r : in.results) {
+    v1::Classification* c = out->add_results();
+    for (const auto& [label, score] : r.labels) {
+      v1::LabelScore* l = c->add_labels();
+      l->set_label(label);
+      l->set_score(score);
+    }
+    TokensToProto(r.tokens, c->mutable_tokens());
+    c->set_truncated(r.truncated);
+    c->set_num_tokens(r.num_tokens);
+    LayersToProto(r.layers, c->mutable_layers());
+  }
+}
+
+void ToProto(const InferenceResponse& in, v1::TagResponse* out) {
+  out->mutable_model()->set_name(in.model);
+  out->mutable_model()->set_version(in.version);
+  out->set_request_id(in.request_id);
+  for (const TextResult& r : in.results) {
+    v1::Tagging* t = out->add_results();
+    for (const SpanOutput& s : r.spans) {
+      v1::Span* p = t->add_spans();
+      p->set_label(s.label);
+      p->set_start(s.start);
+      p->set_end(s.end);
+      p->set_text(s.text);
+      p->set_score(s.score);
+      p->set_byte_start(s.byte_start);
+      p->set_byte_end(s.byte_end);
+      p->set_token_start(s.token_start);
+      p->set_token_end(s.token_end);
+    }
+    TokensToProto(r.tokens, t->mutable_tokens());
+    t->set_truncated(r.truncated);
+    t->set_num_tokens(r.num_tokens);
+    LayersToProto(r.layers, t->mutable_layers());
+  }
+}
+
+void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
+  out->set_name(in.name);
+  for (const VersionStatus& v : in.versions) {
+    v1::ModelVersion* p = out->add_versions();
+    p->set_version(v.version);
+    switch (v.state) {
+      case ModelState::kLoading: p->set_state(v1::MODEL_STATE_LOADING); break;
+      case ModelState::kReady: p->set_state(v1::MODEL_STATE_READY); break;
+      case ModelState::kFailed: p->set_state(v1::MODEL_STATE_FAILED); break;
+      case ModelState::kUnloading: p->set_state(v1::MODEL_STATE_UNLOADING); break;
+    }
+    if (v.state != ModelState::kReady) p->set_reason(v.reason);
+    if (!v.model) continue;
+    const Manifest& m = v.model->manifest();
+    v1::ModelMetadata* md = p->mutable_metadata();
+    md->set_task(m.task == Task::kClassification ? "classification" : "tagging");
+    md->set_architecture(m.architecture);
+    md->set_display_name(m.display_name);
+    md->set_interaction(m.interaction);
+    md->set_description(m.description);
+    for (const auto& l : m.labels) md->add_labels(l);
+    for (const auto& t : m.tags) md->add_tags(t);
+    md->set_tag_scheme(m.tag_scheme);
+    for (const auto& e : m.entity_types) md->add_entity_types(e);
+    v1::TokenizerInfo* tok = md->mutable_tokenizer();
+    tok->set_level(m.tokenizer.level == TokenLevel::kChar ? "char" : "word");
+    tok->set_lowercase(m.tokenizer.lowercase);
+    tok->set_max_tokens(m.tokenizer.max_tokens);
+    tok->set_vocab_size(m.vocab_size);
+    for (const std::string& name : m.explanations) {
+      v1::OutputInfo* o = md->add_outputs();
+      o->set_name(name);
+      auto it = m.outputs.find(name);
+      if (it != m.outputs.end()) o->mutable_shape()->Add(it->second.begin(), it->second.end());
+    }
+    md->set_layers(m.layers);
+    md->set_heads(m.heads);
+    md->set_device(v.model->device());
+    v1::BatchingInfo* b = md->mutable_batching();
+    b->set_max_batch_size(m.serving.max_batch_size);
+    b->set_max_batch_tokens(m.serving.max_batch_tokens);
+    b->set_max_queue_delay_ms(m.serving.max_queue_delay_ms);
+    b->set_instances(1);
+    md->set_model_card_json(m.model_card_json);
+  }
+}
+
+}  // namespace qvi

@@ -1,0 +1,28 @@
+// Conversions between the public API (qvi.serving.v1) and the core's types, and the one place
+// where an absl::Status becomes a grpc::Status.
+#ifndef QVI_SERVER_GRPC_CONVERT_H_
+#define QVI_SERVER_GRPC_CONVERT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "qvi/serving/v1/inference.pb.h"
+#include "server/core/model_repository.h"
+#include "server/core/request.h"
+
+namespace qvi {
+
+namespace v1 = ::qvi::serving::v1;
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::RepeatedPtrField<std::string>& texts,
+                           const v1::OutputOptions& options, const std::string& request_id);
+
+void ToProto(const InferenceResponse& in, v1::ClassifyResponse* out);
+void ToProto(const InferenceResponse& in, v1::TagResponse* out);
+void ToProto(const ModelStatus& in, v1::ModelInfo* out);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_GRPC_CONVERT_H_

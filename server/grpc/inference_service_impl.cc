@@ -1,0 +1,140 @@
+#include "server/grpc/inference_service_impl.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/core/tokenizer.h"
+#include "server/grpc/convert.h"
+
+namespace qvi {
+
+namespace v1 = ::qvi::serving::v1;
+
+namespace {
+
+// Why a request that protobuf could not parse was bad: the first text (field 2 of ClassifyRequest and
+// TagRequest) that is not UTF-8, found by walking the top-level fields with protobuf's wire readers.
+absl::Status ExplainParseFailure(const grpc::ByteBuffer& buffer) {
+  grpc::ByteBuffer copy(buffer);
+  grpc::ProtoBufferReader reader(&copy);
+  google::protobuf::io::CodedInputStream in(&reader);
+  using google::protobuf::internal::WireFormatLite;
+  int index = 0;
+  while (uint32_t tag = in.ReadTag()) {
+    if (WireFormatLite::GetTagFieldNumber(tag) == 2 &&
+        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      std::string text;
+      if (!WireFormatLite::ReadBytes(&in, &text)) break;
+      if (absl::Status s = ValidateUtf8(text); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("texts[", index, "]: ", s.message()));
+      }
+      ++index;
+    } else if (!WireFormatLite::SkipField(&in, tag)) {
+      break;
+    }
+  }
+  return absl::InvalidArgumentError("the request is not a valid protobuf message");
+}
+
+absl::Time Deadline(const grpc::CallbackServerContext* ctx) {
+  const auto d = ctx->deadline();
+  if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(d);
+}
+
+}  // namespace
+
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::CallbackServerContext* ctx,
+                                                      const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  Request request;
+  {
+    grpc::ByteBuffer copy(*raw);
+    grpc::ProtoBufferReader reader(&copy);
+    if (!request.ParseFromZeroCopyStream(&reader)) {
+      reactor->Finish(ToGrpcStatus(ExplainParseFailure(*raw)));
+      return reactor;
+    }
+  }
+  InferenceRequest r = FromProto(request.model(), request.texts(), request.options(), request.request_id());
+  if (r.request_id.empty()) r.request_id = absl::StrCat("req-", next_id_.fetch_add(1));
+  r.deadline = Deadline(ctx);
+  r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
+  const absl::Time start = absl::Now();
+  const bool log = options_.access_log;
+  std::string peer = log ? ctx->peer() : std::string();
+  std::string model = r.model;
+  const size_t texts = r.texts.size();
+  std::string request_id = r.request_id;
+  core_->Submit(method, std::move(r),
+                [reactor, raw_response, start, log, peer, model, request_id, texts, method](
+                    absl::StatusOr<InferenceResponse> out) {
+                  grpc::Status status = ToGrpcStatus(out.status());
+                  int64_t version = 0;
+                  if (out.ok()) {
+                    Response response;
+                    ToProto(*out, &response);
+                    version = out->version;
+                    bool own = false;
+                    status = grpc::SerializationTraits<Response>::Serialize(response, raw_response, &own);
+                  }
+                  if (log) {
+                    spdlog::info("access method={} peer={} model={}@{} request_id={} texts={} status={} ms={:.3f}",
+                                 method == Method::kClassify ? "Classify" : "Tag", peer, model, version, request_id,
+                                 texts, static_cast<int>(status.error_code()),
+                                 absl::ToDoubleMilliseconds(absl::Now() - start));
+                  }
+                  reactor->Finish(status);
+                });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::Classify(grpc::CallbackServerContext* ctx,
+                                                         const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  return Infer<v1::ClassifyRequest, v1::ClassifyResponse>(Method::kClassify, ctx, request, response);
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::Tag(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
+  return Infer<v1::TagRequest, v1::TagResponse>(Method::kTag, ctx, request, response);
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::ListModels(grpc::CallbackServerContext* ctx,
+                                                           const v1::ListModelsRequest*,
+                                                           v1::ListModelsResponse* response) {
+  for (const ModelStatus& m : repository_->List()) ToProto(m, response->add_models());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* InferenceServiceImpl::GetModel(grpc::CallbackServerContext* ctx,
+                                                         const v1::GetModelRequest* request,
+                                                         v1::GetModelResponse* response) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<ModelStatus> m = repository_->Get(request->model().name());
+  if (m.ok() && request->model().version() != 0) {
+    const int64_t want = request->model().version();
+    std::vector<VersionStatus> keep;
+    for (VersionStatus& v : m->versions) {
+      if (v.version == want) keep.push_back(std::move(v));
+    }
+    if (keep.empty()) {
+      m = absl::NotFoundError(absl::StrCat("model '", m->name, "' has no version ", want));
+    } else {
+      m->versions = std::move(keep);
+    }
+  }
+  if (m.ok()) ToProto(*m, response->mutable_model());
+  reactor->Finish(ToGrpcStatus(m.status()));
+  return reactor;
+}
+
+}  // namespace qvi

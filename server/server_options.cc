@@ -1,0 +1,66 @@
+#include "server/server_options.h"
+
+#include <CLI/CLI.hpp>
+
+#include "absl/status/status.h"
+
+namespace qvi {
+
+absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
+  ServerOptions o;
+  CLI::App app{
+      "qvi-server: gRPC inference for attention models with query-value interaction.\n"
+      "Serves every model version under --model-store (<name>/<version>/model.pt) through the\n"
+      "qvi.serving.v1.Inference service, with grpc.health.v1 health checks and server reflection.\n"
+      "Flags may also come from a TOML or INI file given with --config (keys are the long flag names).",
+      "qvi-server"};
+  app.set_config("--config", "", "read options from this TOML/INI file; flags on the command line win");
+  app.set_version_flag("--version", "qvi-server 0.1.0");
+  app.option_defaults()->always_capture_default();
+
+  app.add_option("--model-store", o.models.store, "folder of <model>/<version>/model.pt artifacts")->group("Models");
+  app.add_option("--device", o.models.device, "auto (GPU when present), cpu, cuda or cuda:N")->group("Models");
+
+  app.add_option("--host", o.network.host, "address to listen on")->group("Network");
+  app.add_option("--port", o.network.port, "gRPC port; 0 picks a free port and logs it")
+      ->check(CLI::Range(0, 65535))->group("Network");
+  app.add_option("--port-file", o.network.port_file, "write the bound gRPC port to this file once serving")
+      ->group("Network");
+  app.add_option("--max-message-bytes", o.network.max_message_bytes, "largest request or response message")
+      ->check(CLI::Range(1024, 1 << 30))->group("Network");
+
+  app.add_option("--max-texts-per-request", o.limits.max_texts, "texts in one Classify/Tag request")
+      ->check(CLI::Range(1, 1 << 20))->group("Limits");
+  app.add_option("--max-text-bytes", o.limits.max_text_bytes, "UTF-8 bytes in one text")
+      ->check(CLI::Range(1, 1 << 30))->group("Limits");
+  app.add_option("--max-queued-requests", o.limits.max_queued,
+                 "requests waiting for an inference thread; beyond it RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(1, 1 << 24))->group("Limits");
+
+  app.add_option("--inference-threads", o.threads.inference, "threads that run requests through the models")
+      ->check(CLI::Range(1, 256))->group("Threads");
+  app.add_option("--torch-intra-op-threads", o.threads.torch_intra, "torch threads inside one forward pass")
+      ->check(CLI::Range(1, 256))->group("Threads");
+  app.add_option("--torch-inter-op-threads", o.threads.torch_inter, "torch inter-op threads")
+      ->check(CLI::Range(1, 256))->group("Threads");
+
+  app.add_option("--log-level", o.logging.level, "trace, debug, info, warn, error")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))->group("Logging");
+  app.add_flag("--access-log", o.logging.access_log, "log one line per Classify/Tag request")->group("Logging");
+  app.add_option("--shutdown-grace-seconds", o.shutdown_grace_seconds,
+                 "on SIGTERM/SIGINT, time given to accepted requests to finish")
+      ->check(CLI::Range(0.0, 3600.0))->group("Lifecycle");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    return absl::CancelledError(app.help());
+  } catch (const CLI::CallForVersion&) {
+    return absl::CancelledError("qvi-server 0.1.0\n");
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(std::string(e.what()) + "\nRun with --help for the options.\n");
+  }
+  return o;
+}
+
+}  // namespace qvi

@@ -1,0 +1,47 @@
+// qvi-server's options, grouped by concern, and the parser that fills them from the command line
+// and an optional config file.
+#ifndef QVI_SERVER_SERVER_OPTIONS_H_
+#define QVI_SERVER_SERVER_OPTIONS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace qvi {
+
+struct ServerOptions {
+  struct Models {
+    std::string store = "model_store/store";
+    std::string device = "auto";
+  } models;
+  struct Network {
+    std::string host = "0.0.0.0";
+    int port = 8500;
+    std::string port_file;  // written with the bound port once serving (useful with --port 0)
+    int max_message_bytes = 16 * 1024 * 1024;
+  } network;
+  struct Limits {
+    int max_texts = 256;
+    int max_text_bytes = 65536;
+    int max_queued = 1024;
+  } limits;
+  struct Threads {
+    int inference = 2;     // executor threads running requests
+    int torch_intra = 1;   // torch intra-op threads per forward pass
+    int torch_inter = 1;
+  } threads;
+  struct Logging {
+    std::string level = "info";
+    bool access_log = false;
+  } logging;
+  double shutdown_grace_seconds = 30;
+};
+
+// Parses argv. Returns the options, or a status whose message is the text to print: for --help and
+// --version the code is kCancelled (print, exit 0); for bad flags kInvalidArgument (print, exit 2).
+absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_SERVER_OPTIONS_H_

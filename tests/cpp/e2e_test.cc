@@ -1,0 +1,264 @@
+// End to end: the real qvi-server binary on a free port with a copy of the demo store (plus a
+// corrupt version), called through the generated C++ stubs.
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "qvi/serving/v1/inference.grpc.pb.h"
+
+namespace v1 = qvi::serving::v1;
+namespace fs = std::filesystem;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+namespace {
+
+class ServerProcess {
+ public:
+  void Start() {
+    dir_ = fs::temp_directory_path() / ("qvi_e2e_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "store");
+    fs::copy(fs::path(QVI_SOURCE_DIR) / "model_store" / "store", dir_ / "store", fs::copy_options::recursive);
+    fs::create_directories(dir_ / "store" / "sentiment" / "7");
+    std::ofstream(dir_ / "store" / "sentiment" / "7" / "model.pt") << "corrupt";
+    const std::string port_file = (dir_ / "port").string();
+    const std::string store = (dir_ / "store").string();
+    const std::string log = (dir_ / "server.log").string();
+    pid_ = fork();
+    if (pid_ == 0) {
+      freopen(log.c_str(), "w", stderr);
+      freopen(log.c_str(), "a", stdout);
+      execl(QVI_SERVER_BINARY, QVI_SERVER_BINARY, "--model-store", store.c_str(), "--port", "0", "--host",
+            "127.0.0.1", "--port-file", port_file.c_str(), "--device", "cpu", "--access-log",
+            "--max-texts-per-request", "8", "--max-text-bytes", "1000", nullptr);
+      _exit(127);
+    }
+    for (int i = 0; i < 1200 && !fs::exists(port_file); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // waiting on a process, not a clock
+      int status = 0;
+      ASSERT_EQ(waitpid(pid_, &status, WNOHANG), 0) << "qvi-server exited early; see " << log;
+    }
+    ASSERT_TRUE(fs::exists(port_file)) << "qvi-server did not start within 120 s";
+    std::ifstream(port_file) >> port_;
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials());
+  }
+
+  int StopAndWait(int sig) {
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  ~ServerProcess() {
+    if (pid_ > 0) StopAndWait(SIGKILL);
+    fs::remove_all(dir_);
+  }
+
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  std::string Log() const {
+    std::ifstream in(dir_ / "server.log");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  fs::path dir_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+class EndToEnd : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess();
+    server_->Start();
+  }
+  static void TearDownTestSuite() { delete server_; }
+
+  static std::unique_ptr<v1::Inference::Stub> Stub() { return v1::Inference::NewStub(server_->channel()); }
+
+  static grpc::Status Classify(const v1::ClassifyRequest& req, v1::ClassifyResponse* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    return Stub()->Classify(&ctx, req, resp);
+  }
+
+  static ServerProcess* server_;
+};
+
+ServerProcess* EndToEnd::server_ = nullptr;
+
+v1::ClassifyRequest SentimentRequest(std::vector<std::string> texts) {
+  v1::ClassifyRequest r;
+  r.mutable_model()->set_name("sentiment");
+  for (auto& t : texts) r.add_texts(t);
+  return r;
+}
+
+TEST_F(EndToEnd, ClassifyWithExplanations) {
+  v1::ClassifyRequest req = SentimentRequest({"A gorgeous, moving film.", "北京 café 👍🏽 dull"});
+  req.mutable_options()->set_top_k(2);
+  req.mutable_options()->set_attention(true);
+  req.mutable_options()->set_gates(true);
+  req.set_request_id("abc-1");
+  v1::ClassifyResponse resp;
+  ASSERT_TRUE(Classify(req, &resp).ok());
+  EXPECT_EQ(resp.model().version(), 1);
+  EXPECT_EQ(resp.request_id(), "abc-1");
+  ASSERT_EQ(resp.results_size(), 2);
+  EXPECT_EQ(resp.results(0).labels_size(), 2);
+  float sum = 0;
+  for (const auto& t : resp.results(1).tokens()) {
+    ASSERT_TRUE(t.has_attention() && t.has_gate());
+    sum += t.attention();
+  }
+  EXPECT_NEAR(sum, 1.0f, 1e-5);
+  const auto& toks = resp.results(1).tokens();
+  ASSERT_EQ(toks.size(), 5);
+  EXPECT_EQ(toks[0].text(), "北");
+  EXPECT_EQ(toks[2].text(), "café");
+  EXPECT_EQ(toks[2].start(), 3u);
+  EXPECT_EQ(toks[2].end(), 7u);
+  EXPECT_EQ(toks[3].text(), "👍🏽");
+  EXPECT_EQ(toks[3].start(), 8u);
+  EXPECT_EQ(toks[3].end(), 10u);
+}
+
+TEST_F(EndToEnd, TagReturnsTokensAndSpans) {
+  v1::TagRequest req;
+  req.mutable_model()->set_name("ner");
+  req.add_texts("Justin Bieber flew to New York with Microsoft people .");
+  v1::TagResponse resp;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(Stub()->Tag(&ctx, req, &resp).ok());
+  ASSERT_EQ(resp.results_size(), 1);
+  EXPECT_EQ(resp.results(0).tokens_size(), 10);
+  for (const auto& t : resp.results(0).tokens()) EXPECT_FALSE(t.tag().empty());
+  for (const auto& s : resp.results(0).spans()) EXPECT_EQ(req.texts(0).substr(s.byte_start(), s.byte_end() - s.byte_start()), s.text());
+}
+
+TEST_F(EndToEnd, DiscoveryShowsStatesAndMetadata) {
+  v1::ListModelsResponse list;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(Stub()->ListModels(&ctx, v1::ListModelsRequest(), &list).ok());
+  }
+  ASSERT_EQ(list.models_size(), 2);
+  EXPECT_EQ(list.models(0).name(), "ner");
+  const v1::ModelInfo& sentiment = list.models(1);
+  ASSERT_EQ(sentiment.versions_size(), 2);
+  EXPECT_EQ(sentiment.versions(0).version(), 7);
+  EXPECT_EQ(sentiment.versions(0).state(), v1::MODEL_STATE_FAILED);
+  EXPECT_NE(sentiment.versions(0).reason().find("cannot read"), std::string::npos);
+  EXPECT_EQ(sentiment.versions(1).state(), v1::MODEL_STATE_READY);
+  const v1::ModelMetadata& md = sentiment.versions(1).metadata();
+  EXPECT_EQ(md.task(), "classification");
+  EXPECT_EQ(md.labels_size(), 2);
+  EXPECT_EQ(md.device(), "cpu");
+  EXPECT_EQ(md.tokenizer().max_tokens(), 128);
+  EXPECT_GT(md.layers(), 0);
+  v1::GetModelRequest get;
+  get.mutable_model()->set_name("ner");
+  v1::GetModelResponse one;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(Stub()->GetModel(&ctx, get, &one).ok());
+  EXPECT_EQ(one.model().versions(0).metadata().tag_scheme(), "BIO");
+  get.mutable_model()->set_name("missing");
+  grpc::ClientContext ctx2;
+  EXPECT_EQ(Stub()->GetModel(&ctx2, get, &one).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(EndToEnd, ErrorsFollowTheDesignTable) {
+  v1::ClassifyResponse resp;
+  v1::ClassifyRequest req = SentimentRequest({"x"});
+  req.mutable_model()->set_name("nope");
+  grpc::Status s = Classify(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(s.error_message().find("models: ner, sentiment"), std::string::npos);
+  req = SentimentRequest({"x"});
+  req.mutable_model()->set_version(7);
+  s = Classify(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(s.error_message().find("FAILED"), std::string::npos);
+  s = Classify(SentimentRequest({}), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("texts: empty"), std::string::npos);
+  s = Classify(SentimentRequest(std::vector<std::string>(9, "a")), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("limit of 8"), std::string::npos);
+  s = Classify(SentimentRequest({std::string(1001, 'a')}), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("texts[0]: 1001 bytes exceed the limit of 1000"), std::string::npos);
+  req = SentimentRequest({"x"});
+  req.mutable_options()->set_top_k(-2);
+  EXPECT_EQ(Classify(req, &resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  std::string words;
+  for (int i = 0; i < 150; ++i) words += "w ";
+  req = SentimentRequest({words});
+  req.mutable_options()->set_truncation(v1::TRUNCATION_POLICY_ERROR);
+  s = Classify(req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("max_tokens of 128"), std::string::npos);
+  req.mutable_options()->set_truncation(v1::TRUNCATION_POLICY_TRUNCATE);
+  ASSERT_TRUE(Classify(req, &resp).ok());
+  EXPECT_TRUE(resp.results(0).truncated());
+  EXPECT_EQ(resp.results(0).num_tokens(), 150u);
+}
+
+TEST_F(EndToEnd, InvalidUtf8IsRejected) {
+  v1::ClassifyResponse resp;
+  grpc::Status s = Classify(SentimentRequest({"ok", "bad \xff byte"}), &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_EQ(s.error_message(), "texts[1]: invalid UTF-8 at byte 4");
+}
+
+TEST_F(EndToEnd, HealthOverallAndPerModel) {
+  auto health = grpc::health::v1::Health::NewStub(server_->channel());
+  for (const auto& [service, want] : std::vector<std::pair<std::string, HealthCheckResponse::ServingStatus>>{
+           {"", HealthCheckResponse::SERVING}, {"sentiment", HealthCheckResponse::SERVING},
+           {"ner", HealthCheckResponse::SERVING}}) {
+    HealthCheckRequest req;
+    req.set_service(service);
+    HealthCheckResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(health->Check(&ctx, req, &resp).ok()) << service;
+    EXPECT_EQ(resp.status(), want) << service;
+  }
+  HealthCheckRequest req;
+  req.set_service("unknown-model");
+  HealthCheckResponse resp;
+  grpc::ClientContext ctx;
+  EXPECT_EQ(health->Check(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Last (gtest runs tests in order within a file): after serving, SIGTERM drains and exits 0.
+// (SIGTERM under concurrent load is the serving-core issue's test.)
+TEST_F(EndToEnd, ZzSigtermAfterServingExitsZero) {
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0}, failed{0};
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back([&] {
+      v1::ClassifyResponse resp;
+      grpc::Status s = Classify(SentimentRequest({"a b c d e f g", "h i j"}), &resp);
+      (s.ok() ? ok : failed)++;
+    });
+  }
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(ok.load(), 4);
+  EXPECT_EQ(server_->StopAndWait(SIGTERM), 0);
+  EXPECT_NE(server_->Log().find("stopped"), std::string::npos);
+  EXPECT_NE(server_->Log().find("access method=Classify"), std::string::npos);
+}
+
+}  // namespace

@@ -1,0 +1,207 @@
+// The core service against the real demo models (built by scripts/setup.sh): answers, and every
+// INVALID_ARGUMENT / NOT_FOUND case of DESIGN.md's table that the core decides.
+#include "server/core/inference_service.h"
+
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace qvi {
+namespace {
+
+class InferenceServiceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    torch::set_num_threads(1);
+    store_ = new std::string(std::filesystem::temp_directory_path() / ("qvi_core_test_" + std::to_string(getpid())));
+    const std::string demo = std::string(QVI_SOURCE_DIR) + "/model_store/store";
+    ASSERT_TRUE(std::filesystem::exists(demo + "/sentiment/1/model.pt")) << "run scripts/setup.sh first";
+    std::filesystem::create_directories(*store_);
+    std::filesystem::copy(demo, *store_, std::filesystem::copy_options::recursive);
+    std::filesystem::create_directories(*store_ + "/sentiment/2");
+    std::ofstream(*store_ + "/sentiment/2/model.pt") << "this is not a TorchScript archive";
+    auto repo = ModelRepository::Create({*store_, "cpu"});
+    ASSERT_TRUE(repo.ok()) << repo.status();
+    repo_ = repo->release();
+    repo_->LoadAll(nullptr);
+    executor_ = new Executor(1, 4);
+  }
+  static void TearDownTestSuite() {
+    delete executor_;
+    delete repo_;
+    std::filesystem::remove_all(*store_);
+    delete store_;
+  }
+
+  InferenceService Service(RequestLimits limits = {}) { return InferenceService(repo_, executor_, limits); }
+
+  static InferenceRequest Request(std::string model, std::vector<std::string> texts) {
+    InferenceRequest r;
+    r.model = std::move(model);
+    r.texts = std::move(texts);
+    return r;
+  }
+
+  static void ExpectError(const absl::StatusOr<InferenceResponse>& r, absl::StatusCode code, const std::string& part) {
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), code) << r.status();
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
+  }
+
+  static std::string* store_;
+  static ModelRepository* repo_;
+  static Executor* executor_;
+};
+
+std::string* InferenceServiceTest::store_ = nullptr;
+ModelRepository* InferenceServiceTest::repo_ = nullptr;
+Executor* InferenceServiceTest::executor_ = nullptr;
+
+TEST_F(InferenceServiceTest, ClassifiesWithExplanations) {
+  InferenceRequest r = Request("sentiment", {"A moving, funny film.", "Dull and far too long."});
+  r.options.top_k = 5;
+  r.options.attention = true;
+  r.options.gates = true;
+  auto out = Service().Run(Method::kClassify, r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->version, 1);  // version 2 is corrupt, so 0 resolves to 1
+  ASSERT_EQ(out->results.size(), 2u);
+  for (const TextResult& res : out->results) {
+    ASSERT_EQ(res.labels.size(), 2u);
+    EXPECT_GE(res.labels[0].second, res.labels[1].second);
+    float sum = 0;
+    for (const TokenOutput& t : res.tokens) {
+      ASSERT_TRUE(t.attention.has_value() && t.gate.has_value());
+      sum += *t.attention;
+      EXPECT_GT(*t.gate, 0.0f);
+      EXPECT_LT(*t.gate, 1.0f);
+    }
+    EXPECT_NEAR(sum, 1.0f, 1e-5);
+  }
+  EXPECT_EQ(out->results[0].tokens.size(), 6u);
+}
+
+TEST_F(InferenceServiceTest, CheapAnswerHasNoTokens) {
+  auto out = Service().Run(Method::kClassify, Request("sentiment", {"fine"}));
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(out->results[0].labels.size(), 1u);
+  EXPECT_TRUE(out->results[0].tokens.empty());
+}
+
+TEST_F(InferenceServiceTest, TagsWithExactSubstrings) {
+  const std::string text = "Barack Obama flew to Paris with Microsoft people 😀 .";
+  auto out = Service().Run(Method::kTag, Request("ner", {text, ""}));
+  ASSERT_TRUE(out.ok()) << out.status();
+  const TextResult& res = out->results[0];
+  EXPECT_EQ(res.tokens.size(), 10u);
+  for (const TokenOutput& t : res.tokens) EXPECT_FALSE(t.tag.empty());
+  for (const SpanOutput& s : res.spans) EXPECT_EQ(text.substr(s.byte_start, s.byte_end - s.byte_start), s.text);
+  EXPECT_TRUE(out->results[1].tokens.empty());
+}
+
+TEST_F(InferenceServiceTest, Truncation) {
+  std::string long_text;
+  for (int i = 0; i < 200; ++i) long_text += "word ";
+  InferenceRequest r = Request("sentiment", {long_text});
+  r.options.tokens = true;
+  auto out = Service().Run(Method::kClassify, r);
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(out->results[0].truncated);
+  EXPECT_EQ(out->results[0].num_tokens, 200u);
+  EXPECT_EQ(out->results[0].tokens.size(), 128u);
+  r.options.error_on_truncation = true;
+  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+              "texts[0]: 200 tokens exceed model 'sentiment' max_tokens of 128");
+}
+
+TEST_F(InferenceServiceTest, InvalidArguments) {
+  auto svc = Service(RequestLimits{3, 20});
+  ExpectError(svc.Run(Method::kClassify, Request("sentiment", {})), absl::StatusCode::kInvalidArgument,
+              "texts: empty; send between 1 and 3 texts");
+  ExpectError(svc.Run(Method::kClassify, Request("sentiment", {"a", "b", "c", "d"})),
+              absl::StatusCode::kInvalidArgument, "texts: 4 texts exceed the limit of 3");
+  ExpectError(svc.Run(Method::kClassify, Request("sentiment", {"ok", std::string(21, 'x')})),
+              absl::StatusCode::kInvalidArgument, "texts[1]: 21 bytes exceed the limit of 20 bytes");
+  ExpectError(svc.Run(Method::kClassify, Request("sentiment", {"ok\xff"})), absl::StatusCode::kInvalidArgument,
+              "texts[0]: invalid UTF-8 at byte 2");
+  ExpectError(svc.Run(Method::kClassify, Request("sentiment", {"  "})), absl::StatusCode::kInvalidArgument,
+              "texts[0]: has no tokens");
+  ExpectError(svc.Run(Method::kClassify, Request("", {"x"})), absl::StatusCode::kInvalidArgument, "model.name: empty");
+  InferenceRequest r = Request("sentiment", {"x"});
+  r.options.top_k = -1;
+  ExpectError(svc.Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument, "options.top_k: -1 is negative");
+  r = Request("sentiment", {"x"});
+  r.version = -3;
+  ExpectError(svc.Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument, "model.version: -3");
+  ExpectError(svc.Run(Method::kTag, Request("sentiment", {"x"})), absl::StatusCode::kInvalidArgument,
+              "model 'sentiment' is a classification model; call Classify, not Tag");
+  r = Request("sentiment", {"x"});
+  r.options.layers.gates = true;
+  r.options.layers.layers = {7};
+  ExpectError(svc.Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+              "options.layers.layers[0]: 7 is out of range [0, 2)");
+}
+
+TEST_F(InferenceServiceTest, UnknownAndFailedModels) {
+  ExpectError(Service().Run(Method::kClassify, Request("nope", {"x"})), absl::StatusCode::kNotFound,
+              "model 'nope' not found; models: ner, sentiment");
+  InferenceRequest r = Request("sentiment", {"x"});
+  r.version = 9;
+  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kNotFound, "has no version 9; versions: 1, 2");
+  r.version = 2;
+  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kUnavailable, "version 2 is FAILED: cannot read");
+}
+
+TEST_F(InferenceServiceTest, ExpiredAndCancelledRequestsNeverRun) {
+  InferenceRequest r = Request("sentiment", {"x"});
+  r.deadline = absl::Now() - absl::Seconds(1);
+  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kDeadlineExceeded, "deadline");
+  r.deadline = absl::InfiniteFuture();
+  r.is_cancelled = [] { return true; };
+  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kCancelled, "cancelled");
+}
+
+TEST_F(InferenceServiceTest, LayerMapsAreSelectedAndReduced) {
+  InferenceRequest r = Request("sentiment", {"a good film"});
+  r.options.layers.gates = true;
+  r.options.layers.attention_maps = true;
+  r.options.layers.layers = {1};
+  auto out = Service().Run(Method::kClassify, r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const auto& maps = out->results[0].layers;
+  ASSERT_EQ(maps.size(), 4u);  // one layer x 4 heads
+  EXPECT_EQ(maps[0].layer, 1);
+  EXPECT_EQ(maps[3].head, 3);
+  EXPECT_EQ(maps[0].gates.size(), 3u);
+  EXPECT_EQ(maps[0].attention.size(), 9u);
+  float row = maps[0].attention[0] + maps[0].attention[1] + maps[0].attention[2];
+  EXPECT_NEAR(row, 1.0f, 1e-5);
+  r.options.layers.layers = {};
+  r.options.layers.reduction = LayerSelection::Reduction::kMeanAll;
+  out = Service().Run(Method::kClassify, r);
+  ASSERT_TRUE(out.ok());
+  ASSERT_EQ(out->results[0].layers.size(), 1u);
+  EXPECT_EQ(out->results[0].layers[0].layer, -1);
+}
+
+TEST_F(InferenceServiceTest, SubmitAnswersExactlyOnce) {
+  auto svc = Service();
+  absl::Mutex mu;
+  int answers = 0;
+  for (int i = 0; i < 3; ++i) {
+    svc.Submit(Method::kClassify, Request("sentiment", {"good"}), [&](absl::StatusOr<InferenceResponse> r) {
+      EXPECT_TRUE(r.ok() || r.status().code() == absl::StatusCode::kResourceExhausted);
+      absl::MutexLock l(&mu);
+      ++answers;
+    });
+  }
+  absl::MutexLock l(&mu);
+  mu.Await(absl::Condition(+[](int* n) { return *n == 3; }, &answers));
+  EXPECT_EQ(answers, 3);
+}
+
+}  // namespace
+}  // namespace qvi

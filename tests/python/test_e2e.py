@@ -1,0 +1,134 @@
+"""qvi-server called through a Python client generated from the same proto: its answers equal the
+Python model's own outputs on the same texts; errors, health and reflection answer."""
+import json
+import os
+
+import grpc
+import pytest
+import torch
+
+from conftest import REPO, STORE
+from qvi import artifact
+from qvi.metrics import chunks
+from qvi.tokenizer import config_from_json, encode
+
+torch.set_num_threads(1)
+
+
+def corpus_texts(name, n):
+    path = os.path.join(REPO, "model_store", "data", name, "test.tsv" if name == "sentiment" else "test.conll")
+    if name == "sentiment":
+        with open(path, encoding="utf-8") as f:
+            return [line.rstrip("\n").split("\t", 1)[1] for line in f][:n]
+    from qvi.data import read_conll
+    return [e.text for e in read_conll(path)][:n]
+
+
+def python_outputs(model_name, texts):
+    module, manifest, vocab = artifact.load(os.path.join(STORE, model_name, "1", "model.pt"))
+    cfg = config_from_json(manifest["tokenizer"])
+    encs = [encode(t, cfg, vocab) for t in texts]
+    width = max(1, max(len(e.ids) for e in encs))
+    ids = torch.zeros(len(texts), width, dtype=torch.long)
+    mask = torch.zeros(len(texts), width, dtype=torch.bool)
+    for i, e in enumerate(encs):
+        ids[i, : len(e.ids)] = torch.tensor(e.ids)
+        mask[i, : len(e.ids)] = True
+    with torch.no_grad():
+        return manifest, encs, module(ids, mask)
+
+
+EXTRA = ["北京 and café, 👨‍👩‍👧 emoji!", "  Ünïcödé   text\twith\ttabs  ", "x" * 500]
+
+
+def test_classify_equals_the_python_model(server, api):
+    pb, pb_grpc = api
+    texts = corpus_texts("sentiment", 24) + EXTRA
+    req = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts,
+                             options=pb.OutputOptions(top_k=2, attention=True, gates=True))
+    resp = pb_grpc.InferenceStub(server).Classify(req, timeout=60)
+    manifest, encs, out = python_outputs("sentiment", texts)
+    probs = out["logits"].softmax(-1)
+    assert resp.model.version == 1 and len(resp.results) == len(texts)
+    for i, (res, enc) in enumerate(zip(resp.results, encs)):
+        best = int(probs[i].argmax())
+        assert res.labels[0].label == manifest["labels"][best], texts[i]
+        for ls in res.labels:
+            assert abs(ls.score - float(probs[i][manifest["labels"].index(ls.label)])) < 1e-4
+        assert [(t.text, t.start, t.end) for t in res.tokens] == [(t.text, t.start, t.end) for t in enc.tokens]
+        for j, tok in enumerate(res.tokens):
+            assert texts[i][tok.start:tok.end] == tok.text
+            assert abs(tok.attention - float(out["attention"][i, j])) < 1e-4
+            assert abs(tok.gate - float(out["gates"][i, j])) < 1e-4
+        assert abs(sum(t.attention for t in res.tokens) - 1.0) < 1e-4
+
+
+def test_tag_equals_the_python_model(server, api):
+    pb, pb_grpc = api
+    texts = corpus_texts("wnut16", 30) + EXTRA[:2]
+    resp = pb_grpc.InferenceStub(server).Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=texts), timeout=60)
+    manifest, encs, out = python_outputs("ner", texts)
+    found = 0
+    for i, (res, enc) in enumerate(zip(resp.results, encs)):
+        n = len(enc.ids)
+        tags = [manifest["tags"][int(t)] for t in out["tags"][i, :n]]
+        assert [t.tag for t in res.tokens] == tags
+        want = sorted((enc.tokens[s].start, enc.tokens[e - 1].end, kind) for s, e, kind in chunks(tags))
+        got = sorted((s.start, s.end, s.label) for s in res.spans)
+        assert got == want, texts[i]
+        for s in res.spans:
+            assert texts[i][s.start:s.end] == s.text and 0 <= s.score <= 1
+        found += len(res.spans)
+    assert found > 0, "the demo tagger should find some entity in 30 test tweets"
+
+
+def code_of(call):
+    with pytest.raises(grpc.RpcError) as e:
+        call()
+    return e.value.code(), e.value.details()
+
+
+def test_errors(server, api):
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(server)
+    c, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="missing"), texts=["x"])))
+    assert c == grpc.StatusCode.NOT_FOUND and "models: ner, sentiment" in msg
+    c, msg = code_of(lambda: stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner", version=3), texts=["x"])))
+    assert c == grpc.StatusCode.UNAVAILABLE and "FAILED" in msg
+    c, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"))))
+    assert c == grpc.StatusCode.INVALID_ARGUMENT and msg.startswith("texts: empty")
+    c, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="ner"), texts=["x"])))
+    assert c == grpc.StatusCode.INVALID_ARGUMENT and "call Tag" in msg
+    c, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["a" * 70000])))
+    assert c == grpc.StatusCode.INVALID_ARGUMENT and "limit of 65536 bytes" in msg
+    c, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["x"],
+                                                              options=pb.OutputOptions(top_k=-1))))
+    assert c == grpc.StatusCode.INVALID_ARGUMENT and "options.top_k" in msg
+
+
+def test_discovery(server, api):
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(server)
+    models = {m.name: m for m in stub.ListModels(pb.ListModelsRequest()).models}
+    assert set(models) == {"ner", "sentiment"}
+    ner = models["ner"]
+    assert [(v.version, v.state) for v in ner.versions] == [(3, pb.MODEL_STATE_FAILED), (1, pb.MODEL_STATE_READY)]
+    md = ner.versions[1].metadata
+    assert md.task == "tagging" and md.tag_scheme == "BIO" and "person" in md.entity_types
+    assert {o.name for o in md.outputs} >= {"attention", "gates", "layer_gates", "layer_attention"}
+    assert json.loads(md.model_card_json)["metrics"]["test"]["f1"] >= 0
+    one = stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name="sentiment", version=1))).model
+    assert [v.version for v in one.versions] == [1]
+
+
+def test_health_and_reflection(server):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+    health = health_pb2_grpc.HealthStub(server)
+    for service in ("", "sentiment", "ner"):
+        assert health.Check(health_pb2.HealthCheckRequest(service=service)).status == health_pb2.HealthCheckResponse.SERVING
+    db = ProtoReflectionDescriptorDatabase(server)
+    services = set(db.get_services())
+    assert {"qvi.serving.v1.Inference", "grpc.health.v1.Health"} <= services
+    method = db.FindFileContainingSymbol("qvi.serving.v1.Inference")
+    assert method.package == "qvi.serving.v1"
