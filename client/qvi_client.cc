@@ -95,21 +95,32 @@ void Fill(v1::OutputOptions* o, const Explain& e) {
   if (e.error_on_truncation) o->set_truncation(v1::TRUNCATION_POLICY_ERROR);
 }
 
-int Classify(v1::Inference::Stub& stub, const Common& c, const Explain& e, const std::vector<std::string>& texts) {
-  v1::ClassifyRequest req;
+// Builds a Classify or Tag request, calls `rpc`, and prints JSON when asked. Returns the exit code
+// when the caller has nothing more to print, or -1 when `resp` is to be printed for humans.
+template <typename Request, typename Response, typename Rpc>
+int Call(Rpc rpc, const Common& c, const Explain& e, const std::vector<std::string>& texts, Response& resp) {
+  Request req;
   req.mutable_model()->set_name(c.model);
   req.mutable_model()->set_version(c.version);
   for (const auto& t : texts) req.add_texts(t);
   Fill(req.mutable_options(), e);
-  v1::ClassifyResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(ctx, c);
-  grpc::Status s = stub.Classify(&ctx, req, &resp);
+  grpc::Status s = rpc(&ctx, req, &resp);
   if (!s.ok()) return Fail(s);
   if (c.json) {
     std::cout << Json(resp);
     return 0;
   }
+  return -1;
+}
+
+int Classify(v1::Inference::Stub& stub, const Common& c, const Explain& e, const std::vector<std::string>& texts) {
+  v1::ClassifyResponse resp;
+  auto rpc = [&stub](grpc::ClientContext* ctx, const v1::ClassifyRequest& req, v1::ClassifyResponse* out) {
+    return stub.Classify(ctx, req, out);
+  };
+  if (int rc = Call<v1::ClassifyRequest>(rpc, c, e, texts, resp); rc >= 0) return rc;
   const bool color = UseColor(c);
   for (int i = 0; i < resp.results_size(); ++i) {
     const v1::Classification& r = resp.results(i);
@@ -123,20 +134,11 @@ int Classify(v1::Inference::Stub& stub, const Common& c, const Explain& e, const
 }
 
 int Tag(v1::Inference::Stub& stub, const Common& c, const Explain& e, const std::vector<std::string>& texts) {
-  v1::TagRequest req;
-  req.mutable_model()->set_name(c.model);
-  req.mutable_model()->set_version(c.version);
-  for (const auto& t : texts) req.add_texts(t);
-  Fill(req.mutable_options(), e);
   v1::TagResponse resp;
-  grpc::ClientContext ctx;
-  SetDeadline(ctx, c);
-  grpc::Status s = stub.Tag(&ctx, req, &resp);
-  if (!s.ok()) return Fail(s);
-  if (c.json) {
-    std::cout << Json(resp);
-    return 0;
-  }
+  auto rpc = [&stub](grpc::ClientContext* ctx, const v1::TagRequest& req, v1::TagResponse* out) {
+    return stub.Tag(ctx, req, out);
+  };
+  if (int rc = Call<v1::TagRequest>(rpc, c, e, texts, resp); rc >= 0) return rc;
   const bool color = UseColor(c);
   for (int i = 0; i < resp.results_size(); ++i) {
     const v1::Tagging& r = resp.results(i);

@@ -109,7 +109,9 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   const auto grace = std::chrono::system_clock::now() +
                      std::chrono::milliseconds(static_cast<int64_t>(options.shutdown_grace_seconds * 1000));
   server->Shutdown(grace);  // stops accepting; waits for in-flight RPCs until the grace period ends
+  spdlog::debug("gRPC server shut down");
   executor.Shutdown();
+  spdlog::debug("executor drained");
   server->Wait();
   spdlog::info("stopped");
   return 0;

@@ -39,7 +39,7 @@ class ServerProcess {
       freopen(log.c_str(), "a", stdout);
       execl(QVI_SERVER_BINARY, QVI_SERVER_BINARY, "--model-store", store.c_str(), "--port", "0", "--host",
             "127.0.0.1", "--port-file", port_file.c_str(), "--device", "cpu", "--access-log",
-            "--max-texts-per-request", "8", "--max-text-bytes", "1000", nullptr);
+            "--max-texts-per-request", "8", "--max-text-bytes", "1000", "--log-level", "debug", nullptr);
       _exit(127);
     }
     for (int i = 0; i < 1200 && !fs::exists(port_file); ++i) {
@@ -66,6 +66,7 @@ class ServerProcess {
   }
 
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string Log() const {
     std::ifstream in(dir_ / "server.log");
     return std::string(std::istreambuf_iterator<char>(in), {});
@@ -242,6 +243,33 @@ TEST_F(EndToEnd, HealthOverallAndPerModel) {
   EXPECT_EQ(health->Check(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+TEST_F(EndToEnd, QviClientPrintsLabelsAndJson) {
+  const std::string base = std::string(QVI_CLIENT_BINARY) + " --server " + server_->address() + " --color never ";
+  auto run = [](const std::string& cmd) {
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    const int rc = pclose(p);
+    return std::make_pair(WEXITSTATUS(rc), out);
+  };
+  auto [rc, human] = run(base + "classify --model sentiment --attention --gates 'A fine film.'");
+  EXPECT_EQ(rc, 0) << human;
+  EXPECT_TRUE(human.find("positive") != std::string::npos || human.find("negative") != std::string::npos) << human;
+  EXPECT_NE(human.find("α="), std::string::npos) << human;
+  EXPECT_NE(human.find("β="), std::string::npos) << human;
+  auto [rc2, json] = run(base + "--json tag --model ner 'Anna flew to Berlin'");
+  EXPECT_EQ(rc2, 0) << json;
+  EXPECT_NE(json.find("\"tokens\""), std::string::npos) << json;
+  auto [rc3, models] = run(base + "models");
+  EXPECT_NE(models.find("sentiment"), std::string::npos);
+  EXPECT_NE(models.find("FAILED"), std::string::npos);
+  EXPECT_EQ(run(base + "health").first, 0);
+  auto [rc4, err] = run(base + "classify --model nope x 2>&1");
+  EXPECT_EQ(rc4, 1);
+  EXPECT_NE(err.find("not found"), std::string::npos) << err;
+}
+
 // Last (gtest runs tests in order within a file): after serving, SIGTERM drains and exits 0.
 // (SIGTERM under concurrent load is the serving-core issue's test.)
 TEST_F(EndToEnd, ZzSigtermAfterServingExitsZero) {
@@ -257,7 +285,7 @@ TEST_F(EndToEnd, ZzSigtermAfterServingExitsZero) {
   for (auto& c : clients) c.join();
   EXPECT_EQ(ok.load(), 4);
   EXPECT_EQ(server_->StopAndWait(SIGTERM), 0);
-  EXPECT_NE(server_->Log().find("stopped"), std::string::npos);
+  EXPECT_NE(server_->Log().find("stopped"), std::string::npos) << server_->Log();
   EXPECT_NE(server_->Log().find("access method=Classify"), std::string::npos);
 }
 

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/synchronization/notification.h"
+
 namespace qvi {
 namespace {
 
@@ -201,6 +203,40 @@ TEST_F(InferenceServiceTest, SubmitAnswersExactlyOnce) {
   absl::MutexLock l(&mu);
   mu.Await(absl::Condition(+[](int* n) { return *n == 3; }, &answers));
   EXPECT_EQ(answers, 3);
+}
+
+TEST(InferenceServiceQueueTest, FullQueueIsResourceExhaustedAtOnce) {
+  // One worker, room for one queued task: hold the worker, fill the queue, and the next request is
+  // refused immediately without touching the queue; once released, the queued one is answered.
+  Executor executor(1, 1);
+  absl::Notification release, started;
+  ASSERT_TRUE(executor.TrySubmit([&] {
+    started.Notify();
+    release.WaitForNotification();
+  }));
+  started.WaitForNotification();
+  // No repository: the queued request has no texts, so it fails its checks before any lookup.
+  InferenceService svc(nullptr, &executor, {});
+  InferenceRequest queued;
+  queued.model = "anything";
+  absl::Notification answered;
+  absl::Status queued_status;
+  svc.Submit(Method::kClassify, queued, [&](absl::StatusOr<InferenceResponse> r) {
+    queued_status = r.status();
+    answered.Notify();
+  });
+  absl::Status refused;
+  bool refused_inline = false;
+  svc.Submit(Method::kClassify, queued, [&](absl::StatusOr<InferenceResponse> r) {
+    refused = r.status();
+    refused_inline = true;
+  });
+  EXPECT_TRUE(refused_inline) << "the refusal must come at once, in the caller's thread";
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(answered.HasBeenNotified());
+  release.Notify();
+  answered.WaitForNotification();
+  EXPECT_EQ(queued_status.code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
