@@ -1,0 +1,163 @@
+// The batch scheduler, stepped by hand with a fake clock: no threads, no sleeps.
+#include "server/core/batch_scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "tests/cpp/fake_clock.h"
+
+namespace qvi {
+namespace {
+
+struct Probe {
+  int calls = 0;
+  absl::Status status;
+};
+
+std::shared_ptr<BatchRequest> Request(std::vector<int> lengths, Probe* probe,
+                                      absl::Time deadline = absl::InfiniteFuture(), const bool* cancelled = nullptr) {
+  return std::make_shared<BatchRequest>(
+      std::move(lengths), deadline, [cancelled] { return cancelled != nullptr && *cancelled; },
+      [probe](absl::Status s) {
+        ++probe->calls;
+        probe->status = s;
+      });
+}
+
+std::vector<int> Lengths(const std::vector<QueuedText>& batch) {
+  std::vector<int> out;
+  for (const QueuedText& t : batch) out.push_back(t.tokens);
+  return out;
+}
+
+class BatchSchedulerTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<BatchScheduler> Make(BatchScheduler::Options o) {
+    auto s = BatchScheduler::Create(o, &clock_);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return std::move(*s);
+  }
+  FakeClock clock_;
+  Probe probe_;
+};
+
+TEST_F(BatchSchedulerTest, ClosesAtMaxBatchSizeWithoutWaiting) {
+  auto s = Make({.max_batch_size = 3, .max_batch_tokens = 1000, .max_queue_delay = absl::Milliseconds(5)});
+  ASSERT_TRUE(s->Enqueue(Request({4, 4}, &probe_)).ok());
+  EXPECT_TRUE(s->TakeBatch().empty()) << "two texts, size 3, no time passed: not due";
+  ASSERT_TRUE(s->Enqueue(Request({4, 4}, &probe_)).ok());
+  EXPECT_EQ(s->TakeBatch().size(), 3u);
+  EXPECT_EQ(s->queued_texts(), 1u);
+}
+
+TEST_F(BatchSchedulerTest, ClosesAtTheTokenBudget) {
+  auto s = Make({.max_batch_size = 100, .max_batch_tokens = 40, .max_queue_delay = absl::Milliseconds(5)});
+  ASSERT_TRUE(s->Enqueue(Request({10, 10, 10}, &probe_)).ok());
+  EXPECT_TRUE(s->TakeBatch().empty()) << "30 of 40 padded tokens: not due";
+  ASSERT_TRUE(s->Enqueue(Request({10, 12}, &probe_)).ok());
+  EXPECT_EQ(Lengths(s->TakeBatch()), (std::vector<int>{10, 10, 10, 10}));  // 4 x 10 = 40; a 12 would pad to 60
+  EXPECT_EQ(s->queued_texts(), 1u);
+}
+
+TEST_F(BatchSchedulerTest, ClosesAtTheMaxQueueDelayToTheMicrosecond) {
+  auto s = Make({.max_batch_size = 8, .max_batch_tokens = 1000, .max_queue_delay = absl::Milliseconds(2)});
+  ASSERT_TRUE(s->Enqueue(Request({5}, &probe_)).ok());
+  EXPECT_EQ(s->NextDue(), clock_.Now() + absl::Milliseconds(2));
+  clock_.Advance(absl::Microseconds(1999));
+  EXPECT_TRUE(s->TakeBatch().empty());
+  clock_.Advance(absl::Microseconds(1));
+  EXPECT_EQ(s->TakeBatch().size(), 1u);
+  EXPECT_EQ(s->NextDue(), absl::InfiniteFuture());
+}
+
+TEST_F(BatchSchedulerTest, GroupsTextsOfSimilarLength) {
+  auto s = Make({.max_batch_size = 3, .max_batch_tokens = 1000, .max_queue_delay = absl::ZeroDuration()});
+  ASSERT_TRUE(s->Enqueue(Request({10, 50, 11, 49, 12, 48}, &probe_)).ok());
+  EXPECT_EQ(Lengths(s->TakeBatch()), (std::vector<int>{10, 11, 12}));
+  EXPECT_EQ(Lengths(s->TakeBatch()), (std::vector<int>{50, 49, 48}));
+}
+
+TEST_F(BatchSchedulerTest, SplitsARequestAndAnswersOnceWhenAllPartsAreDone) {
+  auto s = Make({.max_batch_size = 2, .max_batch_tokens = 1000, .max_queue_delay = absl::ZeroDuration()});
+  ASSERT_TRUE(s->Enqueue(Request({3, 3, 3, 3, 3}, &probe_)).ok());
+  std::vector<std::vector<QueuedText>> batches;
+  while (true) {
+    auto b = s->TakeBatch();
+    if (b.empty()) break;
+    batches.push_back(std::move(b));
+  }
+  ASSERT_EQ(batches.size(), 3u);
+  std::vector<int> seen;
+  for (auto& b : batches) {
+    for (QueuedText& t : b) {
+      seen.push_back(t.index);
+      EXPECT_EQ(probe_.calls, 0);
+      t.request->Complete(t.index, absl::OkStatus());
+    }
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(probe_.calls, 1);
+  EXPECT_TRUE(probe_.status.ok());
+}
+
+TEST_F(BatchSchedulerTest, ExpiredRequestsNeverReachAModel) {
+  auto s = Make({.max_batch_size = 4, .max_batch_tokens = 1000, .max_queue_delay = absl::Milliseconds(10)});
+  Probe late, fine;
+  ASSERT_TRUE(s->Enqueue(Request({5, 5}, &late, clock_.Now() + absl::Milliseconds(3))).ok());
+  ASSERT_TRUE(s->Enqueue(Request({5}, &fine)).ok());
+  clock_.Advance(absl::Milliseconds(4));
+  EXPECT_TRUE(s->TakeBatch().empty());  // the expired request is dropped; the other is not due yet
+  EXPECT_EQ(late.calls, 1);
+  EXPECT_EQ(late.status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s->queued_texts(), 1u);
+  clock_.Advance(absl::Milliseconds(6));
+  auto batch = s->TakeBatch();
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_EQ(fine.calls, 0);
+}
+
+TEST_F(BatchSchedulerTest, CancelledRequestsAreDroppedAndAnsweredOnce) {
+  auto s = Make({.max_batch_size = 2, .max_batch_tokens = 1000, .max_queue_delay = absl::ZeroDuration()});
+  bool cancelled = false;
+  ASSERT_TRUE(s->Enqueue(Request({5, 5, 5}, &probe_, absl::InfiniteFuture(), &cancelled)).ok());
+  auto first = s->TakeBatch();  // two of its texts are already running
+  ASSERT_EQ(first.size(), 2u);
+  cancelled = true;
+  EXPECT_TRUE(s->TakeBatch().empty());
+  EXPECT_EQ(probe_.calls, 1);
+  EXPECT_EQ(probe_.status.code(), absl::StatusCode::kCancelled);
+  for (QueuedText& t : first) t.request->Complete(t.index, absl::OkStatus());  // late results are ignored
+  EXPECT_EQ(probe_.calls, 1);
+}
+
+TEST_F(BatchSchedulerTest, FullQueueRefusesAtOnceAndChangesNothing) {
+  auto s = Make({.max_batch_size = 4, .max_batch_tokens = 1000, .max_queue_delay = absl::Milliseconds(1),
+                 .max_queued_texts = 3, .max_queued_tokens = 100});
+  ASSERT_TRUE(s->Enqueue(Request({5, 5}, &probe_)).ok());
+  absl::Status refused = s->Enqueue(Request({5, 5}, &probe_));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s->Enqueue(Request({99}, &probe_)).code(), absl::StatusCode::kResourceExhausted);  // by tokens
+  EXPECT_EQ(s->queued_texts(), 2u);
+  EXPECT_EQ(probe_.calls, 0);
+}
+
+TEST_F(BatchSchedulerTest, AFailedPartFailsTheRequestOnce) {
+  auto s = Make({.max_batch_size = 1, .max_batch_tokens = 1000, .max_queue_delay = absl::ZeroDuration()});
+  ASSERT_TRUE(s->Enqueue(Request({3, 3}, &probe_)).ok());
+  auto a = s->TakeBatch();
+  auto b = s->TakeBatch();
+  a[0].request->Complete(a[0].index, absl::InternalError("model failed"));
+  b[0].request->Complete(b[0].index, absl::OkStatus());
+  EXPECT_EQ(probe_.calls, 1);
+  EXPECT_EQ(probe_.status.code(), absl::StatusCode::kInternal);
+}
+
+TEST_F(BatchSchedulerTest, OptionsAreChecked) {
+  EXPECT_EQ(BatchScheduler::Create({.max_batch_size = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BatchScheduler::Create({.max_batch_tokens = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace qvi

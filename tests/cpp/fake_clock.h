@@ -1,0 +1,28 @@
+// A clock that moves only when a test advances it.
+#ifndef QVI_TESTS_CPP_FAKE_CLOCK_H_
+#define QVI_TESTS_CPP_FAKE_CLOCK_H_
+
+#include "absl/synchronization/mutex.h"
+#include "server/core/clock.h"
+
+namespace qvi {
+
+class FakeClock final : public Clock {
+ public:
+  absl::Time Now() const override {
+    absl::MutexLock lock(&mu_);
+    return now_;
+  }
+  void Advance(absl::Duration d) {
+    absl::MutexLock lock(&mu_);
+    now_ += d;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
+};
+
+}  // namespace qvi
+
+#endif  // QVI_TESTS_CPP_FAKE_CLOCK_H_
