@@ -118,18 +118,24 @@ def cmd_results(args: argparse.Namespace) -> None:
 
 
 def markdown(rows: Sequence[Dict[str, object]]) -> str:
-    lines = ["| corpus | model | accuracy / precision | macro-F1 / recall | entity F1 |", "|---|---|---|---|---|"]
+    """Two tables: classifiers (accuracy, macro-F1) and taggers (entity P, R, F1), mean ± std in %."""
+    cls = ["| corpus | model | accuracy | macro-F1 |", "|---|---|---|---|"]
+    tag = ["| corpus | model | precision | recall | entity F1 |", "|---|---|---|---|---|"]
     for r in rows:
         test = r["test"]
         assert isinstance(test, list)
         name = ModelConfig(str(r["arch"]), 2, 2, g=str(r["g"])).display_name()
         if "accuracy" in test[0]:
-            cells = [_mean_std([t["accuracy"] for t in test]), _mean_std([t["macro_f1"] for t in test]), ""]
+            cells = [_mean_std([t["accuracy"] for t in test]), _mean_std([t["macro_f1"] for t in test])]
+            cls.append(f"| {r['corpus']} | {name} | " + " | ".join(cells) + " |")
         else:
-            cells = [_mean_std([t["precision"] for t in test]), _mean_std([t["recall"] for t in test]),
-                     _mean_std([t["f1"] for t in test])]
-        lines.append(f"| {r['corpus']} | {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            cells = [_mean_std([t[k] for t in test]) for k in ("precision", "recall", "f1")]
+            tag.append(f"| {r['corpus']} | {name} | " + " | ".join(cells) + " |")
+    out = []
+    for table in (cls, tag):
+        if len(table) > 2:
+            out.append("\n".join(table))
+    return "\n\n".join(out)
 
 
 def cmd_table(args: argparse.Namespace) -> None:
