@@ -85,6 +85,42 @@ std::vector<std::string> WantedOutputs(const Manifest& m, const OutputOptions& o
   return wanted;
 }
 
+// A model file is untrusted input too: its outputs must have the shapes its manifest promises
+// before post-processing indexes into them.
+absl::Status CheckOutputs(const Manifest& m, const std::map<std::string, torch::Tensor>& out, int64_t batch,
+                          int64_t width) {
+  auto bad = [&](const std::string& name, const torch::Tensor& t, const std::string& want) {
+    std::string got;
+    for (int64_t d : t.sizes()) got += (got.empty() ? "" : ",") + std::to_string(d);
+    return absl::InternalError(absl::StrCat("model '", m.name, "' returned ", name, " of shape [", got, "] and type ",
+                                            std::string(c10::toString(t.scalar_type())), "; expected ", want));
+  };
+  for (const auto& [name, t] : out) {
+    const bool per_token = t.dim() >= 2 && t.size(0) == batch && t.size(-1) == width;
+    if (name == "logits") {
+      if (t.dim() != 2 || t.size(0) != batch || t.size(1) != static_cast<int64_t>(m.labels.size()) || !t.is_floating_point()) {
+        return bad(name, t, absl::StrCat("float [", batch, ",", m.labels.size(), "]"));
+      }
+    } else if (name == "tags") {
+      if (t.dim() != 2 || !per_token || t.scalar_type() != torch::kLong) return bad(name, t, absl::StrCat("int64 [", batch, ",", width, "]"));
+    } else if (name == "emissions") {
+      if (t.dim() != 3 || t.size(0) != batch || t.size(1) != width || t.size(2) != static_cast<int64_t>(m.tags.size()) ||
+          !t.is_floating_point()) {
+        return bad(name, t, absl::StrCat("float [", batch, ",", width, ",", m.tags.size(), "]"));
+      }
+    } else if (name == "layer_attention") {
+      if (t.dim() != 5 || t.size(0) != batch || t.size(3) != width || t.size(4) != width || !t.is_floating_point()) {
+        return bad(name, t, "float [B,L,H,T,T]");
+      }
+    } else if (name.rfind("layer_", 0) == 0) {
+      if (t.dim() != 4 || !per_token || !t.is_floating_point()) return bad(name, t, "float [B,L,H,T]");
+    } else if (t.dim() != 2 || !per_token || !t.is_floating_point()) {
+      return bad(name, t, absl::StrCat("float [", batch, ",", width, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckLive(const InferenceRequest& r) {
   if (r.is_cancelled && r.is_cancelled()) return absl::CancelledError("the client cancelled the request");
   if (absl::Now() > r.deadline) return absl::DeadlineExceededError("the deadline passed before the model ran");
@@ -157,21 +193,31 @@ absl::StatusOr<InferenceResponse> InferenceService::Run(Method method, const Inf
   if (absl::Status s = CheckLive(r); !s.ok()) return s;
   absl::StatusOr<std::map<std::string, torch::Tensor>> outputs = model.Forward(ids, mask, WantedOutputs(m, r.options));
   if (!outputs.ok()) return outputs.status();
+  if (absl::Status s = CheckOutputs(m, *outputs, batch, width); !s.ok()) return s;
+  try {
+    PostProcess(method, m, r, *outputs, response);
+  } catch (const std::exception& e) {  // torch throws c10::Error on what the checks above did not foresee
+    return absl::InternalError(absl::StrCat("post-processing the outputs of model '", m.name, "' failed: ", e.what()));
+  }
+  return response;
+}
 
+void InferenceService::PostProcess(Method method, const Manifest& m, const InferenceRequest& r,
+                                   std::map<std::string, torch::Tensor>& outputs, InferenceResponse& response) {
+  const int64_t batch = static_cast<int64_t>(response.results.size());
   const OutputOptions& o = r.options;
   const bool keep_tokens = method == Method::kTag || o.attention || o.gates || o.tokens || o.layers.any();
   for (int64_t b = 0; b < batch; ++b) {
     TextResult& result = response.results[b];
     if (method == Method::kClassify) {
-      result.labels = TopK((*outputs)["logits"][b], m.labels, o.top_k);
+      result.labels = TopK(outputs.at("logits")[b], m.labels, o.top_k);
     } else {
-      DecodeTagging(m, (*outputs)["tags"], (*outputs)["emissions"], b, r.texts[b], result);
+      DecodeTagging(m, outputs.at("tags"), outputs.at("emissions"), b, r.texts[b], result);
     }
-    FillTokenExplanations(*outputs, o, b, result);
-    if (o.layers.any()) result.layers = LayerMaps(*outputs, o.layers, b, static_cast<int64_t>(result.tokens.size()));
+    FillTokenExplanations(outputs, o, b, result);
+    if (o.layers.any()) result.layers = LayerMaps(outputs, o.layers, b, static_cast<int64_t>(result.tokens.size()));
     if (!keep_tokens) result.tokens.clear();
   }
-  return response;
 }
 
 }  // namespace qvi

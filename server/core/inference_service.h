@@ -12,6 +12,10 @@
 #define QVI_SERVER_CORE_INFERENCE_SERVICE_H_
 
 #include <functional>
+#include <map>
+#include <string>
+
+#include <torch/torch.h>
 
 #include "absl/status/statusor.h"
 #include "server/core/executor.h"
@@ -40,6 +44,10 @@ class InferenceService {
   const RequestLimits& limits() const { return limits_; }
 
  private:
+  // Labels, spans, tokens and explanations from checked outputs. May throw c10::Error.
+  static void PostProcess(Method method, const Manifest& manifest, const InferenceRequest& request,
+                          std::map<std::string, torch::Tensor>& outputs, InferenceResponse& response);
+
   const ModelRepository* repository_;
   Executor* executor_;
   const RequestLimits limits_;

@@ -35,6 +35,21 @@ def api():
     shutil.rmtree(out, ignore_errors=True)
 
 
+def _export_inconsistent_model(store):
+    """A model whose manifest lists three labels while its logits have two columns: it loads (its
+    warm-up runs), but every answer it gives is refused as INTERNAL."""
+    import torch
+    from qvi import artifact
+    from qvi.models import ModelConfig, build_model
+    from qvi.tokenizer import TokenizerConfig, Vocabulary
+    torch.manual_seed(0)
+    cfg = ModelConfig("cnn_att", 4, 2, g="qvi", emb_dim=8, hidden=8)
+    vocab = Vocabulary(["[PAD]", "[UNK]", "a", "b"])
+    manifest = artifact.build_manifest("inconsistent", cfg, TokenizerConfig(), vocab, ["x", "y"], "", {})
+    manifest["labels"] = ["x", "y", "z"]
+    artifact.export(build_model(cfg), manifest, vocab, store, 1)
+
+
 @pytest.fixture(scope="session")
 def server():
     """qvi-server on a free port over a copy of the demo store plus a corrupt version."""
@@ -42,6 +57,7 @@ def server():
     work = tempfile.mkdtemp(prefix="qvi_e2e_py_")
     store = os.path.join(work, "store")
     shutil.copytree(STORE, store)
+    _export_inconsistent_model(store)
     os.makedirs(os.path.join(store, "ner", "3"))
     with open(os.path.join(store, "ner", "3", "model.pt"), "wb") as f:
         f.write(b"\x00not a model")

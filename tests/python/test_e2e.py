@@ -92,7 +92,7 @@ def test_errors(server, api):
     pb, pb_grpc = api
     stub = pb_grpc.InferenceStub(server)
     c, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="missing"), texts=["x"])))
-    assert c == grpc.StatusCode.NOT_FOUND and "models: ner, sentiment" in msg
+    assert c == grpc.StatusCode.NOT_FOUND and "models: inconsistent, ner, sentiment" in msg
     c, msg = code_of(lambda: stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner", version=3), texts=["x"])))
     assert c == grpc.StatusCode.UNAVAILABLE and "FAILED" in msg
     c, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"))))
@@ -106,11 +106,20 @@ def test_errors(server, api):
     assert c == grpc.StatusCode.INVALID_ARGUMENT and "options.top_k" in msg
 
 
+def test_a_broken_model_fails_only_its_own_requests(server, api):
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(server)
+    c, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="inconsistent"), texts=["a b"])))
+    assert c == grpc.StatusCode.INTERNAL and "returned logits of shape [1,2]" in msg, msg
+    ok = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine"]), timeout=30)
+    assert len(ok.results) == 1
+
+
 def test_discovery(server, api):
     pb, pb_grpc = api
     stub = pb_grpc.InferenceStub(server)
     models = {m.name: m for m in stub.ListModels(pb.ListModelsRequest()).models}
-    assert set(models) == {"ner", "sentiment"}
+    assert set(models) == {"inconsistent", "ner", "sentiment"}
     ner = models["ner"]
     assert [(v.version, v.state) for v in ner.versions] == [(3, pb.MODEL_STATE_FAILED), (1, pb.MODEL_STATE_READY)]
     md = ner.versions[1].metadata
