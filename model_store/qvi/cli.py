@@ -78,9 +78,8 @@ def run_training(args: argparse.Namespace) -> Dict[str, object]:
     options = TrainOptions(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                            threads=args.threads, progress=not args.quiet)
     model, history = train(config, enc(train_ex), enc(dev_ex), labels, options)
-    metrics: Dict[str, object] = {"dev": {k[4:]: v for k, v in history[-1].items() if k.startswith("dev_")}}
-    best = max(history, key=lambda h: h["dev_accuracy" if not tagging else "dev_f1"])
-    metrics["dev"] = {k[4:]: v for k, v in best.items() if k.startswith("dev_")}
+    best = max(history, key=lambda h: h["dev_accuracy" if not tagging else "dev_f1"])  # the epoch kept
+    metrics: Dict[str, object] = {"dev": {k[4:]: v for k, v in best.items() if k.startswith("dev_")}}
     if args.test:
         metrics["test"] = evaluate(model, config, enc(read_corpus(args.test, args.task, args.conll_join)), labels)
     return {

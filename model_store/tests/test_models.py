@@ -36,15 +36,6 @@ def batch(items):
     return ids, mask
 
 
-def trim(name: str, value: torch.Tensor, n: int) -> torch.Tensor:
-    """The part of one text's output that depends on its real tokens only."""
-    if name in ("logits",):
-        return value
-    if name == "layer_attention":
-        return value[..., :n, :n]
-    return value[..., :n] if value.dim() != 2 or name != "emissions" else value[:n]
-
-
 @pytest.mark.parametrize("arch,g", ALL)
 def test_padding_does_not_leak(arch, g):
     """A text alone and the same text batched with longer texts give the same outputs."""
