@@ -67,8 +67,11 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   (*repository)->LoadAll(LogLoad);
 
   Executor executor(options.threads.inference, options.limits.max_queued);
+  ServingOptions serving;
+  serving.instances = options.threads.instances;
+  serving.max_queued_texts = options.limits.max_queued_texts;
   InferenceService core(repository->get(), &executor,
-                        RequestLimits{options.limits.max_texts, options.limits.max_text_bytes});
+                        RequestLimits{options.limits.max_texts, options.limits.max_text_bytes}, serving);
   InferenceServiceImpl service(&core, repository->get(), {options.logging.access_log});
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -93,9 +96,10 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
       ready += v.state == ModelState::kReady;
     }
   }
-  spdlog::info("serving qvi.serving.v1.Inference on {}:{} ({} of {} model versions ready, {} inference threads, "
-               "torch {} intra-op thread(s))",
-               options.network.host, port, ready, total, options.threads.inference, options.threads.torch_intra);
+  spdlog::info("serving qvi.serving.v1.Inference on {}:{} ({} of {} model versions ready, {} request threads, "
+               "{} instance(s) per model, torch {} intra-op thread(s))",
+               options.network.host, port, ready, total, options.threads.inference, options.threads.instances,
+               options.threads.torch_intra);
   if (!options.network.port_file.empty()) {
     const std::string tmp = options.network.port_file + ".tmp";
     std::ofstream(tmp) << port << "\n";
@@ -111,7 +115,9 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   server->Shutdown(grace);  // stops accepting; waits for in-flight RPCs until the grace period ends
   spdlog::debug("gRPC server shut down");
   executor.Shutdown();
-  spdlog::debug("executor drained");
+  spdlog::debug("request threads drained");
+  core.Shutdown();
+  spdlog::debug("model queues drained");
   server->Wait();
   spdlog::info("stopped");
   return 0;

@@ -34,11 +34,18 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   app.add_option("--max-text-bytes", o.limits.max_text_bytes, "UTF-8 bytes in one text")
       ->check(CLI::Range(1, 1 << 30))->group("Limits");
   app.add_option("--max-queued-requests", o.limits.max_queued,
-                 "requests waiting for an inference thread; beyond it RESOURCE_EXHAUSTED")
+                 "requests waiting for a request thread; beyond it RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(1, 1 << 24))->group("Limits");
+  app.add_option("--max-queued-texts", o.limits.max_queued_texts,
+                 "texts waiting in one model version's batch queue; beyond it RESOURCE_EXHAUSTED")
       ->check(CLI::Range(1, 1 << 24))->group("Limits");
 
-  app.add_option("--inference-threads", o.threads.inference, "threads that run requests through the models")
+  app.add_option("--inference-threads", o.threads.inference,
+                 "request threads: check and tokenise requests, then queue their texts for the model")
       ->check(CLI::Range(1, 256))->group("Threads");
+  app.add_option("--instances-per-model", o.threads.instances,
+                 "model instance threads per model version, each running one batch at a time")
+      ->check(CLI::Range(1, 64))->group("Threads");
   app.add_option("--torch-intra-op-threads", o.threads.torch_intra, "torch threads inside one forward pass")
       ->check(CLI::Range(1, 256))->group("Threads");
   app.add_option("--torch-inter-op-threads", o.threads.torch_inter, "torch inter-op threads")

@@ -24,10 +24,12 @@ struct ServerOptions {
   struct Limits {
     int max_texts = 256;
     int max_text_bytes = 65536;
-    int max_queued = 1024;
+    int max_queued = 1024;         // requests waiting for a request thread
+    int max_queued_texts = 1024;   // texts waiting in one model version's batch queue
   } limits;
   struct Threads {
-    int inference = 2;     // executor threads running requests
+    int inference = 2;     // request threads: check and tokenise, then queue for the model
+    int instances = 1;     // model instance threads per model version
     int torch_intra = 1;   // torch intra-op threads per forward pass
     int torch_inter = 1;
   } threads;

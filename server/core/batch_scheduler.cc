@@ -111,21 +111,21 @@ std::vector<size_t> BatchScheduler::FormLocked(bool& full) const {
   return batch;
 }
 
-std::vector<QueuedText> BatchScheduler::TakeBatch() {
+std::vector<QueuedText> BatchScheduler::TakeBatch(bool drain) {
   std::vector<DeadRequest> dead;
-  std::vector<QueuedText> batch = FormBatchAndCollectDead(dead);
+  std::vector<QueuedText> batch = FormBatchAndCollectDead(drain, dead);
   for (auto& [request, status] : dead) request->Fail(status);  // outside the lock
   return batch;
 }
 
-std::vector<QueuedText> BatchScheduler::FormBatchAndCollectDead(std::vector<DeadRequest>& dead) {
+std::vector<QueuedText> BatchScheduler::FormBatchAndCollectDead(bool drain, std::vector<DeadRequest>& dead) {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   DropDeadLocked(now, dead);
   if (queue_.empty()) return {};
   bool full = false;
   std::vector<size_t> chosen = FormLocked(full);
-  if (!full && now < queue_.front().arrival + options_.max_queue_delay) return {};
+  if (!full && !drain && now < queue_.front().arrival + options_.max_queue_delay) return {};
   std::vector<QueuedText> batch;
   batch.reserve(chosen.size());
   std::vector<bool> take(queue_.size(), false);

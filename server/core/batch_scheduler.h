@@ -15,9 +15,7 @@
 // Tuning: max_batch_size and max_batch_tokens bound the cost of one forward pass; max_queue_delay
 // trades latency at low load for larger batches. The class has no threads of its own: a worker
 // calls TakeBatch() when NextDue() comes or a request arrives, and tests step it with a fake clock.
-//
-// Status: the serving path does not use this scheduler yet (it runs each request as one batch on
-// an executor); wiring it in with model instances is the rest of the serving-core work.
+// ModelRunner owns one per model version and runs its batches.
 #ifndef QVI_SERVER_CORE_BATCH_SCHEDULER_H_
 #define QVI_SERVER_CORE_BATCH_SCHEDULER_H_
 
@@ -41,6 +39,7 @@ namespace qvi {
 // first error.
 class BatchRequest {
  public:
+  virtual ~BatchRequest() = default;
   BatchRequest(std::vector<int> token_counts, absl::Time deadline, std::function<bool()> is_cancelled,
                std::function<void(absl::Status)> on_done);
 
@@ -86,9 +85,10 @@ class BatchScheduler {
   // Queues all of the request's texts, or none: RESOURCE_EXHAUSTED at once when they do not fit.
   absl::Status Enqueue(std::shared_ptr<BatchRequest> request) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The next batch if one is due now (empty otherwise). Requests found expired or cancelled are
-  // failed (DEADLINE_EXCEEDED / CANCELLED) and their texts dropped.
-  std::vector<QueuedText> TakeBatch() ABSL_LOCKS_EXCLUDED(mu_);
+  // The next batch if one is due now (empty otherwise); with `drain`, the next batch whatever the
+  // delay (shutdown). Requests found expired or cancelled are failed (DEADLINE_EXCEEDED /
+  // CANCELLED) and their texts dropped.
+  std::vector<QueuedText> TakeBatch(bool drain = false) ABSL_LOCKS_EXCLUDED(mu_);
 
   // When the oldest waiting text reaches max_queue_delay (InfiniteFuture when nothing waits).
   absl::Time NextDue() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -101,7 +101,7 @@ class BatchScheduler {
   // Removes the texts of finished, cancelled and expired requests; the last two are added to `dead`
   // and failed by the caller once the lock is released.
   void DropDeadLocked(absl::Time now, std::vector<DeadRequest>& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<QueuedText> FormBatchAndCollectDead(std::vector<DeadRequest>& dead) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<QueuedText> FormBatchAndCollectDead(bool drain, std::vector<DeadRequest>& dead) ABSL_LOCKS_EXCLUDED(mu_);
   // Indices into queue_ of the batch seeded by the oldest text; `full` says a size or token limit
   // (rather than running out of texts) stopped it.
   std::vector<size_t> FormLocked(bool& full) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "server/core/postprocess.h"
 
 namespace qvi {
@@ -129,15 +130,7 @@ absl::Status CheckLive(const InferenceRequest& r) {
 
 }  // namespace
 
-void InferenceService::Submit(Method method, InferenceRequest request, Done done) const {
-  auto shared = std::make_shared<std::pair<InferenceRequest, Done>>(std::move(request), std::move(done));
-  const bool queued = executor_->TrySubmit([this, method, shared] { shared->second(Run(method, shared->first)); });
-  if (!queued) {
-    shared->second(absl::ResourceExhaustedError("the server's queue is full; retry with backoff"));
-  }
-}
-
-absl::StatusOr<InferenceResponse> InferenceService::Run(Method method, const InferenceRequest& r) const {
+absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method method, const InferenceRequest& r) const {
   if (absl::Status s = CheckRequest(r, limits_); !s.ok()) return s;
   absl::StatusOr<ServableHandle> handle = repository_->Resolve(r.model, r.version);
   if (!handle.ok()) return handle.status();
@@ -145,13 +138,15 @@ absl::StatusOr<InferenceResponse> InferenceService::Run(Method method, const Inf
   const Manifest& m = model.manifest();
   if (absl::Status s = CheckAgainstModel(method, r, model); !s.ok()) return s;
 
-  InferenceResponse response;
+  Prepared p;
+  p.handle = *handle;
+  InferenceResponse& response = p.response;
   response.model = r.model;
   response.version = handle->version;
   response.request_id = r.request_id;
   response.results.resize(r.texts.size());
   const int max_tokens = m.tokenizer.max_tokens;
-  int64_t width = 1;
+  p.ids.resize(r.texts.size());
   for (size_t i = 0; i < r.texts.size(); ++i) {
     absl::StatusOr<std::vector<TextToken>> tokens = model.tokenizer().Tokenize(r.texts[i]);
     if (!tokens.ok()) return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", tokens.status().message()));
@@ -173,51 +168,113 @@ absl::StatusOr<InferenceResponse> InferenceService::Run(Method method, const Inf
       TokenOutput out;
       out.id = model.vocabulary().Id(t.normalized);
       out.token = std::move(t);
+      p.ids[i].push_back(out.id);
       result.tokens.push_back(std::move(out));
     }
-    width = std::max<int64_t>(width, static_cast<int64_t>(result.tokens.size()));
   }
-
-  const int64_t batch = static_cast<int64_t>(r.texts.size());
-  torch::Tensor ids = torch::zeros({batch, width}, torch::kLong);
-  torch::Tensor mask = torch::zeros({batch, width}, torch::kBool);
-  auto id = ids.accessor<int64_t, 2>();
-  auto mk = mask.accessor<bool, 2>();
-  for (int64_t b = 0; b < batch; ++b) {
-    const std::vector<TokenOutput>& toks = response.results[b].tokens;
-    for (size_t t = 0; t < toks.size(); ++t) {
-      id[b][t] = toks[t].id;
-      mk[b][t] = true;
-    }
-  }
-  if (absl::Status s = CheckLive(r); !s.ok()) return s;
-  absl::StatusOr<std::map<std::string, torch::Tensor>> outputs = model.Forward(ids, mask, WantedOutputs(m, r.options));
-  if (!outputs.ok()) return outputs.status();
-  if (absl::Status s = CheckOutputs(m, *outputs, batch, width); !s.ok()) return s;
-  try {
-    PostProcess(method, m, r, *outputs, response);
-  } catch (const std::exception& e) {  // torch throws c10::Error on what the checks above did not foresee
-    return absl::InternalError(absl::StrCat("post-processing the outputs of model '", m.name, "' failed: ", e.what()));
-  }
-  return response;
+  return p;
 }
 
-void InferenceService::PostProcess(Method method, const Manifest& m, const InferenceRequest& r,
-                                   std::map<std::string, torch::Tensor>& outputs, InferenceResponse& response) {
-  const int64_t batch = static_cast<int64_t>(response.results.size());
-  const OutputOptions& o = r.options;
-  const bool keep_tokens = method == Method::kTag || o.attention || o.gates || o.tokens || o.layers.any();
-  for (int64_t b = 0; b < batch; ++b) {
-    TextResult& result = response.results[b];
-    if (method == Method::kClassify) {
-      result.labels = TopK(outputs.at("logits")[b], m.labels, o.top_k);
-    } else {
-      DecodeTagging(m, outputs.at("tags"), outputs.at("emissions"), b, r.texts[b], result);
-    }
-    FillTokenExplanations(outputs, o, b, result);
-    if (o.layers.any()) result.layers = LayerMaps(outputs, o.layers, b, static_cast<int64_t>(result.tokens.size()));
-    if (!keep_tokens) result.tokens.clear();
+
+void InferenceService::Submit(Method method, InferenceRequest request, Done done) {
+  auto shared = std::make_shared<std::pair<InferenceRequest, Done>>(std::move(request), std::move(done));
+  const bool queued = executor_->TrySubmit([this, method, shared] { Dispatch(method, shared->first, std::move(shared->second)); });
+  if (!queued) {
+    shared->second(absl::ResourceExhaustedError("the server's request queue is full; retry with backoff"));
   }
+}
+
+void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done done) {
+  absl::StatusOr<Prepared> prepared = Prepare(method, r);
+  if (prepared.ok()) {
+    absl::Status live = CheckLive(r);  // the scheduler checks again when it forms a batch
+    if (!live.ok()) prepared = live;
+  }
+  if (!prepared.ok()) {
+    done(prepared.status());
+    return;
+  }
+  absl::StatusOr<ModelRunner*> runner = RunnerFor(prepared->handle);
+  if (!runner.ok()) {
+    done(runner.status());
+    return;
+  }
+  struct State {
+    InferenceResponse response;
+    Done done;
+  };
+  auto state = std::make_shared<State>(State{std::move(prepared->response), std::move(done)});
+  std::shared_ptr<const Model> model = prepared->handle.model;
+  auto request = std::make_shared<RunnableRequest>(
+      std::move(prepared->ids), WantedOutputs(model->manifest(), r.options), r.deadline, r.is_cancelled,
+      [state, model, method, options = r.options, texts = r.texts](int i, const ModelOutputs& out, int64_t row) {
+        PostProcessRow(method, model->manifest(), options, texts[i], out, row, state->response.results[i]);
+        return absl::OkStatus();
+      },
+      [state](absl::Status status) {
+        if (status.ok()) {
+          state->done(std::move(state->response));
+        } else {
+          state->done(status);
+        }
+      });
+  if (absl::Status s = (*runner)->Enqueue(request); !s.ok()) state->done(s);
+}
+
+absl::StatusOr<InferenceResponse> InferenceService::Run(Method method, const InferenceRequest& r) {
+  absl::Notification finished;
+  absl::StatusOr<InferenceResponse> result;
+  Dispatch(method, r, [&](absl::StatusOr<InferenceResponse> out) {
+    result = std::move(out);
+    finished.Notify();
+  });
+  finished.WaitForNotification();
+  return result;
+}
+
+absl::StatusOr<ModelRunner*> InferenceService::RunnerFor(const ServableHandle& handle) {
+  absl::MutexLock lock(&runners_mu_);
+  if (stopped_) return absl::UnavailableError("the server is shutting down");
+  std::unique_ptr<ModelRunner>& slot = runners_[handle.model.get()];
+  if (!slot) {
+    const BatchingDefaults& d = handle.model->manifest().serving;
+    BatchScheduler::Options o;
+    o.max_batch_size = d.max_batch_size;
+    o.max_batch_tokens = d.max_batch_tokens;
+    o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(d.max_queue_delay_ms * 1000));
+    o.max_queued_texts = serving_.max_queued_texts;
+    o.max_queued_tokens = serving_.max_queued_tokens;
+    absl::StatusOr<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::Create(o, clock_);
+    if (!scheduler.ok()) {
+      return absl::InternalError(absl::StrCat("model '", handle.model->manifest().name,
+                                              "' has invalid batching settings: ", scheduler.status().message()));
+    }
+    std::shared_ptr<const Model> model = handle.model;
+    slot = std::make_unique<ModelRunner>(model, *std::move(scheduler), clock_, serving_.instances,
+                                         [model](const ModelOutputs& out, int64_t batch, int64_t width) {
+                                           return CheckOutputs(model->manifest(), out, batch, width);
+                                         });
+  }
+  return slot.get();
+}
+
+void InferenceService::Shutdown() {
+  absl::MutexLock lock(&runners_mu_);
+  stopped_ = true;
+  for (auto& [_, runner] : runners_) runner->Stop();
+}
+
+void InferenceService::PostProcessRow(Method method, const Manifest& m, const OutputOptions& o, const std::string& text,
+                                      const ModelOutputs& outputs, int64_t row, TextResult& result) {
+  if (method == Method::kClassify) {
+    result.labels = TopK(outputs.at("logits")[row], m.labels, o.top_k);
+  } else {
+    DecodeTagging(m, outputs.at("tags"), outputs.at("emissions"), row, text, result);
+  }
+  FillTokenExplanations(outputs, o, row, result);
+  if (o.layers.any()) result.layers = LayerMaps(outputs, o.layers, row, static_cast<int64_t>(result.tokens.size()));
+  const bool keep_tokens = method == Method::kTag || o.attention || o.gates || o.tokens || o.layers.any();
+  if (!keep_tokens) result.tokens.clear();
 }
 
 }  // namespace qvi

@@ -1,10 +1,11 @@
-// The core's entry point for Classify and Tag: checks a request against the limits and the model,
-// tokenises its texts, runs them through the model as one padded batch, and turns the outputs into
-// labels, spans, tokens and explanations. Knows nothing of gRPC.
+// The core's entry point for Classify and Tag. A request is checked against the limits and the
+// model and its texts are tokenised on a request thread (the executor); its texts then join the
+// model's batch queue (ModelRunner), where they may share batches with other callers' texts; each
+// text's row of the outputs becomes labels or spans, tokens and explanations. Knows nothing of gRPC.
 //
 // Contract:
-//  1. Submit() calls `done` exactly once, on an executor thread, or at once with RESOURCE_EXHAUSTED
-//     when the executor's queue is full.
+//  1. Submit() calls `done` exactly once: from a model instance thread with the answer, from a
+//     request thread with an error, or at once with RESOURCE_EXHAUSTED when a queue is full.
 //  2. Errors name the field and the limit: INVALID_ARGUMENT for bad requests, NOT_FOUND for unknown
 //     models, UNAVAILABLE for versions that cannot serve, DEADLINE_EXCEEDED / CANCELLED when the
 //     request expired or was cancelled before the model ran, INTERNAL when the model failed.
@@ -18,7 +19,11 @@
 #include <torch/torch.h>
 
 #include "absl/status/statusor.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/core/clock.h"
 #include "server/core/executor.h"
+#include "server/core/model_runner.h"
 #include "server/core/model_repository.h"
 #include "server/core/request.h"
 
@@ -29,28 +34,61 @@ struct RequestLimits {
   int max_text_bytes = 65536;   // UTF-8 bytes per text
 };
 
+// How each model's runner is set up; batch sizes and delays come from the model's manifest.
+struct ServingOptions {
+  int instances = 1;                    // model instance threads per model version
+  int max_queued_texts = 1024;          // per model version
+  int64_t max_queued_tokens = 1 << 17;  // per model version
+};
+
 class InferenceService {
  public:
   using Done = std::function<void(absl::StatusOr<InferenceResponse>)>;
 
-  InferenceService(const ModelRepository* repository, Executor* executor, RequestLimits limits)
-      : repository_(repository), executor_(executor), limits_(limits) {}
+  InferenceService(const ModelRepository* repository, Executor* executor, RequestLimits limits,
+                   ServingOptions serving = {}, const Clock* clock = nullptr)
+      : repository_(repository),
+        executor_(executor),
+        limits_(limits),
+        serving_(serving),
+        clock_(clock != nullptr ? clock : &system_clock_) {}
+  ~InferenceService() { Shutdown(); }
 
-  void Submit(Method method, InferenceRequest request, Done done) const;
+  void Submit(Method method, InferenceRequest request, Done done) ABSL_LOCKS_EXCLUDED(runners_mu_);
 
-  // The whole request in the calling thread.
-  absl::StatusOr<InferenceResponse> Run(Method method, const InferenceRequest& request) const;
+  // The request from the calling thread (preparation) and a model instance (batching); waits.
+  absl::StatusOr<InferenceResponse> Run(Method method, const InferenceRequest& request)
+      ABSL_LOCKS_EXCLUDED(runners_mu_);
+
+  // Runs every queued text, then stops the model runners. Call after the executor has drained.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(runners_mu_);
 
   const RequestLimits& limits() const { return limits_; }
+  const ServingOptions& serving() const { return serving_; }
 
  private:
-  // Labels, spans, tokens and explanations from checked outputs. May throw c10::Error.
-  static void PostProcess(Method method, const Manifest& manifest, const InferenceRequest& request,
-                          std::map<std::string, torch::Tensor>& outputs, InferenceResponse& response);
+  struct Prepared {
+    ServableHandle handle;
+    InferenceResponse response;  // tokens filled in, results to come
+    std::vector<std::vector<int64_t>> ids;
+  };
+  absl::StatusOr<Prepared> Prepare(Method method, const InferenceRequest& request) const;
+  void Dispatch(Method method, const InferenceRequest& request, Done done) ABSL_LOCKS_EXCLUDED(runners_mu_);
+  absl::StatusOr<ModelRunner*> RunnerFor(const ServableHandle& handle) ABSL_LOCKS_EXCLUDED(runners_mu_);
+  // One text's answer from its row of checked outputs. May throw c10::Error.
+  static void PostProcessRow(Method method, const Manifest& manifest, const OutputOptions& options,
+                             const std::string& text, const ModelOutputs& outputs, int64_t row, TextResult& result);
 
   const ModelRepository* repository_;
   Executor* executor_;
   const RequestLimits limits_;
+  const ServingOptions serving_;
+  SystemClock system_clock_;
+  const Clock* clock_;
+  absl::Mutex runners_mu_;
+  // One runner per loaded model version, made on its first request. Versions are never unloaded yet.
+  std::map<const Model*, std::unique_ptr<ModelRunner>> runners_ ABSL_GUARDED_BY(runners_mu_);
+  bool stopped_ ABSL_GUARDED_BY(runners_mu_) = false;
 };
 
 }  // namespace qvi

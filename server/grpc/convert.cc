@@ -112,7 +112,7 @@ void ToProto(const InferenceResponse& in, v1::TagResponse* out) {
   }
 }
 
-void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
+void ToProto(const ModelStatus& in, int instances, v1::ModelInfo* out) {
   out->set_name(in.name);
   for (const VersionStatus& v : in.versions) {
     v1::ModelVersion* p = out->add_versions();
@@ -154,7 +154,7 @@ void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
     b->set_max_batch_size(m.serving.max_batch_size);
     b->set_max_batch_tokens(m.serving.max_batch_tokens);
     b->set_max_queue_delay_ms(m.serving.max_queue_delay_ms);
-    b->set_instances(1);
+    b->set_instances(instances);
     md->set_model_card_json(m.model_card_json);
   }
 }

@@ -27,7 +27,7 @@ class InferenceServiceImpl final : public InferenceBase {
     bool access_log = false;
   };
 
-  InferenceServiceImpl(const InferenceService* core, const ModelRepository* repository, Options options)
+  InferenceServiceImpl(InferenceService* core, const ModelRepository* repository, Options options)
       : core_(core), repository_(repository), options_(options) {}
 
   grpc::ServerUnaryReactor* Classify(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
@@ -44,7 +44,7 @@ class InferenceServiceImpl final : public InferenceBase {
   grpc::ServerUnaryReactor* Infer(Method method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response);
 
-  const InferenceService* core_;
+  InferenceService* core_;
   const ModelRepository* repository_;
   const Options options_;
   std::atomic<uint64_t> next_id_{1};

@@ -189,6 +189,37 @@ TEST_F(InferenceServiceTest, LayerMapsAreSelectedAndReduced) {
   EXPECT_EQ(out->results[0].layers[0].layer, -1);
 }
 
+TEST_F(InferenceServiceTest, BatchingIsInvisibleInTheAnswers) {
+  // One request's texts share a batch (padded to the longest); each must get the answer it gets alone.
+  const std::vector<std::string> texts = {
+      "Fine.", "A long, winding and in the end deeply rewarding film about memory, loss and music.",
+      "Dull.", "北京 café 👍🏽 — not bad at all", "The plot is thin but the acting carries it through.", "Meh"};
+  InferenceRequest together = Request("sentiment", texts);
+  together.options.top_k = 2;
+  together.options.attention = true;
+  together.options.gates = true;
+  auto batched = Service().Run(Method::kClassify, together);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  for (size_t i = 0; i < texts.size(); ++i) {
+    InferenceRequest one = together;
+    one.texts = {texts[i]};
+    auto alone = Service().Run(Method::kClassify, one);
+    ASSERT_TRUE(alone.ok());
+    const TextResult& a = alone->results[0];
+    const TextResult& b = batched->results[i];
+    ASSERT_EQ(a.labels.size(), b.labels.size());
+    for (size_t k = 0; k < a.labels.size(); ++k) {
+      EXPECT_EQ(a.labels[k].first, b.labels[k].first) << texts[i];
+      EXPECT_NEAR(a.labels[k].second, b.labels[k].second, 1e-5) << texts[i];
+    }
+    ASSERT_EQ(a.tokens.size(), b.tokens.size());
+    for (size_t t = 0; t < a.tokens.size(); ++t) {
+      EXPECT_NEAR(*a.tokens[t].attention, *b.tokens[t].attention, 1e-5) << texts[i];
+      EXPECT_NEAR(*a.tokens[t].gate, *b.tokens[t].gate, 1e-5) << texts[i];
+    }
+  }
+}
+
 TEST_F(InferenceServiceTest, SubmitAnswersExactlyOnce) {
   auto svc = Service();
   absl::Mutex mu;

@@ -141,3 +141,35 @@ def test_health_and_reflection(server):
     assert {"qvi.serving.v1.Inference", "grpc.health.v1.Health"} <= services
     method = db.FindFileContainingSymbol("qvi.serving.v1.Inference")
     assert method.package == "qvi.serving.v1"
+
+
+def test_concurrent_requests_share_batches_invisibly(server, api):
+    """64 requests from 16 threads, with random texts and mixed options, so that texts of different
+    callers and with different options share batches: every answer is still the model's own."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(server)
+    pool_texts = corpus_texts("sentiment", 40)
+    manifest, encs, out = python_outputs("sentiment", pool_texts)
+    probs = out["logits"].softmax(-1)
+    rng = random.Random(7)
+    jobs = [(rng.sample(range(len(pool_texts)), rng.randint(1, 5)), rng.random() < 0.5) for _ in range(64)]
+
+    def call(job):
+        picks, explain = job
+        req = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=[pool_texts[i] for i in picks],
+                                 options=pb.OutputOptions(top_k=2, attention=explain))
+        return picks, explain, stub.Classify(req, timeout=60)
+
+    with ThreadPoolExecutor(16) as ex:
+        answers = list(ex.map(call, jobs))
+    assert len(answers) == 64
+    for picks, explain, resp in answers:
+        assert len(resp.results) == len(picks)
+        for i, res in zip(picks, resp.results):
+            for ls in res.labels:
+                assert abs(ls.score - float(probs[i][manifest["labels"].index(ls.label)])) < 1e-4
+            assert len(res.tokens) == (len(encs[i].ids) if explain else 0)
+            for j, tok in enumerate(res.tokens):
+                assert abs(tok.attention - float(out["attention"][i, j])) < 1e-4

@@ -1,0 +1,78 @@
+// Runs one model version: its BatchScheduler and `instances` threads, each of which takes the next
+// due batch, runs it through the model, and hands every text its row of the outputs.
+//
+// Contract:
+//  1. Enqueue() refuses at once (RESOURCE_EXHAUSTED) when the scheduler's queue is full.
+//  2. Every text of an accepted request is completed exactly once: with its row (OK), with the
+//     model's error (INTERNAL for that batch only), or dropped as expired / cancelled.
+//  3. Stop() takes no new work, runs every queued text (ignoring the queue delay), and joins.
+// Threads: one per instance; torch's own intra-op threads come on top (set per process).
+#ifndef QVI_SERVER_CORE_MODEL_RUNNER_H_
+#define QVI_SERVER_CORE_MODEL_RUNNER_H_
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "server/core/batch_scheduler.h"
+#include "server/core/model.h"
+
+namespace qvi {
+
+using ModelOutputs = std::map<std::string, torch::Tensor>;
+
+// A request's texts as token ids, the outputs it needs, and what to do with each text's row.
+class RunnableRequest final : public BatchRequest {
+ public:
+  using RowHandler = std::function<absl::Status(int index, const ModelOutputs& outputs, int64_t row)>;
+
+  RunnableRequest(std::vector<std::vector<int64_t>> ids, std::vector<std::string> wanted, absl::Time deadline,
+                  std::function<bool()> is_cancelled, RowHandler on_row, std::function<void(absl::Status)> on_done);
+
+  const std::vector<int64_t>& ids(int index) const { return ids_[index]; }
+  const std::vector<std::string>& wanted() const { return wanted_; }
+  absl::Status HandleRow(int index, const ModelOutputs& outputs, int64_t row) const { return on_row_(index, outputs, row); }
+
+ private:
+  static std::vector<int> Counts(const std::vector<std::vector<int64_t>>& ids);
+
+  const std::vector<std::vector<int64_t>> ids_;
+  const std::vector<std::string> wanted_;
+  const RowHandler on_row_;
+};
+
+class ModelRunner {
+ public:
+  // `check` validates a batch's outputs (shapes against the manifest) before rows are handed out.
+  using OutputCheck = std::function<absl::Status(const ModelOutputs&, int64_t batch, int64_t width)>;
+
+  ModelRunner(std::shared_ptr<const Model> model, std::unique_ptr<BatchScheduler> scheduler, const Clock* clock,
+              int instances, OutputCheck check);
+  ~ModelRunner();
+
+  absl::Status Enqueue(std::shared_ptr<RunnableRequest> request) ABSL_LOCKS_EXCLUDED(mu_);
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Loop() ABSL_LOCKS_EXCLUDED(mu_);
+  void Run(std::vector<QueuedText>& batch) const;
+
+  const std::shared_ptr<const Model> model_;
+  const std::unique_ptr<BatchScheduler> scheduler_;
+  const Clock* clock_;
+  const OutputCheck check_;
+  absl::Mutex mu_;
+  absl::CondVar work_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_MODEL_RUNNER_H_
