@@ -29,9 +29,12 @@ void ConfigureTorch(const ServerOptions::Threads& t) {
 void LogLoad(const std::string& name, const VersionStatus& v) {
   if (v.state == ModelState::kReady) {
     const Manifest& m = v.model->manifest();
-    spdlog::info("model {}@{} READY: {} ({}) on {}, {} labels/tags, max_tokens {}", name, v.version, m.display_name,
-                 m.task == Task::kClassification ? "classification" : "tagging", v.model->device(),
-                 m.task == Task::kClassification ? m.labels.size() : m.tags.size(), m.tokenizer.max_tokens);
+    const ServingConfig& c = v.serving;
+    spdlog::info("model {}@{} READY: {} ({}) on {}, {} labels/tags, max_tokens {}; batches of up to {} texts / {} "
+                 "tokens / {} ms, {} instance(s)",
+                 name, v.version, m.display_name, m.task == Task::kClassification ? "classification" : "tagging",
+                 v.model->device(), m.task == Task::kClassification ? m.labels.size() : m.tags.size(),
+                 m.tokenizer.max_tokens, c.max_batch_size, c.max_batch_tokens, c.max_queue_delay_ms, c.instances);
   } else {
     spdlog::error("model {}@{} {}: {}", name, v.version, ModelStateName(v.state), v.reason);
   }
@@ -58,7 +61,11 @@ int WaitForSignal(const sigset_t& signals) {
 int Run(const ServerOptions& options, const sigset_t& signals) {
   spdlog::set_level(spdlog::level::from_str(options.logging.level));
   ConfigureTorch(options.threads);
-  auto repository = ModelRepository::Create({options.models.store, options.models.device});
+  ServingConfig defaults;
+  defaults.device = options.models.device;
+  defaults.instances = options.threads.instances;
+  defaults.max_queued_texts = options.limits.max_queued_texts;
+  auto repository = ModelRepository::Create({options.models.store, defaults});
   if (!repository.ok()) {
     spdlog::critical("{}", std::string(repository.status().message()));
     return 1;
@@ -67,11 +74,8 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   (*repository)->LoadAll(LogLoad);
 
   Executor executor(options.threads.inference, options.limits.max_queued);
-  ServingOptions serving;
-  serving.instances = options.threads.instances;
-  serving.max_queued_texts = options.limits.max_queued_texts;
   InferenceService core(repository->get(), &executor,
-                        RequestLimits{options.limits.max_texts, options.limits.max_text_bytes}, serving);
+                        RequestLimits{options.limits.max_texts, options.limits.max_text_bytes});
   InferenceServiceImpl service(&core, repository->get(), {options.logging.access_log});
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -237,20 +237,20 @@ absl::StatusOr<ModelRunner*> InferenceService::RunnerFor(const ServableHandle& h
   if (stopped_) return absl::UnavailableError("the server is shutting down");
   std::unique_ptr<ModelRunner>& slot = runners_[handle.model.get()];
   if (!slot) {
-    const BatchingDefaults& d = handle.model->manifest().serving;
+    const ServingConfig& c = handle.serving;
     BatchScheduler::Options o;
-    o.max_batch_size = d.max_batch_size;
-    o.max_batch_tokens = d.max_batch_tokens;
-    o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(d.max_queue_delay_ms * 1000));
-    o.max_queued_texts = serving_.max_queued_texts;
-    o.max_queued_tokens = serving_.max_queued_tokens;
+    o.max_batch_size = c.max_batch_size;
+    o.max_batch_tokens = c.max_batch_tokens;
+    o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(c.max_queue_delay_ms * 1000));
+    o.max_queued_texts = c.max_queued_texts;
+    o.max_queued_tokens = c.max_queued_tokens;
     absl::StatusOr<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::Create(o, clock_);
     if (!scheduler.ok()) {
       return absl::InternalError(absl::StrCat("model '", handle.model->manifest().name,
                                               "' has invalid batching settings: ", scheduler.status().message()));
     }
     std::shared_ptr<const Model> model = handle.model;
-    slot = std::make_unique<ModelRunner>(model, *std::move(scheduler), clock_, serving_.instances,
+    slot = std::make_unique<ModelRunner>(model, *std::move(scheduler), clock_, c.instances,
                                          [model](const ModelOutputs& out, int64_t batch, int64_t width) {
                                            return CheckOutputs(model->manifest(), out, batch, width);
                                          });

@@ -34,24 +34,16 @@ struct RequestLimits {
   int max_text_bytes = 65536;   // UTF-8 bytes per text
 };
 
-// How each model's runner is set up; batch sizes and delays come from the model's manifest.
-struct ServingOptions {
-  int instances = 1;                    // model instance threads per model version
-  int max_queued_texts = 1024;          // per model version
-  int64_t max_queued_tokens = 1 << 17;  // per model version
-};
+
 
 class InferenceService {
  public:
   using Done = std::function<void(absl::StatusOr<InferenceResponse>)>;
 
+  // Each model version's runner follows that version's ServingConfig (see serving_config.h).
   InferenceService(const ModelRepository* repository, Executor* executor, RequestLimits limits,
-                   ServingOptions serving = {}, const Clock* clock = nullptr)
-      : repository_(repository),
-        executor_(executor),
-        limits_(limits),
-        serving_(serving),
-        clock_(clock != nullptr ? clock : &system_clock_) {}
+                   const Clock* clock = nullptr)
+      : repository_(repository), executor_(executor), limits_(limits), clock_(clock != nullptr ? clock : &system_clock_) {}
   ~InferenceService() { Shutdown(); }
 
   void Submit(Method method, InferenceRequest request, Done done) ABSL_LOCKS_EXCLUDED(runners_mu_);
@@ -64,7 +56,6 @@ class InferenceService {
   void Shutdown() ABSL_LOCKS_EXCLUDED(runners_mu_);
 
   const RequestLimits& limits() const { return limits_; }
-  const ServingOptions& serving() const { return serving_; }
 
  private:
   struct Prepared {
@@ -82,7 +73,6 @@ class InferenceService {
   const ModelRepository* repository_;
   Executor* executor_;
   const RequestLimits limits_;
-  const ServingOptions serving_;
   SystemClock system_clock_;
   const Clock* clock_;
   absl::Mutex runners_mu_;

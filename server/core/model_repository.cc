@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(const O
   if (!fs::is_directory(options.root, ec)) {
     return absl::InvalidArgumentError(absl::StrCat("--model-store '", options.root, "' is not a directory"));
   }
-  absl::StatusOr<torch::Device> device = ResolveDevice(options.device);
+  absl::StatusOr<torch::Device> device = ResolveDevice(options.defaults.device);
   if (!device.ok()) return device.status();
   return std::unique_ptr<ModelRepository>(new ModelRepository(options));
 }
@@ -76,12 +76,17 @@ void ModelRepository::LoadAll(const LoadListener& listener) {
         status.state = ModelState::kFailed;
         status.reason = absl::StrCat(path, " does not exist");
       } else {
-        absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(path, options_.device);
+        absl::StatusOr<ServingOverrides> overrides = ServingOverrides::Read((fs::path(options_.root) / name).string());
+        absl::StatusOr<std::unique_ptr<Model>> model =
+            overrides.ok() ? Model::Load(path, overrides->device.value_or(options_.defaults.device))
+                           : absl::StatusOr<std::unique_ptr<Model>>(overrides.status());
         if (model.ok() && (*model)->manifest().name != name) {
           model = absl::InvalidArgumentError(absl::StrCat("manifest.json names the model '", (*model)->manifest().name,
                                                           "' but it sits in the folder '", name, "'"));
         }
         if (model.ok()) {
+          status.serving = ResolveServingConfig(options_.defaults, (*model)->manifest(), *overrides);
+          status.serving.device = (*model)->device();
           status.state = ModelState::kReady;
           status.model = std::shared_ptr<const Model>(std::move(*model));
         } else {
@@ -109,7 +114,7 @@ absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name,
   const std::map<int64_t, VersionStatus>& versions = it->second;
   if (version == 0) {
     for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
-      if (v->second.state == ModelState::kReady) return ServableHandle{v->second.model, v->first};
+      if (v->second.state == ModelState::kReady) return ServableHandle{v->second.model, v->first, v->second.serving};
     }
     std::vector<std::string> why;
     for (const auto& [n, s] : versions) why.push_back(absl::StrCat(n, " ", ModelStateName(s.state), ": ", s.reason));
@@ -126,7 +131,7 @@ absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name,
     return absl::UnavailableError(absl::StrCat("model '", name, "' version ", version, " is ",
                                                ModelStateName(v->second.state), ": ", v->second.reason));
   }
-  return ServableHandle{v->second.model, version};
+  return ServableHandle{v->second.model, version, v->second.serving};
 }
 
 std::vector<ModelStatus> ModelRepository::List() const {

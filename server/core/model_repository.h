@@ -5,7 +5,9 @@
 //  2. A version that fails to load (corrupt file, bad manifest, warm-up error) is FAILED and
 //     nothing else changes: other versions and models keep serving.
 //  3. Resolve() hands out a shared_ptr, so a model stays alive while any request holds it.
-// This version loads every version it finds once, at start-up. Version policies, hot reload and
+// Serving settings per model: see serving_config.h (<store>/<model>/serving.json). A bad serving.json
+// fails that model's versions with the reason. This version loads every version it finds once, at
+// start-up. Version policies, hot reload and
 // unloading come with the serving-core work (issue 4).
 #ifndef QVI_SERVER_CORE_MODEL_REPOSITORY_H_
 #define QVI_SERVER_CORE_MODEL_REPOSITORY_H_
@@ -21,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/model.h"
+#include "server/core/serving_config.h"
 
 namespace qvi {
 
@@ -33,12 +36,14 @@ struct VersionStatus {
   ModelState state = ModelState::kLoading;
   std::string reason;
   std::shared_ptr<const Model> model;  // set when ready
+  ServingConfig serving;               // effective settings, known when ready
 };
 
 // A model version held for the life of one request (TF Serving's ServableHandle).
 struct ServableHandle {
   std::shared_ptr<const Model> model;
   int64_t version = 0;
+  ServingConfig serving;
 };
 
 struct ModelStatus {
@@ -50,7 +55,7 @@ class ModelRepository {
  public:
   struct Options {
     std::string root;
-    std::string device = "auto";
+    ServingConfig defaults;  // the server's; a model's manifest and serving.json refine them
   };
   // Called after each load attempt, e.g. to log it and to update health.
   using LoadListener = std::function<void(const std::string& name, const VersionStatus&)>;

@@ -112,7 +112,7 @@ void ToProto(const InferenceResponse& in, v1::TagResponse* out) {
   }
 }
 
-void ToProto(const ModelStatus& in, int instances, v1::ModelInfo* out) {
+void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
   out->set_name(in.name);
   for (const VersionStatus& v : in.versions) {
     v1::ModelVersion* p = out->add_versions();
@@ -151,10 +151,10 @@ void ToProto(const ModelStatus& in, int instances, v1::ModelInfo* out) {
     md->set_heads(m.heads);
     md->set_device(v.model->device());
     v1::BatchingInfo* b = md->mutable_batching();
-    b->set_max_batch_size(m.serving.max_batch_size);
-    b->set_max_batch_tokens(m.serving.max_batch_tokens);
-    b->set_max_queue_delay_ms(m.serving.max_queue_delay_ms);
-    b->set_instances(instances);
+    b->set_max_batch_size(v.serving.max_batch_size);
+    b->set_max_batch_tokens(v.serving.max_batch_tokens);
+    b->set_max_queue_delay_ms(v.serving.max_queue_delay_ms);
+    b->set_instances(v.serving.instances);
     md->set_model_card_json(m.model_card_json);
   }
 }

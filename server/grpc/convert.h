@@ -21,8 +21,7 @@ InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::R
 
 void ToProto(const InferenceResponse& in, v1::ClassifyResponse* out);
 void ToProto(const InferenceResponse& in, v1::TagResponse* out);
-// `instances`: model instance threads per version, as the server runs them.
-void ToProto(const ModelStatus& in, int instances, v1::ModelInfo* out);
+void ToProto(const ModelStatus& in, v1::ModelInfo* out);
 
 }  // namespace qvi
 

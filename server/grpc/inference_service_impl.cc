@@ -109,7 +109,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Tag(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* InferenceServiceImpl::ListModels(grpc::CallbackServerContext* ctx,
                                                            const v1::ListModelsRequest*,
                                                            v1::ListModelsResponse* response) {
-  for (const ModelStatus& m : repository_->List()) ToProto(m, core_->serving().instances, response->add_models());
+  for (const ModelStatus& m : repository_->List()) ToProto(m, response->add_models());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -132,7 +132,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::GetModel(grpc::CallbackServerCon
       m->versions = std::move(keep);
     }
   }
-  if (m.ok()) ToProto(*m, core_->serving().instances, response->mutable_model());
+  if (m.ok()) ToProto(*m, response->mutable_model());
   reactor->Finish(ToGrpcStatus(m.status()));
   return reactor;
 }

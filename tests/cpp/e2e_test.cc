@@ -30,6 +30,7 @@ class ServerProcess {
     fs::copy(fs::path(QVI_SOURCE_DIR) / "model_store" / "store", dir_ / "store", fs::copy_options::recursive);
     fs::create_directories(dir_ / "store" / "sentiment" / "7");
     std::ofstream(dir_ / "store" / "sentiment" / "7" / "model.pt") << "corrupt";
+    std::ofstream(dir_ / "store" / "sentiment" / "serving.json") << R"({"max_batch_size": 4, "instances": 2})";
     const std::string port_file = (dir_ / "port").string();
     const std::string store = (dir_ / "store").string();
     const std::string log = (dir_ / "server.log").string();
@@ -169,6 +170,9 @@ TEST_F(EndToEnd, DiscoveryShowsStatesAndMetadata) {
   EXPECT_EQ(md.device(), "cpu");
   EXPECT_EQ(md.tokenizer().max_tokens(), 128);
   EXPECT_GT(md.layers(), 0);
+  EXPECT_EQ(md.batching().max_batch_size(), 4);  // from serving.json
+  EXPECT_EQ(md.batching().instances(), 2);
+  EXPECT_EQ(md.batching().max_batch_tokens(), 4096);  // from the manifest
   v1::GetModelRequest get;
   get.mutable_model()->set_name("ner");
   v1::GetModelResponse one;

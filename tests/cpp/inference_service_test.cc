@@ -25,7 +25,9 @@ class InferenceServiceTest : public ::testing::Test {
     std::filesystem::copy(demo, *store_, std::filesystem::copy_options::recursive);
     std::filesystem::create_directories(*store_ + "/sentiment/2");
     std::ofstream(*store_ + "/sentiment/2/model.pt") << "this is not a TorchScript archive";
-    auto repo = ModelRepository::Create({*store_, "cpu"});
+    ServingConfig defaults;
+    defaults.device = "cpu";
+    auto repo = ModelRepository::Create({*store_, defaults});
     ASSERT_TRUE(repo.ok()) << repo.status();
     repo_ = repo->release();
     repo_->LoadAll(nullptr);

@@ -58,6 +58,9 @@ def server():
     store = os.path.join(work, "store")
     shutil.copytree(STORE, store)
     _export_inconsistent_model(store)
+    shutil.copytree(os.path.join(STORE, "ner"), os.path.join(store, "misconfigured"))
+    with open(os.path.join(store, "misconfigured", "serving.json"), "w") as f:
+        f.write('{"max_batch_szie": 8}')
     os.makedirs(os.path.join(store, "ner", "3"))
     with open(os.path.join(store, "ner", "3", "model.pt"), "wb") as f:
         f.write(b"\x00not a model")

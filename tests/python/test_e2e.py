@@ -92,7 +92,7 @@ def test_errors(server, api):
     pb, pb_grpc = api
     stub = pb_grpc.InferenceStub(server)
     c, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="missing"), texts=["x"])))
-    assert c == grpc.StatusCode.NOT_FOUND and "models: inconsistent, ner, sentiment" in msg
+    assert c == grpc.StatusCode.NOT_FOUND and "models: inconsistent, misconfigured, ner, sentiment" in msg
     c, msg = code_of(lambda: stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner", version=3), texts=["x"])))
     assert c == grpc.StatusCode.UNAVAILABLE and "FAILED" in msg
     c, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"))))
@@ -119,7 +119,9 @@ def test_discovery(server, api):
     pb, pb_grpc = api
     stub = pb_grpc.InferenceStub(server)
     models = {m.name: m for m in stub.ListModels(pb.ListModelsRequest()).models}
-    assert set(models) == {"inconsistent", "ner", "sentiment"}
+    assert set(models) == {"inconsistent", "misconfigured", "ner", "sentiment"}
+    bad = models["misconfigured"].versions[0]
+    assert bad.state == pb.MODEL_STATE_FAILED and "'max_batch_szie' is not a serving setting" in bad.reason
     ner = models["ner"]
     assert [(v.version, v.state) for v in ner.versions] == [(3, pb.MODEL_STATE_FAILED), (1, pb.MODEL_STATE_READY)]
     md = ner.versions[1].metadata

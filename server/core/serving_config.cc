@@ -1,0 +1,86 @@
+#include "server/core/serving_config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace qvi {
+namespace {
+
+absl::Status Bad(const std::string& key, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("serving.json: '", key, "' ", what));
+}
+
+template <typename T>
+absl::Status ReadNumber(const nlohmann::json& value, const std::string& key, T min, T max, std::optional<T>& out) {
+  if (!value.is_number()) return Bad(key, "must be a number");
+  const double v = value.get<double>();
+  if (v < static_cast<double>(min) || v > static_cast<double>(max) ||
+      (std::is_integral_v<T> && v != static_cast<double>(static_cast<int64_t>(v)))) {
+    return Bad(key, absl::StrCat("must be ", std::is_integral_v<T> ? "an integer " : "", "in [", min, ", ", max, "], got ",
+                                 value.dump()));
+  }
+  out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("serving.json is not a JSON object");
+  ServingOverrides o;
+  for (const auto& [key, value] : j.items()) {
+    absl::Status s;
+    if (key == "max_batch_size") {
+      s = ReadNumber(value, key, 1, 1 << 16, o.max_batch_size);
+    } else if (key == "max_batch_tokens") {
+      s = ReadNumber(value, key, 1, 1 << 24, o.max_batch_tokens);
+    } else if (key == "max_queued_texts") {
+      s = ReadNumber(value, key, 1, 1 << 24, o.max_queued_texts);
+    } else if (key == "max_queued_tokens") {
+      s = ReadNumber<int64_t>(value, key, 1, int64_t{1} << 32, o.max_queued_tokens);
+    } else if (key == "instances") {
+      s = ReadNumber(value, key, 1, 64, o.instances);
+    } else if (key == "max_queue_delay_ms") {
+      s = ReadNumber(value, key, 0.0, 60000.0, o.max_queue_delay_ms);
+    } else if (key == "device") {
+      if (!value.is_string()) return Bad(key, "must be a string such as \"cpu\" or \"cuda:0\"");
+      o.device = value.get<std::string>();
+    } else {
+      return Bad(key, "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
+                      "max_queued_texts, max_queued_tokens, instances, device");
+    }
+    if (!s.ok()) return s;
+  }
+  return o;
+}
+
+absl::StatusOr<ServingOverrides> ServingOverrides::Read(const std::string& model_dir) {
+  const std::filesystem::path path = std::filesystem::path(model_dir) / "serving.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return ServingOverrides{};
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path.string()));
+  return Parse(text.str());
+}
+
+ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, const ServingOverrides& o) {
+  ServingConfig c = d;
+  c.max_batch_size = o.max_batch_size.value_or(m.serving.max_batch_size);
+  c.max_batch_tokens = o.max_batch_tokens.value_or(m.serving.max_batch_tokens);
+  c.max_queue_delay_ms = o.max_queue_delay_ms.value_or(m.serving.max_queue_delay_ms);
+  c.max_queued_texts = o.max_queued_texts.value_or(d.max_queued_texts);
+  c.max_queued_tokens = o.max_queued_tokens.value_or(d.max_queued_tokens);
+  c.instances = o.instances.value_or(d.instances);
+  c.device = o.device.value_or(d.device);
+  return c;
+}
+
+}  // namespace qvi

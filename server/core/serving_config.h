@@ -1,0 +1,47 @@
+// How one model is served: its batching, instances and device. Three sources, later ones win:
+//   1. the server's defaults (flags),
+//   2. the model's manifest (`serving`: max_batch_size, max_batch_tokens, max_queue_delay_ms),
+//   3. the operator's file beside the versions, <store>/<model>/serving.json, which may set
+//      max_batch_size, max_batch_tokens, max_queue_delay_ms, max_queued_texts, max_queued_tokens,
+//      instances, device.
+// The file never changes the model's own facts (labels, tokenizer, outputs). An unknown key or a
+// value out of range is an error naming the key, so a typo cannot pass silently.
+#ifndef QVI_SERVER_CORE_SERVING_CONFIG_H_
+#define QVI_SERVER_CORE_SERVING_CONFIG_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/core/manifest.h"
+
+namespace qvi {
+
+struct ServingConfig {
+  int max_batch_size = 32;
+  int max_batch_tokens = 4096;
+  double max_queue_delay_ms = 2.0;
+  int max_queued_texts = 1024;
+  int64_t max_queued_tokens = 1 << 17;
+  int instances = 1;
+  std::string device = "auto";
+};
+
+// What a serving.json sets; unset fields keep the value from the sources before it.
+struct ServingOverrides {
+  std::optional<int> max_batch_size, max_batch_tokens, max_queued_texts, instances;
+  std::optional<int64_t> max_queued_tokens;
+  std::optional<double> max_queue_delay_ms;
+  std::optional<std::string> device;
+
+  static absl::StatusOr<ServingOverrides> Parse(const std::string& json);
+  // Reads <model_dir>/serving.json; no file means no overrides.
+  static absl::StatusOr<ServingOverrides> Read(const std::string& model_dir);
+};
+
+// The effective config: server defaults, then the manifest's batching, then the overrides.
+ServingConfig ResolveServingConfig(const ServingConfig& server_defaults, const Manifest& manifest, const ServingOverrides& overrides);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_SERVING_CONFIG_H_

@@ -1,0 +1,60 @@
+// serving.json: what it may set, its errors, and the order in which settings win.
+#include "server/core/serving_config.h"
+
+#include <gtest/gtest.h>
+
+namespace qvi {
+namespace {
+
+TEST(ServingConfigTest, OverridesWinOverTheManifestWhichWinsOverDefaults) {
+  ServingConfig defaults;
+  defaults.instances = 3;
+  defaults.max_queued_texts = 100;
+  Manifest m;
+  m.serving.max_batch_size = 16;
+  m.serving.max_batch_tokens = 2048;
+  m.serving.max_queue_delay_ms = 1.0;
+  absl::StatusOr<ServingOverrides> o = ServingOverrides::Parse(R"({"max_batch_size": 4, "instances": 2,
+      "max_queue_delay_ms": 0.5, "device": "cpu"})");
+  ASSERT_TRUE(o.ok()) << o.status();
+  ServingConfig c = ResolveServingConfig(defaults, m, *o);
+  EXPECT_EQ(c.max_batch_size, 4);           // file
+  EXPECT_EQ(c.max_batch_tokens, 2048);      // manifest
+  EXPECT_DOUBLE_EQ(c.max_queue_delay_ms, 0.5);
+  EXPECT_EQ(c.instances, 2);                // file over the server default
+  EXPECT_EQ(c.max_queued_texts, 100);       // server default
+  EXPECT_EQ(c.device, "cpu");
+  ServingConfig plain = ResolveServingConfig(defaults, m, ServingOverrides{});
+  EXPECT_EQ(plain.max_batch_size, 16);
+  EXPECT_EQ(plain.instances, 3);
+}
+
+TEST(ServingConfigTest, ErrorsNameTheKey) {
+  struct Case {
+    const char* json;
+    const char* message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"({"max_batch_szie": 8})", "'max_batch_szie' is not a serving setting"},
+           {R"({"labels": ["a"]})", "'labels' is not a serving setting"},
+           {R"({"max_batch_size": 0})", "'max_batch_size' must be an integer in [1, 65536], got 0"},
+           {R"({"instances": 2.5})", "'instances' must be an integer in [1, 64]"},
+           {R"({"max_queue_delay_ms": -1})", "'max_queue_delay_ms' must be in [0, 60000]"},
+           {R"({"device": 0})", "'device' must be a string"},
+           {R"([1])", "not a JSON object"},
+       }) {
+    absl::StatusOr<ServingOverrides> o = ServingOverrides::Parse(c.json);
+    ASSERT_FALSE(o.ok()) << c.json;
+    EXPECT_NE(o.status().message().find(c.message), std::string::npos) << o.status().message();
+  }
+}
+
+TEST(ServingConfigTest, NoFileMeansNoOverrides) {
+  absl::StatusOr<ServingOverrides> o = ServingOverrides::Read("/nonexistent-folder-for-qvi-test");
+  ASSERT_TRUE(o.ok());
+  EXPECT_FALSE(o->max_batch_size.has_value());
+  EXPECT_FALSE(o->device.has_value());
+}
+
+}  // namespace
+}  // namespace qvi
