@@ -2,8 +2,8 @@
 // holds `max_queued` tasks it refuses at once, which the caller answers with RESOURCE_EXHAUSTED.
 // Shutdown() stops taking work and returns after every accepted task has run.
 //
-// This is the execution layer of the first server: one request's texts form one batch. The dynamic
-// batcher (issue 4) replaces it with per-model queues that batch across requests.
+// The server uses it for request threads: they check and tokenise requests, then hand their texts
+// to the model's batch queue (ModelRunner), whose own threads run the model.
 #ifndef QVI_SERVER_CORE_EXECUTOR_H_
 #define QVI_SERVER_CORE_EXECUTOR_H_
 

@@ -55,7 +55,6 @@ class InferenceService {
   // Runs every queued text, then stops the model runners. Call after the executor has drained.
   void Shutdown() ABSL_LOCKS_EXCLUDED(runners_mu_);
 
-  const RequestLimits& limits() const { return limits_; }
 
  private:
   struct Prepared {

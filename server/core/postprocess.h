@@ -20,7 +20,7 @@ namespace qvi {
 std::vector<std::pair<std::string, float>> TopK(const torch::Tensor& logits, const std::vector<std::string>& labels,
                                                 int k);
 
-// Tags of row `row` (first `n` tokens) and the spans they make; also sets TokenOutput::tag.
+// Tags of row `row` over the result's tokens and the spans they make; also sets TokenOutput::tag.
 void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const torch::Tensor& emissions, int64_t row,
                    const std::string& text, TextResult& result);
 
