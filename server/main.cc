@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -26,8 +27,14 @@ void ConfigureTorch(const ServerOptions::Threads& t) {
   torch::set_num_interop_threads(t.torch_inter);
 }
 
-void LogLoad(const std::string& name, const VersionStatus& v) {
-  if (v.state == ModelState::kReady) {
+void LogModelEvent(const std::string& name, const VersionStatus& v) {
+  if (v.state == ModelState::kLoading) {
+    spdlog::info("model {}@{} loading", name, v.version);
+  } else if (v.state == ModelState::kUnloading) {
+    spdlog::info("model {}@{} UNLOADING ({}): finishing its requests", name, v.version, v.reason);
+  } else if (v.state == ModelState::kUnloaded) {
+    spdlog::info("model {}@{} unloaded", name, v.version);
+  } else if (v.state == ModelState::kReady) {
     const Manifest& m = v.model->manifest();
     const ServingConfig& c = v.serving;
     spdlog::info("model {}@{} READY: {} ({}) on {}, {} labels/tags, max_tokens {}; batches of up to {} texts / {} "
@@ -41,14 +48,20 @@ void LogLoad(const std::string& name, const VersionStatus& v) {
 }
 
 // Health: overall SERVING once the store is loaded; per model (service name = model name)
-// SERVING when it has a ready version.
-void PublishHealth(grpc::Server& server, const ModelRepository& repository) {
-  grpc::HealthCheckServiceInterface* health = server.GetHealthCheckService();
-  for (const ModelStatus& m : repository.List()) {
-    bool ready = false;
-    for (const VersionStatus& v : m.versions) ready = ready || v.state == ModelState::kReady;
-    health->SetServingStatus(m.name, ready);
+// SERVING while it has a ready version. Updated on every model event; after the health service's
+// Shutdown() (on SIGTERM) gRPC ignores further updates and everything reads NOT_SERVING.
+void PublishModelHealth(grpc::HealthCheckServiceInterface* health, const ModelRepository& repository,
+                        const std::string& name) {
+  absl::StatusOr<ModelStatus> m = repository.Get(name);
+  bool ready = false;
+  if (m.ok()) {
+    for (const VersionStatus& v : m->versions) ready = ready || v.state == ModelState::kReady;
   }
+  health->SetServingStatus(name, ready);
+}
+
+void PublishHealth(grpc::HealthCheckServiceInterface* health, const ModelRepository& repository) {
+  for (const ModelStatus& m : repository.List()) PublishModelHealth(health, repository, m.name);
   health->SetServingStatus(true);
 }
 
@@ -65,13 +78,28 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   defaults.device = options.models.device;
   defaults.instances = options.threads.instances;
   defaults.max_queued_texts = options.limits.max_queued_texts;
-  auto repository = ModelRepository::Create({options.models.store, defaults});
+  // Set once the repository and then the gRPC server exist; the repository's threads read them.
+  std::atomic<const ModelRepository*> repository_ptr{nullptr};
+  std::atomic<grpc::HealthCheckServiceInterface*> health_ptr{nullptr};
+  ModelRepository::Options repo_options;
+  repo_options.root = options.models.store;
+  repo_options.defaults = defaults;
+  repo_options.version_policy = *VersionPolicy::Parse(options.models.version_policy);  // checked by the flag
+  repo_options.listener = [&repository_ptr, &health_ptr](const std::string& name, const VersionStatus& v) {
+    LogModelEvent(name, v);
+    const ModelRepository* repo = repository_ptr.load();
+    grpc::HealthCheckServiceInterface* health = health_ptr.load();
+    if (repo != nullptr && health != nullptr) PublishModelHealth(health, *repo, name);
+  };
+  auto repository = ModelRepository::Create(repo_options);
   if (!repository.ok()) {
     spdlog::critical("{}", std::string(repository.status().message()));
     return 1;
   }
-  spdlog::info("loading models from {} (device {})", options.models.store, options.models.device);
-  (*repository)->LoadAll(LogLoad);
+  repository_ptr = repository->get();
+  spdlog::info("loading models from {} (device {}, version policy {})", options.models.store, options.models.device,
+               options.models.version_policy);
+  (*repository)->Poll();
 
   Executor executor(options.threads.inference, options.limits.max_queued);
   InferenceService core(repository->get(), &executor,
@@ -92,7 +120,11 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
     spdlog::critical("cannot listen on {}", address);
     return 1;
   }
-  PublishHealth(*server, **repository);
+  health_ptr = server->GetHealthCheckService();
+  PublishHealth(server->GetHealthCheckService(), **repository);
+  if (options.models.poll_seconds > 0) {
+    (*repository)->StartPolling(absl::Milliseconds(static_cast<int64_t>(options.models.poll_seconds * 1000)));
+  }
   size_t ready = 0, total = 0;
   for (const ModelStatus& m : (*repository)->List()) {
     for (const VersionStatus& v : m.versions) {
@@ -120,8 +152,8 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   spdlog::debug("gRPC server shut down");
   executor.Shutdown();
   spdlog::debug("request threads drained");
-  core.Shutdown();
-  spdlog::debug("model queues drained");
+  (*repository)->Shutdown();
+  spdlog::debug("model queues drained, models unloaded");
   server->Wait();
   spdlog::info("stopped");
   return 0;

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "absl/status/status.h"
+#include "server/core/serving_config.h"
 
 namespace qvi {
 
@@ -10,7 +11,7 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   ServerOptions o;
   CLI::App app{
       "qvi-server: gRPC inference for attention models with query-value interaction.\n"
-      "Serves every model version under --model-store (<name>/<version>/model.pt) through the\n"
+      "Serves the model versions under --model-store (<name>/<version>/model.pt) through the\n"
       "qvi.serving.v1.Inference service, with grpc.health.v1 health checks and server reflection.\n"
       "Flags may also come from a TOML or INI file given with --config (keys are the long flag names).",
       "qvi-server"};
@@ -20,6 +21,16 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
 
   app.add_option("--model-store", o.models.store, "folder of <model>/<version>/model.pt artifacts")->group("Models");
   app.add_option("--device", o.models.device, "auto (GPU when present), cpu, cuda or cuda:N")->group("Models");
+  app.add_option("--version-policy", o.models.version_policy,
+                 "versions served per model unless its serving.json says otherwise: latest:N, all, specific:V1,V2")
+      ->check([](const std::string& spec) {
+        absl::StatusOr<VersionPolicy> p = VersionPolicy::Parse(spec);
+        return p.ok() ? std::string() : std::string(p.status().message());
+      })
+      ->group("Models");
+  app.add_option("--poll-store-seconds", o.models.poll_seconds,
+                 "how often to look for new, changed and removed versions; 0 reads the store only at start-up")
+      ->check(CLI::Range(0.0, 86400.0))->group("Models");
 
   app.add_option("--host", o.network.host, "address to listen on")->group("Network");
   app.add_option("--port", o.network.port, "gRPC port; 0 picks a free port and logs it")

@@ -14,6 +14,8 @@ struct ServerOptions {
   struct Models {
     std::string store = "model_store/store";
     std::string device = "auto";
+    std::string version_policy = "latest:1";  // for models whose serving.json names none
+    double poll_seconds = 2;                  // 0: read the store once, at start-up
   } models;
   struct Network {
     std::string host = "0.0.0.0";

@@ -19,7 +19,7 @@ void BatchRequest::Complete(int /*index*/, const absl::Status& status) {
   std::function<void(absl::Status)> done;
   absl::Status result = status;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;
     if (status.ok() && --remaining_ > 0) return;
     finished_ = true;
@@ -31,7 +31,7 @@ void BatchRequest::Complete(int /*index*/, const absl::Status& status) {
 void BatchRequest::Fail(const absl::Status& status) { Complete(-1, status.ok() ? absl::InternalError("failed") : status); }
 
 bool BatchRequest::finished() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return finished_;
 }
 
@@ -48,7 +48,7 @@ absl::Status BatchScheduler::Enqueue(std::shared_ptr<BatchRequest> request) {
   const std::vector<int>& counts = request->token_counts();
   int64_t tokens = 0;
   for (int c : counts) tokens += c;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (queue_.size() + counts.size() > static_cast<size_t>(options_.max_queued_texts) ||
       queued_tokens_ + tokens > options_.max_queued_tokens) {
     return absl::ResourceExhaustedError(absl::StrCat("the model's queue is full (", queue_.size(), " texts, ",
@@ -119,7 +119,7 @@ std::vector<QueuedText> BatchScheduler::TakeBatch(bool drain) {
 }
 
 std::vector<QueuedText> BatchScheduler::FormBatchAndCollectDead(bool drain, std::vector<DeadRequest>& dead) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   DropDeadLocked(now, dead);
   if (queue_.empty()) return {};
@@ -145,12 +145,12 @@ std::vector<QueuedText> BatchScheduler::FormBatchAndCollectDead(bool drain, std:
 }
 
 absl::Time BatchScheduler::NextDue() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return queue_.empty() ? absl::InfiniteFuture() : queue_.front().arrival + options_.max_queue_delay;
 }
 
 size_t BatchScheduler::queued_texts() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return queue_.size();
 }
 

@@ -28,7 +28,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "server/core/sync.h"
 #include "absl/time/time.h"
 #include "server/core/clock.h"
 
@@ -58,7 +58,7 @@ class BatchRequest {
   const absl::Time deadline_;
   const std::function<bool()> is_cancelled_;
   std::function<void(absl::Status)> on_done_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   size_t remaining_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -108,7 +108,7 @@ class BatchScheduler {
 
   const Options options_;
   const Clock* clock_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::vector<QueuedText> queue_ ABSL_GUARDED_BY(mu_);  // arrival order
   int64_t queued_tokens_ ABSL_GUARDED_BY(mu_) = 0;
 };

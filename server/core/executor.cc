@@ -9,16 +9,18 @@ Executor::Executor(int threads, int max_queued) : max_queued_(static_cast<size_t
 Executor::~Executor() { Shutdown(); }
 
 bool Executor::TrySubmit(std::function<void()> task) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (stopping_ || queue_.size() >= max_queued_) return false;
   queue_.push_back(std::move(task));
+  changed_.Signal();
   return true;
 }
 
 void Executor::Shutdown() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
+    changed_.SignalAll();
   }
   for (std::thread& t : threads_) {
     if (t.joinable()) t.join();
@@ -29,9 +31,8 @@ void Executor::Work() {
   while (true) {
     std::function<void()> task;
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](Executor* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) { return e->stopping_ || !e->queue_.empty(); }, this));
+      MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) changed_.Wait(&mu_);
       if (queue_.empty()) return;  // stopping and drained
       task = std::move(queue_.front());
       queue_.pop_front();

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "server/core/sync.h"
 
 namespace qvi {
 
@@ -29,7 +29,8 @@ class Executor {
   void Work() ABSL_LOCKS_EXCLUDED(mu_);
 
   const size_t max_queued_;
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar changed_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;

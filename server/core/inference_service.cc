@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
+#include "server/core/sync.h"
 #include "server/core/postprocess.h"
 
 namespace qvi {
@@ -86,42 +86,6 @@ std::vector<std::string> WantedOutputs(const Manifest& m, const OutputOptions& o
   return wanted;
 }
 
-// A model file is untrusted input too: its outputs must have the shapes its manifest promises
-// before post-processing indexes into them.
-absl::Status CheckOutputs(const Manifest& m, const std::map<std::string, torch::Tensor>& out, int64_t batch,
-                          int64_t width) {
-  auto bad = [&](const std::string& name, const torch::Tensor& t, const std::string& want) {
-    std::string got;
-    for (int64_t d : t.sizes()) got += (got.empty() ? "" : ",") + std::to_string(d);
-    return absl::InternalError(absl::StrCat("model '", m.name, "' returned ", name, " of shape [", got, "] and type ",
-                                            std::string(c10::toString(t.scalar_type())), "; expected ", want));
-  };
-  for (const auto& [name, t] : out) {
-    const bool per_token = t.dim() >= 2 && t.size(0) == batch && t.size(-1) == width;
-    if (name == "logits") {
-      if (t.dim() != 2 || t.size(0) != batch || t.size(1) != static_cast<int64_t>(m.labels.size()) || !t.is_floating_point()) {
-        return bad(name, t, absl::StrCat("float [", batch, ",", m.labels.size(), "]"));
-      }
-    } else if (name == "tags") {
-      if (t.dim() != 2 || !per_token || t.scalar_type() != torch::kLong) return bad(name, t, absl::StrCat("int64 [", batch, ",", width, "]"));
-    } else if (name == "emissions") {
-      if (t.dim() != 3 || t.size(0) != batch || t.size(1) != width || t.size(2) != static_cast<int64_t>(m.tags.size()) ||
-          !t.is_floating_point()) {
-        return bad(name, t, absl::StrCat("float [", batch, ",", width, ",", m.tags.size(), "]"));
-      }
-    } else if (name == "layer_attention") {
-      if (t.dim() != 5 || t.size(0) != batch || t.size(3) != width || t.size(4) != width || !t.is_floating_point()) {
-        return bad(name, t, "float [B,L,H,T,T]");
-      }
-    } else if (name.rfind("layer_", 0) == 0) {
-      if (t.dim() != 4 || !per_token || !t.is_floating_point()) return bad(name, t, "float [B,L,H,T]");
-    } else if (t.dim() != 2 || !per_token || !t.is_floating_point()) {
-      return bad(name, t, absl::StrCat("float [", batch, ",", width, "]"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CheckLive(const InferenceRequest& r) {
   if (r.is_cancelled && r.is_cancelled()) return absl::CancelledError("the client cancelled the request");
   if (absl::Now() > r.deadline) return absl::DeadlineExceededError("the deadline passed before the model ran");
@@ -134,7 +98,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
   if (absl::Status s = CheckRequest(r, limits_); !s.ok()) return s;
   absl::StatusOr<ServableHandle> handle = repository_->Resolve(r.model, r.version);
   if (!handle.ok()) return handle.status();
-  const Model& model = *handle->model;
+  const Model& model = *(*handle)->model;
   const Manifest& m = model.manifest();
   if (absl::Status s = CheckAgainstModel(method, r, model); !s.ok()) return s;
 
@@ -142,7 +106,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
   p.handle = *handle;
   InferenceResponse& response = p.response;
   response.model = r.model;
-  response.version = handle->version;
+  response.version = (*handle)->version;
   response.request_id = r.request_id;
   response.results.resize(r.texts.size());
   const int max_tokens = m.tokenizer.max_tokens;
@@ -194,35 +158,33 @@ void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done d
     done(prepared.status());
     return;
   }
-  absl::StatusOr<ModelRunner*> runner = RunnerFor(prepared->handle);
-  if (!runner.ok()) {
-    done(runner.status());
-    return;
-  }
   struct State {
     InferenceResponse response;
     Done done;
   };
   auto state = std::make_shared<State>(State{std::move(prepared->response), std::move(done)});
-  std::shared_ptr<const Model> model = prepared->handle.model;
+  // The request holds its version until it is answered: a version being replaced or removed is
+  // unloaded only after its last request (ModelRepository).
+  ServableHandle servable = std::move(prepared->handle);
+  std::shared_ptr<const Model> model = servable->model;
   auto request = std::make_shared<RunnableRequest>(
       std::move(prepared->ids), WantedOutputs(model->manifest(), r.options), r.deadline, r.is_cancelled,
       [state, model, method, options = r.options, texts = r.texts](int i, const ModelOutputs& out, int64_t row) {
         PostProcessRow(method, model->manifest(), options, texts[i], out, row, state->response.results[i]);
         return absl::OkStatus();
       },
-      [state](absl::Status status) {
+      [state, servable](absl::Status status) {
         if (status.ok()) {
           state->done(std::move(state->response));
         } else {
           state->done(status);
         }
       });
-  if (absl::Status s = (*runner)->Enqueue(request); !s.ok()) state->done(s);
+  if (absl::Status s = servable->runner->Enqueue(std::move(request)); !s.ok()) state->done(s);
 }
 
 absl::StatusOr<InferenceResponse> InferenceService::Run(Method method, const InferenceRequest& r) {
-  absl::Notification finished;
+  Notification finished;
   absl::StatusOr<InferenceResponse> result;
   Dispatch(method, r, [&](absl::StatusOr<InferenceResponse> out) {
     result = std::move(out);
@@ -230,38 +192,6 @@ absl::StatusOr<InferenceResponse> InferenceService::Run(Method method, const Inf
   });
   finished.WaitForNotification();
   return result;
-}
-
-absl::StatusOr<ModelRunner*> InferenceService::RunnerFor(const ServableHandle& handle) {
-  absl::MutexLock lock(&runners_mu_);
-  if (stopped_) return absl::UnavailableError("the server is shutting down");
-  std::unique_ptr<ModelRunner>& slot = runners_[handle.model.get()];
-  if (!slot) {
-    const ServingConfig& c = handle.serving;
-    BatchScheduler::Options o;
-    o.max_batch_size = c.max_batch_size;
-    o.max_batch_tokens = c.max_batch_tokens;
-    o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(c.max_queue_delay_ms * 1000));
-    o.max_queued_texts = c.max_queued_texts;
-    o.max_queued_tokens = c.max_queued_tokens;
-    absl::StatusOr<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::Create(o, clock_);
-    if (!scheduler.ok()) {
-      return absl::InternalError(absl::StrCat("model '", handle.model->manifest().name,
-                                              "' has invalid batching settings: ", scheduler.status().message()));
-    }
-    std::shared_ptr<const Model> model = handle.model;
-    slot = std::make_unique<ModelRunner>(model, *std::move(scheduler), clock_, c.instances,
-                                         [model](const ModelOutputs& out, int64_t batch, int64_t width) {
-                                           return CheckOutputs(model->manifest(), out, batch, width);
-                                         });
-  }
-  return slot.get();
-}
-
-void InferenceService::Shutdown() {
-  absl::MutexLock lock(&runners_mu_);
-  stopped_ = true;
-  for (auto& [_, runner] : runners_) runner->Stop();
 }
 
 void InferenceService::PostProcessRow(Method method, const Manifest& m, const OutputOptions& o, const std::string& text,

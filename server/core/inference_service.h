@@ -20,8 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
-#include "server/core/clock.h"
+#include "server/core/sync.h"
 #include "server/core/executor.h"
 #include "server/core/model_runner.h"
 #include "server/core/model_repository.h"
@@ -40,21 +39,14 @@ class InferenceService {
  public:
   using Done = std::function<void(absl::StatusOr<InferenceResponse>)>;
 
-  // Each model version's runner follows that version's ServingConfig (see serving_config.h).
-  InferenceService(const ModelRepository* repository, Executor* executor, RequestLimits limits,
-                   const Clock* clock = nullptr)
-      : repository_(repository), executor_(executor), limits_(limits), clock_(clock != nullptr ? clock : &system_clock_) {}
-  ~InferenceService() { Shutdown(); }
+  // Texts join the batch queue of the version they resolve to (see ModelRepository).
+  InferenceService(const ModelRepository* repository, Executor* executor, RequestLimits limits)
+      : repository_(repository), executor_(executor), limits_(limits) {}
 
-  void Submit(Method method, InferenceRequest request, Done done) ABSL_LOCKS_EXCLUDED(runners_mu_);
+  void Submit(Method method, InferenceRequest request, Done done);
 
   // The request from the calling thread (preparation) and a model instance (batching); waits.
-  absl::StatusOr<InferenceResponse> Run(Method method, const InferenceRequest& request)
-      ABSL_LOCKS_EXCLUDED(runners_mu_);
-
-  // Runs every queued text, then stops the model runners. Call after the executor has drained.
-  void Shutdown() ABSL_LOCKS_EXCLUDED(runners_mu_);
-
+  absl::StatusOr<InferenceResponse> Run(Method method, const InferenceRequest& request);
 
  private:
   struct Prepared {
@@ -63,8 +55,7 @@ class InferenceService {
     std::vector<std::vector<int64_t>> ids;
   };
   absl::StatusOr<Prepared> Prepare(Method method, const InferenceRequest& request) const;
-  void Dispatch(Method method, const InferenceRequest& request, Done done) ABSL_LOCKS_EXCLUDED(runners_mu_);
-  absl::StatusOr<ModelRunner*> RunnerFor(const ServableHandle& handle) ABSL_LOCKS_EXCLUDED(runners_mu_);
+  void Dispatch(Method method, const InferenceRequest& request, Done done);
   // One text's answer from its row of checked outputs. May throw c10::Error.
   static void PostProcessRow(Method method, const Manifest& manifest, const OutputOptions& options,
                              const std::string& text, const ModelOutputs& outputs, int64_t row, TextResult& result);
@@ -72,12 +63,6 @@ class InferenceService {
   const ModelRepository* repository_;
   Executor* executor_;
   const RequestLimits limits_;
-  SystemClock system_clock_;
-  const Clock* clock_;
-  absl::Mutex runners_mu_;
-  // One runner per loaded model version, made on its first request. Versions are never unloaded yet.
-  std::map<const Model*, std::unique_ptr<ModelRunner>> runners_ ABSL_GUARDED_BY(runners_mu_);
-  bool stopped_ ABSL_GUARDED_BY(runners_mu_) = false;
 };
 
 }  // namespace qvi

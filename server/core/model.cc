@@ -1,5 +1,7 @@
 #include "server/core/model.h"
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/cuda.h>
 
 #include <exception>
@@ -8,6 +10,45 @@
 #include "absl/strings/str_cat.h"
 
 namespace qvi {
+namespace {
+
+// A model file is untrusted input too: its outputs must have the shapes its manifest promises
+// before post-processing indexes into them.
+absl::Status CheckOutputs(const Manifest& m, const std::map<std::string, torch::Tensor>& out, int64_t batch,
+                          int64_t width) {
+  auto bad = [&](const std::string& name, const torch::Tensor& t, const std::string& want) {
+    std::string got;
+    for (int64_t d : t.sizes()) got += (got.empty() ? "" : ",") + std::to_string(d);
+    return absl::InternalError(absl::StrCat("model '", m.name, "' returned ", name, " of shape [", got, "] and type ",
+                                            std::string(c10::toString(t.scalar_type())), "; expected ", want));
+  };
+  for (const auto& [name, t] : out) {
+    const bool per_token = t.dim() >= 2 && t.size(0) == batch && t.size(-1) == width;
+    if (name == "logits") {
+      if (t.dim() != 2 || t.size(0) != batch || t.size(1) != static_cast<int64_t>(m.labels.size()) || !t.is_floating_point()) {
+        return bad(name, t, absl::StrCat("float [", batch, ",", m.labels.size(), "]"));
+      }
+    } else if (name == "tags") {
+      if (t.dim() != 2 || !per_token || t.scalar_type() != torch::kLong) return bad(name, t, absl::StrCat("int64 [", batch, ",", width, "]"));
+    } else if (name == "emissions") {
+      if (t.dim() != 3 || t.size(0) != batch || t.size(1) != width || t.size(2) != static_cast<int64_t>(m.tags.size()) ||
+          !t.is_floating_point()) {
+        return bad(name, t, absl::StrCat("float [", batch, ",", width, ",", m.tags.size(), "]"));
+      }
+    } else if (name == "layer_attention") {
+      if (t.dim() != 5 || t.size(0) != batch || t.size(3) != width || t.size(4) != width || !t.is_floating_point()) {
+        return bad(name, t, "float [B,L,H,T,T]");
+      }
+    } else if (name.rfind("layer_", 0) == 0) {
+      if (t.dim() != 4 || !per_token || !t.is_floating_point()) return bad(name, t, "float [B,L,H,T]");
+    } else if (t.dim() != 2 || !per_token || !t.is_floating_point()) {
+      return bad(name, t, absl::StrCat("float [", batch, ",", width, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec) {
   if (spec == "auto") {
@@ -34,6 +75,15 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec) {
   }
   return absl::InvalidArgumentError(absl::StrCat("device '", spec, "' is not auto, cpu, cuda or cuda:N"));
 }
+
+DeviceStreamScope::DeviceStreamScope(torch::Device device) {
+  if (device.is_cuda()) {
+    c10::impl::VirtualGuardImpl impl(device.type());
+    guard_ = std::make_unique<c10::StreamGuard>(impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false));
+  }
+}
+
+DeviceStreamScope::~DeviceStreamScope() = default;
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, const std::string& device_spec) {
   absl::StatusOr<torch::Device> device = ResolveDevice(device_spec);
@@ -82,6 +132,7 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch:
       auto it = result.find(name);
       if (it != result.end()) out[name] = it->value().toTensor().to(torch::kCPU);
     }
+    if (absl::Status s = CheckOutputs(manifest_, out, ids.size(0), ids.size(1)); !s.ok()) return s;
   } catch (const std::exception& e) {
     std::string what = e.what();
     return absl::InternalError(absl::StrCat("model failed: ", what.substr(0, what.find('\n'))));

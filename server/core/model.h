@@ -9,6 +9,10 @@
 
 #include <torch/script.h>
 
+namespace c10 {
+struct StreamGuard;
+}
+
 #include <map>
 #include <memory>
 #include <string>
@@ -24,6 +28,21 @@ namespace qvi {
 // "auto" (the first GPU when one is present, else the CPU), "cpu", "cuda" or "cuda:N".
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec);
 
+// Gives the calling thread a stream of its own on `device` while it lives: a CUDA stream from
+// torch's pool on a GPU, nothing on the CPU. Each model instance thread holds one, so instances
+// overlap their copies and kernels instead of queueing on the default stream. Uses the
+// device-generic c10 API, so the same code builds against the CPU and the CUDA torch.
+class DeviceStreamScope {
+ public:
+  explicit DeviceStreamScope(torch::Device device);
+  ~DeviceStreamScope();
+  DeviceStreamScope(const DeviceStreamScope&) = delete;
+  DeviceStreamScope& operator=(const DeviceStreamScope&) = delete;
+
+ private:
+  std::unique_ptr<c10::StreamGuard> guard_;
+};
+
 class Model {
  public:
   // Reads model.pt, checks its manifest and vocabulary, moves it to `device` and runs one warm-up
@@ -32,6 +51,9 @@ class Model {
 
   // Runs the model on a padded batch (ids and mask [B,T] on the CPU) and returns the outputs named
   // in `wanted` that the model produces, copied to the CPU. Other outputs never leave the device.
+  // Work goes to the calling thread's current stream (see DeviceStreamScope); the result is on the
+  // CPU and complete when this returns. Outputs whose shape or type contradicts the manifest are an
+  // INTERNAL error: a model file is untrusted input too.
   absl::StatusOr<std::map<std::string, torch::Tensor>> Forward(const torch::Tensor& ids, const torch::Tensor& mask,
                                                                const std::vector<std::string>& wanted) const;
 
@@ -39,6 +61,7 @@ class Model {
   const Vocabulary& vocabulary() const { return vocabulary_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   std::string device() const { return device_.str(); }
+  torch::Device torch_device() const { return device_; }
 
  private:
   Model(torch::jit::Module module, Manifest manifest, Vocabulary vocabulary, torch::Device device)

@@ -1,7 +1,10 @@
 #include "server/core/model_repository.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <system_error>
 
 #include "absl/status/status.h"
@@ -20,6 +23,14 @@ absl::Status UnknownModel(const std::string& name, const std::vector<std::string
                                           names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
 }
 
+// Identity and size of a file as the last load attempt saw it ("" when absent). The inode catches a
+// file replaced by rename even when its size and time are kept.
+std::string Stamp(const fs::path& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return "";
+  return absl::StrCat(st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
+}
+
 }  // namespace
 
 const char* ModelStateName(ModelState state) {
@@ -28,18 +39,30 @@ const char* ModelStateName(ModelState state) {
     case ModelState::kReady: return "READY";
     case ModelState::kFailed: return "FAILED";
     case ModelState::kUnloading: return "UNLOADING";
+    case ModelState::kUnloaded: return "UNLOADED";
   }
   return "UNKNOWN";
 }
 
-absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(const Options& options) {
+absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(Options options) {
   std::error_code ec;
   if (!fs::is_directory(options.root, ec)) {
     return absl::InvalidArgumentError(absl::StrCat("--model-store '", options.root, "' is not a directory"));
   }
   absl::StatusOr<torch::Device> device = ResolveDevice(options.defaults.device);
   if (!device.ok()) return device.status();
-  return std::unique_ptr<ModelRepository>(new ModelRepository(options));
+  return std::unique_ptr<ModelRepository>(new ModelRepository(std::move(options)));
+}
+
+ModelRepository::ModelRepository(Options options)
+    : options_(std::move(options)), clock_(options_.clock != nullptr ? options_.clock : &system_clock_) {
+  unloader_ = std::thread([this] { UnloaderLoop(); });
+}
+
+ModelRepository::~ModelRepository() { Shutdown(); }
+
+void ModelRepository::Notify(const std::string& name, const VersionStatus& status) const {
+  if (options_.listener) options_.listener(name, status);
 }
 
 std::map<std::string, std::vector<int64_t>> ModelRepository::Scan() const {
@@ -50,6 +73,8 @@ std::map<std::string, std::vector<int64_t>> ModelRepository::Scan() const {
     std::vector<int64_t>& versions = found[model.path().filename().string()];
     for (const fs::directory_entry& v : fs::directory_iterator(model.path(), ec)) {
       int64_t number = 0;
+      // Only canonical positive integers: "3" is a version, "03", "3.tmp" and ".3" are not, so a
+      // version can be staged under another name and renamed into place.
       if (v.is_directory(ec) && absl::SimpleAtoi(v.path().filename().string(), &number) && number > 0 &&
           v.path().filename().string() == absl::StrCat(number)) {
         versions.push_back(number);
@@ -61,63 +86,275 @@ std::map<std::string, std::vector<int64_t>> ModelRepository::Scan() const {
   return found;
 }
 
-void ModelRepository::LoadAll(const LoadListener& listener) {
-  for (const auto& [name, versions] : Scan()) {
-    for (int64_t version : versions) {
+void ModelRepository::StartPolling(absl::Duration interval) {
+  poller_ = std::thread([this, interval] {
+    while (true) {
       {
-        absl::MutexLock lock(&mu_);
-        if (models_[name].count(version)) continue;
-        models_[name][version] = VersionStatus{version, ModelState::kLoading, "loading", nullptr};
+        MutexLock lock(&mu_);
+        if (!polling_stopped_) poll_wake_.WaitWithTimeout(&mu_, interval);
+        if (polling_stopped_) return;
       }
-      const std::string path = (fs::path(options_.root) / name / std::to_string(version) / "model.pt").string();
-      VersionStatus status{version, ModelState::kLoading, "", nullptr};
-      std::error_code ec;
-      if (!fs::exists(path, ec)) {
-        status.state = ModelState::kFailed;
-        status.reason = absl::StrCat(path, " does not exist");
-      } else {
-        absl::StatusOr<ServingOverrides> overrides = ServingOverrides::Read((fs::path(options_.root) / name).string());
-        absl::StatusOr<std::unique_ptr<Model>> model =
-            overrides.ok() ? Model::Load(path, overrides->device.value_or(options_.defaults.device))
-                           : absl::StatusOr<std::unique_ptr<Model>>(overrides.status());
-        if (model.ok() && (*model)->manifest().name != name) {
-          model = absl::InvalidArgumentError(absl::StrCat("manifest.json names the model '", (*model)->manifest().name,
-                                                          "' but it sits in the folder '", name, "'"));
-        }
-        if (model.ok()) {
-          status.serving = ResolveServingConfig(options_.defaults, (*model)->manifest(), *overrides);
-          status.serving.device = (*model)->device();
-          status.state = ModelState::kReady;
-          status.model = std::shared_ptr<const Model>(std::move(*model));
-        } else {
-          status.state = ModelState::kFailed;
-          status.reason = std::string(model.status().message());
-        }
-      }
-      {
-        absl::MutexLock lock(&mu_);
-        models_[name][version] = status;
-      }
-      if (listener) listener(name, status);
+      Poll();
     }
+  });
+}
+
+void ModelRepository::Poll() {
+  MutexLock poll(&poll_mu_);
+  std::map<std::string, std::vector<int64_t>> disk = Scan();
+  std::set<std::string> names;
+  for (const auto& [name, _] : disk) names.insert(name);
+  {
+    MutexLock lock(&mu_);
+    if (stopped_) return;
+    for (const auto& [name, _] : models_) names.insert(name);
+  }
+  for (const std::string& name : names) {
+    auto it = disk.find(name);
+    PollModel(name, it == disk.end() ? std::vector<int64_t>{} : it->second);
   }
 }
 
+void ModelRepository::PollModel(const std::string& name, const std::vector<int64_t>& on_disk) {
+  const fs::path dir = fs::path(options_.root) / name;
+  absl::StatusOr<ServingOverrides> overrides = ServingOverrides::Read(dir.string());
+  const std::string serving_stamp = Stamp(dir / "serving.json");
+  VersionPolicy policy;
+  {
+    MutexLock lock(&mu_);
+    auto [entry, created] = models_.try_emplace(name);
+    if (created) entry->second.policy = options_.version_policy;
+    // A serving.json that cannot be read keeps the policy in force; versions loaded from now on
+    // fail with its error, so the problem shows in ListModels.
+    if (overrides.ok()) entry->second.policy = overrides->version_policy.value_or(options_.version_policy);
+    policy = entry->second.policy;
+  }
+
+  std::set<int64_t> keep;     // READY versions that stay in service
+  std::set<int64_t> visited;  // versions the policy looked at; their FAILED records stay listed
+  auto consider = [&](int64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_) {
+    const FileStamp stamp{Stamp(dir / std::to_string(version) / "model.pt"), serving_stamp};
+    visited.insert(version);
+    {
+      MutexLock lock(&mu_);
+      const std::map<int64_t, Record>& versions = models_[name].versions;
+      auto it = versions.find(version);
+      if (it != versions.end() && it->second.status.state == ModelState::kReady) {
+        keep.insert(version);
+        return true;
+      }
+      if (it != versions.end() && it->second.status.state == ModelState::kFailed && it->second.stamp == stamp) {
+        return false;  // unchanged since it failed
+      }
+    }
+    if (!Load(name, version, stamp)) return false;
+    keep.insert(version);
+    return true;
+  };
+  if (policy.kind == VersionPolicy::Kind::kLatest) {
+    int serving = 0;
+    for (auto v = on_disk.rbegin(); v != on_disk.rend() && serving < policy.latest; ++v) serving += consider(*v);
+  } else {
+    for (auto v = on_disk.rbegin(); v != on_disk.rend(); ++v) {
+      if (policy.kind == VersionPolicy::Kind::kAll ||
+          std::binary_search(policy.versions.begin(), policy.versions.end(), *v)) {
+        consider(*v);
+      }
+    }
+  }
+
+  // The new versions are in service; now take out what the policy no longer wants.
+  std::vector<ServableHandle> release;
+  std::vector<VersionStatus> unloading;
+  {
+    MutexLock lock(&mu_);
+    Entry& entry = models_[name];
+    const int64_t newest = keep.empty() ? 0 : *keep.rbegin();
+    for (auto it = entry.versions.begin(); it != entry.versions.end();) {
+      Record& r = it->second;
+      const int64_t v = it->first;
+      if (r.status.state == ModelState::kReady && !keep.count(v)) {
+        r.status.state = ModelState::kUnloading;
+        if (!std::binary_search(on_disk.begin(), on_disk.end(), v)) {
+          r.status.reason = "removed from the store";
+        } else if (newest > v) {
+          r.status.reason = absl::StrCat("replaced by version ", newest, " (version policy ", policy.ToString(), ")");
+        } else {
+          r.status.reason = absl::StrCat("not selected by the version policy ", policy.ToString());
+        }
+        release.push_back(std::move(r.servable));
+        unloading.push_back(r.status);
+      } else if (r.status.state == ModelState::kFailed && !visited.count(v)) {
+        it = entry.versions.erase(it);
+        continue;
+      }
+      ++it;
+    }
+    if (entry.versions.empty()) models_.erase(name);
+  }
+  for (const VersionStatus& s : unloading) Notify(name, s);
+  release.clear();  // the repository's holds; each version unloads once its requests let go
+}
+
+bool ModelRepository::Load(const std::string& name, int64_t version, const FileStamp& stamp) {
+  uint64_t generation = 0;
+  const VersionStatus loading{version, ModelState::kLoading, "loading", nullptr, {}};
+  {
+    MutexLock lock(&mu_);
+    if (stopped_) return false;
+    generation = next_generation_++;
+    models_[name].versions[version] = Record{loading, nullptr, stamp, generation};
+  }
+  Notify(name, loading);
+  absl::StatusOr<ServableHandle> servable = MakeServable(name, version, generation);
+  VersionStatus result;
+  {
+    MutexLock lock(&mu_);
+    Record& r = models_[name].versions[version];
+    if (servable.ok()) {
+      r.status = VersionStatus{version, ModelState::kReady, "", (*servable)->model, (*servable)->serving};
+      r.servable = *servable;  // from here on Resolve() hands it out
+    } else {
+      r.status = VersionStatus{version, ModelState::kFailed, std::string(servable.status().message()), nullptr, {}};
+    }
+    result = r.status;
+  }
+  Notify(name, result);
+  return servable.ok();
+}
+
+absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& name, int64_t version,
+                                                            uint64_t generation) {
+  const fs::path dir = fs::path(options_.root) / name;
+  const std::string path = (dir / std::to_string(version) / "model.pt").string();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
+  absl::StatusOr<ServingOverrides> overrides = ServingOverrides::Read(dir.string());
+  if (!overrides.ok()) return overrides.status();
+  absl::StatusOr<std::unique_ptr<Model>> loaded = Model::Load(path, overrides->device.value_or(options_.defaults.device));
+  if (!loaded.ok()) return loaded.status();
+  if ((*loaded)->manifest().name != name) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest.json names the model '", (*loaded)->manifest().name,
+                                                   "' but it sits in the folder '", name, "'"));
+  }
+  std::shared_ptr<const Model> model(std::move(*loaded));
+  ServingConfig serving = ResolveServingConfig(options_.defaults, model->manifest(), *overrides);
+  serving.device = model->device();
+  BatchScheduler::Options o;
+  o.max_batch_size = serving.max_batch_size;
+  o.max_batch_tokens = serving.max_batch_tokens;
+  o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(serving.max_queue_delay_ms * 1000));
+  o.max_queued_texts = serving.max_queued_texts;
+  o.max_queued_tokens = serving.max_queued_tokens;
+  absl::StatusOr<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::Create(o, clock_);
+  if (!scheduler.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid batching settings: ", scheduler.status().message()));
+  }
+  auto* servable = new Servable{name, version, model, serving,
+                                std::make_unique<ModelRunner>(model, *std::move(scheduler), clock_, serving.instances)};
+  {
+    MutexLock lock(&retire_mu_);
+    ++live_servables_;
+  }
+  return ServableHandle(servable, [this, generation](Servable* s) { Retire(s, generation); });
+}
+
+void ModelRepository::Retire(Servable* servable, uint64_t generation) {
+  // Runs wherever the last hold was let go, often a model instance thread of this very servable,
+  // which must not join itself: the unloader thread does the stopping.
+  MutexLock lock(&retire_mu_);
+  retiring_.emplace_back(servable, generation);
+  retire_changed_.SignalAll();
+}
+
+void ModelRepository::UnloaderLoop() {
+  while (true) {
+    std::pair<Servable*, uint64_t> item;
+    {
+      MutexLock lock(&retire_mu_);
+      while (retiring_.empty() && !unloader_stopping_) retire_changed_.Wait(&retire_mu_);
+      if (retiring_.empty()) return;
+      item = retiring_.front();
+      retiring_.erase(retiring_.begin());
+    }
+    const std::string name = item.first->name;
+    const int64_t version = item.first->version;
+    delete item.first;  // stops its (now idle) batch queue and instance threads, frees the model
+    bool gone = false;
+    {
+      MutexLock lock(&mu_);
+      auto entry = models_.find(name);
+      if (entry != models_.end()) {
+        auto r = entry->second.versions.find(version);
+        if (r != entry->second.versions.end() && r->second.generation == item.second &&
+            r->second.status.state == ModelState::kUnloading) {
+          entry->second.versions.erase(r);
+          gone = true;
+        }
+        if (entry->second.versions.empty()) models_.erase(entry);
+      }
+    }
+    {
+      MutexLock lock(&retire_mu_);
+      --live_servables_;
+      retire_changed_.SignalAll();
+    }
+    if (gone) Notify(name, VersionStatus{version, ModelState::kUnloaded, "unloaded", nullptr, {}});
+  }
+}
+
+void ModelRepository::Shutdown() {
+  {
+    MutexLock lock(&mu_);
+    polling_stopped_ = true;
+    poll_wake_.SignalAll();
+  }
+  if (poller_.joinable()) poller_.join();
+  std::vector<ServableHandle> release;
+  std::vector<std::pair<std::string, VersionStatus>> unloading;
+  {
+    MutexLock poll(&poll_mu_);
+    MutexLock lock(&mu_);
+    stopped_ = true;
+    for (auto& [name, entry] : models_) {
+      for (auto& [v, r] : entry.versions) {
+        if (r.status.state != ModelState::kReady) continue;
+        r.status.state = ModelState::kUnloading;
+        r.status.reason = "the server is shutting down";
+        release.push_back(std::move(r.servable));
+        unloading.emplace_back(name, r.status);
+      }
+    }
+  }
+  for (const auto& [name, s] : unloading) Notify(name, s);
+  release.clear();
+  {
+    MutexLock lock(&retire_mu_);
+    while (live_servables_ > 0) retire_changed_.Wait(&retire_mu_);
+    unloader_stopping_ = true;
+    retire_changed_.SignalAll();
+  }
+  if (unloader_.joinable()) unloader_.join();
+}
+
 absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name, int64_t version) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
+  if (stopped_) return absl::UnavailableError("the server is shutting down");
   auto it = models_.find(name);
   if (it == models_.end()) {
     std::vector<std::string> names;
     for (const auto& [n, _] : models_) names.push_back(n);
     return UnknownModel(name, names);
   }
-  const std::map<int64_t, VersionStatus>& versions = it->second;
+  const std::map<int64_t, Record>& versions = it->second.versions;
   if (version == 0) {
     for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
-      if (v->second.state == ModelState::kReady) return ServableHandle{v->second.model, v->first, v->second.serving};
+      if (v->second.status.state == ModelState::kReady) return v->second.servable;
     }
     std::vector<std::string> why;
-    for (const auto& [n, s] : versions) why.push_back(absl::StrCat(n, " ", ModelStateName(s.state), ": ", s.reason));
+    for (const auto& [n, r] : versions) {
+      why.push_back(absl::StrCat(n, " ", ModelStateName(r.status.state), ": ", r.status.reason));
+    }
     return absl::UnavailableError(absl::StrCat("model '", name, "' has no ready version (", absl::StrJoin(why, "; "), ")"));
   }
   auto v = versions.find(version);
@@ -125,21 +362,22 @@ absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name,
     std::vector<int64_t> numbers;
     for (const auto& [n, _] : versions) numbers.push_back(n);
     return absl::NotFoundError(absl::StrCat("model '", name, "' has no version ", version, "; versions: ",
-                                            absl::StrJoin(numbers, ", ")));
+                                            absl::StrJoin(numbers, ", "), " (version policy ",
+                                            it->second.policy.ToString(), ")"));
   }
-  if (v->second.state != ModelState::kReady) {
+  if (v->second.status.state != ModelState::kReady) {
     return absl::UnavailableError(absl::StrCat("model '", name, "' version ", version, " is ",
-                                               ModelStateName(v->second.state), ": ", v->second.reason));
+                                               ModelStateName(v->second.status.state), ": ", v->second.status.reason));
   }
-  return ServableHandle{v->second.model, version, v->second.serving};
+  return v->second.servable;
 }
 
 std::vector<ModelStatus> ModelRepository::List() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<ModelStatus> out;
-  for (const auto& [name, versions] : models_) {
-    ModelStatus m{name, {}};
-    for (auto v = versions.rbegin(); v != versions.rend(); ++v) m.versions.push_back(v->second);
+  for (const auto& [name, entry] : models_) {
+    ModelStatus m{name, entry.policy.ToString(), {}};
+    for (auto v = entry.versions.rbegin(); v != entry.versions.rend(); ++v) m.versions.push_back(v->second.status);
     out.push_back(std::move(m));
   }
   return out;

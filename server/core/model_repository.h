@@ -1,14 +1,20 @@
-// The model store: <root>/<model-name>/<version>/model.pt, versions positive integers.
+// The model store, <root>/<model-name>/<version>/model.pt (versions are positive integers), and
+// the versions loaded from it.
 //
 // Guarantees:
-//  1. Every version folder found is reported with a state: LOADING, READY, or FAILED with the reason.
-//  2. A version that fails to load (corrupt file, bad manifest, warm-up error) is FAILED and
-//     nothing else changes: other versions and models keep serving.
-//  3. Resolve() hands out a shared_ptr, so a model stays alive while any request holds it.
-// Serving settings per model: see serving_config.h (<store>/<model>/serving.json). A bad serving.json
-// fails that model's versions with the reason. This version loads every version it finds once, at
-// start-up. Version policies, hot reload and
-// unloading come with the serving-core work (issue 4).
+//  1. Each model's version policy (serving.json `version_policy`, else the server's default,
+//     latest:1) decides which versions are loaded; see VersionPolicy in serving_config.h.
+//  2. Poll() (at start-up, then every --poll-store-seconds on a background thread) notices new,
+//     replaced and removed versions. A new version loads while the old ones keep serving; it
+//     becomes visible to Resolve() in one step under the lock (the atomic switch); only then are
+//     the versions it replaces taken out of service.
+//  3. A version taken out of service is UNLOADING: Resolve() no longer hands it out, and it is
+//     unloaded (its batch queue stopped, its model freed) once the last request holding it has
+//     been answered. Nothing in flight is cut off.
+//  4. A version that fails to load (corrupt file, bad manifest, bad serving.json, warm-up error) is
+//     FAILED with the reason and nothing else changes. It is tried again only when its model.pt or
+//     the model's serving.json changes, so a half-copied file heals once the copy completes.
+//  5. Every state change is reported to the listener (to log it and to update health).
 #ifndef QVI_SERVER_CORE_MODEL_REPOSITORY_H_
 #define QVI_SERVER_CORE_MODEL_REPOSITORY_H_
 
@@ -17,72 +23,136 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/core/clock.h"
 #include "server/core/model.h"
+#include "server/core/model_runner.h"
 #include "server/core/serving_config.h"
+#include "server/core/sync.h"
 
 namespace qvi {
 
-enum class ModelState { kLoading, kReady, kFailed, kUnloading };
+// kUnloaded is only ever reported to listeners: the version is gone and no longer listed.
+enum class ModelState { kLoading, kReady, kFailed, kUnloading, kUnloaded };
 
 const char* ModelStateName(ModelState state);
 
+// A version as ListModels/GetModel report it.
 struct VersionStatus {
   int64_t version = 0;
   ModelState state = ModelState::kLoading;
   std::string reason;
-  std::shared_ptr<const Model> model;  // set when ready
-  ServingConfig serving;               // effective settings, known when ready
+  std::shared_ptr<const Model> model;  // set when READY or UNLOADING
+  ServingConfig serving;               // effective settings, known when READY or UNLOADING
 };
 
-// A model version held for the life of one request (TF Serving's ServableHandle).
-struct ServableHandle {
-  std::shared_ptr<const Model> model;
+// A loaded version ready to serve: its model, its effective settings and its batch queue with the
+// instance threads. Requests hold it through a ServableHandle.
+struct Servable {
+  std::string name;
   int64_t version = 0;
+  std::shared_ptr<const Model> model;
   ServingConfig serving;
+  std::unique_ptr<ModelRunner> runner;
 };
+
+// A model version held for the life of one request (TF Serving's ServableHandle): while any handle
+// lives, the version stays loaded.
+using ServableHandle = std::shared_ptr<const Servable>;
 
 struct ModelStatus {
   std::string name;
+  std::string version_policy;
   std::vector<VersionStatus> versions;  // newest first
 };
 
 class ModelRepository {
  public:
+  // Called after each state change, outside the repository's lock, from the thread that made it.
+  using Listener = std::function<void(const std::string& name, const VersionStatus&)>;
+
   struct Options {
     std::string root;
-    ServingConfig defaults;  // the server's; a model's manifest and serving.json refine them
+    ServingConfig defaults;       // the server's; a model's manifest and serving.json refine them
+    VersionPolicy version_policy;  // for models whose serving.json names none
+    const Clock* clock = nullptr;  // for the batch queues; the system clock when null
+    Listener listener;
   };
-  // Called after each load attempt, e.g. to log it and to update health.
-  using LoadListener = std::function<void(const std::string& name, const VersionStatus&)>;
 
-  static absl::StatusOr<std::unique_ptr<ModelRepository>> Create(const Options& options);
+  static absl::StatusOr<std::unique_ptr<ModelRepository>> Create(Options options);
+  ~ModelRepository();
 
-  // Scans the store and loads every version not yet known. Returns once all attempts are done.
-  void LoadAll(const LoadListener& listener) ABSL_LOCKS_EXCLUDED(mu_);
+  // Scans the store once and applies every model's version policy: loads, retries and takes out of
+  // service as needed. Returns once every load it started has finished.
+  void Poll() ABSL_LOCKS_EXCLUDED(poll_mu_, mu_);
 
-  // The model for a request: version 0 = the newest READY version. NOT_FOUND names what exists;
-  // UNAVAILABLE says why the version cannot serve.
-  absl::StatusOr<ServableHandle> Resolve(const std::string& name, int64_t version) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Calls Poll() every `interval` on a background thread until Shutdown().
+  void StartPolling(absl::Duration interval) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The servable for a request: version 0 = the newest READY version. NOT_FOUND names what exists;
+  // UNAVAILABLE says why the version cannot serve (failed, unloading, shutting down).
+  absl::StatusOr<ServableHandle> Resolve(const std::string& name, int64_t version) const ABSL_LOCKS_EXCLUDED(mu_);
 
   std::vector<ModelStatus> List() const ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<ModelStatus> Get(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
 
- private:
-  explicit ModelRepository(Options options) : options_(std::move(options)) {}
+  // Stops polling, takes every version out of service and returns once each has finished the
+  // requests that hold it and is unloaded. Later Resolve() calls get UNAVAILABLE.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(poll_mu_, mu_);
 
-  // Version folders under the store: name -> versions (ascending).
+ private:
+  // What a load attempt saw of a version's files; a FAILED version is retried when this changes.
+  struct FileStamp {
+    std::string model_pt, serving_json;
+    bool operator==(const FileStamp& o) const { return model_pt == o.model_pt && serving_json == o.serving_json; }
+  };
+  struct Record {
+    VersionStatus status;
+    ServableHandle servable;  // READY only: the repository's own hold
+    FileStamp stamp;
+    uint64_t generation = 0;  // tells a reloaded version from the one still unloading
+  };
+  struct Entry {
+    std::map<int64_t, Record> versions;
+    VersionPolicy policy;
+  };
+
+  explicit ModelRepository(Options options);
+
   std::map<std::string, std::vector<int64_t>> Scan() const;
+  void PollModel(const std::string& name, const std::vector<int64_t>& on_disk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
+  // Loads one version; true when it is READY.
+  bool Load(const std::string& name, int64_t version, const FileStamp& stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
+  absl::StatusOr<ServableHandle> MakeServable(const std::string& name, int64_t version, uint64_t generation);
+  // The shared_ptr deleter of every servable: hands it to the unloader thread, never blocks.
+  void Retire(Servable* servable, uint64_t generation) ABSL_LOCKS_EXCLUDED(retire_mu_);
+  void UnloaderLoop() ABSL_LOCKS_EXCLUDED(retire_mu_, mu_);
+  void Notify(const std::string& name, const VersionStatus& status) const;
 
   const Options options_;
-  mutable absl::Mutex mu_;
-  // name -> version -> status
-  std::map<std::string, std::map<int64_t, VersionStatus>> models_ ABSL_GUARDED_BY(mu_);
+  SystemClock system_clock_;
+  const Clock* clock_;
+
+  Mutex poll_mu_;  // one Poll() at a time; held across loads, never while taking mu_ first
+  mutable Mutex mu_;
+  std::map<std::string, Entry> models_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool polling_stopped_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar poll_wake_;
+  std::thread poller_;
+
+  Mutex retire_mu_;
+  CondVar retire_changed_;
+  std::vector<std::pair<Servable*, uint64_t>> retiring_ ABSL_GUARDED_BY(retire_mu_);
+  int live_servables_ ABSL_GUARDED_BY(retire_mu_) = 0;
+  bool unloader_stopping_ ABSL_GUARDED_BY(retire_mu_) = false;
+  std::thread unloader_;
 };
 
 }  // namespace qvi

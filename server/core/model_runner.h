@@ -6,7 +6,8 @@
 //  2. Every text of an accepted request is completed exactly once: with its row (OK), with the
 //     model's error (INTERNAL for that batch only), or dropped as expired / cancelled.
 //  3. Stop() takes no new work, runs every queued text (ignoring the queue delay), and joins.
-// Threads: one per instance; torch's own intra-op threads come on top (set per process).
+// Threads: one per instance; torch's own intra-op threads come on top (set per process). On a GPU
+// each instance thread runs on a CUDA stream of its own (DeviceStreamScope).
 #ifndef QVI_SERVER_CORE_MODEL_RUNNER_H_
 #define QVI_SERVER_CORE_MODEL_RUNNER_H_
 
@@ -19,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "server/core/sync.h"
 #include "server/core/batch_scheduler.h"
 #include "server/core/model.h"
 
@@ -49,11 +50,8 @@ class RunnableRequest final : public BatchRequest {
 
 class ModelRunner {
  public:
-  // `check` validates a batch's outputs (shapes against the manifest) before rows are handed out.
-  using OutputCheck = std::function<absl::Status(const ModelOutputs&, int64_t batch, int64_t width)>;
-
   ModelRunner(std::shared_ptr<const Model> model, std::unique_ptr<BatchScheduler> scheduler, const Clock* clock,
-              int instances, OutputCheck check);
+              int instances);
   ~ModelRunner();
 
   absl::Status Enqueue(std::shared_ptr<RunnableRequest> request) ABSL_LOCKS_EXCLUDED(mu_);
@@ -66,9 +64,8 @@ class ModelRunner {
   const std::shared_ptr<const Model> model_;
   const std::unique_ptr<BatchScheduler> scheduler_;
   const Clock* clock_;
-  const OutputCheck check_;
-  absl::Mutex mu_;
-  absl::CondVar work_;
+  Mutex mu_;
+  CondVar work_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };

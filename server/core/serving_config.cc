@@ -1,12 +1,16 @@
 #include "server/core/serving_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace qvi {
 namespace {
@@ -30,6 +34,48 @@ absl::Status ReadNumber(const nlohmann::json& value, const std::string& key, T m
 
 }  // namespace
 
+absl::StatusOr<VersionPolicy> VersionPolicy::Parse(const std::string& spec) {
+  auto bad = [&spec](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("version policy '", spec, "' ", why,
+                                                   "; use latest:N, all or specific:V1,V2,..."));
+  };
+  VersionPolicy p;
+  if (spec == "all") {
+    p.kind = Kind::kAll;
+    return p;
+  }
+  const size_t colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  const std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  if (kind == "latest") {
+    if (!absl::SimpleAtoi(rest, &p.latest) || p.latest < 1 || p.latest > 1000) {
+      return bad("needs a count N in [1, 1000]");
+    }
+    return p;
+  }
+  if (kind == "specific") {
+    p.kind = Kind::kSpecific;
+    for (const std::string& v : std::vector<std::string>(absl::StrSplit(rest, ','))) {
+      int64_t number = 0;
+      if (!absl::SimpleAtoi(v, &number) || number < 1) return bad(absl::StrCat("has '", v, "', which is not a version >= 1"));
+      p.versions.push_back(number);
+    }
+    std::sort(p.versions.begin(), p.versions.end());
+    p.versions.erase(std::unique(p.versions.begin(), p.versions.end()), p.versions.end());
+    return p;
+  }
+  return bad("is not known");
+}
+
+std::string VersionPolicy::ToString() const {
+  switch (kind) {
+    case Kind::kLatest: return absl::StrCat("latest:", latest);
+    case Kind::kAll: return "all";
+    case Kind::kSpecific: return absl::StrCat("specific:", absl::StrJoin(versions, ","));
+  }
+  return "";
+}
+
 absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("serving.json is not a JSON object");
@@ -51,9 +97,14 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
     } else if (key == "device") {
       if (!value.is_string()) return Bad(key, "must be a string such as \"cpu\" or \"cuda:0\"");
       o.device = value.get<std::string>();
+    } else if (key == "version_policy") {
+      if (!value.is_string()) return Bad(key, "must be a string: \"latest:N\", \"all\" or \"specific:V1,V2\"");
+      absl::StatusOr<VersionPolicy> policy = VersionPolicy::Parse(value.get<std::string>());
+      if (!policy.ok()) return Bad(key, std::string(policy.status().message()));
+      o.version_policy = *policy;
     } else {
       return Bad(key, "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
-                      "max_queued_texts, max_queued_tokens, instances, device");
+                      "max_queued_texts, max_queued_tokens, instances, device, version_policy");
     }
     if (!s.ok()) return s;
   }

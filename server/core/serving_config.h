@@ -3,19 +3,37 @@
 //   2. the model's manifest (`serving`: max_batch_size, max_batch_tokens, max_queue_delay_ms),
 //   3. the operator's file beside the versions, <store>/<model>/serving.json, which may set
 //      max_batch_size, max_batch_tokens, max_queue_delay_ms, max_queued_texts, max_queued_tokens,
-//      instances, device.
+//      instances, device, version_policy.
 // The file never changes the model's own facts (labels, tokenizer, outputs). An unknown key or a
 // value out of range is an error naming the key, so a typo cannot pass silently.
 #ifndef QVI_SERVER_CORE_SERVING_CONFIG_H_
 #define QVI_SERVER_CORE_SERVING_CONFIG_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/core/manifest.h"
 
 namespace qvi {
+
+// Which versions of a model are served (TF Serving's and Triton's version policies):
+//   "latest:N"        the N newest versions that load (default latest:1); a version that fails
+//                     to load does not count, so the next older one keeps serving;
+//   "all"             every version in the store;
+//   "specific:1,3"    exactly these versions.
+struct VersionPolicy {
+  enum class Kind { kLatest, kAll, kSpecific };
+  Kind kind = Kind::kLatest;
+  int latest = 1;
+  std::vector<int64_t> versions;  // kSpecific, ascending
+
+  static absl::StatusOr<VersionPolicy> Parse(const std::string& spec);
+  std::string ToString() const;
+  bool operator==(const VersionPolicy& o) const { return kind == o.kind && latest == o.latest && versions == o.versions; }
+};
 
 struct ServingConfig {
   int max_batch_size = 32;
@@ -33,6 +51,7 @@ struct ServingOverrides {
   std::optional<int64_t> max_queued_tokens;
   std::optional<double> max_queue_delay_ms;
   std::optional<std::string> device;
+  std::optional<VersionPolicy> version_policy;
 
   static absl::StatusOr<ServingOverrides> Parse(const std::string& json);
   // Reads <model_dir>/serving.json; no file means no overrides.

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
+#include "server/core/sync.h"
 
 namespace qvi {
 namespace {
@@ -35,7 +35,7 @@ TEST(ExecutorTest, AcceptedTasksRunExactlyOnceUnderConcurrency) {
 
 TEST(ExecutorTest, RefusesWhenFullAndAfterShutdown) {
   Executor executor(1, 1);
-  absl::Notification started, release;
+  Notification started, release;
   ASSERT_TRUE(executor.TrySubmit([&] {
     started.Notify();
     release.WaitForNotification();

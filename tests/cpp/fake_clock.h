@@ -2,7 +2,7 @@
 #ifndef QVI_TESTS_CPP_FAKE_CLOCK_H_
 #define QVI_TESTS_CPP_FAKE_CLOCK_H_
 
-#include "absl/synchronization/mutex.h"
+#include "server/core/sync.h"
 #include "server/core/clock.h"
 
 namespace qvi {
@@ -10,16 +10,16 @@ namespace qvi {
 class FakeClock final : public Clock {
  public:
   absl::Time Now() const override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return now_;
   }
   void Advance(absl::Duration d) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     now_ += d;
   }
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   absl::Time now_ = absl::FromUnixSeconds(1'700'000'000);
 };
 

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "absl/synchronization/notification.h"
+#include "server/core/sync.h"
 
 namespace qvi {
 namespace {
@@ -30,7 +30,7 @@ class InferenceServiceTest : public ::testing::Test {
     auto repo = ModelRepository::Create({*store_, defaults});
     ASSERT_TRUE(repo.ok()) << repo.status();
     repo_ = repo->release();
-    repo_->LoadAll(nullptr);
+    repo_->Poll();
     executor_ = new Executor(1, 4);
   }
   static void TearDownTestSuite() {
@@ -224,17 +224,19 @@ TEST_F(InferenceServiceTest, BatchingIsInvisibleInTheAnswers) {
 
 TEST_F(InferenceServiceTest, SubmitAnswersExactlyOnce) {
   auto svc = Service();
-  absl::Mutex mu;
+  Mutex mu;
+  CondVar answered;
   int answers = 0;
   for (int i = 0; i < 3; ++i) {
     svc.Submit(Method::kClassify, Request("sentiment", {"good"}), [&](absl::StatusOr<InferenceResponse> r) {
       EXPECT_TRUE(r.ok() || r.status().code() == absl::StatusCode::kResourceExhausted);
-      absl::MutexLock l(&mu);
+      MutexLock l(&mu);
       ++answers;
+      answered.SignalAll();
     });
   }
-  absl::MutexLock l(&mu);
-  mu.Await(absl::Condition(+[](int* n) { return *n == 3; }, &answers));
+  MutexLock l(&mu);
+  while (answers < 3) answered.Wait(&mu);
   EXPECT_EQ(answers, 3);
 }
 
@@ -242,7 +244,7 @@ TEST(InferenceServiceQueueTest, FullQueueIsResourceExhaustedAtOnce) {
   // One worker, room for one queued task: hold the worker, fill the queue, and the next request is
   // refused immediately without touching the queue; once released, the queued one is answered.
   Executor executor(1, 1);
-  absl::Notification release, started;
+  Notification release, started;
   ASSERT_TRUE(executor.TrySubmit([&] {
     started.Notify();
     release.WaitForNotification();
@@ -252,7 +254,7 @@ TEST(InferenceServiceQueueTest, FullQueueIsResourceExhaustedAtOnce) {
   InferenceService svc(nullptr, &executor, {});
   InferenceRequest queued;
   queued.model = "anything";
-  absl::Notification answered;
+  Notification answered;
   absl::Status queued_status;
   svc.Submit(Method::kClassify, queued, [&](absl::StatusOr<InferenceResponse> r) {
     queued_status = r.status();

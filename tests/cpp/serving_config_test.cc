@@ -42,6 +42,10 @@ TEST(ServingConfigTest, ErrorsNameTheKey) {
            {R"({"max_queue_delay_ms": -1})", "'max_queue_delay_ms' must be in [0, 60000]"},
            {R"({"device": 0})", "'device' must be a string"},
            {R"([1])", "not a JSON object"},
+           {R"({"version_policy": "newest"})", "'version_policy' version policy 'newest' is not known"},
+           {R"({"version_policy": "latest:0"})", "needs a count N in [1, 1000]"},
+           {R"({"version_policy": "specific:1,x"})", "has 'x', which is not a version >= 1"},
+           {R"({"version_policy": 2})", "'version_policy' must be a string"},
        }) {
     absl::StatusOr<ServingOverrides> o = ServingOverrides::Parse(c.json);
     ASSERT_FALSE(o.ok()) << c.json;
@@ -54,6 +58,25 @@ TEST(ServingConfigTest, NoFileMeansNoOverrides) {
   ASSERT_TRUE(o.ok());
   EXPECT_FALSE(o->max_batch_size.has_value());
   EXPECT_FALSE(o->device.has_value());
+}
+
+TEST(ServingConfigTest, VersionPolicies) {
+  absl::StatusOr<VersionPolicy> latest = VersionPolicy::Parse("latest:3");
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->kind, VersionPolicy::Kind::kLatest);
+  EXPECT_EQ(latest->latest, 3);
+  absl::StatusOr<VersionPolicy> specific = VersionPolicy::Parse("specific:7,2,7");
+  ASSERT_TRUE(specific.ok()) << specific.status();
+  EXPECT_EQ(specific->versions, (std::vector<int64_t>{2, 7}));
+  EXPECT_EQ(specific->ToString(), "specific:2,7");
+  EXPECT_EQ(VersionPolicy::Parse("all")->kind, VersionPolicy::Kind::kAll);
+  EXPECT_EQ(VersionPolicy().ToString(), "latest:1");  // the default, as in TF Serving and Triton
+  for (const char* bad : {"", "latest", "latest:", "latest:-1", "specific:", "specific:0", "every"}) {
+    EXPECT_FALSE(VersionPolicy::Parse(bad).ok()) << bad;
+  }
+  absl::StatusOr<ServingOverrides> o = ServingOverrides::Parse(R"({"version_policy": "all"})");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->version_policy->kind, VersionPolicy::Kind::kAll);
 }
 
 }  // namespace
