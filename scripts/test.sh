@@ -9,7 +9,7 @@ export OMP_NUM_THREADS=1
 status=0
 echo "[test] C++ unit and end-to-end tests (ctest)"
 (cd build && ctest --output-on-failure -j1) || status=1
-echo "[test] scheduling tests under ASan/UBSan"
+echo "[test] scheduler and serving-core stress tests under ASan/UBSan and TSan"
 scripts/sanitize.sh || status=1
 echo "[test] model zoo (pytest)"
 (cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider) || status=1

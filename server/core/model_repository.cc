@@ -177,7 +177,7 @@ void ModelRepository::PollModel(const std::string& name, const std::vector<int64
         r.status.state = ModelState::kUnloading;
         if (!std::binary_search(on_disk.begin(), on_disk.end(), v)) {
           r.status.reason = "removed from the store";
-        } else if (newest > v) {
+        } else if (policy.kind == VersionPolicy::Kind::kLatest && newest > v) {
           r.status.reason = absl::StrCat("replaced by version ", newest, " (version policy ", policy.ToString(), ")");
         } else {
           r.status.reason = absl::StrCat("not selected by the version policy ", policy.ToString());

@@ -7,6 +7,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <iostream>
+#include <random>
+#include <mutex>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -276,6 +281,117 @@ TEST_F(EndToEnd, QviClientPrintsLabelsAndJson) {
   auto [rc4, err] = run(base + "classify --model nope x 2>&1");
   EXPECT_EQ(rc4, 1);
   EXPECT_NE(err.find("not found"), std::string::npos) << err;
+}
+
+// 64 clients through gRPC, each sending a fixed number of requests of random sizes; some with
+// deadlines that pass around the time their batch forms, some cancelled by the client right after
+// sending. Every call ends once, every OK answer is the right one for its own texts (equal to the
+// text served alone), the server logs each request it took at most once, and it keeps serving.
+TEST_F(EndToEnd, StressSixtyFourClientsWithDeadlinesAndCancellations) {
+  std::mt19937 rng(99);
+  const std::vector<std::string> words = {"good", "bad", "film", "dull", "moving", "a", "very", "not", "😀", "東京"};
+  std::vector<std::string> pool;
+  for (int i = 0; i < 16; ++i) {
+    std::string t;
+    const int n = std::uniform_int_distribution<int>(1, 30)(rng);
+    for (int w = 0; w < n; ++w) t += (w ? " " : "") + words[std::uniform_int_distribution<size_t>(0, words.size() - 1)(rng)];
+    pool.push_back(t);
+  }
+  std::map<std::string, v1::Classification> alone;
+  for (const std::string& t : pool) {
+    v1::ClassifyRequest req = SentimentRequest({t});
+    req.mutable_options()->set_top_k(2);
+    v1::ClassifyResponse resp;
+    ASSERT_TRUE(Classify(req, &resp).ok());
+    alone[t] = resp.results(0);
+  }
+  enum Kind { kNormal, kDeadline, kCancel };
+  std::atomic<int> failures{0}, ok{0}, expired{0}, cancelled{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 64; ++c) {
+    clients.emplace_back([&, c] {
+      std::mt19937 local(static_cast<uint32_t>(c) + 1000u);
+      auto stub = Stub();
+      for (int i = 0; i < 5; ++i) {
+        std::vector<std::string> texts;
+        const int n = std::uniform_int_distribution<int>(1, 6)(local);
+        for (int k = 0; k < n; ++k) texts.push_back(pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(local)]);
+        v1::ClassifyRequest req = SentimentRequest(texts);
+        req.mutable_options()->set_top_k(2);
+        req.set_request_id("st-" + std::to_string(c) + "-" + std::to_string(i));
+        const int roll = std::uniform_int_distribution<int>(0, 99)(local);
+        const Kind kind = roll < 70 ? kNormal : roll < 85 ? kDeadline : kCancel;
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() +
+                         (kind == kDeadline ? std::chrono::microseconds(std::uniform_int_distribution<int>(100, 3000)(local))
+                                            : std::chrono::microseconds(60'000'000)));
+        v1::ClassifyResponse resp;
+        std::mutex m;
+        std::condition_variable cv;
+        int calls = 0;
+        grpc::Status status;
+        stub->async()->Classify(&ctx, &req, &resp, [&](grpc::Status s) {
+          std::lock_guard<std::mutex> l(m);
+          status = s;
+          ++calls;
+          cv.notify_all();
+        });
+        if (kind == kCancel) ctx.TryCancel();
+        {
+          std::unique_lock<std::mutex> l(m);
+          cv.wait(l, [&] { return calls > 0; });
+        }
+        const grpc::StatusCode code = status.error_code();
+        const bool allowed = code == grpc::StatusCode::OK || (kind == kDeadline && code == grpc::StatusCode::DEADLINE_EXCEEDED) ||
+                             (kind == kCancel && code == grpc::StatusCode::CANCELLED);
+        if (!allowed) {
+          ADD_FAILURE() << "request st-" << c << "-" << i << " kind " << kind << ": " << code << " " << status.error_message();
+          failures++;
+          continue;
+        }
+        expired += code == grpc::StatusCode::DEADLINE_EXCEEDED;
+        cancelled += code == grpc::StatusCode::CANCELLED;
+        if (!status.ok()) continue;
+        ok++;
+        if (resp.results_size() != n) {
+          ADD_FAILURE() << "st-" << c << "-" << i << ": " << resp.results_size() << " results for " << n << " texts";
+          failures++;
+          continue;
+        }
+        for (int k = 0; k < n; ++k) {
+          const v1::Classification& want = alone[texts[k]];
+          const v1::Classification& got = resp.results(k);
+          bool same = got.labels_size() == want.labels_size();
+          for (int l = 0; same && l < want.labels_size(); ++l) {
+            same = got.labels(l).label() == want.labels(l).label() &&
+                   std::abs(got.labels(l).score() - want.labels(l).score()) < 1e-5;
+          }
+          if (!same) {
+            ADD_FAILURE() << "st-" << c << "-" << i << " text " << k << " differs from the text served alone";
+            failures++;
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(ok.load(), 0);
+  // The server is still up and answers.
+  v1::ClassifyResponse after;
+  ASSERT_TRUE(Classify(SentimentRequest({"still serving"}), &after).ok());
+  // Each request the server took is logged once: no request was answered twice.
+  const std::string log = server_->Log();
+  std::map<std::string, int> lines;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("request_id=st-");
+    if (at != std::string::npos) lines[line.substr(at, line.find(' ', at) - at)]++;
+  }
+  for (const auto& [id, n] : lines) EXPECT_EQ(n, 1) << id;
+  EXPECT_GE(static_cast<int>(lines.size()), ok.load());
+  std::cout << "[stress] " << ok.load() << " OK, " << expired.load() << " DEADLINE_EXCEEDED, " << cancelled.load()
+            << " CANCELLED of 320 calls\n";
 }
 
 // Last (gtest runs tests in order within a file): SIGTERM while 8 clients keep sending. Every call

@@ -50,10 +50,42 @@ def _export_inconsistent_model(store):
     artifact.export(build_model(cfg), manifest, vocab, store, 1)
 
 
+class ServerProcess:
+    """qvi-server on a free port over `store`, started and stopped (SIGTERM, exit code 0)."""
+
+    def __init__(self, store, work, *extra_args):
+        assert os.path.exists(SERVER), f"{SERVER} is missing: scripts/test.sh builds it"
+        self.work = work
+        port_file = os.path.join(work, "port")
+        self.log_path = os.path.join(work, "server.log")
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([SERVER, "--model-store", store, "--port", "0", "--host", "127.0.0.1",
+                                      "--port-file", port_file, "--device", "cpu", *extra_args],
+                                     stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(port_file):
+            assert self.proc.poll() is None, f"qvi-server exited: {self.log()}"
+            assert time.monotonic() < deadline, "qvi-server did not start in 120 s"
+            time.sleep(0.05)  # waiting on a process, not on a clock
+        with open(port_file) as f:
+            self.address = f"127.0.0.1:{int(f.read())}"
+        self.channel = grpc.insecure_channel(self.address)
+        grpc.channel_ready_future(self.channel).result(timeout=30)
+
+    def log(self):
+        with open(self.log_path, encoding="utf-8") as f:
+            return f.read()
+
+    def stop(self):
+        self.channel.close()
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(timeout=60) == 0, self.log()
+        self._log.close()
+
+
 @pytest.fixture(scope="session")
 def server():
     """qvi-server on a free port over a copy of the demo store plus a corrupt version."""
-    assert os.path.exists(SERVER), f"{SERVER} is missing: scripts/test.sh builds it"
     work = tempfile.mkdtemp(prefix="qvi_e2e_py_")
     store = os.path.join(work, "store")
     shutil.copytree(STORE, store)
@@ -64,22 +96,7 @@ def server():
     os.makedirs(os.path.join(store, "ner", "3"))
     with open(os.path.join(store, "ner", "3", "model.pt"), "wb") as f:
         f.write(b"\x00not a model")
-    port_file = os.path.join(work, "port")
-    log = open(os.path.join(work, "server.log"), "w")
-    proc = subprocess.Popen([SERVER, "--model-store", store, "--port", "0", "--host", "127.0.0.1",
-                             "--port-file", port_file, "--device", "cpu"], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while not os.path.exists(port_file):
-        assert proc.poll() is None, f"qvi-server exited: {open(log.name).read()}"
-        assert time.monotonic() < deadline, "qvi-server did not start in 120 s"
-        time.sleep(0.05)
-    with open(port_file) as f:
-        address = f"127.0.0.1:{int(f.read())}"
-    channel = grpc.insecure_channel(address)
-    grpc.channel_ready_future(channel).result(timeout=30)
-    yield channel
-    channel.close()
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 0
-    log.close()
+    proc = ServerProcess(store, work)
+    yield proc.channel
+    proc.stop()
     shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,173 @@
+"""Model lifecycle on a running qvi-server while clients keep sending: a new version dropped into
+the store is picked up with zero failed requests, a corrupt model.pt is reported FAILED and nothing
+else changes, and removed versions drain before they unload. The server polls its store every
+0.1 s; waits are bounded and wait on the server's answers, never on a fixed sleep."""
+import os
+import shutil
+import tempfile
+import threading
+import time
+
+import grpc
+import pytest
+
+from conftest import STORE, ServerProcess
+
+WAIT_S = 60
+
+
+@pytest.fixture(scope="module")
+def live(api):
+    work = tempfile.mkdtemp(prefix="qvi_lifecycle_py_")
+    store = os.path.join(work, "store")
+    os.makedirs(os.path.join(store, "sentiment"))
+    shutil.copytree(os.path.join(STORE, "sentiment", "1"), os.path.join(store, "sentiment", "1"))
+    shutil.copytree(os.path.join(STORE, "ner"), os.path.join(store, "ner"))
+    proc = ServerProcess(store, work, "--poll-store-seconds", "0.1")
+    yield proc, store
+    proc.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def add_version(store, version, content=None):
+    """Stage under a name the server ignores, then rename into place (docs/serving.md)."""
+    staging = os.path.join(store, "sentiment", f".{version}.tmp")
+    os.makedirs(staging)
+    if content is None:
+        shutil.copy(os.path.join(STORE, "sentiment", "1", "model.pt"), os.path.join(staging, "model.pt"))
+    else:
+        with open(os.path.join(staging, "model.pt"), "wb") as f:
+            f.write(content)
+    os.rename(staging, os.path.join(store, "sentiment", str(version)))
+
+
+class Traffic:
+    """Four clients sending Classify (version 0) and Tag in a loop; records every outcome."""
+
+    def __init__(self, api, channel):
+        self.pb, pb_grpc = api
+        self.stub = pb_grpc.InferenceStub(channel)
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.versions = {c: [] for c in range(3)}  # sentiment versions answered, per client, in order
+        self.tagged = 0
+        self.errors = []
+        self.threads = [threading.Thread(target=self._run, args=(c,)) for c in range(4)]
+
+    def _run(self, c):
+        pb = self.pb
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            try:
+                if c == 3:
+                    self.stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=[f"Paris {i}"]), timeout=30)
+                    with self.lock:
+                        self.tagged += 1
+                    continue
+                r = self.stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"),
+                                                          texts=[f"a good film {i}", "dull"]), timeout=30)
+                assert len(r.results) == 2
+                with self.lock:
+                    self.versions[c].append(r.model.version)
+            except grpc.RpcError as e:
+                with self.lock:
+                    self.errors.append((c, e.code(), e.details()))
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=WAIT_S)
+
+    def served(self):
+        with self.lock:
+            return [v for vs in self.versions.values() for v in vs]
+
+    def wait_for_answers_from(self, version, more=20):
+        """Until `more` answers came from `version` (bounded)."""
+        deadline = time.monotonic() + WAIT_S
+        while self.served().count(version) < more:
+            assert time.monotonic() < deadline, f"no answers from version {version}; errors {self.errors[:3]}"
+            time.sleep(0.01)
+
+    def check(self):
+        assert self.errors == [], f"{len(self.errors)} failed requests, e.g. {self.errors[:3]}"
+        for c, vs in self.versions.items():
+            assert vs, f"client {c} got no answers"
+        assert self.tagged > 0, "the other model's client got no answers"
+
+
+def versions_of(api, channel, model="sentiment"):
+    pb, pb_grpc = api
+    m = pb_grpc.InferenceStub(channel).GetModel(pb.GetModelRequest(model=pb.ModelSpec(name=model)), timeout=30).model
+    return [(v.version, pb.ModelState.Name(v.state), v.reason) for v in m.versions]
+
+
+def wait_until(predicate, what):
+    deadline = time.monotonic() + WAIT_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def health(channel, service):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=30).status
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(status)
+
+
+# The three tests run in order on one server: each starts from the state the one before left.
+
+def test_new_version_is_picked_up_under_traffic_with_zero_failures(live, api):
+    proc, store = live
+    with Traffic(api, proc.channel) as traffic:
+        traffic.wait_for_answers_from(1)
+        add_version(store, 2)
+        traffic.wait_for_answers_from(2)
+    traffic.check()
+    # The switch is atomic: once a client got version 2, it never got version 1 again.
+    for vs in traffic.versions.values():
+        if 2 in vs:
+            assert 1 not in vs[vs.index(2):]
+    wait_until(lambda: [(v, s) for v, s, _ in versions_of(api, proc.channel)] == [(2, "MODEL_STATE_READY")],
+               "version 1 to unload")
+    log = proc.log()
+    assert "model sentiment@1 UNLOADING (replaced by version 2 (version policy latest:1))" in log
+    assert "model sentiment@1 unloaded" in log
+    assert health(proc.channel, "sentiment") == "SERVING"
+
+
+def test_corrupt_version_is_failed_and_nothing_else_changes(live, api):
+    proc, store = live
+    with Traffic(api, proc.channel) as traffic:
+        traffic.wait_for_answers_from(2)
+        add_version(store, 3, content=b"\x00 not a TorchScript archive")
+        wait_until(lambda: versions_of(api, proc.channel)[0][:2] == (3, "MODEL_STATE_FAILED"), "version 3 FAILED")
+        traffic.wait_for_answers_from(2, more=traffic.served().count(2) + 20)
+    traffic.check()
+    states = versions_of(api, proc.channel)
+    assert [(v, s) for v, s, _ in states] == [(3, "MODEL_STATE_FAILED"), (2, "MODEL_STATE_READY")]
+    assert "cannot read" in states[0][2] and "model.pt" in states[0][2]
+    assert set(traffic.served()) == {2}
+    assert health(proc.channel, "sentiment") == "SERVING"
+    assert [(v, s) for v, s, _ in versions_of(api, proc.channel, "ner")] == [(1, "MODEL_STATE_READY")]
+
+
+def test_removed_versions_drain_and_the_older_one_returns(live, api):
+    proc, store = live
+    with Traffic(api, proc.channel) as traffic:
+        traffic.wait_for_answers_from(2)
+        shutil.rmtree(os.path.join(store, "sentiment", "3"))
+        shutil.rmtree(os.path.join(store, "sentiment", "2"))
+        traffic.wait_for_answers_from(1)
+    traffic.check()  # requests in flight on version 2 when it was removed were answered
+    wait_until(lambda: [(v, s) for v, s, _ in versions_of(api, proc.channel)] == [(1, "MODEL_STATE_READY")],
+               "version 2 to unload")
+    log = proc.log()
+    assert "model sentiment@2 UNLOADING (removed from the store)" in log
+    assert "model sentiment@2 unloaded" in log
