@@ -17,6 +17,8 @@
 #include "server/core/inference_service.h"
 #include "server/core/model_repository.h"
 #include "server/grpc/inference_service_impl.h"
+#include "server/logging.h"
+#include "server/metrics/metrics.h"
 #include "server/server_options.h"
 
 namespace qvi {
@@ -65,6 +67,13 @@ void PublishHealth(grpc::HealthCheckServiceInterface* health, const ModelReposit
   health->SetServingStatus(true);
 }
 
+// Written whole or not at all (rename), so a reader never sees a partial number.
+void WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  std::rename(tmp.c_str(), path.c_str());
+}
+
 int WaitForSignal(const sigset_t& signals) {
   int sig = 0;
   sigwait(&signals, &sig);
@@ -72,7 +81,18 @@ int WaitForSignal(const sigset_t& signals) {
 }
 
 int Run(const ServerOptions& options, const sigset_t& signals) {
-  spdlog::set_level(spdlog::level::from_str(options.logging.level));
+  ConfigureLogging(options.logging.level, options.logging.format == "json" ? LogFormat::kJson : LogFormat::kText);
+  std::unique_ptr<Metrics> metrics;
+  if (options.network.metrics_port >= 0) {
+    absl::StatusOr<std::unique_ptr<Metrics>> served = Metrics::Serve(options.network.host, options.network.metrics_port);
+    if (!served.ok()) {
+      spdlog::critical("{}", std::string(served.status().message()));
+      return 1;
+    }
+    metrics = *std::move(served);
+    spdlog::info("Prometheus metrics on http://{}:{}/metrics", options.network.host, metrics->port());
+    if (!options.network.metrics_port_file.empty()) WritePortFile(options.network.metrics_port_file, metrics->port());
+  }
   ConfigureTorch(options.threads);
   ServingConfig defaults;
   defaults.device = options.models.device;
@@ -85,8 +105,10 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   repo_options.root = options.models.store;
   repo_options.defaults = defaults;
   repo_options.version_policy = *VersionPolicy::Parse(options.models.version_policy);  // checked by the flag
-  repo_options.listener = [&repository_ptr, &health_ptr](const std::string& name, const VersionStatus& v) {
+  repo_options.observer = metrics.get();
+  repo_options.listener = [&repository_ptr, &health_ptr, &metrics](const std::string& name, const VersionStatus& v) {
     LogModelEvent(name, v);
+    if (metrics) metrics->OnModelEvent(name, v);
     const ModelRepository* repo = repository_ptr.load();
     grpc::HealthCheckServiceInterface* health = health_ptr.load();
     if (repo != nullptr && health != nullptr) PublishModelHealth(health, *repo, name);
@@ -104,7 +126,7 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   Executor executor(options.threads.inference, options.limits.max_queued);
   InferenceService core(repository->get(), &executor,
                         RequestLimits{options.limits.max_texts, options.limits.max_text_bytes});
-  InferenceServiceImpl service(&core, repository->get(), {options.logging.access_log});
+  InferenceServiceImpl service(&core, repository->get(), {options.logging.access_log, metrics.get()});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -136,11 +158,7 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
                "{} instance(s) per model, torch {} intra-op thread(s))",
                options.network.host, port, ready, total, options.threads.inference, options.threads.instances,
                options.threads.torch_intra);
-  if (!options.network.port_file.empty()) {
-    const std::string tmp = options.network.port_file + ".tmp";
-    std::ofstream(tmp) << port << "\n";
-    std::rename(tmp.c_str(), options.network.port_file.c_str());
-  }
+  if (!options.network.port_file.empty()) WritePortFile(options.network.port_file, port);
 
   const int sig = WaitForSignal(signals);
   spdlog::info("received signal {}: reporting NOT_SERVING, finishing accepted requests (grace {} s)", sig,

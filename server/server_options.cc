@@ -37,6 +37,11 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
       ->check(CLI::Range(0, 65535))->group("Network");
   app.add_option("--port-file", o.network.port_file, "write the bound gRPC port to this file once serving")
       ->group("Network");
+  app.add_option("--metrics-port", o.network.metrics_port,
+                 "Prometheus metrics at http://HOST:PORT/metrics; 0 picks a free port, -1 turns metrics off")
+      ->check(CLI::Range(-1, 65535))->group("Network");
+  app.add_option("--metrics-port-file", o.network.metrics_port_file, "write the bound metrics port to this file")
+      ->group("Network");
   app.add_option("--max-message-bytes", o.network.max_message_bytes, "largest request or response message")
       ->check(CLI::Range(1024, 1 << 30))->group("Network");
 
@@ -64,7 +69,12 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
 
   app.add_option("--log-level", o.logging.level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))->group("Logging");
-  app.add_flag("--access-log", o.logging.access_log, "log one line per Classify/Tag request")->group("Logging");
+  app.add_option("--log-format", o.logging.format, "text (for people) or json (one object per line)")
+      ->check(CLI::IsMember({"text", "json"}))->group("Logging");
+  app.add_flag("--access-log", o.logging.access_log,
+               "log one line per Classify/Tag call: request id, peer, model@version, texts, tokens, status, "
+               "total/queue/compute ms")
+      ->group("Logging");
   app.add_option("--shutdown-grace-seconds", o.shutdown_grace_seconds,
                  "on SIGTERM/SIGINT, time given to accepted requests to finish")
       ->check(CLI::Range(0.0, 3600.0))->group("Lifecycle");

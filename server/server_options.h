@@ -22,6 +22,8 @@ struct ServerOptions {
     int port = 8500;
     std::string port_file;  // written with the bound port once serving (useful with --port 0)
     int max_message_bytes = 16 * 1024 * 1024;
+    int metrics_port = 8502;        // Prometheus /metrics; 0 picks a free port, -1 turns metrics off
+    std::string metrics_port_file;  // written with the bound metrics port
   } network;
   struct Limits {
     int max_texts = 256;
@@ -37,6 +39,7 @@ struct ServerOptions {
   } threads;
   struct Logging {
     std::string level = "info";
+    std::string format = "text";  // or "json": one JSON object per line
     bool access_log = false;
   } logging;
   double shutdown_grace_seconds = 30;

@@ -161,8 +161,10 @@ void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done d
   struct State {
     InferenceResponse response;
     Done done;
+    std::weak_ptr<RunnableRequest> request;  // alive whenever it calls on_done
   };
-  auto state = std::make_shared<State>(State{std::move(prepared->response), std::move(done)});
+  auto state = std::make_shared<State>(State{std::move(prepared->response), std::move(done), {}});
+  for (const std::vector<int64_t>& text : prepared->ids) state->response.tokens += static_cast<int64_t>(text.size());
   // The request holds its version until it is answered: a version being replaced or removed is
   // unloaded only after its last request (ModelRepository).
   ServableHandle servable = std::move(prepared->handle);
@@ -174,12 +176,18 @@ void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done d
         return absl::OkStatus();
       },
       [state, servable](absl::Status status) {
+        if (std::shared_ptr<RunnableRequest> self = state->request.lock()) {
+          const RunnableRequest::Timing timing = self->timing();
+          state->response.queue_time = timing.queue;
+          state->response.compute_time = timing.compute;
+        }
         if (status.ok()) {
           state->done(std::move(state->response));
         } else {
           state->done(status);
         }
       });
+  state->request = request;
   if (absl::Status s = servable->runner->Enqueue(std::move(request)); !s.ok()) state->done(s);
 }
 

@@ -251,7 +251,8 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
     return absl::InvalidArgumentError(absl::StrCat("invalid batching settings: ", scheduler.status().message()));
   }
   auto* servable = new Servable{name, version, model, serving,
-                                std::make_unique<ModelRunner>(model, *std::move(scheduler), clock_, serving.instances)};
+                                std::make_unique<ModelRunner>(model, version, *std::move(scheduler), clock_,
+                                                              serving.instances, options_.observer)};
   {
     MutexLock lock(&retire_mu_);
     ++live_servables_;
@@ -381,6 +382,11 @@ std::vector<ModelStatus> ModelRepository::List() const {
     out.push_back(std::move(m));
   }
   return out;
+}
+
+bool ModelRepository::Has(const std::string& name) const {
+  MutexLock lock(&mu_);
+  return models_.count(name) > 0;
 }
 
 absl::StatusOr<ModelStatus> ModelRepository::Get(const std::string& name) const {

@@ -32,6 +32,7 @@
 #include "server/core/clock.h"
 #include "server/core/model.h"
 #include "server/core/model_runner.h"
+#include "server/core/observer.h"
 #include "server/core/serving_config.h"
 #include "server/core/sync.h"
 
@@ -82,6 +83,7 @@ class ModelRepository {
     VersionPolicy version_policy;  // for models whose serving.json names none
     const Clock* clock = nullptr;  // for the batch queues; the system clock when null
     Listener listener;
+    ServingObserver* observer = nullptr;  // metrics of every version's batches; may be null
   };
 
   static absl::StatusOr<std::unique_ptr<ModelRepository>> Create(Options options);
@@ -99,6 +101,7 @@ class ModelRepository {
   absl::StatusOr<ServableHandle> Resolve(const std::string& name, int64_t version) const ABSL_LOCKS_EXCLUDED(mu_);
 
   std::vector<ModelStatus> List() const ABSL_LOCKS_EXCLUDED(mu_);
+  bool Has(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<ModelStatus> Get(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Stops polling, takes every version out of service and returns once each has finished the

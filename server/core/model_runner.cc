@@ -21,9 +21,20 @@ std::vector<int> RunnableRequest::Counts(const std::vector<std::vector<int64_t>>
   return counts;
 }
 
-ModelRunner::ModelRunner(std::shared_ptr<const Model> model, std::unique_ptr<BatchScheduler> scheduler,
-                         const Clock* clock, int instances)
-    : model_(std::move(model)), scheduler_(std::move(scheduler)), clock_(clock) {
+void RunnableRequest::RecordTiming(absl::Duration queue, absl::Duration compute) {
+  MutexLock lock(&timing_mu_);
+  timing_.queue = std::max(timing_.queue, queue);
+  timing_.compute = std::max(timing_.compute, compute);
+}
+
+RunnableRequest::Timing RunnableRequest::timing() const {
+  MutexLock lock(&timing_mu_);
+  return timing_;
+}
+
+ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<BatchScheduler> scheduler,
+                         const Clock* clock, int instances, ServingObserver* observer)
+    : model_(std::move(model)), version_(version), scheduler_(std::move(scheduler)), observer_(observer), clock_(clock) {
   for (int i = 0; i < instances; ++i) threads_.emplace_back([this] { Loop(); });
 }
 
@@ -34,7 +45,12 @@ absl::Status ModelRunner::Enqueue(std::shared_ptr<RunnableRequest> request) {
   if (stopping_) return absl::UnavailableError("the model is shutting down");
   absl::Status s = scheduler_->Enqueue(std::move(request));
   if (s.ok()) work_.SignalAll();
+  ReportQueueDepth();
   return s;
+}
+
+void ModelRunner::ReportQueueDepth() const {
+  if (observer_ != nullptr) observer_->OnQueueDepth(model_->manifest().name, version_, scheduler_->queued_texts());
 }
 
 void ModelRunner::Stop() {
@@ -65,17 +81,21 @@ void ModelRunner::Loop() {
         work_.WaitWithTimeout(&mu_, std::max(wait, absl::ZeroDuration()));
       }
     }
+    ReportQueueDepth();
     Run(batch);
   }
 }
 
 void ModelRunner::Run(std::vector<QueuedText>& batch) const {
+  const absl::Time start = clock_->Now();
   const int64_t rows = static_cast<int64_t>(batch.size());
   int64_t width = 1;
+  int64_t tokens = 0;
   std::set<std::string> wanted;
   for (const QueuedText& t : batch) {
     const auto& r = static_cast<const RunnableRequest&>(*t.request);
     width = std::max<int64_t>(width, static_cast<int64_t>(r.ids(t.index).size()));
+    tokens += static_cast<int64_t>(r.ids(t.index).size());
     wanted.insert(r.wanted().begin(), r.wanted().end());
   }
   torch::Tensor ids = torch::zeros({rows, width}, torch::kLong);
@@ -83,26 +103,36 @@ void ModelRunner::Run(std::vector<QueuedText>& batch) const {
   auto id = ids.accessor<int64_t, 2>();
   auto mk = mask.accessor<bool, 2>();
   for (int64_t b = 0; b < rows; ++b) {
-    const auto& tokens = static_cast<const RunnableRequest&>(*batch[b].request).ids(batch[b].index);
-    for (size_t t = 0; t < tokens.size(); ++t) {
-      id[b][t] = tokens[t];
+    const auto& text = static_cast<const RunnableRequest&>(*batch[b].request).ids(batch[b].index);
+    for (size_t t = 0; t < text.size(); ++t) {
+      id[b][t] = text[t];
       mk[b][t] = true;
     }
   }
   absl::StatusOr<ModelOutputs> out = model_->Forward(ids, mask, std::vector<std::string>(wanted.begin(), wanted.end()));
-  const absl::Status status = out.status();
-  for (int64_t b = 0; b < rows; ++b) {
-    const auto& r = static_cast<const RunnableRequest&>(*batch[b].request);
-    absl::Status row_status = status;
-    if (row_status.ok()) {
+  std::vector<absl::Status> statuses(rows, out.status());
+  if (out.ok()) {
+    for (int64_t b = 0; b < rows; ++b) {
       try {
-        row_status = r.HandleRow(batch[b].index, *out, b);
+        statuses[b] = static_cast<const RunnableRequest&>(*batch[b].request).HandleRow(batch[b].index, *out, b);
       } catch (const std::exception& e) {  // torch errors the output checks did not foresee
-        row_status = absl::InternalError(absl::StrCat("post-processing failed: ", e.what()));
+        statuses[b] = absl::InternalError(absl::StrCat("post-processing failed: ", e.what()));
       }
     }
-    batch[b].request->Complete(batch[b].index, row_status);
   }
+  BatchReport report;
+  report.texts = static_cast<int>(rows);
+  report.tokens = tokens;
+  report.padded_tokens = rows * width;
+  report.compute = clock_->Now() - start;
+  report.ok = out.ok();
+  for (int64_t b = 0; b < rows; ++b) {
+    const absl::Duration wait = start - batch[b].arrival;
+    report.queue_waits.push_back(wait);
+    static_cast<RunnableRequest&>(*batch[b].request).RecordTiming(wait, report.compute);
+  }
+  if (observer_ != nullptr) observer_->OnBatch(model_->manifest().name, version_, report);
+  for (int64_t b = 0; b < rows; ++b) batch[b].request->Complete(batch[b].index, statuses[b]);
 }
 
 }  // namespace qvi

@@ -23,6 +23,7 @@
 #include "server/core/sync.h"
 #include "server/core/batch_scheduler.h"
 #include "server/core/model.h"
+#include "server/core/observer.h"
 
 namespace qvi {
 
@@ -38,6 +39,15 @@ class RunnableRequest final : public BatchRequest {
 
   const std::vector<int64_t>& ids(int index) const { return ids_[index]; }
   const std::vector<std::string>& wanted() const { return wanted_; }
+
+  // Where its time went: the longest wait of its texts in the queue and the longest batch it was
+  // in (forward and post-processing). Recorded before each text completes; read in on_done.
+  struct Timing {
+    absl::Duration queue;
+    absl::Duration compute;
+  };
+  void RecordTiming(absl::Duration queue, absl::Duration compute) ABSL_LOCKS_EXCLUDED(timing_mu_);
+  Timing timing() const ABSL_LOCKS_EXCLUDED(timing_mu_);
   absl::Status HandleRow(int index, const ModelOutputs& outputs, int64_t row) const { return on_row_(index, outputs, row); }
 
  private:
@@ -46,12 +56,15 @@ class RunnableRequest final : public BatchRequest {
   const std::vector<std::vector<int64_t>> ids_;
   const std::vector<std::string> wanted_;
   const RowHandler on_row_;
+  mutable Mutex timing_mu_;
+  Timing timing_ ABSL_GUARDED_BY(timing_mu_);
 };
 
 class ModelRunner {
  public:
-  ModelRunner(std::shared_ptr<const Model> model, std::unique_ptr<BatchScheduler> scheduler, const Clock* clock,
-              int instances);
+  // `observer` (may be null) hears of every batch and queue change of this version.
+  ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<BatchScheduler> scheduler,
+              const Clock* clock, int instances, ServingObserver* observer = nullptr);
   ~ModelRunner();
 
   absl::Status Enqueue(std::shared_ptr<RunnableRequest> request) ABSL_LOCKS_EXCLUDED(mu_);
@@ -61,8 +74,12 @@ class ModelRunner {
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   void Run(std::vector<QueuedText>& batch) const;
 
+  void ReportQueueDepth() const;
+
   const std::shared_ptr<const Model> model_;
+  const int64_t version_;
   const std::unique_ptr<BatchScheduler> scheduler_;
+  ServingObserver* const observer_;
   const Clock* clock_;
   Mutex mu_;
   CondVar work_;

@@ -89,6 +89,11 @@ struct InferenceResponse {
   int64_t version = 0;
   std::vector<TextResult> results;
   std::string request_id;
+  // For the access log and metrics: tokens fed to the model (after truncation), the longest wait
+  // of its texts in the batch queue, and the longest batch it was in.
+  int64_t tokens = 0;
+  absl::Duration queue_time;
+  absl::Duration compute_time;
 };
 
 }  // namespace qvi

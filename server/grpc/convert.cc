@@ -112,6 +112,10 @@ void ToProto(const InferenceResponse& in, v1::TagResponse* out) {
   }
 }
 
+std::string StatusCodeName(grpc::StatusCode code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
 void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
   out->set_name(in.name);
   for (const VersionStatus& v : in.versions) {

@@ -15,6 +15,8 @@ namespace qvi {
 namespace v1 = ::qvi::serving::v1;
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
+// "OK", "INVALID_ARGUMENT", ...: gRPC's and absl's codes are the same numbers and names.
+std::string StatusCodeName(grpc::StatusCode code);
 
 InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::RepeatedPtrField<std::string>& texts,
                            const v1::OutputOptions& options, const std::string& request_id);

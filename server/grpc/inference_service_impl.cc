@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "server/core/tokenizer.h"
 #include "server/grpc/convert.h"
+#include "server/logging.h"
 
 namespace qvi {
 
@@ -50,16 +51,53 @@ absl::Time Deadline(const grpc::CallbackServerContext* ctx) {
 
 }  // namespace
 
+void InferenceServiceImpl::Record(Method method, const std::string& peer, const std::string& model,
+                                  const std::string& request_id, int64_t texts, const grpc::Status& status,
+                                  absl::Time start, const InferenceResponse* response) const {
+  const absl::Duration latency = absl::Now() - start;
+  const char* method_name = method == Method::kClassify ? "Classify" : "Tag";
+  const int64_t version = response != nullptr ? response->version : 0;
+  const std::string code = StatusCodeName(status.error_code());
+  if (options_.metrics != nullptr) {
+    // Only names in the store become label values (see metrics.h).
+    const bool known = version > 0 || repository_->Has(model);
+    options_.metrics->OnRequestDone(method_name, known ? model : "_unknown", version, code, latency);
+  }
+  if (options_.access_log) {
+    AccessRecord a;
+    a.method = method_name;
+    a.peer = peer;
+    a.model = model;
+    a.version = version;
+    a.request_id = request_id;
+    a.texts = texts;
+    a.code = static_cast<int>(status.error_code());
+    a.code_name = code;
+    a.ms = absl::ToDoubleMilliseconds(latency);
+    if (response != nullptr) {
+      a.tokens = response->tokens;
+      a.queue_ms = absl::ToDoubleMilliseconds(response->queue_time);
+      a.compute_ms = absl::ToDoubleMilliseconds(response->compute_time);
+    }
+    LogAccess(a);
+  }
+}
+
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::CallbackServerContext* ctx,
                                                       const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  const absl::Time start = absl::Now();
+  if (options_.metrics != nullptr) options_.metrics->OnRequestStart();
+  std::string peer = options_.access_log ? ctx->peer() : std::string();
   Request request;
   {
     grpc::ByteBuffer copy(*raw);
     grpc::ProtoBufferReader reader(&copy);
     if (!request.ParseFromZeroCopyStream(&reader)) {
-      reactor->Finish(ToGrpcStatus(ExplainParseFailure(*raw)));
+      const grpc::Status status = ToGrpcStatus(ExplainParseFailure(*raw));
+      Record(method, peer, "", "", 0, status, start, nullptr);
+      reactor->Finish(status);
       return reactor;
     }
   }
@@ -67,30 +105,20 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::Callb
   if (r.request_id.empty()) r.request_id = absl::StrCat("req-", next_id_.fetch_add(1));
   r.deadline = Deadline(ctx);
   r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
-  const absl::Time start = absl::Now();
-  const bool log = options_.access_log;
-  std::string peer = log ? ctx->peer() : std::string();
   std::string model = r.model;
-  const size_t texts = r.texts.size();
+  const int64_t texts = static_cast<int64_t>(r.texts.size());
   std::string request_id = r.request_id;
   core_->Submit(method, std::move(r),
-                [reactor, raw_response, start, log, peer, model, request_id, texts, method](
-                    absl::StatusOr<InferenceResponse> out) {
+                [this, reactor, raw_response, start, peer = std::move(peer), model = std::move(model),
+                 request_id = std::move(request_id), texts, method](absl::StatusOr<InferenceResponse> out) {
                   grpc::Status status = ToGrpcStatus(out.status());
-                  int64_t version = 0;
                   if (out.ok()) {
                     Response response;
                     ToProto(*out, &response);
-                    version = out->version;
                     bool own = false;
                     status = grpc::SerializationTraits<Response>::Serialize(response, raw_response, &own);
                   }
-                  if (log) {
-                    spdlog::info("access method={} peer={} model={}@{} request_id={} texts={} status={} ms={:.3f}",
-                                 method == Method::kClassify ? "Classify" : "Tag", peer, model, version, request_id,
-                                 texts, static_cast<int>(status.error_code()),
-                                 absl::ToDoubleMilliseconds(absl::Now() - start));
-                  }
+                  Record(method, peer, model, request_id, texts, status, start, out.ok() ? &*out : nullptr);
                   reactor->Finish(status);
                 });
   return reactor;

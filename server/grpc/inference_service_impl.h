@@ -12,6 +12,7 @@
 #include "qvi/serving/v1/inference.grpc.pb.h"
 #include "server/core/inference_service.h"
 #include "server/core/model_repository.h"
+#include "server/metrics/metrics.h"
 
 namespace qvi {
 
@@ -25,6 +26,7 @@ class InferenceServiceImpl final : public InferenceBase {
  public:
   struct Options {
     bool access_log = false;
+    Metrics* metrics = nullptr;  // may be null
   };
 
   InferenceServiceImpl(InferenceService* core, const ModelRepository* repository, Options options)
@@ -43,6 +45,10 @@ class InferenceServiceImpl final : public InferenceBase {
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* Infer(Method method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response);
+
+  // Counts and logs one answered call.
+  void Record(Method method, const std::string& peer, const std::string& model, const std::string& request_id,
+              int64_t texts, const grpc::Status& status, absl::Time start, const InferenceResponse* response) const;
 
   InferenceService* core_;
   const ModelRepository* repository_;

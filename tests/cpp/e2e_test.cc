@@ -49,7 +49,8 @@ class ServerProcess {
       freopen(log.c_str(), "a", stdout);
       execl(QVI_SERVER_BINARY, QVI_SERVER_BINARY, "--model-store", store.c_str(), "--port", "0", "--host",
             "127.0.0.1", "--port-file", port_file.c_str(), "--device", "cpu", "--access-log",
-            "--max-texts-per-request", "8", "--max-text-bytes", "1000", "--log-level", "debug", nullptr);
+            "--max-texts-per-request", "8", "--max-text-bytes", "1000", "--log-level", "debug", "--metrics-port", "0",
+            nullptr);
       _exit(127);
     }
     for (int i = 0; i < 1200 && !fs::exists(port_file); ++i) {
@@ -385,8 +386,8 @@ TEST_F(EndToEnd, StressSixtyFourClientsWithDeadlinesAndCancellations) {
   std::map<std::string, int> lines;
   std::istringstream in(log);
   for (std::string line; std::getline(in, line);) {
-    const size_t at = line.find("request_id=st-");
-    if (at != std::string::npos) lines[line.substr(at, line.find(' ', at) - at)]++;
+    const size_t at = line.find("request_id=\"st-");
+    if (at != std::string::npos) lines[line.substr(at, line.find('"', at + 13) - at)]++;
   }
   for (const auto& [id, n] : lines) EXPECT_EQ(n, 1) << id;
   EXPECT_GE(static_cast<int>(lines.size()), ok.load());
@@ -442,7 +443,7 @@ TEST_F(EndToEnd, ZzSigtermUnderLoadAnswersEveryAcceptedRequest) {
   int accepted = 0, answered_ok = 0;
   std::istringstream lines(log);
   for (std::string line; std::getline(lines, line);) {
-    if (line.find("access method=Classify") == std::string::npos || line.find("request_id=zz-") == std::string::npos) continue;
+    if (line.find("access method=Classify") == std::string::npos || line.find("request_id=\"zz-") == std::string::npos) continue;
     ++accepted;
     answered_ok += line.find(" status=0 ") != std::string::npos;
   }

@@ -57,10 +57,12 @@ class ServerProcess:
         assert os.path.exists(SERVER), f"{SERVER} is missing: scripts/test.sh builds it"
         self.work = work
         port_file = os.path.join(work, "port")
+        metrics_port_file = os.path.join(work, "metrics_port")
         self.log_path = os.path.join(work, "server.log")
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen([SERVER, "--model-store", store, "--port", "0", "--host", "127.0.0.1",
-                                      "--port-file", port_file, "--device", "cpu", *extra_args],
+                                      "--port-file", port_file, "--device", "cpu", "--metrics-port", "0",
+                                      "--metrics-port-file", metrics_port_file, *extra_args],
                                      stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while not os.path.exists(port_file):
@@ -69,6 +71,8 @@ class ServerProcess:
             time.sleep(0.05)  # waiting on a process, not on a clock
         with open(port_file) as f:
             self.address = f"127.0.0.1:{int(f.read())}"
+        with open(metrics_port_file) as f:
+            self.metrics_address = f"127.0.0.1:{int(f.read())}"
         self.channel = grpc.insecure_channel(self.address)
         grpc.channel_ready_future(self.channel).result(timeout=30)
 

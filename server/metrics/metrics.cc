@@ -1,0 +1,218 @@
+#include "server/metrics/metrics.h"
+
+#include <httplib.h>
+#include <prometheus/text_serializer.h>
+
+#include <chrono>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
+namespace qvi {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+// 100 µs .. 10 s in 1-2-5 steps.
+Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10};
+}
+Histogram::BucketBoundaries PowersOfTwo(double from, double to) {
+  Histogram::BucketBoundaries b;
+  for (double v = from; v <= to; v *= 2) b.push_back(v);
+  return b;
+}
+Histogram::BucketBoundaries Ratios() { return {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}; }
+
+const char* StateLabel(ModelState s) {
+  switch (s) {
+    case ModelState::kLoading: return "loading";
+    case ModelState::kReady: return "ready";
+    case ModelState::kFailed: return "failed";
+    case ModelState::kUnloading: return "unloading";
+    case ModelState::kUnloaded: return "unloaded";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+Metrics::Metrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      requests_(BuildCounter()
+                    .Name("qvi_requests_total")
+                    .Help("Classify and Tag calls answered, by model, version, method and gRPC status code")
+                    .Register(*registry_)),
+      request_seconds_(BuildHistogram()
+                           .Name("qvi_request_duration_seconds")
+                           .Help("Time from a call's arrival to its answer, by model and method")
+                           .Register(*registry_)),
+      in_flight_(BuildGauge()
+                     .Name("qvi_requests_in_flight")
+                     .Help("Classify and Tag calls received and not yet answered")
+                     .Register(*registry_)
+                     .Add({})),
+      queue_seconds_(BuildHistogram()
+                         .Name("qvi_queue_duration_seconds")
+                         .Help("Time a text waited in its model version's batch queue")
+                         .Register(*registry_)),
+      compute_seconds_(BuildHistogram()
+                           .Name("qvi_compute_duration_seconds")
+                           .Help("Time of one batch: forward pass and post-processing")
+                           .Register(*registry_)),
+      batch_size_(BuildHistogram().Name("qvi_batch_size").Help("Texts per batch").Register(*registry_)),
+      batch_tokens_(BuildHistogram()
+                        .Name("qvi_batch_tokens")
+                        .Help("Padded tokens per batch (texts x the longest text)")
+                        .Register(*registry_)),
+      padding_ratio_(BuildHistogram()
+                         .Name("qvi_batch_padding_ratio")
+                         .Help("Share of a batch's padded tokens that are padding")
+                         .Register(*registry_)),
+      batch_failures_(BuildCounter()
+                          .Name("qvi_batch_failures_total")
+                          .Help("Batches whose forward pass failed or whose outputs contradicted the manifest")
+                          .Register(*registry_)),
+      queue_texts_(BuildGauge()
+                       .Name("qvi_queue_texts")
+                       .Help("Texts waiting in a model version's batch queue")
+                       .Register(*registry_)),
+      model_state_(BuildGauge()
+                       .Name("qvi_model_state")
+                       .Help("1 for each model version's current state (loading, ready, failed, unloading)")
+                       .Register(*registry_)),
+      model_info_(BuildGauge()
+                      .Name("qvi_model_info")
+                      .Help("1 for each loaded model version, with its device and architecture")
+                      .Register(*registry_)) {}
+
+absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Serve(const std::string& host, int port) {
+  auto metrics = std::make_unique<Metrics>();
+  metrics->http_ = std::make_unique<httplib::Server>();
+  Metrics* m = metrics.get();
+  metrics->http_->Get("/metrics", [m](const httplib::Request&, httplib::Response& res) {
+    res.set_content(m->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  const int bound = port == 0 ? metrics->http_->bind_to_any_port(host)
+                              : (metrics->http_->bind_to_port(host, port) ? port : -1);
+  if (bound <= 0) return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", host, ":", port));
+  metrics->port_ = bound;
+  metrics->http_thread_ = std::thread([m] { m->http_->listen_after_bind(); });
+  return metrics;
+}
+
+Metrics::~Metrics() {
+  if (http_) {
+    // stop() does nothing until the listener runs (cpp-httplib 0.11); a metrics server torn down
+    // right after it started must not leave its thread listening.
+    for (int i = 0; i < 1000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    http_->stop();
+    if (http_thread_.joinable()) http_thread_.join();
+  }
+}
+
+std::string Metrics::Serialize() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+void Metrics::OnRequestStart() { in_flight_.Increment(); }
+
+void Metrics::OnRequestDone(const std::string& method, const std::string& model, int64_t version,
+                            const std::string& code, absl::Duration latency) {
+  in_flight_.Decrement();
+  prometheus::Counter* counter = nullptr;
+  prometheus::Histogram* histogram = nullptr;
+  {
+    MutexLock lock(&mu_);
+    prometheus::Counter*& c = request_counters_[{method, model, version, code}];
+    if (c == nullptr) {
+      c = &requests_.Add({{"model", model}, {"version", absl::StrCat(version)}, {"method", method}, {"code", code}});
+    }
+    counter = c;
+    prometheus::Histogram*& h = request_latency_[{method, model}];
+    if (h == nullptr) h = &request_seconds_.Add({{"model", model}, {"method", method}}, LatencyBuckets());
+    histogram = h;
+  }
+  counter->Increment();
+  histogram->Observe(absl::ToDoubleSeconds(latency));
+}
+
+Metrics::VersionSeries& Metrics::SeriesFor(const std::string& model, int64_t version) {
+  VersionSeries& s = versions_[{model, version}];
+  if (s.queue == nullptr) {
+    const prometheus::Labels labels{{"model", model}, {"version", absl::StrCat(version)}};
+    s.queue = &queue_seconds_.Add(labels, LatencyBuckets());
+    s.compute = &compute_seconds_.Add(labels, LatencyBuckets());
+    s.batch_size = &batch_size_.Add(labels, PowersOfTwo(1, 1024));
+    s.batch_tokens = &batch_tokens_.Add(labels, PowersOfTwo(16, 1 << 20));
+    s.padding = &padding_ratio_.Add(labels, Ratios());
+    s.batch_failures = &batch_failures_.Add(labels);
+    s.queue_texts = &queue_texts_.Add(labels);
+  }
+  return s;
+}
+
+void Metrics::OnBatch(const std::string& model, int64_t version, const BatchReport& batch) {
+  VersionSeries s;
+  {
+    MutexLock lock(&mu_);
+    s = SeriesFor(model, version);
+  }
+  for (absl::Duration wait : batch.queue_waits) s.queue->Observe(absl::ToDoubleSeconds(wait));
+  s.compute->Observe(absl::ToDoubleSeconds(batch.compute));
+  s.batch_size->Observe(batch.texts);
+  s.batch_tokens->Observe(static_cast<double>(batch.padded_tokens));
+  if (batch.padded_tokens > 0) {
+    s.padding->Observe(1.0 - static_cast<double>(batch.tokens) / static_cast<double>(batch.padded_tokens));
+  }
+  if (!batch.ok) s.batch_failures->Increment();
+}
+
+void Metrics::OnQueueDepth(const std::string& model, int64_t version, size_t texts) {
+  prometheus::Gauge* gauge = nullptr;
+  {
+    MutexLock lock(&mu_);
+    gauge = SeriesFor(model, version).queue_texts;
+  }
+  gauge->Set(static_cast<double>(texts));
+}
+
+void Metrics::OnModelEvent(const std::string& model, const VersionStatus& status) {
+  MutexLock lock(&mu_);
+  const std::pair<std::string, int64_t> key{model, status.version};
+  auto [it, created] = state_.try_emplace(key, nullptr, nullptr);
+  if (it->second.first != nullptr) model_state_.Remove(it->second.first);
+  if (it->second.second != nullptr) model_info_.Remove(it->second.second);
+  it->second = {nullptr, nullptr};
+  if (status.state == ModelState::kUnloaded) {
+    state_.erase(it);
+    auto series = versions_.find(key);
+    if (series != versions_.end()) {
+      // Histograms of an unloaded version go too: its numbers live on in Prometheus' history.
+      queue_seconds_.Remove(series->second.queue);
+      compute_seconds_.Remove(series->second.compute);
+      batch_size_.Remove(series->second.batch_size);
+      batch_tokens_.Remove(series->second.batch_tokens);
+      padding_ratio_.Remove(series->second.padding);
+      batch_failures_.Remove(series->second.batch_failures);
+      queue_texts_.Remove(series->second.queue_texts);
+      versions_.erase(series);
+    }
+    return;
+  }
+  const std::string version = absl::StrCat(status.version);
+  it->second.first = &model_state_.Add({{"model", model}, {"version", version}, {"state", StateLabel(status.state)}});
+  it->second.first->Set(1);
+  if (status.model != nullptr) {
+    it->second.second = &model_info_.Add({{"model", model},
+                                          {"version", version},
+                                          {"device", status.model->device()},
+                                          {"architecture", status.model->manifest().architecture}});
+    it->second.second->Set(1);
+  }
+}
+
+}  // namespace qvi

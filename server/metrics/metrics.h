@@ -1,0 +1,106 @@
+// The server's Prometheus metrics (prometheus-cpp), served as text exposition on their own port.
+//
+// Names follow Prometheus conventions: base units (seconds), `_total` for counters, a `qvi_`
+// prefix. Latency histograms have 1-2-5 buckets from 100 µs to 10 s, so both sub-millisecond
+// queue waits and multi-second batches resolve. Every series carries `model` and, where one
+// version is concerned, `version`.
+//
+// Label values come from the store, never from clients: a request for a model the server does not
+// have is counted under model="_unknown", so a client cannot grow the number of series.
+#ifndef QVI_SERVER_METRICS_METRICS_H_
+#define QVI_SERVER_METRICS_METRICS_H_
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include "absl/status/statusor.h"
+#include "server/core/model_repository.h"
+#include "server/core/observer.h"
+#include "server/core/sync.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace qvi {
+
+class Metrics final : public ServingObserver {
+ public:
+  // Metrics kept in a registry only (tests read them with Serialize()).
+  Metrics();
+  // The same, served at http://<host>:<port>/metrics; port 0 picks a free port (see port()).
+  static absl::StatusOr<std::unique_ptr<Metrics>> Serve(const std::string& host, int port);
+  ~Metrics() override;
+
+  int port() const { return port_; }
+  // The registry in Prometheus text format, as a scrape would see it.
+  std::string Serialize() const;
+
+  // A Classify/Tag call: counted in flight from its start to its answer.
+  void OnRequestStart();
+  // `model` is the name to label it with (already "_unknown" for models not in the store),
+  // `version` the version that served it (0 when none did), `code` the gRPC status code name.
+  void OnRequestDone(const std::string& method, const std::string& model, int64_t version, const std::string& code,
+                     absl::Duration latency);
+
+  // ServingObserver: from the model instance threads.
+  void OnBatch(const std::string& model, int64_t version, const BatchReport& batch) override;
+  void OnQueueDepth(const std::string& model, int64_t version, size_t texts) override;
+
+  // The repository's events: qvi_model_state{model,version,state} is 1 for a version's current
+  // state; an unloaded version's series are removed.
+  void OnModelEvent(const std::string& model, const VersionStatus& status);
+
+ private:
+  struct VersionSeries {
+    prometheus::Histogram* queue = nullptr;
+    prometheus::Histogram* compute = nullptr;
+    prometheus::Histogram* batch_size = nullptr;
+    prometheus::Histogram* batch_tokens = nullptr;
+    prometheus::Histogram* padding = nullptr;
+    prometheus::Counter* batch_failures = nullptr;
+    prometheus::Gauge* queue_texts = nullptr;
+  };
+  VersionSeries& SeriesFor(const std::string& model, int64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread http_thread_;
+  int port_ = 0;
+
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& request_seconds_;
+  prometheus::Gauge& in_flight_;
+  prometheus::Family<prometheus::Histogram>& queue_seconds_;
+  prometheus::Family<prometheus::Histogram>& compute_seconds_;
+  prometheus::Family<prometheus::Histogram>& batch_size_;
+  prometheus::Family<prometheus::Histogram>& batch_tokens_;
+  prometheus::Family<prometheus::Histogram>& padding_ratio_;
+  prometheus::Family<prometheus::Counter>& batch_failures_;
+  prometheus::Family<prometheus::Gauge>& queue_texts_;
+  prometheus::Family<prometheus::Gauge>& model_state_;
+  prometheus::Family<prometheus::Gauge>& model_info_;
+
+  Mutex mu_;
+  // Series looked up per event; prometheus-cpp's Family::Add would do the same under its own lock,
+  // but this map also lets an unloaded version's series be removed.
+  std::map<std::pair<std::string, int64_t>, VersionSeries> versions_ ABSL_GUARDED_BY(mu_);
+  std::map<std::tuple<std::string, std::string, int64_t, std::string>, prometheus::Counter*> request_counters_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, prometheus::Histogram*> request_latency_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int64_t>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> state_
+      ABSL_GUARDED_BY(mu_);  // (state gauge, info gauge)
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_METRICS_METRICS_H_

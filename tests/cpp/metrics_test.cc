@@ -1,0 +1,92 @@
+// The Prometheus metrics as a scrape sees them: names, labels, buckets, and the life of a model
+// version's series. Fed by hand, read back with Serialize() (no port, no threads).
+#include "server/metrics/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace qvi {
+namespace {
+
+// The value of the one sample line that starts with `series` (name and labels), or -1.
+double Sample(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+TEST(MetricsTest, RequestsAreCountedByModelVersionMethodAndCode) {
+  Metrics m;
+  m.OnRequestStart();
+  m.OnRequestStart();
+  EXPECT_EQ(Sample(m.Serialize(), "qvi_requests_in_flight"), 2);
+  m.OnRequestDone("Classify", "sentiment", 1, "OK", absl::Microseconds(300));
+  m.OnRequestDone("Classify", "_unknown", 0, "NOT_FOUND", absl::Seconds(3));
+  const std::string text = m.Serialize();
+  EXPECT_EQ(Sample(text, "qvi_requests_in_flight"), 0);
+  EXPECT_EQ(Sample(text, R"(qvi_requests_total{code="OK",method="Classify",model="sentiment",version="1"})"), 1);
+  EXPECT_EQ(Sample(text, R"(qvi_requests_total{code="NOT_FOUND",method="Classify",model="_unknown",version="0"})"), 1);
+  // Sub-millisecond and multi-second latencies land in different buckets.
+  EXPECT_EQ(Sample(text, R"(qvi_request_duration_seconds_bucket{method="Classify",model="sentiment",le="0.0002"})"), 0);
+  EXPECT_EQ(Sample(text, R"(qvi_request_duration_seconds_bucket{method="Classify",model="sentiment",le="0.0005"})"), 1);
+  EXPECT_EQ(Sample(text, R"(qvi_request_duration_seconds_bucket{method="Classify",model="_unknown",le="2"})"), 0);
+  EXPECT_EQ(Sample(text, R"(qvi_request_duration_seconds_bucket{method="Classify",model="_unknown",le="5"})"), 1);
+  EXPECT_NE(text.find("# TYPE qvi_requests_total counter"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE qvi_request_duration_seconds histogram"), std::string::npos);
+}
+
+TEST(MetricsTest, BatchesReportSizeTokensPaddingQueueAndCompute) {
+  Metrics m;
+  BatchReport b;
+  b.texts = 4;
+  b.tokens = 24;
+  b.padded_tokens = 32;  // 4 texts x 8: a quarter is padding
+  b.compute = absl::Milliseconds(3);
+  b.queue_waits = {absl::Microseconds(150), absl::Microseconds(150), absl::Milliseconds(1), absl::Milliseconds(2)};
+  m.OnBatch("sentiment", 2, b);
+  b.ok = false;
+  m.OnBatch("sentiment", 2, b);
+  m.OnQueueDepth("sentiment", 2, 7);
+  const std::string t = m.Serialize();
+  const std::string v = R"(model="sentiment",version="2")";
+  EXPECT_EQ(Sample(t, "qvi_batch_size_count{" + v + "}"), 2);
+  EXPECT_EQ(Sample(t, "qvi_batch_size_sum{" + v + "}"), 8);
+  EXPECT_EQ(Sample(t, "qvi_batch_tokens_sum{" + v + "}"), 64);
+  EXPECT_DOUBLE_EQ(Sample(t, "qvi_batch_padding_ratio_sum{" + v + "}"), 0.5);
+  EXPECT_EQ(Sample(t, "qvi_queue_duration_seconds_count{" + v + "}"), 8);
+  EXPECT_EQ(Sample(t, "qvi_queue_duration_seconds_bucket{" + v + R"(,le="0.0002"})"), 4);
+  EXPECT_EQ(Sample(t, "qvi_compute_duration_seconds_bucket{" + v + R"(,le="0.005"})"), 2);
+  EXPECT_EQ(Sample(t, "qvi_batch_failures_total{" + v + "}"), 1);
+  EXPECT_EQ(Sample(t, "qvi_queue_texts{" + v + "}"), 7);
+}
+
+TEST(MetricsTest, ModelStateFollowsTheLifecycleAndUnloadedSeriesGo) {
+  Metrics m;
+  m.OnModelEvent("ner", VersionStatus{3, ModelState::kLoading, "loading", nullptr, {}});
+  EXPECT_EQ(Sample(m.Serialize(), R"(qvi_model_state{model="ner",state="loading",version="3"})"), 1);
+  m.OnModelEvent("ner", VersionStatus{3, ModelState::kFailed, "corrupt", nullptr, {}});
+  std::string t = m.Serialize();
+  EXPECT_EQ(Sample(t, R"(qvi_model_state{model="ner",state="loading",version="3"})"), -1) << "one state at a time";
+  EXPECT_EQ(Sample(t, R"(qvi_model_state{model="ner",state="failed",version="3"})"), 1);
+
+  m.OnModelEvent("ner", VersionStatus{2, ModelState::kReady, "", nullptr, {}});
+  m.OnQueueDepth("ner", 2, 1);
+  m.OnModelEvent("ner", VersionStatus{2, ModelState::kUnloading, "replaced", nullptr, {}});
+  m.OnModelEvent("ner", VersionStatus{2, ModelState::kUnloaded, "unloaded", nullptr, {}});
+  t = m.Serialize();
+  EXPECT_EQ(t.find(R"(version="2")"), std::string::npos) << "an unloaded version leaves no series:\n" << t;
+  EXPECT_EQ(Sample(t, R"(qvi_model_state{model="ner",state="failed",version="3"})"), 1);
+}
+
+TEST(MetricsTest, ServesTheTextFormatOverHttp) {
+  absl::StatusOr<std::unique_ptr<Metrics>> m = Metrics::Serve("127.0.0.1", 0);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_GT((*m)->port(), 0);
+  // The HTTP side is exercised end to end by tests/python/test_observability.py (a real Prometheus).
+}
+
+}  // namespace
+}  // namespace qvi
