@@ -31,9 +31,10 @@ constexpr char kJsonTime[] = R"({"time":"%Y-%m-%dT%H:%M:%S.%f%z","level":"%l",)"
 
 void ConfigureLogging(const std::string& level, LogFormat format) {
   g_format = format;
-  auto sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
-  auto main = std::make_shared<spdlog::logger>("qvi", sink);
-  auto access = std::make_shared<spdlog::logger>("access", sink);
+  // A sink each: spdlog keeps the format in the sink. Both console sinks share spdlog's console
+  // mutex, so their lines never interleave.
+  auto main = std::make_shared<spdlog::logger>("qvi", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  auto access = std::make_shared<spdlog::logger>("access", std::make_shared<spdlog::sinks::stderr_sink_mt>());
   if (format == LogFormat::kJson) {
     auto formatter = std::make_unique<spdlog::pattern_formatter>();
     formatter->add_flag<JsonEscapedMessage>('*').set_pattern(std::string(kJsonTime) + R"("msg":"%*"})");

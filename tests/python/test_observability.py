@@ -1,0 +1,191 @@
+"""Observability against real components: a real Prometheus (Debian's package) scrapes qvi-server
+while clients send traffic, and PromQL through its HTTP API shows a request rate and latency
+quantiles for each model; every query of the Grafana dashboard evaluates; the alerting rules load
+in Prometheus and pass promtool's checks and unit tests; JSON logs are one object per line.
+Bounded: every wait has a deadline and waits on the component's own answers."""
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from conftest import REPO, STORE, ServerProcess
+
+DEPLOY = os.path.join(REPO, "deploy")
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+WAIT_S = 90
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def served(api):
+    work = tempfile.mkdtemp(prefix="qvi_obs_py_")
+    proc = ServerProcess(STORE, work, "--access-log", "--log-format", "json")
+    yield proc
+    proc.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def prometheus(served):
+    assert PROMETHEUS, "prometheus is missing: scripts/setup.sh installs Debian's package"
+    work = tempfile.mkdtemp(prefix="qvi_prom_")
+    shutil.copy(os.path.join(DEPLOY, "prometheus", "alerts.yml"), work)
+    config = os.path.join(work, "prometheus.yml")
+    with open(config, "w") as f:
+        f.write(f"""global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [alerts.yml]
+scrape_configs:
+  - job_name: qvi-serve
+    static_configs:
+      - targets: ["{served.metrics_address}"]
+""")
+    port = free_port()
+    log = open(os.path.join(work, "prometheus.log"), "w")
+    proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={work}/data",
+                             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        assert proc.poll() is None, open(log.name).read()
+        try:
+            with urllib.request.urlopen(base + "/-/ready", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "prometheus did not become ready"
+        time.sleep(0.1)
+    yield base
+    proc.terminate()
+    proc.wait(timeout=30)
+    log.close()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def api_get(base, path, **params):
+    url = f"{base}{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        body = json.load(r)
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def query(base, expr):
+    return api_get(base, "/api/v1/query", query=expr)["result"]
+
+
+def per_model(result):
+    return {r["metric"].get("model"): float(r["value"][1]) for r in result}
+
+
+class Traffic:
+    def __init__(self, api, channel):
+        pb, pb_grpc = api
+        self.stub = pb_grpc.InferenceStub(channel)
+        self.pb = pb
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(3)]
+
+    def run(self, i):
+        pb = self.pb
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            if i == 0:
+                self.stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=[f"Paris and Berlin {n}"]), timeout=30)
+            else:
+                self.stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"),
+                                                      texts=["a good film", f"dull and long {n}"]), timeout=30)
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=60)
+
+
+def test_prometheus_sees_request_rate_and_latency_per_model(served, prometheus, api):
+    rate = "sum by (model) (rate(qvi_requests_total[30s]))"
+    p99 = "histogram_quantile(0.99, sum by (model, le) (rate(qvi_request_duration_seconds_bucket[30s])))"
+    p50_queue = "histogram_quantile(0.5, sum by (model, le) (rate(qvi_queue_duration_seconds_bucket[30s])))"
+    with Traffic(api, served.channel):
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            rates, lat, queue = per_model(query(prometheus, rate)), per_model(query(prometheus, p99)), \
+                per_model(query(prometheus, p50_queue))
+            ready = all(rates.get(m, 0) > 0 and math.isfinite(lat.get(m, math.nan)) and lat[m] > 0
+                        and math.isfinite(queue.get(m, math.nan)) for m in ("sentiment", "ner"))
+            if ready:
+                break
+            assert time.monotonic() < deadline, f"no rate/latency yet: {rates} {lat} {queue}"
+            time.sleep(0.5)
+    for m in ("sentiment", "ner"):
+        assert 0 < lat[m] < 10, lat  # seconds; inside the histogram's range
+    targets = api_get(prometheus, "/api/v1/targets")["activeTargets"]
+    assert [t["health"] for t in targets] == ["up"], targets
+
+
+def test_every_dashboard_query_evaluates(served, prometheus):
+    with open(os.path.join(DEPLOY, "grafana", "qvi-serve.json")) as f:
+        dashboard = json.load(f)
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    assert len(exprs) >= 10
+    for expr in exprs:
+        concrete = expr.replace("$__rate_interval", "30s").replace("$model", ".*")
+        result = query(prometheus, concrete)  # raises unless Prometheus accepted it
+        assert isinstance(result, list), expr
+    # The series the dashboard draws exist for the demo models.
+    assert {"sentiment", "ner"} <= set(per_model(query(prometheus, "qvi_model_state == 1")))
+
+
+def test_alert_rules_load_and_pass_their_unit_tests(prometheus):
+    groups = api_get(prometheus, "/api/v1/rules")["groups"]
+    rules = {r["name"]: r for g in groups for r in g["rules"]}
+    assert {"QviHighErrorRate", "QviHighP99Latency", "QviModelNotReady", "QviModelVersionFailed"} <= set(rules)
+    assert all(r["health"] == "ok" for r in rules.values()), rules
+    folder = os.path.join(DEPLOY, "prometheus")
+    for args in (["check", "rules", "alerts.yml"], ["test", "rules", "alerts_test.yml"],
+                 ["check", "config", "prometheus.yml"]):
+        out = subprocess.run([PROMTOOL, *args], cwd=folder, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_json_logs_are_one_object_per_line(served, api):
+    pb, pb_grpc = api
+    pb_grpc.InferenceStub(served.channel).Classify(
+        pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine", "a \"quoted\"\nline"],
+                           request_id="json-log-1"), timeout=30)
+    deadline = time.monotonic() + WAIT_S
+    while '"json-log-1"' not in served.log():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    records = [json.loads(line) for line in served.log().splitlines() if line.strip()]
+    assert all({"time", "level"} <= set(r) for r in records)
+    assert any("msg" in r and "READY" in r["msg"] for r in records)
+    access = [r for r in records if r.get("request_id") == "json-log-1"]
+    assert len(access) == 1, access
+    a = access[0]
+    assert (a["logger"], a["method"], a["model"], a["version"], a["texts"], a["code"]) == \
+        ("access", "Classify", "sentiment", 1, 2, "OK")
+    assert a["tokens"] >= 5 and a["ms"] >= a["compute_ms"] > 0 and a["queue_ms"] >= 0
