@@ -1,9 +1,11 @@
 // qvi-client: call a qvi-server from the command line.
 //   qvi-client classify --model sentiment "A moving film." --attention --gates
 //   qvi-client tag --model ner "Barack Obama visited Paris."
+//   qvi-client classify --model sentiment "A moving film." --html why.html
 //   qvi-client models            qvi-client health [--model NAME]
-// Human output by default (tokens coloured by α when the terminal allows); --json prints the
-// response message as JSON for scripts.
+// Human output by default (heat-maps of α and β over the tokens when the terminal allows colour);
+// --json prints the response message as JSON for scripts; --html FILE writes a report to open in
+// a browser (client/html_report.h).
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
@@ -15,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#include <fstream>
+
+#include "client/html_report.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "qvi/serving/v1/inference.grpc.pb.h"
 
@@ -37,6 +42,11 @@ struct Explain {
   bool gates = false;
   bool tokens = false;
   bool error_on_truncation = false;
+  bool layer_gates = false;
+  bool attention_maps = false;
+  std::vector<int> layers, heads;
+  std::string reduce = "none";
+  std::string html;  // write an HTML report here
 };
 
 bool UseColor(const Common& c) {
@@ -64,19 +74,35 @@ void SetDeadline(grpc::ClientContext& ctx, const Common& c) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(c.timeout * 1000)));
 }
 
-// A token on a background whose intensity follows its weight (0..1, scaled to the text's maximum).
-std::string Shade(const std::string& text, float weight, bool color) {
+// A token on a background whose intensity follows its weight (0..1): a 6-step ramp of the
+// 256-colour palette from white to red (α) or to blue (β).
+std::string Shade(const std::string& text, float weight, bool beta, bool color) {
   if (!color) return text;
-  const int level = 232 + static_cast<int>(weight * 23.0f + 0.5f);  // the 24-step grey ramp
-  return "\033[48;5;" + std::to_string(level) + (weight > 0.5f ? "m\033[30m" : "m\033[97m") + text + "\033[0m";
+  static const int kRed[] = {231, 224, 217, 210, 203, 196};
+  static const int kBlue[] = {231, 195, 153, 111, 69, 27};
+  const int step = std::clamp(static_cast<int>(weight * 5.0f + 0.5f), 0, 5);
+  const int bg = beta ? kBlue[step] : kRed[step];
+  return "\033[48;5;" + std::to_string(bg) + (step >= 4 ? "m\033[97m" : "m\033[30m") + text + "\033[0m";
 }
 
 void PrintTokens(const google::protobuf::RepeatedPtrField<v1::Token>& tokens, bool color) {
   float max_a = 1e-9f;
-  for (const auto& t : tokens) if (t.has_attention()) max_a = std::max(max_a, t.attention());
-  std::string line;
-  for (const auto& t : tokens) line += Shade(t.text(), t.has_attention() ? t.attention() / max_a : 0, color) + " ";
-  std::cout << "  " << line << "\n";
+  bool any_a = false, any_b = false;
+  for (const auto& t : tokens) {
+    if (t.has_attention()) max_a = std::max(max_a, t.attention());
+    any_a = any_a || t.has_attention();
+    any_b = any_b || t.has_gate();
+  }
+  if (color && any_a) {  // α scaled to the text's largest weight, β as it is
+    std::string line;
+    for (const auto& t : tokens) line += Shade(t.text(), t.attention() / max_a, false, true) + " ";
+    std::cout << "  α " << line << "\n";
+  }
+  if (color && any_b) {
+    std::string line;
+    for (const auto& t : tokens) line += Shade(t.text(), t.gate(), true, true) + " ";
+    std::cout << "  β " << line << "\n";
+  }
   for (const auto& t : tokens) {
     std::printf("    %-18s [%u,%u)", t.text().c_str(), t.start(), t.end());
     if (!t.tag().empty()) std::printf("  %-14s", t.tag().c_str());
@@ -93,6 +119,66 @@ void Fill(v1::OutputOptions* o, const Explain& e) {
   o->set_gates(e.gates);
   o->set_tokens(e.tokens);
   if (e.error_on_truncation) o->set_truncation(v1::TRUNCATION_POLICY_ERROR);
+  if (e.layer_gates || e.attention_maps) {
+    v1::LayerOptions* l = o->mutable_layers();
+    l->set_gates(e.layer_gates);
+    l->set_attention_maps(e.attention_maps);
+    for (int x : e.layers) l->add_layers(x);
+    for (int x : e.heads) l->add_heads(x);
+    l->set_reduction(e.reduce == "mean-heads" ? v1::LAYER_REDUCTION_MEAN_HEADS
+                     : e.reduce == "mean-all" ? v1::LAYER_REDUCTION_MEAN_ALL
+                                              : v1::LAYER_REDUCTION_NONE);
+  }
+}
+
+// For --html: the model's version as GetModel describes it, and every explanation it can give.
+// Transformers' maps come one per layer (mean of heads) unless the user chose layer options.
+bool PrepareReport(v1::Inference::Stub& stub, const Common& c, Explain& e, v1::ModelVersion& model) {
+  v1::GetModelRequest req;
+  req.mutable_model()->set_name(c.model);
+  req.mutable_model()->set_version(c.version);
+  v1::GetModelResponse resp;
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, c);
+  grpc::Status s = stub.GetModel(&ctx, req, &resp);
+  if (!s.ok()) {
+    Fail(s);
+    return false;
+  }
+  for (const auto& v : resp.model().versions()) {
+    if (v.state() == v1::MODEL_STATE_READY && (c.version == 0 || v.version() == c.version)) {
+      model = v;
+      break;
+    }
+  }
+  if (model.version() == 0) {
+    std::cerr << "error: model '" << c.model << "' has no ready version to explain\n";
+    return false;
+  }
+  auto has = [&model](const std::string& name) {
+    for (const auto& o : model.metadata().outputs()) if (o.name() == name) return true;
+    return false;
+  };
+  e.tokens = true;
+  e.attention = e.attention || has("attention");
+  e.gates = e.gates || has("gates") || has("lambda_q");
+  if (model.metadata().layers() > 0 && !e.layer_gates && !e.attention_maps) {
+    e.attention_maps = has("layer_attention");
+    e.layer_gates = has("layer_gates") || has("layer_lambda_q");
+    e.reduce = "mean-heads";
+  }
+  return true;
+}
+
+bool WriteReport(const std::string& path, const std::string& html) {
+  std::ofstream out(path, std::ios::binary);
+  out << html;
+  if (!out) {
+    std::cerr << "error: cannot write " << path << "\n";
+    return false;
+  }
+  std::cerr << "wrote " << path << "\n";
+  return true;
 }
 
 // Builds a Classify or Tag request, calls `rpc`, and prints JSON when asked. Returns the exit code
@@ -115,12 +201,17 @@ int Call(Rpc rpc, const Common& c, const Explain& e, const std::vector<std::stri
   return -1;
 }
 
-int Classify(v1::Inference::Stub& stub, const Common& c, const Explain& e, const std::vector<std::string>& texts) {
+int Classify(v1::Inference::Stub& stub, const Common& c, Explain e, const std::vector<std::string>& texts) {
+  v1::ModelVersion model;
+  if (!e.html.empty() && !PrepareReport(stub, c, e, model)) return 1;
   v1::ClassifyResponse resp;
   auto rpc = [&stub](grpc::ClientContext* ctx, const v1::ClassifyRequest& req, v1::ClassifyResponse* out) {
     return stub.Classify(ctx, req, out);
   };
-  if (int rc = Call<v1::ClassifyRequest>(rpc, c, e, texts, resp); rc >= 0) return rc;
+  const int rc = Call<v1::ClassifyRequest>(rpc, c, e, texts, resp);
+  if (rc > 0) return rc;
+  if (!e.html.empty() && !WriteReport(e.html, qvi::client::HtmlReport(model, c.model, texts, resp))) return 1;
+  if (rc == 0) return 0;
   const bool color = UseColor(c);
   for (int i = 0; i < resp.results_size(); ++i) {
     const v1::Classification& r = resp.results(i);
@@ -133,12 +224,17 @@ int Classify(v1::Inference::Stub& stub, const Common& c, const Explain& e, const
   return 0;
 }
 
-int Tag(v1::Inference::Stub& stub, const Common& c, const Explain& e, const std::vector<std::string>& texts) {
+int Tag(v1::Inference::Stub& stub, const Common& c, Explain e, const std::vector<std::string>& texts) {
+  v1::ModelVersion model;
+  if (!e.html.empty() && !PrepareReport(stub, c, e, model)) return 1;
   v1::TagResponse resp;
   auto rpc = [&stub](grpc::ClientContext* ctx, const v1::TagRequest& req, v1::TagResponse* out) {
     return stub.Tag(ctx, req, out);
   };
-  if (int rc = Call<v1::TagRequest>(rpc, c, e, texts, resp); rc >= 0) return rc;
+  const int rc = Call<v1::TagRequest>(rpc, c, e, texts, resp);
+  if (rc > 0) return rc;
+  if (!e.html.empty() && !WriteReport(e.html, qvi::client::HtmlReport(model, c.model, texts, resp))) return 1;
+  if (rc == 0) return 0;
   const bool color = UseColor(c);
   for (int i = 0; i < resp.results_size(); ++i) {
     const v1::Tagging& r = resp.results(i);
@@ -231,6 +327,14 @@ int main(int argc, char** argv) {
     sub->add_flag("--gates", explain.gates, "per-token QVI gates β");
     sub->add_flag("--tokens", explain.tokens, "list the tokens");
     sub->add_flag("--error-on-truncation", explain.error_on_truncation, "fail instead of truncating long texts");
+    sub->add_flag("--layer-gates", explain.layer_gates, "Transformers: gates of each layer and head");
+    sub->add_flag("--attention-maps", explain.attention_maps, "Transformers: T x T self-attention maps");
+    sub->add_option("--layers", explain.layers, "layers to return (default all)")->delimiter(',');
+    sub->add_option("--heads", explain.heads, "heads to return (default all)")->delimiter(',');
+    sub->add_option("--reduce", explain.reduce, "none, mean-heads or mean-all")
+        ->check(CLI::IsMember({"none", "mean-heads", "mean-all"}));
+    sub->add_option("--html", explain.html,
+                    "also write a self-contained HTML report of every explanation the model gives (open it in a browser)");
     sub->add_option("texts", texts, "texts to send; '-' reads one text per line from standard input")->required();
   };
   CLI::App* classify = app.add_subcommand("classify", "labels for each text");

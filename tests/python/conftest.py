@@ -88,7 +88,13 @@ class ServerProcess:
 
 
 @pytest.fixture(scope="session")
-def server():
+def server(server_process):
+    """A channel to the session's qvi-server (server_process)."""
+    return server_process.channel
+
+
+@pytest.fixture(scope="session")
+def server_process():
     """qvi-server on a free port over a copy of the demo store plus a corrupt version."""
     work = tempfile.mkdtemp(prefix="qvi_e2e_py_")
     store = os.path.join(work, "store")
@@ -101,6 +107,6 @@ def server():
     with open(os.path.join(store, "ner", "3", "model.pt"), "wb") as f:
         f.write(b"\x00not a model")
     proc = ServerProcess(store, work)
-    yield proc.channel
+    yield proc
     proc.stop()
     shutil.rmtree(work, ignore_errors=True)

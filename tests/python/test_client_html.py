@@ -1,0 +1,88 @@
+"""qvi-client's HTML report in a real browser: headless Chromium (Debian's package) loads the page
+qvi-client wrote, runs its script without errors, and its screenshot shows the highlighted tokens
+(α in red, β in blue) and, for Tag, the highlighted entity. Texts are escaped, never run."""
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+from PIL import Image
+
+from conftest import REPO
+
+CLIENT = os.environ.get("QVI_CLIENT", os.path.join(REPO, "build", "qvi-client"))
+CHROMIUM = shutil.which("chromium")
+
+
+@pytest.fixture
+def work():
+    d = tempfile.mkdtemp(prefix="qvi_html_")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def client(server_process, *args):
+    out = subprocess.run([CLIENT, "--server", server_process.address, "--color", "never", *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+def browser(*args):
+    assert CHROMIUM, "chromium is missing: scripts/setup.sh installs Debian's package"
+    out = subprocess.run([CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                          "--no-first-run", "--disable-dev-shm-usage", *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def render(page, png):
+    """The DOM after the page's scripts ran, and a screenshot."""
+    dom = browser("--dump-dom", f"file://{page}")
+    browser("--window-size=1200,1400", f"--screenshot={png}", f"file://{page}")
+    return dom, Image.open(png).convert("RGB")
+
+
+def count(img, predicate):
+    return sum(1 for p in img.getdata() if predicate(p))
+
+
+def near(rgb, target, tol=12):
+    return all(abs(a - b) <= tol for a, b in zip(rgb, target))
+
+
+def test_classify_report_renders_with_highlighted_tokens(server_process, work):
+    page = os.path.join(work, "why.html")
+    hostile = "<script>document.title='pwned'</script> dull & long"
+    stdout = client(server_process, "classify", "--model", "sentiment", "--top-k", "2", "--html", page,
+                    "A gorgeous, moving film.", hostile)
+    assert "positive" in stdout or "negative" in stdout
+    html = open(page, encoding="utf-8").read()
+    assert "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt; dull &amp; long" in html
+    assert "http://" not in html and "https://" not in html  # self-contained: nothing fetched
+    dom, img = render(page, os.path.join(work, "why.png"))
+    assert 'data-ready="yes"' in dom, "the page's script did not finish"
+    assert 'data-script-errors="yes"' not in dom and '<pre id="errors"></pre>' in dom, "the page had script errors"
+    assert "pwned" not in dom.split("<title>")[1].split("</title>")[0]
+    assert dom.count('class="tok"') >= 2 * 6  # α and β rows of the first text at least
+    assert "Self-attention maps" in dom and "layer 1, mean of heads" in dom
+    # The most attended token of each text is drawn at full red; β boxes are blue.
+    red = count(img, lambda p: near(p, (220, 38, 38)))
+    blue = count(img, lambda p: p[2] > 200 and p[2] - p[0] > 90 and p[2] - p[1] > 50)
+    assert red > 300, f"{red} red pixels: the α highlight is missing"
+    assert blue > 300, f"{blue} blue pixels: the β highlight is missing"
+
+
+def test_tag_report_highlights_the_entity(server_process, work):
+    page = os.path.join(work, "ner.html")
+    text = "Barack Obama flew to Paris with Microsoft people 😀 ."
+    client(server_process, "tag", "--model", "ner", "--html", page, text)
+    dom, img = render(page, os.path.join(work, "ner.png"))
+    assert 'data-ready="yes"' in dom and 'data-script-errors="yes"' not in dom and '<pre id="errors"></pre>' in dom
+    assert '<mark class="ent"' in dom, "no entity span on the page"
+    # Spans are cut from the original text by their byte offsets: the page shows it whole.
+    assert "😀" in dom and "Barack Obama flew to" in dom
+    marked = count(img, lambda p: near(p, (253, 230, 138), tol=6))  # the entity's background
+    assert marked > 100, f"{marked} highlighted pixels: the entity span is not highlighted"
