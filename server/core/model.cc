@@ -119,7 +119,8 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, cons
 }
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch::Tensor& ids, const torch::Tensor& mask,
-                                                                    const std::vector<std::string>& wanted) const {
+                                                                    const std::vector<std::string>& wanted,
+                                                                    const OutputSelection& selection) const {
   std::map<std::string, torch::Tensor> out;
   try {
     c10::InferenceMode guard;
@@ -130,9 +131,28 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch:
     c10::Dict<c10::IValue, c10::IValue> result = module_.forward(inputs).toGenericDict();
     for (const std::string& name : wanted) {
       auto it = result.find(name);
-      if (it != result.end()) out[name] = it->value().toTensor().to(torch::kCPU);
+      if (it != result.end()) out[name] = it->value().toTensor();
     }
     if (absl::Status s = CheckOutputs(manifest_, out, ids.size(0), ids.size(1)); !s.ok()) return s;
+    // Only the selected layers and heads of the per-layer outputs are copied off the device.
+    torch::Tensor layer_index, head_index;
+    for (auto& [name, t] : out) {
+      if (name.rfind("layer_", 0) == 0) {
+        if (!selection.layers.empty()) {
+          if (selection.layers.back() >= t.size(1)) return absl::InternalError("layer selection out of range");
+          layer_index = torch::tensor(selection.layers, torch::kLong);
+          t = t.index_select(1, layer_index.to(t.device()));
+        }
+        if (!selection.heads.empty()) {
+          if (selection.heads.back() >= t.size(2)) return absl::InternalError("head selection out of range");
+          head_index = torch::tensor(selection.heads, torch::kLong);
+          t = t.index_select(2, head_index.to(t.device()));
+        }
+      }
+      t = t.to(torch::kCPU);
+    }
+    if (layer_index.defined()) out["layer_index"] = layer_index;
+    if (head_index.defined()) out["head_index"] = head_index;
   } catch (const std::exception& e) {
     std::string what = e.what();
     return absl::InternalError(absl::StrCat("model failed: ", what.substr(0, what.find('\n'))));

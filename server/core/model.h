@@ -43,6 +43,14 @@ class DeviceStreamScope {
   std::unique_ptr<c10::StreamGuard> guard_;
 };
 
+// Which layers and heads of the per-layer outputs (layer_*) leave the device; empty = all. The
+// model's outputs keep their order; Forward() adds "layer_index" and "head_index" (int64) naming
+// the original layer and head at each position when it selected any.
+struct OutputSelection {
+  std::vector<int64_t> layers;
+  std::vector<int64_t> heads;
+};
+
 class Model {
  public:
   // Reads model.pt, checks its manifest and vocabulary, moves it to `device` and runs one warm-up
@@ -55,7 +63,8 @@ class Model {
   // CPU and complete when this returns. Outputs whose shape or type contradicts the manifest are an
   // INTERNAL error: a model file is untrusted input too.
   absl::StatusOr<std::map<std::string, torch::Tensor>> Forward(const torch::Tensor& ids, const torch::Tensor& mask,
-                                                               const std::vector<std::string>& wanted) const;
+                                                               const std::vector<std::string>& wanted,
+                                                               const OutputSelection& selection = {}) const;
 
   const Manifest& manifest() const { return manifest_; }
   const Vocabulary& vocabulary() const { return vocabulary_; }

@@ -9,11 +9,14 @@ namespace qvi {
 
 RunnableRequest::RunnableRequest(std::vector<std::vector<int64_t>> ids, std::vector<std::string> wanted,
                                  absl::Time deadline, std::function<bool()> is_cancelled, RowHandler on_row,
-                                 std::function<void(absl::Status)> on_done)
+                                 std::function<void(absl::Status)> on_done, OutputSelection selection)
     : BatchRequest(Counts(ids), deadline, std::move(is_cancelled), std::move(on_done)),
       ids_(std::move(ids)),
       wanted_(std::move(wanted)),
-      on_row_(std::move(on_row)) {}
+      on_row_(std::move(on_row)),
+      selection_(std::move(selection)),
+      wants_layers_(std::any_of(wanted_.begin(), wanted_.end(),
+                                [](const std::string& w) { return w.rfind("layer_", 0) == 0; })) {}
 
 std::vector<int> RunnableRequest::Counts(const std::vector<std::vector<int64_t>>& ids) {
   std::vector<int> counts;
@@ -92,12 +95,24 @@ void ModelRunner::Run(std::vector<QueuedText>& batch) const {
   int64_t width = 1;
   int64_t tokens = 0;
   std::set<std::string> wanted;
+  // The layers and heads any text of the batch wants: the union, or all when one wants all.
+  bool all_layers = false, all_heads = false, any_layers = false;
+  std::set<int64_t> layers, heads;
   for (const QueuedText& t : batch) {
     const auto& r = static_cast<const RunnableRequest&>(*t.request);
     width = std::max<int64_t>(width, static_cast<int64_t>(r.ids(t.index).size()));
     tokens += static_cast<int64_t>(r.ids(t.index).size());
     wanted.insert(r.wanted().begin(), r.wanted().end());
+    if (!r.wants_layers()) continue;
+    any_layers = true;
+    all_layers = all_layers || r.selection().layers.empty();
+    all_heads = all_heads || r.selection().heads.empty();
+    layers.insert(r.selection().layers.begin(), r.selection().layers.end());
+    heads.insert(r.selection().heads.begin(), r.selection().heads.end());
   }
+  OutputSelection selection;
+  if (any_layers && !all_layers) selection.layers.assign(layers.begin(), layers.end());
+  if (any_layers && !all_heads) selection.heads.assign(heads.begin(), heads.end());
   torch::Tensor ids = torch::zeros({rows, width}, torch::kLong);
   torch::Tensor mask = torch::zeros({rows, width}, torch::kBool);
   auto id = ids.accessor<int64_t, 2>();
@@ -109,7 +124,8 @@ void ModelRunner::Run(std::vector<QueuedText>& batch) const {
       mk[b][t] = true;
     }
   }
-  absl::StatusOr<ModelOutputs> out = model_->Forward(ids, mask, std::vector<std::string>(wanted.begin(), wanted.end()));
+  absl::StatusOr<ModelOutputs> out =
+      model_->Forward(ids, mask, std::vector<std::string>(wanted.begin(), wanted.end()), selection);
   std::vector<absl::Status> statuses(rows, out.status());
   if (out.ok()) {
     for (int64_t b = 0; b < rows; ++b) {

@@ -34,11 +34,15 @@ class RunnableRequest final : public BatchRequest {
  public:
   using RowHandler = std::function<absl::Status(int index, const ModelOutputs& outputs, int64_t row)>;
 
+  // `selection`: the layers and heads it wants of the per-layer outputs (empty = all).
   RunnableRequest(std::vector<std::vector<int64_t>> ids, std::vector<std::string> wanted, absl::Time deadline,
-                  std::function<bool()> is_cancelled, RowHandler on_row, std::function<void(absl::Status)> on_done);
+                  std::function<bool()> is_cancelled, RowHandler on_row, std::function<void(absl::Status)> on_done,
+                  OutputSelection selection = {});
 
   const std::vector<int64_t>& ids(int index) const { return ids_[index]; }
   const std::vector<std::string>& wanted() const { return wanted_; }
+  const OutputSelection& selection() const { return selection_; }
+  bool wants_layers() const { return wants_layers_; }
 
   // Where its time went: the longest wait of its texts in the queue and the longest batch it was
   // in (forward and post-processing). Recorded before each text completes; read in on_done.
@@ -56,6 +60,8 @@ class RunnableRequest final : public BatchRequest {
   const std::vector<std::vector<int64_t>> ids_;
   const std::vector<std::string> wanted_;
   const RowHandler on_row_;
+  const OutputSelection selection_;
+  const bool wants_layers_;
   mutable Mutex timing_mu_;
   Timing timing_ ABSL_GUARDED_BY(timing_mu_);
 };

@@ -115,9 +115,23 @@ std::vector<LayerMapOutput> LayerMaps(const std::map<std::string, torch::Tensor>
     heads = t.size(1);
     parts[name] = t;
   }
-  const std::vector<int64_t> ls = Indices(selection.layers, layers);
-  const std::vector<int64_t> hs = Indices(selection.heads, heads);
-  const torch::Tensor li = torch::tensor(ls, torch::kLong), hi = torch::tensor(hs, torch::kLong);
+  // The batch may carry only some layers and heads (Model::Forward's OutputSelection): the original
+  // index of each position is in layer_index / head_index.
+  auto present = [&outputs](const char* name, int64_t count) {
+    auto it = outputs.find(name);
+    if (it == outputs.end()) return Indices({}, count);
+    const torch::Tensor c = it->second.contiguous();
+    return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+  };
+  const std::vector<int64_t> have_layers = present("layer_index", layers), have_heads = present("head_index", heads);
+  const std::vector<int64_t> ls = selection.layers.empty() ? have_layers : Indices(selection.layers, layers);
+  const std::vector<int64_t> hs = selection.heads.empty() ? have_heads : Indices(selection.heads, heads);
+  auto positions = [](const std::vector<int64_t>& wanted, const std::vector<int64_t>& have) {
+    std::vector<int64_t> pos;
+    for (int64_t w : wanted) pos.push_back(std::find(have.begin(), have.end(), w) - have.begin());
+    return torch::tensor(pos, torch::kLong);
+  };
+  const torch::Tensor li = positions(ls, have_layers), hi = positions(hs, have_heads);
   for (auto& [name, t] : parts) t = t.index_select(0, li).index_select(1, hi);  // [l,h,...]
 
   std::vector<LayerMapOutput> out;

@@ -1,6 +1,7 @@
 // The core service against the real demo models (built by scripts/setup.sh): answers, and every
 // INVALID_ARGUMENT / NOT_FOUND case of DESIGN.md's table that the core decides.
 #include "server/core/inference_service.h"
+#include "server/core/postprocess.h"
 
 #include <gtest/gtest.h>
 
@@ -220,6 +221,36 @@ TEST_F(InferenceServiceTest, BatchingIsInvisibleInTheAnswers) {
       EXPECT_NEAR(*a.tokens[t].gate, *b.tokens[t].gate, 1e-5) << texts[i];
     }
   }
+}
+
+TEST_F(InferenceServiceTest, OnlySelectedLayersAndHeadsLeaveTheModel) {
+  absl::StatusOr<ServableHandle> h = repo_->Resolve("sentiment", 0);
+  ASSERT_TRUE(h.ok()) << h.status();
+  const Model& model = *(*h)->model;
+  torch::Tensor ids = torch::full({2, 5}, 2, torch::kLong);
+  torch::Tensor mask = torch::ones({2, 5}, torch::kBool);
+  auto all = model.Forward(ids, mask, {"layer_attention", "layer_gates"});
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->at("layer_attention").sizes(), (std::vector<int64_t>{2, 2, 4, 5, 5}));
+  EXPECT_EQ(all->count("layer_index"), 0u);
+  auto some = model.Forward(ids, mask, {"layer_attention", "layer_gates"}, OutputSelection{{1}, {0, 2}});
+  ASSERT_TRUE(some.ok()) << some.status();
+  EXPECT_EQ(some->at("layer_attention").sizes(), (std::vector<int64_t>{2, 1, 2, 5, 5}));
+  EXPECT_EQ(some->at("layer_gates").sizes(), (std::vector<int64_t>{2, 1, 2, 5}));
+  EXPECT_TRUE(torch::equal(some->at("layer_index"), torch::tensor({1}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(some->at("head_index"), torch::tensor({0, 2}, torch::kLong)));
+  EXPECT_TRUE(torch::allclose(some->at("layer_attention")[0][0][1], all->at("layer_attention")[0][1][2]));
+  // A text asking for layer 1 head 2 of that cut gets the same numbers as from the full output.
+  LayerSelection sel;
+  sel.attention_maps = true;
+  sel.layers = {1};
+  sel.heads = {2};
+  std::vector<LayerMapOutput> a = LayerMaps(*some, sel, 0, 5), b = LayerMaps(*all, sel, 0, 5);
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(a[0].layer, 1);
+  EXPECT_EQ(a[0].head, 2);
+  EXPECT_EQ(a[0].attention, b[0].attention);
 }
 
 TEST_F(InferenceServiceTest, SubmitAnswersExactlyOnce) {

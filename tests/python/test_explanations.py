@@ -172,6 +172,47 @@ def test_layer_selection_and_reduction(zoo, api):
     assert all(len(m.attention) == 0 for m in res.layers)  # maps not asked for, not sent
 
 
+def test_different_layer_selections_in_one_batch(zoo, api):
+    """Texts asking for different layers and heads share a batch; the batch carries their union
+    off the device, and each gets exactly its own selection."""
+    pb, _ = api
+    proc, store, _ = zoo
+    name = model_name("transformer", "qvi")
+    text = TEXTS[0]
+    out, enc = reference(store, name, text)
+    n = len(enc.ids)
+    asks = [([0], [1], pb.LAYER_REDUCTION_NONE), ([1], [0], pb.LAYER_REDUCTION_NONE),
+            ([1], [], pb.LAYER_REDUCTION_MEAN_HEADS), ([], [1], pb.LAYER_REDUCTION_NONE)] * 3
+    errors = []
+
+    def client(layers, heads, reduction):
+        try:
+            o = pb.OutputOptions(layers=pb.LayerOptions(attention_maps=True, gates=True, layers=layers, heads=heads,
+                                                        reduction=reduction))
+            [res] = call(api, proc, name, [text], o).results
+            want_layers = layers or [0, 1]
+            if reduction == pb.LAYER_REDUCTION_MEAN_HEADS:
+                assert [(m.layer, m.head) for m in res.layers] == [(l, -1) for l in want_layers]
+                for m in res.layers:
+                    ref = out["layer_attention"][0, m.layer, :, :n, :n].mean(0).flatten()
+                    assert all(close(a, float(b)) for a, b in zip(m.attention, ref))
+                return
+            assert [(m.layer, m.head) for m in res.layers] == [(l, h) for l in want_layers for h in heads]
+            for m in res.layers:
+                ref = out["layer_attention"][0, m.layer, m.head, :n, :n].flatten()
+                assert all(close(a, float(b)) for a, b in zip(m.attention, ref))
+                assert all(close(a, float(b)) for a, b in zip(m.gates, out["layer_gates"][0, m.layer, m.head, :n]))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append((layers, heads, reduction, repr(e)))
+
+    threads = [threading.Thread(target=client, args=a) for a in asks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+
+
 def test_a_mixed_batch_answers_each_request_as_it_asked(zoo, api):
     """Requests with and without explanations share batches of the same model; each gets exactly
     what it asked for, and the same labels and scores as the model gives its text alone."""
