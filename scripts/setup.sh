@@ -19,7 +19,7 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 APT_PACKAGES=(python3 python3-venv ca-certificates g++ cmake ninja-build pkg-config ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev libgtest-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev
-  prometheus chromium)
+  prometheus chromium openjdk-17-jre-headless)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,6 +13,8 @@ echo "[test] scheduler and serving-core stress tests under ASan/UBSan and TSan"
 scripts/sanitize.sh || status=1
 echo "[test] model zoo (pytest)"
 (cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider) || status=1
+echo "[test] benchmark harness, smoke mode (checks that it runs; gates on no timing)"
+.venv/bin/python bench/run.py --smoke || status=1
 echo "[test] Python client against qvi-server (pytest)"
 (cd tests/python && ../../.venv/bin/python -m pytest -p no:cacheprovider) || status=1
 exit $status

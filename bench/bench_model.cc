@@ -1,0 +1,106 @@
+// qvi-bench-model: the limit a server is measured against — the TorchScript model called in
+// process from C++ (qvi::Model, the same code the server runs), no RPC, on padded batches of the
+// same generated texts qvi-perf sends, at each batch size. Tokenisation is done once, up front:
+// this is the model's own speed.
+//
+//   qvi-bench-model --model-pt model_store/store/sentiment/1/model.pt --batch-sizes 1,2,4,8,16,32
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "client/load_texts.h"
+#include "server/core/model.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"qvi-bench-model: in-process forward throughput of a model.pt at each batch size", "qvi-bench-model"};
+  std::string path, json, device = "cpu";
+  std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32};
+  double seconds = 5, words = 20, words_stddev = 5;
+  int pool = 1000, threads = 1;
+  uint32_t seed = 1;
+  app.add_option("--model-pt", path, "the model artifact")->required();
+  app.add_option("--batch-sizes", batch_sizes, "batch sizes to measure")->delimiter(',');
+  app.add_option("--seconds", seconds, "seconds per batch size")->capture_default_str();
+  app.add_option("--device", device, "cpu, cuda, auto")->capture_default_str();
+  app.add_option("--torch-threads", threads, "torch intra-op threads")->capture_default_str();
+  app.add_option("--pool", pool, "generated texts")->capture_default_str();
+  app.add_option("--words", words, "mean length of the generated texts, in words")->capture_default_str();
+  app.add_option("--words-stddev", words_stddev, "standard deviation of the length")->capture_default_str();
+  app.add_option("--seed", seed, "seed of the generated texts (qvi-perf's default is 1)")->capture_default_str();
+  app.add_option("--json", json, "also write the results as JSON here");
+  CLI11_PARSE(app, argc, argv);
+  torch::set_num_threads(threads);
+
+  absl::StatusOr<std::unique_ptr<qvi::Model>> model = qvi::Model::Load(path, device);
+  if (!model.ok()) {
+    std::cerr << model.status() << "\n";
+    return 1;
+  }
+  std::vector<std::vector<int64_t>> ids;
+  for (const std::string& text : qvi::client::GenerateTexts(pool, words, words_stddev, seed)) {
+    absl::StatusOr<std::vector<qvi::TextToken>> tokens = (*model)->tokenizer().Tokenize(text);
+    if (!tokens.ok()) return 1;
+    std::vector<int64_t> row;
+    for (const qvi::TextToken& t : *tokens) {
+      if (static_cast<int>(row.size()) == (*model)->manifest().tokenizer.max_tokens) break;
+      row.push_back((*model)->vocabulary().Id(t.normalized));
+    }
+    ids.push_back(std::move(row));
+  }
+  const std::vector<std::string> wanted = (*model)->manifest().task == qvi::Task::kClassification
+                                              ? std::vector<std::string>{"logits"}
+                                              : std::vector<std::string>{"tags", "emissions"};
+  std::printf("%6s %10s %10s %10s %10s\n", "batch", "texts/s", "batches/s", "p50 ms", "p99 ms");
+  nlohmann::json results = nlohmann::json::array();
+  for (int bs : batch_sizes) {
+    std::vector<double> ms;
+    size_t next = 0;
+    int64_t texts = 0;
+    const auto start = std::chrono::steady_clock::now();
+    const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+    while (std::chrono::steady_clock::now() < end) {
+      const auto t0 = std::chrono::steady_clock::now();
+      int64_t width = 1;
+      for (int b = 0; b < bs; ++b) width = std::max<int64_t>(width, static_cast<int64_t>(ids[(next + b) % ids.size()].size()));
+      torch::Tensor id = torch::zeros({bs, width}, torch::kLong);
+      torch::Tensor mask = torch::zeros({bs, width}, torch::kBool);
+      auto ia = id.accessor<int64_t, 2>();
+      auto ma = mask.accessor<bool, 2>();
+      for (int b = 0; b < bs; ++b) {
+        const auto& row = ids[(next + b) % ids.size()];
+        for (size_t t = 0; t < row.size(); ++t) {
+          ia[b][t] = row[t];
+          ma[b][t] = true;
+        }
+      }
+      next += bs;
+      auto out = (*model)->Forward(id, mask, wanted);
+      if (!out.ok()) {
+        std::cerr << out.status() << "\n";
+        return 1;
+      }
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      texts += bs;
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::sort(ms.begin(), ms.end());
+    const double p50 = ms[ms.size() / 2], p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
+    std::printf("%6d %10.1f %10.1f %10.3f %10.3f\n", bs, texts / elapsed, ms.size() / elapsed, p50, p99);
+    results.push_back({{"batch_size", bs}, {"texts_per_s", texts / elapsed}, {"batches_per_s", ms.size() / elapsed},
+                       {"p50_ms", p50}, {"p99_ms", p99}});
+  }
+  if (!json.empty()) {
+    std::ofstream(json) << nlohmann::json{{"model_pt", path}, {"device", (*model)->device()}, {"words", words},
+                                          {"torch_threads", threads}, {"steps", results}}
+                               .dump(2)
+                        << "\n";
+  }
+  return 0;
+}

@@ -1,0 +1,303 @@
+"""The benchmark harness: in ONE run, on the same model and the same texts, it measures
+
+  1. the limit: the TorchScript model called in-process from C++ (qvi-bench-model), batch sizes 1..max;
+  2. qvi-server under qvi-perf at increasing concurrency (with the server's own queue/compute split);
+  3. a plain Python gRPC server (bench/python_server.py: grpcio + torch, one forward per request);
+  4. TorchServe (from PyPI, JDK from Debian) serving the same model.pt through its own inference API,
+
+and writes the results as JSON, a markdown table and a PNG plot (throughput against p99 latency, one
+line per system) into BENCHMARKS.md, with the command that reproduces them and the machine.
+
+    .venv/bin/python bench/run.py                 # the full run; rewrites BENCHMARKS.md
+    .venv/bin/python bench/run.py --smoke         # seconds-long check that every part works (CI);
+                                                  # writes into a temporary folder, gates on nothing
+Needs scripts/setup.sh (the build, the demo models, TorchServe and matplotlib in .venv).
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(REPO, "build")
+PY = sys.executable
+MODEL = "sentiment"
+MODEL_PT = os.path.join(REPO, "model_store", "store", MODEL, "1", "model.pt")
+
+
+def log(msg):
+    print(f"[bench] {msg}", flush=True)
+
+
+def wait_for_file(path, proc, what, timeout=180):
+    deadline = time.monotonic() + timeout
+    while not (os.path.exists(path) and os.path.getsize(path) > 0):
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start in {timeout} s")
+        time.sleep(0.1)
+    with open(path) as f:
+        return int(f.read())
+
+
+def stop(proc, sig=signal.SIGTERM):
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def perf(work, label, args, common):
+    out = os.path.join(work, f"{label}.json")
+    cmd = [os.path.join(BUILD, "qvi-perf"), *args, *common, "--json", out, "--label", label]
+    log(" ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd))
+    subprocess.run(cmd, check=True)
+    with open(out) as f:
+        return json.load(f)
+
+
+def machine():
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+            if line.startswith("Model name:"):
+                cpu = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import torch
+    return {"cpu": cpu, "cores": os.cpu_count(), "os": platform.platform(), "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def run_limit(work, a):
+    out = os.path.join(work, "limit.json")
+    cmd = [os.path.join(BUILD, "qvi-bench-model"), "--model-pt", MODEL_PT, "--batch-sizes", a.batch_sizes,
+           "--seconds", str(a.duration), "--words", str(a.words), "--json", out]
+    log(" ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd))
+    subprocess.run(cmd, check=True)
+    with open(out) as f:
+        return json.load(f)
+
+
+def run_qvi_server(work, a, common):
+    port_file, metrics_file = os.path.join(work, "qvi.port"), os.path.join(work, "qvi.metrics")
+    proc = subprocess.Popen([os.path.join(BUILD, "qvi-server"), "--model-store", os.path.join(REPO, "model_store", "store"),
+                             "--port", "0", "--port-file", port_file, "--metrics-port", "0",
+                             "--metrics-port-file", metrics_file, "--host", "127.0.0.1", "--device", "cpu",
+                             "--log-level", "warn"])
+    try:
+        port = wait_for_file(port_file, proc, "qvi-server")
+        metrics = wait_for_file(metrics_file, proc, "qvi-server")
+        return perf(work, "qvi-server", ["--server", f"127.0.0.1:{port}", "--metrics",
+                                         f"http://127.0.0.1:{metrics}/metrics"], common)
+    finally:
+        stop(proc)
+
+
+def run_python_server(work, a, common):
+    port_file = os.path.join(work, "py.port")
+    proc = subprocess.Popen([PY, os.path.join(REPO, "bench", "python_server.py"), "--model-pt", MODEL_PT,
+                             "--port-file", port_file, "--workers", "4"])
+    try:
+        port = wait_for_file(port_file, proc, "python_server.py")
+        return perf(work, "python-grpc", ["--server", f"127.0.0.1:{port}"], common)
+    finally:
+        stop(proc, signal.SIGKILL)
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_torchserve(work, a, common):
+    bindir = os.path.dirname(PY)
+    store = os.path.join(work, "ts_store")
+    os.makedirs(store)
+    subprocess.run([os.path.join(bindir, "torch-model-archiver"), "--model-name", MODEL, "--version", "1.0",
+                    "--serialized-file", MODEL_PT, "--handler", os.path.join(REPO, "bench", "torchserve_handler.py"),
+                    "--export-path", store], check=True)
+    inference, management, metrics = free_port(), free_port(), free_port()
+    config = os.path.join(work, "ts.properties")
+    models = {MODEL: {"1.0": {"defaultVersion": True, "marName": f"{MODEL}.mar", "minWorkers": 1, "maxWorkers": 1,
+                              "batchSize": 32, "maxBatchDelay": 2, "responseTimeout": 120}}}
+    with open(config, "w") as f:
+        f.write(f"inference_address=http://127.0.0.1:{inference}\nmanagement_address=http://127.0.0.1:{management}\n"
+                f"metrics_address=http://127.0.0.1:{metrics}\nmodel_store={store}\nload_models={MODEL}.mar\n"
+                f"models={json.dumps(models)}\ndisable_system_metrics=true\ninstall_py_dep_per_model=false\n"
+                f"default_workers_per_model=1\njob_queue_size=1000\nnumber_of_netty_threads=2\n")
+    env = dict(os.environ, QVI_MODEL_STORE_PY=os.path.join(REPO, "model_store"), QVI_TORCH_THREADS="1",
+               PATH=bindir + os.pathsep + os.environ.get("PATH", ""), LOG_LOCATION=os.path.join(work, "ts_logs"),
+               METRICS_LOCATION=os.path.join(work, "ts_logs"))
+    log_file = open(os.path.join(work, "torchserve.log"), "w")
+    proc = subprocess.Popen([os.path.join(bindir, "torchserve"), "--start", "--foreground", "--ncs", "--model-store",
+                             store, "--ts-config", config, "--disable-token-auth"],
+                            stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=work)
+    try:
+        deadline = time.monotonic() + 120
+        url = f"http://127.0.0.1:{inference}/predictions/{MODEL}"
+        while True:  # ready when the model answers
+            if proc.poll() is not None:
+                raise RuntimeError(f"torchserve exited; see {log_file.name}")
+            try:
+                req = urllib.request.Request(url, data=b"a good film", method="POST")
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"torchserve did not serve in 120 s; see {log_file.name}")
+            time.sleep(0.5)
+        return perf(work, "torchserve", ["--http", url], common)
+    finally:
+        subprocess.run([os.path.join(bindir, "torchserve"), "--stop"], env=env, cwd=work, capture_output=True)
+        stop(proc)
+        log_file.close()
+
+
+def best_step(system):
+    return max(system["steps"], key=lambda s: s["texts_per_s"])
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name in ("qvi-server", "python-grpc", "torchserve"):
+        if name not in results:
+            continue
+        steps = results[name]["steps"]
+        ax.plot([s["texts_per_s"] for s in steps], [s["p99_ms"] for s in steps], marker="o", label=name)
+        for s in steps:
+            ax.annotate(f"c{int(s['load'])}", (s["texts_per_s"], s["p99_ms"]), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+    limit = max(s["texts_per_s"] for s in results["limit"]["steps"])
+    ax.axvline(limit, color="grey", linestyle="--", label="in-process limit (best batch)")
+    ax.set_xlabel("throughput (texts/s)")
+    ax.set_ylabel("p99 latency (ms)")
+    ax.set_yscale("log")
+    ax.set_title("Demo classifier, ~20-word texts: throughput against p99 latency")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def markdown(results, info, a, command):
+    lim = {s["batch_size"]: s for s in results["limit"]["steps"]}
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Measured {info['date']} on {info['machine']['cpu']}, {info['machine']['cores']} cores, "
+        f"{info['machine']['os']}, torch {info['machine']['torch']}"
+        + (f", GPU {info['machine']['gpu']}" if info["machine"]["gpu"] else ", CPU only") + ".",
+        f"Model: the demo classifier `{MODEL}` (Transformer-QVI, 2 layers, d=64). Texts: generated, about "
+        f"{a.words:g} words each, one text per request. Every system ran in this one run, on the same machine, "
+        f"with the load generator on the same cores (the machine has {info['machine']['cores']}).",
+        "",
+        "Reproduce with:",
+        "",
+        "```sh",
+        command,
+        "```",
+        "",
+        "![throughput against p99 latency](bench/results/throughput_p99.png)",
+        "",
+        "## The limit: the model in-process (qvi-bench-model)",
+        "",
+        "| batch size | texts/s | batch p50 ms | batch p99 ms |",
+        "|---:|---:|---:|---:|",
+    ]
+    for bs, s in sorted(lim.items()):
+        lines.append(f"| {bs} | {s['texts_per_s']:.0f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} |")
+    lines += ["", "## Servers under qvi-perf (closed loop)", "",
+              "| system | concurrency | texts/s | p50 ms | p90 ms | p99 ms | errors | server queue ms | server compute ms | server batch |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in ("qvi-server", "python-grpc", "torchserve"):
+        if name not in results:
+            continue
+        for s in results[name]["steps"]:
+            err = sum(s["errors"].values())
+            extra = [f"{s[k]:.2f}" if k in s else "-" for k in ("server_queue_ms", "server_compute_ms", "server_batch_size")]
+            lines.append(f"| {name} | {int(s['load'])} | {s['texts_per_s']:.0f} | {s['p50_ms']:.2f} | {s['p90_ms']:.2f} | "
+                         f"{s['p99_ms']:.2f} | {err} | {' | '.join(extra)} |")
+    q = results.get("qvi-server")
+    lines += ["", "## Ratios (same run)", ""]
+    if q:
+        qb = best_step(q)
+        formed = qb.get("server_batch_size", 1)
+        nearest = min(lim, key=lambda b: abs(b - formed))
+        lines.append(f"- qvi-server at saturation: {qb['texts_per_s']:.0f} texts/s at concurrency {int(qb['load'])}, batches of "
+                     f"{formed:.1f} texts; the in-process limit at batch {nearest} is {lim[nearest]['texts_per_s']:.0f} "
+                     f"texts/s: **{qb['texts_per_s'] / lim[nearest]['texts_per_s']:.2f} x** the limit (target >= 0.9).")
+        c1 = next((s for s in q["steps"] if int(s["load"]) == 1), None)
+        if c1 and 1 in lim:
+            lines.append(f"- Added latency at concurrency 1: qvi-server p50 {c1['p50_ms']:.3f} ms against the in-process "
+                         f"batch-1 forward p50 {lim[1]['p50_ms']:.3f} ms: **+{c1['p50_ms'] - lim[1]['p50_ms']:.3f} ms** "
+                         f"(target <= 0.5 ms; includes the client's own gRPC time).")
+        for peer, target in (("torchserve", 5), ("python-grpc", 3)):
+            if peer in results:
+                pb = best_step(results[peer])
+                lines.append(f"- vs {peer}: best throughput {qb['texts_per_s']:.0f} against {pb['texts_per_s']:.0f} texts/s: "
+                             f"**{qb['texts_per_s'] / pb['texts_per_s']:.2f} x** (target >= {target} x); p99 at those points "
+                             f"{qb['p99_ms']:.2f} ms against {pb['p99_ms']:.2f} ms.")
+    lines += ["", "Raw results: `bench/results/results.json`.", ""]
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="a seconds-long run that checks every part works")
+    ap.add_argument("--duration", type=float, default=10, help="seconds measured per step")
+    ap.add_argument("--warmup", type=float, default=2)
+    ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
+    ap.add_argument("--batch-sizes", default="1,2,4,8,16,32")
+    ap.add_argument("--words", type=float, default=20)
+    ap.add_argument("--skip", default="", help="comma-separated systems to leave out (qvi-server,python-grpc,torchserve)")
+    a = ap.parse_args()
+    if a.smoke:
+        a.duration, a.warmup, a.concurrency, a.batch_sizes = 0.5, 0.2, "1,4", "1,4"
+    command = "scripts/setup.sh && .venv/bin/python bench/run.py " + " ".join(sys.argv[1:])
+    work = tempfile.mkdtemp(prefix="qvi_bench_")
+    out_dir = work if a.smoke else os.path.join(REPO, "bench", "results")
+    os.makedirs(out_dir, exist_ok=True)
+    skip = set(filter(None, a.skip.split(",")))
+    common = ["--model", MODEL, "--concurrency", a.concurrency, "--duration", str(a.duration), "--warmup",
+              str(a.warmup), "--words", str(a.words)]
+    results = {"limit": run_limit(work, a)}
+    for name, fn in (("qvi-server", run_qvi_server), ("python-grpc", run_python_server), ("torchserve", run_torchserve)):
+        if name not in skip:
+            results[name] = fn(work, a, common)
+    info = {"date": datetime.date.today().isoformat(), "machine": machine(), "command": command}
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump({"info": info, "results": results}, f, indent=2)
+    plot(results, os.path.join(out_dir, "throughput_p99.png"))
+    text = markdown(results, info, a, command)
+    with open(os.path.join(out_dir if a.smoke else REPO, "BENCHMARKS.md"), "w") as f:
+        f.write(text)
+    for name, r in results.items():
+        ok = sum(s.get("ok", 1) for s in r["steps"])
+        assert ok > 0, f"{name} answered nothing"
+    log(f"results in {out_dir}" + ("" if a.smoke else " and BENCHMARKS.md"))
+    if a.smoke:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

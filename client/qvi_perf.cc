@@ -1,0 +1,429 @@
+// qvi-perf: an asynchronous load generator for qvi-server (and, for comparison, for any server
+// speaking qvi.serving.v1.Inference, or a TorchServe-style HTTP endpoint).
+//
+//   qvi-perf --server localhost:8500 --model sentiment --concurrency 1,4,16,64 --duration 10
+//   qvi-perf --server localhost:8500 --model sentiment --rate 200,400 --metrics http://localhost:8502/metrics
+//   qvi-perf --http http://localhost:8080/predictions/sentiment --concurrency 1,8
+//
+// Closed loop (--concurrency): N calls in flight, each completion sends the next. Open loop
+// (--rate): calls leave on a fixed schedule whatever the server does, and latency is measured
+// from each call's scheduled time, so a slow server cannot hide its queueing (no coordinated
+// omission). Each step warms up, then measures for --duration seconds. With --metrics, the
+// server's own Prometheus counters are read before and after the step, giving its mean queue
+// wait, batch compute time and batch size over the same window.
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/load_texts.h"
+#include "qvi/serving/v1/inference.grpc.pb.h"
+
+namespace v1 = qvi::serving::v1;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  std::string server = "localhost:8500";
+  std::string http;  // a TorchServe-style endpoint instead: POST one text, any 200 answer counts
+  std::string model = "sentiment";
+  std::string method = "classify";
+  std::vector<int> concurrency;
+  std::vector<double> rates;
+  double duration = 10;
+  double warmup = 2;
+  int texts_per_request = 1;
+  std::string texts_file;
+  int pool = 1000;
+  double words = 20, words_stddev = 5;
+  uint32_t seed = 1;
+  bool attention = false, gates = false;
+  std::string metrics;
+  std::string json;
+  std::string label;  // names the system in the JSON (the benchmark harness sets it)
+};
+
+// What one step measured.
+struct Step {
+  std::string mode;  // "closed" or "open"
+  double load = 0;   // concurrency, or the offered rate in requests/s
+  double seconds = 0;
+  int64_t ok = 0;
+  std::map<std::string, int64_t> errors;
+  std::vector<double> latencies_ms;  // OK calls completed in the window
+  // From the server's metrics over the window (negative when not read).
+  double queue_ms = -1, compute_ms = -1, batch_size = -1;
+};
+
+double Percentile(std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t i = std::min(sorted.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(sorted.size())));
+  return sorted[i];
+}
+
+// Sums of the server's histograms for one model: name -> (sum, count), from Prometheus text format.
+std::map<std::string, std::pair<double, double>> ScrapeSums(const std::string& url, const std::string& model) {
+  std::map<std::string, std::pair<double, double>> out;
+  static const std::regex kUrl(R"(^(https?://[^/]+)(/.*)$)");
+  std::smatch m;
+  if (!std::regex_match(url, m, kUrl)) return out;
+  httplib::Client cli(m[1].str());
+  cli.set_connection_timeout(5);
+  auto res = cli.Get(m[2].str());
+  if (!res || res->status != 200) return out;
+  std::istringstream in(res->body);
+  const std::string label = "model=\"" + model + "\"";
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#' || line.find(label) == std::string::npos) continue;
+    const size_t brace = line.find('{');
+    const std::string name = line.substr(0, brace);
+    const double value = std::stod(line.substr(line.rfind(' ') + 1));
+    for (const char* suffix : {"_sum", "_count"}) {
+      const std::string s(suffix);
+      if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) {
+        auto& slot = out[name.substr(0, name.size() - s.size())];
+        (s == "_sum" ? slot.first : slot.second) += value;
+      }
+    }
+  }
+  return out;
+}
+
+void FillServerSplit(Step& step, const std::map<std::string, std::pair<double, double>>& before,
+                     const std::map<std::string, std::pair<double, double>>& after) {
+  auto mean = [&](const std::string& name, double scale) {
+    auto a = after.find(name), b = before.find(name);
+    if (a == after.end()) return -1.0;
+    const double sum = a->second.first - (b == before.end() ? 0 : b->second.first);
+    const double count = a->second.second - (b == before.end() ? 0 : b->second.second);
+    return count > 0 ? scale * sum / count : -1.0;
+  };
+  step.queue_ms = mean("qvi_queue_duration_seconds", 1000);
+  step.compute_ms = mean("qvi_compute_duration_seconds", 1000);
+  step.batch_size = mean("qvi_batch_size", 1);
+}
+
+// Records outcomes inside the measuring window [start, end).
+class Recorder {
+ public:
+  Recorder(Clock::time_point start, Clock::time_point end) : start_(start), end_(end) {}
+  void Record(Clock::time_point sent, Clock::time_point done, const std::string& error) {
+    if (sent < start_ || done >= end_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error.empty()) {
+      ++step_.ok;
+      step_.latencies_ms.push_back(std::chrono::duration<double, std::milli>(done - sent).count());
+    } else {
+      ++step_.errors[error];
+    }
+  }
+  Step Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::move(step_);
+  }
+
+ private:
+  const Clock::time_point start_, end_;
+  std::mutex mu_;
+  Step step_;
+};
+
+// The qvi.serving.v1 target: asynchronous calls through the callback API.
+class GrpcTarget {
+ public:
+  GrpcTarget(const Options& o, const std::vector<std::string>& texts) : o_(o) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);
+    // Several channels, so that one HTTP/2 connection does not serialise high concurrency.
+    for (int i = 0; i < 4; ++i) {
+      args.SetInt("qvi-perf-channel", i);
+      stubs_.push_back(v1::Inference::NewStub(grpc::CreateCustomChannel(o.server, grpc::InsecureChannelCredentials(), args)));
+    }
+    for (size_t i = 0; i + o.texts_per_request <= texts.size(); i += o.texts_per_request) {
+      v1::ClassifyRequest c;
+      v1::TagRequest t;
+      c.mutable_model()->set_name(o.model);
+      t.mutable_model()->set_name(o.model);
+      for (int k = 0; k < o.texts_per_request; ++k) {
+        c.add_texts(texts[i + k]);
+        t.add_texts(texts[i + k]);
+      }
+      c.mutable_options()->set_attention(o.attention);
+      c.mutable_options()->set_gates(o.gates);
+      t.mutable_options()->set_attention(o.attention);
+      t.mutable_options()->set_gates(o.gates);
+      classify_.push_back(std::move(c));
+      tag_.push_back(std::move(t));
+    }
+  }
+
+  // Sends one call; `done(error)` runs once, on a gRPC thread ("" for OK).
+  void Send(std::function<void(const std::string&)> done) {
+    const uint64_t n = next_.fetch_add(1);
+    auto* call = new Call;
+    call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    call->done = std::move(done);
+    auto finish = [call](grpc::Status s) {
+      call->done(s.ok() ? "" : CodeName(s.error_code()));
+      delete call;
+    };
+    v1::Inference::Stub& stub = *stubs_[n % stubs_.size()];
+    if (o_.method == "tag") {
+      stub.async()->Tag(&call->ctx, &tag_[n % tag_.size()], &call->tag, finish);
+    } else {
+      stub.async()->Classify(&call->ctx, &classify_[n % classify_.size()], &call->classify, finish);
+    }
+  }
+
+  static std::string CodeName(grpc::StatusCode c) {
+    static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+                                   "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+                                   "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+                                   "UNAUTHENTICATED"};
+    return c >= 0 && c <= 16 ? kNames[c] : "CODE_" + std::to_string(c);
+  }
+
+ private:
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::ClassifyResponse classify;
+    v1::TagResponse tag;
+    std::function<void(const std::string&)> done;
+  };
+  const Options& o_;
+  std::vector<std::unique_ptr<v1::Inference::Stub>> stubs_;
+  std::vector<v1::ClassifyRequest> classify_;
+  std::vector<v1::TagRequest> tag_;
+  std::atomic<uint64_t> next_{0};
+};
+
+// Closed loop over gRPC: `concurrency` chains of calls until the window ends. The chains' state is
+// shared with the callbacks, so the last callback can return after the caller has moved on.
+Step ClosedLoopGrpc(GrpcTarget& target, int concurrency, double warmup, double duration) {
+  struct Loop {
+    Loop(Clock::time_point start, Clock::time_point end) : end(end), rec(start, end) {}
+    const Clock::time_point end;
+    Recorder rec;
+    std::mutex mu;
+    std::condition_variable cv;
+    int running = 0;
+  };
+  const auto start = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup));
+  auto loop = std::make_shared<Loop>(start, start + std::chrono::duration_cast<Clock::duration>(
+                                                        std::chrono::duration<double>(duration)));
+  loop->running = concurrency;
+  struct Chain {
+    static void Next(GrpcTarget& target, std::shared_ptr<Loop> loop) {
+      const auto sent = Clock::now();
+      if (sent >= loop->end) {
+        std::lock_guard<std::mutex> lock(loop->mu);
+        if (--loop->running == 0) loop->cv.notify_all();
+        return;
+      }
+      target.Send([&target, loop, sent](const std::string& error) {
+        loop->rec.Record(sent, Clock::now(), error);
+        Next(target, loop);
+      });
+    }
+  };
+  for (int i = 0; i < concurrency; ++i) Chain::Next(target, loop);
+  {
+    std::unique_lock<std::mutex> lock(loop->mu);
+    loop->cv.wait(lock, [&] { return loop->running == 0; });
+  }
+  Step s = loop->rec.Take();
+  s.mode = "closed";
+  s.load = concurrency;
+  s.seconds = duration;
+  return s;
+}
+
+// Open loop over gRPC: calls leave every 1/rate seconds; latency counts from the scheduled time.
+Step OpenLoopGrpc(GrpcTarget& target, double rate, double warmup, double duration) {
+  struct Loop {
+    Loop(Clock::time_point start, Clock::time_point end) : rec(start, end) {}
+    Recorder rec;
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t outstanding = 0;
+  };
+  const auto t0 = Clock::now();
+  const auto start = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup));
+  const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration));
+  auto loop = std::make_shared<Loop>(start, end);
+  const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / rate));
+  for (auto due = t0; due < end; due += interval) {
+    std::this_thread::sleep_until(due);
+    {
+      std::lock_guard<std::mutex> lock(loop->mu);
+      ++loop->outstanding;
+    }
+    target.Send([loop, due](const std::string& error) {
+      loop->rec.Record(due, Clock::now(), error);
+      std::lock_guard<std::mutex> lock(loop->mu);
+      if (--loop->outstanding == 0) loop->cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(loop->mu);
+    loop->cv.wait(lock, [&] { return loop->outstanding == 0; });
+  }
+  Step s = loop->rec.Take();
+  s.mode = "open";
+  s.load = rate;
+  s.seconds = duration;
+  return s;
+}
+
+// Closed loop over HTTP (TorchServe's inference API): a thread per connection.
+Step ClosedLoopHttp(const Options& o, const std::vector<std::string>& texts, int concurrency) {
+  static const std::regex kUrl(R"(^(https?://[^/]+)(/.*)$)");
+  std::smatch m;
+  std::regex_match(o.http, m, kUrl);
+  const std::string host = m[1].str(), path = m[2].str();
+  const auto start = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup));
+  const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration));
+  Recorder rec(start, end);
+  std::vector<std::thread> threads;
+  for (int c = 0; c < concurrency; ++c) {
+    threads.emplace_back([&, c] {
+      httplib::Client cli(host);
+      cli.set_keep_alive(true);
+      cli.set_tcp_nodelay(true);  // no Nagle delay between the headers and the body
+      cli.set_read_timeout(60);
+      for (size_t i = c; Clock::now() < end; i += concurrency) {
+        const auto sent = Clock::now();
+        auto res = cli.Post(path, texts[i % texts.size()], "text/plain");
+        const std::string error = !res ? "HTTP_" + httplib::to_string(res.error())
+                                       : (res->status == 200 ? "" : "HTTP_" + std::to_string(res->status));
+        rec.Record(sent, Clock::now(), error);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  Step s = rec.Take();
+  s.mode = "closed";
+  s.load = concurrency;
+  s.seconds = o.duration;
+  return s;
+}
+
+nlohmann::json ToJson(Step& s, int texts_per_request) {
+  std::sort(s.latencies_ms.begin(), s.latencies_ms.end());
+  nlohmann::json j = {{"mode", s.mode},
+                      {"load", s.load},
+                      {"seconds", s.seconds},
+                      {"ok", s.ok},
+                      {"requests_per_s", s.ok / s.seconds},
+                      {"texts_per_s", s.ok * texts_per_request / s.seconds},
+                      {"p50_ms", Percentile(s.latencies_ms, 50)},
+                      {"p90_ms", Percentile(s.latencies_ms, 90)},
+                      {"p99_ms", Percentile(s.latencies_ms, 99)},
+                      {"p999_ms", Percentile(s.latencies_ms, 99.9)},
+                      {"errors", s.errors}};
+  if (s.queue_ms >= 0) j["server_queue_ms"] = s.queue_ms;
+  if (s.compute_ms >= 0) j["server_compute_ms"] = s.compute_ms;
+  if (s.batch_size >= 0) j["server_batch_size"] = s.batch_size;
+  return j;
+}
+
+void PrintRow(const nlohmann::json& j) {
+  int64_t errors = 0;
+  for (const auto& [_, n] : j["errors"].items()) errors += n.get<int64_t>();
+  auto opt = [&j](const char* key) {
+    char buf[16];
+    if (!j.contains(key)) return std::string("-");
+    std::snprintf(buf, sizeof(buf), "%.2f", j[key].get<double>());
+    return std::string(buf);
+  };
+  std::printf("%-6s %7.1f %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %7lld %9s %10s %6s\n", j["mode"].get<std::string>().c_str(),
+              j["load"].get<double>(), j["requests_per_s"].get<double>(), j["texts_per_s"].get<double>(),
+              j["p50_ms"].get<double>(), j["p90_ms"].get<double>(), j["p99_ms"].get<double>(),
+              j["p999_ms"].get<double>(), static_cast<long long>(errors), opt("server_queue_ms").c_str(),
+              opt("server_compute_ms").c_str(), opt("server_batch_size").c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"qvi-perf: load generator for qvi-server (closed-loop sweeps, open-loop rates)", "qvi-perf"};
+  Options o;
+  app.add_option("--server", o.server, "host:port of a qvi.serving.v1.Inference server")->capture_default_str();
+  app.add_option("--http", o.http, "instead: an HTTP endpoint taking one text per POST (TorchServe's inference API)");
+  app.add_option("--model", o.model, "model name")->capture_default_str();
+  app.add_option("--method", o.method, "classify or tag")->check(CLI::IsMember({"classify", "tag"}))->capture_default_str();
+  app.add_option("--concurrency", o.concurrency, "closed loop: calls in flight, one step each")->delimiter(',');
+  app.add_option("--rate", o.rates, "open loop: requests per second, one step each")->delimiter(',');
+  app.add_option("--duration", o.duration, "seconds measured per step")->capture_default_str();
+  app.add_option("--warmup", o.warmup, "seconds of load before each step's measurement")->capture_default_str();
+  app.add_option("--texts-per-request", o.texts_per_request, "texts in each call")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--texts-file", o.texts_file, "texts to send, one per line (default: generated)");
+  app.add_option("--pool", o.pool, "generated texts")->capture_default_str();
+  app.add_option("--words", o.words, "generated texts: mean length in words")->capture_default_str();
+  app.add_option("--words-stddev", o.words_stddev, "generated texts: standard deviation of the length")->capture_default_str();
+  app.add_option("--seed", o.seed, "generated texts: seed")->capture_default_str();
+  app.add_flag("--attention", o.attention, "ask for α");
+  app.add_flag("--gates", o.gates, "ask for β");
+  app.add_option("--metrics", o.metrics, "the server's Prometheus URL, for its queue/compute split");
+  app.add_option("--json", o.json, "also write the results as JSON to this file");
+  app.add_option("--label", o.label, "the system's name in the JSON");
+  CLI11_PARSE(app, argc, argv);
+  if (o.concurrency.empty() && o.rates.empty()) o.concurrency = {1, 2, 4, 8, 16, 32, 64};
+  if (!o.http.empty() && !o.rates.empty()) {
+    std::cerr << "--rate is for gRPC targets; use --concurrency with --http\n";
+    return 2;
+  }
+
+  std::vector<std::string> texts = o.texts_file.empty() ? qvi::client::GenerateTexts(o.pool, o.words, o.words_stddev, o.seed)
+                                                        : qvi::client::ReadTexts(o.texts_file);
+  if (texts.size() < static_cast<size_t>(o.texts_per_request)) {
+    std::cerr << "not enough texts (" << texts.size() << ")\n";
+    return 2;
+  }
+  std::printf("%-6s %7s %9s %9s %8s %8s %8s %8s %7s %9s %10s %6s\n", "mode", "load", "req/s", "texts/s", "p50 ms",
+              "p90 ms", "p99 ms", "p99.9 ms", "errors", "queue ms", "compute ms", "batch");
+  nlohmann::json results = nlohmann::json::array();
+  std::unique_ptr<GrpcTarget> target;
+  if (o.http.empty()) target = std::make_unique<GrpcTarget>(o, texts);
+  auto run = [&](const std::string& mode, double load) {
+    const auto before = o.metrics.empty() ? decltype(ScrapeSums("", "")){} : ScrapeSums(o.metrics, o.model);
+    Step s = !o.http.empty()     ? ClosedLoopHttp(o, texts, static_cast<int>(load))
+             : mode == "closed" ? ClosedLoopGrpc(*target, static_cast<int>(load), o.warmup, o.duration)
+                                : OpenLoopGrpc(*target, load, o.warmup, o.duration);
+    if (!o.metrics.empty()) FillServerSplit(s, before, ScrapeSums(o.metrics, o.model));
+    nlohmann::json j = ToJson(s, o.texts_per_request);
+    PrintRow(j);
+    results.push_back(j);
+  };
+  for (int c : o.concurrency) run("closed", c);
+  for (double r : o.rates) run("open", r);
+  if (!o.json.empty()) {
+    nlohmann::json doc = {{"label", o.label},
+                          {"target", o.http.empty() ? o.server : o.http},
+                          {"model", o.model},
+                          {"method", o.method},
+                          {"texts_per_request", o.texts_per_request},
+                          {"words", o.words},
+                          {"steps", results}};
+    std::ofstream(o.json) << doc.dump(2) << "\n";
+  }
+  int64_t ok = 0;
+  for (const auto& j : results) ok += j["ok"].get<int64_t>();
+  return ok > 0 ? 0 : 1;
+}

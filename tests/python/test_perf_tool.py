@@ -1,0 +1,37 @@
+"""qvi-perf against the real server: closed and open loop steps report answers, latency
+percentiles in order, the server's queue/compute split from its metrics, and errors by status code.
+Checks what it reports, never how fast anything is."""
+import json
+import os
+import subprocess
+
+from conftest import REPO
+
+PERF = os.path.join(REPO, "build", "qvi-perf")
+
+
+def run(server_process, tmp_path, *args):
+    out = tmp_path / "perf.json"
+    proc = subprocess.run([PERF, "--server", server_process.address, "--duration", "0.5", "--warmup", "0.1",
+                           "--json", str(out), *args], capture_output=True, text=True, timeout=120)
+    return proc, json.loads(out.read_text())
+
+
+def test_closed_and_open_loop_report_latency_and_the_server_split(server_process, tmp_path):
+    proc, doc = run(server_process, tmp_path, "--model", "sentiment", "--concurrency", "1,4", "--rate", "40",
+                    "--texts-per-request", "2", "--metrics", f"http://{server_process.metrics_address}/metrics")
+    assert proc.returncode == 0, proc.stderr
+    assert [(s["mode"], s["load"]) for s in doc["steps"]] == [("closed", 1), ("closed", 4), ("open", 40)]
+    for s in doc["steps"]:
+        assert s["ok"] > 0 and s["errors"] == {}
+        assert s["texts_per_s"] == 2 * s["requests_per_s"]
+        assert 0 < s["p50_ms"] <= s["p90_ms"] <= s["p99_ms"] <= s["p999_ms"]
+        assert s["server_queue_ms"] >= 0 and s["server_compute_ms"] > 0 and s["server_batch_size"] >= 1
+    assert "p99.9 ms" in proc.stdout  # the human table
+
+
+def test_errors_are_counted_by_code(server_process, tmp_path):
+    proc, doc = run(server_process, tmp_path, "--model", "no-such-model", "--concurrency", "2")
+    assert proc.returncode == 1  # nothing answered OK
+    [step] = doc["steps"]
+    assert step["ok"] == 0 and step["errors"].get("NOT_FOUND", 0) > 0
