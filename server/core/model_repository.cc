@@ -252,7 +252,8 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
   }
   auto* servable = new Servable{name, version, model, serving,
                                 std::make_unique<ModelRunner>(model, version, *std::move(scheduler), clock_,
-                                                              serving.instances, options_.observer)};
+                                                              serving.instances, options_.observer,
+                                                              serving.batch_when_idle)};
   {
     MutexLock lock(&retire_mu_);
     ++live_servables_;

@@ -36,8 +36,13 @@ RunnableRequest::Timing RunnableRequest::timing() const {
 }
 
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<BatchScheduler> scheduler,
-                         const Clock* clock, int instances, ServingObserver* observer)
-    : model_(std::move(model)), version_(version), scheduler_(std::move(scheduler)), observer_(observer), clock_(clock) {
+                         const Clock* clock, int instances, ServingObserver* observer, bool batch_when_idle)
+    : model_(std::move(model)),
+      version_(version),
+      scheduler_(std::move(scheduler)),
+      observer_(observer),
+      batch_when_idle_(batch_when_idle),
+      clock_(clock) {
   for (int i = 0; i < instances; ++i) threads_.emplace_back([this] { Loop(); });
 }
 
@@ -74,7 +79,7 @@ void ModelRunner::Loop() {
     {
       MutexLock lock(&mu_);
       while (true) {
-        batch = scheduler_->TakeBatch(/*drain=*/stopping_);
+        batch = scheduler_->TakeBatch(/*drain=*/stopping_ || batch_when_idle_);
         if (!batch.empty()) break;
         if (stopping_ && scheduler_->queued_texts() == 0) return;
         // Sleep until the oldest text is due or new work arrives. The deadline is in real time: with a

@@ -68,9 +68,11 @@ class RunnableRequest final : public BatchRequest {
 
 class ModelRunner {
  public:
-  // `observer` (may be null) hears of every batch and queue change of this version.
+  // `observer` (may be null) hears of every batch and queue change of this version. With
+  // `batch_when_idle`, an idle instance takes the next batch at once instead of waiting for the
+  // scheduler's max_queue_delay (see ServingConfig::batch_when_idle).
   ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<BatchScheduler> scheduler,
-              const Clock* clock, int instances, ServingObserver* observer = nullptr);
+              const Clock* clock, int instances, ServingObserver* observer = nullptr, bool batch_when_idle = false);
   ~ModelRunner();
 
   absl::Status Enqueue(std::shared_ptr<RunnableRequest> request) ABSL_LOCKS_EXCLUDED(mu_);
@@ -86,6 +88,7 @@ class ModelRunner {
   const int64_t version_;
   const std::unique_ptr<BatchScheduler> scheduler_;
   ServingObserver* const observer_;
+  const bool batch_when_idle_;
   const Clock* clock_;
   Mutex mu_;
   CondVar work_;

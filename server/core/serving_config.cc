@@ -97,6 +97,9 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
     } else if (key == "device") {
       if (!value.is_string()) return Bad(key, "must be a string such as \"cpu\" or \"cuda:0\"");
       o.device = value.get<std::string>();
+    } else if (key == "batch_when_idle") {
+      if (!value.is_boolean()) return Bad(key, "must be true or false");
+      o.batch_when_idle = value.get<bool>();
     } else if (key == "version_policy") {
       if (!value.is_string()) return Bad(key, "must be a string: \"latest:N\", \"all\" or \"specific:V1,V2\"");
       absl::StatusOr<VersionPolicy> policy = VersionPolicy::Parse(value.get<std::string>());
@@ -104,7 +107,7 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
       o.version_policy = *policy;
     } else {
       return Bad(key, "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
-                      "max_queued_texts, max_queued_tokens, instances, device, version_policy");
+                      "max_queued_texts, max_queued_tokens, instances, device, version_policy, batch_when_idle");
     }
     if (!s.ok()) return s;
   }
@@ -130,6 +133,7 @@ ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, co
   c.max_queued_texts = o.max_queued_texts.value_or(d.max_queued_texts);
   c.max_queued_tokens = o.max_queued_tokens.value_or(d.max_queued_tokens);
   c.instances = o.instances.value_or(d.instances);
+  c.batch_when_idle = o.batch_when_idle.value_or(d.batch_when_idle);
   c.device = o.device.value_or(d.device);
   return c;
 }

@@ -3,7 +3,7 @@
 //   2. the model's manifest (`serving`: max_batch_size, max_batch_tokens, max_queue_delay_ms),
 //   3. the operator's file beside the versions, <store>/<model>/serving.json, which may set
 //      max_batch_size, max_batch_tokens, max_queue_delay_ms, max_queued_texts, max_queued_tokens,
-//      instances, device, version_policy.
+//      instances, device, version_policy, batch_when_idle.
 // The file never changes the model's own facts (labels, tokenizer, outputs). An unknown key or a
 // value out of range is an error naming the key, so a typo cannot pass silently.
 #ifndef QVI_SERVER_CORE_SERVING_CONFIG_H_
@@ -43,6 +43,9 @@ struct ServingConfig {
   int64_t max_queued_tokens = 1 << 17;
   int instances = 1;
   std::string device = "auto";
+  // An idle instance takes what is queued at once (no max_queue_delay wait); batches form from the
+  // texts that arrive while instances are busy. False: wait up to max_queue_delay_ms to fill.
+  bool batch_when_idle = true;
 };
 
 // What a serving.json sets; unset fields keep the value from the sources before it.
@@ -52,6 +55,7 @@ struct ServingOverrides {
   std::optional<double> max_queue_delay_ms;
   std::optional<std::string> device;
   std::optional<VersionPolicy> version_policy;
+  std::optional<bool> batch_when_idle;
 
   static absl::StatusOr<ServingOverrides> Parse(const std::string& json);
   // Reads <model_dir>/serving.json; no file means no overrides.

@@ -261,6 +261,35 @@ TEST_F(ModelRepositoryTest, OneModelsFailureLeavesTheOthersAlone) {
   EXPECT_EQ(events_.Count("sentiment", 1, S::kLoading), 1);
 }
 
+// How long one text waits in the queue of a servable's batch queue.
+absl::Duration QueueWait(const ServableHandle& servable) {
+  Notification done;
+  auto request = std::make_shared<RunnableRequest>(
+      std::vector<std::vector<int64_t>>{{2, 3}}, std::vector<std::string>{"logits"}, absl::InfiniteFuture(), nullptr,
+      [](int, const ModelOutputs&, int64_t) { return absl::OkStatus(); }, [&](absl::Status) { done.Notify(); });
+  EXPECT_TRUE(servable->runner->Enqueue(request).ok());
+  done.WaitForNotification();
+  return request->timing().queue;
+}
+
+TEST_F(ModelRepositoryTest, AnIdleInstanceDoesNotWaitForTheQueueDelayUnlessToldTo) {
+  // A minute of allowed delay: an idle instance still takes the lone text at once (the default).
+  std::ofstream(root_ / "sentiment" / "serving.json") << R"({"max_queue_delay_ms": 60000})";
+  Open();
+  ServableHandle eager = *repo_->Resolve("sentiment", 0);
+  EXPECT_TRUE(eager->serving.batch_when_idle);
+  EXPECT_LT(QueueWait(eager), absl::Seconds(30));
+  eager.reset();
+  // Told to wait: the lone text waits the full delay for company.
+  std::ofstream(root_ / "sentiment" / "serving.json") << R"({"max_queue_delay_ms": 50, "batch_when_idle": false})";
+  AddVersion(2);
+  repo_->Poll();
+  ServableHandle patient = *repo_->Resolve("sentiment", 0);
+  ASSERT_EQ(patient->version, 2);
+  EXPECT_FALSE(patient->serving.batch_when_idle);
+  EXPECT_GE(QueueWait(patient), absl::Milliseconds(50));
+}
+
 TEST_F(ModelRepositoryTest, ShutdownWaitsForHeldVersionsThenRefuses) {
   Open();
   ServableHandle held = *repo_->Resolve("sentiment", 0);

@@ -55,9 +55,10 @@ def zoo(api):
                                                "BIO" if tagger else "", {})
             artifact.export(build_model(cfg), manifest, vocab, store, 1)
             names.append(name)
-    # One model batches slowly, so that concurrent requests share batches (the mixed-batch test).
+    # One model waits for its batches to fill, so that concurrent requests share batches (the
+    # mixed-batch tests).
     with open(os.path.join(store, model_name("transformer", "qvi"), "serving.json"), "w") as f:
-        f.write('{"max_queue_delay_ms": 20}')
+        f.write('{"max_queue_delay_ms": 20, "batch_when_idle": false}')
     proc = ServerProcess(store, work)
     yield proc, store, names
     proc.stop()
