@@ -257,7 +257,8 @@ def markdown(results, info, a, command):
                 lines.append(f"- vs {peer}: best throughput {qb['texts_per_s']:.0f} against {pb['texts_per_s']:.0f} texts/s: "
                              f"**{qb['texts_per_s'] / pb['texts_per_s']:.2f} x** (target >= {target} x); p99 at those points "
                              f"{qb['p99_ms']:.2f} ms against {pb['p99_ms']:.2f} ms.")
-    lines += ["", "Raw results: `bench/results/results.json`.", ""]
+    lines += ["", "Raw results: `bench/results/results.json`. What the profile shows and what stands in the way of the "
+              "targets: [docs/performance.md](docs/performance.md).", ""]
     return "\n".join(lines)
 
 
