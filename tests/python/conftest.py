@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import grpc
@@ -48,6 +49,27 @@ def _export_inconsistent_model(store):
     manifest = artifact.build_manifest("inconsistent", cfg, TokenizerConfig(), vocab, ["x", "y"], "", {})
     manifest["labels"] = ["x", "y", "z"]
     artifact.export(build_model(cfg), manifest, vocab, store, 1)
+
+
+class Background:
+    """`n` threads running `self.run(i)` until the `with` block ends; run() checks `self.stop`."""
+
+    def __init__(self, n):
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(n)]
+
+    def run(self, i):
+        raise NotImplementedError
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=60)
 
 
 class ServerProcess:

@@ -11,7 +11,7 @@ import time
 import grpc
 import pytest
 
-from conftest import STORE, ServerProcess
+from conftest import STORE, Background, ServerProcess
 
 WAIT_S = 60
 
@@ -41,20 +41,19 @@ def add_version(store, version, content=None):
     os.rename(staging, os.path.join(store, "sentiment", str(version)))
 
 
-class Traffic:
+class Traffic(Background):
     """Four clients sending Classify (version 0) and Tag in a loop; records every outcome."""
 
     def __init__(self, api, channel):
         self.pb, pb_grpc = api
         self.stub = pb_grpc.InferenceStub(channel)
-        self.stop = threading.Event()
         self.lock = threading.Lock()
         self.versions = {c: [] for c in range(3)}  # sentiment versions answered, per client, in order
         self.tagged = 0
         self.errors = []
-        self.threads = [threading.Thread(target=self._run, args=(c,)) for c in range(4)]
+        super().__init__(4)
 
-    def _run(self, c):
+    def run(self, c):
         pb = self.pb
         i = 0
         while not self.stop.is_set():
@@ -73,16 +72,6 @@ class Traffic:
             except grpc.RpcError as e:
                 with self.lock:
                     self.errors.append((c, e.code(), e.details()))
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=WAIT_S)
 
     def served(self):
         with self.lock:

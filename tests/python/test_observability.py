@@ -10,14 +10,13 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from conftest import REPO, STORE, ServerProcess
+from conftest import REPO, STORE, Background, ServerProcess
 
 DEPLOY = os.path.join(REPO, "deploy")
 PROMETHEUS = shutil.which("prometheus")
@@ -95,13 +94,13 @@ def per_model(result):
     return {r["metric"].get("model"): float(r["value"][1]) for r in result}
 
 
-class Traffic:
+class Traffic(Background):
+    """Three clients: one tagging, two classifying, until the block ends."""
+
     def __init__(self, api, channel):
-        pb, pb_grpc = api
+        self.pb, pb_grpc = api
         self.stub = pb_grpc.InferenceStub(channel)
-        self.pb = pb
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(3)]
+        super().__init__(3)
 
     def run(self, i):
         pb = self.pb
@@ -113,16 +112,6 @@ class Traffic:
             else:
                 self.stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"),
                                                       texts=["a good film", f"dull and long {n}"]), timeout=30)
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=60)
 
 
 def test_prometheus_sees_request_rate_and_latency_per_model(served, prometheus, api):
