@@ -63,8 +63,10 @@ void PublishModelHealth(grpc::HealthCheckServiceInterface* health, const ModelRe
 }
 
 void PublishHealth(grpc::HealthCheckServiceInterface* health, const ModelRepository& repository) {
+  // The server as a whole ("" service). Not SetServingStatus(bool): that one sets every service,
+  // which would mark models without a ready version SERVING.
+  health->SetServingStatus("", true);
   for (const ModelStatus& m : repository.List()) PublishModelHealth(health, repository, m.name);
-  health->SetServingStatus(true);
 }
 
 // Written whole or not at all (rename), so a reader never sees a partial number.
@@ -78,6 +80,16 @@ int WaitForSignal(const sigset_t& signals) {
   int sig = 0;
   sigwait(&signals, &sig);
   return sig;
+}
+
+// Waits `seconds` or until the next signal, whichever comes first.
+void WaitForSignalOrTimeout(const sigset_t& signals, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (auto now = std::chrono::steady_clock::now(); now < end; now = std::chrono::steady_clock::now()) {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(end - now).count();
+    const timespec timeout{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
+    if (sigtimedwait(&signals, nullptr, &timeout) > 0) return;  // EINTR and EAGAIN: look at the clock again
+  }
 }
 
 int Run(const ServerOptions& options, const sigset_t& signals) {
@@ -164,6 +176,10 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   spdlog::info("received signal {}: reporting NOT_SERVING, finishing accepted requests (grace {} s)", sig,
                options.shutdown_grace_seconds);
   server->GetHealthCheckService()->Shutdown();
+  if (options.shutdown_delay_seconds > 0) {
+    spdlog::info("NOT_SERVING for {} s while still taking calls", options.shutdown_delay_seconds);
+    WaitForSignalOrTimeout(signals, options.shutdown_delay_seconds);
+  }
   const auto grace = std::chrono::system_clock::now() +
                      std::chrono::milliseconds(static_cast<int64_t>(options.shutdown_grace_seconds * 1000));
   server->Shutdown(grace);  // stops accepting; waits for in-flight RPCs until the grace period ends

@@ -78,6 +78,11 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   app.add_option("--shutdown-grace-seconds", o.shutdown_grace_seconds,
                  "on SIGTERM/SIGINT, time given to accepted requests to finish")
       ->check(CLI::Range(0.0, 3600.0))->group("Lifecycle");
+  app.add_option("--shutdown-delay-seconds", o.shutdown_delay_seconds,
+                 "on SIGTERM/SIGINT, report NOT_SERVING on health this long while still taking calls, before "
+                 "refusing new ones (set it above the readiness probe's period on Kubernetes); a second signal "
+                 "ends the delay")
+      ->check(CLI::Range(0.0, 3600.0))->group("Lifecycle");
 
   try {
     app.parse(argc, argv);

@@ -43,6 +43,9 @@ struct ServerOptions {
     bool access_log = false;
   } logging;
   double shutdown_grace_seconds = 30;
+  // On SIGTERM/SIGINT: health reads NOT_SERVING this long while calls are still taken, so that a
+  // load balancer (a Kubernetes readiness probe) stops routing here before the server refuses calls.
+  double shutdown_delay_seconds = 0;
 };
 
 // Parses argv. Returns the options, or a status whose message is the text to print: for --help and

@@ -50,7 +50,7 @@ class ServerProcess {
       execl(QVI_SERVER_BINARY, QVI_SERVER_BINARY, "--model-store", store.c_str(), "--port", "0", "--host",
             "127.0.0.1", "--port-file", port_file.c_str(), "--device", "cpu", "--access-log",
             "--max-texts-per-request", "8", "--max-text-bytes", "1000", "--log-level", "debug", "--metrics-port", "0",
-            nullptr);
+            "--shutdown-delay-seconds", "2", nullptr);
       _exit(127);
     }
     for (int i = 0; i < 1200 && !fs::exists(port_file); ++i) {
@@ -64,7 +64,11 @@ class ServerProcess {
   }
 
   int StopAndWait(int sig) {
-    kill(pid_, sig);
+    Signal(sig);
+    return Wait();
+  }
+  void Signal(int sig) { kill(pid_, sig); }
+  int Wait() {
     int status = 0;
     waitpid(pid_, &status, 0);
     pid_ = -1;
@@ -378,6 +382,10 @@ TEST_F(EndToEnd, StressSixtyFourClientsWithDeadlinesAndCancellations) {
   for (auto& t : clients) t.join();
   EXPECT_EQ(failures.load(), 0);
   EXPECT_GT(ok.load(), 0);
+  // Both kinds of early end really happened (about 48 calls of each kind were sent; a cancel right
+  // after sending, or a deadline of 100 µs to 3 ms with 64 clients on the machine, cannot all lose).
+  EXPECT_GT(expired.load(), 0);
+  EXPECT_GT(cancelled.load(), 0);
   // The server is still up and answers.
   v1::ClassifyResponse after;
   ASSERT_TRUE(Classify(SentimentRequest({"still serving"}), &after).ok());
@@ -395,7 +403,8 @@ TEST_F(EndToEnd, StressSixtyFourClientsWithDeadlinesAndCancellations) {
             << " CANCELLED of 320 calls\n";
 }
 
-// Last (gtest runs tests in order within a file): SIGTERM while 8 clients keep sending. Every call
+// Last (gtest runs tests in order within a file): SIGTERM while 8 clients keep sending. Health reads
+// NOT_SERVING at once, while calls are still taken (--shutdown-delay-seconds). Every call
 // that reached the service (one access-log line each) is answered OK and received by its client;
 // calls that arrive once shutdown began are refused by gRPC itself (UNAVAILABLE, or CANCELLED for
 // a call cut before any handler ran); the process exits 0.
@@ -430,7 +439,26 @@ TEST_F(EndToEnd, ZzSigtermUnderLoadAnswersEveryAcceptedRequest) {
     });
   }
   while (ok.load() < 200) std::this_thread::yield();  // waits on the clients' progress, not on a clock
-  const int code = server_->StopAndWait(SIGTERM);
+  server_->Signal(SIGTERM);
+  {
+    // A new connection, as a readiness probe makes: NOT_SERVING during the delay.
+    auto health = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+    HealthCheckResponse::ServingStatus seen = HealthCheckResponse::SERVING;
+    // Bounded by the delay the server was given (2 s); the signal is handled within milliseconds.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+    while (seen == HealthCheckResponse::SERVING && std::chrono::steady_clock::now() < until) {
+      HealthCheckRequest req;
+      HealthCheckResponse resp;
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      grpc::Status s = health->Check(&ctx, req, &resp);
+      ASSERT_TRUE(s.ok()) << "health refused during the shutdown delay: " << s.error_message();
+      seen = resp.status();
+    }
+    EXPECT_EQ(seen, HealthCheckResponse::NOT_SERVING);
+  }
+  const int code = server_->Wait();
   stop = true;
   for (auto& t : clients) t.join();
   EXPECT_EQ(code, 0);

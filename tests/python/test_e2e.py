@@ -136,8 +136,11 @@ def test_health_and_reflection(server):
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
     health = health_pb2_grpc.HealthStub(server)
-    for service in ("", "sentiment", "ner"):
+    for service in ("", "sentiment", "ner"):  # ner serves v1 although its v3 failed to load
         assert health.Check(health_pb2.HealthCheckRequest(service=service)).status == health_pb2.HealthCheckResponse.SERVING
+    # A model none of whose versions loaded is NOT_SERVING; the others are untouched (above).
+    status = health.Check(health_pb2.HealthCheckRequest(service="misconfigured")).status
+    assert status == health_pb2.HealthCheckResponse.NOT_SERVING
     db = ProtoReflectionDescriptorDatabase(server)
     services = set(db.get_services())
     assert {"qvi.serving.v1.Inference", "grpc.health.v1.Health"} <= services
