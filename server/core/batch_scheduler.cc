@@ -30,6 +30,13 @@ void BatchRequest::Complete(int /*index*/, const absl::Status& status) {
 
 void BatchRequest::Fail(const absl::Status& status) { Complete(-1, status.ok() ? absl::InternalError("failed") : status); }
 
+bool BatchRequest::IsCancelled() const {
+  // Under the lock, so that Complete cannot finish the request (and the caller free what
+  // is_cancelled_ reads) between the check of finished_ and the call.
+  MutexLock lock(&mu_);
+  return !finished_ && is_cancelled_ && is_cancelled_();
+}
+
 bool BatchRequest::finished() const {
   MutexLock lock(&mu_);
   return finished_;

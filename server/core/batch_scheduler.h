@@ -45,7 +45,9 @@ class BatchRequest {
 
   const std::vector<int>& token_counts() const { return token_counts_; }
   absl::Time deadline() const { return deadline_; }
-  bool IsCancelled() const { return is_cancelled_ && is_cancelled_(); }
+  // False once the request has finished: after that the caller's context (and so what
+  // is_cancelled reads) may be gone, while another batch still holds this request's texts.
+  bool IsCancelled() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // A text's batch finished with `status`. The last one finishes the request.
   void Complete(int index, const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);

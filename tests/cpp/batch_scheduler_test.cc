@@ -154,9 +154,34 @@ TEST_F(BatchSchedulerTest, AFailedPartFailsTheRequestOnce) {
   EXPECT_EQ(probe_.status.code(), absl::StatusCode::kInternal);
 }
 
+// A request whose texts span two batches can be finished by one (a model error) while the other is
+// still queued. Once finished, the caller's context may be gone: the scheduler must not ask it.
+TEST_F(BatchSchedulerTest, AFinishedRequestIsNotAskedWhetherItWasCancelled) {
+  auto s = Make({.max_batch_size = 1, .max_batch_tokens = 1000, .max_queue_delay = absl::ZeroDuration()});
+  int asked = 0;
+  auto r = std::make_shared<BatchRequest>(
+      std::vector<int>{3, 3}, absl::InfiniteFuture(), [&asked] { return ++asked, false; },
+      [this](absl::Status st) { ++probe_.calls, probe_.status = st; });
+  ASSERT_TRUE(s->Enqueue(r).ok());
+  auto a = s->TakeBatch();
+  ASSERT_EQ(a.size(), 1u);
+  const int before = asked;
+  EXPECT_GT(before, 0) << "a live request is asked when a batch forms";
+  a[0].request->Complete(a[0].index, absl::InternalError("model failed"));
+  EXPECT_FALSE(r->IsCancelled());
+  EXPECT_TRUE(s->TakeBatch().empty()) << "the finished request's other text is dropped";
+  EXPECT_EQ(asked, before);
+  EXPECT_EQ(s->queued_texts(), 0u);
+  EXPECT_EQ(probe_.calls, 1);
+}
+
 TEST_F(BatchSchedulerTest, OptionsAreChecked) {
   EXPECT_EQ(BatchScheduler::Create({.max_batch_size = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(BatchScheduler::Create({.max_batch_tokens = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BatchScheduler::Create({.max_queue_delay = absl::Milliseconds(-1)}, &clock_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BatchScheduler::Create({.max_queued_texts = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BatchScheduler::Create({.max_queued_tokens = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
