@@ -48,7 +48,7 @@ Metrics::Metrics()
                     .Register(*registry_)),
       request_seconds_(BuildHistogram()
                            .Name("qvi_request_duration_seconds")
-                           .Help("Time from a call's arrival to its answer, by model and method")
+                           .Help("Time from a call's arrival to its answer, by model, version and method")
                            .Register(*registry_)),
       in_flight_(BuildGauge()
                      .Name("qvi_requests_in_flight")
@@ -132,8 +132,11 @@ void Metrics::OnRequestDone(const std::string& method, const std::string& model,
       c = &requests_.Add({{"model", model}, {"version", absl::StrCat(version)}, {"method", method}, {"code", code}});
     }
     counter = c;
-    prometheus::Histogram*& h = request_latency_[{method, model}];
-    if (h == nullptr) h = &request_seconds_.Add({{"model", model}, {"method", method}}, LatencyBuckets());
+    prometheus::Histogram*& h = request_latency_[{method, model, version}];
+    if (h == nullptr) {
+      h = &request_seconds_.Add({{"model", model}, {"version", absl::StrCat(version)}, {"method", method}},
+                                LatencyBuckets());
+    }
     histogram = h;
   }
   counter->Increment();

@@ -96,7 +96,7 @@ class Metrics final : public ServingObserver {
   std::map<std::pair<std::string, int64_t>, VersionSeries> versions_ ABSL_GUARDED_BY(mu_);
   std::map<std::tuple<std::string, std::string, int64_t, std::string>, prometheus::Counter*> request_counters_
       ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<std::string, std::string>, prometheus::Histogram*> request_latency_ ABSL_GUARDED_BY(mu_);
+  std::map<std::tuple<std::string, std::string, int64_t>, prometheus::Histogram*> request_latency_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int64_t>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> state_
       ABSL_GUARDED_BY(mu_);  // (state gauge, info gauge)
 };
