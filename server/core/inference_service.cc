@@ -188,7 +188,8 @@ void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done d
         }
       },
       OutputSelection{std::vector<int64_t>(r.options.layers.layers.begin(), r.options.layers.layers.end()),
-                      std::vector<int64_t>(r.options.layers.heads.begin(), r.options.layers.heads.end())});
+                      std::vector<int64_t>(r.options.layers.heads.begin(), r.options.layers.heads.end()),
+                      r.options.layers.reduction != LayerSelection::Reduction::kNone});
   state->request = request;
   if (absl::Status s = servable->runner->Enqueue(std::move(request)); !s.ok()) state->done(s);
 }

@@ -148,6 +148,10 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch:
           head_index = torch::tensor(selection.heads, torch::kLong);
           t = t.index_select(2, head_index.to(t.device()));
         }
+        if (selection.mean_heads) {
+          t = t.mean(2, /*keepdim=*/true);
+          head_index = torch::tensor(std::vector<int64_t>{-1}, torch::kLong);
+        }
       }
       t = t.to(torch::kCPU);
     }

@@ -46,9 +46,12 @@ class DeviceStreamScope {
 // Which layers and heads of the per-layer outputs (layer_*) leave the device; empty = all. The
 // model's outputs keep their order; Forward() adds "layer_index" and "head_index" (int64) naming
 // the original layer and head at each position when it selected any.
+// With mean_heads, the selected heads are averaged on the device and only the average leaves it:
+// the head dimension is 1 and head_index is {-1}.
 struct OutputSelection {
   std::vector<int64_t> layers;
   std::vector<int64_t> heads;
+  bool mean_heads = false;
 };
 
 class Model {

@@ -102,6 +102,10 @@ void ModelRunner::Run(std::vector<QueuedText>& batch) const {
   std::set<std::string> wanted;
   // The layers and heads any text of the batch wants: the union, or all when one wants all.
   bool all_layers = false, all_heads = false, any_layers = false;
+  // Heads are averaged on the device when every text that wants per-layer outputs wants the same
+  // heads averaged; otherwise the union of heads leaves the device and is averaged per request.
+  bool mean_heads = true;
+  const std::vector<int64_t>* first_heads = nullptr;
   std::set<int64_t> layers, heads;
   for (const QueuedText& t : batch) {
     const auto& r = static_cast<const RunnableRequest&>(*t.request);
@@ -112,12 +116,16 @@ void ModelRunner::Run(std::vector<QueuedText>& batch) const {
     any_layers = true;
     all_layers = all_layers || r.selection().layers.empty();
     all_heads = all_heads || r.selection().heads.empty();
+    mean_heads = mean_heads && r.selection().mean_heads &&
+                 (first_heads == nullptr || *first_heads == r.selection().heads);
+    if (first_heads == nullptr) first_heads = &r.selection().heads;
     layers.insert(r.selection().layers.begin(), r.selection().layers.end());
     heads.insert(r.selection().heads.begin(), r.selection().heads.end());
   }
   OutputSelection selection;
   if (any_layers && !all_layers) selection.layers.assign(layers.begin(), layers.end());
   if (any_layers && !all_heads) selection.heads.assign(heads.begin(), heads.end());
+  selection.mean_heads = any_layers && mean_heads;
   torch::Tensor ids = torch::zeros({rows, width}, torch::kLong);
   torch::Tensor mask = torch::zeros({rows, width}, torch::kBool);
   auto id = ids.accessor<int64_t, 2>();

@@ -124,8 +124,10 @@ std::vector<LayerMapOutput> LayerMaps(const std::map<std::string, torch::Tensor>
     return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
   };
   const std::vector<int64_t> have_layers = present("layer_index", layers), have_heads = present("head_index", heads);
+  // {-1}: the heads this request asked for were averaged on the device (Model::Forward).
+  const bool averaged = have_heads == std::vector<int64_t>{-1};
   const std::vector<int64_t> ls = selection.layers.empty() ? have_layers : Indices(selection.layers, layers);
-  const std::vector<int64_t> hs = selection.heads.empty() ? have_heads : Indices(selection.heads, heads);
+  const std::vector<int64_t> hs = selection.heads.empty() || averaged ? have_heads : Indices(selection.heads, heads);
   auto positions = [](const std::vector<int64_t>& wanted, const std::vector<int64_t>& have) {
     std::vector<int64_t> pos;
     for (int64_t w : wanted) pos.push_back(std::find(have.begin(), have.end(), w) - have.begin());

@@ -227,7 +227,7 @@ TEST_F(InferenceServiceTest, OnlySelectedLayersAndHeadsLeaveTheModel) {
   absl::StatusOr<ServableHandle> h = repo_->Resolve("sentiment", 0);
   ASSERT_TRUE(h.ok()) << h.status();
   const Model& model = *(*h)->model;
-  torch::Tensor ids = torch::full({2, 5}, 2, torch::kLong);
+  torch::Tensor ids = torch::arange(2, 12, torch::kLong).view({2, 5});  // distinct tokens: heads differ
   torch::Tensor mask = torch::ones({2, 5}, torch::kBool);
   auto all = model.Forward(ids, mask, {"layer_attention", "layer_gates"});
   ASSERT_TRUE(all.ok()) << all.status();
@@ -251,6 +251,29 @@ TEST_F(InferenceServiceTest, OnlySelectedLayersAndHeadsLeaveTheModel) {
   EXPECT_EQ(a[0].layer, 1);
   EXPECT_EQ(a[0].head, 2);
   EXPECT_EQ(a[0].attention, b[0].attention);
+
+  // Heads averaged on the device: one head leaves it, and the summary equals the host's average.
+  auto mean = model.Forward(ids, mask, {"layer_attention", "layer_gates"}, OutputSelection{{}, {0, 2}, true});
+  ASSERT_TRUE(mean.ok()) << mean.status();
+  EXPECT_EQ(mean->at("layer_attention").sizes(), (std::vector<int64_t>{2, 2, 1, 5, 5}));
+  EXPECT_TRUE(torch::equal(mean->at("head_index"), torch::tensor({-1}, torch::kLong)));
+  sel.gates = true;
+  sel.layers = {};
+  sel.heads = {0, 2};
+  for (auto reduction : {LayerSelection::Reduction::kMeanHeads, LayerSelection::Reduction::kMeanAll}) {
+    sel.reduction = reduction;
+    std::vector<LayerMapOutput> dev = LayerMaps(*mean, sel, 1, 5), host = LayerMaps(*all, sel, 1, 5);
+    ASSERT_EQ(dev.size(), host.size());
+    ASSERT_EQ(dev.size(), reduction == LayerSelection::Reduction::kMeanHeads ? 2u : 1u);
+    for (size_t i = 0; i < dev.size(); ++i) {
+      EXPECT_EQ(dev[i].layer, host[i].layer);
+      EXPECT_EQ(dev[i].head, -1);
+      ASSERT_EQ(dev[i].attention.size(), 25u);
+      ASSERT_EQ(dev[i].gates.size(), 5u);
+      for (size_t k = 0; k < 25; ++k) EXPECT_NEAR(dev[i].attention[k], host[i].attention[k], 1e-6);
+      for (size_t k = 0; k < 5; ++k) EXPECT_NEAR(dev[i].gates[k], host[i].gates[k], 1e-6);
+    }
+  }
 }
 
 TEST_F(InferenceServiceTest, SubmitAnswersExactlyOnce) {
@@ -258,17 +281,28 @@ TEST_F(InferenceServiceTest, SubmitAnswersExactlyOnce) {
   Mutex mu;
   CondVar answered;
   int answers = 0;
+  std::vector<int> per_request(3, 0);
   for (int i = 0; i < 3; ++i) {
-    svc.Submit(Method::kClassify, Request("sentiment", {"good"}), [&](absl::StatusOr<InferenceResponse> r) {
-      EXPECT_TRUE(r.ok() || r.status().code() == absl::StatusCode::kResourceExhausted);
-      MutexLock l(&mu);
-      ++answers;
-      answered.SignalAll();
-    });
+    svc.Submit(Method::kClassify, Request("sentiment", {"good", "a longer second text", "bad"}),
+               [&, i](absl::StatusOr<InferenceResponse> r) {
+                 EXPECT_TRUE(r.ok() || r.status().code() == absl::StatusCode::kResourceExhausted) << r.status();
+                 if (r.ok()) EXPECT_EQ(r->results.size(), 3u);
+                 MutexLock l(&mu);
+                 ++answers;
+                 ++per_request[i];
+                 answered.SignalAll();
+               });
   }
+  {
+    MutexLock l(&mu);
+    while (answers < 3) answered.Wait(&mu);
+  }
+  // A later request through the same queue is answered after anything still in flight for the
+  // first three; a second answer to any of them would have arrived by then.
+  ASSERT_TRUE(svc.Run(Method::kClassify, Request("sentiment", {"after"})).ok());
   MutexLock l(&mu);
-  while (answers < 3) answered.Wait(&mu);
   EXPECT_EQ(answers, 3);
+  EXPECT_EQ(per_request, (std::vector<int>{1, 1, 1}));
 }
 
 TEST(InferenceServiceQueueTest, FullQueueIsResourceExhaustedAtOnce) {
