@@ -41,10 +41,13 @@ def main():
     ap.add_argument("--port-file")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--torch-threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     args = ap.parse_args()
     torch.set_num_threads(args.torch_threads)
     pb, pb_grpc = stubs()
     module, manifest, vocab = artifact.load(args.model_pt)
+    device = torch.device(args.device)
+    module = module.to(device)
     cfg = config_from_json(manifest["tokenizer"])
     labels = manifest["labels"]
     name = manifest["name"]
@@ -61,7 +64,7 @@ def main():
                 ids[i, :len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
                 mask[i, :len(e.ids)] = True
             with torch.inference_mode():
-                probs = module(ids, mask)["logits"].softmax(-1)
+                probs = module(ids.to(device), mask.to(device))["logits"].softmax(-1).cpu()
             resp = pb.ClassifyResponse(model=pb.ModelSpec(name=name, version=1), request_id=request.request_id)
             for row in probs:
                 best = int(row.argmax())

@@ -84,7 +84,7 @@ def machine():
 def run_limit(work, a):
     out = os.path.join(work, "limit.json")
     cmd = [os.path.join(BUILD, "qvi-bench-model"), "--model-pt", MODEL_PT, "--batch-sizes", a.batch_sizes,
-           "--seconds", str(a.duration), "--words", str(a.words), "--json", out]
+           "--seconds", str(a.duration), "--words", str(a.words), "--device", a.device, "--json", out]
     log(" ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd))
     subprocess.run(cmd, check=True)
     with open(out) as f:
@@ -100,7 +100,7 @@ def run_qvi_server(work, a, common):
         json.dump({"max_batch_size": a.max_batch}, f)
     proc = subprocess.Popen([os.path.join(BUILD, "qvi-server"), "--model-store", store,
                              "--port", "0", "--port-file", port_file, "--metrics-port", "0",
-                             "--metrics-port-file", metrics_file, "--host", "127.0.0.1", "--device", "cpu",
+                             "--metrics-port-file", metrics_file, "--host", "127.0.0.1", "--device", a.device,
                              "--log-level", "warn"])
     try:
         port = wait_for_file(port_file, proc, "qvi-server")
@@ -114,7 +114,7 @@ def run_qvi_server(work, a, common):
 def run_python_server(work, a, common):
     port_file = os.path.join(work, "py.port")
     proc = subprocess.Popen([PY, os.path.join(REPO, "bench", "python_server.py"), "--model-pt", MODEL_PT,
-                             "--port-file", port_file, "--workers", "4"])
+                             "--port-file", port_file, "--workers", "4", "--device", a.device])
     try:
         port = wait_for_file(port_file, proc, "python_server.py")
         return perf(work, "python-grpc", ["--server", f"127.0.0.1:{port}"], common)
@@ -146,6 +146,7 @@ def run_torchserve(work, a, common):
                 f"models={json.dumps(models)}\ndisable_system_metrics=true\ninstall_py_dep_per_model=false\n"
                 f"default_workers_per_model=1\njob_queue_size=1000\nnumber_of_netty_threads=2\n")
     env = dict(os.environ, QVI_MODEL_STORE_PY=os.path.join(REPO, "model_store"), QVI_TORCH_THREADS="1",
+               QVI_DEVICE=a.device,
                PATH=bindir + os.pathsep + os.environ.get("PATH", ""), LOG_LOCATION=os.path.join(work, "ts_logs"),
                METRICS_LOCATION=os.path.join(work, "ts_logs"))
     log_file = open(os.path.join(work, "torchserve.log"), "w")
@@ -211,7 +212,8 @@ def markdown(results, info, a, command):
         "",
         f"Measured {info['date']} on {info['machine']['cpu']}, {info['machine']['cores']} cores, "
         f"{info['machine']['os']}, torch {info['machine']['torch']}"
-        + (f", GPU {info['machine']['gpu']}" if info["machine"]["gpu"] else ", CPU only") + ".",
+        + (f", GPU {info['machine']['gpu']}" if info["machine"]["gpu"] else ", no GPU")
+        + f". **The model runs on: {info.get('device', 'cpu')}** (every system, the limit included).",
         f"Model: the demo classifier `{MODEL}` (Transformer-QVI, 2 layers, d=64). Texts: generated, about "
         f"{a.words:g} words each, one text per request. Every system ran in this one run, on the same machine, "
         f"with the load generator on the same cores (the machine has {info['machine']['cores']}). "
@@ -286,6 +288,8 @@ def main():
     ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
     ap.add_argument("--batch-sizes", default="1,2,4,8,16,32")
     ap.add_argument("--words", type=float, default=20)
+    ap.add_argument("--device", default="cpu",
+                    help="where every system runs the model: cpu, or cuda (the first GPU) for the GPU comparison")
     ap.add_argument("--skip", default="", help="comma-separated systems to leave out (qvi-server,python-grpc,torchserve)")
     ap.add_argument("--report-only", action="store_true",
                     help="measure nothing: rewrite BENCHMARKS.md and the plot from bench/results/results.json")
@@ -318,7 +322,7 @@ def main():
         if name not in skip:
             results[name] = fn(work, a, common)
     info = {"date": datetime.date.today().isoformat(), "machine": machine(), "command": command, "words": a.words,
-            "max_batch": a.max_batch}
+            "max_batch": a.max_batch, "device": a.device}
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump({"info": info, "results": results}, f, indent=2)
     plot(results, os.path.join(out_dir, "throughput_p99.png"))

@@ -20,6 +20,8 @@ class QviHandler(BaseHandler):
         torch.set_num_threads(int(os.environ.get("QVI_TORCH_THREADS", "1")))
         model_dir = context.system_properties.get("model_dir")
         self.module, manifest, self.vocab = artifact.load(os.path.join(model_dir, "model.pt"))
+        self.dev = torch.device(os.environ.get("QVI_DEVICE", "cpu"))
+        self.module = self.module.to(self.dev)
         self.cfg = config_from_json(manifest["tokenizer"])
         self.labels = manifest["labels"]
         self.encode = encode
@@ -38,7 +40,7 @@ class QviHandler(BaseHandler):
             ids[i, :len(e.ids)] = torch.tensor(e.ids, dtype=torch.long)
             mask[i, :len(e.ids)] = True
         with torch.inference_mode():
-            probs = self.module(ids, mask)["logits"].softmax(-1)
+            probs = self.module(ids.to(self.dev), mask.to(self.dev))["logits"].softmax(-1).cpu()
         out = []
         for row in probs:
             best = int(row.argmax())

@@ -118,12 +118,15 @@ void FillServerSplit(Step& step, const std::map<std::string, std::pair<double, d
   step.batch_size = mean("qvi_batch_size", 1);
 }
 
-// Records outcomes inside the measuring window [start, end).
+// Records outcomes inside the measuring window [start, end). Closed loop: calls sent and answered
+// inside it. Open loop (by_schedule): every call scheduled inside it, however late its answer, so
+// that the slowest calls of an overloaded server are counted, not dropped.
 class Recorder {
  public:
-  Recorder(Clock::time_point start, Clock::time_point end) : start_(start), end_(end) {}
+  Recorder(Clock::time_point start, Clock::time_point end, bool by_schedule = false)
+      : start_(start), end_(end), by_schedule_(by_schedule) {}
   void Record(Clock::time_point sent, Clock::time_point done, const std::string& error) {
-    if (sent < start_ || done >= end_) return;
+    if (sent < start_ || (by_schedule_ ? sent : done) >= end_) return;
     std::lock_guard<std::mutex> lock(mu_);
     if (error.empty()) {
       ++step_.ok;
@@ -139,6 +142,7 @@ class Recorder {
 
  private:
   const Clock::time_point start_, end_;
+  const bool by_schedule_;
   std::mutex mu_;
   Step step_;
 };
@@ -256,7 +260,7 @@ Step ClosedLoopGrpc(GrpcTarget& target, int concurrency, double warmup, double d
 // Open loop over gRPC: calls leave every 1/rate seconds; latency counts from the scheduled time.
 Step OpenLoopGrpc(GrpcTarget& target, double rate, double warmup, double duration) {
   struct Loop {
-    Loop(Clock::time_point start, Clock::time_point end) : rec(start, end) {}
+    Loop(Clock::time_point start, Clock::time_point end) : rec(start, end, /*by_schedule=*/true) {}
     Recorder rec;
     std::mutex mu;
     std::condition_variable cv;
@@ -402,11 +406,28 @@ int main(int argc, char** argv) {
   std::unique_ptr<GrpcTarget> target;
   if (o.http.empty()) target = std::make_unique<GrpcTarget>(o, texts);
   auto run = [&](const std::string& mode, double load) {
-    const auto before = o.metrics.empty() ? decltype(ScrapeSums("", "")){} : ScrapeSums(o.metrics, o.model);
+    // The server's split is read over the measuring window: scraped when the warm-up ends and when
+    // the window closes, from a thread beside the load.
+    using Sums = decltype(ScrapeSums("", ""));
+    Sums before, after;
+    std::thread scraper;
+    if (!o.metrics.empty()) {
+      const auto t0 = Clock::now();
+      scraper = std::thread([&, t0] {
+        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup)));
+        before = ScrapeSums(o.metrics, o.model);
+        std::this_thread::sleep_until(
+            t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup + o.duration)));
+        after = ScrapeSums(o.metrics, o.model);
+      });
+    }
     Step s = !o.http.empty()     ? ClosedLoopHttp(o, texts, static_cast<int>(load))
              : mode == "closed" ? ClosedLoopGrpc(*target, static_cast<int>(load), o.warmup, o.duration)
                                 : OpenLoopGrpc(*target, load, o.warmup, o.duration);
-    if (!o.metrics.empty()) FillServerSplit(s, before, ScrapeSums(o.metrics, o.model));
+    if (scraper.joinable()) {
+      scraper.join();
+      FillServerSplit(s, before, after);
+    }
     nlohmann::json j = ToJson(s, o.texts_per_request);
     PrintRow(j);
     results.push_back(j);
