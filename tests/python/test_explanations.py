@@ -2,18 +2,25 @@
 architecture, with and without QVI, is exported (small, seeded weights) and served, and the α, β,
 λ, HAN sentence weights and per-layer/per-head maps the server returns equal the Python model's own
 outputs for the same texts. Also: α sums to 1, β and λ lie in (0, 1), token and span offsets slice
-the original text exactly (CJK, emoji, after truncation), and a batch mixing requests that ask for
-explanations with requests that do not answers each as it asked."""
+the original text exactly (CJK, emoji, after truncation), HAN splits texts of several sentences at
+the exporter's sentence boundaries, and a batch mixing requests that ask for explanations with
+requests that do not answers each as it asked (the server's qvi_batch_size shows that they shared
+batches). Bounded: every call has a deadline, and every client thread must finish inside a join
+timeout that covers all of its calls."""
 import os
+import re
 import shutil
 import tempfile
 import threading
+import time
+import urllib.request
 
 import pytest
 import torch
 
 from conftest import ServerProcess
 from qvi import artifact
+from qvi.cli import BOUNDARIES
 from qvi.models import CLASSIFIERS, TAGGERS, ModelConfig, build_model
 from qvi.tokenizer import TokenizerConfig, Vocabulary, config_from_json, encode
 
@@ -27,10 +34,22 @@ TEXTS = [
     "A good film !",
     "Barack Obama went to Paris and Berlin .",
     "東京 and café 👨‍👩‍👧 went to Berlin",       # CJK characters, an accent, a ZWJ emoji sequence
-    "Dull. The film went to Paris! A good one.",  # several sentences (HAN)
+    "Dull. The film went to Paris! A good one.",  # three sentences (HAN)
+    "A good film. A dull film! Obama went to Berlin",  # three sentences, the last one unterminated
     " ".join(["good film"] * 20),                 # 40 tokens: truncated to MAX_TOKENS
 ]
 TOL = 1e-4
+VOCAB = ["[PAD]", "[UNK]"] + WORDS
+# HAN's sentence boundaries as the exporter (qvi.cli) sets them: the boundary tokens the vocabulary
+# knows ('?' and the CJK ones are unknown here, and [UNK] must not end sentences).
+BOUNDARY_IDS = sorted({VOCAB.index(b) for b in BOUNDARIES if b in VOCAB})
+L, H = 2, 2  # layers and heads of the Transformer models
+# A copy of transformer-qvi whose batches form only when full (or after a long delay): clients that
+# keep exactly BATCH requests in flight at a time share every batch, and qvi_batch_size proves it.
+BATCHED = "transformer-qvi-batched"
+BATCH = 4
+QUEUE_DELAY_MS = 10000  # far beyond the time clients take to send a round: a batch of BATCH is never cut short
+CALL_TIMEOUT_S = 30     # a call's deadline; covers QUEUE_DELAY_MS, so a round that is short of a client still answers
 
 
 def model_name(arch, g):
@@ -41,24 +60,28 @@ def model_name(arch, g):
 def zoo(api):
     work = tempfile.mkdtemp(prefix="qvi_expl_py_")
     store = os.path.join(work, "store")
-    vocab = Vocabulary(["[PAD]", "[UNK]"] + WORDS)
+    vocab = Vocabulary(VOCAB)
     tok = TokenizerConfig(max_tokens=MAX_TOKENS)
+    assert BOUNDARY_IDS == sorted({vocab.id(b) for b in BOUNDARIES} - {1}) == sorted([vocab.id("."), vocab.id("!")])
     names = []
     for arch in CLASSIFIERS + TAGGERS:
         for g in ("qvi", "none"):
             torch.manual_seed(7)
             tagger = arch in TAGGERS
-            cfg = ModelConfig(arch, len(vocab), len(TAGS if tagger else LABELS), g=g, emb_dim=16, hidden=16, heads=2,
-                              layers=2, ffn=32)
+            cfg = ModelConfig(arch, len(vocab), len(TAGS if tagger else LABELS), g=g, emb_dim=16, hidden=16, heads=H,
+                              layers=L, ffn=32, boundary_ids=BOUNDARY_IDS if arch == "han" else [])
             name = model_name(arch, g)
             manifest = artifact.build_manifest(name, cfg, tok, vocab, TAGS if tagger else LABELS,
                                                "BIO" if tagger else "", {})
             artifact.export(build_model(cfg), manifest, vocab, store, 1)
             names.append(name)
-    # One model waits for its batches to fill, so that concurrent requests share batches (the
-    # mixed-batch tests).
-    with open(os.path.join(store, model_name("transformer", "qvi"), "serving.json"), "w") as f:
-        f.write('{"max_queue_delay_ms": 20, "batch_when_idle": false}')
+    torch.manual_seed(7)
+    cfg = ModelConfig("transformer", len(vocab), len(LABELS), g="qvi", emb_dim=16, hidden=16, heads=H, layers=L,
+                      ffn=32)
+    artifact.export(build_model(cfg), artifact.build_manifest(BATCHED, cfg, tok, vocab, LABELS, "", {}), vocab,
+                    store, 1)
+    with open(os.path.join(store, BATCHED, "serving.json"), "w") as f:
+        f.write(f'{{"max_batch_size": {BATCH}, "max_queue_delay_ms": {QUEUE_DELAY_MS}, "batch_when_idle": false}}')
     proc = ServerProcess(store, work)
     yield proc, store, names
     proc.stop()
@@ -79,13 +102,21 @@ def close(a, b):
     return abs(a - b) < TOL
 
 
-def call(api, proc, name, texts, options):
+def all_close(values, ref, name=""):
+    """values (a server list) equals ref (a tensor) element-wise; lengths first, so that an empty or
+    short list cannot pass."""
+    ref = ref.flatten()
+    assert len(values) == ref.numel(), (name, len(values), ref.numel())
+    return all(close(a, float(b)) for a, b in zip(values, ref))
+
+
+def call(api, proc, name, texts, options, timeout=60):
     pb, pb_grpc = api
     stub = pb_grpc.InferenceStub(proc.channel)
     spec = pb.ModelSpec(name=name)
     if name.endswith(("crf-qvi", "crf-none")):
-        return stub.Tag(pb.TagRequest(model=spec, texts=texts, options=options), timeout=60)
-    return stub.Classify(pb.ClassifyRequest(model=spec, texts=texts, options=options), timeout=60)
+        return stub.Tag(pb.TagRequest(model=spec, texts=texts, options=options), timeout=timeout)
+    return stub.Classify(pb.ClassifyRequest(model=spec, texts=texts, options=options), timeout=timeout)
 
 
 def full_options(pb, layered):
@@ -93,6 +124,56 @@ def full_options(pb, layered):
     if layered:
         o.layers.CopyFrom(pb.LayerOptions(gates=True, attention_maps=True))
     return o
+
+
+def batches(proc, name):
+    """(batches, texts) the server has run for model `name` so far: qvi_batch_size's count and sum."""
+    with urllib.request.urlopen(f"http://{proc.metrics_address}/metrics", timeout=10) as r:
+        body = r.read().decode()
+    found = {}
+    for line in body.splitlines():
+        m = re.match(r"qvi_batch_size_(count|sum)\{(.*)\} (\S+)$", line)
+        if m and f'model="{name}"' in m.group(2).split(","):
+            assert m.group(1) not in found, f"two qvi_batch_size series for {name}: {body}"
+            found[m.group(1)] = float(m.group(3))
+    return found.get("count", 0.0), found.get("sum", 0.0)
+
+
+def run_clients(n, rounds, client):
+    """n threads, thread i calling client(i, k) for rounds k = 0, 1, ... in turn, so each has one
+    request in flight at a time; all must finish (each call is bounded by CALL_TIMEOUT_S) and none may
+    fail. Returns nothing; a failure stops the other threads at their next round."""
+    errors = []
+    failed = threading.Event()
+
+    def body(i):
+        for k in range(rounds):
+            if failed.is_set():
+                return
+            try:
+                client(i, k)
+            except Exception as e:  # noqa: BLE001 - reported below with the thread's index and round
+                errors.append((i, k, repr(e)))
+                failed.set()
+                return
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + rounds * CALL_TIMEOUT_S + 30
+    for t in threads:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), ("client threads did not finish", errors)
+    assert errors == []
+
+
+def sentences(enc, boundaries):
+    """Each token's sentence index, as HAN splits them: a boundary token ends its sentence."""
+    index, out = 0, []
+    for i in enc.ids:
+        out.append(index)
+        index += i in boundaries
+    return out
 
 
 @pytest.mark.parametrize("arch", CLASSIFIERS + TAGGERS)
@@ -109,10 +190,14 @@ def test_explanations_equal_the_python_model(zoo, api, arch, g):
         options.layers.gates = False
     resp = call(api, proc, name, TEXTS, options)
     assert len(resp.results) == len(TEXTS)
+    several_sentences = 0
     for text, res in zip(TEXTS, resp.results):
         out, enc = reference(store, name, text)
         n = len(enc.ids)
-        assert len(res.tokens) == n and res.truncated == enc.truncated
+        assert ("sentence_attention" in out) == (arch == "han")
+        assert ("sentence_gates" in out) == (arch == "han" and g == "qvi")
+        assert ("lambda_q" in out) == ("layer_lambda_q" in out) == (arch == "ctx_transformer")
+        assert len(res.tokens) == len(enc.tokens) == n and res.truncated == enc.truncated
         chars = list(text)
         for j, (tok, ref) in enumerate(zip(res.tokens, enc.tokens)):
             # Offsets are code points into the original text, also after truncation.
@@ -121,18 +206,47 @@ def test_explanations_equal_the_python_model(zoo, api, arch, g):
             assert close(tok.attention, float(out["attention"][0, j])), (name, text, j)
             if "sentence_attention" in out:
                 assert close(tok.sentence_attention, float(out["sentence_attention"][0, j]))
+            else:
+                assert not tok.HasField("sentence_attention")
             if g == "qvi":
                 assert close(tok.gate, float(out["gates"][0, j])) and 0 < tok.gate < 1
                 if "sentence_gates" in out:
-                    assert close(tok.sentence_gate, float(out["sentence_gates"][0, j]))
+                    assert close(tok.sentence_gate, float(out["sentence_gates"][0, j])) and 0 < tok.sentence_gate < 1
             else:
                 assert not tok.HasField("gate")
+            if "sentence_gates" not in out:
+                assert not tok.HasField("sentence_gate")
             if "lambda_q" in out:
                 assert close(tok.lambda_q, float(out["lambda_q"][0, j])) and 0 < tok.lambda_q < 1
                 assert close(tok.lambda_k, float(out["lambda_k"][0, j])) and 0 < tok.lambda_k < 1
+            else:
+                assert not tok.HasField("lambda_q") and not tok.HasField("lambda_k")
+        # α sums to 1 over a text's tokens: the pooling's α for classifiers, the attention each
+        # token receives for taggers.
+        assert abs(sum(t.attention for t in res.tokens) - 1) < 1e-4, (name, text)
+        if arch == "han":
+            # One sentence-level α (and β) per sentence, shared by its tokens; the sentences' α sum
+            # to 1, and inside each sentence the word-level α (α / sentence α) sums to 1.
+            sent = sentences(enc, set(BOUNDARY_IDS))
+            groups = {}
+            for s, tok in zip(sent, res.tokens):
+                groups.setdefault(s, []).append(tok)
+            assert sorted(groups) == list(range(len(groups)))
+            for toks in groups.values():
+                assert all(close(t.sentence_attention, toks[0].sentence_attention) for t in toks)
+                if g == "qvi":
+                    assert all(close(t.sentence_gate, toks[0].sentence_gate) for t in toks)
+                assert abs(sum(t.attention / t.sentence_attention for t in toks) - 1) < 1e-3, (name, text)
+            assert abs(sum(toks[0].sentence_attention for toks in groups.values()) - 1) < 1e-4
+            if len(groups) > 1:
+                several_sentences += 1
+                assert all(0 < t.sentence_attention < 1 - 1e-3 for t in res.tokens), (name, text)
+                assert len({round(toks[0].sentence_attention, 4) for toks in groups.values()}) > 1, (name, text)
+            else:
+                assert all(close(t.sentence_attention, 1) for t in res.tokens)
         if arch in CLASSIFIERS:
-            assert abs(sum(t.attention for t in res.tokens) - 1) < 1e-4
             probs = out["logits"][0].softmax(-1)
+            assert len(res.labels) == len(LABELS)
             assert res.labels[0].label == LABELS[int(probs.argmax())]
             for ls in res.labels:
                 assert close(ls.score, float(probs[LABELS.index(ls.label)]))
@@ -141,17 +255,24 @@ def test_explanations_equal_the_python_model(zoo, api, arch, g):
             for span in res.spans:
                 assert "".join(chars[span.start:span.end]) == span.text
         if layered:
-            L, H = 2, 2
-            assert len(res.layers) == L * H
+            assert sorted((m.layer, m.head) for m in res.layers) == [(l, h) for l in range(L) for h in range(H)]
             for m in res.layers:
-                ref_att = out["layer_attention"][0, m.layer, m.head, :n, :n].flatten()
-                assert len(m.attention) == n * n
-                assert all(close(a, float(b)) for a, b in zip(m.attention, ref_att)), (name, m.layer, m.head)
+                where = (name, text, m.layer, m.head)
+                assert all_close(m.attention, out["layer_attention"][0, m.layer, m.head, :n, :n], where)
                 if g == "qvi":
-                    assert all(close(a, float(b)) for a, b in zip(m.gates, out["layer_gates"][0, m.layer, m.head, :n]))
+                    assert all_close(m.gates, out["layer_gates"][0, m.layer, m.head, :n], where)
+                else:
+                    assert len(m.gates) == 0
                 if "layer_lambda_q" in out:
-                    assert all(close(a, float(b))
-                               for a, b in zip(m.lambda_q, out["layer_lambda_q"][0, m.layer, m.head, :n]))
+                    assert all_close(m.lambda_q, out["layer_lambda_q"][0, m.layer, m.head, :n], where)
+                    assert all_close(m.lambda_k, out["layer_lambda_k"][0, m.layer, m.head, :n], where)
+                    assert all(0 < x < 1 for x in list(m.lambda_q) + list(m.lambda_k))
+                else:
+                    assert len(m.lambda_q) == len(m.lambda_k) == 0
+        else:
+            assert len(res.layers) == 0
+    if arch == "han":
+        assert several_sentences >= 2  # TEXTS[3] and TEXTS[4]
 
 
 def test_layer_selection_and_reduction(zoo, api):
@@ -165,84 +286,95 @@ def test_layer_selection_and_reduction(zoo, api):
                                                 reduction=pb.LAYER_REDUCTION_MEAN_HEADS))
     [res] = call(api, proc, name, [text], o).results
     assert [(m.layer, m.head) for m in res.layers] == [(1, -1)]
-    mean = out["layer_attention"][0, 1, :, :n, :n].mean(0).flatten()
-    assert all(close(a, float(b)) for a, b in zip(res.layers[0].attention, mean))
+    assert all_close(res.layers[0].attention, out["layer_attention"][0, 1, :, :n, :n].mean(0))
+    assert all_close(res.layers[0].gates, out["layer_gates"][0, 1, :, :n].mean(0))
     o = pb.OutputOptions(layers=pb.LayerOptions(gates=True, heads=[1]))
     [res] = call(api, proc, name, [text], o).results
     assert [(m.layer, m.head) for m in res.layers] == [(0, 1), (1, 1)]
     assert all(len(m.attention) == 0 for m in res.layers)  # maps not asked for, not sent
+    for m in res.layers:
+        assert all_close(m.gates, out["layer_gates"][0, m.layer, 1, :n])
 
 
 def test_different_layer_selections_in_one_batch(zoo, api):
     """Texts asking for different layers and heads share a batch; the batch carries their union
-    off the device, and each gets exactly its own selection."""
+    off the device, and each gets exactly its own selection. Each round sends one text per
+    selection at once, and qvi_batch_size shows that every batch held all of them."""
     pb, _ = api
     proc, store, _ = zoo
-    name = model_name("transformer", "qvi")
-    text = TEXTS[0]
-    out, enc = reference(store, name, text)
-    n = len(enc.ids)
+    refs = {t: reference(store, BATCHED, t) for t in TEXTS}
     asks = [([0], [1], pb.LAYER_REDUCTION_NONE), ([1], [0], pb.LAYER_REDUCTION_NONE),
-            ([1], [], pb.LAYER_REDUCTION_MEAN_HEADS), ([], [1], pb.LAYER_REDUCTION_NONE)] * 3
-    errors = []
+            ([1], [], pb.LAYER_REDUCTION_MEAN_HEADS), ([], [1], pb.LAYER_REDUCTION_NONE)]
+    assert len(asks) == BATCH
+    rounds = 3
 
-    def client(layers, heads, reduction):
-        try:
-            o = pb.OutputOptions(layers=pb.LayerOptions(attention_maps=True, gates=True, layers=layers, heads=heads,
-                                                        reduction=reduction))
-            [res] = call(api, proc, name, [text], o).results
-            want_layers = layers or [0, 1]
-            if reduction == pb.LAYER_REDUCTION_MEAN_HEADS:
-                assert [(m.layer, m.head) for m in res.layers] == [(l, -1) for l in want_layers]
-                for m in res.layers:
-                    ref = out["layer_attention"][0, m.layer, :, :n, :n].mean(0).flatten()
-                    assert all(close(a, float(b)) for a, b in zip(m.attention, ref))
-                return
-            assert [(m.layer, m.head) for m in res.layers] == [(l, h) for l in want_layers for h in heads]
+    def client(i, k):
+        layers, heads, reduction = asks[i]
+        text = TEXTS[(i + k) % len(TEXTS)]
+        out, enc = refs[text]
+        n = len(enc.ids)
+        o = pb.OutputOptions(layers=pb.LayerOptions(attention_maps=True, gates=True, layers=layers, heads=heads,
+                                                    reduction=reduction))
+        [res] = call(api, proc, BATCHED, [text], o, timeout=CALL_TIMEOUT_S).results
+        want_layers = layers or list(range(L))
+        if reduction == pb.LAYER_REDUCTION_MEAN_HEADS:
+            assert [(m.layer, m.head) for m in res.layers] == [(l, -1) for l in want_layers]
             for m in res.layers:
-                ref = out["layer_attention"][0, m.layer, m.head, :n, :n].flatten()
-                assert all(close(a, float(b)) for a, b in zip(m.attention, ref))
-                assert all(close(a, float(b)) for a, b in zip(m.gates, out["layer_gates"][0, m.layer, m.head, :n]))
-        except Exception as e:  # noqa: BLE001 - reported below
-            errors.append((layers, heads, reduction, repr(e)))
+                assert all_close(m.attention, out["layer_attention"][0, m.layer, :, :n, :n].mean(0))
+                assert all_close(m.gates, out["layer_gates"][0, m.layer, :, :n].mean(0))
+            return
+        assert [(m.layer, m.head) for m in res.layers] == [(l, h) for l in want_layers for h in heads]
+        for m in res.layers:
+            assert all_close(m.attention, out["layer_attention"][0, m.layer, m.head, :n, :n])
+            assert all_close(m.gates, out["layer_gates"][0, m.layer, m.head, :n])
 
-    threads = [threading.Thread(target=client, args=a) for a in asks]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert errors == []
+    before = batches(proc, BATCHED)
+    run_clients(len(asks), rounds, client)
+    after = batches(proc, BATCHED)
+    # Every batch held one text of every client: the selections shared each batch.
+    assert (after[0] - before[0], after[1] - before[1]) == (rounds, rounds * BATCH)
 
 
 def test_a_mixed_batch_answers_each_request_as_it_asked(zoo, api):
     """Requests with and without explanations share batches of the same model; each gets exactly
-    what it asked for, and the same labels and scores as the model gives its text alone."""
+    what it asked for, and the same labels, scores and explanations as the model gives its text
+    alone. BATCH clients send one request each per round, half of them asking for explanations; the
+    model's batches form only when full, and qvi_batch_size shows that each round was one batch."""
     pb, _ = api
     proc, store, _ = zoo
-    name = model_name("transformer", "qvi")
-    refs = {t: reference(store, name, t)[0]["logits"][0].softmax(-1) for t in TEXTS}
-    errors = []
+    refs = {t: reference(store, BATCHED, t) for t in TEXTS}
+    rounds = 6
+    asked = []
 
-    def client(i):
-        try:
-            for k in range(6):
-                explain = (i + k) % 2 == 0
-                text = TEXTS[(i + k) % len(TEXTS)]
-                o = full_options(pb, True) if explain else pb.OutputOptions(top_k=3)
-                [res] = call(api, proc, name, [text], o).results
-                for ls in res.labels:
-                    assert close(ls.score, float(refs[text][LABELS.index(ls.label)]))
-                if explain:
-                    assert res.tokens and all(t.HasField("attention") and t.HasField("gate") for t in res.tokens)
-                    assert len(res.layers) == 4
-                else:
-                    assert len(res.tokens) == 0 and len(res.layers) == 0
-        except Exception as e:  # noqa: BLE001 - reported below with the thread's index
-            errors.append((i, repr(e)))
+    def client(i, k):
+        explain = (i + k) % 2 == 0  # in every round, half of the clients ask for explanations
+        text = TEXTS[(i + k) % len(TEXTS)]
+        out, enc = refs[text]
+        n = len(enc.ids)
+        o = full_options(pb, True) if explain else pb.OutputOptions(top_k=3)
+        [res] = call(api, proc, BATCHED, [text], o, timeout=CALL_TIMEOUT_S).results
+        probs = out["logits"][0].softmax(-1)
+        assert len(res.labels) == len(LABELS) and res.labels[0].label == LABELS[int(probs.argmax())]
+        for ls in res.labels:
+            assert close(ls.score, float(probs[LABELS.index(ls.label)]))
+        if explain:
+            assert len(res.tokens) == n
+            for j, t in enumerate(res.tokens):
+                assert t.HasField("attention") and close(t.attention, float(out["attention"][0, j]))
+                assert t.HasField("gate") and close(t.gate, float(out["gates"][0, j]))
+            assert sorted((m.layer, m.head) for m in res.layers) == [(l, h) for l in range(L) for h in range(H)]
+            for m in res.layers:
+                assert all_close(m.attention, out["layer_attention"][0, m.layer, m.head, :n, :n])
+                assert all_close(m.gates, out["layer_gates"][0, m.layer, m.head, :n])
+        else:
+            assert len(res.tokens) == 0 and len(res.layers) == 0
+        asked.append((k, explain))
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert errors == []
+    before = batches(proc, BATCHED)
+    run_clients(BATCH, rounds, client)
+    after = batches(proc, BATCHED)
+    # Each round's BATCH requests were one batch (no batch ran short of one, none held two rounds),
+    # and each round mixed requests with and without explanations.
+    assert (after[0] - before[0], after[1] - before[1]) == (rounds, rounds * BATCH)
+    for k in range(rounds):
+        assert sorted(e for r, e in asked if r == k) == [False] * (BATCH // 2) + [True] * (BATCH // 2)
