@@ -219,7 +219,10 @@ def markdown(results, info, a, command):
         f"with the load generator on the same cores (the machine has {info['machine']['cores']}). "
         f"qvi-server and TorchServe both batch up to {a.max_batch} texts, the batch size at which the model "
         "itself is fastest here (the limit table); TorchServe waits up to 2 ms to fill a batch, qvi-server "
-        "batches while its instance is busy (batch_when_idle).",
+        "batches while its instance is busy (batch_when_idle). Every system runs torch with one intra-op thread "
+        "and one model instance (the limit too), so the second core is left to gRPC, HTTP, tokenisation and the "
+        "load generator. qvi-perf drives the gRPC servers asynchronously; TorchServe's HTTP API is driven "
+        "by one blocking client thread per connection, which on two cores also competes with TorchServe.",
         "",
         "Reproduce with:",
         "",
