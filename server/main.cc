@@ -137,7 +137,8 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
 
   Executor executor(options.threads.inference, options.limits.max_queued);
   InferenceService core(repository->get(), &executor,
-                        RequestLimits{options.limits.max_texts, options.limits.max_text_bytes});
+                        RequestLimits{options.limits.max_texts, options.limits.max_text_bytes,
+                                      options.threads.inline_prepare_bytes});
   InferenceServiceImpl service(&core, repository->get(), {options.logging.access_log, metrics.get()});
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -59,6 +59,10 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   app.add_option("--inference-threads", o.threads.inference,
                  "request threads: check and tokenise requests, then queue their texts for the model")
       ->check(CLI::Range(1, 256))->group("Threads");
+  app.add_option("--inline-prepare-bytes", o.threads.inline_prepare_bytes,
+                 "requests whose texts add up to fewer bytes are checked and tokenised on the gRPC thread that "
+                 "received them (one hand-off less); larger ones on a request thread. 0: always a request thread")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->group("Threads");
   app.add_option("--instances-per-model", o.threads.instances,
                  "model instance threads per model version, each running one batch at a time")
       ->check(CLI::Range(1, 64))->group("Threads");

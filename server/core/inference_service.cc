@@ -141,6 +141,14 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
 
 
 void InferenceService::Submit(Method method, InferenceRequest request, Done done) {
+  if (limits_.inline_prepare_bytes > 0) {
+    int64_t bytes = 0;
+    for (const std::string& t : request.texts) bytes += static_cast<int64_t>(t.size());
+    if (bytes < limits_.inline_prepare_bytes) {
+      Dispatch(method, request, std::move(done));
+      return;
+    }
+  }
   auto shared = std::make_shared<std::pair<InferenceRequest, Done>>(std::move(request), std::move(done));
   const bool queued = executor_->TrySubmit([this, method, shared] { Dispatch(method, shared->first, std::move(shared->second)); });
   if (!queued) {

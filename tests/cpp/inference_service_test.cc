@@ -339,5 +339,42 @@ TEST(InferenceServiceQueueTest, FullQueueIsResourceExhaustedAtOnce) {
   EXPECT_EQ(queued_status.code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(InferenceServiceQueueTest, SmallRequestsArePreparedOnTheCallersThread) {
+  // The only request thread is held and its queue is full: a request under inline_prepare_bytes is
+  // still checked (in the caller's thread); one at the threshold goes to the full queue.
+  Executor executor(1, 1);
+  Notification release, started;
+  ASSERT_TRUE(executor.TrySubmit([&] {
+    started.Notify();
+    release.WaitForNotification();
+  }));
+  started.WaitForNotification();
+  ASSERT_TRUE(executor.TrySubmit([] {}));
+  InferenceService svc(nullptr, &executor, RequestLimits{.inline_prepare_bytes = 8});
+  InferenceRequest small;
+  small.model = "anything";
+  small.texts = {"1234567"};  // 7 bytes, and a negative top_k: refused by the checks, not the queue
+  small.options.top_k = -1;
+  absl::Status status;
+  bool inline_answer = false;
+  svc.Submit(Method::kClassify, small, [&](absl::StatusOr<InferenceResponse> r) {
+    status = r.status();
+    inline_answer = true;
+  });
+  EXPECT_TRUE(inline_answer);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  InferenceRequest big = small;
+  big.texts = {"12345678"};  // 8 bytes: a request thread, whose queue is full
+  inline_answer = false;
+  svc.Submit(Method::kClassify, big, [&](absl::StatusOr<InferenceResponse> r) {
+    status = r.status();
+    inline_answer = true;
+  });
+  EXPECT_TRUE(inline_answer);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  release.Notify();
+  executor.Shutdown();
+}
+
 }  // namespace
 }  // namespace qvi
