@@ -305,16 +305,25 @@ TEST_F(InferenceServiceTest, SubmitAnswersExactlyOnce) {
   EXPECT_EQ(per_request, (std::vector<int>{1, 1, 1}));
 }
 
+// Occupies `executor`'s one worker until `release` is notified; returns once the worker runs it.
+bool HoldTheOnlyWorker(Executor& executor, Notification& release) {
+  auto started = std::make_shared<Notification>();
+  if (!executor.TrySubmit([started, &release] {
+        started->Notify();
+        release.WaitForNotification();
+      })) {
+    return false;
+  }
+  started->WaitForNotification();
+  return true;
+}
+
 TEST(InferenceServiceQueueTest, FullQueueIsResourceExhaustedAtOnce) {
   // One worker, room for one queued task: hold the worker, fill the queue, and the next request is
   // refused immediately without touching the queue; once released, the queued one is answered.
   Executor executor(1, 1);
-  Notification release, started;
-  ASSERT_TRUE(executor.TrySubmit([&] {
-    started.Notify();
-    release.WaitForNotification();
-  }));
-  started.WaitForNotification();
+  Notification release;
+  ASSERT_TRUE(HoldTheOnlyWorker(executor, release));
   // No repository: the queued request has no texts, so it fails its checks before any lookup.
   InferenceService svc(nullptr, &executor, {});
   InferenceRequest queued;
@@ -343,12 +352,8 @@ TEST(InferenceServiceQueueTest, SmallRequestsArePreparedOnTheCallersThread) {
   // The only request thread is held and its queue is full: a request under inline_prepare_bytes is
   // still checked (in the caller's thread); one at the threshold goes to the full queue.
   Executor executor(1, 1);
-  Notification release, started;
-  ASSERT_TRUE(executor.TrySubmit([&] {
-    started.Notify();
-    release.WaitForNotification();
-  }));
-  started.WaitForNotification();
+  Notification release;
+  ASSERT_TRUE(HoldTheOnlyWorker(executor, release));
   ASSERT_TRUE(executor.TrySubmit([] {}));
   InferenceService svc(nullptr, &executor, RequestLimits{.inline_prepare_bytes = 8});
   InferenceRequest small;
