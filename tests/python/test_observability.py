@@ -146,6 +146,10 @@ def test_every_dashboard_query_evaluates(served, prometheus):
         assert isinstance(result, list), expr
     # The series the dashboard draws exist for the demo models.
     assert {"sentiment", "ner"} <= set(per_model(query(prometheus, "qvi_model_state == 1")))
+    # State by device: docs/observability.md's join of qvi_model_state with qvi_model_info.
+    joined = query(prometheus, "(qvi_model_state == 1) * on (model, version) group_left (device) qvi_model_info")
+    by_model = {r["metric"]["model"]: (r["metric"]["state"], r["metric"]["device"]) for r in joined}
+    assert by_model.get("sentiment") == ("ready", "cpu") and by_model.get("ner") == ("ready", "cpu"), joined
 
 
 def test_alert_rules_load_and_pass_their_unit_tests(prometheus):
