@@ -11,7 +11,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <iostream>
+#include <thread>
 
 #include "server/core/executor.h"
 #include "server/core/inference_service.h"
@@ -183,12 +185,31 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   }
   const auto grace = std::chrono::system_clock::now() +
                      std::chrono::milliseconds(static_cast<int64_t>(options.shutdown_grace_seconds * 1000));
-  server->Shutdown(grace);  // stops accepting; waits for in-flight RPCs until the grace period ends
-  spdlog::debug("gRPC server shut down");
-  executor.Shutdown();
-  spdlog::debug("request threads drained");
-  (*repository)->Shutdown();
-  spdlog::debug("model queues drained, models unloaded");
+  // gRPC stops accepting and gives the calls in flight until the grace period ends; then the request
+  // threads and every version's batch queue drain. gRPC's callback server waits for every call to be
+  // answered, and a call is answered when its batch ends, so a forward pass that never ends (a hung
+  // model or device) would keep the process alive: the whole sequence gets until kDrainAllowance
+  // after the grace period, then the process exits 1 without it.
+  constexpr auto kDrainAllowance = std::chrono::seconds(2);
+  std::promise<void> drained;
+  std::future<void> drained_future = drained.get_future();
+  std::thread drain([&] {
+    server->Shutdown(grace);
+    spdlog::debug("gRPC server shut down");
+    executor.Shutdown();
+    spdlog::debug("request threads drained");
+    (*repository)->Shutdown();
+    spdlog::debug("model queues drained, models unloaded");
+    drained.set_value();
+  });
+  if (drained_future.wait_until(grace + kDrainAllowance) != std::future_status::ready) {
+    spdlog::error("shutdown had not finished {} s after the grace period ended (a call or a batch still "
+                  "running: a hung model?); exiting without it",
+                  std::chrono::duration_cast<std::chrono::seconds>(kDrainAllowance).count());
+    spdlog::shutdown();  // flush the log
+    std::_Exit(1);
+  }
+  drain.join();
   server->Wait();
   spdlog::info("stopped");
   return 0;

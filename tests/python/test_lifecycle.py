@@ -4,9 +4,11 @@ else changes, and removed versions drain before they unload. The server polls it
 0.1 s; waits are bounded and wait on the server's answers, never on a fixed sleep."""
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
+import urllib.request
 
 import grpc
 import pytest
@@ -160,3 +162,83 @@ def test_removed_versions_drain_and_the_older_one_returns(live, api):
     log = proc.log()
     assert "model sentiment@2 UNLOADING (removed from the store)" in log
     assert "model sentiment@2 unloaded" in log
+
+
+def _export_stalling_model(store):
+    """A small classifier whose forward pass never ends (in a test's time) once its batch holds the
+    word "stall"; the warm-up at load, made of unknown tokens, runs normally."""
+    import torch
+    from qvi import artifact
+    from qvi.models import ModelConfig, build_model
+    from qvi.tokenizer import TokenizerConfig, Vocabulary
+
+    class Stalling(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module, trigger: int):
+            super().__init__()
+            self.inner = inner
+            self.trigger = trigger
+
+        def forward(self, token_ids: torch.Tensor, mask: torch.Tensor):
+            out = self.inner(token_ids, mask)
+            if bool((token_ids == self.trigger).any()):
+                x = torch.full((64, 64), 0.01)
+                for _ in range(100_000_000):  # about 20 minutes of one core
+                    x = torch.tanh(x @ x)
+                out["logits"] = out["logits"] + x.sum() * 0
+            return out
+
+    torch.manual_seed(0)
+    vocab = Vocabulary(["[PAD]", "[UNK]", "stall", "fine"])
+    cfg = ModelConfig("cnn_att", len(vocab), 2, g="qvi", emb_dim=8, hidden=8)
+    manifest = artifact.build_manifest("stall", cfg, TokenizerConfig(), vocab, ["x", "y"], "", {})
+    artifact.export(Stalling(build_model(cfg), vocab.id("stall")), manifest, vocab, store, 1)
+
+
+def test_shutdown_does_not_wait_for_a_hung_model_beyond_the_grace_period(api):
+    """SIGTERM while a forward pass never ends: gRPC gives the call the grace period (1 s) and cancels
+    it, the drain gets 2 s more, then the process exits 1 and says why, instead of hanging."""
+    pb, pb_grpc = api
+    work = tempfile.mkdtemp(prefix="qvi_hung_py_")
+    store = os.path.join(work, "store")
+    _export_stalling_model(store)
+    proc = ServerProcess(store, work, "--shutdown-grace-seconds", "1")
+    try:
+        stub = pb_grpc.InferenceStub(proc.channel)
+        assert stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="stall"), texts=["fine"]), timeout=30)
+        outcome = {}
+
+        def hung_call():
+            try:
+                stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="stall"), texts=["stall"]), timeout=120)
+                outcome["code"] = grpc.StatusCode.OK
+            except grpc.RpcError as e:
+                outcome["code"] = e.code()
+
+        caller = threading.Thread(target=hung_call)
+        caller.start()
+        # Wait until the text has left the queue for the model: one call in flight, none queued.
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            metrics = urllib.request.urlopen(f"http://{proc.metrics_address}/metrics", timeout=10).read().decode()
+            values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in metrics.splitlines()
+                      if line and not line.startswith("#")}
+            if values.get("qvi_requests_in_flight") == 1 and \
+                    values.get('qvi_queue_texts{model="stall",version="1"}') == 0:
+                break
+            assert time.monotonic() < deadline, metrics
+            time.sleep(0.05)  # polling the server's state, bounded by WAIT_S
+        start = time.monotonic()
+        proc.proc.send_signal(signal.SIGTERM)
+        code = proc.proc.wait(timeout=60)
+        took = time.monotonic() - start
+        caller.join(timeout=60)
+        assert not caller.is_alive()
+        assert code == 1, proc.log()
+        assert took < 15, f"exit took {took:.1f} s"
+        assert "shutdown had not finished 2 s after the grace period ended" in proc.log()
+        assert outcome["code"] in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE), outcome
+    finally:
+        if proc.proc.poll() is None:
+            proc.proc.kill()
+            proc.proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
