@@ -178,3 +178,14 @@ def test_concurrent_requests_share_batches_invisibly(server, api):
             assert len(res.tokens) == (len(encs[i].ids) if explain else 0)
             for j, tok in enumerate(res.tokens):
                 assert abs(tok.attention - float(out["attention"][i, j])) < 1e-4
+
+
+def test_the_access_log_is_off_by_default(server_process, api):
+    """The session's server runs without --access-log: its requests leave no access lines."""
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(server_process.channel)
+    stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine"], request_id="quiet-1"),
+                  timeout=30)
+    log = server_process.log()
+    assert "serving qvi.serving.v1.Inference" in log  # the log is there, and it is this server's
+    assert "quiet-1" not in log and "request_id" not in log, log
