@@ -413,11 +413,13 @@ int main(int argc, char** argv) {
     std::thread scraper;
     if (!o.metrics.empty()) {
       const auto t0 = Clock::now();
-      scraper = std::thread([&, t0] {
-        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup)));
+      auto at = [t0](double seconds) {
+        return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+      };
+      scraper = std::thread([&, at] {
+        std::this_thread::sleep_until(at(o.warmup));
         before = ScrapeSums(o.metrics, o.model);
-        std::this_thread::sleep_until(
-            t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup + o.duration)));
+        std::this_thread::sleep_until(at(o.warmup + o.duration));
         after = ScrapeSums(o.metrics, o.model);
       });
     }

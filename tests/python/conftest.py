@@ -7,6 +7,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 import grpc
 import pytest
@@ -101,6 +102,13 @@ class ServerProcess:
     def log(self):
         with open(self.log_path, encoding="utf-8") as f:
             return f.read()
+
+    def metrics(self):
+        """The server's Prometheus samples now: {'name{labels}': value}, as /metrics writes them."""
+        with urllib.request.urlopen(f"http://{self.metrics_address}/metrics", timeout=10) as r:
+            body = r.read().decode()
+        return {series: float(value) for series, value in
+                (line.rsplit(" ", 1) for line in body.splitlines() if line and not line.startswith("#"))}
 
     def stop(self):
         self.channel.close()

@@ -13,7 +13,6 @@ import shutil
 import tempfile
 import threading
 import time
-import urllib.request
 
 import pytest
 import torch
@@ -128,14 +127,12 @@ def full_options(pb, layered):
 
 def batches(proc, name):
     """(batches, texts) the server has run for model `name` so far: qvi_batch_size's count and sum."""
-    with urllib.request.urlopen(f"http://{proc.metrics_address}/metrics", timeout=10) as r:
-        body = r.read().decode()
     found = {}
-    for line in body.splitlines():
-        m = re.match(r"qvi_batch_size_(count|sum)\{(.*)\} (\S+)$", line)
+    for series, value in proc.metrics().items():
+        m = re.match(r"qvi_batch_size_(count|sum)\{(.*)\}$", series)
         if m and f'model="{name}"' in m.group(2).split(","):
-            assert m.group(1) not in found, f"two qvi_batch_size series for {name}: {body}"
-            found[m.group(1)] = float(m.group(3))
+            assert m.group(1) not in found, f"two qvi_batch_size series for {name}"
+            found[m.group(1)] = value
     return found.get("count", 0.0), found.get("sum", 0.0)
 
 

@@ -8,7 +8,6 @@ import signal
 import tempfile
 import threading
 import time
-import urllib.request
 
 import grpc
 import pytest
@@ -219,13 +218,11 @@ def test_shutdown_does_not_wait_for_a_hung_model_beyond_the_grace_period(api):
         # Wait until the text has left the queue for the model: one call in flight, none queued.
         deadline = time.monotonic() + WAIT_S
         while True:
-            metrics = urllib.request.urlopen(f"http://{proc.metrics_address}/metrics", timeout=10).read().decode()
-            values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in metrics.splitlines()
-                      if line and not line.startswith("#")}
+            values = proc.metrics()
             if values.get("qvi_requests_in_flight") == 1 and \
                     values.get('qvi_queue_texts{model="stall",version="1"}') == 0:
                 break
-            assert time.monotonic() < deadline, metrics
+            assert time.monotonic() < deadline, values
             time.sleep(0.05)  # polling the server's state, bounded by WAIT_S
         start = time.monotonic()
         proc.proc.send_signal(signal.SIGTERM)
