@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(threads);
 
+  std::cerr << qvi::LoadCudaSupport() << "\n";
   absl::StatusOr<std::unique_ptr<qvi::Model>> model = qvi::Model::Load(path, device);
   if (!model.ok()) {
     std::cerr << model.status() << "\n";

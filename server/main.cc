@@ -107,6 +107,7 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
     spdlog::info("Prometheus metrics on http://{}:{}/metrics", options.network.host, metrics->port());
     if (!options.network.metrics_port_file.empty()) WritePortFile(options.network.metrics_port_file, metrics->port());
   }
+  spdlog::info("{}", LoadCudaSupport());
   ConfigureTorch(options.threads);
   ServingConfig defaults;
   defaults.device = options.models.device;
@@ -151,6 +152,12 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(options.network.max_message_bytes);
   builder.SetMaxSendMessageSize(options.network.max_message_bytes);
+  if (options.network.max_connection_age_seconds > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                               static_cast<int>(options.network.max_connection_age_seconds * 1000));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                               static_cast<int>(options.network.max_connection_age_grace_seconds * 1000));
+  }
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
@@ -226,6 +233,13 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A handler besides the mask: as a container's PID 1 the process would otherwise not be sent
+  // SIGTERM at all (the kernel drops signals that PID 1 leaves at their default action). Never runs:
+  // the signals stay blocked and sigwait takes them.
+  struct sigaction noop = {};
+  noop.sa_handler = [](int) {};
+  sigaction(SIGTERM, &noop, nullptr);
+  sigaction(SIGINT, &noop, nullptr);
 
   absl::StatusOr<qvi::ServerOptions> options = qvi::ParseServerOptions(argc, argv);
   if (!options.ok()) {

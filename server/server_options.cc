@@ -45,6 +45,14 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   app.add_option("--max-message-bytes", o.network.max_message_bytes, "largest request or response message")
       ->check(CLI::Range(1024, 1 << 30))->group("Network");
 
+  app.add_option("--max-connection-age-seconds", o.network.max_connection_age_seconds,
+                 "close client connections after this long (GOAWAY, then the client reconnects), so that clients "
+                 "rebalance over replicas added since they connected; gRPC adds +/-10% jitter. 0: never")
+      ->check(CLI::Range(0.0, 7.0 * 86400))->group("Network");
+  app.add_option("--max-connection-age-grace-seconds", o.network.max_connection_age_grace_seconds,
+                 "after a connection's GOAWAY, time its calls in flight get to finish before it is closed")
+      ->check(CLI::Range(0.0, 86400.0))->group("Network");
+
   app.add_option("--max-texts-per-request", o.limits.max_texts, "texts in one Classify/Tag request")
       ->check(CLI::Range(1, 1 << 20))->group("Limits");
   app.add_option("--max-text-bytes", o.limits.max_text_bytes, "UTF-8 bytes in one text")

@@ -24,6 +24,10 @@ struct ServerOptions {
     int max_message_bytes = 16 * 1024 * 1024;
     int metrics_port = 8502;        // Prometheus /metrics; 0 picks a free port, -1 turns metrics off
     std::string metrics_port_file;  // written with the bound metrics port
+    // A connection older than this is sent GOAWAY (its calls in flight get the grace to finish), so
+    // that long-lived clients reconnect and spread over replicas added since. 0: no limit.
+    double max_connection_age_seconds = 0;
+    double max_connection_age_grace_seconds = 30;
   } network;
   struct Limits {
     int max_texts = 256;

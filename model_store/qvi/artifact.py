@@ -76,6 +76,11 @@ def export(model: nn.Module, manifest: Dict[str, object], vocab: Vocabulary, sto
     os.close(fd)
     try:
         torch.jit.save(scripted, tmp, _extra_files=extra)
+        # mkstemp makes the file private (0600); give it the mode of any new file, so that a server
+        # running as another user (the image's uid 10001) can read it.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         path = os.path.join(folder, "model.pt")
         os.replace(tmp, path)
     finally:

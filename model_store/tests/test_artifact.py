@@ -29,6 +29,9 @@ def test_manifest_and_vocab_round_trip(tmp_path):
     path = artifact.export(model, manifest, vocab, str(tmp_path), 7)
     assert path == os.path.join(str(tmp_path), "tiny", "7", "model.pt")
     assert os.listdir(os.path.dirname(path)) == ["model.pt"], "no temporary file may be left behind"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~umask, "readable like any new file, not private"
     module, loaded, loaded_vocab = artifact.load(path)
     assert loaded == json.loads(json.dumps(manifest))
     assert loaded_vocab.tokens == vocab.tokens

@@ -1,10 +1,13 @@
 #include "server/core/model.h"
 
 #include <c10/core/StreamGuard.h>
+#include <dlfcn.h>
+#include <link.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/cuda.h>
 
 #include <exception>
+#include <filesystem>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -49,6 +52,24 @@ absl::Status CheckOutputs(const Manifest& m, const std::map<std::string, torch::
 }
 
 }  // namespace
+
+std::string LoadCudaSupport() {
+  void* cpu = dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD);
+  struct link_map* map = nullptr;
+  if (cpu == nullptr || dlinfo(cpu, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) {
+    return "CUDA: off (cannot locate libtorch_cpu.so in this process)";
+  }
+  const std::filesystem::path cuda = std::filesystem::path(map->l_name).parent_path() / "libtorch_cuda.so";
+  dlclose(cpu);
+  std::error_code ec;
+  if (!std::filesystem::exists(cuda, ec)) return "CUDA: off (this LibTorch is CPU-only: no libtorch_cuda.so)";
+  if (dlopen(cuda.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    const char* error = dlerror();
+    return absl::StrCat("CUDA: off (cannot load ", cuda.string(), ": ", error != nullptr ? error : "unknown error", ")");
+  }
+  const size_t devices = torch::cuda::device_count();
+  return absl::StrCat("CUDA: backend loaded, ", devices, " device(s) visible");
+}
 
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec) {
   if (spec == "auto") {

@@ -25,6 +25,13 @@ struct StreamGuard;
 
 namespace qvi {
 
+// Loads LibTorch's CUDA backend, libtorch_cuda.so from the folder of libtorch_cpu.so, when the torch
+// in use ships one (the CUDA wheel and the cuda image do; the cpu image does not). Loading it
+// registers torch's CUDA hooks and kernels, as linking it would. Call it once at start-up, before
+// anything asks torch about CUDA: torch decides on the first question, for the life of the
+// process, whether CUDA exists. Returns a line for the start-up log saying what it found.
+std::string LoadCudaSupport();
+
 // "auto" (the first GPU when one is present, else the CPU), "cpu", "cuda" or "cuda:N".
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec);
 

@@ -239,3 +239,37 @@ def test_shutdown_does_not_wait_for_a_hung_model_beyond_the_grace_period(api):
             proc.proc.kill()
             proc.proc.wait()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_max_connection_age_makes_clients_reconnect(api):
+    """--max-connection-age-seconds: the server sends GOAWAY to a connection older than the age, so
+    the client's channel goes IDLE and its next call opens a new connection (where a load balancer
+    can pick another replica). Waits on the channel's own state changes, bounded."""
+    pb, pb_grpc = api
+    work = tempfile.mkdtemp(prefix="qvi_conn_age_py_")
+    proc = ServerProcess(STORE, work, "--max-connection-age-seconds", "1",
+                         "--max-connection-age-grace-seconds", "1")
+    try:
+        states, changed = [], threading.Condition()
+
+        def record(state):
+            with changed:
+                states.append(state)
+                changed.notify_all()
+
+        channel = grpc.insecure_channel(proc.address)
+        stub = pb_grpc.InferenceStub(channel)
+        request = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine"])
+        stub.Classify(request, timeout=10)
+        channel.subscribe(record, try_to_connect=False)
+        with changed:
+            assert changed.wait_for(lambda: grpc.ChannelConnectivity.READY in states, timeout=WAIT_S), states
+            ready_at = states.index(grpc.ChannelConnectivity.READY)
+            # About 1 s (+-10% jitter) later the server ends the connection.
+            assert changed.wait_for(lambda: grpc.ChannelConnectivity.IDLE in states[ready_at:], timeout=WAIT_S), \
+                states
+        assert stub.Classify(request, timeout=10).results[0].labels
+        channel.close()
+    finally:
+        proc.stop()
+        shutil.rmtree(work, ignore_errors=True)
