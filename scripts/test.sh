@@ -15,6 +15,13 @@ echo "[test] model zoo (pytest)"
 (cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider) || status=1
 echo "[test] benchmark harness, smoke mode (checks that it runs; gates on no timing)"
 .venv/bin/python bench/run.py --smoke || status=1
-echo "[test] Python client against qvi-server (pytest)"
+echo "[test] container image: docker/build.sh cpu (cached; tests/python/test_deploy_image.py runs it)"
+docker/build.sh cpu || status=1
+# The cuda image (about 4 GB): built and served on the CPU here. QVI_TEST_CUDA_IMAGE=0 leaves it out.
+if [[ ${QVI_TEST_CUDA_IMAGE:-1} == 1 ]]; then
+  echo "[test] cuda image: docker/build.sh cuda, then a smoke run on the CPU (docker/smoke.sh)"
+  (docker/build.sh cuda && docker/smoke.sh localhost/qvi-serve:cuda) || status=1
+fi
+echo "[test] Python client against qvi-server, deployment files and image (pytest)"
 (cd tests/python && ../../.venv/bin/python -m pytest -p no:cacheprovider) || status=1
 exit $status

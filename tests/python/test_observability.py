@@ -15,6 +15,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+import yaml
 
 from conftest import REPO, STORE, Background, ServerProcess
 
@@ -22,6 +23,7 @@ DEPLOY = os.path.join(REPO, "deploy")
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 WAIT_S = 90
+POD = "qvi-serve-7d9f8-abcde"
 
 
 def free_port():
@@ -54,6 +56,8 @@ scrape_configs:
   - job_name: qvi-serve
     static_configs:
       - targets: ["{served.metrics_address}"]
+        # As Kubernetes service discovery labels a pod's series (what prometheus-adapter needs).
+        labels: {{namespace: qvi-test, pod: {POD}}}
 """)
     port = free_port()
     log = open(os.path.join(work, "prometheus.log"), "w")
@@ -133,6 +137,34 @@ def test_prometheus_sees_request_rate_and_latency_per_model(served, prometheus, 
         assert 0 < lat[m] < 10, lat  # seconds; inside the histogram's range
     targets = api_get(prometheus, "/api/v1/targets")["activeTargets"]
     assert [t["health"] for t in targets] == ["up"], targets
+
+
+def test_prometheus_adapter_rules_give_the_autoscaler_a_value_per_pod(served, prometheus, api):
+    """deploy/k8s/autoscaling: each rule's seriesQuery finds our series, and its metricsQuery, filled in
+    as prometheus-adapter fills it for a pods query, returns one finite value for the pod."""
+    with open(os.path.join(DEPLOY, "k8s", "autoscaling", "prometheus-adapter-values.yaml")) as f:
+        rules = yaml.safe_load(f)["rules"]["custom"]
+    names = {r["name"]["as"] for r in rules}
+    assert "qvi_requests_in_flight" in names  # what deploy/k8s/base/hpa.yaml scales on
+    with Traffic(api, served.channel):
+        deadline = time.monotonic() + WAIT_S
+        pending = list(rules)
+        while pending:
+            rule = pending[0]
+            series = rule["seriesQuery"].split("{")[0]
+            concrete = (rule["metricsQuery"].replace("<<.Series>>", series)
+                        .replace("<<.LabelMatchers>>", f'namespace="qvi-test",pod=~"{POD}"')
+                        .replace("<<.GroupBy>>", "pod"))
+            found = query(prometheus, rule["seriesQuery"])
+            result = query(prometheus, concrete)  # raises unless Prometheus accepted the query
+            if found and result:
+                assert [r["metric"]["pod"] for r in result] == [POD], result
+                value = float(result[0]["value"][1])
+                assert math.isfinite(value) and value >= 0, (rule["name"]["as"], value)
+                pending.pop(0)
+                continue
+            assert time.monotonic() < deadline, f"{rule['name']['as']}: no value yet ({concrete})"
+            time.sleep(0.5)
 
 
 def test_every_dashboard_query_evaluates(served, prometheus):

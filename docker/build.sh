@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the QVI Serve image with podman, from this checkout:
+#   docker/build.sh [cpu|cuda]        -> localhost/qvi-serve:cpu (or :cuda), also tagged VERSION-VARIANT
+# Needs the demo models (scripts/setup.sh makes them) and root podman (scripts/setup.sh installs it).
+#
+# 1. The base image, localhost/qvi-base:bookworm: Debian 12 (minbase) made with debootstrap from
+#    Debian's mirror and imported; no image registry is needed. Made once and kept (QVI_REBUILD_BASE=1
+#    makes it again, e.g. for the month's security updates).
+# 2. podman build --network=host --format docker (for HEALTHCHECK) of docker/Dockerfile. Caches kept
+#    between builds: podman's layers (unchanged sources: nothing is rebuilt), and cache mounts for
+#    apt's packages, pip's wheels and ccache (changed sources: only what changed is compiled).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source docker/podman.sh
+variant=${1:-cpu}
+[[ $variant == cpu || $variant == cuda ]] || { echo "usage: docker/build.sh [cpu|cuda]" >&2; exit 2; }
+log() { printf '\033[1m[image]\033[0m %s\n' "$*"; }
+BASE=localhost/qvi-base:bookworm
+IMAGE=localhost/qvi-serve
+VERSION=$(sed -n 's/^project(qvi_serve VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+
+for m in sentiment ner; do
+  compgen -G "model_store/store/$m/*/model.pt" > /dev/null ||
+    { echo "docker/build.sh: no demo model model_store/store/$m; run scripts/setup.sh first" >&2; exit 1; }
+done
+
+if [[ ${QVI_REBUILD_BASE:-0} == 1 ]] || ! "${QVI_PODMAN[@]}" image exists "$BASE"; then
+  start=$SECONDS
+  root=$(mktemp -d /var/tmp/qvi-base.XXXXXX)
+  trap 'rm -rf "$root"' EXIT
+  log "making $BASE: debootstrap Debian 12 (minbase) into $root"
+  debootstrap --variant=minbase bookworm "$root/rootfs" http://deb.debian.org/debian > "$root/debootstrap.log" 2>&1 ||
+    { tail -20 "$root/debootstrap.log"; exit 1; }
+  cat > "$root/rootfs/etc/apt/sources.list" <<'LIST'
+deb http://deb.debian.org/debian bookworm main
+deb http://deb.debian.org/debian bookworm-updates main
+deb http://deb.debian.org/debian-security bookworm-security main
+LIST
+  rm -rf "$root"/rootfs/var/cache/apt/archives/*.deb "$root"/rootfs/var/lib/apt/lists/*
+  tar -C "$root/rootfs" -c . | "${QVI_PODMAN[@]}" import \
+    --change 'CMD ["/bin/bash"]' --change 'ENV LANG=C.UTF-8' - "$BASE" > /dev/null
+  log "$BASE made in $((SECONDS - start)) s"
+fi
+
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+[[ -z $(git status --porcelain 2>/dev/null) ]] || revision="$revision-dirty"
+source_url=$(git config --get remote.origin.url 2>/dev/null || echo "file://$(pwd)")
+# pip in the build stage trusts what this machine trusts (a TLS-inspecting proxy's CA, say); the bundle
+# is a build secret, so it stays out of the image.
+ca_bundle=${QVI_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
+start=$SECONDS
+log "building $IMAGE:$variant (revision $revision)"
+"${QVI_PODMAN[@]}" build --network=host --format docker --pull=never --layers \
+  --secret id=ca-bundle,src="$ca_bundle" \
+  -f docker/Dockerfile --build-arg BASE="$BASE" --build-arg VARIANT="$variant" \
+  --build-arg VERSION="$VERSION" --build-arg REVISION="$revision" --build-arg SOURCE="$source_url" \
+  -t "$IMAGE:$variant" -t "$IMAGE:$VERSION-$variant" .
+# The image this tag named before, if any, is dangling now: drop it (only final images carry the
+# label; the build stage's cached layers stay).
+"${QVI_PODMAN[@]}" image prune -f --filter label=io.qvi.variant > /dev/null
+size=$("${QVI_PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE:$variant")
+log "$IMAGE:$variant built in $((SECONDS - start)) s: $((size / 1000000)) MB"
