@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -139,10 +140,14 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   (*repository)->Poll();
 
   Executor executor(options.threads.inference, options.limits.max_queued);
-  InferenceService core(repository->get(), &executor,
-                        RequestLimits{options.limits.max_texts, options.limits.max_text_bytes,
-                                      options.threads.inline_prepare_bytes});
-  InferenceServiceImpl service(&core, repository->get(), {options.logging.access_log, metrics.get()});
+  RequestLimits limits;
+  limits.max_texts = options.limits.max_texts;
+  limits.max_text_bytes = options.limits.max_text_bytes;
+  limits.inline_prepare_bytes = options.threads.inline_prepare_bytes;
+  limits.max_response_bytes = options.network.max_message_bytes;
+  InferenceService core(repository->get(), &executor, limits);
+  InferenceServiceImpl service(&core, repository->get(),
+                               {options.logging.access_log, metrics.get(), options.limits.max_inflight_request_bytes});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -152,11 +157,26 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.SetMaxReceiveMessageSize(options.network.max_message_bytes);
   builder.SetMaxSendMessageSize(options.network.max_message_bytes);
+  const auto ms = [](double seconds) { return static_cast<int>(seconds * 1000); };
+  grpc::ResourceQuota quota("qvi-server");
+  quota.Resize(static_cast<size_t>(options.network.grpc_memory_quota_bytes));
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, options.network.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(options.network.keepalive_time_seconds));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(options.network.keepalive_timeout_seconds));
+  // Keepalive enforcement: clients may ping without calls, but not more often than the interval; the
+  // second ping too early ends their connection (GOAWAY too_many_pings).
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             ms(options.network.min_client_ping_interval_seconds));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+  if (options.network.max_connection_idle_seconds > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, ms(options.network.max_connection_idle_seconds));
+  }
   if (options.network.max_connection_age_seconds > 0) {
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
-                               static_cast<int>(options.network.max_connection_age_seconds * 1000));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, ms(options.network.max_connection_age_seconds));
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
-                               static_cast<int>(options.network.max_connection_age_grace_seconds * 1000));
+                               ms(options.network.max_connection_age_grace_seconds));
   }
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

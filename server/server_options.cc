@@ -53,6 +53,27 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
                  "after a connection's GOAWAY, time its calls in flight get to finish before it is closed")
       ->check(CLI::Range(0.0, 86400.0))->group("Network");
 
+  app.add_option("--grpc-memory-quota-bytes", o.network.grpc_memory_quota_bytes,
+                 "memory gRPC may use for its buffers (its resource quota); beyond it gRPC refuses new calls")
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40))->group("Network");
+  app.add_option("--max-concurrent-streams", o.network.max_concurrent_streams,
+                 "calls one client connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); "
+                 "more wait in the client")
+      ->check(CLI::Range(1, 1 << 20))->group("Network");
+  app.add_option("--max-connection-idle-seconds", o.network.max_connection_idle_seconds,
+                 "close a client connection that had no call for this long (the client reconnects when it "
+                 "next calls). 0: never")
+      ->check(CLI::Range(0.0, 7.0 * 86400))->group("Network");
+  app.add_option("--keepalive-time-seconds", o.network.keepalive_time_seconds,
+                 "ping a client connection that has been quiet this long, to find dead peers")
+      ->check(CLI::Range(1.0, 7.0 * 86400))->group("Network");
+  app.add_option("--keepalive-timeout-seconds", o.network.keepalive_timeout_seconds,
+                 "close the connection when a ping is not answered within this")
+      ->check(CLI::Range(1.0, 3600.0))->group("Network");
+  app.add_option("--min-client-ping-interval-seconds", o.network.min_client_ping_interval_seconds,
+                 "a client that pings more often than this gets GOAWAY (too_many_pings) after two such pings")
+      ->check(CLI::Range(0.0, 86400.0))->group("Network");
+
   app.add_option("--max-texts-per-request", o.limits.max_texts, "texts in one Classify/Tag request")
       ->check(CLI::Range(1, 1 << 20))->group("Limits");
   app.add_option("--max-text-bytes", o.limits.max_text_bytes, "UTF-8 bytes in one text")
@@ -60,6 +81,10 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   app.add_option("--max-queued-requests", o.limits.max_queued,
                  "requests waiting for a request thread; beyond it RESOURCE_EXHAUSTED")
       ->check(CLI::Range(1, 1 << 24))->group("Limits");
+  app.add_option("--max-inflight-request-bytes", o.limits.max_inflight_request_bytes,
+                 "bytes of Classify/Tag requests received and not yet answered; a call beyond it gets "
+                 "RESOURCE_EXHAUSTED at once. 0: no limit")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->group("Limits");
   app.add_option("--max-queued-texts", o.limits.max_queued_texts,
                  "texts waiting in one model version's batch queue; beyond it RESOURCE_EXHAUSTED")
       ->check(CLI::Range(1, 1 << 24))->group("Limits");

@@ -28,12 +28,20 @@ struct ServerOptions {
     // that long-lived clients reconnect and spread over replicas added since. 0: no limit.
     double max_connection_age_seconds = 0;
     double max_connection_age_grace_seconds = 30;
+    // gRPC's own resource limits (see --help).
+    int64_t grpc_memory_quota_bytes = int64_t{1} << 30;
+    int max_concurrent_streams = 128;
+    double max_connection_idle_seconds = 900;
+    double keepalive_time_seconds = 60;
+    double keepalive_timeout_seconds = 20;
+    double min_client_ping_interval_seconds = 10;
   } network;
   struct Limits {
     int max_texts = 256;
     int max_text_bytes = 65536;
     int max_queued = 1024;         // requests waiting for a request thread
     int max_queued_texts = 1024;   // texts waiting in one model version's batch queue
+    int64_t max_inflight_request_bytes = int64_t{256} << 20;  // Classify/Tag request bytes not yet answered
   } limits;
   struct Threads {
     int inference = 2;     // request threads: check and tokenise, then queue for the model

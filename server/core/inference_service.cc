@@ -14,6 +14,14 @@ const char* MethodName(Method m) { return m == Method::kClassify ? "Classify" : 
 
 absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits) {
   if (r.model.empty()) return absl::InvalidArgumentError("model.name: empty; name the model to use (see ListModels)");
+  if (static_cast<int64_t>(r.model.size()) > limits.max_model_name_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("model.name: ", r.model.size(), " bytes exceed the limit of ",
+                                                   limits.max_model_name_bytes, " bytes"));
+  }
+  if (static_cast<int64_t>(r.request_id.size()) > limits.max_request_id_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("request_id: ", r.request_id.size(), " bytes exceed the limit of ",
+                                                   limits.max_request_id_bytes, " bytes"));
+  }
   if (r.version < 0) return absl::InvalidArgumentError(absl::StrCat("model.version: ", r.version, " is negative; use 0 for the newest"));
   if (r.texts.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("texts: empty; send between 1 and ", limits.max_texts, " texts"));
@@ -32,6 +40,28 @@ absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits
   }
   if (r.options.top_k < 0) {
     return absl::InvalidArgumentError(absl::StrCat("options.top_k: ", r.options.top_k, " is negative; 0 returns the best label"));
+  }
+  return absl::OkStatus();
+}
+
+// Layer or head indices: at most `count` of them (the model has no more), each in range, none
+// repeated. Checked in that order, so that a long list is refused before it is walked.
+absl::Status CheckIndices(const char* field, const std::vector<int>& indices, int count, const char* what) {
+  if (static_cast<int64_t>(indices.size()) > count) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", indices.size(), " indices exceed the model's ", count, " ",
+                                                   what, "; name each at most once"));
+  }
+  std::vector<int> first(count, -1);  // where each index was first named
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const int v = indices[i];
+    if (v < 0 || v >= count) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "]: ", v, " is out of range [0, ", count, ")"));
+    }
+    if (first[v] >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "]: ", v, " repeats ", field, "[", first[v],
+                                                     "]; name each at most once"));
+    }
+    first[v] = static_cast<int>(i);
   }
   return absl::OkStatus();
 }
@@ -56,18 +86,8 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
     if (l.gates && !m.HasOutput("layer_gates") && !m.HasOutput("layer_lambda_q")) {
       return absl::InvalidArgumentError(absl::StrCat("options.layers.gates: model '", m.name, "' has no per-layer gates"));
     }
-    for (size_t i = 0; i < l.layers.size(); ++i) {
-      if (l.layers[i] < 0 || l.layers[i] >= m.layers) {
-        return absl::InvalidArgumentError(absl::StrCat("options.layers.layers[", i, "]: ", l.layers[i],
-                                                       " is out of range [0, ", m.layers, ")"));
-      }
-    }
-    for (size_t i = 0; i < l.heads.size(); ++i) {
-      if (l.heads[i] < 0 || l.heads[i] >= m.heads) {
-        return absl::InvalidArgumentError(absl::StrCat("options.layers.heads[", i, "]: ", l.heads[i],
-                                                       " is out of range [0, ", m.heads, ")"));
-      }
-    }
+    if (absl::Status s = CheckIndices("options.layers.layers", l.layers, m.layers, "layers"); !s.ok()) return s;
+    if (absl::Status s = CheckIndices("options.layers.heads", l.heads, m.heads, "heads"); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -94,6 +114,58 @@ absl::Status CheckLive(const InferenceRequest& r) {
 
 }  // namespace
 
+std::string Capped(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
+  return absl::StrCat(s.substr(0, cut), "...(", s.size(), " bytes)");
+}
+
+int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceRequest& r,
+                              const InferenceResponse& response) {
+  const OutputOptions& o = r.options;
+  const LayerSelection& l = o.layers;
+  size_t longest_label = 0;
+  for (const std::string& label : method == Method::kClassify ? m.labels : m.tags) {
+    longest_label = std::max(longest_label, label.size());
+  }
+  const bool keep_tokens = method == Method::kTag || o.attention || o.gates || o.tokens || l.any();
+  // Per-layer maps per text: one per selected layer and head (one per layer when the heads are
+  // averaged, one in all when everything is), each T gates per gate output and T x T attention.
+  int64_t maps = 0, gate_outputs = 0;
+  if (l.any()) {
+    const int64_t layers = l.layers.empty() ? m.layers : static_cast<int64_t>(l.layers.size());
+    const int64_t heads = l.heads.empty() ? m.heads : static_cast<int64_t>(l.heads.size());
+    maps = l.reduction == LayerSelection::Reduction::kMeanAll    ? 1
+           : l.reduction == LayerSelection::Reduction::kMeanHeads ? layers
+                                                                   : layers * heads;
+    if (l.gates) {
+      for (const char* name : {"layer_gates", "layer_lambda_q", "layer_lambda_k"}) gate_outputs += m.HasOutput(name);
+    }
+  }
+  int64_t bytes = 64 + static_cast<int64_t>(r.model.size() + r.request_id.size());
+  for (size_t i = 0; i < response.results.size(); ++i) {
+    const TextResult& t = response.results[i];
+    const int64_t n = static_cast<int64_t>(t.tokens.size());
+    bytes += 16;
+    if (method == Method::kClassify) {
+      const int64_t labels = std::min<int64_t>(std::max(o.top_k, 1), static_cast<int64_t>(m.labels.size()));
+      bytes += labels * static_cast<int64_t>(longest_label + 8);
+    } else {
+      // Spans: at most one per token, each with its label, offsets, score and text.
+      bytes += n * static_cast<int64_t>(longest_label + 32) + static_cast<int64_t>(r.texts[i].size());
+    }
+    if (keep_tokens) {
+      for (const TokenOutput& token : t.tokens) {
+        bytes += 32 + static_cast<int64_t>(token.token.text.size() + token.token.normalized.size() + longest_label);
+        bytes += 5 * ((o.attention ? 2 : 0) + (o.gates ? 4 : 0));
+      }
+    }
+    bytes += maps * (8 + gate_outputs * (4 * n + 4) + (l.attention_maps ? 4 * n * n + 4 : 0));
+  }
+  return bytes;
+}
+
 absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method method, const InferenceRequest& r) const {
   if (absl::Status s = CheckRequest(r, limits_); !s.ok()) return s;
   absl::StatusOr<ServableHandle> handle = repository_->Resolve(r.model, r.version);
@@ -101,6 +173,13 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
   const Model& model = *(*handle)->model;
   const Manifest& m = model.manifest();
   if (absl::Status s = CheckAgainstModel(method, r, model); !s.ok()) return s;
+
+  const ServingConfig& serving = (*handle)->serving;
+  if (static_cast<int64_t>(r.texts.size()) > serving.max_queued_texts) {
+    return absl::InvalidArgumentError(absl::StrCat("texts: ", r.texts.size(), " texts can never fit model '", r.model,
+                                                   "''s queue of ", serving.max_queued_texts,
+                                                   " texts (max_queued_texts); send fewer per request"));
+  }
 
   Prepared p;
   p.handle = *handle;
@@ -134,6 +213,21 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
       out.token = std::move(t);
       p.ids[i].push_back(out.id);
       result.tokens.push_back(std::move(out));
+    }
+  }
+  int64_t tokens = 0;
+  for (const std::vector<int64_t>& ids : p.ids) tokens += static_cast<int64_t>(ids.size());
+  if (tokens > serving.max_queued_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("texts: ", tokens, " tokens in all can never fit model '", r.model,
+                                                   "''s queue of ", serving.max_queued_tokens,
+                                                   " tokens (max_queued_tokens); send fewer per request"));
+  }
+  if (limits_.max_response_bytes > 0) {
+    const int64_t estimate = EstimateResponseBytes(method, m, r, response);
+    if (estimate > limits_.max_response_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options: the answer would be about ", estimate, " bytes, over the limit of ", limits_.max_response_bytes,
+          " bytes (--max-message-bytes); ask for fewer texts, layers, heads or attention maps, or average the heads"));
     }
   }
   return p;

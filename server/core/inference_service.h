@@ -35,7 +35,25 @@ struct RequestLimits {
   // thread, saving a hand-off to a request thread; larger ones go to a request thread, so that a
   // big request never holds a gRPC thread. 0: always a request thread.
   int64_t inline_prepare_bytes = 0;
+  // Client strings the server echoes (in answers, errors and logs) are capped: longer ones are
+  // refused before anything else is done with them.
+  int max_model_name_bytes = 256;
+  int max_request_id_bytes = 256;
+  // The largest answer the transport sends (gRPC's send limit). A request whose answer is estimated,
+  // from its texts' tokens and the outputs it asks for, to be larger is refused before the model
+  // runs. 0: no limit.
+  int64_t max_response_bytes = 0;
 };
+
+// An estimate of the protobuf size of the answer to `request`, whose texts have been tokenised into
+// `response` (tokens filled in, outputs not yet), for a model with manifest `m`. Counts what
+// dominates: per-token fields and explanations, labels or spans, and the per-layer maps (T values per
+// map of gates, T x T per attention map, 4 bytes each). Exposed for tests.
+int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceRequest& request,
+                              const InferenceResponse& response);
+
+// `s`, or its first bytes and its length when it is longer than `max`: for logs and errors.
+std::string Capped(const std::string& s, size_t max = 64);
 
 
 
@@ -48,6 +66,8 @@ class InferenceService {
       : repository_(repository), executor_(executor), limits_(limits) {}
 
   void Submit(Method method, InferenceRequest request, Done done);
+
+  const RequestLimits& limits() const { return limits_; }
 
   // The request from the calling thread (preparation) and a model instance (batching); waits.
   absl::StatusOr<InferenceResponse> Run(Method method, const InferenceRequest& request);

@@ -67,9 +67,9 @@ void InferenceServiceImpl::Record(Method method, const std::string& peer, const 
     AccessRecord a;
     a.method = method_name;
     a.peer = peer;
-    a.model = model;
+    a.model = Capped(model);
     a.version = version;
-    a.request_id = request_id;
+    a.request_id = Capped(request_id);
     a.texts = texts;
     a.code = static_cast<int>(status.error_code());
     a.code_name = code;
@@ -90,11 +90,25 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::Callb
   const absl::Time start = absl::Now();
   if (options_.metrics != nullptr) options_.metrics->OnRequestStart();
   std::string peer = options_.access_log ? ctx->peer() : std::string();
+  // Memory admitted by bytes: the request's bytes count against the limit until it is answered.
+  const int64_t bytes = static_cast<int64_t>(raw->Length());
+  const int64_t held = inflight_bytes_.fetch_add(bytes) + bytes;
+  if (options_.max_inflight_request_bytes > 0 && held > options_.max_inflight_request_bytes) {
+    inflight_bytes_.fetch_sub(bytes);
+    const grpc::Status status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              absl::StrCat("requests in flight would hold ", held, " bytes, over the limit of ",
+                                           options_.max_inflight_request_bytes,
+                                           " bytes (--max-inflight-request-bytes); retry with backoff"));
+    Record(method, peer, "", "", 0, status, start, nullptr);
+    reactor->Finish(status);
+    return reactor;
+  }
   Request request;
   {
     grpc::ByteBuffer copy(*raw);
     grpc::ProtoBufferReader reader(&copy);
     if (!request.ParseFromZeroCopyStream(&reader)) {
+      inflight_bytes_.fetch_sub(bytes);
       const grpc::Status status = ToGrpcStatus(ExplainParseFailure(*raw));
       Record(method, peer, "", "", 0, status, start, nullptr);
       reactor->Finish(status);
@@ -110,7 +124,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::Callb
   std::string request_id = r.request_id;
   core_->Submit(method, std::move(r),
                 [this, reactor, raw_response, start, peer = std::move(peer), model = std::move(model),
-                 request_id = std::move(request_id), texts, method](absl::StatusOr<InferenceResponse> out) {
+                 request_id = std::move(request_id), texts, method, bytes](absl::StatusOr<InferenceResponse> out) {
+                  inflight_bytes_.fetch_sub(bytes);
                   grpc::Status status = ToGrpcStatus(out.status());
                   if (out.ok()) {
                     Response response;
@@ -147,7 +162,14 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::GetModel(grpc::CallbackServerCon
                                                          const v1::GetModelRequest* request,
                                                          v1::GetModelResponse* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::StatusOr<ModelStatus> m = repository_->Get(request->model().name());
+  const std::string& name = request->model().name();
+  if (static_cast<int64_t>(name.size()) > core_->limits().max_model_name_bytes) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 absl::StrCat("model.name: ", name.size(), " bytes exceed the limit of ",
+                                              core_->limits().max_model_name_bytes, " bytes")));
+    return reactor;
+  }
+  absl::StatusOr<ModelStatus> m = repository_->Get(name);
   if (m.ok() && request->model().version() != 0) {
     const int64_t want = request->model().version();
     std::vector<VersionStatus> keep;

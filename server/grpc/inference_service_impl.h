@@ -27,6 +27,9 @@ class InferenceServiceImpl final : public InferenceBase {
   struct Options {
     bool access_log = false;
     Metrics* metrics = nullptr;  // may be null
+    // Bytes of Classify/Tag requests received and not yet answered, at most; a call that would go
+    // over is refused at once with RESOURCE_EXHAUSTED, before it is parsed. 0: no limit.
+    int64_t max_inflight_request_bytes = 0;
   };
 
   InferenceServiceImpl(InferenceService* core, const ModelRepository* repository, Options options)
@@ -54,6 +57,7 @@ class InferenceServiceImpl final : public InferenceBase {
   const ModelRepository* repository_;
   const Options options_;
   std::atomic<uint64_t> next_id_{1};
+  std::atomic<int64_t> inflight_bytes_{0};
 };
 
 }  // namespace qvi

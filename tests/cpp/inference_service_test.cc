@@ -150,6 +150,88 @@ TEST_F(InferenceServiceTest, InvalidArguments) {
               "options.layers.layers[0]: 7 is out of range [0, 2)");
 }
 
+TEST_F(InferenceServiceTest, RepeatedOrTooManyLayerAndHeadIndicesAreRefused) {
+  // sentiment: 2 layers x 4 heads.
+  InferenceRequest r = Request("sentiment", {"x"});
+  r.options.layers.attention_maps = true;
+  r.options.layers.layers = {1, 0, 1};
+  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+              "options.layers.layers: 3 indices exceed the model's 2 layers");
+  r.options.layers.layers = {1, 1};
+  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+              "options.layers.layers[1]: 1 repeats options.layers.layers[0]");
+  r.options.layers.layers = {};
+  r.options.layers.heads = {2, 0, 2};
+  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+              "options.layers.heads[2]: 2 repeats options.layers.heads[0]");
+  r.options.layers.heads = std::vector<int>(200000, 0);  // refused by its length, before it is walked
+  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+              "options.layers.heads: 200000 indices exceed the model's 4 heads");
+  r.options.layers.heads = {3, 0, 2, 1};  // every head once, in any order, is fine
+  EXPECT_TRUE(Service().Run(Method::kClassify, r).ok());
+}
+
+TEST_F(InferenceServiceTest, LongModelNamesAndRequestIdsAreRefusedWithoutEcho) {
+  InferenceRequest r = Request(std::string(1 << 22, 'm'), {"x"});
+  absl::StatusOr<InferenceResponse> out = Service().Run(Method::kClassify, r);
+  ExpectError(out, absl::StatusCode::kInvalidArgument, "model.name: 4194304 bytes exceed the limit of 256 bytes");
+  EXPECT_LT(out.status().message().size(), 200u);
+  r = Request("sentiment", {"x"});
+  r.request_id = std::string(257, 'r');
+  out = Service().Run(Method::kClassify, r);
+  ExpectError(out, absl::StatusCode::kInvalidArgument, "request_id: 257 bytes exceed the limit of 256 bytes");
+  EXPECT_LT(out.status().message().size(), 200u);
+  EXPECT_EQ(Capped(std::string(1000, 'a'), 4), "aaaa...(1000 bytes)");
+  EXPECT_EQ(Capped("\xc3\xa9\xc3\xa9", 3), "\xc3\xa9...(4 bytes)");  // never cuts inside a code point
+}
+
+TEST_F(InferenceServiceTest, AnAnswerOverTheSendLimitIsRefusedBeforeTheModelRuns) {
+  std::vector<std::string> texts(64, "a long text of many words that the model reads and explains word by word");
+  InferenceRequest r = Request("sentiment", texts);
+  r.options.attention = true;
+  r.options.layers.gates = true;
+  r.options.layers.attention_maps = true;
+  // The answer really is about as large as estimated: measure it without a limit.
+  absl::StatusOr<InferenceResponse> full = Service().Run(Method::kClassify, r);
+  ASSERT_TRUE(full.ok()) << full.status();
+  int64_t payload = 0;
+  for (const TextResult& t : full->results) {
+    for (const LayerMapOutput& m : t.layers) payload += 4 * static_cast<int64_t>(m.gates.size() + m.attention.size());
+  }
+  const int64_t estimate = EstimateResponseBytes(Method::kClassify, (*repo_->Resolve("sentiment", 0))->model->manifest(),
+                                                 r, *full);
+  EXPECT_GE(estimate, payload);
+  EXPECT_LE(estimate, 2 * payload);
+  RequestLimits limits;
+  limits.max_response_bytes = payload / 2;
+  ExpectError(Service(limits).Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+              "the answer would be about");
+  // Averaging the heads makes it fit.
+  r.options.layers.reduction = LayerSelection::Reduction::kMeanHeads;
+  EXPECT_TRUE(Service(limits).Run(Method::kClassify, r).ok());
+}
+
+TEST_F(InferenceServiceTest, ARequestThatCanNeverFitTheQueueIsInvalidNotExhausted) {
+  RequestLimits limits;
+  limits.max_texts = 4000;
+  ExpectError(Service(limits).Run(Method::kClassify, Request("sentiment", std::vector<std::string>(1025, "x"))),
+              absl::StatusCode::kInvalidArgument,
+              "texts: 1025 texts can never fit model 'sentiment''s queue of 1024 texts (max_queued_texts)");
+  // The same store served with queues of 16 tokens.
+  ServingConfig small;
+  small.device = "cpu";
+  small.max_queued_tokens = 16;
+  auto repo = ModelRepository::Create({*store_, small});
+  ASSERT_TRUE(repo.ok()) << repo.status();
+  (*repo)->Poll();
+  InferenceService service(repo->get(), executor_, RequestLimits{});
+  ExpectError(service.Run(Method::kClassify, Request("sentiment", {"one two three four five six seven eight nine",
+                                                                   "ten eleven twelve thirteen fourteen fifteen sixteen seventeen"})),
+              absl::StatusCode::kInvalidArgument,
+              "texts: 17 tokens in all can never fit model 'sentiment''s queue of 16 tokens (max_queued_tokens)");
+  EXPECT_TRUE(service.Run(Method::kClassify, Request("sentiment", {"one two three"})).ok());
+}
+
 TEST_F(InferenceServiceTest, UnknownAndFailedModels) {
   ExpectError(Service().Run(Method::kClassify, Request("nope", {"x"})), absl::StatusCode::kNotFound,
               "model 'nope' not found; models: ner, sentiment");

@@ -1,0 +1,171 @@
+"""Abuse limits, end to end through a real qvi-server: each hostile request is refused with the code
+the contract names, before any work is done (no batch reaches the model, which the server's own
+batch counter shows), and the server's memory stays where it was. The 2 KB request that once made
+the server compute hundreds of megabytes of attention maps is among them."""
+import os
+import shutil
+import tempfile
+import time
+
+import grpc
+import pytest
+
+from conftest import STORE, ServerProcess
+
+# Refusals are decided before the model runs; a generous bound that no model run of these sizes meets.
+QUICK_S = 2.0
+# What the server may grow by over the whole module, against hundreds of megabytes the attacks once cost.
+RSS_SLACK_BYTES = 64 << 20
+LONG_TEXT = " ".join(f"word{i}" for i in range(120))
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def batches(proc):
+    return sum(v for k, v in proc.metrics().items() if k.startswith("qvi_batch_size_count"))
+
+
+@pytest.fixture(scope="module")
+def limited(api):
+    work = tempfile.mkdtemp(prefix="qvi_abuse_py_")
+    proc = ServerProcess(STORE, work, "--max-message-bytes", str(4 << 20),
+                         "--max-inflight-request-bytes", str(256 << 10))
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(proc.channel)
+    # Warm: one real call, so that later memory readings compare like with like.
+    stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine"]), timeout=30)
+    start_rss = rss_bytes(proc.proc.pid)
+    yield proc, stub
+    grown = rss_bytes(proc.proc.pid) - start_rss
+    proc.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    assert grown < RSS_SLACK_BYTES, f"qvi-server grew by {grown >> 20} MiB under the refused requests"
+
+
+def refused(proc, call, request, code, *parts):
+    """Sends `request` five times; each must be refused with `code` quickly, no batch may run, and
+    the message must name the field and the limit."""
+    before = batches(proc)
+    for _ in range(5):
+        start = time.monotonic()
+        with pytest.raises(grpc.RpcError) as e:
+            call(request, timeout=30)
+        elapsed = time.monotonic() - start
+        assert e.value.code() == code, e.value.details()
+        assert elapsed < QUICK_S, f"refused after {elapsed:.2f} s"
+        for part in parts:
+            assert part in e.value.details(), e.value.details()
+        assert len(e.value.details()) < 400, "the message echoes the client's input"
+    assert batches(proc) == before, "a refused request reached the model"
+    return e.value.details()
+
+
+def test_repeated_layer_and_head_indices(limited, api):
+    """The request that grew the server by 4.4 GB: one layer's attention maps with the layer and head
+    indices each repeated 200 times, about 2 KB on the wire."""
+    proc, stub = limited
+    pb, _ = api
+    request = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=[LONG_TEXT],
+                                 options=pb.OutputOptions(layers=pb.LayerOptions(
+                                     attention_maps=True, layers=[0] * 200, heads=[1] * 200)))
+    assert request.ByteSize() < 3000
+    refused(proc, stub.Classify, request, grpc.StatusCode.INVALID_ARGUMENT,
+            "options.layers.layers: 200 indices exceed the model's 2 layers")
+    request.options.layers.ClearField("layers")
+    request.options.layers.layers.extend([0, 0])
+    request.options.layers.ClearField("heads")
+    refused(proc, stub.Classify, request, grpc.StatusCode.INVALID_ARGUMENT,
+            "options.layers.layers[1]: 0 repeats options.layers.layers[0]")
+
+
+def test_answer_over_the_send_limit(limited, api):
+    """Every layer's and head's attention maps for 64 long texts: about 30 MB of answer against a
+    4 MiB send limit; refused before the model runs, with the estimate."""
+    proc, stub = limited
+    pb, _ = api
+    request = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=[LONG_TEXT] * 64,
+                                 options=pb.OutputOptions(layers=pb.LayerOptions(attention_maps=True, gates=True)))
+    details = refused(proc, stub.Classify, request, grpc.StatusCode.INVALID_ARGUMENT,
+                      "the answer would be about", f"over the limit of {4 << 20} bytes")
+    # Averaging the heads of one layer for a few texts fits, and is answered.
+    request = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=[LONG_TEXT] * 4,
+                                 options=pb.OutputOptions(layers=pb.LayerOptions(
+                                     attention_maps=True, layers=[1], reduction=pb.LAYER_REDUCTION_MEAN_HEADS)))
+    reply = stub.Classify(request, timeout=30)
+    assert len(reply.results[0].layers) == 1, details
+
+
+def test_long_model_name_and_request_id(limited, api):
+    proc, stub = limited
+    pb, pb_grpc = api
+    name = "m" * (128 << 10)
+    refused(proc, stub.Classify, pb.ClassifyRequest(model=pb.ModelSpec(name=name), texts=["x"]),
+            grpc.StatusCode.INVALID_ARGUMENT, f"model.name: {len(name)} bytes exceed the limit of 256 bytes")
+    refused(proc, stub.Classify,
+            pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["x"], request_id="r" * 100000),
+            grpc.StatusCode.INVALID_ARGUMENT, "request_id: 100000 bytes exceed the limit of 256 bytes")
+    with pytest.raises(grpc.RpcError) as e:
+        stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name=name)), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and len(e.value.details()) < 200
+
+
+def test_request_bytes_in_flight_are_capped(limited, api):
+    """A request whose bytes would take the server past --max-inflight-request-bytes (256 KiB here) is
+    refused at once, before it is parsed; smaller ones still pass."""
+    proc, stub = limited
+    pb, _ = api
+    request = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["a b c " * 5000] * 20)
+    assert request.ByteSize() > 256 << 10
+    refused(proc, stub.Classify, request, grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"over the limit of {256 << 10} bytes (--max-inflight-request-bytes)")
+    assert stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine"]),
+                         timeout=30).results
+
+
+def test_a_request_that_can_never_fit_the_queue(api, tmp_path):
+    """More texts than the model's queue holds: INVALID_ARGUMENT (retrying cannot help), not
+    RESOURCE_EXHAUSTED."""
+    pb, pb_grpc = api
+    store = tmp_path / "store"
+    shutil.copytree(os.path.join(STORE, "sentiment"), store / "sentiment")
+    (store / "sentiment" / "serving.json").write_text('{"max_queued_texts": 8}')
+    proc = ServerProcess(str(store), str(tmp_path))
+    try:
+        stub = pb_grpc.InferenceStub(proc.channel)
+        refused(proc, stub.Classify, pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["x"] * 9),
+                grpc.StatusCode.INVALID_ARGUMENT, "texts: 9 texts can never fit model 'sentiment''s queue of 8 texts")
+        assert len(stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["x"] * 8),
+                                 timeout=30).results) == 8
+    finally:
+        proc.stop()
+
+
+def test_clients_that_ping_too_often_are_sent_away(api, tmp_path):
+    """Keepalive enforcement: a client pinging every 100 ms against a 5 s minimum gets GOAWAY
+    (too_many_pings) and its calls fail over; an ordinary client is untouched."""
+    pb, pb_grpc = api
+    proc = ServerProcess(STORE, str(tmp_path), "--min-client-ping-interval-seconds", "5")
+    try:
+        pinger = grpc.insecure_channel(proc.address, options=[
+            ("grpc.keepalive_time_ms", 100), ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0), ("grpc.http2.min_time_between_pings_ms", 100)])
+        states = []
+        pinger.subscribe(states.append, try_to_connect=True)
+        deadline = time.monotonic() + 30
+        # The server answers the third early ping with GOAWAY; the channel leaves READY.
+        while not (grpc.ChannelConnectivity.READY in states and
+                   any(s != grpc.ChannelConnectivity.READY for s in states[states.index(grpc.ChannelConnectivity.READY):])):
+            assert time.monotonic() < deadline, states
+            time.sleep(0.1)  # waiting on the channel's own state changes
+        pinger.close()
+        ok = pb_grpc.InferenceStub(proc.channel).Classify(
+            pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine"]), timeout=30)
+        assert ok.results
+    finally:
+        proc.stop()
