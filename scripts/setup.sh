@@ -21,7 +21,7 @@ APT_PACKAGES=(python3 python3-venv ca-certificates g++ cmake ninja-build pkg-con
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev libgtest-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev
   prometheus chromium openjdk-17-jre-headless
-  podman runc debootstrap)
+  podman runc debootstrap clang libclang-rt-14-dev)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

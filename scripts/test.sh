@@ -11,6 +11,8 @@ echo "[test] C++ unit and end-to-end tests (ctest)"
 (cd build && ctest --output-on-failure -j1) || status=1
 echo "[test] scheduler and serving-core stress tests under ASan/UBSan and TSan"
 scripts/sanitize.sh || status=1
+echo "[test] fuzz smoke: every libFuzzer target 10 s under ASan/UBSan (scripts/fuzz.sh; long runs: scripts/fuzz.sh 600)"
+scripts/fuzz.sh 10 || status=1
 echo "[test] model zoo (pytest)"
 (cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider) || status=1
 echo "[test] benchmark harness, smoke mode (checks that it runs; gates on no timing)"

@@ -25,37 +25,9 @@
 #include "server/core/model_runner.h"
 #include "server/core/model_repository.h"
 #include "server/core/request.h"
+#include "server/core/request_checks.h"
 
 namespace qvi {
-
-struct RequestLimits {
-  int max_texts = 256;          // texts per request
-  int max_text_bytes = 65536;   // UTF-8 bytes per text
-  // Requests whose texts add up to fewer bytes are checked and tokenised on the calling (gRPC)
-  // thread, saving a hand-off to a request thread; larger ones go to a request thread, so that a
-  // big request never holds a gRPC thread. 0: always a request thread.
-  int64_t inline_prepare_bytes = 0;
-  // Client strings the server echoes (in answers, errors and logs) are capped: longer ones are
-  // refused before anything else is done with them.
-  int max_model_name_bytes = 256;
-  int max_request_id_bytes = 256;
-  // The largest answer the transport sends (gRPC's send limit). A request whose answer is estimated,
-  // from its texts' tokens and the outputs it asks for, to be larger is refused before the model
-  // runs. 0: no limit.
-  int64_t max_response_bytes = 0;
-};
-
-// An estimate of the protobuf size of the answer to `request`, whose texts have been tokenised into
-// `response` (tokens filled in, outputs not yet), for a model with manifest `m`. Counts what
-// dominates: per-token fields and explanations, labels or spans, and the per-layer maps (T values per
-// map of gates, T x T per attention map, 4 bytes each). Exposed for tests.
-int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceRequest& request,
-                              const InferenceResponse& response);
-
-// `s`, or its first bytes and its length when it is longer than `max`: for logs and errors.
-std::string Capped(const std::string& s, size_t max = 64);
-
-
 
 class InferenceService {
  public:

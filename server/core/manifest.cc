@@ -61,6 +61,17 @@ absl::StatusOr<Manifest> Manifest::Parse(std::string_view text) {
       return Bad("tag_scheme", absl::StrCat("must be BIO or BIOES, got '", m.tag_scheme, "'"));
     }
     if (m.tags.empty()) return Bad("tags", "is empty");
+    // Each tag is O or PREFIX-TYPE with a prefix of the scheme and a type: a tag such as "I-" would
+    // make spans without a label (found by fuzz/fuzz_spans.cc).
+    const std::string prefixes = m.tag_scheme == "BIO" ? "BI" : "BIES";
+    for (size_t i = 0; i < m.tags.size(); ++i) {
+      const std::string& t = m.tags[i];
+      if (t == "O") continue;
+      if (t.size() < 3 || t[1] != '-' || prefixes.find(t[0]) == std::string::npos) {
+        return Bad(absl::StrCat("tags[", i, "]"),
+                   absl::StrCat("is not O or one of ", m.tag_scheme, "'s ", prefixes, " prefixes, a dash and a type"));
+      }
+    }
     if (j.contains("entity_types")) QVI_RETURN_IF_ERROR(Get(j, "entity_types", "", m.entity_types));
   } else {
     return Bad("task", absl::StrCat("must be 'classification' or 'tagging', got '", task, "'"));

@@ -9,6 +9,7 @@
 #include "qvi/serving/v1/inference.pb.h"
 #include "server/core/model_repository.h"
 #include "server/core/request.h"
+#include "server/grpc/request_from_proto.h"
 
 namespace qvi {
 
@@ -18,8 +19,6 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // "OK", "INVALID_ARGUMENT", ...: gRPC's and absl's codes are the same numbers and names.
 std::string StatusCodeName(grpc::StatusCode code);
 
-InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::RepeatedPtrField<std::string>& texts,
-                           const v1::OutputOptions& options, const std::string& request_id);
 
 void ToProto(const InferenceResponse& in, v1::ClassifyResponse* out);
 void ToProto(const InferenceResponse& in, v1::TagResponse* out);

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of fuzz/ with clang, ASan and UBSan (build-fuzz/), and runs each for
+# SECONDS from its seed corpus (fuzz/corpus/<target>, copied into build-fuzz/corpus/ where it grows).
+# Prints each target's executions and the total; exits 1 on any crash, leak or sanitizer report,
+# with the input saved under build-fuzz/crashes/ (add it to the seeds and to a unit test).
+#   scripts/fuzz.sh [SECONDS] [TARGET...]      (10 s each, all targets: the test command's smoke run)
+#   scripts/fuzz.sh 600                        (a long run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-10}
+shift || true
+targets=("$@")
+[[ ${#targets[@]} -gt 0 ]] || targets=(tokenizer manifest vocabulary serving_config version_policy spans request)
+dir=build-fuzz
+if [[ ! -f $dir/build.ninja ]]; then
+  CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQVI_SANITIZE=fuzzer \
+    > "$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; exit 1; }
+  rm -f "$dir.cmake.log"
+fi
+ninja -C "$dir" -j2 $(printf 'fuzz_%s ' "${targets[@]}") > /dev/null
+mkdir -p "$dir/crashes"
+total=0
+status=0
+for t in "${targets[@]}"; do
+  mkdir -p "$dir/corpus/$t"
+  cp -n fuzz/corpus/$t/* "$dir/corpus/$t/" 2>/dev/null || true
+  log="$dir/fuzz_$t.log"
+  if UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$dir/fuzz/fuzz_$t" -max_total_time="$seconds" -print_final_stats=1 \
+      -max_len=4096 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$dir/crashes/$t-" "$dir/corpus/$t" > "$log" 2>&1; then
+    result=ok
+  else
+    result=FAILED
+    status=1
+    tail -40 "$log"
+  fi
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  runs=${runs:-0}
+  total=$((total + runs))
+  printf '[fuzz] %-16s %10d executions in %s s: %s\n' "$t" "$runs" "$seconds" "$result"
+done
+printf '[fuzz] total %d executions\n' "$total"
+exit $status

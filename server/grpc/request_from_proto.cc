@@ -1,0 +1,29 @@
+#include "server/grpc/request_from_proto.h"
+
+namespace qvi {
+
+InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::RepeatedPtrField<std::string>& texts,
+                           const v1::OutputOptions& options, const std::string& request_id) {
+  InferenceRequest r;
+  r.model = model.name();
+  r.version = model.version();
+  r.texts.assign(texts.begin(), texts.end());
+  r.request_id = request_id;
+  OutputOptions& o = r.options;
+  o.top_k = options.top_k();
+  o.attention = options.attention();
+  o.gates = options.gates();
+  o.tokens = options.tokens();
+  o.error_on_truncation = options.truncation() == v1::TRUNCATION_POLICY_ERROR;
+  const v1::LayerOptions& l = options.layers();
+  o.layers.gates = l.gates();
+  o.layers.attention_maps = l.attention_maps();
+  o.layers.layers.assign(l.layers().begin(), l.layers().end());
+  o.layers.heads.assign(l.heads().begin(), l.heads().end());
+  o.layers.reduction = l.reduction() == v1::LAYER_REDUCTION_MEAN_HEADS ? LayerSelection::Reduction::kMeanHeads
+                       : l.reduction() == v1::LAYER_REDUCTION_MEAN_ALL  ? LayerSelection::Reduction::kMeanAll
+                                                                        : LayerSelection::Reduction::kNone;
+  return r;
+}
+
+}  // namespace qvi
