@@ -19,6 +19,7 @@
 
 #include <fstream>
 
+#include "client/channel.h"
 #include "client/html_report.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "qvi/serving/v1/inference.grpc.pb.h"
@@ -344,6 +345,8 @@ int main(int argc, char** argv) {
   CLI::App* models = app.add_subcommand("models", "the models and the state of each version");
   CLI::App* health = app.add_subcommand("health", "grpc.health.v1 status, of the server or of one model");
   health->add_option("--model", common.model, "model name (empty: the whole server)");
+  qvi::TlsClientOptions tls;
+  qvi::AddTlsOptions(app, tls);
   CLI11_PARSE(app, argc, argv);
 
   if (texts.size() == 1 && texts[0] == "-") {
@@ -352,7 +355,13 @@ int main(int argc, char** argv) {
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
-  auto channel = grpc::CreateCustomChannel(common.server, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::Channel> channel;
+  try {
+    channel = qvi::MakeChannel(common.server, tls, args);
+  } catch (const std::exception& e) {
+    std::cerr << "qvi-client: " << e.what() << "\n";
+    return 2;
+  }
   auto stub = v1::Inference::NewStub(channel);
   if (*classify) return Classify(*stub, common, explain, texts);
   if (*tag) return Tag(*stub, common, explain, texts);

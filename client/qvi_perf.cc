@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/channel.h"
 #include "client/load_texts.h"
 #include "qvi/serving/v1/inference.grpc.pb.h"
 
@@ -40,6 +41,7 @@ namespace {
 
 struct Options {
   std::string server = "localhost:8500";
+  qvi::TlsClientOptions tls;
   std::string http;  // a TorchServe-style endpoint instead: POST one text, any 200 answer counts
   std::string model = "sentiment";
   std::string method = "classify";
@@ -156,7 +158,7 @@ class GrpcTarget {
     // Several channels, so that one HTTP/2 connection does not serialise high concurrency.
     for (int i = 0; i < 4; ++i) {
       args.SetInt("qvi-perf-channel", i);
-      stubs_.push_back(v1::Inference::NewStub(grpc::CreateCustomChannel(o.server, grpc::InsecureChannelCredentials(), args)));
+      stubs_.push_back(v1::Inference::NewStub(qvi::MakeChannel(o.server, o.tls, args)));
     }
     for (size_t i = 0; i + o.texts_per_request <= texts.size(); i += o.texts_per_request) {
       v1::ClassifyRequest c;
@@ -369,6 +371,7 @@ int main(int argc, char** argv) {
   CLI::App app{"qvi-perf: load generator for qvi-server (closed-loop sweeps, open-loop rates)", "qvi-perf"};
   Options o;
   app.add_option("--server", o.server, "host:port of a qvi.serving.v1.Inference server")->capture_default_str();
+  qvi::AddTlsOptions(app, o.tls);
   app.add_option("--http", o.http, "instead: an HTTP endpoint taking one text per POST (TorchServe's inference API)");
   app.add_option("--model", o.model, "model name")->capture_default_str();
   app.add_option("--method", o.method, "classify or tag")->check(CLI::IsMember({"classify", "tag"}))->capture_default_str();
@@ -388,6 +391,12 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json, "also write the results as JSON to this file");
   app.add_option("--label", o.label, "the system's name in the JSON");
   CLI11_PARSE(app, argc, argv);
+  try {
+    qvi::MakeChannel(o.server, o.tls, grpc::ChannelArguments());  // unreadable TLS files fail here, with their name
+  } catch (const std::exception& e) {
+    std::cerr << "qvi-perf: " << e.what() << "\n";
+    return 2;
+  }
   if (o.concurrency.empty() && o.rates.empty()) o.concurrency = {1, 2, 4, 8, 16, 32, 64};
   if (!o.http.empty() && !o.rates.empty()) {
     std::cerr << "--rate is for gRPC targets; use --concurrency with --http\n";

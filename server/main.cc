@@ -4,6 +4,9 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -26,6 +29,23 @@
 
 namespace qvi {
 namespace {
+
+// Plain text, or TLS from files that gRPC reads again every reload_seconds (a renewed certificate
+// takes effect for new connections); with a client CA, clients must present a certificate it signed.
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerOptions::Tls& tls) {
+  if (tls.cert.empty()) return grpc::InsecureServerCredentials();
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      tls.key, tls.cert, tls.client_ca, static_cast<unsigned int>(tls.reload_seconds));
+  grpc::experimental::TlsServerCredentialsOptions credentials(provider);
+  credentials.watch_identity_key_cert_pairs();
+  if (!tls.client_ca.empty()) {
+    credentials.watch_root_certs();
+    credentials.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    credentials.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(credentials);
+}
 
 void ConfigureTorch(const ServerOptions::Threads& t) {
   torch::set_num_threads(t.torch_intra);
@@ -154,7 +174,7 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string address = options.network.host + ":" + std::to_string(options.network.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, ServerCredentials(options.tls), &port);
   builder.SetMaxReceiveMessageSize(options.network.max_message_bytes);
   builder.SetMaxSendMessageSize(options.network.max_message_bytes);
   const auto ms = [](double seconds) { return static_cast<int>(seconds * 1000); };
@@ -196,10 +216,13 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
       ready += v.state == ModelState::kReady;
     }
   }
-  spdlog::info("serving qvi.serving.v1.Inference on {}:{} ({} of {} model versions ready, {} request threads, "
-               "{} instance(s) per model, torch {} intra-op thread(s))",
-               options.network.host, port, ready, total, options.threads.inference, options.threads.instances,
-               options.threads.torch_intra);
+  const std::string transport = options.tls.cert.empty()        ? "plain text"
+                                : options.tls.client_ca.empty() ? "TLS"
+                                                                : "mutual TLS";
+  spdlog::info("serving qvi.serving.v1.Inference on {}:{} over {} ({} of {} model versions ready, {} request "
+               "threads, {} instance(s) per model, torch {} intra-op thread(s))",
+               options.network.host, port, transport, ready, total, options.threads.inference,
+               options.threads.instances, options.threads.torch_intra);
   if (!options.network.port_file.empty()) WritePortFile(options.network.port_file, port);
 
   const int sig = WaitForSignal(signals);

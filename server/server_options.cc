@@ -74,6 +74,17 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
                  "a client that pings more often than this gets GOAWAY (too_many_pings) after two such pings")
       ->check(CLI::Range(0.0, 86400.0))->group("Network");
 
+  app.add_option("--tls-cert", o.tls.cert, "PEM certificate (chain) of the gRPC port; with --tls-key it speaks TLS only")
+      ->check(CLI::ExistingFile)->group("TLS");
+  app.add_option("--tls-key", o.tls.key, "PEM private key of --tls-cert")->check(CLI::ExistingFile)->group("TLS");
+  app.add_option("--tls-client-ca", o.tls.client_ca,
+                 "PEM CA bundle: clients must present a certificate it signed (mutual TLS)")
+      ->check(CLI::ExistingFile)->group("TLS");
+  app.add_option("--tls-reload-seconds", o.tls.reload_seconds,
+                 "read the certificate, key and client CA files again this often, so renewed ones take effect "
+                 "for new connections without a restart")
+      ->check(CLI::Range(1, 86400))->group("TLS");
+
   app.add_option("--max-texts-per-request", o.limits.max_texts, "texts in one Classify/Tag request")
       ->check(CLI::Range(1, 1 << 20))->group("Limits");
   app.add_option("--max-text-bytes", o.limits.max_text_bytes, "UTF-8 bytes in one text")
@@ -123,6 +134,12 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    if (o.tls.cert.empty() != o.tls.key.empty()) {
+      throw CLI::ValidationError("--tls-cert, --tls-key", "give both or neither");
+    }
+    if (!o.tls.client_ca.empty() && o.tls.cert.empty()) {
+      throw CLI::ValidationError("--tls-client-ca", "needs --tls-cert and --tls-key (mutual TLS is TLS first)");
+    }
   } catch (const CLI::CallForHelp&) {
     return absl::CancelledError(app.help());
   } catch (const CLI::CallForVersion&) {

@@ -36,6 +36,12 @@ struct ServerOptions {
     double keepalive_timeout_seconds = 20;
     double min_client_ping_interval_seconds = 10;
   } network;
+  struct Tls {
+    std::string cert;       // PEM certificate chain of the server; with key, the gRPC port speaks TLS only
+    std::string key;        // PEM private key
+    std::string client_ca;  // PEM CA bundle; when set, clients must present a certificate it signed (mTLS)
+    int reload_seconds = 60;  // the three files are read again this often: a renewed certificate is used
+  } tls;
   struct Limits {
     int max_texts = 256;
     int max_text_bytes = 65536;

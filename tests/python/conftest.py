@@ -76,7 +76,7 @@ class Background:
 class ServerProcess:
     """qvi-server on a free port over `store`, started and stopped (SIGTERM, exit code 0)."""
 
-    def __init__(self, store, work, *extra_args):
+    def __init__(self, store, work, *extra_args, plaintext_ready=True):
         assert os.path.exists(SERVER), f"{SERVER} is missing: scripts/test.sh builds it"
         self.work = work
         port_file = os.path.join(work, "port")
@@ -96,8 +96,10 @@ class ServerProcess:
             self.address = f"127.0.0.1:{int(f.read())}"
         with open(metrics_port_file) as f:
             self.metrics_address = f"127.0.0.1:{int(f.read())}"
-        self.channel = grpc.insecure_channel(self.address)
-        grpc.channel_ready_future(self.channel).result(timeout=30)
+        self.channel = None
+        if plaintext_ready:  # a TLS server's test makes its own channels
+            self.channel = grpc.insecure_channel(self.address)
+            grpc.channel_ready_future(self.channel).result(timeout=30)
 
     def log(self):
         with open(self.log_path, encoding="utf-8") as f:
@@ -111,7 +113,8 @@ class ServerProcess:
                 (line.rsplit(" ", 1) for line in body.splitlines() if line and not line.startswith("#"))}
 
     def stop(self):
-        self.channel.close()
+        if self.channel is not None:
+            self.channel.close()
         self.proc.send_signal(signal.SIGTERM)
         assert self.proc.wait(timeout=60) == 0, self.log()
         self._log.close()

@@ -1,0 +1,156 @@
+"""TLS and mutual TLS on the gRPC port, with certificates made in the test (openssl): a TLS client
+with the CA is served and a plaintext one is not; under mTLS a client without a certificate, or with
+one from another CA, is refused; a renewed server certificate (from a new CA) takes effect for new
+connections without a restart; qvi-client and qvi-perf connect with TLS."""
+import json
+import os
+import subprocess
+import time
+
+import grpc
+import pytest
+
+from conftest import REPO, STORE, ServerProcess
+
+CLIENT = os.path.join(REPO, "build", "qvi-client")
+PERF = os.path.join(REPO, "build", "qvi-perf")
+WAIT_S = 30
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def make_ca(folder, name):
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+            "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out", f"{name}.pem", cwd=folder)
+    return os.path.join(folder, f"{name}.pem")
+
+
+def make_cert(folder, ca, name, server):
+    """A certificate for `name` signed by `ca`: for localhost and 127.0.0.1 when `server`."""
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", f"/CN={name}",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=folder)
+    ext = os.path.join(folder, f"{name}.ext")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n" if server
+                else "extendedKeyUsage=clientAuth\n")
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key", "-CAcreateserial",
+            "-days", "2", "-extfile", ext, "-out", f"{name}.pem", cwd=folder)
+    return os.path.join(folder, f"{name}.pem"), os.path.join(folder, f"{name}.key")
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def classify(api, channel):
+    pb, pb_grpc = api
+    return pb_grpc.InferenceStub(channel).Classify(
+        pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["A fine film."]), timeout=10)
+
+
+def tls_channel(address, ca, cert=None, key=None):
+    creds = grpc.ssl_channel_credentials(read(ca), read(key) if key else None, read(cert) if cert else None)
+    return grpc.secure_channel(address.replace("127.0.0.1", "localhost"), creds)
+
+
+def refused(api, channel):
+    with pytest.raises(grpc.RpcError) as e:
+        classify(api, channel)
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE, e.value
+    channel.close()
+
+
+@pytest.fixture
+def pki(tmp_path):
+    folder = str(tmp_path)
+    ca = make_ca(folder, "ca")
+    server_cert, server_key = make_cert(folder, "ca", "server", server=True)
+    client_cert, client_key = make_cert(folder, "ca", "client", server=False)
+    other_ca = make_ca(folder, "other")
+    other_cert, other_key = make_cert(folder, "other", "intruder", server=False)
+    return dict(folder=folder, ca=ca, server_cert=server_cert, server_key=server_key, client_cert=client_cert,
+                client_key=client_key, other_ca=other_ca, other_cert=other_cert, other_key=other_key)
+
+
+def start(work, *flags):
+    """qvi-server with `flags`; ServerProcess's own plaintext readiness wait cannot be used on a TLS
+    port, so this waits for the port file and then for a TLS call."""
+    return ServerProcess(STORE, work, *flags, plaintext_ready=False)
+
+
+def wait_ready(api, make_channel):
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        channel = make_channel()
+        try:
+            return classify(api, channel)
+        except grpc.RpcError:
+            assert time.monotonic() < deadline, "no TLS answer"
+            time.sleep(0.2)  # waiting on a starting process
+        finally:
+            channel.close()
+
+
+def test_tls_serves_tls_clients_and_refuses_plain_text(api, pki, tmp_path):
+    proc = start(str(tmp_path), "--tls-cert", pki["server_cert"], "--tls-key", pki["server_key"])
+    try:
+        assert wait_ready(api, lambda: tls_channel(proc.address, pki["ca"])).results
+        refused(api, grpc.insecure_channel(proc.address))
+        refused(api, tls_channel(proc.address, pki["other_ca"]))  # a server this client cannot verify
+        out = subprocess.run([CLIENT, "--server", proc.address.replace("127.0.0.1", "localhost"), "--tls-ca", pki["ca"],
+                              "--color", "never", "health"], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0 and "SERVING" in out.stdout, out.stdout + out.stderr
+        perf_json = os.path.join(str(tmp_path), "perf.json")
+        out = subprocess.run([PERF, "--server", proc.address.replace("127.0.0.1", "localhost"), "--tls-ca", pki["ca"],
+                              "--concurrency", "2", "--duration", "1", "--warmup", "0", "--json", perf_json],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+        with open(perf_json) as f:
+            step = json.load(f)["steps"][0]
+        assert step["ok"] > 0 and not step["errors"], step
+        assert "over TLS" in proc.log()
+    finally:
+        proc.stop()
+
+
+def test_mutual_tls_requires_a_client_certificate_from_the_ca(api, pki, tmp_path):
+    proc = start(str(tmp_path), "--tls-cert", pki["server_cert"], "--tls-key", pki["server_key"],
+                 "--tls-client-ca", pki["ca"])
+    try:
+        assert wait_ready(api, lambda: tls_channel(proc.address, pki["ca"], pki["client_cert"], pki["client_key"]))
+        refused(api, tls_channel(proc.address, pki["ca"]))  # no client certificate
+        refused(api, tls_channel(proc.address, pki["ca"], pki["other_cert"], pki["other_key"]))  # another CA's
+        refused(api, grpc.insecure_channel(proc.address))
+        assert "over mutual TLS" in proc.log()
+    finally:
+        proc.stop()
+
+
+def test_a_renewed_certificate_takes_effect_without_a_restart(api, pki, tmp_path):
+    proc = start(str(tmp_path), "--tls-cert", pki["server_cert"], "--tls-key", pki["server_key"],
+                 "--tls-reload-seconds", "1")
+    try:
+        assert wait_ready(api, lambda: tls_channel(proc.address, pki["ca"]))
+        # Renew: a certificate from a new CA, written over the files the server reads.
+        folder = pki["folder"]
+        make_ca(folder, "ca2")
+        cert, key = make_cert(folder, "ca2", "server2", server=True)
+        os.replace(key, pki["server_key"])
+        os.replace(cert, pki["server_cert"])
+        new_ca = os.path.join(folder, "ca2.pem")
+        assert wait_ready(api, lambda: tls_channel(proc.address, new_ca)).results
+        refused(api, tls_channel(proc.address, pki["ca"]))
+    finally:
+        proc.stop()
+
+
+def test_tls_flags_are_checked(tmp_path, pki):
+    out = subprocess.run([os.path.join(REPO, "build", "qvi-server"), "--tls-cert", pki["server_cert"]],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "--tls-cert, --tls-key" in out.stderr, out.stderr
+    out = subprocess.run([os.path.join(REPO, "build", "qvi-server"), "--tls-cert", "/nonexistent.pem",
+                          "--tls-key", pki["server_key"]], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "/nonexistent.pem" in out.stderr, out.stderr
