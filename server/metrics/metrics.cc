@@ -204,6 +204,24 @@ void Metrics::OnModelEvent(const std::string& model, const VersionStatus& status
       queue_texts_.Remove(series->second.queue_texts);
       versions_.erase(series);
     }
+    // And its request counters and latencies: with a version rolled out every day, they would
+    // otherwise pile up for the life of the process.
+    for (auto c = request_counters_.begin(); c != request_counters_.end();) {
+      if (std::get<1>(c->first) == model && std::get<2>(c->first) == status.version) {
+        requests_.Remove(c->second);
+        c = request_counters_.erase(c);
+      } else {
+        ++c;
+      }
+    }
+    for (auto h = request_latency_.begin(); h != request_latency_.end();) {
+      if (std::get<1>(h->first) == model && std::get<2>(h->first) == status.version) {
+        request_seconds_.Remove(h->second);
+        h = request_latency_.erase(h);
+      } else {
+        ++h;
+      }
+    }
     return;
   }
   const std::string version = absl::StrCat(status.version);

@@ -74,11 +74,17 @@ TEST(MetricsTest, ModelStateFollowsTheLifecycleAndUnloadedSeriesGo) {
 
   m.OnModelEvent("ner", VersionStatus{2, ModelState::kReady, "", nullptr, {}});
   m.OnQueueDepth("ner", 2, 1);
+  m.OnRequestStart();
+  m.OnRequestDone("Tag", "ner", 2, "OK", absl::Milliseconds(3));
+  m.OnRequestStart();
+  m.OnRequestDone("Tag", "ner", 3, "UNAVAILABLE", absl::Milliseconds(1));
   m.OnModelEvent("ner", VersionStatus{2, ModelState::kUnloading, "replaced", nullptr, {}});
   m.OnModelEvent("ner", VersionStatus{2, ModelState::kUnloaded, "unloaded", nullptr, {}});
   t = m.Serialize();
   EXPECT_EQ(t.find(R"(version="2")"), std::string::npos) << "an unloaded version leaves no series:\n" << t;
   EXPECT_EQ(Sample(t, R"(qvi_model_state{model="ner",state="failed",version="3"})"), 1);
+  EXPECT_EQ(Sample(t, R"(qvi_requests_total{code="UNAVAILABLE",method="Tag",model="ner",version="3"})"), 1)
+      << "other versions keep their series";
 }
 
 TEST(MetricsTest, ServesTheTextFormatOverHttp) {
