@@ -33,10 +33,6 @@ START_S = 120
 TEXTS = ["A smart, funny and moving film.", "What a waste of two hours.", "Ça reste un très beau film 🎬"]
 TAG_TEXTS = ["Justin Bieber flew to New York to meet Taylor Swift at Google", "paris in the spring"]
 
-pytestmark = pytest.mark.skipif(os.environ.get("QVI_SKIP_IMAGE_TESTS") == "1",
-                                reason="QVI_SKIP_IMAGE_TESTS=1: the image was not built")
-
-
 # podman kube play takes no --ulimit: the same limits as containers.conf defaults, for every call.
 CONTAINERS_CONF = os.path.join(tempfile.mkdtemp(prefix="qvi_podman_conf_"), "containers.conf")
 with open(CONTAINERS_CONF, "w") as _f:
