@@ -14,7 +14,8 @@ trap '"${QVI_PODMAN[@]}" rm -f -t 0 "$name" > /dev/null 2>&1 || true' EXIT
 start=$SECONDS
 "${QVI_PODMAN[@]}" run -d --name "$name" --ulimit nofile=16384:16384 --ulimit nproc=4096:4096 \
   -p 127.0.0.1::8500 "$image" > /dev/null
-address=$("${QVI_PODMAN[@]}" port "$name" 8500 | head -1)
+ports=$("${QVI_PODMAN[@]}" port "$name" 8500)
+address=${ports%%$'\n'*}
 until "$client" --server "$address" --timeout 2 --color never health > /dev/null 2>&1; do
   (( SECONDS - start < 180 )) || { "${QVI_PODMAN[@]}" logs "$name"; echo "not SERVING in 180 s" >&2; exit 1; }
   sleep 1
@@ -22,7 +23,9 @@ done
 echo "[smoke] $image SERVING after $((SECONDS - start)) s"
 "$client" --server "$address" --color never classify --model sentiment "A smart, funny and moving film."
 "$client" --server "$address" --color never tag --model ner "Justin Bieber flew to New York"
-"${QVI_PODMAN[@]}" logs "$name" 2>&1 | grep -m1 "CUDA:"
+# Read the log whole first: grep -m1 on a pipe would stop podman with SIGPIPE, which pipefail reports.
+logs=$("${QVI_PODMAN[@]}" logs "$name" 2>&1)
+grep -m1 "CUDA:" <<< "$logs" || { echo "$logs"; echo "no CUDA: line in the log" >&2; exit 1; }
 "${QVI_PODMAN[@]}" stop -t 30 "$name" > /dev/null
 code=$("${QVI_PODMAN[@]}" inspect --format '{{.State.ExitCode}}' "$name")
 [[ $code == 0 ]] || { "${QVI_PODMAN[@]}" logs "$name"; echo "exit code $code after SIGTERM" >&2; exit 1; }
