@@ -142,6 +142,8 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   repo_options.defaults = defaults;
   repo_options.version_policy = *VersionPolicy::Parse(options.models.version_policy);  // checked by the flag
   repo_options.observer = metrics.get();
+  repo_options.load_timeout = absl::Seconds(options.models.load_timeout_seconds);
+  repo_options.load_threads = options.models.load_threads;
   repo_options.listener = [&repository_ptr, &health_ptr, &metrics](const std::string& name, const VersionStatus& v) {
     LogModelEvent(name, v);
     if (metrics) metrics->OnModelEvent(name, v);
@@ -167,7 +169,8 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   limits.max_response_bytes = options.network.max_message_bytes;
   InferenceService core(repository->get(), &executor, limits);
   InferenceServiceImpl service(&core, repository->get(),
-                               {options.logging.access_log, metrics.get(), options.limits.max_inflight_request_bytes});
+                               {options.logging.access_log, metrics.get(), options.limits.max_inflight_request_bytes,
+                                options.network.max_message_bytes});
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -31,6 +31,12 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   app.add_option("--poll-store-seconds", o.models.poll_seconds,
                  "how often to look for new, changed and removed versions; 0 reads the store only at start-up")
       ->check(CLI::Range(0.0, 86400.0))->group("Models");
+  app.add_option("--model-load-timeout-seconds", o.models.load_timeout_seconds,
+                 "a version whose load and warm-up take longer is abandoned and FAILED (retried when its files change)")
+      ->check(CLI::Range(0.001, 86400.0))->group("Models");
+  app.add_option("--model-load-threads", o.models.load_threads,
+                 "models loaded at once, so that one slow or stuck model holds up no other")
+      ->check(CLI::Range(1, 64))->group("Models");
 
   app.add_option("--host", o.network.host, "address to listen on")->group("Network");
   app.add_option("--port", o.network.port, "gRPC port; 0 picks a free port and logs it")

@@ -16,6 +16,8 @@ struct ServerOptions {
     std::string device = "auto";
     std::string version_policy = "latest:1";  // for models whose serving.json names none
     double poll_seconds = 2;                  // 0: read the store once, at start-up
+    double load_timeout_seconds = 600;        // a version's load and warm-up, at most; then FAILED
+    int load_threads = 4;                     // models loaded at once
   } models;
   struct Network {
     std::string host = "0.0.0.0";

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace qvi {
 
@@ -25,7 +26,24 @@ void BatchRequest::Complete(int /*index*/, const absl::Status& status) {
     finished_ = true;
     done = std::move(on_done_);
   }
-  done(result);  // outside the lock: the callback may do anything
+  // Outside the lock: the callback may do anything. It is its job to answer its caller; if it
+  // throws, the exception stops here, so it cannot end the instance thread (or the process).
+  try {
+    done(result);
+  } catch (...) {
+    spdlog::error("a request's done-callback threw ({}); the request may be left unanswered",
+                  CurrentExceptionText());
+  }
+}
+
+std::string CurrentExceptionText() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
 }
 
 void BatchRequest::Fail(const absl::Status& status) { Complete(-1, status.ok() ? absl::InternalError("failed") : status); }

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -64,6 +65,9 @@ class BatchRequest {
   size_t remaining_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
+
+// The message of the exception being handled (call only inside a catch block).
+std::string CurrentExceptionText();
 
 struct QueuedText {
   std::shared_ptr<BatchRequest> request;

@@ -1,5 +1,8 @@
 #include "server/core/executor.h"
 
+#include "server/core/batch_scheduler.h"  // CurrentExceptionText
+#include "spdlog/spdlog.h"
+
 namespace qvi {
 
 Executor::Executor(int threads, int max_queued) : max_queued_(static_cast<size_t>(max_queued)) {
@@ -37,7 +40,11 @@ void Executor::Work() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    task();
+    try {
+      task();
+    } catch (...) {  // a task must answer its own caller; its exception must not end the thread
+      spdlog::error("an executor task threw: {}", CurrentExceptionText());
+    }
   }
 }
 

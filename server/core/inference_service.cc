@@ -145,7 +145,12 @@ void InferenceService::Submit(Method method, InferenceRequest request, Done done
 }
 
 void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done done) {
-  absl::StatusOr<Prepared> prepared = Prepare(method, r);
+  absl::StatusOr<Prepared> prepared;
+  try {
+    prepared = Prepare(method, r);
+  } catch (...) {  // std::bad_alloc tokenizing, say: this request fails, nothing else
+    prepared = absl::InternalError(absl::StrCat("preparing the request failed: ", CurrentExceptionText()));
+  }
   if (prepared.ok()) {
     absl::Status live = CheckLive(r);  // the scheduler checks again when it forms a batch
     if (!live.ok()) prepared = live;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <set>
 #include <system_error>
@@ -109,10 +110,21 @@ void ModelRepository::Poll() {
     if (stopped_) return;
     for (const auto& [name, _] : models_) names.insert(name);
   }
-  for (const std::string& name : names) {
-    auto it = disk.find(name);
-    PollModel(name, it == disk.end() ? std::vector<int64_t>{} : it->second);
-  }
+  // Each model on one of up to load_threads workers: a model whose load is slow or stuck delays no
+  // other model's rollout, nor start-up beyond its own timeout.
+  const std::vector<std::string> todo(names.begin(), names.end());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < todo.size(); i = next++) {
+      auto it = disk.find(todo[i]);
+      PollModel(todo[i], it == disk.end() ? std::vector<int64_t>{} : it->second);
+    }
+  };
+  const size_t workers = std::min<size_t>(std::max(options_.load_threads, 1), todo.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < workers; ++i) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
 }
 
 void ModelRepository::PollModel(const std::string& name, const std::vector<int64_t>& on_disk) {
@@ -132,7 +144,7 @@ void ModelRepository::PollModel(const std::string& name, const std::vector<int64
 
   std::set<int64_t> keep;     // READY versions that stay in service
   std::set<int64_t> visited;  // versions the policy looked at; their FAILED records stay listed
-  auto consider = [&](int64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_) {
+  auto consider = [&](int64_t version) {
     const FileStamp stamp{Stamp(dir / std::to_string(version) / "model.pt"), serving_stamp};
     visited.insert(version);
     {
@@ -231,7 +243,7 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
   if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
   absl::StatusOr<ServingOverrides> overrides = ServingOverrides::Read(dir.string());
   if (!overrides.ok()) return overrides.status();
-  absl::StatusOr<std::unique_ptr<Model>> loaded = Model::Load(path, overrides->device.value_or(options_.defaults.device));
+  absl::StatusOr<std::unique_ptr<Model>> loaded = LoadModel(path, overrides->device.value_or(options_.defaults.device));
   if (!loaded.ok()) return loaded.status();
   if ((*loaded)->manifest().name != name) {
     return absl::InvalidArgumentError(absl::StrCat("manifest.json names the model '", (*loaded)->manifest().name,
@@ -259,6 +271,41 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
     ++live_servables_;
   }
   return ServableHandle(servable, [this, generation](Servable* s) { Retire(s, generation); });
+}
+
+absl::StatusOr<std::unique_ptr<Model>> ModelRepository::LoadModel(const std::string& path,
+                                                                 const std::string& device) const {
+  // Shared by this thread and the loader thread; whichever lets go last frees it (and the model,
+  // when the load finished after it was abandoned).
+  struct Attempt {
+    Mutex mu;
+    CondVar finished_cv;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    absl::StatusOr<std::unique_ptr<Model>> result ABSL_GUARDED_BY(mu);
+  };
+  auto attempt = std::make_shared<Attempt>();
+  auto load = options_.load ? options_.load : [](const std::string& p, const std::string& d) { return Model::Load(p, d); };
+  std::thread([attempt, load = std::move(load), path, device] {
+    absl::StatusOr<std::unique_ptr<Model>> result;
+    try {
+      result = load(path, device);
+    } catch (...) {
+      result = absl::InternalError(absl::StrCat("loading ", path, " failed: ", CurrentExceptionText()));
+    }
+    MutexLock lock(&attempt->mu);
+    attempt->result = std::move(result);
+    attempt->finished = true;
+    attempt->finished_cv.SignalAll();
+  }).detach();
+  const absl::Time until = absl::Now() + options_.load_timeout;
+  MutexLock lock(&attempt->mu);
+  while (!attempt->finished && absl::Now() < until) attempt->finished_cv.WaitWithTimeout(&attempt->mu, until - absl::Now());
+  if (!attempt->finished) {
+    return absl::DeadlineExceededError(absl::StrCat("loading and warming up did not finish within ",
+                                                    absl::FormatDuration(options_.load_timeout),
+                                                    " (--model-load-timeout-seconds); abandoned"));
+  }
+  return std::move(attempt->result);
 }
 
 void ModelRepository::Retire(Servable* servable, uint64_t generation) {

@@ -15,6 +15,11 @@
 //     FAILED with the reason and nothing else changes. It is tried again only when its model.pt or
 //     the model's serving.json changes, so a half-copied file heals once the copy completes.
 //  5. Every state change is reported to the listener (to log it and to update health).
+//  6. Models are polled in parallel (Options::load_threads), so one slow or stuck model holds up
+//     no other. A load (reading model.pt and the warm-up) that has not finished after
+//     Options::load_timeout is abandoned: the version is FAILED with that reason and is retried
+//     when its files change, like any failure. The stuck load runs on in a thread of its own that
+//     touches nothing of the repository; if it ever returns, its model is freed there.
 #ifndef QVI_SERVER_CORE_MODEL_REPOSITORY_H_
 #define QVI_SERVER_CORE_MODEL_REPOSITORY_H_
 
@@ -84,6 +89,10 @@ class ModelRepository {
     const Clock* clock = nullptr;  // for the batch queues; the system clock when null
     Listener listener;
     ServingObserver* observer = nullptr;  // metrics of every version's batches; may be null
+    absl::Duration load_timeout = absl::Minutes(10);  // per version: Model::Load with its warm-up
+    int load_threads = 4;                             // models polled (and loaded) at once
+    // Reads and warms up one version; Model::Load unless a test puts a fake here.
+    std::function<absl::StatusOr<std::unique_ptr<Model>>(const std::string& path, const std::string& device)> load;
   };
 
   static absl::StatusOr<std::unique_ptr<ModelRepository>> Create(Options options);
@@ -128,9 +137,12 @@ class ModelRepository {
   explicit ModelRepository(Options options);
 
   std::map<std::string, std::vector<int64_t>> Scan() const;
-  void PollModel(const std::string& name, const std::vector<int64_t>& on_disk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
+  // Run by Poll()'s workers while Poll() holds poll_mu_, one worker per model name at a time.
+  void PollModel(const std::string& name, const std::vector<int64_t>& on_disk);
   // Loads one version; true when it is READY.
-  bool Load(const std::string& name, int64_t version, const FileStamp& stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(poll_mu_);
+  bool Load(const std::string& name, int64_t version, const FileStamp& stamp);
+  // options_.load on a thread of its own, waited for at most options_.load_timeout.
+  absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path, const std::string& device) const;
   absl::StatusOr<ServableHandle> MakeServable(const std::string& name, int64_t version, uint64_t generation);
   // The shared_ptr deleter of every servable: hands it to the unloader thread, never blocks.
   void Retire(Servable* servable, uint64_t generation) ABSL_LOCKS_EXCLUDED(retire_mu_);

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace qvi {
 
@@ -49,22 +50,41 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, st
 ModelRunner::~ModelRunner() { Stop(); }
 
 absl::Status ModelRunner::Enqueue(std::shared_ptr<RunnableRequest> request) {
-  MutexLock lock(&mu_);
-  if (stopping_) return absl::UnavailableError("the model is shutting down");
-  absl::Status s = scheduler_->Enqueue(std::move(request));
-  if (s.ok()) work_.SignalAll();
-  ReportQueueDepth();
-  return s;
+  {
+    MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the model is shutting down");
+    if (absl::Status s = scheduler_->Enqueue(request); !s.ok()) return s;
+    ++work_seq_;
+    work_.SignalAll();
+  }
+  ReportQueueDepth();  // outside the lock, like every call out of the runner
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Observe(const char* hook, const std::function<void()>& call) const {
+  if (observer_ == nullptr) return absl::OkStatus();
+  try {
+    call();
+    return absl::OkStatus();
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("the serving observer's ", hook, " failed: ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat("the serving observer's ", hook, " failed"));
+  }
 }
 
 void ModelRunner::ReportQueueDepth() const {
-  if (observer_ != nullptr) observer_->OnQueueDepth(model_->manifest().name, version_, scheduler_->queued_texts());
+  // The depth is the queue's, not a request's: a failure here is logged and fails nothing.
+  absl::Status s = Observe("OnQueueDepth",
+                           [&] { observer_->OnQueueDepth(model_->manifest().name, version_, scheduler_->queued_texts()); });
+  if (!s.ok()) spdlog::error("model '{}' version {}: {}", model_->manifest().name, version_, std::string(s.message()));
 }
 
 void ModelRunner::Stop() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
+    ++work_seq_;
     work_.SignalAll();
   }
   for (std::thread& t : threads_) {
@@ -75,22 +95,35 @@ void ModelRunner::Stop() {
 void ModelRunner::Loop() {
   DeviceStreamScope stream(model_->torch_device());
   while (true) {
-    std::vector<QueuedText> batch;
+    uint64_t seen = 0;
+    bool drain = false;
     {
       MutexLock lock(&mu_);
-      while (true) {
-        batch = scheduler_->TakeBatch(/*drain=*/stopping_ || batch_when_idle_);
-        if (!batch.empty()) break;
-        if (stopping_ && scheduler_->queued_texts() == 0) return;
-        // Sleep until the oldest text is due or new work arrives. The deadline is in real time: with a
-        // fake clock, tests call TakeBatch themselves instead of running this loop.
-        const absl::Time due = scheduler_->NextDue();
-        const absl::Duration wait = due == absl::InfiniteFuture() ? absl::InfiniteDuration() : due - clock_->Now();
-        work_.WaitWithTimeout(&mu_, std::max(wait, absl::ZeroDuration()));
-      }
+      seen = work_seq_;
+      drain = stopping_ || batch_when_idle_;
     }
-    ReportQueueDepth();
-    Run(batch);
+    // Outside the runner's lock: forming a batch fails the expired and cancelled requests, and their
+    // done-callbacks (serialising, logging, Finish) may take any time.
+    std::vector<QueuedText> batch = scheduler_->TakeBatch(drain);
+    if (!batch.empty()) {
+      ReportQueueDepth();
+      try {
+        Run(batch);
+      } catch (...) {  // bad_alloc building the inputs, say: this batch fails, the thread serves on
+        const absl::Status failed = absl::InternalError(absl::StrCat("running the batch failed: ", CurrentExceptionText()));
+        for (QueuedText& t : batch) t.request->Complete(t.index, failed);
+      }
+      continue;
+    }
+    MutexLock lock(&mu_);
+    if (stopping_ && scheduler_->queued_texts() == 0) return;
+    // Work arrived (or Stop() came) since `seen`: take again at once rather than sleep through it.
+    if (work_seq_ != seen) continue;
+    // Sleep until the oldest text is due or new work arrives. The deadline is in real time: with a
+    // fake clock, tests call TakeBatch themselves instead of running this loop.
+    const absl::Time due = scheduler_->NextDue();
+    const absl::Duration wait = due == absl::InfiniteFuture() ? absl::InfiniteDuration() : due - clock_->Now();
+    if (wait > absl::ZeroDuration()) work_.WaitWithTimeout(&mu_, wait);
   }
 }
 
@@ -144,8 +177,10 @@ void ModelRunner::Run(std::vector<QueuedText>& batch) const {
     for (int64_t b = 0; b < rows; ++b) {
       try {
         statuses[b] = static_cast<const RunnableRequest&>(*batch[b].request).HandleRow(batch[b].index, *out, b);
-      } catch (const std::exception& e) {  // torch errors the output checks did not foresee
+      } catch (const std::exception& e) {  // torch errors the output checks did not foresee, bad_alloc
         statuses[b] = absl::InternalError(absl::StrCat("post-processing failed: ", e.what()));
+      } catch (...) {
+        statuses[b] = absl::InternalError("post-processing failed");
       }
     }
   }
@@ -160,7 +195,11 @@ void ModelRunner::Run(std::vector<QueuedText>& batch) const {
     report.queue_waits.push_back(wait);
     static_cast<RunnableRequest&>(*batch[b].request).RecordTiming(wait, report.compute);
   }
-  if (observer_ != nullptr) observer_->OnBatch(model_->manifest().name, version_, report);
+  // An observer that throws fails this batch's texts (and nothing else) with INTERNAL.
+  if (absl::Status s = Observe("OnBatch", [&] { observer_->OnBatch(model_->manifest().name, version_, report); });
+      !s.ok()) {
+    for (absl::Status& status : statuses) status = s;
+  }
   for (int64_t b = 0; b < rows; ++b) batch[b].request->Complete(batch[b].index, statuses[b]);
 }
 

@@ -6,6 +6,11 @@
 //  2. Every text of an accepted request is completed exactly once: with its row (OK), with the
 //     model's error (INTERNAL for that batch only), or dropped as expired / cancelled.
 //  3. Stop() takes no new work, runs every queued text (ignoring the queue delay), and joins.
+//  4. Nothing is called out of the runner under its lock: done-callbacks, row handlers and the
+//     observer run on an instance thread (or the caller's) with no runner or scheduler lock held.
+//     A row handler or the observer's OnBatch that throws fails the texts concerned with INTERNAL
+//     (OnQueueDepth's failure is logged); the thread goes on serving. (The scheduler's cancellation probe, is_cancelled, is the one call made under
+//     a lock: it must be cheap and must not block.)
 // Threads: one per instance; torch's own intra-op threads come on top (set per process). On a GPU
 // each instance thread runs on a CUDA stream of its own (DeviceStreamScope).
 #ifndef QVI_SERVER_CORE_MODEL_RUNNER_H_
@@ -82,6 +87,8 @@ class ModelRunner {
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   void Run(std::vector<QueuedText>& batch) const;
 
+  // Calls the observer (when there is one); an exception becomes INTERNAL naming the hook.
+  absl::Status Observe(const char* hook, const std::function<void()>& call) const;
   void ReportQueueDepth() const;
 
   const std::shared_ptr<const Model> model_;
@@ -93,6 +100,7 @@ class ModelRunner {
   Mutex mu_;
   CondVar work_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t work_seq_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by every Enqueue and by Stop
   std::vector<std::thread> threads_;
 };
 

@@ -4,6 +4,13 @@
 // and cancellation into the core's terms, hand the work to the core, convert the answer and the
 // status once, and log the access line. No reactor callback blocks: Classify and Tag finish from
 // the core's executor thread; ListModels and GetModel only read the repository's state.
+//
+// Classify and Tag are counted (metrics, access log) when gRPC says the call is over (OnDone),
+// not when the answer is handed over: an answer that never reached the client (cut by a deadline,
+// a cancellation or a closed connection after the model ran) counts as DEADLINE_EXCEEDED or
+// CANCELLED, never as OK. An answer larger than the send limit is not sent: the client gets
+// RESOURCE_EXHAUSTED saying so. Nothing on the answer path may throw into gRPC: a failure while
+// building the answer (std::bad_alloc, say) answers that call with INTERNAL.
 #ifndef QVI_SERVER_GRPC_INFERENCE_SERVICE_IMPL_H_
 #define QVI_SERVER_GRPC_INFERENCE_SERVICE_IMPL_H_
 
@@ -30,6 +37,8 @@ class InferenceServiceImpl final : public InferenceBase {
     // Bytes of Classify/Tag requests received and not yet answered, at most; a call that would go
     // over is refused at once with RESOURCE_EXHAUSTED, before it is parsed. 0: no limit.
     int64_t max_inflight_request_bytes = 0;
+    // The largest answer sent (the server's send limit, --max-message-bytes). 0: no limit.
+    int64_t max_response_bytes = 0;
   };
 
   InferenceServiceImpl(InferenceService* core, const ModelRepository* repository, Options options)
@@ -49,9 +58,17 @@ class InferenceServiceImpl final : public InferenceBase {
   grpc::ServerUnaryReactor* Infer(Method method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response);
 
-  // Counts and logs one answered call.
+  class Call;  // the reactor of one Classify or Tag call
+
+  // What the access log and the metrics keep of an answer.
+  struct AnswerSummary {
+    int64_t version = 0;
+    int64_t tokens = 0;
+    absl::Duration queue, compute;
+  };
+  // Counts and logs one finished call.
   void Record(Method method, const std::string& peer, const std::string& model, const std::string& request_id,
-              int64_t texts, const grpc::Status& status, absl::Time start, const InferenceResponse* response) const;
+              int64_t texts, const grpc::Status& status, absl::Time start, const AnswerSummary* answer) const;
 
   InferenceService* core_;
   const ModelRepository* repository_;

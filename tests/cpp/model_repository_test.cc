@@ -88,12 +88,13 @@ class ModelRepositoryTest : public ::testing::Test {
     fs::create_directories(root_ / "sentiment" / std::to_string(v));
     std::ofstream(root_ / "sentiment" / std::to_string(v) / "model.pt") << "not a TorchScript archive";
   }
-  void Open(const std::string& policy = "latest:1") {
+  void Open(const std::string& policy = "latest:1", std::function<void(ModelRepository::Options&)> adjust = nullptr) {
     ModelRepository::Options o;
     o.root = root_.string();
     o.defaults.device = "cpu";
     o.version_policy = *VersionPolicy::Parse(policy);
     o.listener = [this](const std::string& name, const VersionStatus& s) { events_.Add(name, s); };
+    if (adjust) adjust(o);
     auto repo = ModelRepository::Create(o);
     ASSERT_TRUE(repo.ok()) << repo.status();
     repo_ = std::move(*repo);
@@ -305,6 +306,38 @@ TEST_F(ModelRepositoryTest, ShutdownWaitsForHeldVersionsThenRefuses) {
   held.reset();
   shutdown.join();
   EXPECT_EQ(events_.Count("sentiment", 1, S::kUnloaded), 1);
+}
+
+TEST_F(ModelRepositoryTest, AStuckLoadIsAbandonedAndHoldsUpNoOtherModel) {
+  // "stuck" never finishes loading until the test lets it go; "sentiment" loads normally.
+  AddVersion(1, "stuck");
+  auto release = std::make_shared<Notification>();
+  auto stuck_started = std::make_shared<Notification>();
+  Open("latest:1", [&](ModelRepository::Options& o) {
+    o.load_timeout = absl::Milliseconds(300);
+    o.load = [release, stuck_started](const std::string& path, const std::string& device) {
+      if (path.find("/stuck/") != std::string::npos) {
+        stuck_started->Notify();
+        release->WaitForNotification();  // a warm-up that hangs
+      }
+      return Model::Load(path, device);
+    };
+  });
+  EXPECT_TRUE(stuck_started->HasBeenNotified());
+  EXPECT_EQ(States("sentiment"), (Versions{{1, S::kReady}}));
+  EXPECT_EQ(States("stuck"), (Versions{{1, S::kFailed}}));
+  EXPECT_NE(events_.Reason("stuck", 1, S::kFailed).find("did not finish within"), std::string::npos)
+      << events_.Reason("stuck", 1, S::kFailed);
+  EXPECT_TRUE(RunThrough(*repo_->Resolve("sentiment", 0)).ok());
+  // Rollouts of the other model go on while the abandoned load still hangs.
+  AddVersion(2);
+  repo_->Poll();
+  EXPECT_EQ(ServingVersion(), 2);
+  EXPECT_EQ(States("stuck"), (Versions{{1, S::kFailed}})) << "unchanged files: not retried";
+  // The abandoned load finishing late changes nothing, and frees its model on its own thread.
+  release->Notify();
+  repo_->Poll();
+  EXPECT_EQ(States("stuck"), (Versions{{1, S::kFailed}}));
 }
 
 }  // namespace

@@ -1,0 +1,181 @@
+"""Failure containment and gRPC's transport limits, end to end through a real qvi-server.
+
+- An answer that never reached the client is not counted as OK: the metrics and the access log
+  must agree with what the clients saw, also when the model finished the work after the client's
+  deadline had passed.
+- The transport limits set by flags are in force on the wire: the HTTP/2 SETTINGS the server
+  announces (--max-concurrent-streams), the GOAWAY an idle connection gets
+  (--max-connection-idle-seconds), and the GOAWAY a client that pings too often gets
+  (--min-client-ping-interval-seconds). These speak HTTP/2 over a plain socket, frame by frame,
+  because a gRPC client library hides exactly what is checked here.
+"""
+import json
+import os
+import shutil
+import socket
+import struct
+import tempfile
+import time
+
+import grpc
+import pytest
+
+from conftest import STORE, ServerProcess
+
+LONG_TEXT = " ".join(f"word{i}" for i in range(120))
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+SETTINGS, PING, GOAWAY = 0x4, 0x6, 0x7
+ACK = 0x1
+SETTINGS_MAX_CONCURRENT_STREAMS = 0x3
+ENHANCE_YOUR_CALM = 0xB
+
+
+def frame(kind, flags=0, stream=0, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + struct.pack(">BBI", kind, flags, stream) + payload
+
+
+class Http2:
+    """A bare HTTP/2 client connection: sends the preface and empty SETTINGS, reads frames."""
+
+    def __init__(self, address):
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock.sendall(PREFACE + frame(SETTINGS))
+
+    def read_exact(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            data += chunk
+        return data
+
+    def next_frame(self):
+        head = self.read_exact(9)
+        length = struct.unpack(">I", b"\0" + head[:3])[0]
+        kind, flags, stream = struct.unpack(">BBI", head[3:])
+        return kind, flags, stream & 0x7FFFFFFF, self.read_exact(length)
+
+    def wait_for(self, kind, within_s):
+        """Frames until one of `kind` (acknowledging the server's SETTINGS on the way)."""
+        self.sock.settimeout(within_s)
+        while True:
+            k, flags, _, payload = self.next_frame()
+            if k == SETTINGS and not flags & ACK:
+                self.sock.sendall(frame(SETTINGS, ACK))
+            if k == kind:
+                return flags, payload
+
+    def close(self):
+        self.sock.close()
+
+
+def goaway_error(payload):
+    _last_stream, code = struct.unpack(">II", payload[:8])
+    return code, payload[8:].decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def transport():
+    work = tempfile.mkdtemp(prefix="qvi_transport_py_")
+    proc = ServerProcess(STORE, work, "--max-concurrent-streams", "7", "--max-connection-idle-seconds", "1",
+                         "--min-client-ping-interval-seconds", "30")
+    yield proc
+    proc.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def test_max_concurrent_streams_is_announced(transport):
+    conn = Http2(transport.address)
+    try:
+        _, payload = conn.wait_for(SETTINGS, 10)
+        settings = dict(struct.unpack(">HI", payload[i:i + 6]) for i in range(0, len(payload), 6))
+        assert settings.get(SETTINGS_MAX_CONCURRENT_STREAMS) == 7, settings
+    finally:
+        conn.close()
+
+
+def test_an_idle_connection_is_sent_goaway(transport):
+    conn = Http2(transport.address)
+    try:
+        start = time.monotonic()
+        _, payload = conn.wait_for(GOAWAY, 30)
+        code, debug = goaway_error(payload)
+        assert "idle" in debug, (code, debug)  # gRPC says "enter idle"
+        assert time.monotonic() - start >= 0.9, "GOAWAY came before the idle time had passed"
+    finally:
+        conn.close()
+
+
+def test_a_client_that_pings_too_often_is_sent_goaway(transport):
+    conn = Http2(transport.address)
+    try:
+        for i in range(5):
+            conn.sock.sendall(frame(PING, payload=struct.pack(">Q", i)))
+        _, payload = conn.wait_for(GOAWAY, 30)
+        code, debug = goaway_error(payload)
+        assert code == ENHANCE_YOUR_CALM, (code, debug)
+        assert "too_many_pings" in debug, debug
+    finally:
+        conn.close()
+
+
+# --- answers that do not reach the client ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def one_big_batch():
+    """qvi-server whose sentiment model takes a whole 256-text request as one batch (so the model
+    runs once per request and takes a while), with the access log on."""
+    work = tempfile.mkdtemp(prefix="qvi_undelivered_py_")
+    store = os.path.join(work, "store")
+    shutil.copytree(os.path.join(STORE, "sentiment"), os.path.join(store, "sentiment"))
+    with open(os.path.join(store, "sentiment", "serving.json"), "w") as f:
+        json.dump({"max_batch_size": 256, "max_batch_tokens": 1 << 20, "max_queue_delay_ms": 0}, f)
+    proc = ServerProcess(store, work, "--access-log")
+    yield proc
+    proc.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def counted(proc, code):
+    return sum(v for k, v in proc.metrics().items()
+               if k.startswith("qvi_requests_total{") and 'method="Classify"' in k and f'code="{code}"' in k)
+
+
+def batches(proc):
+    return sum(v for k, v in proc.metrics().items() if k.startswith("qvi_batch_size_count"))
+
+
+def test_an_answer_cut_by_the_deadline_is_not_counted_ok(one_big_batch, api):
+    proc = one_big_batch
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(proc.channel)
+    request = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=[LONG_TEXT] * 256)
+    # How long the model takes on this machine; the deadline below falls well inside it.
+    stub.Classify(request, timeout=120)
+    start = time.monotonic()
+    stub.Classify(request, timeout=120)
+    took = time.monotonic() - start
+    ok_before, late_before, batches_before = counted(proc, "OK"), counted(proc, "DEADLINE_EXCEEDED"), batches(proc)
+
+    seen = {"OK": 0, "DEADLINE_EXCEEDED": 0}
+    for _ in range(3):
+        try:
+            stub.Classify(request, timeout=took / 2)
+            seen["OK"] += 1
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.DEADLINE_EXCEEDED, e.details()
+            seen["DEADLINE_EXCEEDED"] += 1
+    assert seen["DEADLINE_EXCEEDED"] > 0, f"every call beat a deadline of {took / 2:.3f} s"
+    # Let the server finish the work it was doing for the cut calls.
+    deadline = time.monotonic() + 60
+    while counted(proc, "OK") + counted(proc, "DEADLINE_EXCEEDED") < ok_before + late_before + 3:
+        assert time.monotonic() < deadline, "the server never counted the calls"
+        time.sleep(0.05)
+    assert batches(proc) > batches_before, "the model never ran: the deadline passed before it did"
+    assert counted(proc, "OK") - ok_before == seen["OK"]
+    assert counted(proc, "DEADLINE_EXCEEDED") - late_before == seen["DEADLINE_EXCEEDED"]
+    access = [line for line in proc.log().splitlines() if "method=Classify" in line]
+    assert sum("code=DEADLINE_EXCEEDED" in line for line in access) == seen["DEADLINE_EXCEEDED"], access[-5:]
+    assert sum("code=OK" in line for line in access) == 2 + seen["OK"], access[-5:]
