@@ -169,3 +169,24 @@ def test_clients_that_ping_too_often_are_sent_away(api, tmp_path):
         assert ok.results
     finally:
         proc.stop()
+
+
+def test_grpc_memory_quota_refuses_what_does_not_fit(api):
+    """--grpc-memory-quota-bytes: a request larger than gRPC's whole memory quota is refused by gRPC
+    itself (RESOURCE_EXHAUSTED) before any handler runs, quickly, and the server serves on."""
+    pb, pb_grpc = api
+    work = tempfile.mkdtemp(prefix="qvi_quota_py_")
+    proc = ServerProcess(STORE, work, "--grpc-memory-quota-bytes", str(1 << 20),
+                         "--max-message-bytes", str(64 << 20), "--max-text-bytes", str(16 << 20))
+    try:
+        stub = pb_grpc.InferenceStub(proc.channel)
+        small = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine"])
+        stub.Classify(small, timeout=30)
+        start_rss = rss_bytes(proc.proc.pid)
+        big = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["a " * (1 << 20)])  # 2 MiB
+        refused(proc, stub.Classify, big, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        assert stub.Classify(small, timeout=30).results[0].labels
+        assert rss_bytes(proc.proc.pid) - start_rss < RSS_SLACK_BYTES
+    finally:
+        proc.stop()
+        shutil.rmtree(work, ignore_errors=True)
