@@ -13,6 +13,9 @@ echo "[test] scheduler and serving-core stress tests under ASan/UBSan and TSan"
 scripts/sanitize.sh || status=1
 echo "[test] fuzz smoke: every libFuzzer target 10 s under ASan/UBSan (scripts/fuzz.sh; long runs: scripts/fuzz.sh 600)"
 scripts/fuzz.sh 10 || status=1
+echo "[test] soak, short: 60 s of mixed traffic with cancellations, short deadlines and a rollout every 15 s"
+echo "       (gates on status codes and a clean exit, not on timings; the 30-minute run: scripts/soak.py)"
+.venv/bin/python scripts/soak.py --seconds 60 --rollout-seconds 15 --clients 4 || status=1
 echo "[test] model zoo (pytest)"
 (cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider) || status=1
 echo "[test] benchmark harness, smoke mode (checks that it runs; gates on no timing)"

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Soak: runs qvi-server under mixed traffic with a version rollout every minute, and reports how its
+resources moved.
+
+Traffic (--clients threads, each its own channel): Classify on `sentiment` and Tag on `ner`, one to
+eight texts of 1 to 120 words, with a random mix of explanations (α, β, per-layer gates, averaged
+attention maps of a layer); one call in ten has a deadline too short to meet, one in ten is cancelled
+by the client soon after it is sent. Every --rollout-seconds a new version of one of the two models is
+staged and renamed into the store (the server polls it every second), and the version before the one
+it replaces is deleted, so the store stays two versions deep.
+
+Reported at the start (after a warm-up) and at the end: the server's RSS, open file descriptors,
+threads, and the number of series on /metrics; and every status code the clients saw. Exits 1 when a
+client saw a code other than OK, DEADLINE_EXCEEDED or CANCELLED, when the server died or did not
+exit cleanly on SIGTERM, or (with --max-growth) when RSS, descriptors, threads or series grew more
+than that fraction. Timings are printed, never gated.
+
+  scripts/soak.py                      # 30 minutes, the issue-13 soak
+  scripts/soak.py --seconds 60 --rollout-seconds 15   # the test command's short run
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ALLOWED = {"OK", "DEADLINE_EXCEEDED", "CANCELLED"}
+WORDS = ("the film was great and the cast was wonderful but the plot dragged in the middle while "
+         "Alice met Bob in Paris at the United Nations on Monday and nobody liked the ending at all").split()
+
+
+def stubs():
+    """The qvi.serving.v1 modules, generated from proto/ into a temporary folder."""
+    from grpc_tools import protoc
+    out = tempfile.mkdtemp(prefix="qvi_soak_stubs_")
+    proto = os.path.join(REPO, "proto")
+    if protoc.main(["protoc", f"-I{proto}", f"--python_out={out}", f"--grpc_python_out={out}",
+                    os.path.join(proto, "qvi", "serving", "v1", "inference.proto")]) != 0:
+        sys.exit("soak: protoc failed")
+    sys.path.insert(0, out)
+    from qvi.serving.v1 import inference_pb2, inference_pb2_grpc
+    return inference_pb2, inference_pb2_grpc
+
+
+def proc_stats(pid):
+    stats = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                stats["rss_mib"] = round(int(line.split()[1]) / 1024, 1)
+            elif line.startswith("Threads:"):
+                stats["threads"] = int(line.split()[1])
+    stats["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
+    return stats
+
+
+def metric_series(address):
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+        return sum(1 for line in r.read().decode().splitlines() if line and not line.startswith("#"))
+
+
+class Store:
+    """A copy of the demo store whose models get a new version on each roll()."""
+
+    def __init__(self, root):
+        self.root = root
+        shutil.copytree(os.path.join(REPO, "model_store", "store"), root)
+        self.latest = {m: max(int(v) for v in os.listdir(os.path.join(root, m)) if v.isdigit())
+                       for m in ("sentiment", "ner")}
+        self.rolls = 0
+
+    def roll(self):
+        model = ("sentiment", "ner")[self.rolls % 2]
+        self.rolls += 1
+        old = self.latest[model]
+        new = old + 1
+        staging = os.path.join(self.root, model, f".{new}.tmp")
+        shutil.copytree(os.path.join(self.root, model, str(old)), staging)
+        os.rename(staging, os.path.join(self.root, model, str(new)))
+        self.latest[model] = new
+        # The version before `old` was replaced at the previous roll and has long drained.
+        shutil.rmtree(os.path.join(self.root, model, str(old - 1)), ignore_errors=True)
+        return f"{model} {old} -> {new}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=1800)
+    ap.add_argument("--rollout-seconds", type=float, default=60)
+    ap.add_argument("--warmup-seconds", type=float, default=None, help="before the start figures (default: 10%%)")
+    ap.add_argument("--clients", type=int, default=6)
+    ap.add_argument("--server", default=os.environ.get("QVI_SERVER", os.path.join(REPO, "build", "qvi-server")))
+    ap.add_argument("--max-growth", type=float, default=None, help="fail when a figure grows by more (0.05 = 5%%)")
+    ap.add_argument("--json", help="write the report here too")
+    ap.add_argument("--seed", type=int, default=13)
+    args = ap.parse_args()
+    import grpc
+    pb, pb_grpc = stubs()
+
+    work = tempfile.mkdtemp(prefix="qvi_soak_")
+    store = Store(os.path.join(work, "store"))
+    port_file, metrics_file = os.path.join(work, "port"), os.path.join(work, "metrics_port")
+    log = open(os.path.join(work, "server.log"), "w")
+    server = subprocess.Popen([args.server, "--model-store", store.root, "--host", "127.0.0.1", "--port", "0",
+                               "--port-file", port_file, "--metrics-port", "0", "--metrics-port-file", metrics_file,
+                               "--device", "cpu", "--poll-store-seconds", "1"],
+                              stdout=log, stderr=subprocess.STDOUT)
+    started = time.monotonic()
+    while not (os.path.exists(port_file) and os.path.exists(metrics_file)):
+        if server.poll() is not None or time.monotonic() - started > 120:
+            sys.exit(f"soak: qvi-server did not start; see {log.name}")
+        time.sleep(0.05)
+    address = f"127.0.0.1:{int(open(port_file).read())}"
+    metrics_address = f"127.0.0.1:{int(open(metrics_file).read())}"
+
+    codes = Counter()
+    codes_mu = threading.Lock()
+    stop = threading.Event()
+
+    def client(i):
+        rng = random.Random(args.seed * 1000 + i)
+        channel = grpc.insecure_channel(address)
+        stub = pb_grpc.InferenceStub(channel)
+        while not stop.is_set():
+            texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 120))) for _ in range(rng.randint(1, 8))]
+            options = pb.OutputOptions(attention=rng.random() < 0.5, gates=rng.random() < 0.5,
+                                       top_k=rng.randint(0, 2))
+            if rng.random() < 0.2:
+                options.layers.gates = True
+                options.layers.attention_maps = rng.random() < 0.5
+                options.layers.layers.append(rng.randint(0, 1))
+                options.layers.reduction = pb.LayerReduction.Value("LAYER_REDUCTION_MEAN_HEADS")
+            if rng.random() < 0.5:
+                call = stub.Classify.future
+                request = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts, options=options)
+            else:
+                call = stub.Tag.future
+                request = pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=texts, options=options)
+            roll = rng.random()
+            timeout = 0.0005 if roll < 0.1 else 30
+            future = call(request, timeout=timeout)
+            if roll > 0.9:
+                time.sleep(rng.random() * 0.003)
+                future.cancel()
+            try:
+                future.result()
+                code = "OK"
+            except grpc.FutureCancelledError:
+                code = "CANCELLED"
+            except grpc.RpcError as e:
+                code = e.code().name
+                if code not in ALLOWED:
+                    print(f"soak: client {i}: {code}: {e.details()}", file=sys.stderr)
+            with codes_mu:
+                codes[code] += 1
+        channel.close()
+
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(args.clients)]
+    for t in threads:
+        t.start()
+    warmup = args.warmup_seconds if args.warmup_seconds is not None else args.seconds * 0.1
+    rollouts = []
+    begin = time.monotonic()
+    next_roll = begin + args.rollout_seconds
+    start_figures = None
+    while time.monotonic() - begin < args.seconds and server.poll() is None:
+        now = time.monotonic()
+        if start_figures is None and now - begin >= warmup:
+            start_figures = {**proc_stats(server.pid), "series": metric_series(metrics_address),
+                             "at_s": round(now - begin, 1)}
+            print(f"soak: start {start_figures}", flush=True)
+        if now >= next_roll:
+            rollouts.append(store.roll())
+            print(f"soak: {now - begin:7.1f} s  rollout {rollouts[-1]}  codes so far {dict(codes)}", flush=True)
+            next_roll += args.rollout_seconds
+        time.sleep(0.2)
+    crashed = server.poll() is not None
+    end_figures = None if crashed else {**proc_stats(server.pid), "series": metric_series(metrics_address),
+                                        "at_s": round(time.monotonic() - begin, 1)}
+    stop.set()
+    for t in threads:
+        t.join(timeout=60)
+    exit_code = server.poll()
+    if exit_code is None:
+        server.send_signal(signal.SIGTERM)
+        exit_code = server.wait(timeout=120)
+    log.close()
+
+    growth = {}
+    if start_figures and end_figures:
+        for k in ("rss_mib", "fds", "threads", "series"):
+            growth[k] = round((end_figures[k] - start_figures[k]) / max(start_figures[k], 1), 4)
+    bad = {c: n for c, n in codes.items() if c not in ALLOWED}
+    report = {"seconds": args.seconds, "clients": args.clients, "rollouts": len(rollouts), "codes": dict(codes),
+              "start": start_figures, "end": end_figures, "growth": growth, "server_exit": exit_code}
+    print(json.dumps(report, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    failures = []
+    if bad:
+        failures.append(f"codes other than {sorted(ALLOWED)}: {bad}")
+    if crashed or exit_code != 0:
+        failures.append(f"qvi-server exited with {exit_code}")
+    if codes["OK"] == 0:
+        failures.append("no call succeeded")
+    if len(rollouts) == 0 and args.seconds >= args.rollout_seconds:
+        failures.append("no rollout happened")
+    if args.max_growth is not None:
+        for k, g in growth.items():
+            if g > args.max_growth:
+                failures.append(f"{k} grew by {g:.1%}, over {args.max_growth:.0%}")
+    if failures:
+        print(f"soak: FAILED: {'; '.join(failures)}; server log: {os.path.join(work, 'server.log')}", file=sys.stderr)
+        sys.exit(1)
+    shutil.rmtree(work, ignore_errors=True)
+    print("soak: passed")
+
+
+if __name__ == "__main__":
+    main()
