@@ -10,8 +10,12 @@
 // from each call's scheduled time, so a slow server cannot hide its queueing (no coordinated
 // omission). Each step warms up, then measures for --duration seconds. With --metrics, the
 // server's own Prometheus counters are read before and after the step, giving its mean queue
-// wait, batch compute time and batch size over the same window.
+// wait, batch compute time and batch size over the same window, and its CPU time
+// (process_cpu_seconds_total): each row shows the CPU microseconds per request of this process and of
+// the server, so a run shows whether the generator or the server was the limit. Calls are spread
+// over --channels connections and their answers taken by --threads completion-queue threads.
 #include <grpcpp/grpcpp.h>
+#include <sys/resource.h>
 #include <httplib.h>
 
 #include <CLI/CLI.hpp>
@@ -55,6 +59,8 @@ struct Options {
   double words = 20, words_stddev = 5;
   uint32_t seed = 1;
   bool attention = false, gates = false;
+  int channels = 4;  // connections: one HTTP/2 connection serialises its streams' frames
+  int threads = 2;   // completion-queue threads that take answers and send the next calls
   std::string metrics;
   std::string json;
   std::string label;  // names the system in the JSON (the benchmark harness sets it)
@@ -70,7 +76,17 @@ struct Step {
   std::vector<double> latencies_ms;  // OK calls completed in the window
   // From the server's metrics over the window (negative when not read).
   double queue_ms = -1, compute_ms = -1, batch_size = -1;
+  double server_cpu_s = -1;  // process_cpu_seconds_total's increase
+  double client_cpu_s = -1;  // this process's CPU time over the window
 };
+
+// This process's user + system CPU seconds so far.
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
 
 double Percentile(std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
@@ -91,6 +107,10 @@ std::map<std::string, std::pair<double, double>> ScrapeSums(const std::string& u
   std::istringstream in(res->body);
   const std::string label = "model=\"" + model + "\"";
   for (std::string line; std::getline(in, line);) {
+    if (line.rfind("process_cpu_seconds_total ", 0) == 0) {  // the server process's own, unlabelled
+      out["process_cpu_seconds_total"] = {std::stod(line.substr(line.rfind(' ') + 1)), 1};
+      continue;
+    }
     if (line.empty() || line[0] == '#' || line.find(label) == std::string::npos) continue;
     const size_t brace = line.find('{');
     const std::string name = line.substr(0, brace);
@@ -118,6 +138,8 @@ void FillServerSplit(Step& step, const std::map<std::string, std::pair<double, d
   step.queue_ms = mean("qvi_queue_duration_seconds", 1000);
   step.compute_ms = mean("qvi_compute_duration_seconds", 1000);
   step.batch_size = mean("qvi_batch_size", 1);
+  auto a = after.find("process_cpu_seconds_total"), b = before.find("process_cpu_seconds_total");
+  if (a != after.end() && b != before.end()) step.server_cpu_s = a->second.first - b->second.first;
 }
 
 // Records outcomes inside the measuring window [start, end). Closed loop: calls sent and answered
@@ -149,15 +171,16 @@ class Recorder {
   Step step_;
 };
 
-// The qvi.serving.v1 target: asynchronous calls through the callback API.
+// The qvi.serving.v1 target: asynchronous calls on --channels connections, their answers taken by
+// --threads threads, each polling a completion queue of its own (the layout of gRPC's own benchmark
+// client). A call's `done` runs on its queue's thread and may send the next call from there.
 class GrpcTarget {
  public:
   GrpcTarget(const Options& o, const std::vector<std::string>& texts) : o_(o) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
-    // Several channels, so that one HTTP/2 connection does not serialise high concurrency.
-    for (int i = 0; i < 4; ++i) {
-      args.SetInt("qvi-perf-channel", i);
+    for (int i = 0; i < o.channels; ++i) {
+      args.SetInt("qvi-perf-channel", i);  // distinct arguments: a connection of its own
       stubs_.push_back(v1::Inference::NewStub(qvi::MakeChannel(o.server, o.tls, args)));
     }
     for (size_t i = 0; i + o.texts_per_request <= texts.size(); i += o.texts_per_request) {
@@ -176,23 +199,40 @@ class GrpcTarget {
       classify_.push_back(std::move(c));
       tag_.push_back(std::move(t));
     }
+    for (int i = 0; i < o.threads; ++i) {
+      queues_.push_back(std::make_unique<grpc::CompletionQueue>());
+      grpc::CompletionQueue* cq = queues_.back().get();
+      pollers_.emplace_back([cq] {
+        void* tag = nullptr;
+        bool ok = false;
+        while (cq->Next(&tag, &ok)) {
+          auto* call = static_cast<Call*>(tag);
+          call->done(call->status.ok() ? "" : CodeName(call->status.error_code()));
+          delete call;
+        }
+      });
+    }
   }
 
-  // Sends one call; `done(error)` runs once, on a gRPC thread ("" for OK).
+  ~GrpcTarget() {
+    for (auto& cq : queues_) cq->Shutdown();
+    for (std::thread& t : pollers_) t.join();
+  }
+
+  // Sends one call; `done(error)` runs once, on a completion-queue thread ("" for OK).
   void Send(std::function<void(const std::string&)> done) {
     const uint64_t n = next_.fetch_add(1);
     auto* call = new Call;
     call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     call->done = std::move(done);
-    auto finish = [call](grpc::Status s) {
-      call->done(s.ok() ? "" : CodeName(s.error_code()));
-      delete call;
-    };
     v1::Inference::Stub& stub = *stubs_[n % stubs_.size()];
+    grpc::CompletionQueue* cq = queues_[(n / stubs_.size()) % queues_.size()].get();
     if (o_.method == "tag") {
-      stub.async()->Tag(&call->ctx, &tag_[n % tag_.size()], &call->tag, finish);
+      call->tag_reader = stub.AsyncTag(&call->ctx, tag_[n % tag_.size()], cq);
+      call->tag_reader->Finish(&call->tag, &call->status, call);
     } else {
-      stub.async()->Classify(&call->ctx, &classify_[n % classify_.size()], &call->classify, finish);
+      call->classify_reader = stub.AsyncClassify(&call->ctx, classify_[n % classify_.size()], cq);
+      call->classify_reader->Finish(&call->classify, &call->status, call);
     }
   }
 
@@ -207,14 +247,19 @@ class GrpcTarget {
  private:
   struct Call {
     grpc::ClientContext ctx;
+    grpc::Status status;
     v1::ClassifyResponse classify;
     v1::TagResponse tag;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::ClassifyResponse>> classify_reader;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::TagResponse>> tag_reader;
     std::function<void(const std::string&)> done;
   };
   const Options& o_;
   std::vector<std::unique_ptr<v1::Inference::Stub>> stubs_;
   std::vector<v1::ClassifyRequest> classify_;
   std::vector<v1::TagRequest> tag_;
+  std::vector<std::unique_ptr<grpc::CompletionQueue>> queues_;
+  std::vector<std::thread> pollers_;
   std::atomic<uint64_t> next_{0};
 };
 
@@ -345,6 +390,16 @@ nlohmann::json ToJson(Step& s, int texts_per_request) {
   if (s.queue_ms >= 0) j["server_queue_ms"] = s.queue_ms;
   if (s.compute_ms >= 0) j["server_compute_ms"] = s.compute_ms;
   if (s.batch_size >= 0) j["server_batch_size"] = s.batch_size;
+  // CPU cores busy over the window, and CPU microseconds per request, for this load generator and
+  // (with --metrics) for the server: the per-request cost, and proof that the generator is not the limit.
+  if (s.client_cpu_s >= 0) {
+    j["client_cores"] = s.client_cpu_s / s.seconds;
+    if (s.ok > 0) j["client_cpu_us_per_request"] = 1e6 * s.client_cpu_s / static_cast<double>(s.ok);
+  }
+  if (s.server_cpu_s >= 0) {
+    j["server_cores"] = s.server_cpu_s / s.seconds;
+    if (s.ok > 0) j["server_cpu_us_per_request"] = 1e6 * s.server_cpu_s / static_cast<double>(s.ok);
+  }
   return j;
 }
 
@@ -357,11 +412,12 @@ void PrintRow(const nlohmann::json& j) {
     std::snprintf(buf, sizeof(buf), "%.2f", j[key].get<double>());
     return std::string(buf);
   };
-  std::printf("%-6s %7.1f %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %7lld %9s %10s %6s\n", j["mode"].get<std::string>().c_str(),
-              j["load"].get<double>(), j["requests_per_s"].get<double>(), j["texts_per_s"].get<double>(),
-              j["p50_ms"].get<double>(), j["p90_ms"].get<double>(), j["p99_ms"].get<double>(),
-              j["p999_ms"].get<double>(), static_cast<long long>(errors), opt("server_queue_ms").c_str(),
-              opt("server_compute_ms").c_str(), opt("server_batch_size").c_str());
+  std::printf("%-6s %7.1f %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %7lld %9s %10s %6s %8s %8s\n",
+              j["mode"].get<std::string>().c_str(), j["load"].get<double>(), j["requests_per_s"].get<double>(),
+              j["texts_per_s"].get<double>(), j["p50_ms"].get<double>(), j["p90_ms"].get<double>(),
+              j["p99_ms"].get<double>(), j["p999_ms"].get<double>(), static_cast<long long>(errors),
+              opt("server_queue_ms").c_str(), opt("server_compute_ms").c_str(), opt("server_batch_size").c_str(),
+              opt("client_cpu_us_per_request").c_str(), opt("server_cpu_us_per_request").c_str());
   std::fflush(stdout);
 }
 
@@ -387,6 +443,10 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "generated texts: seed")->capture_default_str();
   app.add_flag("--attention", o.attention, "ask for α");
   app.add_flag("--gates", o.gates, "ask for β");
+  app.add_option("--channels", o.channels, "gRPC connections to spread the calls over")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--threads", o.threads, "threads taking answers and sending the next calls (a completion queue each)")
+      ->check(CLI::Range(1, 256))->capture_default_str();
   app.add_option("--metrics", o.metrics, "the server's Prometheus URL, for its queue/compute split");
   app.add_option("--json", o.json, "also write the results as JSON to this file");
   app.add_option("--label", o.label, "the system's name in the JSON");
@@ -409,36 +469,37 @@ int main(int argc, char** argv) {
     std::cerr << "not enough texts (" << texts.size() << ")\n";
     return 2;
   }
-  std::printf("%-6s %7s %9s %9s %8s %8s %8s %8s %7s %9s %10s %6s\n", "mode", "load", "req/s", "texts/s", "p50 ms",
-              "p90 ms", "p99 ms", "p99.9 ms", "errors", "queue ms", "compute ms", "batch");
+  std::printf("%-6s %7s %9s %9s %8s %8s %8s %8s %7s %9s %10s %6s %8s %8s\n", "mode", "load", "req/s", "texts/s",
+              "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors", "queue ms", "compute ms", "batch", "cli µs/r",
+              "srv µs/r");
   nlohmann::json results = nlohmann::json::array();
   std::unique_ptr<GrpcTarget> target;
   if (o.http.empty()) target = std::make_unique<GrpcTarget>(o, texts);
   auto run = [&](const std::string& mode, double load) {
     // The server's split is read over the measuring window: scraped when the warm-up ends and when
     // the window closes, from a thread beside the load.
+    // This process's CPU is read at the same two moments.
     using Sums = decltype(ScrapeSums("", ""));
     Sums before, after;
-    std::thread scraper;
-    if (!o.metrics.empty()) {
-      const auto t0 = Clock::now();
-      auto at = [t0](double seconds) {
-        return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-      };
-      scraper = std::thread([&, at] {
-        std::this_thread::sleep_until(at(o.warmup));
-        before = ScrapeSums(o.metrics, o.model);
-        std::this_thread::sleep_until(at(o.warmup + o.duration));
-        after = ScrapeSums(o.metrics, o.model);
-      });
-    }
+    double cpu_before = 0, cpu_after = 0;
+    const auto t0 = Clock::now();
+    auto at = [t0](double seconds) {
+      return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    };
+    std::thread scraper([&, at] {
+      std::this_thread::sleep_until(at(o.warmup));
+      cpu_before = ProcessCpuSeconds();
+      if (!o.metrics.empty()) before = ScrapeSums(o.metrics, o.model);
+      std::this_thread::sleep_until(at(o.warmup + o.duration));
+      cpu_after = ProcessCpuSeconds();
+      if (!o.metrics.empty()) after = ScrapeSums(o.metrics, o.model);
+    });
     Step s = !o.http.empty()     ? ClosedLoopHttp(o, texts, static_cast<int>(load))
              : mode == "closed" ? ClosedLoopGrpc(*target, static_cast<int>(load), o.warmup, o.duration)
                                 : OpenLoopGrpc(*target, load, o.warmup, o.duration);
-    if (scraper.joinable()) {
-      scraper.join();
-      FillServerSplit(s, before, after);
-    }
+    scraper.join();
+    s.client_cpu_s = cpu_after - cpu_before;
+    if (!o.metrics.empty()) FillServerSplit(s, before, after);
     nlohmann::json j = ToJson(s, o.texts_per_request);
     PrintRow(j);
     results.push_back(j);

@@ -7,6 +7,9 @@
 #   scripts/fuzz.sh 600                        (a long run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache: paths relative to the checkout and no working folder in the hash, so that a fresh clone
+# elsewhere (CI) hits what earlier builds cached, -g builds included.
+export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 seconds=${1:-10}
 shift || true
 targets=("$@")

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Builds the scheduling tests (batch scheduler, executor) and the serving-core stress test (64
 # clients, deadlines, cancellations, a live version switch, real torch model) with
-# AddressSanitizer + UndefinedBehaviorSanitizer and with ThreadSanitizer, and runs them.
+# AddressSanitizer + UndefinedBehaviorSanitizer and with ThreadSanitizer, and runs them. With
+# AddressSanitizer it also builds the whole qvi-server and runs the Python end-to-end suite
+# (tests/python, less the image and manifest tests, which do not run the binary) against it: any
+# ASan, UBSan or LeakSanitizer report makes the server exit non-zero, which the suite's clean-stop
+# check turns into a failure.
 # Needs scripts/setup.sh first. Usage: scripts/sanitize.sh [address|thread]...
 #
 # The core's locks are std::mutex (server/core/sync.h), which TSan sees through pthreads; Debian's
@@ -10,6 +14,9 @@
 # it does with their memory, not their insides. No suppressions are needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache: paths relative to the checkout and no working folder in the hash, so that a fresh clone
+# elsewhere (CI) hits what earlier builds cached, -g builds included.
+export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 kinds=("$@")
 [[ ${#kinds[@]} -gt 0 ]] || kinds=(address thread)
 export OMP_NUM_THREADS=1
@@ -20,12 +27,22 @@ for kind in "${kinds[@]}"; do
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQVI_SANITIZE=$kind > "$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; exit 1; }
     rm -f "$dir.cmake.log"
   fi
-  ninja -C "$dir" -j2 sched_test stress_test
+  targets=(sched_test stress_test)
+  [[ $kind == address ]] && targets+=(qvi-server)
+  ninja -C "$dir" -j2 "${targets[@]}"
   for test in sched_test stress_test; do
     echo "[sanitize] $test under $kind sanitizer"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
       "$dir/$test" --gtest_brief=1 || status=1
   done
+  if [[ $kind == address ]]; then
+    echo "[sanitize] the Python end-to-end suite against qvi-server built with ASan + UBSan"
+    (cd tests/python &&
+      QVI_SERVER="$PWD/../../$dir/qvi-server" ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 \
+        UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        ../../.venv/bin/python -m pytest -p no:cacheprovider -q \
+        --ignore=test_deploy_image.py --ignore=test_deploy_manifests.py) || status=1
+  fi
 done
 exit $status

@@ -10,6 +10,9 @@
 # Usage: scripts/setup.sh [--no-models]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache: paths relative to the checkout and no working folder in the hash, so that a fresh clone
+# elsewhere (CI) hits what earlier builds cached, -g builds included.
+export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 ROOT=$(pwd)
 BUILD_MODELS=1
 [[ "${1:-}" == "--no-models" ]] && BUILD_MODELS=0

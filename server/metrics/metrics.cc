@@ -3,8 +3,12 @@
 #include <httplib.h>
 #include <prometheus/text_serializer.h>
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 
@@ -114,8 +118,56 @@ Metrics::~Metrics() {
   }
 }
 
+// The process's own resources under the names Prometheus's client libraries use
+// (process_cpu_seconds_total, ...), read from the kernel at each scrape. With them a scrape tells the
+// server's CPU per request (qvi-perf --metrics) and a soak its growth, without a second tool.
+static std::vector<prometheus::MetricFamily> ProcessMetrics() {
+  auto family = [](const char* name, const char* help, prometheus::MetricType type, double value) {
+    prometheus::MetricFamily f;
+    f.name = name;
+    f.help = help;
+    f.type = type;
+    prometheus::ClientMetric m;
+    if (type == prometheus::MetricType::Counter) {
+      m.counter.value = value;
+    } else {
+      m.gauge.value = value;
+    }
+    f.metric.push_back(m);
+    return f;
+  };
+  std::vector<prometheus::MetricFamily> out;
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) == 0) {
+    const double cpu = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                       static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+    out.push_back(family("process_cpu_seconds_total", "User and system CPU time spent in seconds",
+                         prometheus::MetricType::Counter, cpu));
+  }
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      out.push_back(family("process_resident_memory_bytes", "Resident memory size in bytes",
+                           prometheus::MetricType::Gauge, 1024.0 * std::stod(line.substr(6))));
+    } else if (line.rfind("Threads:", 0) == 0) {
+      out.push_back(family("process_threads", "Number of OS threads in the process", prometheus::MetricType::Gauge,
+                           std::stod(line.substr(8))));
+    }
+  }
+  std::error_code ec;
+  double fds = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::end(it);
+       it.increment(ec)) {
+    ++fds;
+  }
+  if (!ec) out.push_back(family("process_open_fds", "Number of open file descriptors", prometheus::MetricType::Gauge, fds));
+  return out;
+}
+
 std::string Metrics::Serialize() const {
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  for (prometheus::MetricFamily& f : ProcessMetrics()) families.push_back(std::move(f));
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 void Metrics::OnRequestStart() { in_flight_.Increment(); }

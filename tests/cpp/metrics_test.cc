@@ -38,6 +38,21 @@ TEST(MetricsTest, RequestsAreCountedByModelVersionMethodAndCode) {
   EXPECT_NE(text.find("# TYPE qvi_request_duration_seconds histogram"), std::string::npos);
 }
 
+TEST(MetricsTest, TheProcessReportsItsCpuMemoryThreadsAndDescriptors) {
+  Metrics m;
+  // Some CPU to count: the counter must move between two scrapes.
+  const double before = Sample(m.Serialize(), "process_cpu_seconds_total");
+  volatile double sink = 0;
+  for (int i = 0; i < 20000000; ++i) sink = sink + i * 0.5;
+  const std::string text = m.Serialize();
+  EXPECT_GT(Sample(text, "process_cpu_seconds_total"), before);
+  EXPECT_GT(Sample(text, "process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GE(Sample(text, "process_threads"), 1);
+  EXPECT_GE(Sample(text, "process_open_fds"), 3);  // stdin, stdout, stderr at least
+  EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE process_resident_memory_bytes gauge"), std::string::npos);
+}
+
 TEST(MetricsTest, BatchesReportSizeTokensPaddingQueueAndCompute) {
   Metrics m;
   BatchReport b;
