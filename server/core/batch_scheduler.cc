@@ -115,9 +115,11 @@ std::vector<size_t> BatchScheduler::FormLocked(bool& full) const {
   const int seed_len = queue_.front().tokens;
   std::vector<size_t> order(queue_.size() - 1);
   for (size_t i = 1; i < queue_.size(); ++i) order[i - 1] = i;
-  // Closest in length to the seed first; among equals, the one that came first.
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::abs(queue_[a].tokens - seed_len) < std::abs(queue_[b].tokens - seed_len);
+  // Closest in length to the seed first; among equals, the one that came first. (The lambda reads
+  // the queue through a pointer: clang's lock analysis does not see that the sort runs under mu_.)
+  const std::vector<QueuedText>* q = &queue_;
+  std::stable_sort(order.begin(), order.end(), [q, seed_len](size_t a, size_t b) {
+    return std::abs((*q)[a].tokens - seed_len) < std::abs((*q)[b].tokens - seed_len);
   });
   std::vector<size_t> batch{0};
   int longest = std::max(seed_len, 1);
