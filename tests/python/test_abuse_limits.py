@@ -15,7 +15,9 @@ from conftest import STORE, ServerProcess
 # Refusals are decided before the model runs; a generous bound that no model run of these sizes meets.
 QUICK_S = 2.0
 # What the server may grow by over the whole module, against hundreds of megabytes the attacks once cost.
-RSS_SLACK_BYTES = 64 << 20
+# Under AddressSanitizer (scripts/sanitize.sh runs this suite against an ASan build) freed memory sits in
+# ASan's quarantine rather than going back to the allocator, so the bound is looser there.
+RSS_SLACK_BYTES = (64 << 20) * (4 if "ASAN_OPTIONS" in os.environ else 1)
 LONG_TEXT = " ".join(f"word{i}" for i in range(120))
 
 
