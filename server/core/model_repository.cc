@@ -1,5 +1,6 @@
 #include "server/core/model_repository.h"
 
+#include <malloc.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -329,6 +330,9 @@ void ModelRepository::UnloaderLoop() {
     const std::string name = item.first->name;
     const int64_t version = item.first->version;
     delete item.first;  // stops its (now idle) batch queue and instance threads, frees the model
+    // Hand what the version freed back to the system: its instance threads' malloc arenas would
+    // otherwise keep it, and a server that rolls out often would grow by it each time.
+    malloc_trim(0);
     bool gone = false;
     {
       MutexLock lock(&mu_);
