@@ -35,3 +35,17 @@ def test_errors_are_counted_by_code(server_process, tmp_path):
     assert proc.returncode == 1  # nothing answered OK
     [step] = doc["steps"]
     assert step["ok"] == 0 and step["errors"].get("NOT_FOUND", 0) > 0
+
+
+def test_threads_channels_and_cpu_per_request(server_process, tmp_path):
+    """Several completion-queue threads over several connections answer every call; each step reports
+    the CPU per request of qvi-perf itself and, from the server's process_cpu_seconds_total, of the
+    server."""
+    proc, doc = run(server_process, tmp_path, "--model", "sentiment", "--concurrency", "8", "--threads", "3",
+                    "--channels", "5", "--metrics", f"http://{server_process.metrics_address}/metrics")
+    assert proc.returncode == 0, proc.stderr
+    [step] = doc["steps"]
+    assert step["ok"] > 0 and step["errors"] == {}
+    assert step["client_cores"] > 0 and step["client_cpu_us_per_request"] > 0
+    assert step["server_cores"] > 0 and step["server_cpu_us_per_request"] > 0
+    assert "srv µs/r" in proc.stdout
