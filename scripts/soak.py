@@ -10,7 +10,8 @@ staged and renamed into the store (the server polls it every second), and the ve
 it replaces is deleted, so the store stays two versions deep.
 
 Reported at the start (after a warm-up) and at the end: the server's RSS, open file descriptors,
-threads, and the number of series on /metrics; and every status code the clients saw. Exits 1 when a
+threads, and the number of series on /metrics (and the same before each rollout, in the JSON's
+"samples"); and every status code the clients saw. Exits 1 when a
 client saw a code other than OK, DEADLINE_EXCEEDED or CANCELLED, when the server died or did not
 exit cleanly on SIGTERM, or (with --max-growth) when RSS, descriptors, threads or series grew more
 than that fraction. Timings are printed, never gated.
@@ -169,6 +170,7 @@ def main():
         t.start()
     warmup = args.warmup_seconds if args.warmup_seconds is not None else args.seconds * 0.1
     rollouts = []
+    samples = []  # the figures just before each rollout: shows whether growth levels off
     begin = time.monotonic()
     next_roll = begin + args.rollout_seconds
     start_figures = None
@@ -179,6 +181,7 @@ def main():
                              "at_s": round(now - begin, 1)}
             print(f"soak: start {start_figures}", flush=True)
         if now >= next_roll:
+            samples.append({**proc_stats(server.pid), "series": metric_series(metrics_address), "at_s": round(now - begin, 1)})
             rollouts.append(store.roll())
             print(f"soak: {now - begin:7.1f} s  rollout {rollouts[-1]}  codes so far {dict(codes)}", flush=True)
             next_roll += args.rollout_seconds
@@ -201,7 +204,8 @@ def main():
             growth[k] = round((end_figures[k] - start_figures[k]) / max(start_figures[k], 1), 4)
     bad = {c: n for c, n in codes.items() if c not in ALLOWED}
     report = {"seconds": args.seconds, "clients": args.clients, "rollouts": len(rollouts), "codes": dict(codes),
-              "start": start_figures, "end": end_figures, "growth": growth, "server_exit": exit_code}
+              "start": start_figures, "end": end_figures, "growth": growth, "server_exit": exit_code,
+              "samples": samples}
     print(json.dumps(report, indent=2))
     if args.json:
         with open(args.json, "w") as f:
