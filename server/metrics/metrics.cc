@@ -31,6 +31,20 @@ Histogram::BucketBoundaries PowersOfTwo(double from, double to) {
 }
 Histogram::BucketBoundaries Ratios() { return {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}; }
 
+// Removes from `family`, and from `series`, every series of (model, version); the series' keys are
+// tuples of (method, model, version, ...).
+template <typename Series, typename Family>
+void RemoveVersionSeries(Series& series, Family& family, const std::string& model, int64_t version) {
+  for (auto it = series.begin(); it != series.end();) {
+    if (std::get<1>(it->first) == model && std::get<2>(it->first) == version) {
+      family.Remove(it->second);
+      it = series.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 const char* StateLabel(ModelState s) {
   switch (s) {
     case ModelState::kLoading: return "loading";
@@ -258,22 +272,8 @@ void Metrics::OnModelEvent(const std::string& model, const VersionStatus& status
     }
     // And its request counters and latencies: with a version rolled out every day, they would
     // otherwise pile up for the life of the process.
-    for (auto c = request_counters_.begin(); c != request_counters_.end();) {
-      if (std::get<1>(c->first) == model && std::get<2>(c->first) == status.version) {
-        requests_.Remove(c->second);
-        c = request_counters_.erase(c);
-      } else {
-        ++c;
-      }
-    }
-    for (auto h = request_latency_.begin(); h != request_latency_.end();) {
-      if (std::get<1>(h->first) == model && std::get<2>(h->first) == status.version) {
-        request_seconds_.Remove(h->second);
-        h = request_latency_.erase(h);
-      } else {
-        ++h;
-      }
-    }
+    RemoveVersionSeries(request_counters_, requests_, model, status.version);
+    RemoveVersionSeries(request_latency_, request_seconds_, model, status.version);
     return;
   }
   const std::string version = absl::StrCat(status.version);
