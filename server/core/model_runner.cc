@@ -66,10 +66,8 @@ absl::Status ModelRunner::Observe(const char* hook, const std::function<void()>&
   try {
     call();
     return absl::OkStatus();
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("the serving observer's ", hook, " failed: ", e.what()));
   } catch (...) {
-    return absl::InternalError(absl::StrCat("the serving observer's ", hook, " failed"));
+    return absl::InternalError(absl::StrCat("the serving observer's ", hook, " failed: ", CurrentExceptionText()));
   }
 }
 
@@ -177,10 +175,8 @@ void ModelRunner::Run(std::vector<QueuedText>& batch) const {
     for (int64_t b = 0; b < rows; ++b) {
       try {
         statuses[b] = static_cast<const RunnableRequest&>(*batch[b].request).HandleRow(batch[b].index, *out, b);
-      } catch (const std::exception& e) {  // torch errors the output checks did not foresee, bad_alloc
-        statuses[b] = absl::InternalError(absl::StrCat("post-processing failed: ", e.what()));
-      } catch (...) {
-        statuses[b] = absl::InternalError("post-processing failed");
+      } catch (...) {  // torch errors the output checks did not foresee, bad_alloc
+        statuses[b] = absl::InternalError(absl::StrCat("post-processing failed: ", CurrentExceptionText()));
       }
     }
   }
