@@ -18,6 +18,14 @@ SERVER = os.environ.get("QVI_SERVER", os.path.join(REPO, "build", "qvi-server"))
 STORE = os.path.join(REPO, "model_store", "store")
 
 
+def wait_until(predicate, what, seconds=60):
+    """Polls predicate until it holds; fails naming what was awaited after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
 @pytest.fixture(scope="session")
 def api():
     """The qvi.serving.v1 Python modules, generated into a temporary folder from proto/."""

@@ -12,7 +12,7 @@ import time
 import grpc
 import pytest
 
-from conftest import STORE, Background, ServerProcess
+from conftest import STORE, Background, ServerProcess, wait_until
 
 WAIT_S = 60
 
@@ -96,13 +96,6 @@ def versions_of(api, channel, model="sentiment"):
     pb, pb_grpc = api
     m = pb_grpc.InferenceStub(channel).GetModel(pb.GetModelRequest(model=pb.ModelSpec(name=model)), timeout=30).model
     return [(v.version, pb.ModelState.Name(v.state), v.reason) for v in m.versions]
-
-
-def wait_until(predicate, what):
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def health(channel, service):
