@@ -314,7 +314,8 @@ TEST_F(ModelRepositoryTest, AStuckLoadIsAbandonedAndHoldsUpNoOtherModel) {
   auto release = std::make_shared<Notification>();
   auto stuck_started = std::make_shared<Notification>();
   Open("latest:1", [&](ModelRepository::Options& o) {
-    o.load_timeout = absl::Milliseconds(300);
+    // Long enough for a real load and warm-up on a busy machine (the test waits it out once).
+    o.load_timeout = absl::Seconds(2);
     o.load = [release, stuck_started](const std::string& path, const std::string& device) {
       if (path.find("/stuck/") != std::string::npos) {
         stuck_started->Notify();
@@ -328,7 +329,9 @@ TEST_F(ModelRepositoryTest, AStuckLoadIsAbandonedAndHoldsUpNoOtherModel) {
   EXPECT_EQ(States("stuck"), (Versions{{1, S::kFailed}}));
   EXPECT_NE(events_.Reason("stuck", 1, S::kFailed).find("did not finish within"), std::string::npos)
       << events_.Reason("stuck", 1, S::kFailed);
-  EXPECT_TRUE(RunThrough(*repo_->Resolve("sentiment", 0)).ok());
+  absl::StatusOr<ServableHandle> sentiment = repo_->Resolve("sentiment", 0);
+  ASSERT_TRUE(sentiment.ok()) << sentiment.status();
+  EXPECT_TRUE(RunThrough(*sentiment).ok());
   // Rollouts of the other model go on while the abandoned load still hangs.
   AddVersion(2);
   repo_->Poll();
