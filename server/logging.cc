@@ -1,5 +1,7 @@
 #include "server/logging.h"
 
+#include <spdlog/async.h>
+#include <spdlog/async_logger.h>
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
@@ -9,6 +11,8 @@ namespace qvi {
 namespace {
 
 LogFormat g_format = LogFormat::kText;
+// The access logger's queue and thread. async_logger holds only a weak reference to its pool.
+std::shared_ptr<spdlog::details::thread_pool> g_access_pool;
 
 std::string JsonString(const std::string& s) {
   return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -29,12 +33,14 @@ constexpr char kJsonTime[] = R"({"time":"%Y-%m-%dT%H:%M:%S.%f%z","level":"%l",)"
 
 }  // namespace
 
-void ConfigureLogging(const std::string& level, LogFormat format) {
+void ConfigureLogging(const std::string& level, LogFormat format, size_t access_queue) {
   g_format = format;
   // A sink each: spdlog keeps the format in the sink. Both console sinks share spdlog's console
   // mutex, so their lines never interleave.
   auto main = std::make_shared<spdlog::logger>("qvi", std::make_shared<spdlog::sinks::stderr_sink_mt>());
-  auto access = std::make_shared<spdlog::logger>("access", std::make_shared<spdlog::sinks::stderr_sink_mt>());
+  g_access_pool = std::make_shared<spdlog::details::thread_pool>(access_queue, 1);
+  auto access = std::make_shared<spdlog::async_logger>("access", std::make_shared<spdlog::sinks::stderr_sink_mt>(),
+                                                       g_access_pool, spdlog::async_overflow_policy::overrun_oldest);
   if (format == LogFormat::kJson) {
     auto formatter = std::make_unique<spdlog::pattern_formatter>();
     formatter->add_flag<JsonEscapedMessage>('*').set_pattern(std::string(kJsonTime) + R"("msg":"%*"})");
@@ -50,6 +56,17 @@ void ConfigureLogging(const std::string& level, LogFormat format) {
   spdlog::set_default_logger(main);
   spdlog::register_logger(access);
 }
+
+void ShutdownLogging() {
+  spdlog::shutdown();  // flushes the default logger and drops the registry's loggers
+  g_access_pool.reset();  // the last reference: its thread writes what is queued, then joins
+}
+
+void FlushLogsNow() {
+  if (auto main = spdlog::default_logger()) main->flush();
+}
+
+uint64_t AccessLinesDropped() { return g_access_pool ? g_access_pool->overrun_counter() : 0; }
 
 void LogAccess(const AccessRecord& r) {
   std::shared_ptr<spdlog::logger> access = spdlog::get("access");

@@ -3,11 +3,18 @@
 // Two formats, by --log-format: `text` (human: time, level, message) and `json` (one JSON object
 // per line: time, level, msg; access lines carry their fields as keys instead of msg). Both write
 // to stderr. The access log (off by default, --access-log) is a logger of its own named "access".
+//
+// The access logger is asynchronous: a call's line is queued and written
+// by one logging thread, so a slow or blocked stderr never holds up the gRPC threads that answer
+// calls. When the queue (access_queue lines) is full the oldest queued line is dropped and counted
+// (AccessLinesDropped, exported as qvi_access_log_dropped_lines_total). The server's own log (start-up,
+// rollouts, errors) stays synchronous: it is rare and should not be lost.
 #ifndef QVI_SERVER_LOGGING_H_
 #define QVI_SERVER_LOGGING_H_
 
 #include <spdlog/spdlog.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,7 +24,16 @@ namespace qvi {
 enum class LogFormat { kText, kJson };
 
 // Sets the default logger's level and format and creates the access logger. Call once, first.
-void ConfigureLogging(const std::string& level, LogFormat format);
+void ConfigureLogging(const std::string& level, LogFormat format, size_t access_queue = 8192);
+
+// Writes out the queued access lines and stops the logging thread (it blocks while stderr does).
+void ShutdownLogging();
+
+// Flushes what can be flushed without waiting for the access queue (for an exit that must not hang).
+void FlushLogsNow();
+
+// Access lines dropped so far because the queue was full (stderr slower than the calls).
+uint64_t AccessLinesDropped();
 
 struct AccessRecord {
   std::string method;

@@ -116,7 +116,8 @@ void WaitForSignalOrTimeout(const sigset_t& signals, double seconds) {
 }
 
 int Run(const ServerOptions& options, const sigset_t& signals) {
-  ConfigureLogging(options.logging.level, options.logging.format == "json" ? LogFormat::kJson : LogFormat::kText);
+  ConfigureLogging(options.logging.level, options.logging.format == "json" ? LogFormat::kJson : LogFormat::kText,
+                   static_cast<size_t>(options.logging.access_log_queue));
   std::unique_ptr<Metrics> metrics;
   if (options.network.metrics_port >= 0) {
     absl::StatusOr<std::unique_ptr<Metrics>> served = Metrics::Serve(options.network.host, options.network.metrics_port);
@@ -125,6 +126,9 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
       return 1;
     }
     metrics = *std::move(served);
+    metrics->AddScrapedCounter("qvi_access_log_dropped_lines_total",
+                               "Access-log lines dropped because stderr fell behind the calls (see --access-log-queue)",
+                               [] { return static_cast<double>(AccessLinesDropped()); });
     spdlog::info("Prometheus metrics on http://{}:{}/metrics", options.network.host, metrics->port());
     if (!options.network.metrics_port_file.empty()) WritePortFile(options.network.metrics_port_file, metrics->port());
   }
@@ -259,7 +263,7 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
     spdlog::error("shutdown had not finished {} s after the grace period ended (a call or a batch still "
                   "running: a hung model?); exiting without it",
                   std::chrono::duration_cast<std::chrono::seconds>(kDrainAllowance).count());
-    spdlog::shutdown();  // flush the log
+    FlushLogsNow();  // not the access queue: stderr may be what is stuck
     std::_Exit(1);
   }
   drain.join();
@@ -293,5 +297,7 @@ int main(int argc, char** argv) {
     (info ? std::cout : std::cerr) << options.status().message();
     return info ? 0 : 2;
   }
-  return qvi::Run(*options, signals);
+  const int code = qvi::Run(*options, signals);
+  qvi::ShutdownLogging();
+  return code;
 }

@@ -129,6 +129,10 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
                "log one line per Classify/Tag call: request id, peer, model@version, texts, tokens, status, "
                "total/queue/compute ms")
       ->group("Logging");
+  app.add_option("--access-log-queue", o.logging.access_log_queue,
+                 "access lines queued for stderr; when stderr falls behind, the oldest queued line is dropped "
+                 "(counted in qvi_access_log_dropped_lines_total) rather than holding up calls")
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))->group("Logging");
   app.add_option("--shutdown-grace-seconds", o.shutdown_grace_seconds,
                  "on SIGTERM/SIGINT, time given to accepted requests to finish")
       ->check(CLI::Range(0.0, 3600.0))->group("Lifecycle");

@@ -62,6 +62,7 @@ struct ServerOptions {
     std::string level = "info";
     std::string format = "text";  // or "json": one JSON object per line
     bool access_log = false;
+    int64_t access_log_queue = 8192;  // lines queued for stderr; beyond it the oldest are dropped
   } logging;
   double shutdown_grace_seconds = 30;
   // On SIGTERM/SIGINT: health reads NOT_SERVING this long while calls are still taken, so that a

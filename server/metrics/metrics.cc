@@ -135,21 +135,24 @@ Metrics::~Metrics() {
 // The process's own resources under the names Prometheus's client libraries use
 // (process_cpu_seconds_total, ...), read from the kernel at each scrape. With them a scrape tells the
 // server's CPU per request (qvi-perf --metrics) and a soak its growth, without a second tool.
+static prometheus::MetricFamily OneValueFamily(const std::string& name, const std::string& help,
+                                               prometheus::MetricType type, double value) {
+  prometheus::MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = type;
+  prometheus::ClientMetric m;
+  if (type == prometheus::MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f.metric.push_back(m);
+  return f;
+}
+
 static std::vector<prometheus::MetricFamily> ProcessMetrics() {
-  auto family = [](const char* name, const char* help, prometheus::MetricType type, double value) {
-    prometheus::MetricFamily f;
-    f.name = name;
-    f.help = help;
-    f.type = type;
-    prometheus::ClientMetric m;
-    if (type == prometheus::MetricType::Counter) {
-      m.counter.value = value;
-    } else {
-      m.gauge.value = value;
-    }
-    f.metric.push_back(m);
-    return f;
-  };
+  const auto& family = OneValueFamily;
   std::vector<prometheus::MetricFamily> out;
   rusage usage{};
   if (getrusage(RUSAGE_SELF, &usage) == 0) {
@@ -178,9 +181,20 @@ static std::vector<prometheus::MetricFamily> ProcessMetrics() {
   return out;
 }
 
+void Metrics::AddScrapedCounter(const std::string& name, const std::string& help, std::function<double()> read) {
+  MutexLock lock(&mu_);
+  scraped_.push_back({name, help, std::move(read)});
+}
+
 std::string Metrics::Serialize() const {
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (prometheus::MetricFamily& f : ProcessMetrics()) families.push_back(std::move(f));
+  {
+    MutexLock lock(&mu_);
+    for (const ScrapedCounter& c : scraped_) {
+      families.push_back(OneValueFamily(c.name, c.help, prometheus::MetricType::Counter, c.read()));
+    }
+  }
   return prometheus::TextSerializer().Serialize(families);
 }
 

@@ -16,11 +16,13 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/core/model_repository.h"
@@ -56,6 +58,10 @@ class Metrics final : public ServingObserver {
   void OnBatch(const std::string& model, int64_t version, const BatchReport& batch) override;
   void OnQueueDepth(const std::string& model, int64_t version, size_t texts) override;
 
+  // A counter read at each scrape from `read` (for counts kept elsewhere, such as the access log's
+  // dropped lines). Call before the first scrape.
+  void AddScrapedCounter(const std::string& name, const std::string& help, std::function<double()> read);
+
   // The repository's events: qvi_model_state{model,version,state} is 1 for a version's current
   // state; an unloaded version's series are removed.
   void OnModelEvent(const std::string& model, const VersionStatus& status);
@@ -90,7 +96,13 @@ class Metrics final : public ServingObserver {
   prometheus::Family<prometheus::Gauge>& model_state_;
   prometheus::Family<prometheus::Gauge>& model_info_;
 
-  Mutex mu_;
+  struct ScrapedCounter {
+    std::string name, help;
+    std::function<double()> read;
+  };
+
+  mutable Mutex mu_;
+  std::vector<ScrapedCounter> scraped_ ABSL_GUARDED_BY(mu_);
   // Series looked up per event; prometheus-cpp's Family::Add would do the same under its own lock,
   // but this map also lets an unloaded version's series be removed.
   std::map<std::pair<std::string, int64_t>, VersionSeries> versions_ ABSL_GUARDED_BY(mu_);

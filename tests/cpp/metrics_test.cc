@@ -53,6 +53,17 @@ TEST(MetricsTest, TheProcessReportsItsCpuMemoryThreadsAndDescriptors) {
   EXPECT_NE(text.find("# TYPE process_resident_memory_bytes gauge"), std::string::npos);
 }
 
+TEST(MetricsTest, AScrapedCounterIsReadAtEachScrape) {
+  Metrics m;
+  double dropped = 0;
+  m.AddScrapedCounter("qvi_access_log_dropped_lines_total", "dropped lines", [&dropped] { return dropped; });
+  EXPECT_EQ(Sample(m.Serialize(), "qvi_access_log_dropped_lines_total"), 0);
+  dropped = 7;
+  const std::string text = m.Serialize();
+  EXPECT_EQ(Sample(text, "qvi_access_log_dropped_lines_total"), 7);
+  EXPECT_NE(text.find("# TYPE qvi_access_log_dropped_lines_total counter"), std::string::npos);
+}
+
 TEST(MetricsTest, BatchesReportSizeTokensPaddingQueueAndCompute) {
   Metrics m;
   BatchReport b;

@@ -84,7 +84,9 @@ class Background:
 class ServerProcess:
     """qvi-server on a free port over `store`, started and stopped (SIGTERM, exit code 0)."""
 
-    def __init__(self, store, work, *extra_args, plaintext_ready=True):
+    def __init__(self, store, work, *extra_args, plaintext_ready=True, log_pipe=False):
+        """log_pipe: the server's stdout and stderr go to a pipe (self.proc.stdout) that the test reads
+        itself, or leaves unread to see what a blocked stderr does; log() is then not available."""
         assert os.path.exists(SERVER), f"{SERVER} is missing: scripts/test.sh builds it"
         self.work = work
         port_file = os.path.join(work, "port")
@@ -94,7 +96,7 @@ class ServerProcess:
         self.proc = subprocess.Popen([SERVER, "--model-store", store, "--port", "0", "--host", "127.0.0.1",
                                       "--port-file", port_file, "--device", "cpu", "--metrics-port", "0",
                                       "--metrics-port-file", metrics_port_file, *extra_args],
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+                                     stdout=subprocess.PIPE if log_pipe else self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while not os.path.exists(port_file):
             assert self.proc.poll() is None, f"qvi-server exited: {self.log()}"

@@ -8,6 +8,8 @@
   (--max-connection-idle-seconds), and the GOAWAY a client that pings too often gets
   (--min-client-ping-interval-seconds). These speak HTTP/2 over a plain socket, frame by frame,
   because a gRPC client library hides exactly what is checked here.
+- A stderr that nobody reads does not stop serving under --access-log: access lines queue, and the
+  oldest are dropped and counted once the queue is full.
 """
 import json
 import os
@@ -15,6 +17,7 @@ import shutil
 import socket
 import struct
 import tempfile
+import threading
 import time
 
 import grpc
@@ -185,3 +188,46 @@ def test_an_answer_cut_by_the_deadline_is_not_counted_ok(one_big_batch, api):
     assert len(access) == 5, access
     assert sum("code=DEADLINE_EXCEEDED" in line for line in access) == seen["DEADLINE_EXCEEDED"], access[-5:]
     assert sum("code=OK" in line for line in access) == 2 + seen["OK"], access[-5:]
+
+
+# --- a blocked stderr ----------------------------------------------------------------------------
+
+def test_a_blocked_stderr_does_not_stop_serving(api):
+    """The server's stderr is a pipe nobody reads: once its 64 KiB are full, a synchronous access
+    log would hold every gRPC thread in write(). The calls must all be answered, promptly, and every
+    access line either reach stderr later or be counted as dropped."""
+    pb, pb_grpc = api
+    work = tempfile.mkdtemp(prefix="qvi_blocked_stderr_py_")
+    calls = 1500  # ~350 KB of access lines: well over the pipe (64 KiB) and the queue (64 lines)
+    proc = ServerProcess(STORE, work, "--access-log", "--access-log-queue", "64", log_pipe=True)
+    drained = []
+    try:
+        stub = pb_grpc.InferenceStub(proc.channel)
+        request = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine"])
+        start = time.monotonic()
+        pending = []
+        for i in range(calls):
+            pending.append(stub.Classify.future(request, timeout=60))
+            if len(pending) == 16:
+                for f in pending:
+                    f.result()  # raises on anything but OK
+                pending.clear()
+        for f in pending:
+            f.result()
+        took = time.monotonic() - start
+        assert took < 60, f"{calls} calls took {took:.1f} s with stderr blocked"
+        # Every line is now either in the pipe, in the queue, or dropped; nothing more is logged.
+        wait_until(lambda: proc.metrics().get("qvi_access_log_dropped_lines_total", 0) > 0,
+                   "access lines to be dropped while stderr is blocked")
+        dropped = proc.metrics()["qvi_access_log_dropped_lines_total"]
+        reader = threading.Thread(target=lambda: drained.append(proc.proc.stdout.read()))
+        reader.start()
+        proc.stop()
+        reader.join(timeout=60)
+    finally:
+        if proc.proc.poll() is None:
+            proc.proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    lines = [line for line in drained[0].decode(errors="replace").splitlines() if "method=Classify" in line]
+    assert len(lines) + dropped == calls, (len(lines), dropped)
+    assert len(lines) >= 64, "the queued lines were not written out after stderr unblocked"
