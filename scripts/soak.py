@@ -58,6 +58,10 @@ def proc_stats(pid):
         for line in f:
             if line.startswith("VmRSS:"):
                 stats["rss_mib"] = round(int(line.split()[1]) / 1024, 1)
+            elif line.startswith("RssAnon:"):  # the heap, stacks, anonymous mappings
+                stats["rss_anon_mib"] = round(int(line.split()[1]) / 1024, 1)
+            elif line.startswith("RssFile:"):  # pages of the binary and its libraries touched so far
+                stats["rss_file_mib"] = round(int(line.split()[1]) / 1024, 1)
             elif line.startswith("Threads:"):
                 stats["threads"] = int(line.split()[1])
     stats["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
@@ -200,7 +204,7 @@ def main():
 
     growth = {}
     if start_figures and end_figures:
-        for k in ("rss_mib", "fds", "threads", "series"):
+        for k in ("rss_mib", "rss_anon_mib", "rss_file_mib", "fds", "threads", "series"):
             growth[k] = round((end_figures[k] - start_figures[k]) / max(start_figures[k], 1), 4)
     bad = {c: n for c, n in codes.items() if c not in ALLOWED}
     report = {"seconds": args.seconds, "clients": args.clients, "rollouts": len(rollouts), "codes": dict(codes),
