@@ -34,6 +34,14 @@ int main(int argc, char** argv) {
   app.add_option("--words", words, "mean length of the generated texts, in words")->capture_default_str();
   app.add_option("--words-stddev", words_stddev, "standard deviation of the length")->capture_default_str();
   app.add_option("--seed", seed, "seed of the generated texts (qvi-perf's default is 1)")->capture_default_str();
+  std::string maps = "off";
+  bool explain = false;
+  app.add_option("--maps", maps,
+                 "ask for the per-layer attention maps: off (the model skips them when it can), on, or both "
+                 "(each batch size measured without and with, side by side)")
+      ->check(CLI::IsMember({"off", "on", "both"}))
+      ->capture_default_str();
+  app.add_flag("--explain", explain, "also ask for the explanations α and β (attention, gates)");
   app.add_option("--json", json, "also write the results as JSON here");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(threads);
@@ -55,12 +63,21 @@ int main(int argc, char** argv) {
     }
     ids.push_back(std::move(row));
   }
-  const std::vector<std::string> wanted = (*model)->manifest().task == qvi::Task::kClassification
-                                              ? std::vector<std::string>{"logits"}
-                                              : std::vector<std::string>{"tags", "emissions"};
-  std::printf("%6s %10s %10s %10s %10s\n", "batch", "texts/s", "batches/s", "p50 ms", "p99 ms");
+  std::vector<std::string> wanted = (*model)->manifest().task == qvi::Task::kClassification
+                                        ? std::vector<std::string>{"logits"}
+                                        : std::vector<std::string>{"tags", "emissions"};
+  if (explain) wanted.insert(wanted.end(), {"attention", "gates"});
+  std::vector<bool> map_settings;
+  if (maps != "on") map_settings.push_back(false);
+  if (maps != "off") map_settings.push_back(true);
+  std::cerr << "forward_without_maps: " << ((*model)->has_forward_without_maps() ? "yes" : "no (forward always forms the maps)")
+            << "\n";
+  std::printf("%6s %5s %10s %10s %10s %10s\n", "batch", "maps", "texts/s", "batches/s", "p50 ms", "p99 ms");
   nlohmann::json results = nlohmann::json::array();
   for (int bs : batch_sizes) {
+   for (bool with_maps : map_settings) {
+    std::vector<std::string> asked = wanted;
+    if (with_maps) asked.push_back("layer_attention");
     std::vector<double> ms;
     size_t next = 0;
     int64_t texts = 0;
@@ -82,7 +99,7 @@ int main(int argc, char** argv) {
         }
       }
       next += bs;
-      auto out = (*model)->Forward(id, mask, wanted);
+      auto out = (*model)->Forward(id, mask, asked);
       if (!out.ok()) {
         std::cerr << out.status() << "\n";
         return 1;
@@ -93,13 +110,17 @@ int main(int argc, char** argv) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::sort(ms.begin(), ms.end());
     const double p50 = ms[ms.size() / 2], p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-    std::printf("%6d %10.1f %10.1f %10.3f %10.3f\n", bs, texts / elapsed, ms.size() / elapsed, p50, p99);
-    results.push_back({{"batch_size", bs}, {"texts_per_s", texts / elapsed}, {"batches_per_s", ms.size() / elapsed},
-                       {"p50_ms", p50}, {"p99_ms", p99}});
+    std::printf("%6d %5s %10.1f %10.1f %10.3f %10.3f\n", bs, with_maps ? "on" : "off", texts / elapsed,
+                ms.size() / elapsed, p50, p99);
+    results.push_back({{"batch_size", bs}, {"maps", with_maps}, {"texts_per_s", texts / elapsed},
+                       {"batches_per_s", ms.size() / elapsed}, {"p50_ms", p50}, {"p99_ms", p99}});
+   }
   }
   if (!json.empty()) {
     std::ofstream(json) << nlohmann::json{{"model_pt", path}, {"device", (*model)->device()}, {"words", words},
-                                          {"torch_threads", threads}, {"steps", results}}
+                                          {"torch_threads", threads}, {"explain", explain},
+                                          {"forward_without_maps", (*model)->has_forward_without_maps()},
+                                          {"steps", results}}
                                .dump(2)
                         << "\n";
   }

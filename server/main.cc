@@ -63,10 +63,11 @@ void LogModelEvent(const std::string& name, const VersionStatus& v) {
     const Manifest& m = v.model->manifest();
     const ServingConfig& c = v.serving;
     spdlog::info("model {}@{} READY: {} ({}) on {}, {} labels/tags, max_tokens {}; batches of up to {} texts / {} "
-                 "tokens / {} ms, {} instance(s)",
+                 "tokens / {} ms, {} instance(s){}",
                  name, v.version, m.display_name, m.task == Task::kClassification ? "classification" : "tagging",
                  v.model->device(), m.task == Task::kClassification ? m.labels.size() : m.tags.size(),
-                 m.tokenizer.max_tokens, c.max_batch_size, c.max_batch_tokens, c.max_queue_delay_ms, c.instances);
+                 m.tokenizer.max_tokens, c.max_batch_size, c.max_batch_tokens, c.max_queue_delay_ms, c.instances,
+                 v.model->has_forward_without_maps() ? "; batches that ask for no attention maps skip them" : "");
   } else {
     spdlog::error("model {}@{} {}: {}", name, v.version, ModelStateName(v.state), v.reason);
   }

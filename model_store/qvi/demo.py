@@ -62,14 +62,19 @@ def cmd_demo(args: argparse.Namespace) -> None:
     os.makedirs(work, exist_ok=True)
     for name, corpus, arch, description in DEMO:
         target = os.path.join(args.store, name, "1", "model.pt")
-        if os.path.exists(target) and not args.force:
-            print(f"{target} exists (use --force to rebuild)")
-            continue
+        path = os.path.join(work, f"{name}.ckpt")
         argv = train_argv(args.corpora, corpus, arch, "qvi", args.seed)
         t0 = time.time()
-        ckpt = run_training(_parse(argv))
-        path = os.path.join(work, f"{name}.ckpt")
-        torch.save(ckpt, path)
+        if args.reexport:
+            if not os.path.exists(path):
+                raise SystemExit(f"{path} is missing: run `python -m qvi demo` to train it")
+            ckpt = torch.load(path, weights_only=False)
+        else:
+            if os.path.exists(target) and not args.force:
+                print(f"{target} exists (use --force to rebuild, --reexport to export it again)")
+                continue
+            ckpt = run_training(_parse(argv))
+            torch.save(ckpt, path)
         card = {"description": description,
                 "training_data": CORPUS_CARDS[corpus],
                 "reproduce": "python -m qvi train " + " ".join(argv)}
@@ -161,6 +166,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--store", default=DEFAULT_STORE)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--force", action="store_true", help="rebuild models that exist")
+    p.add_argument("--reexport", action="store_true",
+                   help="export the models again from their checkpoints in work/, without training (after a "
+                        "change to the model or export code)")
     p.set_defaults(func=cmd_demo)
     p = sub.add_parser("results", help="every architecture with and without QVI over seeds")
     p.add_argument("--corpora", default=DEFAULT_CORPORA)

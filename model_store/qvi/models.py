@@ -15,6 +15,12 @@ Output names and shapes (B batch, T tokens, C labels, K tags, L layers, H heads)
 For classifiers `attention`/`gates` come from the final attention pooling; for taggers, which have
 no pooling, `attention` is the attention each token receives (the column mean of the maps over
 layers, heads and real queries) and `gates` is β averaged over layers and heads.
+
+Transformer models also export forward_without_maps(token_ids, mask): every output above except
+`layer_attention`, computed without ever forming the per-layer maps where nothing else needs them
+(the classifiers' attentions run as fused scaled-dot-product attention; the taggers form one
+layer's map at a time, for the attention each token receives, and keep none). A server calls it for
+batches in which nobody asked for the maps; the outputs it shares with forward are equal.
 """
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Tuple
@@ -197,15 +203,19 @@ class _TransformerBody(nn.Module):
         self.register_buffer("positions", sinusoidal_positions(c.max_tokens, c.hidden))
         self.encoder = TransformerEncoder(c.hidden, c.heads, c.layers, c.ffn, c.g, context, c.dropout)
 
-    def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+    def forward(self, token_ids: torch.Tensor, mask: torch.Tensor,
+                maps: str = "maps") -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
+        """(h [B,T,D], the encoder's attention as `maps` chose it, the other outputs)."""
         x = self.drop(self.emb(token_ids))
         if self.cnn is not None:
             x = self.cnn(x, mask)
         elif self.proj is not None:
             x = self.proj(x)
         x = self.drop(x + self.positions[: token_ids.size(1)].unsqueeze(0))
-        h, maps, gates = self.encoder(x, mask)
-        out = {"layer_attention": maps}
+        h, attention, gates = self.encoder(x, mask, maps)
+        out: Dict[str, torch.Tensor] = {}
+        if maps == "maps":
+            out["layer_attention"] = attention
         if "beta" in gates:
             out["layer_gates"] = gates["beta"]
         if "lambda_q" in gates:
@@ -213,7 +223,7 @@ class _TransformerBody(nn.Module):
             out["layer_lambda_k"] = gates["lambda_k"]
             out["lambda_q"] = _mean_over_layers_heads(gates["lambda_q"])
             out["lambda_k"] = _mean_over_layers_heads(gates["lambda_k"])
-        return h, out
+        return h, attention, out
 
 
 class TransformerClassifier(nn.Module):
@@ -228,7 +238,14 @@ class TransformerClassifier(nn.Module):
         self.out = nn.Linear(c.hidden, c.num_outputs)
 
     def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
-        h, out = self.body(token_ids, mask)
+        return self._run(token_ids, mask, "maps")
+
+    @torch.jit.export
+    def forward_without_maps(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return self._run(token_ids, mask, "none")
+
+    def _run(self, token_ids: torch.Tensor, mask: torch.Tensor, maps: str) -> Dict[str, torch.Tensor]:
+        h, _, out = self.body(token_ids, mask, maps)
         pooled, alpha, beta = self.pool(h, mask)
         out["logits"] = self.out(self.drop(pooled))
         out["attention"] = alpha
@@ -247,16 +264,26 @@ class TransformerCRF(nn.Module):
         self.crf = CRF(c.num_outputs)
 
     def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
-        h, out = self.body(token_ids, mask)
+        return self._run(token_ids, mask, "maps")
+
+    @torch.jit.export
+    def forward_without_maps(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return self._run(token_ids, mask, "received")
+
+    def _run(self, token_ids: torch.Tensor, mask: torch.Tensor, maps: str) -> Dict[str, torch.Tensor]:
+        h, attention, out = self.body(token_ids, mask, maps)
         emissions = self.emit(h)
         out["emissions"] = emissions
         if not self.training:
             out["tags"] = self.crf.decode(emissions, mask)
         # attention received by each token: mean over layers, heads and real queries
-        maps = out["layer_attention"]
-        q = mask.to(maps.dtype).unsqueeze(1).unsqueeze(1).unsqueeze(-1)        # [B,1,1,T,1]
-        n_real = mask.to(maps.dtype).sum(1).clamp(min=1.0).view(-1, 1)
-        out["attention"] = (maps * q).sum(dim=3).mean(dim=(1, 2)) / n_real
+        if maps == "maps":
+            q = mask.to(attention.dtype).unsqueeze(1).unsqueeze(1).unsqueeze(-1)   # [B,1,1,T,1]
+            received = (attention * q).sum(dim=3)                                 # [B,L,H,T]
+        else:
+            received = attention
+        n_real = mask.to(received.dtype).sum(1).clamp(min=1.0).view(-1, 1)
+        out["attention"] = received.mean(dim=(1, 2)) / n_real
         if "layer_gates" in out:
             out["gates"] = _mean_over_layers_heads(out["layer_gates"])
         return out

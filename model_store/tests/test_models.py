@@ -114,3 +114,45 @@ def test_empty_text_gives_finite_outputs():
             out = model(ids, mask)
         for name, value in out.items():
             assert torch.isfinite(value.float()).all(), f"{arch} {name}"
+
+
+MAPPED = [(a, g) for a, g in ALL if a in ("transformer", "ctx_transformer", "transformer_crf", "cnn_transformer_crf")] \
+    + [("transformer", "g2"), ("ctx_transformer", "none")]
+
+
+@pytest.mark.parametrize("arch,g", MAPPED)
+def test_forward_without_maps_gives_the_same_answers(arch, g):
+    """forward_without_maps: every output of forward but the maps, equal to forward's (eager and
+    scripted), an empty text included; padding still does not leak into it."""
+    model = make(arch, g)
+    scripted = torch.jit.script(model)
+    items = texts() + [torch.tensor([], dtype=torch.long)]
+    ids, mask = batch(items)
+    with torch.no_grad():
+        full = model(ids, mask)
+        for run in (model.forward_without_maps, scripted.forward_without_maps):
+            lean = run(ids, mask)
+            assert set(full) - set(lean) == {"layer_attention"}, sorted(lean)
+            for name, value in lean.items():
+                assert torch.isfinite(value.float()).all(), f"{arch} {g} {name}"
+                torch.testing.assert_close(value, full[name], atol=1e-5, rtol=1e-5, msg=f"{arch} {g} {name}")
+        together = scripted.forward_without_maps(ids, mask)
+        for i, x in enumerate(items[:-1]):
+            alone = scripted.forward_without_maps(*batch([x]))
+            n = len(x)
+            for name, value in alone.items():
+                a, b = value[0], together[name][i]
+                if name == "emissions":
+                    a, b = a[:n], b[:n]
+                elif name != "logits":
+                    a, b = a[..., :n], b[..., :n]
+                torch.testing.assert_close(a.float(), b.float(), atol=1e-5, rtol=1e-5, msg=f"{arch} {g} {name} text {i}")
+
+
+def test_only_models_with_maps_have_a_forward_without_them():
+    """The server looks for forward_without_maps; models without per-layer maps do not need one."""
+    for arch in CLASSIFIERS + TAGGERS:
+        scripted = torch.jit.script(make(arch, "qvi"))
+        with torch.no_grad():
+            has_maps = "layer_attention" in scripted(*batch(texts()))
+        assert hasattr(scripted, "forward_without_maps") == has_maps, arch

@@ -6,11 +6,14 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <exception>
 #include <filesystem>
+#include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace qvi {
 namespace {
@@ -133,8 +136,31 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, cons
   torch::Tensor mask = torch::ones({2, 4}, torch::kBool);
   mask.index_put_({1, torch::indexing::Slice(2)}, false);
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::map<std::string, torch::Tensor>> out = model->Forward(ids, mask, {});
+    absl::StatusOr<std::map<std::string, torch::Tensor>> out = model->Forward(ids, mask, {"layer_attention"});
     if (!out.ok()) return absl::InvalidArgumentError(absl::StrCat("warm-up failed: ", out.status().message()));
+  }
+  if (model->has_forward_without_maps()) {
+    // The second method must answer like the first, maps aside: the server picks between them per
+    // batch, and an output missing from one would silently vanish from some answers.
+    std::set<std::string> full, lean;
+    try {
+      c10::InferenceMode guard;
+      std::vector<torch::jit::IValue> inputs{ids.to(*device), mask.to(*device)};
+      for (const auto& kv : model->module_.forward(inputs).toGenericDict()) full.insert(kv.key().toStringRef());
+      for (int i = 0; i < 2; ++i) {
+        lean.clear();
+        for (const auto& kv : (*model->without_maps_)(inputs).toGenericDict()) lean.insert(kv.key().toStringRef());
+      }
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      return absl::InvalidArgumentError(absl::StrCat("warm-up of forward_without_maps failed: ", what.substr(0, what.find('\n'))));
+    }
+    full.erase("layer_attention");
+    if (full != lean) {
+      return absl::InvalidArgumentError(absl::StrCat("forward_without_maps returns [", absl::StrJoin(lean, ","),
+                                                     "] but forward returns [", absl::StrJoin(full, ","),
+                                                     "] besides layer_attention; they must agree"));
+    }
   }
   return model;
 }
@@ -149,7 +175,9 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch:
     std::vector<torch::jit::IValue> inputs;
     inputs.emplace_back(cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids);
     inputs.emplace_back(cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask);
-    c10::Dict<c10::IValue, c10::IValue> result = module_.forward(inputs).toGenericDict();
+    const bool maps_wanted = std::find(wanted.begin(), wanted.end(), "layer_attention") != wanted.end();
+    c10::Dict<c10::IValue, c10::IValue> result =
+        (maps_wanted || !without_maps_ ? module_.forward(inputs) : (*without_maps_)(inputs)).toGenericDict();
     for (const std::string& name : wanted) {
       auto it = result.find(name);
       if (it != result.end()) out[name] = it->value().toTensor();

@@ -15,6 +15,7 @@ struct StreamGuard;
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,8 @@ class Model {
 
   // Runs the model on a padded batch (ids and mask [B,T] on the CPU) and returns the outputs named
   // in `wanted` that the model produces, copied to the CPU. Other outputs never leave the device.
+  // When `wanted` has no layer_attention and the module exports forward_without_maps, that method
+  // runs instead of forward: same outputs but the maps, which it never forms (see models.py).
   // Work goes to the calling thread's current stream (see DeviceStreamScope); the result is on the
   // CPU and complete when this returns. Outputs whose shape or type contradicts the manifest are an
   // INTERNAL error: a model file is untrusted input too.
@@ -80,6 +83,8 @@ class Model {
   const Vocabulary& vocabulary() const { return vocabulary_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   std::string device() const { return device_.str(); }
+  // Whether batches that want no attention maps run forward_without_maps.
+  bool has_forward_without_maps() const { return without_maps_.has_value(); }
   torch::Device torch_device() const { return device_; }
 
  private:
@@ -88,13 +93,15 @@ class Model {
         manifest_(std::move(manifest)),
         vocabulary_(std::move(vocabulary)),
         tokenizer_(manifest_.tokenizer),
-        device_(device) {}
+        device_(device),
+        without_maps_(module_.find_method("forward_without_maps")) {}
 
   mutable torch::jit::Module module_;  // forward() is not const in the API, but does not mutate
   Manifest manifest_;
   Vocabulary vocabulary_;
   Tokenizer tokenizer_;
   torch::Device device_;
+  std::optional<torch::jit::Method> without_maps_;  // declared after module_, which it refers to
 };
 
 }  // namespace qvi

@@ -358,6 +358,41 @@ TEST_F(InferenceServiceTest, OnlySelectedLayersAndHeadsLeaveTheModel) {
   }
 }
 
+// A batch that asks for no maps runs forward_without_maps (the maps are never formed); its answers
+// equal those of forward, for the classifier (fused attention) and the tagger.
+TEST_F(InferenceServiceTest, BatchesWithoutMapsSkipThemAndAnswerTheSame) {
+  for (const char* name : {"sentiment", "ner"}) {
+    absl::StatusOr<ServableHandle> h = repo_->Resolve(name, 0);
+    ASSERT_TRUE(h.ok()) << h.status();
+    const Model& model = *(*h)->model;
+    ASSERT_TRUE(model.has_forward_without_maps()) << name << ": re-export the demo models (python -m qvi demo --reexport)";
+    torch::Tensor ids = torch::arange(2, 20, torch::kLong).view({3, 6});
+    torch::Tensor mask = torch::ones({3, 6}, torch::kBool);
+    mask.index_put_({1, torch::indexing::Slice(2)}, false);
+    mask.index_put_({2, torch::indexing::Slice(4)}, false);
+    std::vector<std::string> explained = {"logits", "emissions", "tags", "attention", "gates", "layer_gates"};
+    std::vector<std::string> with_maps = explained;
+    with_maps.push_back("layer_attention");
+    auto lean = model.Forward(ids, mask, explained);
+    auto full = model.Forward(ids, mask, with_maps);
+    ASSERT_TRUE(lean.ok()) << lean.status();
+    ASSERT_TRUE(full.ok()) << full.status();
+    EXPECT_EQ(lean->count("layer_attention"), 0u);
+    EXPECT_EQ(full->count("layer_attention"), 1u);
+    size_t compared = 0;
+    for (const auto& [output, t] : *lean) {
+      ASSERT_EQ(full->count(output), 1u) << name << " " << output;
+      if (t.is_floating_point()) {
+        EXPECT_TRUE(torch::allclose(t, full->at(output), 1e-5, 1e-5)) << name << " " << output;
+      } else {
+        EXPECT_TRUE(torch::equal(t, full->at(output))) << name << " " << output;
+      }
+      ++compared;
+    }
+    EXPECT_EQ(compared + 1, full->size()) << name;  // everything but the maps
+  }
+}
+
 TEST_F(InferenceServiceTest, SubmitAnswersExactlyOnce) {
   auto svc = Service();
   Mutex mu;

@@ -141,6 +141,49 @@ def test_corrupt_version_is_failed_and_nothing_else_changes(live, api):
     assert [(v, s) for v, s, _ in versions_of(api, proc.channel, "ner")] == [(1, "MODEL_STATE_READY")]
 
 
+def _export_disagreeing_model(store):
+    """A Transformer classifier whose forward_without_maps leaves out the gates β that forward returns:
+    were it served, answers from batches without maps would silently lose their gates."""
+    import torch
+    from qvi import artifact
+    from qvi.models import ModelConfig, TransformerClassifier
+    from qvi.tokenizer import TokenizerConfig, Vocabulary
+    from typing import Dict
+
+    class Disagreeing(TransformerClassifier):
+        @torch.jit.export
+        def forward_without_maps(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+            out = self._run(token_ids, mask, "none")
+            out.pop("gates")
+            return out
+
+    torch.manual_seed(0)
+    cfg = ModelConfig("transformer", 4, 2, g="qvi", emb_dim=8, hidden=8, heads=2, ffn=8)
+    vocab = Vocabulary(["[PAD]", "[UNK]", "a", "b"])
+    manifest = artifact.build_manifest("disagreeing", cfg, TokenizerConfig(), vocab, ["x", "y"], "", {})
+    # Exported beside the store, then moved in whole: the server must not see a half-made folder.
+    staging = tempfile.mkdtemp(prefix="qvi_disagreeing_")
+    artifact.export(Disagreeing(cfg), manifest, vocab, staging, 1)
+    shutil.move(os.path.join(staging, "disagreeing"), os.path.join(store, "disagreeing"))
+    shutil.rmtree(staging)
+
+
+def test_a_model_whose_two_forwards_disagree_is_failed_with_the_reason(live, api):
+    proc, store = live
+    _export_disagreeing_model(store)
+
+    def states():
+        try:
+            return [(v, s) for v, s, _ in versions_of(api, proc.channel, "disagreeing")]
+        except grpc.RpcError as e:  # NOT_FOUND until the server's next look at the store
+            assert e.code() == grpc.StatusCode.NOT_FOUND, e
+            return []
+    wait_until(lambda: states() == [(1, "MODEL_STATE_FAILED")], "disagreeing@1 FAILED")
+    reason = versions_of(api, proc.channel, "disagreeing")[0][2]
+    assert "forward_without_maps returns" in reason and "gates" in reason, reason
+    assert health(proc.channel, "sentiment") == "SERVING"  # the other models are untouched
+
+
 def test_removed_versions_drain_and_the_older_one_returns(live, api):
     proc, store = live
     with Traffic(api, proc.channel) as traffic:

@@ -78,8 +78,9 @@ class TransformerLayer(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
-        a, attn, gates = self.attn(x, mask)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor,
+                maps: str = "maps") -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
+        a, attn, gates = self.attn(x, mask, maps)
         x = self.norm1(x + self.dropout(a))
         x = self.norm2(x + self.dropout(self.ffn(x)))
         return x, attn, gates
@@ -88,8 +89,10 @@ class TransformerLayer(nn.Module):
 class TransformerEncoder(nn.Module):
     """A stack of L TransformerLayers over x [B,T,D] (positions already added).
 
-    Returns (x [B,T,D], attention maps [B,L,H,T,T], gates: name -> [B,L,H,T]) where the gate names
-    are those of MultiHeadSelfAttention ("beta", "lambda_q", "lambda_k").
+    Returns (x [B,T,D], attention, gates: name -> [B,L,H,T]) where the gate names are those of
+    MultiHeadSelfAttention ("beta", "lambda_q", "lambda_k") and `maps` chooses the attention:
+    the maps [B,L,H,T,T] ("maps"), the attention each position receives [B,L,H,T] ("received"), or
+    an empty tensor ("none"; the maps are never formed).
     """
 
     def __init__(self, dim: int, heads: int, layers: int, ffn: int, g: str = "none",
@@ -98,12 +101,14 @@ class TransformerEncoder(nn.Module):
         self.layers = nn.ModuleList(
             [TransformerLayer(dim, heads, ffn, g, context, dropout) for _ in range(layers)])
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
-        maps: List[torch.Tensor] = []
+    def forward(self, x: torch.Tensor, mask: torch.Tensor,
+                maps: str = "maps") -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
+        attention: List[torch.Tensor] = []
         per_layer: Dict[str, List[torch.Tensor]] = {}
         for layer in self.layers:
-            x, attn, gates = layer(x, mask)
-            maps.append(attn)
+            x, attn, gates = layer(x, mask, maps)
+            if maps != "none":
+                attention.append(attn)
             for name, value in gates.items():
                 if name not in per_layer:
                     per_layer[name] = []
@@ -111,4 +116,6 @@ class TransformerEncoder(nn.Module):
         stacked: Dict[str, torch.Tensor] = {}
         for name, values in per_layer.items():
             stacked[name] = torch.stack(values, dim=1)
-        return x, torch.stack(maps, dim=1), stacked
+        if maps == "none":
+            return x, torch.zeros(0, dtype=x.dtype, device=x.device), stacked
+        return x, torch.stack(attention, dim=1), stacked

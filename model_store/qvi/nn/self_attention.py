@@ -2,9 +2,23 @@
 from typing import Dict, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from qvi.nn.functional import masked_mean, masked_softmax
+
+
+MAPS = ("maps", "received", "none")
+
+
+def _attend(s: torch.Tensor, r: torch.Tensor, values: torch.Tensor, r_mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """softmax(S Rᵀ · scale) V over the positions of R where r_mask [B,T] is True, without forming
+    the weights. A text with no real position gets zeros, as masked_softmax gives: it attends over
+    every position (so no NaN arises) and the result is multiplied by 0."""
+    real = r_mask.any(dim=1, keepdim=True)
+    allowed = r_mask | ~real
+    out = F.scaled_dot_product_attention(s, r, values, attn_mask=allowed.unsqueeze(1).unsqueeze(2), scale=scale)
+    return out * real.to(out.dtype).view(-1, 1, 1, 1)
 
 
 class MultiHeadSelfAttention(nn.Module):
@@ -33,8 +47,16 @@ class MultiHeadSelfAttention(nn.Module):
     β has shape [B,H,T]. W is a d×d matrix per head.
 
     Multi-head outputs are concatenated and projected by W_O as in the Transformer.
-    Returns (output [B,T,D], A [B,H,T,T], gates) where gates holds "beta" for g=qvi and
-    "lambda_q", "lambda_k" for context=True, each [B,H,T] and 0 on padding.
+    Returns (output [B,T,D], A, gates) where gates holds "beta" for g=qvi and "lambda_q",
+    "lambda_k" for context=True, each [B,H,T] and 0 on padding. What comes back as A is chosen by
+    `maps` (see MAPS):
+        "maps"      the map A [B,H,T,T] itself
+        "received"  the attention each key receives from the real queries, Σ_q A[q, k]  [B,H,T];
+                    A is formed but not kept
+        "none"      an empty tensor; A is never formed: eq. 3/10 and eq. 7 are each one
+                    scaled-dot-product attention (softmax(S Rᵀ/√d) R' with the mask on R's
+                    positions), which PyTorch computes with fused kernels.
+    The output and the gates are the same whichever is chosen (up to float rounding).
     """
 
     g: torch.jit.Final[str]
@@ -80,7 +102,8 @@ class MultiHeadSelfAttention(nn.Module):
         l4 = lam.unsqueeze(-1)
         return (1.0 - l4) * x + l4 * ctx, lam
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor,
+                maps: str = "maps") -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
         b, t, dim = x.shape
         q = self._split(self.w_q(x))
         k = self._split(self.w_k(x))
@@ -100,14 +123,17 @@ class MultiHeadSelfAttention(nn.Module):
             gates["lambda_k"] = lam_k
         scale = 1.0 / (self.head_dim ** 0.5)
         key_mask = mask.unsqueeze(1).unsqueeze(2)  # [B,1,1,T]
-        attn = masked_softmax(torch.matmul(q, k.transpose(-1, -2)) * scale, key_mask, dim=-1)
+        fused = maps == "none"
         if self.g == "none":
             values = v
         else:
             w = self.w_qvi
             assert w is not None
             # eq. 7: every value position attends over the (real) queries
-            q_tilde = torch.matmul(masked_softmax(torch.matmul(v, q.transpose(-1, -2)) * scale, key_mask, dim=-1), q)
+            if fused:
+                q_tilde = _attend(v, q, q, mask, scale)
+            else:
+                q_tilde = torch.matmul(masked_softmax(torch.matmul(v, q.transpose(-1, -2)) * scale, key_mask, dim=-1), q)
             inter = q_tilde * torch.einsum("bhtd,hde->bhte", v, w)  # Q̃ ∗ W V
             if self.g == "qvi":
                 u = self.u_qvi
@@ -121,6 +147,16 @@ class MultiHeadSelfAttention(nn.Module):
                 values = inter
             else:
                 values = inter + v
-        out = torch.matmul(self.dropout(attn), values)  # eq. 10 (eq. 3 when g = none)
+        if fused:
+            # eq. 10 (eq. 3 when g = none); serving only, so no dropout on weights never formed
+            out = _attend(q, k, values, mask, scale)
+            returned = torch.zeros(0, dtype=x.dtype, device=x.device)
+        else:
+            attn = masked_softmax(torch.matmul(q, k.transpose(-1, -2)) * scale, key_mask, dim=-1)
+            out = torch.matmul(self.dropout(attn), values)  # eq. 10 (eq. 3 when g = none)
+            if maps == "received":
+                returned = (attn * mask.to(attn.dtype).unsqueeze(1).unsqueeze(-1)).sum(dim=2)
+            else:
+                returned = attn
         out = out.transpose(1, 2).reshape(b, t, dim)
-        return self.w_o(out), attn, gates
+        return self.w_o(out), returned, gates
