@@ -5,6 +5,7 @@
     python -m qvi export   --checkpoint ckpt.pt --store model_store/store --name NAME --version 1
     python -m qvi demo     --store model_store/store               (the demo models the server serves)
     python -m qvi results  --seeds 5                               (model_store/README.md's table)
+    python -m qvi bench-model --dtype bfloat16                     (UNTRAINED BERT-base size, benchmarks only)
 """
 import argparse
 import json
@@ -175,6 +176,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--description", default="")
     p.set_defaults(func=cmd_export)
     demo.add_commands(sub)
+    from qvi import bench_model
+    bench_model.add_commands(sub)
     args = ap.parse_args(argv)
     args.func(args)
 

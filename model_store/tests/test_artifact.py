@@ -123,3 +123,19 @@ def test_demo_models_are_built_and_serve(name, task):
         out = module(ids, mask)
     assert set(out) == set(manifest["outputs"])
     assert abs(float(out["attention"][0].sum()) - 1.0) < 1e-5
+
+
+def test_the_bench_model_has_bert_base_sizes_and_says_it_is_untrained(tmp_path):
+    """bench-model's defaults are BERT-base's sizes; a small one exported reads back as untrained,
+    in the precision asked for, with the generated bench words in its vocabulary."""
+    from qvi.bench_model import BENCH_WORDS, bench_config, export_bench_model
+    c = bench_config()
+    assert (c.layers, c.hidden, c.heads, c.ffn, c.max_tokens, c.vocab_size) == (12, 768, 12, 3072, 128, 30522)
+    small = bench_config(layers=1, width=16, heads=2, ffn=16, max_tokens=8, vocab_size=64)
+    path = export_bench_model(str(tmp_path), small, "bfloat16")
+    module, manifest, vocab = artifact.load(path)
+    assert manifest["name"] == "bert_base_qvi_bf16"
+    assert manifest["model_card"]["untrained"] is True
+    assert manifest["outputs"]["logits"]["dtype"] == "bfloat16"
+    assert len(vocab.tokens) == 64 and all(w in vocab.index for w in BENCH_WORDS)
+    assert next(module.parameters()).dtype == torch.bfloat16

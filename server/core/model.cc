@@ -203,6 +203,9 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch:
         }
       }
       t = t.to(torch::kCPU);
+      // A half-precision model (bf16, fp16) answers in float32 like any other: converted after the
+      // copy, which then moves half the bytes.
+      if (t.is_floating_point() && t.scalar_type() != torch::kFloat) t = t.to(torch::kFloat);
     }
     if (layer_index.defined()) out["layer_index"] = layer_index;
     if (head_index.defined()) out["head_index"] = head_index;
