@@ -91,6 +91,36 @@ def run_limit(work, a):
         return json.load(f)
 
 
+def run_maps(work, a, model_pt, label, batch_sizes, words):
+    """The in-process forward asking for α and β, without and with the per-layer attention maps,
+    side by side at each batch size (qvi-bench-model --maps both)."""
+    out = os.path.join(work, f"maps_{label}.json")
+    cmd = [os.path.join(BUILD, "qvi-bench-model"), "--model-pt", model_pt, "--batch-sizes", batch_sizes,
+           "--seconds", str(a.duration), "--words", str(words), "--device", a.device, "--maps", "both", "--explain",
+           "--json", out]
+    log(" ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd))
+    subprocess.run(cmd, check=True)
+    with open(out) as f:
+        r = json.load(f)
+    r["label"] = label
+    return r
+
+
+def bert_base_models():
+    """The UNTRAINED BERT-base-sized bench models (python -m qvi bench-model), exported once into
+    bench/models/ (ignored by git; about 660 MB for both)."""
+    store = os.path.join(REPO, "bench", "models")
+    paths = {}
+    for dtype, name in (("float32", "bert_base_qvi"), ("bfloat16", "bert_base_qvi_bf16")):
+        path = os.path.join(store, name, "1", "model.pt")
+        if not os.path.exists(path):
+            log(f"exporting {name} (untrained, benchmarks only) into bench/models")
+            subprocess.run([PY, "-m", "qvi", "bench-model", "--store", store, "--dtype", dtype], check=True,
+                           cwd=os.path.join(REPO, "model_store"))
+        paths[name] = path
+    return paths
+
+
 def run_qvi_server(work, a, common):
     port_file, metrics_file = os.path.join(work, "qvi.port"), os.path.join(work, "qvi.metrics")
     # A copy of the store whose serving.json sets the batch size the limit found fastest.
@@ -239,6 +269,24 @@ def markdown(results, info, a, command):
     ]
     for bs, s in sorted(lim.items()):
         lines.append(f"| {bs} | {s['texts_per_s']:.0f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} |")
+    if results.get("maps"):
+        lines += ["", "## Explanations without and with the per-layer attention maps (in-process)", "",
+                  "Each forward asks for the answer, α and β; *maps on* also asks for every layer's and head's "
+                  "attention map. Without maps the server runs the model's `forward_without_maps`, which never "
+                  "forms them (model_store/README.md). Side by side in one qvi-bench-model process per model "
+                  "(`--maps both --explain`).", "",
+                  "| model | words | batch size | maps off texts/s | maps on texts/s | off / on |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for r in results["maps"]:
+            by = {}
+            for st in r["steps"]:
+                by.setdefault(st["batch_size"], {})[st["maps"]] = st
+            for bs, pair in sorted(by.items()):
+                off, on = pair[False]["texts_per_s"], pair[True]["texts_per_s"]
+                lines.append(f"| {r['label']} | {r['words']:g} | {bs} | {off:.1f} | {on:.1f} | {off / on:.2f} x |")
+        if any(r["label"].startswith("bert_base") for r in results["maps"]):
+            lines += ["", "`bert_base_qvi*`: UNTRAINED random weights (`python -m qvi bench-model`), BERT-base's "
+                      "sizes (12 layers, width 768, 12 heads, 128 tokens); for speed only, its answers mean nothing."]
     lines += ["", "## Servers under qvi-perf (closed loop, one text per request)", "",
               "| system | concurrency | texts/s | p50 ms | p90 ms | p99 ms | errors | server queue ms | server compute ms | server batch |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -294,6 +342,9 @@ def main():
     ap.add_argument("--device", default="cpu",
                     help="where every system runs the model: cpu, or cuda (the first GPU) for the GPU comparison")
     ap.add_argument("--skip", default="", help="comma-separated systems to leave out (qvi-server,python-grpc,torchserve)")
+    ap.add_argument("--bert-base", default="",
+                    help="also measure the UNTRAINED BERT-base-sized bench models (float32 and bfloat16, maps off "
+                         "and on) at these batch sizes, e.g. 1,8 (exported into bench/models on first use)")
     ap.add_argument("--report-only", action="store_true",
                     help="measure nothing: rewrite BENCHMARKS.md and the plot from bench/results/results.json")
     a = ap.parse_args()
@@ -318,6 +369,10 @@ def main():
     common = ["--model", MODEL, "--concurrency", a.concurrency, "--duration", str(a.duration), "--warmup",
               str(a.warmup), "--words", str(a.words)]
     results = {"limit": run_limit(work, a)}
+    results["maps"] = [run_maps(work, a, MODEL_PT, MODEL, a.batch_sizes, a.words)]
+    if a.bert_base:
+        for name, path in bert_base_models().items():
+            results["maps"].append(run_maps(work, a, path, name, a.bert_base, 128))
     # Both batching servers get the batch size at which the model itself is fastest on this machine.
     a.max_batch = max(results["limit"]["steps"], key=lambda s: s["texts_per_s"])["batch_size"]
     log(f"the model is fastest at batch {a.max_batch}: qvi-server and TorchServe batch up to that")
@@ -333,6 +388,8 @@ def main():
     with open(os.path.join(out_dir if a.smoke else REPO, "BENCHMARKS.md"), "w") as f:
         f.write(text)
     for name, r in results.items():
+        if name == "maps":
+            continue
         ok = sum(s.get("ok", 1) for s in r["steps"])
         assert ok > 0, f"{name} answered nothing"
     log(f"results in {out_dir}" + ("" if a.smoke else " and BENCHMARKS.md"))
