@@ -84,7 +84,7 @@ void InferenceServiceImpl::Record(Method method, const std::string& peer, const 
 }
 
 // One Classify or Tag call, from its arrival to gRPC's OnDone. Answer() finishes it once (a second
-// answer is ignored); OnDone() releases its request bytes, counts it with the status the client
+// answer is ignored) and releases its request bytes; OnDone() counts it with the status the client
 // really got, and deletes it.
 class InferenceServiceImpl::Call final : public grpc::ServerUnaryReactor {
  public:
@@ -95,6 +95,10 @@ class InferenceServiceImpl::Call final : public grpc::ServerUnaryReactor {
 
   void Answer(const grpc::Status& status, const AnswerSummary* answer = nullptr) {
     if (answered_.exchange(true)) return;
+    // The request's bytes stop counting against --max-inflight-request-bytes once its answer is
+    // handed over: a client that has its answer (a refusal included) may send the next request at
+    // once, and gRPC's own buffers until OnDone are bounded by its resource quota.
+    service_->inflight_bytes_.fetch_sub(bytes_);
     status_ = status;
     if (answer != nullptr) answer_ = *answer;
     answer_valid_ = answer != nullptr;
@@ -109,7 +113,6 @@ class InferenceServiceImpl::Call final : public grpc::ServerUnaryReactor {
       seen = grpc::Status(expired ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::CANCELLED,
                           "the answer did not reach the client");
     }
-    service_->inflight_bytes_.fetch_sub(bytes_);
     try {
       service_->Record(method_, peer_, model_, request_id_, texts_, seen, start_,
                        answer_valid_ && seen.ok() ? &answer_ : nullptr);
@@ -143,7 +146,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::Callb
                                                       const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response) {
   auto* call = new Call(this, ctx, method);
   if (options_.metrics != nullptr) options_.metrics->OnRequestStart();
-  // Memory admitted by bytes: the request's bytes count against the limit until the call is over.
+  // Memory admitted by bytes: the request's bytes count against the limit until it is answered.
   const int64_t bytes = static_cast<int64_t>(raw->Length());
   const int64_t held = inflight_bytes_.fetch_add(bytes) + bytes;
   call->bytes_ = bytes;
