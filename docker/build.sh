@@ -58,5 +58,9 @@ log "building $IMAGE:$variant (revision $revision)"
 # The image this tag named before, if any, is dangling now: drop it (only final images carry the
 # label; the build stage's cached layers stay).
 "${QVI_PODMAN[@]}" image prune -f --filter label=io.qvi.variant > /dev/null
+# Every build whose sources changed leaves the previous build stage dangling (2-5 GB each, LibTorch
+# inside): drop those created over three days ago, so that a machine that builds daily (CI) does not
+# fill its disk; recent ones, and layers a newer build still stands on, stay as cache.
+"${QVI_PODMAN[@]}" image prune -f --filter until=72h > /dev/null
 size=$("${QVI_PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE:$variant")
 log "$IMAGE:$variant built in $((SECONDS - start)) s: $((size / 1000000)) MB"
