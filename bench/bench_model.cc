@@ -1,9 +1,10 @@
-// qvi-bench-model: the limit a server is measured against — the TorchScript model called in
-// process from C++ (qvi::Model, the same code the server runs), no RPC, on padded batches of the
-// same generated texts qvi-perf sends, at each batch size. Tokenisation is done once, up front:
-// this is the model's own speed.
+// qvi-bench-model: the limit a server is measured against — the model called in process from C++
+// (qvi::Model, the same code the server runs), no RPC, on padded batches of the same generated
+// texts qvi-perf sends, at each batch size. Tokenisation is done once, up front: this is the
+// model's own speed. With --format both, the TorchScript file and the AOTInductor package of the
+// version are measured side by side, alternating at each batch size.
 //
-//   qvi-bench-model --model-pt model_store/store/sentiment/1/model.pt --batch-sizes 1,2,4,8,16,32
+//   qvi-bench-model --model model_store/store/sentiment/1 --format both --batch-sizes 1,2,4,8,16,32
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -19,13 +20,16 @@
 #include "server/core/model.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"qvi-bench-model: in-process forward throughput of a model.pt at each batch size", "qvi-bench-model"};
-  std::string path, json, device = "cpu";
+  CLI::App app{"qvi-bench-model: in-process forward throughput of a model version at each batch size", "qvi-bench-model"};
+  std::string path, json, device = "cpu", format = "both";
   std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32};
   double seconds = 5, words = 20, words_stddev = 5;
   int pool = 1000, threads = 1;
   uint32_t seed = 1;
-  app.add_option("--model-pt", path, "the model artifact")->required();
+  app.add_option("--model", path, "the version folder (model.pt and/or model.<device>.pt2)")->required();
+  app.add_option("--format", format, "torchscript, pt2, or both (measured side by side)")
+      ->check(CLI::IsMember({"torchscript", "pt2", "both"}))
+      ->capture_default_str();
   app.add_option("--batch-sizes", batch_sizes, "batch sizes to measure")->delimiter(',');
   app.add_option("--seconds", seconds, "seconds per batch size")->capture_default_str();
   app.add_option("--device", device, "cpu, cuda, auto")->capture_default_str();
@@ -47,35 +51,47 @@ int main(int argc, char** argv) {
   torch::set_num_threads(threads);
 
   std::cerr << qvi::LoadCudaSupport() << "\n";
-  absl::StatusOr<std::unique_ptr<qvi::Model>> model = qvi::Model::Load(path, device);
-  if (!model.ok()) {
-    std::cerr << model.status() << "\n";
-    return 1;
+  std::vector<std::unique_ptr<qvi::Model>> models;
+  for (const std::string f : {"torchscript", "pt2"}) {
+    if (format != "both" && format != f) continue;
+    qvi::LoadOptions options;
+    options.device = device;
+    options.format = f;
+    absl::StatusOr<std::unique_ptr<qvi::Model>> loaded = qvi::Model::Load(path, options);
+    if (!loaded.ok()) {
+      std::cerr << f << ": " << loaded.status() << "\n";
+      return 1;
+    }
+    models.push_back(*std::move(loaded));
   }
+  const std::unique_ptr<qvi::Model>& model = models.front();
   std::vector<std::vector<int64_t>> ids;
   for (const std::string& text : qvi::client::GenerateTexts(pool, words, words_stddev, seed)) {
-    absl::StatusOr<std::vector<qvi::TextToken>> tokens = (*model)->tokenizer().Tokenize(text);
+    absl::StatusOr<std::vector<qvi::TextToken>> tokens = model->tokenizer().Tokenize(text);
     if (!tokens.ok()) return 1;
     std::vector<int64_t> row;
     for (const qvi::TextToken& t : *tokens) {
-      if (static_cast<int>(row.size()) == (*model)->manifest().tokenizer.max_tokens) break;
-      row.push_back((*model)->vocabulary().Id(t.normalized));
+      if (static_cast<int>(row.size()) == model->manifest().tokenizer.max_tokens) break;
+      row.push_back(model->vocabulary().Id(t.normalized));
     }
     ids.push_back(std::move(row));
   }
-  std::vector<std::string> wanted = (*model)->manifest().task == qvi::Task::kClassification
+  std::vector<std::string> wanted = model->manifest().task == qvi::Task::kClassification
                                         ? std::vector<std::string>{"logits"}
                                         : std::vector<std::string>{"tags", "emissions"};
   if (explain) wanted.insert(wanted.end(), {"attention", "gates"});
   std::vector<bool> map_settings;
   if (maps != "on") map_settings.push_back(false);
   if (maps != "off") map_settings.push_back(true);
-  std::cerr << "forward_without_maps: " << ((*model)->has_forward_without_maps() ? "yes" : "no (forward always forms the maps)")
-            << "\n";
-  std::printf("%6s %5s %10s %10s %10s %10s\n", "batch", "maps", "texts/s", "batches/s", "p50 ms", "p99 ms");
+  for (const auto& m : models) {
+    std::cerr << m->format() << " (" << m->file() << "): forward without maps "
+              << (m->has_forward_without_maps() ? "yes" : "no (forward always forms the maps)") << "\n";
+  }
+  std::printf("%6s %5s %12s %10s %10s %10s %10s\n", "batch", "maps", "format", "texts/s", "batches/s", "p50 ms", "p99 ms");
   nlohmann::json results = nlohmann::json::array();
   for (int bs : batch_sizes) {
    for (bool with_maps : map_settings) {
+    for (const auto& m : models) {
     std::vector<std::string> asked = wanted;
     if (with_maps) asked.push_back("layer_attention");
     std::vector<double> ms;
@@ -99,7 +115,7 @@ int main(int argc, char** argv) {
         }
       }
       next += bs;
-      auto out = (*model)->Forward(id, mask, asked);
+      auto out = m->Forward(id, mask, asked);
       if (!out.ok()) {
         std::cerr << out.status() << "\n";
         return 1;
@@ -110,16 +126,19 @@ int main(int argc, char** argv) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::sort(ms.begin(), ms.end());
     const double p50 = ms[ms.size() / 2], p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-    std::printf("%6d %5s %10.1f %10.1f %10.3f %10.3f\n", bs, with_maps ? "on" : "off", texts / elapsed,
-                ms.size() / elapsed, p50, p99);
-    results.push_back({{"batch_size", bs}, {"maps", with_maps}, {"texts_per_s", texts / elapsed},
+    std::printf("%6d %5s %12s %10.1f %10.1f %10.3f %10.3f\n", bs, with_maps ? "on" : "off", m->format().c_str(),
+                texts / elapsed, ms.size() / elapsed, p50, p99);
+    results.push_back({{"batch_size", bs}, {"maps", with_maps}, {"format", m->format()}, {"texts_per_s", texts / elapsed},
                        {"batches_per_s", ms.size() / elapsed}, {"p50_ms", p50}, {"p99_ms", p99}});
+    }
    }
   }
   if (!json.empty()) {
-    std::ofstream(json) << nlohmann::json{{"model_pt", path}, {"device", (*model)->device()}, {"words", words},
+    std::vector<std::string> formats;
+    for (const auto& m : models) formats.push_back(m->format());
+    std::ofstream(json) << nlohmann::json{{"model", path}, {"formats", formats}, {"device", model->device()}, {"words", words},
                                           {"torch_threads", threads}, {"explain", explain},
-                                          {"forward_without_maps", (*model)->has_forward_without_maps()},
+                                          {"forward_without_maps", model->has_forward_without_maps()},
                                           {"steps", results}}
                                .dump(2)
                         << "\n";

@@ -21,7 +21,12 @@ cd "$site"
 case $variant in
   cpu)
     take torch/lib/libtorch_cpu.so torch/lib/libc10.so torch/lib/libgomp.so.1 \
-         nvidia/cu13/lib/libcudart.so.13 nvidia/cu13/lib/libcupti.so.13 ;;
+         nvidia/cu13/lib/libcudart.so.13 nvidia/cu13/lib/libcupti.so.13
+    # AOTInductor packages (model.cpu.pt2) link libtorch.so, an empty library that names torch's
+    # real ones; the wheel's names libtorch_cuda.so too, which this variant leaves out. So the cpu
+    # image gets a libtorch.so of its own that names libtorch_cpu.so alone, as a CPU wheel's does.
+    echo 'int qvi_libtorch_stub;' | gcc -x c -shared -fPIC -o "$out/opt/qvi/site/torch/lib/libtorch.so" - \
+      -Wl,-soname,libtorch.so -Wl,--no-as-needed -L"$site/torch/lib" -ltorch_cpu -Wl,-rpath,'$ORIGIN' ;;
   cuda)
     # Every shared library of the wheels but the Python bindings; no headers, no static archives.
     take $(find torch/lib nvidia -name '*.so*' -type f ! -name 'libtorch_python.so' ! -path '*/libshm*' | sort) ;;

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <iostream>
@@ -62,12 +63,14 @@ void LogModelEvent(const std::string& name, const VersionStatus& v) {
   } else if (v.state == ModelState::kReady) {
     const Manifest& m = v.model->manifest();
     const ServingConfig& c = v.serving;
-    spdlog::info("model {}@{} READY: {} ({}) on {}, {} labels/tags, max_tokens {}; batches of up to {} texts / {} "
-                 "tokens / {} ms, {} instance(s){}",
+    spdlog::info("model {}@{} READY: {} ({}) on {} from {} ({}), {} labels/tags, max_tokens {}; batches of up to {} "
+                 "texts / {} tokens / {} ms, {} instance(s){}",
                  name, v.version, m.display_name, m.task == Task::kClassification ? "classification" : "tagging",
-                 v.model->device(), m.task == Task::kClassification ? m.labels.size() : m.tags.size(),
-                 m.tokenizer.max_tokens, c.max_batch_size, c.max_batch_tokens, c.max_queue_delay_ms, c.instances,
+                 v.model->device(), std::filesystem::path(v.model->file()).filename().string(), v.model->format(),
+                 m.task == Task::kClassification ? m.labels.size() : m.tags.size(), m.tokenizer.max_tokens,
+                 c.max_batch_size, c.max_batch_tokens, c.max_queue_delay_ms, c.instances,
                  v.model->has_forward_without_maps() ? "; batches that ask for no attention maps skip them" : "");
+    if (!v.model->fallback_reason().empty()) spdlog::warn("model {}@{}: {}", name, v.version, v.model->fallback_reason());
   } else {
     spdlog::error("model {}@{} {}: {}", name, v.version, ModelStateName(v.state), v.reason);
   }
@@ -137,6 +140,7 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
   ConfigureTorch(options.threads);
   ServingConfig defaults;
   defaults.device = options.models.device;
+  defaults.format = options.models.format;
   defaults.instances = options.threads.instances;
   defaults.max_queued_texts = options.limits.max_queued_texts;
   // Set once the repository and then the gRPC server exist; the repository's threads read them.

@@ -11,7 +11,7 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   ServerOptions o;
   CLI::App app{
       "qvi-server: gRPC inference for attention models with query-value interaction.\n"
-      "Serves the model versions under --model-store (<name>/<version>/model.pt) through the\n"
+      "Serves the model versions under --model-store (<name>/<version>/model.pt or .pt2) through the\n"
       "qvi.serving.v1.Inference service, with grpc.health.v1 health checks and server reflection.\n"
       "Flags may also come from a TOML or INI file given with --config (keys are the long flag names).",
       "qvi-server"};
@@ -19,8 +19,12 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   app.set_version_flag("--version", "qvi-server 0.1.0");
   app.option_defaults()->always_capture_default();
 
-  app.add_option("--model-store", o.models.store, "folder of <model>/<version>/model.pt artifacts")->group("Models");
+  app.add_option("--model-store", o.models.store, "folder of <model>/<version>/ artifacts (model.pt, model.cpu.pt2, model.cuda.pt2)")->group("Models");
   app.add_option("--device", o.models.device, "auto (GPU when present), cpu, cuda or cuda:N")->group("Models");
+  app.add_option("--model-format", o.models.format,
+                 "artifact to load from a version folder unless its serving.json says otherwise: auto (the .pt2 "
+                 "compiled for the device when it can run here, else model.pt), torchscript or pt2")
+      ->check(CLI::IsMember({"auto", "torchscript", "pt2"}))->group("Models");
   app.add_option("--version-policy", o.models.version_policy,
                  "versions served per model unless its serving.json says otherwise: latest:N, all, specific:V1,V2")
       ->check([](const std::string& spec) {

@@ -1,5 +1,6 @@
 """The serving artifact: model_store/<name>/<version>/model.pt, one TorchScript archive that
-carries everything the server needs as extra files:
+carries everything the server needs as extra files (the AOTInductor packages beside it,
+model.<device>.pt2, carry the same files: qvi/pt2.py):
 
     manifest.json   what the model is and how to serve it (format below, FORMAT_VERSION)
     vocab.txt       the vocabulary, one token per line, id = line number from 0
@@ -18,6 +19,7 @@ from torch import nn
 
 from qvi import __version__
 from qvi.models import ModelConfig, output_spec
+from qvi.pt2 import export_status
 from qvi.tokenizer import TokenizerConfig, Vocabulary, config_to_json
 
 FORMAT_VERSION = 1
@@ -45,6 +47,7 @@ def build_manifest(name: str, config: ModelConfig, tokenizer: TokenizerConfig, v
         "outputs": outputs,
         "explanations": [k for k in outputs if k not in PREDICTIONS],
         "serving": dict(DEFAULT_SERVING, **(serving or {})),
+        "pt2": export_status(config.arch),
         "model_card": dict(model_card),
     }
     if config.task == "classification":

@@ -2,7 +2,7 @@
 
     python -m qvi train    --task classification --arch cnn_att --g qvi --train T --dev D --out ckpt.pt
     python -m qvi evaluate --checkpoint ckpt.pt --test TEST        (or --artifact model.pt)
-    python -m qvi export   --checkpoint ckpt.pt --store model_store/store --name NAME --version 1
+    python -m qvi export   --checkpoint ckpt.pt --store model_store/store --name NAME --version 1 [--format both]
     python -m qvi demo     --store model_store/store               (the demo models the server serves)
     python -m qvi results  --seeds 5                               (model_store/README.md's table)
     python -m qvi bench-model --dtype bfloat16                     (UNTRAINED BERT-base size, benchmarks only)
@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from qvi import artifact
+from qvi import artifact, pt2
 from qvi.data import Encoded, Example, build_vocab, encode_examples, read_classification, read_conll, tag_set
 from qvi.models import CLASSIFIERS, TAGGERS, ModelConfig, build_model
 from qvi.nn import INTERACTIONS
@@ -101,7 +101,15 @@ def load_checkpoint(path: str) -> Tuple[torch.nn.Module, Dict[str, object]]:
     return model.eval(), ckpt
 
 
-def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card: Dict[str, object]) -> str:
+FORMATS = ("torchscript", "pt2", "both")
+
+
+def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card: Dict[str, object],
+                      fmt: str = "torchscript", device: str = "cpu", cpu_target: str = pt2.DEFAULT_CPU_TARGET,
+                      pt2_cache: Optional[str] = None) -> List[str]:
+    """Writes the formats `fmt` asks for into <store>/<name>/<version>/; returns the paths written.
+    With "both", an architecture that cannot be exported to a .pt2 gets model.pt alone (its manifest
+    says why); asked for "pt2" alone, it is an error."""
     model, ckpt = load_checkpoint(ckpt_path)
     config = ModelConfig(**ckpt["config"])
     vocab = Vocabulary(ckpt["vocab"])
@@ -111,7 +119,16 @@ def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card:
     card.setdefault("seed", ckpt["train_options"]["seed"])
     card.setdefault("training", {"options": ckpt["train_options"], "data": ckpt["data"]})
     manifest = artifact.build_manifest(name, config, tok, vocab, ckpt["labels"], ckpt["scheme"], card)
-    return artifact.export(model, manifest, vocab, store, version)
+    written = []
+    if fmt in ("torchscript", "both"):
+        written.append(artifact.export(model, manifest, vocab, store, version))
+    status = pt2.export_status(config.arch)
+    if fmt == "pt2" and not status["exportable"]:
+        raise SystemExit(f"{config.arch} cannot be exported to a .pt2: {status['reason']}")
+    if fmt in ("pt2", "both") and status["exportable"]:
+        folder = os.path.join(store, name, str(version))
+        written.append(pt2.write_cached(model, manifest, vocab.to_text(), folder, device, cpu_target, pt2_cache))
+    return written
 
 
 def evaluate_artifact(path: str, test: str, join: str) -> Dict[str, float]:
@@ -149,7 +166,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 def cmd_export(args: argparse.Namespace) -> None:
     card = {"description": args.description} if args.description else {}
-    print(export_checkpoint(args.checkpoint, args.store, args.name, args.version, card))
+    for path in export_checkpoint(args.checkpoint, args.store, args.name, args.version, card, args.format,
+                                  args.device, args.cpu_target, args.pt2_cache):
+        print(path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -168,12 +187,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--test", required=True)
     p.add_argument("--conll-join", default=" ")
     p.set_defaults(func=cmd_evaluate)
-    p = sub.add_parser("export", help="export a checkpoint as <store>/<name>/<version>/model.pt")
+    p = sub.add_parser("export", help="export a checkpoint as <store>/<name>/<version>/model.pt and model.cpu.pt2")
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--store", required=True)
     p.add_argument("--name", required=True)
     p.add_argument("--version", type=int, required=True)
     p.add_argument("--description", default="")
+    p.add_argument("--format", choices=FORMATS, default="both",
+                   help="model.pt (TorchScript), model.<device>.pt2 (AOTInductor), or both")
+    p.add_argument("--device", choices=tuple(pt2.FILES), default="cpu", help="the device a .pt2 is compiled for")
+    p.add_argument("--cpu-target", choices=tuple(pt2.CPU_TARGETS), default=pt2.DEFAULT_CPU_TARGET,
+                   help="instruction set of a CPU .pt2: x86-64-v3 (AVX2; runs on any x86 server since ~2015) "
+                        "or native (this machine's, e.g. AVX-512; for compiling on the node that serves it)")
+    p.add_argument("--pt2-cache", help="reuse packages compiled before from the same weights, code and target")
     p.set_defaults(func=cmd_export)
     demo.add_commands(sub)
     from qvi import bench_model

@@ -72,14 +72,28 @@ def cmd_demo(args: argparse.Namespace) -> None:
         else:
             if os.path.exists(target) and not args.force:
                 print(f"{target} exists (use --force to rebuild, --reexport to export it again)")
+                _demo_package(target, args, force=False)
                 continue
             ckpt = run_training(_parse(argv))
             torch.save(ckpt, path)
         card = {"description": description,
                 "training_data": CORPUS_CARDS[corpus],
                 "reproduce": "python -m qvi train " + " ".join(argv)}
-        out = export_checkpoint(path, args.store, name, 1, card)
+        out = export_checkpoint(path, args.store, name, 1, card)[0]
         print(f"{out}: test {json.dumps(ckpt['metrics'].get('test'))} ({time.time() - t0:.0f} s)")
+        _demo_package(target, args, force=True)
+
+
+def _demo_package(model_pt: str, args: argparse.Namespace, force: bool) -> None:
+    """The demo's AOTInductor package beside model.pt, compiled from it (same weights, manifest and
+    vocabulary) for the CPU's portable target; reused from the cache when compiled before."""
+    from qvi import pt2
+    package = os.path.join(os.path.dirname(model_pt), pt2.FILES["cpu"])
+    if args.no_pt2 or (os.path.exists(package) and not force):
+        return
+    t0 = time.time()
+    pt2.package_artifact(model_pt, "cpu", pt2.DEFAULT_CPU_TARGET, cache=args.pt2_cache)
+    print(f"{package} ({time.time() - t0:.0f} s)")
 
 
 CORPUS_CARDS = {
@@ -166,6 +180,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--store", default=DEFAULT_STORE)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--force", action="store_true", help="rebuild models that exist")
+    p.add_argument("--no-pt2", action="store_true", help="TorchScript only: compile no model.cpu.pt2")
+    p.add_argument("--pt2-cache", default=os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2")),
+                   help="compiled packages by weights, code and target, reused across set-ups (env QVI_PT2_CACHE)")
     p.add_argument("--reexport", action="store_true",
                    help="export the models again from their checkpoints in work/, without training (after a "
                         "change to the model or export code)")

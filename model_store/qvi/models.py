@@ -270,11 +270,14 @@ class TransformerCRF(nn.Module):
     def forward_without_maps(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
         return self._run(token_ids, mask, "received")
 
-    def _run(self, token_ids: torch.Tensor, mask: torch.Tensor, maps: str) -> Dict[str, torch.Tensor]:
+    def _run(self, token_ids: torch.Tensor, mask: torch.Tensor, maps: str,
+             decode: bool = True) -> Dict[str, torch.Tensor]:
+        """decode=False leaves out `tags`: the AOTInductor export (qvi.pt2), whose server decodes
+        the emissions itself, because torch.export cannot trace Viterbi's loop over a dynamic T."""
         h, attention, out = self.body(token_ids, mask, maps)
         emissions = self.emit(h)
         out["emissions"] = emissions
-        if not self.training:
+        if decode and not self.training:
             out["tags"] = self.crf.decode(emissions, mask)
         # attention received by each token: mean over layers, heads and real queries
         if maps == "maps":

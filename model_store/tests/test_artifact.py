@@ -93,7 +93,7 @@ def test_cli_train_export_evaluate(tmp_path, capsys, task, arch, ext):
         assert torch.equal(v, cb["state_dict"][k]), f"training is not deterministic: {k}"
     capsys.readouterr()
     main(["export", "--checkpoint", str(tmp_path / "a.ckpt"), "--store", str(tmp_path / "store"),
-          "--name", "m", "--version", "2"])
+          "--name", "m", "--version", "2", "--format", "torchscript"])
     path = capsys.readouterr().out.strip()
     assert path.endswith(os.path.join("m", "2", "model.pt"))
     main(["evaluate", "--checkpoint", str(tmp_path / "a.ckpt"), "--test", str(tmp_path / f"test.{ext}")])

@@ -14,6 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/core/aoti_model.h"
+#include "server/core/torchscript_model.h"
 
 namespace qvi {
 namespace {
@@ -56,14 +58,19 @@ absl::Status CheckOutputs(const Manifest& m, const std::map<std::string, torch::
 
 }  // namespace
 
-std::string LoadCudaSupport() {
+std::string TorchLibraryDir() {
   void* cpu = dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD);
   struct link_map* map = nullptr;
-  if (cpu == nullptr || dlinfo(cpu, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) {
-    return "CUDA: off (cannot locate libtorch_cpu.so in this process)";
-  }
-  const std::filesystem::path cuda = std::filesystem::path(map->l_name).parent_path() / "libtorch_cuda.so";
+  if (cpu == nullptr || dlinfo(cpu, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) return "";
+  std::string dir = std::filesystem::path(map->l_name).parent_path().string();
   dlclose(cpu);
+  return dir;
+}
+
+std::string LoadCudaSupport() {
+  const std::string dir = TorchLibraryDir();
+  if (dir.empty()) return "CUDA: off (cannot locate libtorch_cpu.so in this process)";
+  const std::filesystem::path cuda = std::filesystem::path(dir) / "libtorch_cuda.so";
   std::error_code ec;
   if (!std::filesystem::exists(cuda, ec)) return "CUDA: off (this LibTorch is CPU-only: no libtorch_cuda.so)";
   if (dlopen(cuda.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
@@ -109,60 +116,97 @@ DeviceStreamScope::DeviceStreamScope(torch::Device device) {
 
 DeviceStreamScope::~DeviceStreamScope() = default;
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, const std::string& device_spec) {
-  absl::StatusOr<torch::Device> device = ResolveDevice(device_spec);
-  if (!device.ok()) return device.status();
-  torch::jit::ExtraFilesMap extra{{"manifest.json", ""}, {"vocab.txt", ""}};
-  torch::jit::Module module;
-  try {
-    module = torch::jit::load(path, *device, extra);
-    module.eval();
-  } catch (const std::exception& e) {
-    std::string what = e.what();
-    return absl::InvalidArgumentError(absl::StrCat("cannot read ", path, " as TorchScript: ", what.substr(0, what.find('\n'))));
-  }
-  if (extra["manifest.json"].empty()) return absl::InvalidArgumentError(absl::StrCat(path, " has no manifest.json"));
-  absl::StatusOr<Manifest> manifest = Manifest::Parse(extra["manifest.json"]);
+std::string Pt2FileName(const torch::Device& device) { return device.is_cuda() ? "model.cuda.pt2" : "model.cpu.pt2"; }
+
+std::vector<std::string> ModelFileNames() { return {kTorchScriptFile, "model.cpu.pt2", "model.cuda.pt2"}; }
+
+absl::StatusOr<std::pair<Manifest, Vocabulary>> ParseArtifactFiles(const std::string& manifest_json,
+                                                                   const std::string& vocab_txt,
+                                                                   const std::string& where) {
+  if (manifest_json.empty()) return absl::InvalidArgumentError(absl::StrCat(where, " has no manifest.json"));
+  absl::StatusOr<Manifest> manifest = Manifest::Parse(manifest_json);
   if (!manifest.ok()) return manifest.status();
-  absl::StatusOr<Vocabulary> vocab = Vocabulary::Parse(extra["vocab.txt"]);
+  absl::StatusOr<Vocabulary> vocab = Vocabulary::Parse(vocab_txt);
   if (!vocab.ok()) return vocab.status();
   if (static_cast<int>(vocab->size()) != manifest->vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat("vocab.txt has ", vocab->size(), " tokens but manifest.json says ",
                                                    manifest->vocab_size));
   }
-  std::unique_ptr<Model> model(new Model(std::move(module), *std::move(manifest), *std::move(vocab), *device));
-  // Warm-up: one small batch through the whole graph (also profiles the TorchScript executor).
+  return std::make_pair(*std::move(manifest), *std::move(vocab));
+}
+
+Model::Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file)
+    : manifest_(std::move(manifest)),
+      vocabulary_(std::move(vocabulary)),
+      tokenizer_(manifest_.tokenizer),
+      device_(device),
+      file_(std::move(file)) {}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOptions& options) {
+  if (absl::Status s = CheckModelFormat(options.format); !s.ok()) return s;
+  absl::StatusOr<torch::Device> device = ResolveDevice(options.device);
+  if (!device.ok()) return device.status();
+  const std::filesystem::path folder(dir);
+  const std::string script = (folder / kTorchScriptFile).string();
+  const std::string package = (folder / Pt2FileName(*device)).string();
+  std::error_code ec;
+  const bool have_script = std::filesystem::exists(script, ec);
+  const bool have_package = std::filesystem::exists(package, ec);
+  if (options.format == "torchscript" || (options.format == "auto" && !have_package)) {
+    if (!have_script) {
+      return absl::NotFoundError(options.format == "auto"
+                                     ? absl::StrCat(dir, " has neither ", kTorchScriptFile, " nor ", Pt2FileName(*device))
+                                     : absl::StrCat(script, " does not exist (format torchscript)"));
+    }
+    return LoadTorchScript(script, *device);
+  }
+  if (!have_package) return absl::NotFoundError(absl::StrCat(package, " does not exist (format pt2)"));
+  absl::StatusOr<std::unique_ptr<Model>> compiled = LoadAotInductor(package, *device, options.instances);
+  if (compiled.ok() || options.format == "pt2" || !have_script) return compiled;
+  // "auto": a package that cannot run here (another device, CPU or torch) leaves the TorchScript
+  // file to serve; the reason stays visible in the log and in GetModel.
+  absl::StatusOr<std::unique_ptr<Model>> script_model = LoadTorchScript(script, *device);
+  if (!script_model.ok()) {
+    return absl::Status(script_model.status().code(),
+                        absl::StrCat(script_model.status().message(), "; and ", Pt2FileName(*device),
+                                     " did not load either: ", compiled.status().message()));
+  }
+  (*script_model)->fallback_reason_ = absl::StrCat(Pt2FileName(*device), " not used: ", compiled.status().message());
+  return script_model;
+}
+
+absl::Status Model::WarmUp() {
   torch::Tensor ids = torch::full({2, 4}, Vocabulary::kUnkId, torch::kLong);
   torch::Tensor mask = torch::ones({2, 4}, torch::kBool);
   mask.index_put_({1, torch::indexing::Slice(2)}, false);
+  std::vector<std::string> all, lean_wanted;
+  for (const auto& [name, _] : manifest_.outputs) {
+    all.push_back(name);
+    if (name != "layer_attention") lean_wanted.push_back(name);
+  }
+  std::set<std::string> full, lean;
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::map<std::string, torch::Tensor>> out = model->Forward(ids, mask, {"layer_attention"});
+    absl::StatusOr<std::map<std::string, torch::Tensor>> out = Forward(ids, mask, all);
     if (!out.ok()) return absl::InvalidArgumentError(absl::StrCat("warm-up failed: ", out.status().message()));
+    full.clear();
+    for (const auto& [name, _] : *out) full.insert(name);
   }
-  if (model->has_forward_without_maps()) {
-    // The second method must answer like the first, maps aside: the server picks between them per
-    // batch, and an output missing from one would silently vanish from some answers.
-    std::set<std::string> full, lean;
-    try {
-      c10::InferenceMode guard;
-      std::vector<torch::jit::IValue> inputs{ids.to(*device), mask.to(*device)};
-      for (const auto& kv : model->module_.forward(inputs).toGenericDict()) full.insert(kv.key().toStringRef());
-      for (int i = 0; i < 2; ++i) {
-        lean.clear();
-        for (const auto& kv : (*model->without_maps_)(inputs).toGenericDict()) lean.insert(kv.key().toStringRef());
-      }
-    } catch (const std::exception& e) {
-      std::string what = e.what();
-      return absl::InvalidArgumentError(absl::StrCat("warm-up of forward_without_maps failed: ", what.substr(0, what.find('\n'))));
+  if (!has_forward_without_maps()) return absl::OkStatus();
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::map<std::string, torch::Tensor>> out = Forward(ids, mask, lean_wanted);
+    if (!out.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("warm-up of the forward without maps failed: ", out.status().message()));
     }
-    full.erase("layer_attention");
-    if (full != lean) {
-      return absl::InvalidArgumentError(absl::StrCat("forward_without_maps returns [", absl::StrJoin(lean, ","),
-                                                     "] but forward returns [", absl::StrJoin(full, ","),
-                                                     "] besides layer_attention; they must agree"));
-    }
+    lean.clear();
+    for (const auto& [name, _] : *out) lean.insert(name);
   }
-  return model;
+  full.erase("layer_attention");
+  if (full != lean) {
+    return absl::InvalidArgumentError(absl::StrCat("the forward without maps returns [", absl::StrJoin(lean, ","),
+                                                   "] but forward returns [", absl::StrJoin(full, ","),
+                                                   "] besides layer_attention; they must agree"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch::Tensor& ids, const torch::Tensor& mask,
@@ -172,15 +216,13 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch:
   try {
     c10::InferenceMode guard;
     const bool cuda = device_.is_cuda();
-    std::vector<torch::jit::IValue> inputs;
-    inputs.emplace_back(cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids);
-    inputs.emplace_back(cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask);
     const bool maps_wanted = std::find(wanted.begin(), wanted.end(), "layer_attention") != wanted.end();
-    c10::Dict<c10::IValue, c10::IValue> result =
-        (maps_wanted || !without_maps_ ? module_.forward(inputs) : (*without_maps_)(inputs)).toGenericDict();
+    std::map<std::string, torch::Tensor> result =
+        Run(cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids,
+            cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask, maps_wanted || !has_forward_without_maps());
     for (const std::string& name : wanted) {
       auto it = result.find(name);
-      if (it != result.end()) out[name] = it->value().toTensor();
+      if (it != result.end()) out[name] = std::move(it->second);
     }
     if (absl::Status s = CheckOutputs(manifest_, out, ids.size(0), ids.size(1)); !s.ok()) return s;
     // Only the selected layers and heads of the per-layer outputs are copied off the device.

@@ -1,9 +1,5 @@
-// A loaded model version: the TorchScript module with its manifest, vocabulary and tokenizer.
-//
-// This is the one place that calls into LibTorch: c10::Error and other exceptions thrown by torch
-// become absl::Status here. A Model is immutable after Load() and Forward() may be called from
-// several threads at once. Hold it through a shared_ptr for the life of each request so that a
-// version swap never frees it under a running forward pass.
+// The model interface every backend implements (TorchScript in torchscript_model.h, AOTInductor in
+// aoti_model.h), and the device helpers they share.
 #ifndef QVI_SERVER_CORE_MODEL_H_
 #define QVI_SERVER_CORE_MODEL_H_
 
@@ -17,10 +13,12 @@ struct StreamGuard;
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/core/manifest.h"
+#include "server/core/serving_config.h"
 #include "server/core/tokenizer.h"
 #include "server/core/vocabulary.h"
 
@@ -32,6 +30,9 @@ namespace qvi {
 // anything asks torch about CUDA: torch decides on the first question, for the life of the
 // process, whether CUDA exists. Returns a line for the start-up log saying what it found.
 std::string LoadCudaSupport();
+
+// The folder of the libtorch_cpu.so this process runs (the wheel's torch/lib); empty if unknown.
+std::string TorchLibraryDir();
 
 // "auto" (the first GPU when one is present, else the CPU), "cpu", "cuda" or "cuda:N".
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec);
@@ -62,16 +63,43 @@ struct OutputSelection {
   bool mean_heads = false;
 };
 
+// How to load a version folder. `format`: "auto" prefers the AOTInductor package compiled for the
+// device kind in use (model.cpu.pt2 / model.cuda.pt2) and falls back to model.pt when there is none
+// or it cannot run here; "torchscript" and "pt2" load only that format.
+struct LoadOptions {
+  std::string device = "auto";
+  std::string format = "auto";
+  // Model instances that will call Forward() at once: an AOTInductor package keeps one set of
+  // activation buffers per concurrent call.
+  int instances = 1;
+};
+
+inline constexpr char kTorchScriptFile[] = "model.pt";
+// model.cpu.pt2 or model.cuda.pt2.
+std::string Pt2FileName(const torch::Device& device);
+// Every file name a version folder's model may have; a change to any of them reloads it.
+std::vector<std::string> ModelFileNames();
+
+// A loaded model version: a compiled model with its manifest, vocabulary and tokenizer. Subclasses
+// are the backends (TorchScript, AOTInductor; a fake in the tests); they only run the model, and
+// this class does everything around it the same way for all of them.
+//
+// Torch's exceptions become absl::Status here. A Model is immutable after Load() and Forward() may
+// be called from several threads at once. Hold it through a shared_ptr for the life of each request
+// so that a version swap never frees it under a running forward pass.
 class Model {
  public:
-  // Reads model.pt, checks its manifest and vocabulary, moves it to `device` and runs one warm-up
-  // batch, so that a model that cannot run fails here rather than on a request.
-  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& path, const std::string& device);
+  virtual ~Model() = default;
+
+  // Loads the version folder `dir` in the format `options` picks (see LoadOptions), checks its
+  // manifest and vocabulary and warms it up, so that a model that cannot run fails here rather
+  // than on a request. When "auto" passed over a package, fallback_reason() says why.
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, const LoadOptions& options);
 
   // Runs the model on a padded batch (ids and mask [B,T] on the CPU) and returns the outputs named
   // in `wanted` that the model produces, copied to the CPU. Other outputs never leave the device.
-  // When `wanted` has no layer_attention and the module exports forward_without_maps, that method
-  // runs instead of forward: same outputs but the maps, which it never forms (see models.py).
+  // When `wanted` has no layer_attention and the model has a forward without maps, that runs
+  // instead: same outputs but the maps, which it never forms (see models.py).
   // Work goes to the calling thread's current stream (see DeviceStreamScope); the result is on the
   // CPU and complete when this returns. Outputs whose shape or type contradicts the manifest are an
   // INTERNAL error: a model file is untrusted input too.
@@ -83,26 +111,43 @@ class Model {
   const Vocabulary& vocabulary() const { return vocabulary_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   std::string device() const { return device_.str(); }
-  // Whether batches that want no attention maps run forward_without_maps.
-  bool has_forward_without_maps() const { return without_maps_.has_value(); }
   torch::Device torch_device() const { return device_; }
+  // "torchscript" or "pt2" (or what a test's fake says).
+  virtual std::string format() const = 0;
+  // The file it was loaded from.
+  const std::string& file() const { return file_; }
+  // Why the format "auto" would have preferred was not loaded; empty when it was.
+  const std::string& fallback_reason() const { return fallback_reason_; }
+  // Whether batches that want no attention maps run a forward that never forms them.
+  virtual bool has_forward_without_maps() const = 0;
+
+ protected:
+  Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file);
+
+  // The backend: runs forward (maps = true) or the forward without maps on ids and mask already
+  // on the device, under InferenceMode, and returns every output it has, by name, on the device.
+  // May throw; Forward() turns that into a status.
+  virtual std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids, const torch::Tensor& mask,
+                                                   bool maps) const = 0;
+
+  // Two warm-up batches through every method, checking that the forward without maps returns what
+  // forward does, maps aside: the server picks between them per batch, and an output missing from
+  // one would silently vanish from some answers. Backends call it at the end of their Load.
+  absl::Status WarmUp();
 
  private:
-  Model(torch::jit::Module module, Manifest manifest, Vocabulary vocabulary, torch::Device device)
-      : module_(std::move(module)),
-        manifest_(std::move(manifest)),
-        vocabulary_(std::move(vocabulary)),
-        tokenizer_(manifest_.tokenizer),
-        device_(device),
-        without_maps_(module_.find_method("forward_without_maps")) {}
-
-  mutable torch::jit::Module module_;  // forward() is not const in the API, but does not mutate
   Manifest manifest_;
   Vocabulary vocabulary_;
   Tokenizer tokenizer_;
   torch::Device device_;
-  std::optional<torch::jit::Method> without_maps_;  // declared after module_, which it refers to
+  std::string file_;
+  std::string fallback_reason_;
 };
+
+// Checks and parses the two files every artifact carries; `where` names the artifact in errors.
+absl::StatusOr<std::pair<Manifest, Vocabulary>> ParseArtifactFiles(const std::string& manifest_json,
+                                                                   const std::string& vocab_txt,
+                                                                   const std::string& where);
 
 }  // namespace qvi
 

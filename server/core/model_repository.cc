@@ -146,7 +146,9 @@ void ModelRepository::PollModel(const std::string& name, const std::vector<int64
   std::set<int64_t> keep;     // READY versions that stay in service
   std::set<int64_t> visited;  // versions the policy looked at; their FAILED records stay listed
   auto consider = [&](int64_t version) {
-    const FileStamp stamp{Stamp(dir / std::to_string(version) / "model.pt"), serving_stamp};
+    std::string files;
+    for (const std::string& file : ModelFileNames()) absl::StrAppend(&files, Stamp(dir / std::to_string(version) / file), ";");
+    const FileStamp stamp{files, serving_stamp};
     visited.insert(version);
     {
       MutexLock lock(&mu_);
@@ -239,12 +241,14 @@ bool ModelRepository::Load(const std::string& name, int64_t version, const FileS
 absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& name, int64_t version,
                                                             uint64_t generation) {
   const fs::path dir = fs::path(options_.root) / name;
-  const std::string path = (dir / std::to_string(version) / "model.pt").string();
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
+  const std::string path = (dir / std::to_string(version)).string();
   absl::StatusOr<ServingOverrides> overrides = ServingOverrides::Read(dir.string());
   if (!overrides.ok()) return overrides.status();
-  absl::StatusOr<std::unique_ptr<Model>> loaded = LoadModel(path, overrides->device.value_or(options_.defaults.device));
+  LoadOptions load;
+  load.device = overrides->device.value_or(options_.defaults.device);
+  load.format = overrides->format.value_or(options_.defaults.format);
+  load.instances = overrides->instances.value_or(options_.defaults.instances);
+  absl::StatusOr<std::unique_ptr<Model>> loaded = LoadModel(path, load);
   if (!loaded.ok()) return loaded.status();
   if ((*loaded)->manifest().name != name) {
     return absl::InvalidArgumentError(absl::StrCat("manifest.json names the model '", (*loaded)->manifest().name,
@@ -253,6 +257,7 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
   std::shared_ptr<const Model> model(std::move(*loaded));
   ServingConfig serving = ResolveServingConfig(options_.defaults, model->manifest(), *overrides);
   serving.device = model->device();
+  serving.format = model->format();
   BatchScheduler::Options o;
   o.max_batch_size = serving.max_batch_size;
   o.max_batch_tokens = serving.max_batch_tokens;
@@ -275,7 +280,7 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
 }
 
 absl::StatusOr<std::unique_ptr<Model>> ModelRepository::LoadModel(const std::string& path,
-                                                                 const std::string& device) const {
+                                                                 const LoadOptions& load_options) const {
   // Shared by this thread and the loader thread; whichever lets go last frees it (and the model,
   // when the load finished after it was abandoned).
   struct Attempt {
@@ -285,11 +290,11 @@ absl::StatusOr<std::unique_ptr<Model>> ModelRepository::LoadModel(const std::str
     absl::StatusOr<std::unique_ptr<Model>> result ABSL_GUARDED_BY(mu);
   };
   auto attempt = std::make_shared<Attempt>();
-  auto load = options_.load ? options_.load : [](const std::string& p, const std::string& d) { return Model::Load(p, d); };
-  std::thread([attempt, load = std::move(load), path, device] {
+  auto load = options_.load ? options_.load : [](const std::string& p, const LoadOptions& o) { return Model::Load(p, o); };
+  std::thread([attempt, load = std::move(load), path, load_options] {
     absl::StatusOr<std::unique_ptr<Model>> result;
     try {
-      result = load(path, device);
+      result = load(path, load_options);
     } catch (...) {
       result = absl::InternalError(absl::StrCat("loading ", path, " failed: ", CurrentExceptionText()));
     }

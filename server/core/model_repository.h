@@ -1,5 +1,6 @@
-// The model store, <root>/<model-name>/<version>/model.pt (versions are positive integers), and
-// the versions loaded from it.
+// The model store, <root>/<model-name>/<version>/ holding model.pt and/or model.cpu.pt2,
+// model.cuda.pt2 (versions are positive integers; Model::Load picks the file), and the versions
+// loaded from it.
 //
 // Guarantees:
 //  1. Each model's version policy (serving.json `version_policy`, else the server's default,
@@ -12,11 +13,11 @@
 //     unloaded (its batch queue stopped, its model freed) once the last request holding it has
 //     been answered. Nothing in flight is cut off.
 //  4. A version that fails to load (corrupt file, bad manifest, bad serving.json, warm-up error) is
-//     FAILED with the reason and nothing else changes. It is tried again only when its model.pt or
-//     the model's serving.json changes, so a half-copied file heals once the copy completes.
+//     FAILED with the reason and nothing else changes. It is tried again only when one of its
+//     model files or the model's serving.json changes, so a half-copied file heals once the copy completes.
 //  5. Every state change is reported to the listener (to log it and to update health).
 //  6. Models are polled in parallel (Options::load_threads), so one slow or stuck model holds up
-//     no other. A load (reading model.pt and the warm-up) that has not finished after
+//     no other. A load (reading the model file and the warm-up) that has not finished after
 //     Options::load_timeout is abandoned: the version is FAILED with that reason and is retried
 //     when its files change, like any failure. The stuck load runs on in a thread of its own that
 //     touches nothing of the repository; if it ever returns, its model is freed there.
@@ -92,7 +93,7 @@ class ModelRepository {
     absl::Duration load_timeout = absl::Minutes(10);  // per version: Model::Load with its warm-up
     int load_threads = 4;                             // models polled (and loaded) at once
     // Reads and warms up one version; Model::Load unless a test puts a fake here.
-    std::function<absl::StatusOr<std::unique_ptr<Model>>(const std::string& path, const std::string& device)> load;
+    std::function<absl::StatusOr<std::unique_ptr<Model>>(const std::string& dir, const LoadOptions& options)> load;
   };
 
   static absl::StatusOr<std::unique_ptr<ModelRepository>> Create(Options options);
@@ -120,8 +121,8 @@ class ModelRepository {
  private:
   // What a load attempt saw of a version's files; a FAILED version is retried when this changes.
   struct FileStamp {
-    std::string model_pt, serving_json;
-    bool operator==(const FileStamp& o) const { return model_pt == o.model_pt && serving_json == o.serving_json; }
+    std::string model_files, serving_json;  // every name of ModelFileNames(), and serving.json
+    bool operator==(const FileStamp& o) const { return model_files == o.model_files && serving_json == o.serving_json; }
   };
   struct Record {
     VersionStatus status;
@@ -142,7 +143,7 @@ class ModelRepository {
   // Loads one version; true when it is READY.
   bool Load(const std::string& name, int64_t version, const FileStamp& stamp);
   // options_.load on a thread of its own, waited for at most options_.load_timeout.
-  absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path, const std::string& device) const;
+  absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, const LoadOptions& options) const;
   absl::StatusOr<ServableHandle> MakeServable(const std::string& name, int64_t version, uint64_t generation);
   // The shared_ptr deleter of every servable: hands it to the unloader thread, never blocks.
   void Retire(Servable* servable, uint64_t generation) ABSL_LOCKS_EXCLUDED(retire_mu_);

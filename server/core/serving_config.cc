@@ -97,6 +97,12 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
     } else if (key == "device") {
       if (!value.is_string()) return Bad(key, "must be a string such as \"cpu\" or \"cuda:0\"");
       o.device = value.get<std::string>();
+    } else if (key == "format") {
+      if (!value.is_string()) return Bad(key, "must be a string: \"auto\", \"torchscript\" or \"pt2\"");
+      if (!CheckModelFormat(value.get<std::string>()).ok()) {
+        return Bad(key, absl::StrCat("is '", value.get<std::string>(), "'; allowed: auto, torchscript, pt2"));
+      }
+      o.format = value.get<std::string>();
     } else if (key == "batch_when_idle") {
       if (!value.is_boolean()) return Bad(key, "must be true or false");
       o.batch_when_idle = value.get<bool>();
@@ -107,7 +113,7 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
       o.version_policy = *policy;
     } else {
       return Bad(key, "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
-                      "max_queued_texts, max_queued_tokens, instances, device, version_policy, batch_when_idle");
+                      "max_queued_texts, max_queued_tokens, instances, device, format, version_policy, batch_when_idle");
     }
     if (!s.ok()) return s;
   }
@@ -135,7 +141,13 @@ ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, co
   c.instances = o.instances.value_or(d.instances);
   c.batch_when_idle = o.batch_when_idle.value_or(d.batch_when_idle);
   c.device = o.device.value_or(d.device);
+  c.format = o.format.value_or(d.format);
   return c;
+}
+
+absl::Status CheckModelFormat(const std::string& format) {
+  if (format == "auto" || format == "torchscript" || format == "pt2") return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("model format '", format, "' is not auto, torchscript or pt2"));
 }
 
 }  // namespace qvi

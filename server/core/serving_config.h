@@ -3,7 +3,7 @@
 //   2. the model's manifest (`serving`: max_batch_size, max_batch_tokens, max_queue_delay_ms),
 //   3. the operator's file beside the versions, <store>/<model>/serving.json, which may set
 //      max_batch_size, max_batch_tokens, max_queue_delay_ms, max_queued_texts, max_queued_tokens,
-//      instances, device, version_policy, batch_when_idle.
+//      instances, device, format, version_policy, batch_when_idle.
 // The file never changes the model's own facts (labels, tokenizer, outputs). An unknown key or a
 // value out of range is an error naming the key, so a typo cannot pass silently.
 #ifndef QVI_SERVER_CORE_SERVING_CONFIG_H_
@@ -43,6 +43,9 @@ struct ServingConfig {
   int64_t max_queued_tokens = 1 << 17;
   int instances = 1;
   std::string device = "auto";
+  // Which artifact of a version folder to load: "auto" (the .pt2 compiled for the device kind when
+  // there is one that runs here, else model.pt), "torchscript" or "pt2" (see LoadOptions, model.h).
+  std::string format = "auto";
   // An idle instance takes what is queued at once (no max_queue_delay wait); batches form from the
   // texts that arrive while instances are busy. False: wait up to max_queue_delay_ms to fill.
   bool batch_when_idle = true;
@@ -54,6 +57,7 @@ struct ServingOverrides {
   std::optional<int64_t> max_queued_tokens;
   std::optional<double> max_queue_delay_ms;
   std::optional<std::string> device;
+  std::optional<std::string> format;
   std::optional<VersionPolicy> version_policy;
   std::optional<bool> batch_when_idle;
 
@@ -61,6 +65,9 @@ struct ServingOverrides {
   // Reads <model_dir>/serving.json; no file means no overrides.
   static absl::StatusOr<ServingOverrides> Read(const std::string& model_dir);
 };
+
+// Whether `format` names a model format: auto, torchscript or pt2.
+absl::Status CheckModelFormat(const std::string& format);
 
 // The effective config: server defaults, then the manifest's batching, then the overrides.
 ServingConfig ResolveServingConfig(const ServingConfig& server_defaults, const Manifest& manifest, const ServingOverrides& overrides);

@@ -138,6 +138,8 @@ void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
     b->set_instances(v.serving.instances);
     b->set_batch_when_idle(v.serving.batch_when_idle);
     md->set_model_card_json(m.model_card_json);
+    md->set_format(v.model->format());
+    md->set_format_note(v.model->fallback_reason());
   }
 }
 

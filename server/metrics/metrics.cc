@@ -104,7 +104,7 @@ Metrics::Metrics()
                        .Register(*registry_)),
       model_info_(BuildGauge()
                       .Name("qvi_model_info")
-                      .Help("1 for each loaded model version, with its device and architecture")
+                      .Help("1 for each loaded model version, with its device, artifact format and architecture")
                       .Register(*registry_)) {}
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Serve(const std::string& host, int port) {
@@ -297,6 +297,7 @@ void Metrics::OnModelEvent(const std::string& model, const VersionStatus& status
     it->second.second = &model_info_.Add({{"model", model},
                                           {"version", version},
                                           {"device", status.model->device()},
+                                          {"format", status.model->format()},
                                           {"architecture", status.model->manifest().architecture}});
     it->second.second->Set(1);
   }

@@ -313,15 +313,17 @@ TEST_F(ModelRepositoryTest, AStuckLoadIsAbandonedAndHoldsUpNoOtherModel) {
   AddVersion(1, "stuck");
   auto release = std::make_shared<Notification>();
   auto stuck_started = std::make_shared<Notification>();
+  auto stuck_finished = std::make_shared<Notification>();
   Open("latest:1", [&](ModelRepository::Options& o) {
     // Long enough for a real load and warm-up on a busy machine (the test waits it out once).
     o.load_timeout = absl::Seconds(2);
-    o.load = [release, stuck_started](const std::string& path, const std::string& device) {
-      if (path.find("/stuck/") != std::string::npos) {
-        stuck_started->Notify();
-        release->WaitForNotification();  // a warm-up that hangs
-      }
-      return Model::Load(path, device);
+    o.load = [release, stuck_started, stuck_finished](const std::string& path, const LoadOptions& options) {
+      if (path.find("/stuck") == std::string::npos) return Model::Load(path, options);
+      stuck_started->Notify();
+      release->WaitForNotification();  // a warm-up that hangs
+      absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(path, options);
+      stuck_finished->Notify();
+      return model;
     };
   });
   EXPECT_TRUE(stuck_started->HasBeenNotified());
@@ -339,6 +341,8 @@ TEST_F(ModelRepositoryTest, AStuckLoadIsAbandonedAndHoldsUpNoOtherModel) {
   EXPECT_EQ(States("stuck"), (Versions{{1, S::kFailed}})) << "unchanged files: not retried";
   // The abandoned load finishing late changes nothing, and frees its model on its own thread.
   release->Notify();
+  // Its thread must be done with torch before the test removes the files and the process exits.
+  ASSERT_TRUE(stuck_finished->WaitForNotificationWithTimeout(absl::Seconds(60)));
   repo_->Poll();
   EXPECT_EQ(States("stuck"), (Versions{{1, S::kFailed}}));
 }

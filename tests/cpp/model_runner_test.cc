@@ -2,6 +2,7 @@
 // lock, and a done-callback, row handler or observer that throws fails only the texts it concerns
 // while the instance thread goes on serving. Runs the real demo classifier on the CPU.
 #include "server/core/model_runner.h"
+#include "tests/cpp/fake_model.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -31,14 +32,7 @@ class ThrowingObserver : public ServingObserver {
 
 class ModelRunnerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    torch::set_num_threads(1);
-    const std::string path = std::string(QVI_SOURCE_DIR) + "/model_store/store/sentiment/1/model.pt";
-    ASSERT_TRUE(std::filesystem::exists(path)) << "run scripts/setup.sh first";
-    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(path, "cpu");
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = std::shared_ptr<const Model>(std::move(*model));
-  }
+  void SetUp() override { model_ = FakeModel::Create(); }
 
   void Start(ServingObserver* observer = nullptr) {
     BatchScheduler::Options o;

@@ -46,8 +46,8 @@ def api():
 
 
 def _export_inconsistent_model(store):
-    """A model whose manifest lists three labels while its logits have two columns: it loads (its
-    warm-up runs), but every answer it gives is refused as INTERNAL."""
+    """A model whose manifest lists three labels while its logits have two columns: its warm-up
+    checks every output against the manifest, so it is FAILED with that reason and never serves."""
     import torch
     from qvi import artifact
     from qvi.models import ModelConfig, build_model

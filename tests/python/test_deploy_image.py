@@ -157,6 +157,14 @@ def test_image_serves_the_demo_models_like_the_host_binary(container, api, host_
     wait_until(lambda: counted_ok("Tag", "ner") >= 1, "an OK Tag of ner in /metrics")
     # The CPU image has no CUDA backend, and says so.
     assert "CUDA: off (this LibTorch is CPU-only" in container.logs()
+    # It serves the demo models from their AOTInductor packages (the portable x86-64-v3 build),
+    # whose libtorch.so the image provides.
+    pb, pb_grpc = api
+    with grpc.insecure_channel(container.address) as channel:
+        stub = pb_grpc.InferenceStub(channel)
+        for model in ("sentiment", "ner"):
+            info = stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name=model)), timeout=10).model
+            assert [(v.metadata.format, v.metadata.format_note) for v in info.versions] == [("pt2", "")], info
 
 
 def test_image_healthcheck_runs_qvi_client_and_passes(container):

@@ -180,7 +180,7 @@ def test_a_model_whose_two_forwards_disagree_is_failed_with_the_reason(live, api
             return []
     wait_until(lambda: states() == [(1, "MODEL_STATE_FAILED")], "disagreeing@1 FAILED")
     reason = versions_of(api, proc.channel, "disagreeing")[0][2]
-    assert "forward_without_maps returns" in reason and "gates" in reason, reason
+    assert "the forward without maps returns" in reason and "gates" in reason, reason
     assert health(proc.channel, "sentiment") == "SERVING"  # the other models are untouched
 
 

@@ -1,0 +1,353 @@
+"""The AOTInductor artifact: <store>/<name>/<version>/model.<device>.pt2, beside model.pt.
+
+One package per device kind it was compiled for (model.cpu.pt2, model.cuda.pt2), each a PT2 archive
+(torch.export.pt2_archive) holding:
+
+    AOTInductor model "model"         forward(token_ids, mask): every output, the maps included
+    AOTInductor model "without_maps"  the Transformer models' forward_without_maps (absent for others)
+    extra/manifest.json, extra/vocab.txt   the same files model.pt carries
+    extra/pt2.json                    what the server must know about this package (PT2_INFO below)
+
+Both models take token_ids Long[B,T] and mask Bool[B,T] with B dynamic in 1..MAX_BATCH and T in
+MIN_TOKENS..max_tokens, and return the outputs of the eager model as a flat list in the order of the
+package's call spec (a dict's keys). A server pads a batch of one-token texts to MIN_TOKENS (padding
+does not change an answer) and splits batches over MAX_BATCH.
+
+Taggers leave out `tags`: torch.export cannot trace the CRF's Viterbi loop over a dynamic number of
+tokens, so pt2.json carries the CRF's start, end and transition scores and the server decodes the
+emissions itself (server/core/viterbi.cc, the same recursion as qvi.nn.CRF.decode).
+
+CPU packages are compiled for a named instruction set, recorded in pt2.json ("cpu_target") and by
+AOTInductor (AOTI_CPU_ISA): by default x86-64-v3 (AVX2 and FMA, every x86 server since about 2015),
+so that a package built on one machine serves on another; `--cpu-target native` compiles for the
+machine it runs on (AVX-512 here), for a package compiled on the node that serves it. A server
+refuses a package its CPU cannot run, or one compiled by another torch version (the package calls
+into LibTorch's C shim, which is not stable across versions), and serves model.pt instead.
+
+Architectures with LSTM/GRU layers (lstm_att, han) are not exported: torch.export unrolls
+nn.LSTM/nn.GRU over the time steps of the example and so cannot keep T dynamic, and HAN's sentence
+grid has a size that depends on the data. Their manifests say so ("pt2"), and they ship TorchScript.
+"""
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from qvi.models import TransformerClassifier, TransformerCRF
+
+FILES = {"cpu": "model.cpu.pt2", "cuda": "model.cuda.pt2"}
+PT2_INFO = "pt2.json"
+INFO_VERSION = 1
+MIN_TOKENS = 2
+MAX_BATCH = 1024
+CPU_TARGETS = {"x86-64-v3": 256, "native": None}  # -march value -> SIMD width Inductor vectorises for
+DEFAULT_CPU_TARGET = "x86-64-v3"
+# /proc/cpuinfo flags a package needs. x86-64-v3 is AVX2, FMA, F16C, BMI1/2, LZCNT (abm) and MOVBE;
+# for "native", every flag of this list that the compiling machine has, since -march=native may use
+# any of them.
+X86_64_V3_FLAGS = ["avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "abm", "movbe"]
+NATIVE_FLAGS = X86_64_V3_FLAGS + [
+    "avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512ifma",
+    "avx512vbmi", "avx512_vbmi2", "avx512_bitalg", "avx512_vpopcntdq", "avx512_fp16", "avx_vnni",
+    "amx_tile", "amx_bf16", "amx_int8", "gfni", "vaes", "vpclmulqdq", "sha_ni"]
+
+
+def required_cpu_flags(target: str) -> List[str]:
+    if target == "x86-64-v3":
+        return list(X86_64_V3_FLAGS)
+    have = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                break
+    return [flag for flag in NATIVE_FLAGS if flag in have]
+
+UNEXPORTABLE = {
+    "lstm_att": "torch.export unrolls nn.LSTM over the example's time steps, so T cannot stay dynamic",
+    "han": "torch.export unrolls nn.GRU over the example's time steps, and the sentence grid's size "
+           "depends on the data",
+}
+
+
+def export_status(arch: str) -> Dict[str, object]:
+    """The manifest's "pt2" entry: whether this architecture can be exported to a .pt2, and why not."""
+    reason = UNEXPORTABLE.get(arch)
+    return {"exportable": reason is None, **({"reason": reason} if reason else {})}
+
+
+class _Entry(nn.Module):
+    """One exported method of a model, with the signature torch.export sees."""
+
+    def __init__(self, model: nn.Module, lean: bool):
+        super().__init__()
+        self.model = model
+        self.lean = lean
+
+    def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        m = self.model
+        if isinstance(m, TransformerCRF):
+            return m._run(token_ids, mask, "received" if self.lean else "maps", decode=False)
+        if isinstance(m, TransformerClassifier):
+            return m._run(token_ids, mask, "none" if self.lean else "maps")
+        return m(token_ids, mask)
+
+
+def methods(model: nn.Module) -> List[Tuple[str, nn.Module]]:
+    """(package model name, module) for each method the package holds."""
+    entries = [("model", _Entry(model, lean=False))]
+    if isinstance(model, (TransformerClassifier, TransformerCRF)):
+        entries.append(("without_maps", _Entry(model, lean=True)))
+    return entries
+
+
+@contextlib.contextmanager
+def _cpu_target(target: str) -> Iterator[Dict[str, object]]:
+    """Inductor config for compiling CPU code for `target`. Inductor itself always passes
+    -march=native to the C++ compiler, which would let the compiler use every instruction of this
+    machine in any loop; for a portable target that flag is replaced for the compile's duration."""
+    if target not in CPU_TARGETS:
+        raise ValueError(f"cpu target must be one of {sorted(CPU_TARGETS)}, got {target!r}")
+    if target == "native":
+        yield {}
+        return
+    from torch._inductor import cpp_builder
+    original = getattr(cpp_builder, "_get_optimization_cflags", None)
+    if original is None:
+        raise RuntimeError("this torch's Inductor has no _get_optimization_cflags; cannot pin the CPU target")
+
+    def flags(*args, **kwargs):  # type: ignore[no-untyped-def]
+        cflags, ldflags = original(*args, **kwargs)
+        return [f"march={target}" if f == "march=native" else f for f in cflags], ldflags
+
+    cpp_builder._get_optimization_cflags = flags
+    try:
+        yield {"cpp.simdlen": CPU_TARGETS[target]}
+    finally:
+        cpp_builder._get_optimization_cflags = original
+
+
+def _example(vocab_size: int, device: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, max(vocab_size, 3), (4, 16), generator=g)
+    mask = torch.ones(4, 16, dtype=torch.bool)
+    mask[1, 11:] = False
+    mask[3, 5:] = False
+    return ids.to(device), mask.to(device)
+
+
+def compile_package(model: nn.Module, manifest: Dict[str, object], vocab_text: str, path: str,
+                    device: str = "cpu", cpu_target: str = DEFAULT_CPU_TARGET) -> str:
+    """Exports and compiles every method of `model` (eval mode) into the package `path`."""
+    from torch.export.pt2_archive._package import package_pt2
+    arch = str(manifest["architecture"]["name"])  # type: ignore[index]
+    if arch in UNEXPORTABLE:
+        raise ValueError(f"{arch} cannot be exported to a .pt2: {UNEXPORTABLE[arch]}")
+    config = manifest["architecture"]["config"]  # type: ignore[index]
+    model = model.eval().to(device)
+    max_tokens = int(config["max_tokens"])
+    b = torch.export.Dim("batch", min=1, max=MAX_BATCH)
+    t = torch.export.Dim("tokens", min=MIN_TOKENS, max=max_tokens)
+    example = _example(int(config["vocab_size"]), device)
+    aoti_files: Dict[str, List[str]] = {}
+    outputs: Dict[str, List[str]] = {}
+    with _cpu_target(cpu_target if device == "cpu" else "native") as isa_config, torch.no_grad():
+        for name, module in methods(model):
+            ep = torch.export.export(module, example, dynamic_shapes=({0: b, 1: t}, {0: b, 1: t}))
+            outputs[name] = list(module(*example).keys())
+            files = torch._inductor.aot_compile(ep.module(), example,
+                                                options=dict(isa_config, **{"aot_inductor.package": True}))
+            aoti_files[name] = [f for f in files if isinstance(f, str)]  # type: ignore[union-attr]
+    info: Dict[str, object] = {
+        "info_version": INFO_VERSION,
+        "device": device,
+        "cpu_target": cpu_target if device == "cpu" else "",
+        "cpu_flags": required_cpu_flags(cpu_target) if device == "cpu" else [],
+        "torch_version": torch.__version__.split("+")[0],
+        "min_tokens": MIN_TOKENS,
+        "max_tokens": max_tokens,
+        "max_batch": MAX_BATCH,
+        "outputs": outputs,
+    }
+    if isinstance(model, TransformerCRF):
+        info["server_decodes"] = "tags"
+        info["crf"] = {"start": model.crf.start.detach().cpu().tolist(),
+                       "end": model.crf.end.detach().cpu().tolist(),
+                       "transitions": model.crf.trans.detach().cpu().tolist()}
+    extra = {"manifest.json": json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True),
+             "vocab.txt": vocab_text, PT2_INFO: json.dumps(info, indent=1)}
+    package_pt2(path, aoti_files=aoti_files, extra_files=extra)  # type: ignore[arg-type]
+    return path
+
+
+def _readable(path: str) -> None:
+    """Temporary files are private (0600); give the package the mode of any new file, so that a
+    server running as another user (the image's uid 10001) can read it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+def write_package(model: nn.Module, manifest: Dict[str, object], vocab_text: str, folder: str,
+                  device: str = "cpu", cpu_target: str = DEFAULT_CPU_TARGET, check: bool = True) -> str:
+    """Compiles into a temporary file in `folder`, checks it against the eager model, and renames it
+    into place as model.<device>.pt2, so a server watching the store never sees half a package."""
+    os.makedirs(folder, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".pt2.", dir=folder)
+    tmp = os.path.join(staging, "model.pt2")  # the archive's folder inside takes this file's stem
+    try:
+        compile_package(model, manifest, vocab_text, tmp, device, cpu_target)
+        if check:
+            worst = check_package(tmp, model, device)
+            if worst > 1e-5:
+                raise RuntimeError(f"the compiled package differs from the eager model by {worst:.3g} (> 1e-5)")
+        _readable(tmp)
+        path = os.path.join(folder, FILES[device])
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path
+
+
+def cache_key(model: nn.Module, manifest: Dict[str, object], device: str, cpu_target: str) -> str:
+    """What a compiled package depends on: the weights, the architecture and outputs, this exporter's
+    code, torch's version and the target. Not the model card (dates), which only the extra files carry."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    h.update(json.dumps([manifest["architecture"], manifest["outputs"]], sort_keys=True).encode())
+    with open(__file__, "rb") as f:
+        h.update(f.read())
+    h.update(f"{torch.__version__}|{device}|{cpu_target}".encode())
+    return h.hexdigest()[:32]
+
+
+def repackage(source: str, path: str, extra: Dict[str, str]) -> None:
+    """Copies the package `source` to `path` with its extra files replaced by `extra`."""
+    from torch.export.pt2_archive._package import PT2ArchiveReader, PT2ArchiveWriter
+    with PT2ArchiveReader(source) as reader, PT2ArchiveWriter(path) as writer:
+        for name in reader.get_file_names():
+            if name.startswith("extra/") or name in (".data/version", ".data/serialization_id",
+                                                        "archive_format", "archive_version", "byteorder"):
+                continue
+            writer.write_bytes(name, reader.read_bytes(name))
+        for name, text in extra.items():
+            writer.write_string(f"extra/{name}", text)
+
+
+def package_artifact(model_pt: str, device: str = "cpu", cpu_target: str = DEFAULT_CPU_TARGET,
+                     cache: Optional[str] = None) -> str:
+    """Compiles the model of a TorchScript artifact (its weights, manifest and vocabulary) into the
+    .pt2 beside it (see write_cached)."""
+    from qvi import artifact
+    from qvi.models import ModelConfig, build_model
+    module, manifest, vocab = artifact.load(model_pt)
+    model = build_model(ModelConfig(**manifest["architecture"]["config"])).eval()  # type: ignore[index]
+    model.load_state_dict(module.state_dict())
+    folder = os.path.dirname(os.path.abspath(model_pt))
+    return write_cached(model, manifest, vocab.to_text(), folder, device, cpu_target, cache)
+
+
+CACHE_DAYS = 30
+
+
+def _prune(cache: str) -> None:
+    """Drops cached packages unused for CACHE_DAYS: every change to the exporter or torch makes new
+    keys, and the old packages would otherwise stay forever."""
+    import time
+    for name in os.listdir(cache):
+        path = os.path.join(cache, name)
+        if name.endswith(".pt2") and time.time() - os.path.getmtime(path) > CACHE_DAYS * 86400:
+            os.unlink(path)
+
+
+def write_cached(model: nn.Module, manifest: Dict[str, object], vocab_text: str, folder: str,
+                 device: str = "cpu", cpu_target: str = DEFAULT_CPU_TARGET, cache: Optional[str] = None) -> str:
+    """write_package, but with `cache` (a folder) a package compiled before from the same weights,
+    code and target is reused, its extra files rewritten: compiling takes a minute on two cores."""
+    if cache is None:
+        return write_package(model, manifest, vocab_text, folder, device, cpu_target)
+    os.makedirs(cache, exist_ok=True)
+    _prune(cache)
+    cached = os.path.join(cache, cache_key(model, manifest, device, cpu_target) + ".pt2")
+    if os.path.exists(cached):
+        os.utime(cached)  # used: kept by _prune
+    else:
+        staging = tempfile.mkdtemp(prefix=".compile.", dir=cache)
+        try:
+            os.replace(write_package(model, manifest, vocab_text, staging, device, cpu_target), cached)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    info = json.loads(read_extra(cached)[PT2_INFO])
+    os.makedirs(folder, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".pt2.", dir=folder)
+    try:
+        tmp = os.path.join(staging, "model.pt2")
+        repackage(cached, tmp, {"manifest.json": json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True),
+                                "vocab.txt": vocab_text, PT2_INFO: json.dumps(info, indent=1)})
+        _readable(tmp)
+        path = os.path.join(folder, FILES[device])
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return path
+
+
+def load_methods(path: str, device: str = "cpu") -> Dict[str, object]:
+    """The package's compiled methods, callable from Python (torch's own loader)."""
+    from torch._inductor.package import load_package
+    # torch's reader warns when the package's CPU target is not this machine's best; that is the
+    # portable target working as meant, not a problem.
+    logging.getLogger("torch.export.pt2_archive._package").setLevel(logging.ERROR)
+    info = read_extra(path)[PT2_INFO]
+    names = json.loads(info)["outputs"]
+    return {name: load_package(path, name, device_index=-1) for name in names}
+
+
+def read_extra(path: str) -> Dict[str, str]:
+    from torch.export.pt2_archive._package import PT2ArchiveReader
+    out = {}
+    with PT2ArchiveReader(path) as reader:
+        for name in ("manifest.json", "vocab.txt", PT2_INFO):
+            out[name] = reader.read_string(f"extra/{name}")
+    return out
+
+
+def shapes(max_tokens: int) -> Sequence[Tuple[int, int]]:
+    """Batch sizes and lengths a package is checked at: the smallest, odd ones and the largest."""
+    return [(1, MIN_TOKENS), (3, min(17, max_tokens)), (8, max_tokens), (2, min(64, max_tokens))]
+
+
+def check_package(path: str, model: nn.Module, device: str = "cpu") -> float:
+    """Largest absolute difference between the package's outputs and the eager model's over
+    shapes(), each batch with some rows padded; raises if an output is missing or extra."""
+    compiled = load_methods(path, device)
+    entries = dict(methods(model))
+    vocab_size = model.body.emb.num_embeddings if hasattr(model, "body") else model.emb.num_embeddings
+    max_tokens = int(json.loads(read_extra(path)[PT2_INFO])["max_tokens"])
+    g = torch.Generator().manual_seed(1)
+    worst = 0.0
+    with torch.no_grad():
+        for b, t in shapes(max_tokens):
+            ids = torch.randint(2, vocab_size, (b, t), generator=g)
+            lengths = torch.randint(1, t + 1, (b,), generator=g)
+            lengths[0] = t
+            mask = torch.arange(t).unsqueeze(0) < lengths.unsqueeze(1)
+            ids = (ids * mask).to(device)
+            mask = mask.to(device)
+            for name, run in compiled.items():
+                want = entries[name](ids, mask)
+                got = run(ids, mask)  # type: ignore[operator]
+                if set(got) != set(want):
+                    raise RuntimeError(f"{name}: the package returns {sorted(got)}, the model {sorted(want)}")
+                for key, value in want.items():
+                    worst = max(worst, (got[key].float() - value.float()).abs().max().item())
+    return worst

@@ -1,0 +1,82 @@
+// A Model with no artifact behind it, for the tests of what runs around a model (the runner, the
+// repository, Model::Forward's selection and copying): a classifier whose outputs are simple
+// functions of the token ids, cheap and exactly predictable.
+//
+//   logits[b] = {Σ ids of real tokens, number of real tokens}
+//   attention[b,t] = 1/n on real tokens, 0 on padding; gates[b,t] = id/100 on real tokens
+//   layer_attention[b,l,h,q,k] = 1/n on real keys (when maps are asked for)
+//   layer_gates[b,l,h,t] = l + h/10 on real tokens
+#ifndef QVI_TESTS_CPP_FAKE_MODEL_H_
+#define QVI_TESTS_CPP_FAKE_MODEL_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "server/core/model.h"
+
+namespace qvi {
+
+class FakeModel final : public Model {
+ public:
+  static constexpr int kLayers = 2;
+  static constexpr int kHeads = 3;
+
+  // `bad_from_batch` > 0: batches of that many texts or more get logits with a column too few, as
+  // a model file that contradicts its manifest only at some shapes would.
+  static std::unique_ptr<FakeModel> Create(const std::string& name = "fake", int max_tokens = 16, int bad_from_batch = 0) {
+    const std::string manifest_json = absl::StrCat(R"({
+      "format_version": 1, "name": ")", name, R"(", "task": "classification", "labels": ["sum", "count"],
+      "architecture": {"name": "transformer", "display_name": "Fake", "interaction": "qvi",
+                       "config": {"layers": )", kLayers, R"(, "heads": )", kHeads, R"(}},
+      "tokenizer": {"level": "word", "lowercase": true, "max_tokens": )", max_tokens, R"(, "vocab_size": 5},
+      "outputs": {"logits": {"shape": ["B", "C"]}, "attention": {"shape": ["B", "T"]},
+                  "gates": {"shape": ["B", "T"]}, "layer_attention": {"shape": ["B", "L", "H", "T", "T"]},
+                  "layer_gates": {"shape": ["B", "L", "H", "T"]}},
+      "explanations": ["attention", "gates", "layer_attention", "layer_gates"]})");
+    auto files = ParseArtifactFiles(manifest_json, "[PAD]\n[UNK]\nthe\ngood\nbad\n", "fake");
+    if (!files.ok()) throw std::runtime_error(std::string(files.status().message()));
+    auto model = std::unique_ptr<FakeModel>(new FakeModel(std::move(files->first), std::move(files->second)));
+    model->bad_from_batch_ = bad_from_batch;
+    return model;
+  }
+
+  std::string format() const override { return "fake"; }
+  bool has_forward_without_maps() const override { return true; }
+
+  // How often Run() was called with and without the maps.
+  int runs_with_maps() const { return with_maps_; }
+  int runs_without_maps() const { return without_maps_; }
+
+ protected:
+  std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const override {
+    ++(maps ? with_maps_ : without_maps_);
+    const torch::Tensor real = mask.to(torch::kFloat);
+    const torch::Tensor n = real.sum(1, /*keepdim=*/true).clamp_min(1.0);
+    std::map<std::string, torch::Tensor> out;
+    out["logits"] = torch::cat({(ids.to(torch::kFloat) * real).sum(1, true), real.sum(1, true)}, 1);
+    out["attention"] = real / n;
+    out["gates"] = ids.to(torch::kFloat) / 100.0 * real;
+    const int64_t b = ids.size(0), t = ids.size(1);
+    torch::Tensor lh = torch::arange(kLayers, torch::kFloat).view({1, kLayers, 1, 1}) +
+                       torch::arange(kHeads, torch::kFloat).view({1, 1, kHeads, 1}) / 10.0;
+    out["layer_gates"] = lh.expand({b, kLayers, kHeads, t}) * real.view({b, 1, 1, t});
+    if (bad_from_batch_ > 0 && b >= bad_from_batch_) out["logits"] = out["logits"].slice(1, 0, 1);
+    if (maps) {
+      out["layer_attention"] = (real / n).view({b, 1, 1, 1, t}).expand({b, kLayers, kHeads, t, t}).contiguous();
+    }
+    return out;
+  }
+
+ private:
+  FakeModel(Manifest manifest, Vocabulary vocabulary)
+      : Model(std::move(manifest), std::move(vocabulary), torch::Device(torch::kCPU), "fake") {}
+
+  mutable std::atomic<int> with_maps_{0}, without_maps_{0};
+  int bad_from_batch_ = 0;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_TESTS_CPP_FAKE_MODEL_H_

@@ -1,0 +1,212 @@
+// The Model interface: what Forward() does around any backend (on the fake), which artifact Load()
+// picks, and the parity of the two backends on the demo models (TorchScript against AOTInductor:
+// every output, and the tags the server's Viterbi decodes against the model's own).
+#include "server/core/model.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "server/core/viterbi.h"
+#include "tests/cpp/fake_model.h"
+
+namespace qvi {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::pair<torch::Tensor, torch::Tensor> Batch(const std::vector<std::vector<int64_t>>& rows) {
+  int64_t width = 1;
+  for (const auto& r : rows) width = std::max<int64_t>(width, static_cast<int64_t>(r.size()));
+  torch::Tensor ids = torch::zeros({static_cast<int64_t>(rows.size()), width}, torch::kLong);
+  torch::Tensor mask = torch::zeros_like(ids, torch::kBool);
+  for (size_t b = 0; b < rows.size(); ++b) {
+    for (size_t t = 0; t < rows[b].size(); ++t) {
+      ids[b][t] = rows[b][t];
+      mask[b][t] = true;
+    }
+  }
+  return {ids, mask};
+}
+
+TEST(ModelForwardTest, ReturnsOnlyWhatIsAskedAndSkipsTheMapsWhenNobodyWantsThem) {
+  std::unique_ptr<FakeModel> model = FakeModel::Create();
+  auto [ids, mask] = Batch({{2, 3, 4}, {4}});
+  absl::StatusOr<std::map<std::string, torch::Tensor>> out = model->Forward(ids, mask, {"logits", "gates"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->size(), 2u);
+  EXPECT_TRUE(torch::equal(out->at("logits"), torch::tensor({{9.0f, 3.0f}, {4.0f, 1.0f}})));
+  EXPECT_EQ(model->runs_with_maps(), 0);
+  EXPECT_EQ(model->runs_without_maps(), 1);
+  out = model->Forward(ids, mask, {"layer_attention"});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(model->runs_with_maps(), 1);
+  EXPECT_EQ(out->at("layer_attention").sizes(), (std::vector<int64_t>{2, 2, 3, 3, 3}));
+}
+
+TEST(ModelForwardTest, CopiesOnlyTheSelectedLayersAndHeadsAndNamesThem) {
+  std::unique_ptr<FakeModel> model = FakeModel::Create();
+  auto [ids, mask] = Batch({{2, 3}});
+  OutputSelection selection{{1}, {0, 2}, false};
+  absl::StatusOr<std::map<std::string, torch::Tensor>> out = model->Forward(ids, mask, {"layer_gates"}, selection);
+  ASSERT_TRUE(out.ok()) << out.status();
+  // layer_gates = layer + head/10 on real tokens: layer 1, heads 0 and 2.
+  EXPECT_TRUE(torch::allclose(out->at("layer_gates"), torch::tensor({1.0f, 1.2f}).view({1, 1, 2, 1}).expand({1, 1, 2, 2})));
+  EXPECT_TRUE(torch::equal(out->at("layer_index"), torch::tensor({1}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(out->at("head_index"), torch::tensor({0, 2}, torch::kLong)));
+  selection.mean_heads = true;
+  out = model->Forward(ids, mask, {"layer_gates"}, selection);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(torch::allclose(out->at("layer_gates"), torch::full({1, 1, 1, 2}, 1.1f)));
+  EXPECT_TRUE(torch::equal(out->at("head_index"), torch::tensor({-1}, torch::kLong)));
+}
+
+TEST(ModelForwardTest, OutputsThatContradictTheManifestAreAnInternalError) {
+  std::unique_ptr<FakeModel> model = FakeModel::Create("fake", 16, /*bad_from_batch=*/3);
+  auto [ids, mask] = Batch({{2}, {3}, {4}});
+  absl::StatusOr<std::map<std::string, torch::Tensor>> out = model->Forward(ids, mask, {"logits"});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(out.status().message().find("returned logits of shape [3,1]"), std::string::npos) << out.status();
+  auto [two, two_mask] = Batch({{2}, {3}});
+  EXPECT_TRUE(model->Forward(two, two_mask, {"logits"}).ok());
+}
+
+TEST(ViterbiTest, FindsTheBestPathAndMarksPadding) {
+  // Two tags, the transition 0 -> 1 all but forbidden (-100).
+  CrfScores crf{{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, -100.0f, 0.0f, 0.0f}};
+  // Row 0: 1,0,0 scores 5+3+3 = 11, the best. Row 1 (two real tokens) prefers 0 then 1, which
+  // needs 0 -> 1.
+  torch::Tensor e = torch::tensor({{{0.0f, 5.0f}, {3.0f, 0.0f}, {3.0f, 0.0f}},
+                                   {{2.0f, 0.0f}, {0.0f, 3.0f}, {9.0f, 9.0f}}});
+  torch::Tensor mask = torch::tensor({{true, true, true}, {true, true, false}});
+  absl::StatusOr<torch::Tensor> tags = ViterbiDecode(crf, e, mask);
+  ASSERT_TRUE(tags.ok()) << tags.status();
+  // Row 1: 0,0 scores 2+0 = 2; 1,1 scores 0+3 = 3; 1,0 scores 0+0 = 0; 0,1 is forbidden.
+  EXPECT_TRUE(torch::equal(*tags, torch::tensor({{1, 0, 0}, {1, 1, -1}}, torch::kLong))) << *tags;
+  EXPECT_FALSE(ViterbiDecode(crf, torch::zeros({1, 3, 3}), torch::ones({1, 3}, torch::kBool)).ok());
+}
+
+// --- Load(): which file of a version folder --------------------------------------------------
+
+class ModelLoadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    torch::set_num_threads(1);
+    demo_ = fs::path(QVI_SOURCE_DIR) / "model_store" / "store";
+    ASSERT_TRUE(fs::exists(demo_ / "sentiment" / "1" / "model.pt")) << "run scripts/setup.sh first";
+    if (!fs::exists(demo_ / "sentiment" / "1" / "model.cpu.pt2")) GTEST_SKIP() << "the demo store has no .pt2";
+    dir_ = fs::path(testing::TempDir()) / ("model_load_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& format, int instances = 1) {
+    LoadOptions o;
+    o.device = "cpu";
+    o.format = format;
+    o.instances = instances;
+    return Model::Load(dir_.string(), o);
+  }
+
+  fs::path demo_, dir_;
+};
+
+TEST_F(ModelLoadTest, AutoPrefersThePackageAndEitherFormatCanBeForced) {
+  fs::copy_file(demo_ / "sentiment" / "1" / "model.pt", dir_ / "model.pt");
+  fs::copy_file(demo_ / "sentiment" / "1" / "model.cpu.pt2", dir_ / "model.cpu.pt2");
+  absl::StatusOr<std::unique_ptr<Model>> m = Load("auto");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->format(), "pt2");
+  EXPECT_TRUE((*m)->has_forward_without_maps());
+  EXPECT_EQ((*m)->fallback_reason(), "");
+  m = Load("torchscript");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->format(), "torchscript");
+  fs::remove(dir_ / "model.cpu.pt2");
+  m = Load("pt2");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("model.cpu.pt2 does not exist"), std::string::npos) << m.status();
+  m = Load("auto");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->format(), "torchscript");
+}
+
+TEST_F(ModelLoadTest, ACorruptPackageFallsBackToTorchScriptWithTheReasonOrFailsWhenForced) {
+  fs::copy_file(demo_ / "sentiment" / "1" / "model.pt", dir_ / "model.pt");
+  std::ofstream(dir_ / "model.cpu.pt2") << "not a zip archive";
+  absl::StatusOr<std::unique_ptr<Model>> m = Load("auto");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->format(), "torchscript");
+  EXPECT_NE((*m)->fallback_reason().find("model.cpu.pt2 not used: cannot read"), std::string::npos)
+      << (*m)->fallback_reason();
+  m = Load("pt2");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("as a PT2 package"), std::string::npos) << m.status();
+  fs::remove(dir_ / "model.pt");
+  m = Load("auto");
+  EXPECT_FALSE(m.ok());
+  fs::remove(dir_ / "model.cpu.pt2");
+  m = Load("auto");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
+}
+
+// --- backend parity on the demo models -----------------------------------------------------
+
+void ExpectParity(const fs::path& version, const std::vector<std::string>& outputs) {
+  LoadOptions o;
+  o.device = "cpu";
+  o.format = "torchscript";
+  absl::StatusOr<std::unique_ptr<Model>> script = Model::Load(version.string(), o);
+  ASSERT_TRUE(script.ok()) << script.status();
+  o.format = "pt2";
+  o.instances = 2;
+  absl::StatusOr<std::unique_ptr<Model>> compiled = Model::Load(version.string(), o);
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  torch::manual_seed(3);
+  const int64_t vocab = static_cast<int64_t>((*script)->vocabulary().size());
+  const int64_t max_tokens = (*script)->manifest().tokenizer.max_tokens;
+  // A one-token batch (below the package's smallest length: padded and cut back), odd sizes, the
+  // longest texts, and padding in every batch but the first.
+  for (auto [b, t] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 17}, {8, max_tokens}, {5, 40}}) {
+    torch::Tensor lengths = torch::randint(1, t + 1, {b}, torch::kLong);
+    lengths[0] = t;
+    torch::Tensor mask = torch::arange(t).unsqueeze(0) < lengths.unsqueeze(1);
+    torch::Tensor ids = torch::randint(2, vocab, {b, t}, torch::kLong) * mask;
+    for (bool maps : {true, false}) {
+      std::vector<std::string> wanted = outputs;
+      if (maps) wanted.push_back("layer_attention");
+      auto a = (*script)->Forward(ids, mask, wanted);
+      auto c = (*compiled)->Forward(ids, mask, wanted);
+      ASSERT_TRUE(a.ok()) << a.status();
+      ASSERT_TRUE(c.ok()) << c.status();
+      ASSERT_EQ(a->size(), c->size());
+      for (const auto& [name, want] : *a) {
+        ASSERT_TRUE(c->count(name)) << name;
+        const torch::Tensor& got = c->at(name);
+        ASSERT_EQ(got.sizes(), want.sizes()) << name << " at batch " << b << "x" << t;
+        if (want.is_floating_point()) {
+          EXPECT_LE((got - want).abs().max().item<float>(), 1e-5) << name << " at batch " << b << "x" << t;
+        } else {
+          EXPECT_TRUE(torch::equal(got, want)) << name << " at batch " << b << "x" << t;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ModelLoadTest, TheClassifierAnswersTheSameFromBothFormats) {
+  ExpectParity(demo_ / "sentiment" / "1", {"logits", "attention", "gates", "layer_gates"});
+}
+
+TEST_F(ModelLoadTest, TheTaggerAnswersTheSameFromBothFormatsTagsIncluded) {
+  if (!fs::exists(demo_ / "ner" / "1" / "model.cpu.pt2")) GTEST_SKIP() << "the demo ner has no .pt2";
+  ExpectParity(demo_ / "ner" / "1", {"tags", "emissions", "attention", "gates", "layer_gates"});
+}
+
+}  // namespace
+}  // namespace qvi
