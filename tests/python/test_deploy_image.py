@@ -196,7 +196,13 @@ def test_image_has_labels_and_no_build_tools(container):
         assert tool not in listing, f"{tool} is in the runtime image"
     assert "/src" not in listing and "/build" not in listing
     libraries = {os.path.basename(p) for p in listing if p.startswith("/opt/qvi/site/")}
-    assert libraries == {"libtorch_cpu.so", "libc10.so", "libgomp.so.1", "libcudart.so.13", "libcupti.so.13"}
+    # libtorch.so is the image's own (docker/collect.sh): it names libtorch_cpu.so alone, for the
+    # AOTInductor packages that link it; the wheel's would need libtorch_cuda.so.
+    assert libraries == {"libtorch_cpu.so", "libc10.so", "libgomp.so.1", "libcudart.so.13", "libcupti.so.13",
+                         "libtorch.so"}
+    needed = podman("run", "--rm", *ULIMITS, "--entrypoint", "sh", IMAGE, "-c",
+                    "ldd /opt/qvi/site/torch/lib/libtorch.so", check=False).stdout
+    assert "libtorch_cpu.so" in needed and "libtorch_cuda" not in needed, needed
 
 
 def test_models_volume_and_extra_arguments(api, tmp_path):
