@@ -181,9 +181,7 @@ def compile_package(model: nn.Module, manifest: Dict[str, object], vocab_text: s
         info["crf"] = {"start": model.crf.start.detach().cpu().tolist(),
                        "end": model.crf.end.detach().cpu().tolist(),
                        "transitions": model.crf.trans.detach().cpu().tolist()}
-    extra = {"manifest.json": json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True),
-             "vocab.txt": vocab_text, PT2_INFO: json.dumps(info, indent=1)}
-    package_pt2(path, aoti_files=aoti_files, extra_files=extra)  # type: ignore[arg-type]
+    package_pt2(path, aoti_files=aoti_files, extra_files=_extra_files(manifest, vocab_text, info))  # type: ignore[arg-type]
     return path
 
 
@@ -195,25 +193,38 @@ def _readable(path: str) -> None:
     os.chmod(path, 0o666 & ~umask)
 
 
+@contextlib.contextmanager
+def _publishing(folder: str, device: str) -> Iterator[str]:
+    """Yields a temporary path in `folder` to write a package to; when the block ends without an
+    error, renames it into place as model.<device>.pt2, so a server watching the store never sees
+    half a package. The archive's folder inside takes the temporary file's stem, "model"."""
+    os.makedirs(folder, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".pt2.", dir=folder)
+    try:
+        tmp = os.path.join(staging, "model.pt2")
+        yield tmp
+        _readable(tmp)
+        os.replace(tmp, os.path.join(folder, FILES[device]))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _extra_files(manifest: Dict[str, object], vocab_text: str, info: Dict[str, object]) -> Dict[str, str]:
+    return {"manifest.json": json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True),
+            "vocab.txt": vocab_text, PT2_INFO: json.dumps(info, indent=1)}
+
+
 def write_package(model: nn.Module, manifest: Dict[str, object], vocab_text: str, folder: str,
                   device: str = "cpu", cpu_target: str = DEFAULT_CPU_TARGET, check: bool = True) -> str:
     """Compiles into a temporary file in `folder`, checks it against the eager model, and renames it
     into place as model.<device>.pt2, so a server watching the store never sees half a package."""
-    os.makedirs(folder, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".pt2.", dir=folder)
-    tmp = os.path.join(staging, "model.pt2")  # the archive's folder inside takes this file's stem
-    try:
+    with _publishing(folder, device) as tmp:
         compile_package(model, manifest, vocab_text, tmp, device, cpu_target)
         if check:
             worst = check_package(tmp, model, device)
             if worst > 1e-5:
                 raise RuntimeError(f"the compiled package differs from the eager model by {worst:.3g} (> 1e-5)")
-        _readable(tmp)
-        path = os.path.join(folder, FILES[device])
-        os.replace(tmp, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return path
+    return os.path.join(folder, FILES[device])
 
 
 def cache_key(model: nn.Module, manifest: Dict[str, object], device: str, cpu_target: str) -> str:
@@ -287,18 +298,9 @@ def write_cached(model: nn.Module, manifest: Dict[str, object], vocab_text: str,
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     info = json.loads(read_extra(cached)[PT2_INFO])
-    os.makedirs(folder, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".pt2.", dir=folder)
-    try:
-        tmp = os.path.join(staging, "model.pt2")
-        repackage(cached, tmp, {"manifest.json": json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True),
-                                "vocab.txt": vocab_text, PT2_INFO: json.dumps(info, indent=1)})
-        _readable(tmp)
-        path = os.path.join(folder, FILES[device])
-        os.replace(tmp, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return path
+    with _publishing(folder, device) as tmp:
+        repackage(cached, tmp, _extra_files(manifest, vocab_text, info))
+    return os.path.join(folder, FILES[device])
 
 
 def load_methods(path: str, device: str = "cpu") -> Dict[str, object]:
