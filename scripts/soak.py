@@ -25,6 +25,7 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,9 +69,16 @@ def proc_stats(pid):
     return stats
 
 
-def metric_series(address):
+def metric_figures(address):
+    """The number of metric series, and what malloc holds (in use by the server, free in its heaps)."""
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
-        return sum(1 for line in r.read().decode().splitlines() if line and not line.startswith("#"))
+        lines = [line for line in r.read().decode().splitlines() if line and not line.startswith("#")]
+    figures = {"series": len(lines)}
+    for line in lines:
+        for state in ("in_use", "free"):
+            if line.startswith(f'qvi_malloc_bytes{{state="{state}"}} '):
+                figures[f"malloc_{state}_mib"] = round(float(line.split()[1]) / 2**20, 1)
+    return figures
 
 
 class Store:
@@ -181,17 +189,17 @@ def main():
     while time.monotonic() - begin < args.seconds and server.poll() is None:
         now = time.monotonic()
         if start_figures is None and now - begin >= warmup:
-            start_figures = {**proc_stats(server.pid), "series": metric_series(metrics_address),
+            start_figures = {**proc_stats(server.pid), **metric_figures(metrics_address),
                              "at_s": round(now - begin, 1)}
             print(f"soak: start {start_figures}", flush=True)
         if now >= next_roll:
-            samples.append({**proc_stats(server.pid), "series": metric_series(metrics_address), "at_s": round(now - begin, 1)})
+            samples.append({**proc_stats(server.pid), **metric_figures(metrics_address), "at_s": round(now - begin, 1)})
             rollouts.append(store.roll())
             print(f"soak: {now - begin:7.1f} s  rollout {rollouts[-1]}  codes so far {dict(codes)}", flush=True)
             next_roll += args.rollout_seconds
         time.sleep(0.2)
     crashed = server.poll() is not None
-    end_figures = None if crashed else {**proc_stats(server.pid), "series": metric_series(metrics_address),
+    end_figures = None if crashed else {**proc_stats(server.pid), **metric_figures(metrics_address),
                                         "at_s": round(time.monotonic() - begin, 1)}
     stop.set()
     for t in threads:
@@ -204,11 +212,18 @@ def main():
 
     growth = {}
     if start_figures and end_figures:
-        for k in ("rss_mib", "rss_anon_mib", "rss_file_mib", "fds", "threads", "series"):
+        for k in ("rss_mib", "rss_anon_mib", "rss_file_mib", "fds", "threads", "series", "malloc_in_use_mib"):
             growth[k] = round((end_figures[k] - start_figures[k]) / max(start_figures[k], 1), 4)
+    # One sample is one instant: RSS swings with the calls in flight. The medians of the first and
+    # last five samples before rollouts say whether it trends.
+    trend = {}
+    if len(samples) >= 10:
+        for k in ("rss_mib", "malloc_in_use_mib"):
+            first, last = statistics.median(x[k] for x in samples[:5]), statistics.median(x[k] for x in samples[-5:])
+            trend[k] = {"first5": first, "last5": last, "growth": round((last - first) / max(first, 1), 4)}
     bad = {c: n for c, n in codes.items() if c not in ALLOWED}
     report = {"seconds": args.seconds, "clients": args.clients, "rollouts": len(rollouts), "codes": dict(codes),
-              "start": start_figures, "end": end_figures, "growth": growth, "server_exit": exit_code,
+              "start": start_figures, "end": end_figures, "growth": growth, "median_trend": trend, "server_exit": exit_code,
               "samples": samples}
     print(json.dumps(report, indent=2))
     if args.json:

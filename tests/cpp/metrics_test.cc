@@ -53,6 +53,18 @@ TEST(MetricsTest, TheProcessReportsItsCpuMemoryThreadsAndDescriptors) {
   EXPECT_NE(text.find("# TYPE process_resident_memory_bytes gauge"), std::string::npos);
 }
 
+TEST(MetricsTest, MallocReportsBytesInUseAndFree) {
+  Metrics m;
+  const double before = Sample(m.Serialize(), R"(qvi_malloc_bytes{state="in_use"})");
+  // 64 MiB held across the scrape (written, so that it is really allocated) must show as in use.
+  std::vector<char> held(64 << 20, 1);
+  const std::string text = m.Serialize();
+  EXPECT_GE(Sample(text, R"(qvi_malloc_bytes{state="in_use"})"), before + (64 << 20));
+  EXPECT_GE(Sample(text, R"(qvi_malloc_bytes{state="free"})"), 0);
+  EXPECT_NE(text.find("# TYPE qvi_malloc_bytes gauge"), std::string::npos);
+  EXPECT_EQ(held[12345], 1);
+}
+
 TEST(MetricsTest, AScrapedCounterIsReadAtEachScrape) {
   Metrics m;
   double dropped = 0;
