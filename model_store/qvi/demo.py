@@ -84,12 +84,21 @@ def cmd_demo(args: argparse.Namespace) -> None:
         _demo_package(target, args, force=True)
 
 
+def _current_package(package: str) -> bool:
+    """Whether a package was written in the format this exporter writes (older ones are rebuilt)."""
+    from qvi import pt2
+    try:
+        return json.loads(pt2.read_extra(package)[pt2.PT2_INFO]).get("info_version") == pt2.INFO_VERSION
+    except Exception:  # unreadable: rebuild it
+        return False
+
+
 def _demo_package(model_pt: str, args: argparse.Namespace, force: bool) -> None:
     """The demo's AOTInductor package beside model.pt, compiled from it (same weights, manifest and
     vocabulary) for the CPU's portable target; reused from the cache when compiled before."""
     from qvi import pt2
     package = os.path.join(os.path.dirname(model_pt), pt2.FILES["cpu"])
-    if args.no_pt2 or (os.path.exists(package) and not force):
+    if args.no_pt2 or (os.path.exists(package) and not force and _current_package(package)):
         return
     t0 = time.time()
     pt2.package_artifact(model_pt, "cpu", pt2.DEFAULT_CPU_TARGET, cache=args.pt2_cache)

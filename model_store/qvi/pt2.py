@@ -44,7 +44,7 @@ from qvi.models import TransformerClassifier, TransformerCRF
 
 FILES = {"cpu": "model.cpu.pt2", "cuda": "model.cuda.pt2"}
 PT2_INFO = "pt2.json"
-INFO_VERSION = 1
+INFO_VERSION = 2  # 2: CPU kernels take their OpenMP team size at run time (dynamic threads)
 MIN_TOKENS = 2
 MAX_BATCH = 1024
 CPU_TARGETS = {"x86-64-v3": 256, "native": None}  # -march value -> SIMD width Inductor vectorises for
@@ -134,6 +134,14 @@ def _cpu_target(target: str) -> Iterator[Dict[str, object]]:
         cpp_builder._get_optimization_cflags = original
 
 
+# aot_inductor.package: write the files for a PT2 archive. cpp.dynamic_threads: CPU kernels open
+# OpenMP teams of the calling thread's size (omp_get_max_threads, which the server sets to its torch
+# intra-op count) instead of the exporting machine's core count, which Inductor otherwise writes
+# into the code: a package compiled on a 64-core machine would run 64 threads per forward on a
+# 4-CPU pod.
+COMPILE_OPTIONS = {"aot_inductor.package": True, "cpp.dynamic_threads": True}
+
+
 def _example(vocab_size: int, device: str) -> Tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(2, max(vocab_size, 3), (4, 16), generator=g)
@@ -163,7 +171,7 @@ def compile_package(model: nn.Module, manifest: Dict[str, object], vocab_text: s
             ep = torch.export.export(module, example, dynamic_shapes=({0: b, 1: t}, {0: b, 1: t}))
             outputs[name] = list(module(*example).keys())
             files = torch._inductor.aot_compile(ep.module(), example,
-                                                options=dict(isa_config, **{"aot_inductor.package": True}))
+                                                options=dict(isa_config, **COMPILE_OPTIONS))
             aoti_files[name] = [f for f in files if isinstance(f, str)]  # type: ignore[union-attr]
     info: Dict[str, object] = {
         "info_version": INFO_VERSION,

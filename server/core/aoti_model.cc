@@ -1,5 +1,6 @@
 #include "server/core/aoti_model.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
@@ -32,7 +33,9 @@ namespace {
 using json = nlohmann::json;
 using torch::inductor::AOTIModelPackageLoader;
 
-constexpr int kInfoVersion = 1;
+// 2: the CPU kernels take their OpenMP team size at run time (1 had the exporting machine's core count
+// compiled in, ignoring --torch-intra-op-threads).
+constexpr int kInfoVersion = 2;
 
 std::string FirstLine(const std::string& what) { return what.substr(0, what.find('\n')); }
 
@@ -148,6 +151,11 @@ class AotiModel final : public Model {
 
  protected:
   std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids_in, const torch::Tensor& mask_in, bool maps) const override {
+    // The package's CPU kernels open OpenMP teams as large as the calling thread's OpenMP setting
+    // (they are compiled with dynamic threads, pt2.py). A thread starts with OpenMP's default, every
+    // core; give each instance thread torch's intra-op count once, as torch's own kernels do.
+    static thread_local const bool threads_set = (at::init_num_threads(), true);
+    (void)threads_set;
     const Method& method = maps || !lean_ ? full_ : *lean_;
     const int64_t tokens = ids_in.size(1);
     torch::Tensor ids = ids_in, mask = mask_in;
