@@ -20,8 +20,10 @@
 #include <iostream>
 #include <thread>
 
+#include "server/core/cpu_budget.h"
 #include "server/core/executor.h"
 #include "server/core/inference_service.h"
+#include "server/core/model.h"
 #include "server/core/model_repository.h"
 #include "server/grpc/inference_service_impl.h"
 #include "server/logging.h"
@@ -48,7 +50,20 @@ std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerOptions::
   return grpc::experimental::TlsServerCredentials(credentials);
 }
 
-void ConfigureTorch(const ServerOptions::Threads& t) {
+// Fills in the instance and torch thread counts left at 0 (the defaults) from the CPUs this process
+// may use, logs the choice, and sets torch's thread counts.
+void ConfigureThreads(ServerOptions& options) {
+  ServerOptions::Threads& t = options.threads;
+  if (t.instances == 0 || t.torch_intra == 0) {
+    const CpuBudget budget = UsableCpus();
+    const auto device = ResolveDevice(options.models.device);
+    const bool on_gpu = device.ok() && device->is_cuda();
+    const ThreadPlan plan = PlanThreads(budget.cpus, on_gpu);
+    if (t.instances == 0) t.instances = plan.instances;
+    if (t.torch_intra == 0) t.torch_intra = plan.torch_intra;
+    spdlog::info("{} usable CPU(s) ({}), models on the {}: {} instance(s) per model, {} torch thread(s) each",
+                 budget.cpus, budget.why, on_gpu ? "GPU" : "CPU", t.instances, t.torch_intra);
+  }
   torch::set_num_threads(t.torch_intra);
   torch::set_num_interop_threads(t.torch_inter);
 }
@@ -119,7 +134,7 @@ void WaitForSignalOrTimeout(const sigset_t& signals, double seconds) {
   }
 }
 
-int Run(const ServerOptions& options, const sigset_t& signals) {
+int Run(ServerOptions options, const sigset_t& signals) {
   ConfigureLogging(options.logging.level, options.logging.format == "json" ? LogFormat::kJson : LogFormat::kText,
                    static_cast<size_t>(options.logging.access_log_queue));
   std::unique_ptr<Metrics> metrics;
@@ -137,7 +152,7 @@ int Run(const ServerOptions& options, const sigset_t& signals) {
     if (!options.network.metrics_port_file.empty()) WritePortFile(options.network.metrics_port_file, metrics->port());
   }
   spdlog::info("{}", LoadCudaSupport());
-  ConfigureTorch(options.threads);
+  ConfigureThreads(options);
   ServingConfig defaults;
   defaults.device = options.models.device;
   defaults.format = options.models.format;

@@ -118,10 +118,12 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
                  "received them (one hand-off less); larger ones on a request thread. 0: always a request thread")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->group("Threads");
   app.add_option("--instances-per-model", o.threads.instances,
-                 "model instance threads per model version, each running one batch at a time")
-      ->check(CLI::Range(1, 64))->group("Threads");
-  app.add_option("--torch-intra-op-threads", o.threads.torch_intra, "torch threads inside one forward pass")
-      ->check(CLI::Range(1, 256))->group("Threads");
+                 "model instance threads per model version, each running one batch at a time. 0: chosen from "
+                 "the CPUs this process may use (affinity and cgroup limit), logged at start-up")
+      ->check(CLI::Range(0, 64))->group("Threads");
+  app.add_option("--torch-intra-op-threads", o.threads.torch_intra,
+                 "torch threads inside one forward pass (per instance). 0: chosen with --instances-per-model")
+      ->check(CLI::Range(0, 256))->group("Threads");
   app.add_option("--torch-inter-op-threads", o.threads.torch_inter, "torch inter-op threads")
       ->check(CLI::Range(1, 256))->group("Threads");
 

@@ -55,8 +55,8 @@ struct ServerOptions {
   struct Threads {
     int inference = 2;     // request threads: check and tokenise, then queue for the model
     int64_t inline_prepare_bytes = 4096;  // smaller requests are prepared on the gRPC thread instead
-    int instances = 1;     // model instance threads per model version
-    int torch_intra = 1;   // torch intra-op threads per forward pass
+    int instances = 0;     // model instance threads per model version; 0: from the CPUs (PlanThreads)
+    int torch_intra = 0;   // torch intra-op threads per forward pass; 0: from the CPUs (PlanThreads)
     int torch_inter = 1;
   } threads;
   struct Logging {

@@ -84,9 +84,10 @@ class Background:
 class ServerProcess:
     """qvi-server on a free port over `store`, started and stopped (SIGTERM, exit code 0)."""
 
-    def __init__(self, store, work, *extra_args, plaintext_ready=True, log_pipe=False):
+    def __init__(self, store, work, *extra_args, plaintext_ready=True, log_pipe=False, cpus=None):
         """log_pipe: the server's stdout and stderr go to a pipe (self.proc.stdout) that the test reads
-        itself, or leaves unread to see what a blocked stderr does; log() is then not available."""
+        itself, or leaves unread to see what a blocked stderr does; log() is then not available.
+        cpus: the set of CPUs the server may run on (its affinity mask), as taskset would give it."""
         assert os.path.exists(SERVER), f"{SERVER} is missing: scripts/test.sh builds it"
         self.work = work
         port_file = os.path.join(work, "port")
@@ -96,7 +97,8 @@ class ServerProcess:
         self.proc = subprocess.Popen([SERVER, "--model-store", store, "--port", "0", "--host", "127.0.0.1",
                                       "--port-file", port_file, "--device", "cpu", "--metrics-port", "0",
                                       "--metrics-port-file", metrics_port_file, *extra_args],
-                                     stdout=subprocess.PIPE if log_pipe else self._log, stderr=subprocess.STDOUT)
+                                     stdout=subprocess.PIPE if log_pipe else self._log, stderr=subprocess.STDOUT,
+                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         deadline = time.monotonic() + 120
         while not os.path.exists(port_file):
             assert self.proc.poll() is None, f"qvi-server exited: {self.log()}"

@@ -163,11 +163,16 @@ def test_pods_run_as_non_root_with_a_read_only_root(rendered, overlay):
 def test_gpu_overlay_asks_for_one_gpu_and_tolerates_gpu_nodes(rendered):
     pod = one(rendered["gpu"], "Deployment")["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    # Kubernetes refuses a pod whose limit is below its request.
+    assert pod["containers"][0]["resources"]["limits"]["cpu"] == pod["containers"][0]["resources"]["requests"]["cpu"]
     assert pod["containers"][0]["image"].endswith(":cuda")
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     cpu_pod = one(rendered["cpu"], "Deployment")["spec"]["template"]["spec"]
     assert "nvidia.com/gpu" not in cpu_pod["containers"][0]["resources"]["limits"]
     assert cpu_pod["containers"][0]["image"].endswith(":cpu")
+    # On CPU nodes the server sizes its instances and torch threads from the cgroup CPU limit.
+    resources = cpu_pod["containers"][0]["resources"]
+    assert resources["limits"]["cpu"] == resources["requests"]["cpu"]
 
 
 def test_servicemonitor_selects_the_service_and_its_metrics_port(rendered):

@@ -2,12 +2,13 @@
 Python model's own outputs on the same texts; errors, health and reflection answer."""
 import json
 import os
+import re
 
 import grpc
 import pytest
 import torch
 
-from conftest import REPO, STORE
+from conftest import REPO, STORE, ServerProcess
 from qvi import artifact
 from qvi.metrics import chunks
 from qvi.tokenizer import config_from_json, encode
@@ -189,3 +190,35 @@ def test_the_access_log_is_off_by_default(server_process, api):
     log = server_process.log()
     assert "serving qvi.serving.v1.Inference" in log  # the log is there, and it is this server's
     assert "quiet-1" not in log and "request_id" not in log, log
+
+
+def _instances(proc, api):
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(proc.channel)
+    return stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name="sentiment")), timeout=30).model.versions[0].metadata.batching.instances
+
+
+@pytest.mark.parametrize("cpus,flags,expected", [
+    ("one", (), 1),                                   # taskset to one CPU: one instance
+    ("all", (), None),                                # every CPU it may use, up to 8
+    ("one", ("--instances-per-model", "3"), 3),       # the flag wins over the CPUs
+])
+def test_instances_follow_the_cpus_the_server_may_use(api, tmp_path, cpus, flags, expected):
+    mine = sorted(os.sched_getaffinity(0))
+    allowed = {mine[0]} if cpus == "one" else set(mine)
+    proc = ServerProcess(os.path.join(STORE), str(tmp_path), *flags, cpus=allowed)
+    try:
+        log = proc.log()
+        if flags:
+            assert _instances(proc, api) == expected
+            return
+        usable = re.search(r"(\d+) usable CPU\(s\) \((\d+) CPU\(s\) in the affinity mask", log)
+        assert usable, log
+        assert int(usable.group(2)) == len(allowed)
+        # A cgroup CPU limit, where the tests run under one, may lower it below the mask.
+        assert 1 <= int(usable.group(1)) <= len(allowed)
+        want = expected if expected is not None else min(int(usable.group(1)), 8)
+        assert _instances(proc, api) == want
+        assert f"models on the CPU: {want} instance(s) per model" in log
+    finally:
+        proc.stop()
