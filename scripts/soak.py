@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -69,15 +70,19 @@ def proc_stats(pid):
     return stats
 
 
+MALLOC_SERIES = re.compile(r'^qvi_malloc_bytes\{allocator="(\w+)",state="(\w+)"\} (\S+)$')
+
+
 def metric_figures(address):
-    """The number of metric series, and what malloc holds (in use by the server, free in its heaps)."""
+    """The number of metric series, and what malloc holds (in use by the server, free for reuse)."""
     with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
         lines = [line for line in r.read().decode().splitlines() if line and not line.startswith("#")]
     figures = {"series": len(lines)}
     for line in lines:
-        for state in ("in_use", "free"):
-            if line.startswith(f'qvi_malloc_bytes{{state="{state}"}} '):
-                figures[f"malloc_{state}_mib"] = round(float(line.split()[1]) / 2**20, 1)
+        m = MALLOC_SERIES.match(line)
+        if m:
+            figures["allocator"] = m.group(1)
+            figures[f"malloc_{m.group(2)}_mib"] = round(float(m.group(3)) / 2**20, 1)
     return figures
 
 

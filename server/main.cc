@@ -20,6 +20,7 @@
 #include <iostream>
 #include <thread>
 
+#include "server/core/allocator.h"
 #include "server/core/cpu_budget.h"
 #include "server/core/executor.h"
 #include "server/core/inference_service.h"
@@ -66,6 +67,7 @@ void ConfigureThreads(ServerOptions& options) {
   }
   torch::set_num_threads(t.torch_intra);
   torch::set_num_interop_threads(t.torch_inter);
+  spdlog::info("memory allocator: {}", ReadAllocatorStats().allocator);
 }
 
 void LogModelEvent(const std::string& name, const VersionStatus& v) {
@@ -294,6 +296,16 @@ int Run(ServerOptions options, const sigset_t& signals) {
 
 }  // namespace
 }  // namespace qvi
+
+#ifdef QVI_WITH_JEMALLOC
+// jemalloc's start-up options, read from this symbol of the executable (MALLOC_CONF in the
+// environment overrides them): a background thread returns dirty pages to the system as they age,
+// not only when some thread next allocates. The 30-minute soak measured this setting
+// (docs/serving.md "Soak").
+extern "C" {
+const char* malloc_conf = "background_thread:true";
+}
+#endif
 
 int main(int argc, char** argv) {
   // Block the shutdown signals in every thread (they inherit this mask); the main thread takes them

@@ -1,6 +1,5 @@
 #include "server/core/model_repository.h"
 
-#include <malloc.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/core/allocator.h"
 
 namespace qvi {
 
@@ -337,7 +337,7 @@ void ModelRepository::UnloaderLoop() {
     delete item.first;  // stops its (now idle) batch queue and instance threads, frees the model
     // Hand what the version freed back to the system: its instance threads' malloc arenas would
     // otherwise keep it, and a server that rolls out often would grow by it each time.
-    malloc_trim(0);
+    ReleaseFreeMemory();
     bool gone = false;
     {
       MutexLock lock(&mu_);

@@ -3,7 +3,6 @@
 #include <httplib.h>
 #include <prometheus/text_serializer.h>
 
-#include <malloc.h>
 #include <sys/resource.h>
 
 #include <chrono>
@@ -12,6 +11,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/allocator.h"
 
 namespace qvi {
 namespace {
@@ -152,23 +152,19 @@ static prometheus::MetricFamily OneValueFamily(const std::string& name, const st
   return f;
 }
 
-// What glibc's malloc holds, summed over its arenas: bytes in use by the program (in heaps and in
-// chunks mapped on their own), and bytes free inside its heaps. Growing RSS with flat "in_use" is
-// memory malloc keeps for reuse (fragmentation, arenas' high-water marks), not a leak; the soak
-// (scripts/soak.py) reports both. mallinfo2 takes each arena's lock in turn, so it is read only at a
-// scrape.
+// What malloc holds: bytes in use by the server, and bytes it keeps free for reuse. Growing RSS with
+// flat "in_use" is memory the allocator keeps (fragmentation, high-water marks), not a leak; the soak
+// (scripts/soak.py) reports both. Reading takes the allocator's locks, so only at a scrape.
 static prometheus::MetricFamily HeapFamily() {
-  const struct mallinfo2 info = mallinfo2();
+  const AllocatorStats stats = ReadAllocatorStats();
   prometheus::MetricFamily f;
   f.name = "qvi_malloc_bytes";
-  f.help = "Bytes held by malloc: in_use by the server (heap and mmapped chunks), free inside its heaps";
+  f.help = "Bytes held by malloc (allocator: glibc, jemalloc or tcmalloc): in_use by the server, free for reuse";
   f.type = prometheus::MetricType::Gauge;
-  const std::pair<const char*, double> states[] = {
-      {"in_use", static_cast<double>(info.uordblks + info.hblkhd)},
-      {"free", static_cast<double>(info.fordblks)},
-  };
+  const std::pair<const char*, double> states[] = {{"in_use", stats.in_use_bytes}, {"free", stats.free_bytes}};
   for (const auto& [state, bytes] : states) {
     prometheus::ClientMetric m;
+    m.label.push_back({"allocator", stats.allocator});
     m.label.push_back({"state", state});
     m.gauge.value = bytes;
     f.metric.push_back(m);

@@ -1,6 +1,7 @@
 // The Prometheus metrics as a scrape sees them: names, labels, buckets, and the life of a model
 // version's series. Fed by hand, read back with Serialize() (no port, no threads).
 #include "server/metrics/metrics.h"
+#include "server/core/allocator.h"
 
 #include <gtest/gtest.h>
 
@@ -55,12 +56,17 @@ TEST(MetricsTest, TheProcessReportsItsCpuMemoryThreadsAndDescriptors) {
 
 TEST(MetricsTest, MallocReportsBytesInUseAndFree) {
   Metrics m;
-  const double before = Sample(m.Serialize(), R"(qvi_malloc_bytes{state="in_use"})");
+  // The series carry the allocator the process runs on (glibc's here; the jemalloc build of this
+  // check is allocator_jemalloc_test).
+  const std::string allocator = ReadAllocatorStats().allocator;
+  const std::string in_use = "qvi_malloc_bytes{allocator=\"" + allocator + "\",state=\"in_use\"}";
+  const std::string free = "qvi_malloc_bytes{allocator=\"" + allocator + "\",state=\"free\"}";
+  const double before = Sample(m.Serialize(), in_use);
   // 64 MiB held across the scrape (written, so that it is really allocated) must show as in use.
   std::vector<char> held(64 << 20, 1);
   const std::string text = m.Serialize();
-  EXPECT_GE(Sample(text, R"(qvi_malloc_bytes{state="in_use"})"), before + (64 << 20));
-  EXPECT_GE(Sample(text, R"(qvi_malloc_bytes{state="free"})"), 0);
+  EXPECT_GE(Sample(text, in_use), before + (64 << 20));
+  EXPECT_GE(Sample(text, free), 0);
   EXPECT_NE(text.find("# TYPE qvi_malloc_bytes gauge"), std::string::npos);
   EXPECT_EQ(held[12345], 1);
 }

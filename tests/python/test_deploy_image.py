@@ -155,6 +155,9 @@ def test_image_serves_the_demo_models_like_the_host_binary(container, api, host_
                    and f'method="{method}"' in s and f'model="{model}"' in s)
     wait_until(lambda: counted_ok("Classify", "sentiment") >= 1, "an OK Classify of sentiment in /metrics")
     wait_until(lambda: counted_ok("Tag", "ner") >= 1, "an OK Tag of ner in /metrics")
+    # The image's server runs on jemalloc, as the host build does (its library is in the image).
+    in_use = metrics(container.metrics_address).get('qvi_malloc_bytes{allocator="jemalloc",state="in_use"}', 0)
+    assert in_use > 10 * 2**20, "qvi-server in the image does not run on jemalloc"
     # The CPU image has no CUDA backend, and says so.
     assert "CUDA: off (this LibTorch is CPU-only" in container.logs()
     # It serves the demo models from their AOTInductor packages (the portable x86-64-v3 build),

@@ -214,3 +214,21 @@ def test_json_logs_are_one_object_per_line(served, api):
     assert (a["logger"], a["method"], a["model"], a["version"], a["texts"], a["code"]) == \
         ("access", "Classify", "sentiment", 1, 2, "OK")
     assert a["tokens"] >= 5 and a["ms"] >= a["compute_ms"] > 0 and a["queue_ms"] >= 0
+
+
+def test_the_server_runs_on_the_allocator_it_links_and_reports_it(served):
+    """qvi-server links jemalloc (CMake QVI_JEMALLOC; sanitizer builds do not): its metrics name the
+    allocator the process really runs on, its start-up log says it, and jemalloc's background thread,
+    which returns aged dirty pages (the server's malloc_conf), is running."""
+    needed = subprocess.run(["readelf", "-d", served.proc.args[0]], capture_output=True, text=True,
+                            check=True).stdout
+    expected = "jemalloc" if "libjemalloc" in needed else "glibc"
+    samples = served.metrics()
+    in_use = samples.get(f'qvi_malloc_bytes{{allocator="{expected}",state="in_use"}}', 0)
+    assert in_use > 10 * 2**20, {k: v for k, v in samples.items() if k.startswith("qvi_malloc")}
+    assert f'qvi_malloc_bytes{{allocator="{expected}",state="free"}}' in samples
+    assert f"memory allocator: {expected}" in served.log()
+    if expected == "jemalloc":
+        tasks = f"/proc/{served.proc.pid}/task"
+        names = [open(os.path.join(tasks, t, "comm")).read().strip() for t in os.listdir(tasks)]
+        assert any(n.startswith("jemalloc_bg_thd") for n in names), names
