@@ -1,12 +1,17 @@
-"""The benchmark harness: in ONE run, on the same model and the same texts, it measures
+"""The benchmark harness: in ONE run, on the same model and the same texts, for short (~20 words) and
+long (~100 words) texts (--words), it measures
 
-  1. the limit: the TorchScript model called in-process from C++ (qvi-bench-model), batch sizes 1..max;
-  2. qvi-server under qvi-perf at increasing concurrency (with the server's own queue/compute split);
+  1. the limit: the model called in-process from C++ (qvi-bench-model), both formats side by side (the
+     AOTInductor package qvi-server loads and the TorchScript file the peers run), batch sizes 1..max;
+  2. qvi-server at its defaults under qvi-perf at increasing concurrency (with the server's own
+     queue/compute split);
   3. a plain Python gRPC server (bench/python_server.py: grpcio + torch, one forward per request);
-  4. TorchServe (from PyPI, JDK from Debian) serving the same model.pt through its own inference API,
+  4. TorchServe (from PyPI, JDK from Debian) serving the same model.pt through its own inference API
+     with its default of one worker per core,
 
-and writes the results as JSON, a markdown table and a PNG plot (throughput against p99 latency, one
-line per system) into BENCHMARKS.md, with the command that reproduces them and the machine.
+and writes the results as JSON, markdown tables and a PNG plot (throughput against p99 latency, one
+line per system, one panel per text length) into BENCHMARKS.md, with the command that reproduces them
+and the machine.
 
     .venv/bin/python bench/run.py                 # the full run; rewrites BENCHMARKS.md
     .venv/bin/python bench/run.py --smoke         # seconds-long check that every part works (CI);
@@ -18,6 +23,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -87,12 +93,12 @@ def served_format(version_dir):
     return "pt2" if os.path.exists(os.path.join(version_dir, "model.cpu.pt2")) else "torchscript"
 
 
-def run_limit(work, a):
+def run_limit(work, a, words):
     """Both backends' in-process limits, side by side at each batch size (qvi-bench-model --format both)."""
     out = os.path.join(work, "limit.json")
     fmt = "both" if served_format(MODEL_DIR) == "pt2" else "torchscript"
     cmd = [os.path.join(BUILD, "qvi-bench-model"), "--model", MODEL_DIR, "--format", fmt, "--batch-sizes", a.batch_sizes,
-           "--seconds", str(a.duration), "--words", str(a.words), "--device", a.device, "--json", out]
+           "--seconds", str(a.duration), "--words", str(words), "--device", a.device, "--json", out]
     log(" ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd))
     subprocess.run(cmd, check=True)
     with open(out) as f:
@@ -131,27 +137,36 @@ def bert_base_models():
     return paths
 
 
-def run_qvi_server(work, a, common):
+def run_qvi_server(work, a, common, run):
     port_file, metrics_file = os.path.join(work, "qvi.port"), os.path.join(work, "qvi.metrics")
-    # A copy of the store whose serving.json sets the batch size the limit found fastest.
+    # A copy of the store whose serving.json sets the batch size the limit found fastest; everything else
+    # (instances, torch threads) at the server's defaults.
     store = os.path.join(work, "qvi_store")
     shutil.copytree(os.path.join(REPO, "model_store", "store", MODEL), os.path.join(store, MODEL))
     with open(os.path.join(store, MODEL, "serving.json"), "w") as f:
-        json.dump({"max_batch_size": a.max_batch}, f)
-    proc = subprocess.Popen([os.path.join(BUILD, "qvi-server"), "--model-store", store,
-                             "--port", "0", "--port-file", port_file, "--metrics-port", "0",
-                             "--metrics-port-file", metrics_file, "--host", "127.0.0.1", "--device", a.device,
-                             "--log-level", "warn"])
+        json.dump({"max_batch_size": run["max_batch"]}, f)
+    log_path = os.path.join(work, "qvi-server.log")
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen([os.path.join(BUILD, "qvi-server"), "--model-store", store,
+                                 "--port", "0", "--port-file", port_file, "--metrics-port", "0",
+                                 "--metrics-port-file", metrics_file, "--host", "127.0.0.1", "--device", a.device],
+                                stdout=log_file, stderr=subprocess.STDOUT)
     try:
         port = wait_for_file(port_file, proc, "qvi-server")
         metrics = wait_for_file(metrics_file, proc, "qvi-server")
-        return perf(work, "qvi-server", ["--server", f"127.0.0.1:{port}", "--metrics",
-                                         f"http://127.0.0.1:{metrics}/metrics"], common)
+        r = perf(work, "qvi-server", ["--server", f"127.0.0.1:{port}", "--metrics",
+                                      f"http://127.0.0.1:{metrics}/metrics"], common)
     finally:
         stop(proc)
+    # What its defaults chose on this machine, from its start-up line.
+    with open(log_path) as f:
+        m = re.search(r"models on the \w+: (\d+) instance\(s\) per model, (\d+) torch thread", f.read())
+    if m:
+        r["instances"], r["torch_threads"] = int(m.group(1)), int(m.group(2))
+    return r
 
 
-def run_python_server(work, a, common):
+def run_python_server(work, a, common, run):
     port_file = os.path.join(work, "py.port")
     proc = subprocess.Popen([PY, os.path.join(REPO, "bench", "python_server.py"), "--model-pt", MODEL_PT,
                              "--port-file", port_file, "--workers", "4", "--device", a.device])
@@ -169,7 +184,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_torchserve(work, a, common):
+def run_torchserve(work, a, common, run):
     bindir = os.path.dirname(PY)
     store = os.path.join(work, "ts_store")
     os.makedirs(store)
@@ -178,13 +193,16 @@ def run_torchserve(work, a, common):
                     "--export-path", store], check=True)
     inference, management, metrics = free_port(), free_port(), free_port()
     config = os.path.join(work, "ts.properties")
-    models = {MODEL: {"1.0": {"defaultVersion": True, "marName": f"{MODEL}.mar", "minWorkers": 1, "maxWorkers": 1,
-                              "batchSize": a.max_batch, "maxBatchDelay": 2, "responseTimeout": 120}}}
+    # TorchServe's own default on a machine without a GPU: one worker per core, each with one torch thread.
+    workers = os.cpu_count()
+    models = {MODEL: {"1.0": {"defaultVersion": True, "marName": f"{MODEL}.mar", "minWorkers": workers,
+                              "maxWorkers": workers, "batchSize": run["torchserve_batch"], "maxBatchDelay": 2,
+                              "responseTimeout": 120}}}
     with open(config, "w") as f:
         f.write(f"inference_address=http://127.0.0.1:{inference}\nmanagement_address=http://127.0.0.1:{management}\n"
                 f"metrics_address=http://127.0.0.1:{metrics}\nmodel_store={store}\nload_models={MODEL}.mar\n"
                 f"models={json.dumps(models)}\ndisable_system_metrics=true\ninstall_py_dep_per_model=false\n"
-                f"default_workers_per_model=1\njob_queue_size=1000\nnumber_of_netty_threads=2\n")
+                f"default_workers_per_model={workers}\njob_queue_size=1000\nnumber_of_netty_threads=2\n")
     env = dict(os.environ, QVI_MODEL_STORE_PY=os.path.join(REPO, "model_store"), QVI_TORCH_THREADS="1",
                QVI_DEVICE=a.device,
                PATH=bindir + os.pathsep + os.environ.get("PATH", ""), LOG_LOCATION=os.path.join(work, "ts_logs"),
@@ -209,16 +227,18 @@ def run_torchserve(work, a, common):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"torchserve did not serve in 120 s; see {log_file.name}")
             time.sleep(0.5)
-        return perf(work, "torchserve", ["--http", url], common)
+        r = perf(work, "torchserve", ["--http", url], common)
+        r["workers"] = workers
+        return r
     finally:
         subprocess.run([os.path.join(bindir, "torchserve"), "--stop"], env=env, cwd=work, capture_output=True)
         stop(proc)
         log_file.close()
 
 
-def served_limit(results):
+def served_limit(run):
     """The limit steps of the format qvi-server serves (the first the limit lists: pt2 when measured)."""
-    steps = results["limit"]["steps"]
+    steps = run["limit"]["steps"]
     fmt = "pt2" if any(s.get("format") == "pt2" for s in steps) else steps[0].get("format", "torchscript")
     return [s for s in steps if s.get("format", fmt) == fmt]
 
@@ -227,34 +247,118 @@ def best_step(system):
     return max(system["steps"], key=lambda s: s["texts_per_s"])
 
 
-def plot(results, path):
+SYSTEMS = ("qvi-server", "python-grpc", "torchserve")
+
+
+def plot(runs, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name in ("qvi-server", "python-grpc", "torchserve"):
-        if name not in results:
-            continue
-        steps = results[name]["steps"]
-        ax.plot([s["texts_per_s"] for s in steps], [s["p99_ms"] for s in steps], marker="o", label=name)
-        for s in steps:
-            ax.annotate(f"c{int(s['load'])}", (s["texts_per_s"], s["p99_ms"]), fontsize=7, xytext=(3, 3),
-                        textcoords="offset points")
-    limit = max(s["texts_per_s"] for s in served_limit(results))
-    ax.axvline(limit, color="grey", linestyle="--", label="in-process limit (best batch)")
-    ax.set_xlabel("throughput (texts/s)")
-    ax.set_ylabel("p99 latency (ms)")
-    ax.set_yscale("log")
-    ax.set_title("Demo classifier, ~20-word texts: throughput against p99 latency")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(1, len(runs), figsize=(7 * len(runs), 5), squeeze=False)
+    for ax, run in zip(axes[0], runs):
+        for name in SYSTEMS:
+            if name not in run:
+                continue
+            steps = run[name]["steps"]
+            ax.plot([s["texts_per_s"] for s in steps], [s["p99_ms"] for s in steps], marker="o", label=name)
+            for s in steps:
+                ax.annotate(f"c{int(s['load'])}", (s["texts_per_s"], s["p99_ms"]), fontsize=7, xytext=(3, 3),
+                            textcoords="offset points")
+        limit = max(s["texts_per_s"] for s in served_limit(run))
+        ax.axvline(limit, color="grey", linestyle="--", label="in-process limit, one instance (best batch)")
+        ax.set_xlabel("throughput (texts/s)")
+        ax.set_ylabel("p99 latency (ms)")
+        ax.set_yscale("log")
+        ax.set_title(f"Demo classifier, ~{run['words']:g}-word texts")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
-def markdown(results, info, a, command):
-    lim = {s["batch_size"]: s for s in served_limit(results)}  # what qvi-server runs
-    script = {s["batch_size"]: s for s in results["limit"]["steps"] if s.get("format") == "torchscript"}
+def length_name(words):
+    return "Short" if words <= 40 else "Long"
+
+
+def run_markdown(run):
+    """The tables and ratios of one text length."""
+    words, max_batch = run["words"], run["max_batch"]
+    lim = {s["batch_size"]: s for s in served_limit(run)}  # what qvi-server runs
+    script = {s["batch_size"]: s for s in run["limit"]["steps"] if s.get("format") == "torchscript"}
+    q = run.get("qvi-server")
+    setup = []
+    if q and "instances" in q:
+        setup.append(f"qvi-server at its defaults: {q['instances']} instance(s) of the model with "
+                     f"{q['torch_threads']} torch thread(s) each")
+    if "torchserve" in run:
+        setup.append(f"TorchServe: {run['torchserve'].get('workers', 1)} worker(s), one torch thread each")
+    if "python-grpc" in run:
+        setup.append("the Python server: 4 gRPC threads sharing one model, one torch thread")
+    lines = [
+        f"## {length_name(words)} texts (about {words:g} words)",
+        "",
+        f"qvi-server batches up to {max_batch} text(s), TorchServe up to {run.get('torchserve_batch', max_batch)}: "
+        "the batch sizes at which the model each serves (package, TorchScript) is fastest here (the limit "
+        "table). " + ("; ".join(setup) + "." if setup else ""),
+        "",
+        "### The limit: the model in-process (qvi-bench-model, one instance, one torch thread)",
+        "",
+        "| batch size | format | texts/s | batch p50 ms | batch p99 ms | pt2 / TorchScript |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for s in run["limit"]["steps"]:
+        bs, fmt = s["batch_size"], s.get("format", "torchscript")
+        ratio = (f"{s['texts_per_s'] / script[bs]['texts_per_s']:.2f} x" if fmt == "pt2" and bs in script else "")
+        lines.append(f"| {bs} | {fmt} | {s['texts_per_s']:.0f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | {ratio} |")
+    lines += ["", "### Servers under qvi-perf (closed loop, one text per request)", "",
+              "| system | concurrency | texts/s | p50 ms | p90 ms | p99 ms | errors | server queue ms | server compute ms | server batch |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for name in SYSTEMS:
+        if name not in run:
+            continue
+        for s in run[name]["steps"]:
+            err = sum(s["errors"].values())
+            extra = [f"{s[k]:.2f}" if k in s else "-" for k in ("server_queue_ms", "server_compute_ms", "server_batch_size")]
+            lines.append(f"| {name} | {int(s['load'])} | {s['texts_per_s']:.0f} | {s['p50_ms']:.2f} | {s['p90_ms']:.2f} | "
+                         f"{s['p99_ms']:.2f} | {err} | {' | '.join(extra)} |")
+    lines += ["", "### Ratios (same run)", ""]
+    if q:
+        qb = best_step(q)
+        formed = qb.get("server_batch_size", 1)
+        nearest = min(lim, key=lambda b: abs(b - formed))
+        if nearest in script:
+            lines.append(f"- The package against TorchScript at the batch the server forms at saturation "
+                         f"({formed:.1f}, nearest measured {nearest}): {lim[nearest]['texts_per_s']:.0f} against "
+                         f"{script[nearest]['texts_per_s']:.0f} texts/s: "
+                         f"**{lim[nearest]['texts_per_s'] / script[nearest]['texts_per_s']:.2f} x** (target >= 1.5 x).")
+        lines.append(f"- qvi-server at saturation: {qb['texts_per_s']:.0f} texts/s at concurrency {int(qb['load'])}, "
+                     f"batches of {formed:.1f} texts; one instance's in-process limit at batch {nearest} is "
+                     f"{lim[nearest]['texts_per_s']:.0f} texts/s: **{qb['texts_per_s'] / lim[nearest]['texts_per_s']:.2f} x** "
+                     f"that limit (the server runs {q.get('instances', 1)} instance(s); load generator on the same cores).")
+        c1 = next((s for s in q["steps"] if int(s["load"]) == 1), None)
+        if c1 and 1 in lim:
+            lines.append(f"- Added latency at concurrency 1: qvi-server p50 {c1['p50_ms']:.3f} ms against the in-process "
+                         f"batch-1 forward p50 {lim[1]['p50_ms']:.3f} ms: **+{c1['p50_ms'] - lim[1]['p50_ms']:.3f} ms** "
+                         f"(target <= 0.3 ms; includes the client's own gRPC time and tokenisation).")
+        for peer, target in (("torchserve", 5), ("python-grpc", 3)):
+            if peer not in run:
+                continue
+            # The peer at its best throughput, against qvi-server's best throughput at an equal or better p99.
+            pb = best_step(run[peer])
+            fair = [st for st in q["steps"] if st["p99_ms"] <= pb["p99_ms"]]
+            if not fair:
+                lines.append(f"- vs {peer}: no qvi-server step reached {peer}'s p99 of {pb['p99_ms']:.2f} ms.")
+                continue
+            qf = max(fair, key=lambda st: st["texts_per_s"])
+            lines.append(f"- vs {peer}: its best throughput is {pb['texts_per_s']:.0f} texts/s (concurrency {int(pb['load'])}, "
+                         f"p99 {pb['p99_ms']:.2f} ms); qvi-server's best at an equal or better p99 is "
+                         f"{qf['texts_per_s']:.0f} texts/s (concurrency {int(qf['load'])}, p99 {qf['p99_ms']:.2f} ms): "
+                         f"**{qf['texts_per_s'] / pb['texts_per_s']:.2f} x** (target >= {target} x).")
+    return lines
+
+
+def markdown(results, info, command):
+    runs = results["runs"]
     lines = [
         "# Benchmarks",
         "",
@@ -262,15 +366,16 @@ def markdown(results, info, a, command):
         f"{info['machine']['os']}, torch {info['machine']['torch']}"
         + (f", GPU {info['machine']['gpu']}" if info["machine"]["gpu"] else ", no GPU")
         + f". **The model runs on: {info.get('device', 'cpu')}** (every system, the limit included).",
-        f"Model: the demo classifier `{MODEL}` (Transformer-QVI, 2 layers, d=64). Texts: generated, about "
-        f"{a.words:g} words each, one text per request. Every system ran in this one run, on the same machine, "
-        f"with the load generator on the same cores (the machine has {info['machine']['cores']}). "
-        f"qvi-server and TorchServe both batch up to {a.max_batch} texts, the batch size at which the model "
-        "itself is fastest here (the limit table); TorchServe waits up to 2 ms to fill a batch, qvi-server "
-        "batches while its instance is busy (batch_when_idle). Every system runs torch with one intra-op thread "
-        "and one model instance (the limit too), so the second core is left to gRPC, HTTP, tokenisation and the "
-        "load generator. qvi-perf drives the gRPC servers asynchronously; TorchServe's HTTP API is driven "
-        "by one blocking client thread per connection, which on two cores also competes with TorchServe.",
+        f"Model: the demo classifier `{MODEL}` (Transformer-QVI, 2 layers, d=64). Texts: generated, "
+        + " and ".join(f"about {r['words']:g} words" for r in runs)
+        + ", one text per request. Every system ran in this one run, on the same machine, with the load "
+        f"generator on the same cores (the machine has {info['machine']['cores']}). qvi-server serves the "
+        "AOTInductor package `model.cpu.pt2` (compiled for x86-64-v3, AVX2) at its defaults, which size the "
+        "instances and torch threads from the CPUs; TorchServe and the Python server run the TorchScript "
+        "`model.pt`, as their users do. TorchServe waits up to 2 ms to fill a batch, qvi-server batches while "
+        "its instances are busy (batch_when_idle), the Python server runs one forward per request. qvi-perf "
+        "drives the gRPC servers asynchronously; TorchServe's HTTP API is driven by one blocking client thread "
+        "per connection, which on two cores also competes with TorchServe.",
         "",
         "Reproduce with:",
         "",
@@ -280,22 +385,11 @@ def markdown(results, info, a, command):
         "",
         "![throughput against p99 latency](bench/results/throughput_p99.png)",
         "",
-        "## The limit: the model in-process (qvi-bench-model)",
-        "",
-        "Both formats of the same version side by side at each batch size (`--format both`): the "
-        "AOTInductor package `model.cpu.pt2` (compiled for x86-64-v3, AVX2), which qvi-server loads, and the "
-        "TorchScript `model.pt`, which TorchServe and the Python server run. The qvi-server comparisons below "
-        "are against the package's limit.",
-        "",
-        "| batch size | format | texts/s | batch p50 ms | batch p99 ms | pt2 / TorchScript |",
-        "|---:|---|---:|---:|---:|---:|",
     ]
-    for s in results["limit"]["steps"]:
-        bs, fmt = s["batch_size"], s.get("format", "torchscript")
-        ratio = (f"{s['texts_per_s'] / script[bs]['texts_per_s']:.2f} x" if fmt == "pt2" and bs in script else "")
-        lines.append(f"| {bs} | {fmt} | {s['texts_per_s']:.0f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | {ratio} |")
+    for run in runs:
+        lines += run_markdown(run) + [""]
     if results.get("maps"):
-        lines += ["", "## Explanations without and with the per-layer attention maps (in-process)", "",
+        lines += ["## Explanations without and with the per-layer attention maps (in-process)", "",
                   "Each forward asks for the answer, α and β; *maps on* also asks for every layer's and head's "
                   "attention map. Without maps the server runs the model's `forward_without_maps`, which never "
                   "forms them (model_store/README.md). Side by side in one qvi-bench-model process per model "
@@ -312,58 +406,21 @@ def markdown(results, info, a, command):
         if any(r["label"].startswith("bert_base") for r in results["maps"]):
             lines += ["", "`bert_base_qvi*`: UNTRAINED random weights (`python -m qvi bench-model`), BERT-base's "
                       "sizes (12 layers, width 768, 12 heads, 128 tokens); for speed only, its answers mean nothing."]
-    lines += ["", "## Servers under qvi-perf (closed loop, one text per request)", "",
-              "| system | concurrency | texts/s | p50 ms | p90 ms | p99 ms | errors | server queue ms | server compute ms | server batch |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for name in ("qvi-server", "python-grpc", "torchserve"):
-        if name not in results:
-            continue
-        for s in results[name]["steps"]:
-            err = sum(s["errors"].values())
-            extra = [f"{s[k]:.2f}" if k in s else "-" for k in ("server_queue_ms", "server_compute_ms", "server_batch_size")]
-            lines.append(f"| {name} | {int(s['load'])} | {s['texts_per_s']:.0f} | {s['p50_ms']:.2f} | {s['p90_ms']:.2f} | "
-                         f"{s['p99_ms']:.2f} | {err} | {' | '.join(extra)} |")
-    q = results.get("qvi-server")
-    lines += ["", "## Ratios (same run)", ""]
-    if q:
-        qb = best_step(q)
-        formed = qb.get("server_batch_size", 1)
-        nearest = min(lim, key=lambda b: abs(b - formed))
-        lines.append(f"- qvi-server at saturation: {qb['texts_per_s']:.0f} texts/s at concurrency {int(qb['load'])}, batches of "
-                     f"{formed:.1f} texts; the in-process limit at batch {nearest} is {lim[nearest]['texts_per_s']:.0f} "
-                     f"texts/s: **{qb['texts_per_s'] / lim[nearest]['texts_per_s']:.2f} x** the limit (target >= 0.9).")
-        c1 = next((s for s in q["steps"] if int(s["load"]) == 1), None)
-        if c1 and 1 in lim:
-            lines.append(f"- Added latency at concurrency 1: qvi-server p50 {c1['p50_ms']:.3f} ms against the in-process "
-                         f"batch-1 forward p50 {lim[1]['p50_ms']:.3f} ms: **+{c1['p50_ms'] - lim[1]['p50_ms']:.3f} ms** "
-                         f"(target <= 0.5 ms; includes the client's own gRPC time).")
-        for peer, target in (("torchserve", 5), ("python-grpc", 3)):
-            if peer not in results:
-                continue
-            # The peer at its best throughput, against qvi-server's best throughput at an equal or better p99.
-            pb = best_step(results[peer])
-            fair = [st for st in q["steps"] if st["p99_ms"] <= pb["p99_ms"]]
-            if not fair:
-                lines.append(f"- vs {peer}: no qvi-server step reached {peer}'s p99 of {pb['p99_ms']:.2f} ms.")
-                continue
-            qf = max(fair, key=lambda st: st["texts_per_s"])
-            lines.append(f"- vs {peer}: its best throughput is {pb['texts_per_s']:.0f} texts/s (concurrency {int(pb['load'])}, "
-                         f"p99 {pb['p99_ms']:.2f} ms); qvi-server's best at an equal or better p99 is "
-                         f"{qf['texts_per_s']:.0f} texts/s (concurrency {int(qf['load'])}, p99 {qf['p99_ms']:.2f} ms): "
-                         f"**{qf['texts_per_s'] / pb['texts_per_s']:.2f} x** (target >= {target} x).")
-    lines += ["", "Raw results: `bench/results/results.json`. What the profile shows and what stands in the way of the "
+        lines.append("")
+    lines += ["Raw results: `bench/results/results.json`. What the profile shows and what stands in the way of the "
               "targets: [docs/performance.md](docs/performance.md).", ""]
     return "\n".join(lines)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--smoke", action="store_true", help="a seconds-long run that checks every part works")
+    ap.add_argument("--smoke", action="store_true",
+                    help="a seconds-long run that checks every part works (the first --words only)")
     ap.add_argument("--duration", type=float, default=10, help="seconds measured per step")
     ap.add_argument("--warmup", type=float, default=2)
     ap.add_argument("--concurrency", default="1,2,4,8,16,32,64")
     ap.add_argument("--batch-sizes", default="1,2,4,8,16,32")
-    ap.add_argument("--words", type=float, default=20)
+    ap.add_argument("--words", default="20,100", help="mean text lengths in words, one measured set each")
     ap.add_argument("--device", default="cpu",
                     help="where every system runs the model: cpu, or cuda (the first GPU) for the GPU comparison")
     ap.add_argument("--skip", default="", help="comma-separated systems to leave out (qvi-server,python-grpc,torchserve)")
@@ -378,45 +435,56 @@ def main():
         with open(os.path.join(out_dir, "results.json")) as f:
             saved = json.load(f)
         info, results = saved["info"], saved["results"]
-        a.words, a.max_batch = info["words"], info["max_batch"]
-        plot(results, os.path.join(out_dir, "throughput_p99.png"))
+        plot(results["runs"], os.path.join(out_dir, "throughput_p99.png"))
         with open(os.path.join(REPO, "BENCHMARKS.md"), "w") as f:
-            f.write(markdown(results, info, a, info["command"]))
+            f.write(markdown(results, info, info["command"]))
         log("rewrote BENCHMARKS.md from bench/results/results.json")
         return
+    word_counts = [float(w) for w in a.words.split(",") if w]
     if a.smoke:
         a.duration, a.warmup, a.concurrency, a.batch_sizes = 0.5, 0.2, "1,4", "1,4"
+        word_counts = word_counts[:1]
     command = "scripts/setup.sh && .venv/bin/python bench/run.py " + " ".join(sys.argv[1:])
     work = tempfile.mkdtemp(prefix="qvi_bench_")
     out_dir = work if a.smoke else os.path.join(REPO, "bench", "results")
     os.makedirs(out_dir, exist_ok=True)
     skip = set(filter(None, a.skip.split(",")))
-    common = ["--model", MODEL, "--concurrency", a.concurrency, "--duration", str(a.duration), "--warmup",
-              str(a.warmup), "--words", str(a.words)]
-    results = {"limit": run_limit(work, a)}
-    results["maps"] = [run_maps(work, a, MODEL_PT, MODEL, a.batch_sizes, a.words)]
+    runs = []
+    for words in word_counts:
+        run_dir = os.path.join(work, f"words_{words:g}")
+        os.makedirs(run_dir)
+        run = {"words": words, "limit": run_limit(run_dir, a, words)}
+        # Each batching server gets the batch size at which the model it serves is fastest here:
+        # qvi-server its package's, TorchServe its TorchScript model's.
+        run["max_batch"] = max(served_limit(run), key=lambda s: s["texts_per_s"])["batch_size"]
+        script = [s for s in run["limit"]["steps"] if s.get("format", "torchscript") == "torchscript"]
+        run["torchserve_batch"] = max(script, key=lambda s: s["texts_per_s"])["batch_size"]
+        log(f"~{words:g} words: fastest batch {run['max_batch']} (served format), {run['torchserve_batch']} "
+            "(TorchScript): qvi-server and TorchServe batch up to those")
+        common = ["--model", MODEL, "--concurrency", a.concurrency, "--duration", str(a.duration), "--warmup",
+                  str(a.warmup), "--words", str(words)]
+        for name, fn in (("qvi-server", run_qvi_server), ("python-grpc", run_python_server),
+                         ("torchserve", run_torchserve)):
+            if name not in skip:
+                run[name] = fn(run_dir, a, common, run)
+        runs.append(run)
+    results = {"runs": runs, "maps": [run_maps(work, a, MODEL_PT, MODEL, a.batch_sizes, word_counts[0])]}
     if a.bert_base:
         for name, path in bert_base_models().items():
             results["maps"].append(run_maps(work, a, path, name, a.bert_base, 128))
-    # Both batching servers get the batch size at which the model itself is fastest on this machine.
-    a.max_batch = max(served_limit(results), key=lambda s: s["texts_per_s"])["batch_size"]
-    log(f"the model is fastest at batch {a.max_batch}: qvi-server and TorchServe batch up to that")
-    for name, fn in (("qvi-server", run_qvi_server), ("python-grpc", run_python_server), ("torchserve", run_torchserve)):
-        if name not in skip:
-            results[name] = fn(work, a, common)
-    info = {"date": datetime.date.today().isoformat(), "machine": machine(), "command": command, "words": a.words,
-            "max_batch": a.max_batch, "device": a.device}
+    info = {"date": datetime.date.today().isoformat(), "machine": machine(), "command": command,
+            "device": a.device}
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump({"info": info, "results": results}, f, indent=2)
-    plot(results, os.path.join(out_dir, "throughput_p99.png"))
-    text = markdown(results, info, a, command)
+    plot(runs, os.path.join(out_dir, "throughput_p99.png"))
+    text = markdown(results, info, command)
     with open(os.path.join(out_dir if a.smoke else REPO, "BENCHMARKS.md"), "w") as f:
         f.write(text)
-    for name, r in results.items():
-        if name == "maps":
-            continue
-        ok = sum(s.get("ok", 1) for s in r["steps"])
-        assert ok > 0, f"{name} answered nothing"
+    for run in runs:
+        for name in SYSTEMS:
+            if name in run:
+                ok = sum(s.get("ok", 1) for s in run[name]["steps"])
+                assert ok > 0, f"{name} answered nothing at ~{run['words']:g} words"
     log(f"results in {out_dir}" + ("" if a.smoke else " and BENCHMARKS.md"))
     if a.smoke:
         shutil.rmtree(work, ignore_errors=True)
