@@ -312,6 +312,10 @@ int Health(const std::shared_ptr<grpc::Channel>& channel, const Common& c) {
 int main(int argc, char** argv) {
   CLI::App app{"qvi-client: call a qvi-server (Classify, Tag, ListModels, health)", "qvi-client"};
   app.require_subcommand(1);
+  // Global options (--server, --json, --timeout, --color, TLS) are also taken after the subcommand,
+  // as people type them: `qvi-client classify --server host:port ...`. Subcommands created after
+  // this inherit it.
+  app.fallthrough();
   Common common;
   Explain explain;
   std::vector<std::string> texts;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <iostream>
 #include <random>
+#include <regex>
 #include <mutex>
 #include <condition_variable>
 #include <filesystem>
@@ -286,6 +287,16 @@ TEST_F(EndToEnd, QviClientPrintsLabelsAndJson) {
   auto [rc4, err] = run(base + "classify --model nope x 2>&1");
   EXPECT_EQ(rc4, 1);
   EXPECT_NE(err.find("not found"), std::string::npos) << err;
+  // Global options after the subcommand, as people type them: the same answer as before it.
+  const std::string client = std::string(QVI_CLIENT_BINARY) + " ";
+  auto [rc5, after] = run(client + "tag --model ner --server " + server_->address() +
+                          " --json --timeout 20 'Anna flew to Berlin'");
+  EXPECT_EQ(rc5, 0) << after;
+  const std::regex request_id(R"("request_id": "[^"]*")");  // the server numbers its requests
+  EXPECT_EQ(std::regex_replace(after, request_id, ""), std::regex_replace(json, request_id, ""));
+  auto [rc6, unknown] = run(client + "classify --model sentiment --no-such-option x 2>&1");
+  EXPECT_NE(rc6, 0) << unknown;
+  EXPECT_NE(unknown.find("--no-such-option"), std::string::npos) << unknown;
 }
 
 // 64 clients through gRPC, each sending a fixed number of requests of random sizes; some with
