@@ -20,6 +20,7 @@
 #include <iostream>
 #include <thread>
 
+#include "grpc/health/v1/health.pb.h"
 #include "server/core/allocator.h"
 #include "server/core/cpu_budget.h"
 #include "server/core/executor.h"
@@ -200,6 +201,10 @@ int Run(ServerOptions options, const sigset_t& signals) {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // gRPC's built-in health service carries no descriptor of its own, so reflection lists
+  // grpc.health.v1.Health but cannot describe it and grpcurl refuses to call it. Touching the
+  // generated health.proto links its descriptor into the server, where reflection finds it.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string address = options.network.host + ":" + std::to_string(options.network.port);
