@@ -15,11 +15,15 @@ using MallctlFn = int (*)(const char*, void*, size_t*, void*, size_t);
 // gperftools' C interface to MallocExtension.
 using TcGetPropertyFn = int (*)(const char*, size_t*);
 using TcReleaseFn = void (*)();
+// The sanitizers' allocator (ASan, TSan): sanitizer/allocator_interface.h.
+using SanitizerBytesFn = size_t (*)();
 
 struct Allocator {
   MallctlFn mallctl = nullptr;
   TcGetPropertyFn tc_get = nullptr;
   TcReleaseFn tc_release = nullptr;
+  SanitizerBytesFn san_allocated = nullptr;
+  SanitizerBytesFn san_free = nullptr;
 };
 
 // Looked up once in the global scope: found when the allocator is linked into the executable or
@@ -31,6 +35,11 @@ const Allocator& Found() {
     if (a.mallctl == nullptr) {
       a.tc_get = reinterpret_cast<TcGetPropertyFn>(dlsym(RTLD_DEFAULT, "MallocExtension_GetNumericProperty"));
       a.tc_release = reinterpret_cast<TcReleaseFn>(dlsym(RTLD_DEFAULT, "MallocExtension_ReleaseFreeMemory"));
+    }
+    if (a.mallctl == nullptr && a.tc_get == nullptr) {
+      a.san_allocated =
+          reinterpret_cast<SanitizerBytesFn>(dlsym(RTLD_DEFAULT, "__sanitizer_get_current_allocated_bytes"));
+      a.san_free = reinterpret_cast<SanitizerBytesFn>(dlsym(RTLD_DEFAULT, "__sanitizer_get_free_bytes"));
     }
     return a;
   }();
@@ -73,6 +82,11 @@ AllocatorStats ReadAllocatorStats() {
                    TcmallocStat(a.tc_get, "tcmalloc.central_cache_free_bytes") +
                    TcmallocStat(a.tc_get, "tcmalloc.transfer_cache_free_bytes") +
                    TcmallocStat(a.tc_get, "tcmalloc.thread_cache_free_bytes");
+  } else if (a.san_allocated != nullptr && a.san_free != nullptr) {
+    // A sanitizer build: its allocator replaces glibc's, whose figures would read zero.
+    s.allocator = "sanitizer";
+    s.in_use_bytes = static_cast<double>(a.san_allocated());
+    s.free_bytes = static_cast<double>(a.san_free());
   } else {
     // glibc, summed over its arenas: in use in heaps and in chunks mapped on their own; free inside
     // its heaps (resident or not).
@@ -90,9 +104,9 @@ void ReleaseFreeMemory() {
     a.mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0);
   } else if (a.tc_release != nullptr) {
     a.tc_release();
-  } else {
+  } else if (a.san_allocated == nullptr) {
     malloc_trim(0);
-  }
+  }  // a sanitizer's allocator keeps freed memory in quarantine on purpose
 }
 
 }  // namespace qvi

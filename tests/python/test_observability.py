@@ -217,12 +217,18 @@ def test_json_logs_are_one_object_per_line(served, api):
 
 
 def test_the_server_runs_on_the_allocator_it_links_and_reports_it(served):
-    """qvi-server links jemalloc (CMake QVI_JEMALLOC; sanitizer builds do not): its metrics name the
-    allocator the process really runs on, its start-up log says it, and jemalloc's background thread,
-    which returns aged dirty pages (the server's malloc_conf), is running."""
-    needed = subprocess.run(["readelf", "-d", served.proc.args[0]], capture_output=True, text=True,
-                            check=True).stdout
-    expected = "jemalloc" if "libjemalloc" in needed else "glibc"
+    """qvi-server links jemalloc (CMake QVI_JEMALLOC; sanitizer builds run on the sanitizer's
+    allocator instead): its metrics name the allocator the process really runs on, its start-up log
+    says it, and jemalloc's background thread, which returns aged dirty pages (the server's
+    malloc_conf), is running."""
+    binary = subprocess.run(["readelf", "-d", "--dyn-syms", "-W", served.proc.args[0]], capture_output=True,
+                            text=True, check=True).stdout
+    if "libjemalloc" in binary:
+        expected = "jemalloc"
+    elif "libasan" in binary or "__sanitizer_get_current_allocated_bytes" in binary:
+        expected = "sanitizer"
+    else:
+        expected = "glibc"
     samples = served.metrics()
     in_use = samples.get(f'qvi_malloc_bytes{{allocator="{expected}",state="in_use"}}', 0)
     assert in_use > 10 * 2**20, {k: v for k, v in samples.items() if k.startswith("qvi_malloc")}
