@@ -11,7 +11,7 @@ namespace qvi {
 struct AllocatorStats {
   const char* allocator = "glibc";  // "glibc", "jemalloc", "tcmalloc" or "sanitizer" (ASan, TSan builds)
   double in_use_bytes = 0;          // handed out to the program and not yet freed
-  double free_bytes = 0;            // held by the allocator for reuse (see FreeBytes in allocator.cc)
+  double free_bytes = 0;            // held by the allocator for reuse (per allocator: ReadAllocatorStats)
 };
 
 // Reads the current figures. Takes the allocator's locks (glibc: every arena's in turn), so it is
