@@ -4,6 +4,7 @@
 //   qvi-perf --server localhost:8500 --model sentiment --concurrency 1,4,16,64 --duration 10
 //   qvi-perf --server localhost:8500 --model sentiment --rate 200,400 --metrics http://localhost:8502/metrics
 //   qvi-perf --http http://localhost:8080/predictions/sentiment --concurrency 1,8
+//   qvi-perf --server localhost:8500 --protocol oip --model sentiment --concurrency 1,16
 //
 // Closed loop (--concurrency): N calls in flight, each completion sends the next. Open loop
 // (--rate): calls leave on a fixed schedule whatever the server does, and latency is measured
@@ -14,6 +15,9 @@
 // (process_cpu_seconds_total): each row shows the CPU microseconds per request of this process and of
 // the server, so a run shows whether the generator or the server was the limit. Calls are spread
 // over --channels connections and their answers taken by --threads completion-queue threads.
+// --protocol oip sends the same texts as Open Inference Protocol ModelInfer calls (a BYTES tensor,
+// raw contents, the default outputs; --attention / --gates as request parameters), so the cost of
+// that path can be set beside the native one.
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 #include <httplib.h>
@@ -36,6 +40,7 @@
 
 #include "client/channel.h"
 #include "client/load_texts.h"
+#include "inference/open_inference_grpc.grpc.pb.h"
 #include "qvi/serving/v1/inference.grpc.pb.h"
 
 namespace v1 = qvi::serving::v1;
@@ -49,6 +54,7 @@ struct Options {
   std::string http;  // a TorchServe-style endpoint instead: POST one text, any 200 answer counts
   std::string model = "sentiment";
   std::string method = "classify";
+  std::string protocol = "native";  // or "oip": ModelInfer of the Open Inference Protocol
   std::vector<int> concurrency;
   std::vector<double> rates;
   double duration = 10;
@@ -181,7 +187,9 @@ class GrpcTarget {
     args.SetMaxReceiveMessageSize(64 << 20);
     for (int i = 0; i < o.channels; ++i) {
       args.SetInt("qvi-perf-channel", i);  // distinct arguments: a connection of its own
-      stubs_.push_back(v1::Inference::NewStub(qvi::MakeChannel(o.server, o.tls, args)));
+      std::shared_ptr<grpc::Channel> channel = qvi::MakeChannel(o.server, o.tls, args);
+      stubs_.push_back(v1::Inference::NewStub(channel));
+      oip_stubs_.push_back(inference::GRPCInferenceService::NewStub(channel));
     }
     for (size_t i = 0; i + o.texts_per_request <= texts.size(); i += o.texts_per_request) {
       v1::ClassifyRequest c;
@@ -198,6 +206,23 @@ class GrpcTarget {
       t.mutable_options()->set_gates(o.gates);
       classify_.push_back(std::move(c));
       tag_.push_back(std::move(t));
+      // The same texts as one ModelInfer call: a BYTES tensor [N] in raw contents (4-byte length, bytes).
+      inference::ModelInferRequest m;
+      m.set_model_name(o.model);
+      auto* input = m.add_inputs();
+      input->set_name("text");
+      input->set_datatype("BYTES");
+      input->add_shape(o.texts_per_request);
+      std::string& raw = *m.add_raw_input_contents();
+      for (int k = 0; k < o.texts_per_request; ++k) {
+        const std::string& text = texts[i + k];
+        const uint32_t n = static_cast<uint32_t>(text.size());
+        for (int b = 0; b < 4; ++b) raw.push_back(static_cast<char>((n >> (8 * b)) & 0xff));
+        raw += text;
+      }
+      if (o.attention) (*m.mutable_parameters())["attention"].set_bool_param(true);
+      if (o.gates) (*m.mutable_parameters())["gates"].set_bool_param(true);
+      infer_.push_back(std::move(m));
     }
     for (int i = 0; i < o.threads; ++i) {
       queues_.push_back(std::make_unique<grpc::CompletionQueue>());
@@ -227,7 +252,11 @@ class GrpcTarget {
     call->done = std::move(done);
     v1::Inference::Stub& stub = *stubs_[n % stubs_.size()];
     grpc::CompletionQueue* cq = queues_[(n / stubs_.size()) % queues_.size()].get();
-    if (o_.method == "tag") {
+    if (o_.protocol == "oip") {
+      inference::GRPCInferenceService::Stub& oip = *oip_stubs_[n % oip_stubs_.size()];
+      call->infer_reader = oip.AsyncModelInfer(&call->ctx, infer_[n % infer_.size()], cq);
+      call->infer_reader->Finish(&call->infer, &call->status, call);
+    } else if (o_.method == "tag") {
       call->tag_reader = stub.AsyncTag(&call->ctx, tag_[n % tag_.size()], cq);
       call->tag_reader->Finish(&call->tag, &call->status, call);
     } else {
@@ -252,12 +281,16 @@ class GrpcTarget {
     v1::TagResponse tag;
     std::unique_ptr<grpc::ClientAsyncResponseReader<v1::ClassifyResponse>> classify_reader;
     std::unique_ptr<grpc::ClientAsyncResponseReader<v1::TagResponse>> tag_reader;
+    inference::ModelInferResponse infer;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<inference::ModelInferResponse>> infer_reader;
     std::function<void(const std::string&)> done;
   };
   const Options& o_;
   std::vector<std::unique_ptr<v1::Inference::Stub>> stubs_;
+  std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> oip_stubs_;
   std::vector<v1::ClassifyRequest> classify_;
   std::vector<v1::TagRequest> tag_;
+  std::vector<inference::ModelInferRequest> infer_;
   std::vector<std::unique_ptr<grpc::CompletionQueue>> queues_;
   std::vector<std::thread> pollers_;
   std::atomic<uint64_t> next_{0};
@@ -431,6 +464,11 @@ int main(int argc, char** argv) {
   app.add_option("--http", o.http, "instead: an HTTP endpoint taking one text per POST (TorchServe's inference API)");
   app.add_option("--model", o.model, "model name")->capture_default_str();
   app.add_option("--method", o.method, "classify or tag")->check(CLI::IsMember({"classify", "tag"}))->capture_default_str();
+  app.add_option("--protocol", o.protocol,
+                 "native (qvi.serving.v1 Classify/Tag) or oip (Open Inference Protocol ModelInfer; the model's "
+                 "task picks classify or tag)")
+      ->check(CLI::IsMember({"native", "oip"}))
+      ->capture_default_str();
   app.add_option("--concurrency", o.concurrency, "closed loop: calls in flight, one step each")->delimiter(',');
   app.add_option("--rate", o.rates, "open loop: requests per second, one step each")->delimiter(',');
   app.add_option("--duration", o.duration, "seconds measured per step")->capture_default_str();
@@ -511,6 +549,7 @@ int main(int argc, char** argv) {
                           {"target", o.http.empty() ? o.server : o.http},
                           {"model", o.model},
                           {"method", o.method},
+                          {"protocol", o.protocol},
                           {"texts_per_request", o.texts_per_request},
                           {"words", o.words},
                           {"steps", results}};

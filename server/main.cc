@@ -28,6 +28,7 @@
 #include "server/core/model.h"
 #include "server/core/model_repository.h"
 #include "server/grpc/inference_service_impl.h"
+#include "server/grpc/oip_service.h"
 #include "server/logging.h"
 #include "server/metrics/metrics.h"
 #include "server/server_options.h"
@@ -195,9 +196,12 @@ int Run(ServerOptions options, const sigset_t& signals) {
   limits.inline_prepare_bytes = options.threads.inline_prepare_bytes;
   limits.max_response_bytes = options.network.max_message_bytes;
   InferenceService core(repository->get(), &executor, limits);
-  InferenceServiceImpl service(&core, repository->get(),
-                               {options.logging.access_log, metrics.get(), options.limits.max_inflight_request_bytes,
-                                options.network.max_message_bytes});
+  InferCalls calls(repository->get(), {options.logging.access_log, metrics.get(),
+                                       options.limits.max_inflight_request_bytes, options.network.max_message_bytes});
+  InferenceServiceImpl service(&core, repository->get(), &calls);
+  // The Open Inference Protocol beside it; its ServerReady follows the overall health status.
+  std::atomic<bool> serving{false};
+  OipServiceImpl oip(&core, repository->get(), &calls, &serving);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -233,6 +237,7 @@ int Run(ServerOptions options, const sigset_t& signals) {
                                ms(options.network.max_connection_age_grace_seconds));
   }
   builder.RegisterService(&service);
+  builder.RegisterService(&oip);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     spdlog::critical("cannot listen on {}", address);
@@ -240,6 +245,7 @@ int Run(ServerOptions options, const sigset_t& signals) {
   }
   health_ptr = server->GetHealthCheckService();
   PublishHealth(server->GetHealthCheckService(), **repository);
+  serving = true;
   if (options.models.poll_seconds > 0) {
     (*repository)->StartPolling(absl::Milliseconds(static_cast<int64_t>(options.models.poll_seconds * 1000)));
   }
@@ -253,7 +259,7 @@ int Run(ServerOptions options, const sigset_t& signals) {
   const std::string transport = options.tls.cert.empty()        ? "plain text"
                                 : options.tls.client_ca.empty() ? "TLS"
                                                                 : "mutual TLS";
-  spdlog::info("serving qvi.serving.v1.Inference on {}:{} over {} ({} of {} model versions ready, {} request "
+  spdlog::info("serving qvi.serving.v1.Inference and inference.GRPCInferenceService (OIP v2) on {}:{} over {} ({} of {} model versions ready, {} request "
                "threads, {} instance(s) per model, torch {} intra-op thread(s))",
                options.network.host, port, transport, ready, total, options.threads.inference,
                options.threads.instances, options.threads.torch_intra);
@@ -262,6 +268,7 @@ int Run(ServerOptions options, const sigset_t& signals) {
   const int sig = WaitForSignal(signals);
   spdlog::info("received signal {}: reporting NOT_SERVING, finishing accepted requests (grace {} s)", sig,
                options.shutdown_grace_seconds);
+  serving = false;
   server->GetHealthCheckService()->Shutdown();
   if (options.shutdown_delay_seconds > 0) {
     spdlog::info("NOT_SERVING for {} s while still taking calls", options.shutdown_delay_seconds);

@@ -80,6 +80,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
   InferenceResponse& response = p.response;
   response.model = r.model;
   response.version = (*handle)->version;
+  response.manifest = model.shared_manifest();  // not the handle: an answer must not hold its version loaded
   response.request_id = r.request_id;
   response.results.resize(r.texts.size());
   const int max_tokens = m.tokenizer.max_tokens;

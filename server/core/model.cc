@@ -136,9 +136,9 @@ absl::StatusOr<std::pair<Manifest, Vocabulary>> ParseArtifactFiles(const std::st
 }
 
 Model::Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file)
-    : manifest_(std::move(manifest)),
+    : manifest_(std::make_shared<const Manifest>(std::move(manifest))),
       vocabulary_(std::move(vocabulary)),
-      tokenizer_(manifest_.tokenizer),
+      tokenizer_(manifest_->tokenizer),
       device_(device),
       file_(std::move(file)) {}
 
@@ -180,7 +180,7 @@ absl::Status Model::WarmUp() {
   torch::Tensor mask = torch::ones({2, 4}, torch::kBool);
   mask.index_put_({1, torch::indexing::Slice(2)}, false);
   std::vector<std::string> all, lean_wanted;
-  for (const auto& [name, _] : manifest_.outputs) {
+  for (const auto& [name, _] : manifest_->outputs) {
     all.push_back(name);
     if (name != "layer_attention") lean_wanted.push_back(name);
   }
@@ -224,7 +224,7 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch:
       auto it = result.find(name);
       if (it != result.end()) out[name] = std::move(it->second);
     }
-    if (absl::Status s = CheckOutputs(manifest_, out, ids.size(0), ids.size(1)); !s.ok()) return s;
+    if (absl::Status s = CheckOutputs(*manifest_, out, ids.size(0), ids.size(1)); !s.ok()) return s;
     // Only the selected layers and heads of the per-layer outputs are copied off the device.
     torch::Tensor layer_index, head_index;
     for (auto& [name, t] : out) {

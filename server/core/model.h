@@ -107,7 +107,10 @@ class Model {
                                                                const std::vector<std::string>& wanted,
                                                                const OutputSelection& selection = {}) const;
 
-  const Manifest& manifest() const { return manifest_; }
+  const Manifest& manifest() const { return *manifest_; }
+  // The same manifest, shareable beyond the model's life: an answer carries it without holding the
+  // version loaded.
+  std::shared_ptr<const Manifest> shared_manifest() const { return manifest_; }
   const Vocabulary& vocabulary() const { return vocabulary_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   std::string device() const { return device_.str(); }
@@ -136,7 +139,7 @@ class Model {
   absl::Status WarmUp();
 
  private:
-  Manifest manifest_;
+  std::shared_ptr<const Manifest> manifest_;
   Vocabulary vocabulary_;
   Tokenizer tokenizer_;
   torch::Device device_;

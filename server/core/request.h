@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,6 +15,8 @@
 #include "server/core/tokenizer.h"
 
 namespace qvi {
+
+struct Manifest;
 
 enum class Method { kClassify, kTag };
 
@@ -87,6 +90,8 @@ struct TextResult {
 struct InferenceResponse {
   std::string model;
   int64_t version = 0;
+  // The manifest of the version that answered (its labels, tags and outputs), held with the version.
+  std::shared_ptr<const Manifest> manifest;
   std::vector<TextResult> results;
   std::string request_id;
   // For the access log and metrics: tokens fed to the model (after truncation), the longest wait

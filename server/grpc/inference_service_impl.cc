@@ -43,118 +43,15 @@ absl::Status ExplainParseFailure(const grpc::ByteBuffer& buffer) {
   return absl::InvalidArgumentError("the request is not a valid protobuf message");
 }
 
-absl::Time Deadline(const grpc::CallbackServerContext* ctx) {
-  const auto d = ctx->deadline();
-  if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
-  return absl::FromChrono(d);
-}
-
 }  // namespace
-
-void InferenceServiceImpl::Record(Method method, const std::string& peer, const std::string& model,
-                                  const std::string& request_id, int64_t texts, const grpc::Status& status,
-                                  absl::Time start, const AnswerSummary* answer) const {
-  const absl::Duration latency = absl::Now() - start;
-  const char* method_name = method == Method::kClassify ? "Classify" : "Tag";
-  const int64_t version = answer != nullptr ? answer->version : 0;
-  const std::string code = StatusCodeName(status.error_code());
-  if (options_.metrics != nullptr) {
-    // Only names in the store become label values (see metrics.h).
-    const bool known = version > 0 || repository_->Has(model);
-    options_.metrics->OnRequestDone(method_name, known ? model : "_unknown", version, code, latency);
-  }
-  if (options_.access_log) {
-    AccessRecord a;
-    a.method = method_name;
-    a.peer = peer;
-    a.model = Capped(model);
-    a.version = version;
-    a.request_id = Capped(request_id);
-    a.texts = texts;
-    a.code = static_cast<int>(status.error_code());
-    a.code_name = code;
-    a.ms = absl::ToDoubleMilliseconds(latency);
-    if (answer != nullptr) {
-      a.tokens = answer->tokens;
-      a.queue_ms = absl::ToDoubleMilliseconds(answer->queue);
-      a.compute_ms = absl::ToDoubleMilliseconds(answer->compute);
-    }
-    LogAccess(a);
-  }
-}
-
-// One Classify or Tag call, from its arrival to gRPC's OnDone. Answer() finishes it once (a second
-// answer is ignored) and releases its request bytes; OnDone() counts it with the status the client
-// really got, and deletes it.
-class InferenceServiceImpl::Call final : public grpc::ServerUnaryReactor {
- public:
-  Call(InferenceServiceImpl* service, grpc::CallbackServerContext* ctx, Method method)
-      : service_(service), ctx_(ctx), method_(method), start_(absl::Now()) {
-    if (service_->options_.access_log) peer_ = ctx->peer();
-  }
-
-  void Answer(const grpc::Status& status, const AnswerSummary* answer = nullptr) {
-    if (answered_.exchange(true)) return;
-    // The request's bytes stop counting against --max-inflight-request-bytes once its answer is
-    // handed over: a client that has its answer (a refusal included) may send the next request at
-    // once, and gRPC's own buffers until OnDone are bounded by its resource quota.
-    service_->inflight_bytes_.fetch_sub(bytes_);
-    status_ = status;
-    if (answer != nullptr) answer_ = *answer;
-    answer_valid_ = answer != nullptr;
-    Finish(status);
-  }
-
-  void OnDone() override {
-    grpc::Status seen = status_;
-    if (ctx_->IsCancelled()) {
-      // The client never got this status: its deadline passed, it cancelled, or the connection broke.
-      const bool expired = Deadline(ctx_) <= absl::Now();
-      seen = grpc::Status(expired ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::CANCELLED,
-                          "the answer did not reach the client");
-    }
-    try {
-      service_->Record(method_, peer_, model_, request_id_, texts_, seen, start_,
-                       answer_valid_ && seen.ok() ? &answer_ : nullptr);
-    } catch (...) {
-      spdlog::error("counting a finished {} call failed: {}", method_ == Method::kClassify ? "Classify" : "Tag",
-                    CurrentExceptionText());
-    }
-    delete this;
-  }
-
-  // Set while the call is prepared, before it is handed to the core.
-  int64_t bytes_ = 0;
-  std::string model_, request_id_;
-  int64_t texts_ = 0;
-
- private:
-  InferenceServiceImpl* const service_;
-  grpc::CallbackServerContext* const ctx_;
-  const Method method_;
-  const absl::Time start_;
-  std::string peer_;
-  std::atomic<bool> answered_{false};
-  // Written by Answer() before Finish(); read in OnDone(), which gRPC runs after it.
-  grpc::Status status_;
-  AnswerSummary answer_;
-  bool answer_valid_ = false;
-};
 
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::CallbackServerContext* ctx,
                                                       const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response) {
-  auto* call = new Call(this, ctx, method);
-  if (options_.metrics != nullptr) options_.metrics->OnRequestStart();
-  // Memory admitted by bytes: the request's bytes count against the limit until it is answered.
-  const int64_t bytes = static_cast<int64_t>(raw->Length());
-  const int64_t held = inflight_bytes_.fetch_add(bytes) + bytes;
-  call->bytes_ = bytes;
-  if (options_.max_inflight_request_bytes > 0 && held > options_.max_inflight_request_bytes) {
-    call->Answer(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                              absl::StrCat("requests in flight would hold ", held, " bytes, over the limit of ",
-                                           options_.max_inflight_request_bytes,
-                                           " bytes (--max-inflight-request-bytes); retry with backoff")));
+  auto* call = new InferCall(calls_, ctx, method == Method::kClassify ? "Classify" : "Tag",
+                             static_cast<int64_t>(raw->Length()));
+  if (grpc::Status admitted = call->Admission(); !admitted.ok()) {
+    call->Answer(admitted);
     return call;
   }
   try {
@@ -168,12 +65,12 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::Callb
       }
     }
     InferenceRequest r = FromProto(request.model(), request.texts(), request.options(), request.request_id());
-    if (r.request_id.empty()) r.request_id = absl::StrCat("req-", next_id_.fetch_add(1));
+    if (r.request_id.empty()) r.request_id = calls_->NextRequestId();
     r.deadline = Deadline(ctx);
     r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
-    call->model_ = r.model;
-    call->texts_ = static_cast<int64_t>(r.texts.size());
-    call->request_id_ = r.request_id;
+    call->model = r.model;
+    call->texts = static_cast<int64_t>(r.texts.size());
+    call->request_id = r.request_id;
     core_->Submit(method, std::move(r), [this, call, raw_response](absl::StatusOr<InferenceResponse> out) {
       if (!out.ok()) {
         call->Answer(ToGrpcStatus(out.status()));
@@ -185,14 +82,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::Callb
         ToProto(*out, &response);
         bool own = false;
         status = grpc::SerializationTraits<Response>::Serialize(response, raw_response, &own);
-        if (status.ok() && options_.max_response_bytes > 0 &&
-            static_cast<int64_t>(raw_response->Length()) > options_.max_response_bytes) {
-          status = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                absl::StrCat("the answer is ", raw_response->Length(), " bytes, over the limit of ",
-                                             options_.max_response_bytes,
-                                             " bytes (--max-message-bytes); ask for fewer texts or outputs"));
-          raw_response->Clear();
-        }
+        if (status.ok()) status = calls_->CheckResponseSize(raw_response);
       } catch (...) {
         status = grpc::Status(grpc::StatusCode::INTERNAL,
                               absl::StrCat("building the answer failed: ", CurrentExceptionText()));

@@ -5,21 +5,17 @@
 // status once, and log the access line. No reactor callback blocks: Classify and Tag finish from
 // the core's executor thread; ListModels and GetModel only read the repository's state.
 //
-// Classify and Tag are counted (metrics, access log) when gRPC says the call is over (OnDone),
-// not when the answer is handed over: an answer that never reached the client (cut by a deadline,
-// a cancellation or a closed connection after the model ran) counts as DEADLINE_EXCEEDED or
-// CANCELLED, never as OK. An answer larger than the send limit is not sent: the client gets
+// Classify and Tag are counted (metrics, access log) when gRPC says the call is over (see
+// infer_call.h). An answer larger than the send limit is not sent: the client gets
 // RESOURCE_EXHAUSTED saying so. Nothing on the answer path may throw into gRPC: a failure while
 // building the answer (std::bad_alloc, say) answers that call with INTERNAL.
 #ifndef QVI_SERVER_GRPC_INFERENCE_SERVICE_IMPL_H_
 #define QVI_SERVER_GRPC_INFERENCE_SERVICE_IMPL_H_
 
-#include <atomic>
-
 #include "qvi/serving/v1/inference.grpc.pb.h"
 #include "server/core/inference_service.h"
 #include "server/core/model_repository.h"
-#include "server/metrics/metrics.h"
+#include "server/grpc/infer_call.h"
 
 namespace qvi {
 
@@ -31,18 +27,9 @@ using InferenceBase = serving::v1::Inference::WithRawCallbackMethod_Classify<
 
 class InferenceServiceImpl final : public InferenceBase {
  public:
-  struct Options {
-    bool access_log = false;
-    Metrics* metrics = nullptr;  // may be null
-    // Bytes of Classify/Tag requests received and not yet answered, at most; a call that would go
-    // over is refused at once with RESOURCE_EXHAUSTED, before it is parsed. 0: no limit.
-    int64_t max_inflight_request_bytes = 0;
-    // The largest answer sent (the server's send limit, --max-message-bytes). 0: no limit.
-    int64_t max_response_bytes = 0;
-  };
-
-  InferenceServiceImpl(InferenceService* core, const ModelRepository* repository, Options options)
-      : core_(core), repository_(repository), options_(options) {}
+  // `calls` is shared with the other inference API (memory admitted by bytes, counting).
+  InferenceServiceImpl(InferenceService* core, const ModelRepository* repository, InferCalls* calls)
+      : core_(core), repository_(repository), calls_(calls) {}
 
   grpc::ServerUnaryReactor* Classify(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
@@ -58,23 +45,9 @@ class InferenceServiceImpl final : public InferenceBase {
   grpc::ServerUnaryReactor* Infer(Method method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response);
 
-  class Call;  // the reactor of one Classify or Tag call
-
-  // What the access log and the metrics keep of an answer.
-  struct AnswerSummary {
-    int64_t version = 0;
-    int64_t tokens = 0;
-    absl::Duration queue, compute;
-  };
-  // Counts and logs one finished call.
-  void Record(Method method, const std::string& peer, const std::string& model, const std::string& request_id,
-              int64_t texts, const grpc::Status& status, absl::Time start, const AnswerSummary* answer) const;
-
   InferenceService* core_;
   const ModelRepository* repository_;
-  const Options options_;
-  std::atomic<uint64_t> next_id_{1};
-  std::atomic<int64_t> inflight_bytes_{0};
+  InferCalls* calls_;
 };
 
 }  // namespace qvi

@@ -1,4 +1,7 @@
-"""Fixtures for the end-to-end tests: Python stubs generated from proto/ and a running qvi-server."""
+"""Fixtures for the end-to-end tests: Python stubs generated from proto/, a running qvi-server, and
+the virtual environment of the Open Inference Protocol clients."""
+import hashlib
+import json
 import os
 import shutil
 import signal
@@ -42,6 +45,66 @@ def api():
     qvi.__path__.append(os.path.join(out, "qvi"))
     from qvi.serving.v1 import inference_pb2, inference_pb2_grpc  # noqa: E402
     yield inference_pb2, inference_pb2_grpc
+    shutil.rmtree(out, ignore_errors=True)
+
+
+INTEROP = os.path.join(REPO, "tests", "python", "interop")
+
+
+@pytest.fixture(scope="session")
+def interop_python():
+    """The Python of a virtual environment holding tritonclient and KServe's client, installed from
+    tests/python/interop/requirements.lock into build/interop-venv; made again when the lock changes."""
+    venv = os.path.join(REPO, "build", "interop-venv")
+    lock = os.path.join(INTEROP, "requirements.lock")
+    with open(lock, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    stamp = os.path.join(venv, "lock.sha256")
+    python = os.path.join(venv, "bin", "python")
+    if not (os.path.exists(stamp) and open(stamp).read() == digest):
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=300)
+        subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", lock],
+                       check=True, timeout=900)
+        with open(stamp, "w") as f:
+            f.write(digest)
+    return python
+
+
+def oip_calls(python, address, calls):
+    """Runs `calls` (see interop/oip_calls.py) with the real OIP clients, a process per client (they
+    cannot share one); one result per call, in order."""
+    results = [None] * len(calls)
+    for client in sorted({c["client"] for c in calls}):
+        mine = [i for i, c in enumerate(calls) if c["client"] == client]
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"target": address, "calls": [calls[i] for i in mine]}, f)
+        try:
+            out = subprocess.run([python, os.path.join(INTEROP, "oip_calls.py"), f.name], capture_output=True,
+                                 text=True, timeout=300)
+        finally:
+            os.unlink(f.name)
+        assert out.returncode == 0, out.stderr
+        answers = json.loads(out.stdout)
+        assert len(answers) == len(mine)
+        for i, answer in zip(mine, answers):
+            results[i] = answer
+    return results
+
+
+@pytest.fixture(scope="session")
+def oip_api():
+    """The Open Inference Protocol's Python modules (inference.GRPCInferenceService), generated from
+    the vendored proto/inference/open_inference_grpc.proto into a temporary folder."""
+    from grpc_tools import protoc
+    out = tempfile.mkdtemp(prefix="qvi_oip_stubs_")
+    proto = os.path.join(REPO, "proto")
+    rc = protoc.main(["protoc", f"-I{proto}", f"--python_out={out}", f"--grpc_python_out={out}",
+                      os.path.join(proto, "inference", "open_inference_grpc.proto")])
+    assert rc == 0, "protoc failed"
+    sys.path.insert(0, out)
+    from inference import open_inference_grpc_pb2, open_inference_grpc_pb2_grpc  # noqa: E402
+    yield open_inference_grpc_pb2, open_inference_grpc_pb2_grpc
     shutil.rmtree(out, ignore_errors=True)
 
 

@@ -49,3 +49,24 @@ def test_threads_channels_and_cpu_per_request(server_process, tmp_path):
     assert step["client_cores"] > 0 and step["client_cpu_us_per_request"] > 0
     assert step["server_cores"] > 0 and step["server_cpu_us_per_request"] > 0
     assert "srv µs/r" in proc.stdout
+
+
+def test_the_open_inference_protocol_path_is_driven_and_counted_as_modelinfer(server_process, tmp_path):
+    """--protocol oip sends the same texts as ModelInfer calls; the server counts them under
+    method="ModelInfer", and a tagger is driven the same way (the model's task picks Tag)."""
+    def counted(model):
+        return sum(v for k, v in server_process.metrics().items()
+                   if k.startswith("qvi_requests_total{") and 'method="ModelInfer"' in k and f'model="{model}"' in k
+                   and 'code="OK"' in k)
+
+    before = counted("sentiment"), counted("ner")
+    proc, doc = run(server_process, tmp_path, "--protocol", "oip", "--model", "sentiment", "--concurrency", "4",
+                    "--texts-per-request", "3", "--attention", "--gates")
+    assert proc.returncode == 0, proc.stderr
+    [step] = doc["steps"]
+    assert doc["protocol"] == "oip" and step["ok"] > 0 and step["errors"] == {}
+    assert counted("sentiment") >= before[0] + step["ok"]
+    proc, doc = run(server_process, tmp_path, "--protocol", "oip", "--model", "ner", "--concurrency", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert doc["steps"][0]["ok"] > 0 and doc["steps"][0]["errors"] == {}
+    assert counted("ner") >= before[1] + doc["steps"][0]["ok"]

@@ -1,0 +1,111 @@
+#include "server/grpc/infer_call.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/core/request_checks.h"
+#include "server/grpc/convert.h"
+#include "server/logging.h"
+
+namespace qvi {
+
+absl::Time Deadline(const grpc::CallbackServerContext* ctx) {
+  const auto d = ctx->deadline();
+  if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(d);
+}
+
+std::string InferCalls::NextRequestId() { return absl::StrCat("req-", next_id_.fetch_add(1)); }
+
+void InferCalls::Record(const char* method, const std::string& peer, const std::string& model,
+                        const std::string& request_id, int64_t texts, const grpc::Status& status, absl::Time start,
+                        const AnswerSummary* answer) const {
+  const absl::Duration latency = absl::Now() - start;
+  const int64_t version = answer != nullptr ? answer->version : 0;
+  const std::string code = StatusCodeName(status.error_code());
+  if (options_.metrics != nullptr) {
+    // Only names in the store become label values (see metrics.h).
+    const bool known = version > 0 || repository_->Has(model);
+    options_.metrics->OnRequestDone(method, known ? model : "_unknown", version, code, latency);
+  }
+  if (options_.access_log) {
+    AccessRecord a;
+    a.method = method;
+    a.peer = peer;
+    a.model = Capped(model);
+    a.version = version;
+    a.request_id = Capped(request_id);
+    a.texts = texts;
+    a.code = static_cast<int>(status.error_code());
+    a.code_name = code;
+    a.ms = absl::ToDoubleMilliseconds(latency);
+    if (answer != nullptr) {
+      a.tokens = answer->tokens;
+      a.queue_ms = absl::ToDoubleMilliseconds(answer->queue);
+      a.compute_ms = absl::ToDoubleMilliseconds(answer->compute);
+    }
+    LogAccess(a);
+  }
+}
+
+grpc::Status InferCalls::CheckResponseSize(grpc::ByteBuffer* response) const {
+  if (options_.max_response_bytes <= 0 || static_cast<int64_t>(response->Length()) <= options_.max_response_bytes) {
+    return grpc::Status::OK;
+  }
+  grpc::Status status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      absl::StrCat("the answer is ", response->Length(), " bytes, over the limit of ",
+                                   options_.max_response_bytes,
+                                   " bytes (--max-message-bytes); ask for fewer texts or outputs"));
+  response->Clear();
+  return status;
+}
+
+InferCall::InferCall(InferCalls* calls, grpc::CallbackServerContext* ctx, const char* method, int64_t request_bytes)
+    : calls_(calls), ctx_(ctx), method_(method), start_(absl::Now()), bytes_(request_bytes) {
+  if (calls_->options_.access_log) peer_ = ctx->peer();
+  if (calls_->options_.metrics != nullptr) calls_->options_.metrics->OnRequestStart();
+  // Memory admitted by bytes: the request's bytes count against the limit until it is answered.
+  held_ = calls_->inflight_bytes_.fetch_add(bytes_) + bytes_;
+}
+
+grpc::Status InferCall::Admission() const {
+  const int64_t limit = calls_->options_.max_inflight_request_bytes;
+  if (limit <= 0 || held_ <= limit) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                      absl::StrCat("requests in flight would hold ", held_, " bytes, over the limit of ", limit,
+                                   " bytes (--max-inflight-request-bytes); retry with backoff"));
+}
+
+void InferCall::Answer(const grpc::Status& status, const AnswerSummary* answer) {
+  if (answered_.exchange(true)) return;
+  // The request's bytes stop counting against --max-inflight-request-bytes once its answer is
+  // handed over: a client that has its answer (a refusal included) may send the next request at
+  // once, and gRPC's own buffers until OnDone are bounded by its resource quota.
+  calls_->inflight_bytes_.fetch_sub(bytes_);
+  status_ = status;
+  if (answer != nullptr) answer_ = *answer;
+  answer_valid_ = answer != nullptr;
+  Finish(status);
+}
+
+void InferCall::OnDone() {
+  grpc::Status seen = status_;
+  if (ctx_->IsCancelled()) {
+    // The client never got this status: its deadline passed, it cancelled, or the connection broke.
+    const bool expired = Deadline(ctx_) <= absl::Now();
+    seen = grpc::Status(expired ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::CANCELLED,
+                        "the answer did not reach the client");
+  }
+  try {
+    calls_->Record(method_, peer_, model, request_id, texts, seen, start_,
+                   answer_valid_ && seen.ok() ? &answer_ : nullptr);
+  } catch (...) {
+    spdlog::error("counting a finished {} call failed: {}", method_, CurrentExceptionText());
+  }
+  delete this;
+}
+
+}  // namespace qvi

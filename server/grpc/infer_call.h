@@ -1,0 +1,101 @@
+// What every inference call shares, whichever API it came by (qvi.serving.v1.Inference or the Open
+// Inference Protocol): the memory admitted by request bytes, the request ids made up for calls
+// without one, the send limit, and the counting of each call once it is over (metrics, access log).
+//
+// InferCall is the reactor of one such call, from its arrival to gRPC's OnDone. Answer() finishes
+// it once (a second answer is ignored) and releases its request bytes; OnDone() counts it with the
+// status the client really got, and deletes it: an answer that never reached the client (cut by a
+// deadline, a cancellation or a closed connection after the model ran) counts as
+// DEADLINE_EXCEEDED or CANCELLED, never as OK.
+#ifndef QVI_SERVER_GRPC_INFER_CALL_H_
+#define QVI_SERVER_GRPC_INFER_CALL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <string>
+
+#include "absl/time/time.h"
+#include "server/core/model_repository.h"
+#include "server/metrics/metrics.h"
+
+namespace qvi {
+
+// What the access log and the metrics keep of an answer.
+struct AnswerSummary {
+  int64_t version = 0;
+  int64_t tokens = 0;
+  absl::Duration queue, compute;
+};
+
+class InferCalls {
+ public:
+  struct Options {
+    bool access_log = false;
+    Metrics* metrics = nullptr;  // may be null
+    // Bytes of inference requests received and not yet answered, at most, over both APIs; a call
+    // that would go over is refused at once with RESOURCE_EXHAUSTED, before it is parsed. 0: no limit.
+    int64_t max_inflight_request_bytes = 0;
+    // The largest answer sent (the server's send limit, --max-message-bytes). 0: no limit.
+    int64_t max_response_bytes = 0;
+  };
+
+  InferCalls(const ModelRepository* repository, Options options) : repository_(repository), options_(options) {}
+
+  const Options& options() const { return options_; }
+
+  // "req-N", for calls that brought no id of their own.
+  std::string NextRequestId();
+
+  // Counts and logs one finished call. `method` is the metric's and the access log's method label.
+  void Record(const char* method, const std::string& peer, const std::string& model, const std::string& request_id,
+              int64_t texts, const grpc::Status& status, absl::Time start, const AnswerSummary* answer) const;
+
+  // OK, or RESOURCE_EXHAUSTED saying so when a serialised answer is over the send limit (and then
+  // the buffer is cleared).
+  grpc::Status CheckResponseSize(grpc::ByteBuffer* response) const;
+
+ private:
+  friend class InferCall;
+  const ModelRepository* repository_;
+  const Options options_;
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<int64_t> inflight_bytes_{0};
+};
+
+class InferCall final : public grpc::ServerUnaryReactor {
+ public:
+  // Counts the call as started and its request's bytes as held.
+  InferCall(InferCalls* calls, grpc::CallbackServerContext* ctx, const char* method, int64_t request_bytes);
+
+  // RESOURCE_EXHAUSTED when this call's bytes took the bytes in flight over the limit: answer that.
+  grpc::Status Admission() const;
+
+  void Answer(const grpc::Status& status, const AnswerSummary* answer = nullptr);
+  void OnDone() override;
+
+  // Set while the call is prepared, before it is handed to the core.
+  std::string model, request_id;
+  int64_t texts = 0;
+
+ private:
+  InferCalls* const calls_;
+  grpc::CallbackServerContext* const ctx_;
+  const char* const method_;
+  const absl::Time start_;
+  const int64_t bytes_;
+  int64_t held_ = 0;  // the bytes in flight with this call's
+  std::string peer_;
+  std::atomic<bool> answered_{false};
+  // Written by Answer() before Finish(); read in OnDone(), which gRPC runs after it.
+  grpc::Status status_;
+  AnswerSummary answer_;
+  bool answer_valid_ = false;
+};
+
+// The call's deadline in the core's terms (InfiniteFuture when it has none).
+absl::Time Deadline(const grpc::CallbackServerContext* ctx);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_GRPC_INFER_CALL_H_

@@ -1,0 +1,79 @@
+// The Open Inference Protocol (OIP v2, inference.GRPCInferenceService) in the core's terms: a
+// ModelInfer request becomes a Classify or Tag request, and the core's answer becomes named output
+// tensors. Pure functions of the request, the model's manifest and the answer; the service
+// (oip_service.h) does the calling. docs/serving.md "Open Inference Protocol" documents the tensors.
+//
+// One input, "text": BYTES, shape [N] (or [N, 1]), one UTF-8 text per element, as raw contents
+// (each element a 4-byte little-endian length and its bytes) or as contents.bytes_contents.
+// Outputs (the request's `outputs` list selects them; empty = the defaults, marked *):
+//   classifiers  label* BYTES [N], probabilities* FP32 [N, C] (in the order of the model's labels;
+//                with the output parameter "classification" = K, BYTES [N, K] "score:index:label",
+//                best first: Triton's classification extension), labels BYTES [N, K] and
+//                scores FP32 [N, K] (the K = top_k best, best first)
+//   taggers      spans* BYTES [N] (a JSON array of the text's spans), tags* BYTES [N, T]
+//   both         tokens BYTES [N, T], token_count INT32 [N] (tokens read), truncated BOOL [N],
+//                and the explanations the model has: attention (α), gates (β), sentence_attention,
+//                sentence_gates, lambda_q, lambda_k FP32 [N, T]; layer_index INT32 [M, 2] (layer,
+//                head), layer_gates, layer_lambda_q, layer_lambda_k FP32 [N, M, T] and
+//                layer_attention FP32 [N, M, T, T].
+// T is the most tokens any text of the request was read with; the rows of shorter texts are padded
+// with "" and 0, and token_count says where each row ends. Request parameters: top_k (int64),
+// attention, gates, tokens, layer_gates, layer_attention (bool: add those outputs to the defaults,
+// and compute them), truncation ("truncate" | "error"), layers and heads (int64 or a string "0,2"),
+// reduction ("none" | "mean_heads" | "mean_all"), timeout (int64 microseconds, as Triton's).
+#ifndef QVI_SERVER_GRPC_OIP_CONVERT_H_
+#define QVI_SERVER_GRPC_OIP_CONVERT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "inference/open_inference_grpc.pb.h"
+#include "server/core/manifest.h"
+#include "server/core/request.h"
+
+namespace qvi::oip {
+
+// An output the model can give: its name, datatype and shape (-1: any size).
+struct TensorSpec {
+  std::string name, datatype;
+  std::vector<int64_t> shape;
+};
+
+// Every output of a model with this manifest, in the order ModelMetadata lists them.
+std::vector<TensorSpec> OutputSpecs(const Manifest& manifest);
+TensorSpec InputSpec();
+
+struct RequestedOutput {
+  std::string name;
+  int classification = 0;  // Triton's classification extension: K best as "score:index:label"
+};
+
+// A ModelInfer request in the core's terms.
+struct InferPlan {
+  Method method = Method::kClassify;
+  InferenceRequest request;              // model, version, texts, options, request_id
+  std::vector<RequestedOutput> outputs;  // in the answer's order
+  absl::Duration timeout = absl::InfiniteDuration();  // the "timeout" parameter
+  int top_k = 1;                                      // K of labels / scores
+};
+
+// "" is 0 (the newest ready version); otherwise a positive integer. INVALID_ARGUMENT names `field`.
+absl::StatusOr<int64_t> ParseVersion(const std::string& field, const std::string& version);
+
+// Checks `in` against the model and the protocol; errors name the field and what was wrong.
+absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in, const Manifest& manifest);
+
+// The size of ToModelInfer's answer, at least (exact for the tensors; spans estimated from above),
+// computed without building it: an answer over the send limit is refused before it is built.
+int64_t AnswerBytes(const InferenceResponse& answer, const InferPlan& plan);
+
+// The answer's tensors, raw (raw_output_contents), in the order of `plan.outputs`. May throw
+// std::bad_alloc.
+void ToModelInfer(const InferenceResponse& answer, const InferPlan& plan, const std::string& id,
+                  inference::ModelInferResponse* out);
+
+}  // namespace qvi::oip
+
+#endif  // QVI_SERVER_GRPC_OIP_CONVERT_H_

@@ -1,0 +1,215 @@
+#include "server/grpc/oip_service.h"
+
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/grpc/convert.h"
+#include "server/grpc/oip_convert.h"
+#include "server/logging.h"
+
+#ifndef QVI_VERSION
+#define QVI_VERSION "0.0.0"
+#endif
+
+namespace qvi {
+namespace {
+
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+void AddTensor(const oip::TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
+  out->set_name(spec.name);
+  out->set_datatype(spec.datatype);
+  for (int64_t d : spec.shape) out->add_shape(d);
+}
+
+}  // namespace
+
+absl::Status OipServiceImpl::CheckModelName(const std::string& name) const {
+  const int64_t limit = core_->limits().max_model_name_bytes;
+  if (static_cast<int64_t>(name.size()) <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("name: ", name.size(), " bytes exceed the limit of ", limit, " bytes"));
+}
+
+grpc::ServerUnaryReactor* OipServiceImpl::ServerLive(grpc::CallbackServerContext* ctx,
+                                                     const inference::ServerLiveRequest*,
+                                                     inference::ServerLiveResponse* response) {
+  response->set_live(true);
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* OipServiceImpl::ServerReady(grpc::CallbackServerContext* ctx,
+                                                      const inference::ServerReadyRequest*,
+                                                      inference::ServerReadyResponse* response) {
+  response->set_ready(ready_->load());
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* OipServiceImpl::ModelReady(grpc::CallbackServerContext* ctx,
+                                                     const inference::ModelReadyRequest* request,
+                                                     inference::ModelReadyResponse* response) {
+  if (absl::Status s = CheckModelName(request->name()); !s.ok()) return Finish(ctx, s);
+  absl::StatusOr<int64_t> version = oip::ParseVersion("version", request->version());
+  if (!version.ok()) return Finish(ctx, version.status());
+  absl::StatusOr<ModelStatus> model = repository_->Get(request->name());
+  if (!model.ok()) return Finish(ctx, model.status());
+  bool ready = false;
+  bool known = *version == 0;
+  for (const VersionStatus& v : model->versions) {
+    if (*version != 0 && v.version != *version) continue;
+    known = true;
+    ready = ready || v.state == ModelState::kReady;
+  }
+  if (!known) {
+    return Finish(ctx, absl::NotFoundError(absl::StrCat("model '", model->name, "' has no version ", *version)));
+  }
+  response->set_ready(ready && ready_->load());
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* OipServiceImpl::ServerMetadata(grpc::CallbackServerContext* ctx,
+                                                         const inference::ServerMetadataRequest*,
+                                                         inference::ServerMetadataResponse* response) {
+  response->set_name("qvi-serve");
+  response->set_version(QVI_VERSION);
+  response->add_extensions("classification");
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* OipServiceImpl::ModelMetadata(grpc::CallbackServerContext* ctx,
+                                                        const inference::ModelMetadataRequest* request,
+                                                        inference::ModelMetadataResponse* response) {
+  if (absl::Status s = CheckModelName(request->name()); !s.ok()) return Finish(ctx, s);
+  absl::StatusOr<int64_t> version = oip::ParseVersion("version", request->version());
+  if (!version.ok()) return Finish(ctx, version.status());
+  // The version described: the one asked for, or the newest ready one.
+  absl::StatusOr<ServableHandle> servable = repository_->Resolve(request->name(), *version);
+  if (!servable.ok()) return Finish(ctx, servable.status());
+  absl::StatusOr<ModelStatus> model = repository_->Get(request->name());
+  if (!model.ok()) return Finish(ctx, model.status());
+  const Model& m = *(*servable)->model;
+  const Manifest& manifest = m.manifest();
+  response->set_name(model->name);
+  for (const VersionStatus& v : model->versions) {
+    if (v.state == ModelState::kReady) response->add_versions(absl::StrCat(v.version));
+  }
+  response->set_platform(absl::StrCat("qvi_", m.format()));
+  AddTensor(oip::InputSpec(), response->add_inputs());
+  for (const oip::TensorSpec& spec : oip::OutputSpecs(manifest)) AddTensor(spec, response->add_outputs());
+  auto& p = *response->mutable_properties();
+  p["version"] = absl::StrCat((*servable)->version);
+  p["task"] = manifest.task == Task::kClassification ? "classification" : "tagging";
+  p["display_name"] = manifest.display_name;
+  p["architecture"] = manifest.architecture;
+  p["interaction"] = manifest.interaction;
+  p["description"] = manifest.description;
+  p["device"] = m.device();
+  p["max_tokens"] = absl::StrCat(manifest.tokenizer.max_tokens);
+  p["explanations"] = nlohmann::json(manifest.explanations).dump();
+  if (manifest.task == Task::kClassification) {
+    p["labels"] = nlohmann::json(manifest.labels).dump();
+  } else {
+    p["tags"] = nlohmann::json(manifest.tags).dump();
+    p["tag_scheme"] = manifest.tag_scheme;
+    p["entity_types"] = nlohmann::json(manifest.entity_types).dump();
+  }
+  if (manifest.layers > 0) {
+    p["layers"] = absl::StrCat(manifest.layers);
+    p["heads"] = absl::StrCat(manifest.heads);
+  }
+  if (!manifest.model_card_json.empty()) p["model_card"] = manifest.model_card_json;
+  return Finish(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
+                                                     grpc::ByteBuffer* raw_response) {
+  auto* call = new InferCall(calls_, ctx, "ModelInfer", static_cast<int64_t>(raw->Length()));
+  if (grpc::Status admitted = call->Admission(); !admitted.ok()) {
+    call->Answer(admitted);
+    return call;
+  }
+  try {
+    inference::ModelInferRequest request;
+    {
+      grpc::ByteBuffer copy(*raw);
+      grpc::ProtoBufferReader reader(&copy);
+      if (!request.ParseFromZeroCopyStream(&reader)) {
+        call->Answer(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                  "the request is not a valid inference.ModelInferRequest (names must be UTF-8)"));
+        return call;
+      }
+    }
+    call->model = request.model_name();
+    call->request_id = request.id().empty() ? calls_->NextRequestId() : request.id();
+    // The model's task decides Classify or Tag, and its manifest which outputs exist. The answer is
+    // built from the manifest of the version that answered, which the core hands back with it.
+    absl::Status checked = CheckModelName(request.model_name());
+    absl::StatusOr<int64_t> version = oip::ParseVersion("model_version", request.model_version());
+    if (checked.ok() && !version.ok()) checked = version.status();
+    absl::StatusOr<ServableHandle> servable = absl::UnknownError("");
+    if (checked.ok()) {
+      servable = repository_->Resolve(request.model_name(), *version);
+      if (!servable.ok()) checked = servable.status();
+    }
+    absl::StatusOr<oip::InferPlan> plan = absl::UnknownError("");
+    if (checked.ok()) {
+      plan = oip::FromModelInfer(request, (*servable)->model->manifest());
+      if (!plan.ok()) checked = plan.status();
+    }
+    servable = absl::UnknownError("");  // the core resolves the version again, as for Classify
+    if (!checked.ok()) {
+      call->Answer(ToGrpcStatus(checked));
+      return call;
+    }
+    InferenceRequest r = std::move(plan->request);
+    r.request_id = call->request_id;
+    r.deadline = std::min(Deadline(ctx), plan->timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                                                    : absl::Now() + plan->timeout);
+    r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
+    call->texts = static_cast<int64_t>(r.texts.size());
+    const Method method = plan->method;
+    auto shared_plan = std::make_shared<oip::InferPlan>(std::move(*plan));
+    core_->Submit(method, std::move(r),
+                  [this, call, raw_response, shared_plan, id = request.id()](absl::StatusOr<InferenceResponse> out) {
+                    if (!out.ok()) {
+                      call->Answer(ToGrpcStatus(out.status()));
+                      return;
+                    }
+                    grpc::Status status;
+                    try {
+                      const int64_t limit = calls_->options().max_response_bytes;
+                      const int64_t bytes = oip::AnswerBytes(*out, *shared_plan);
+                      if (limit > 0 && bytes > limit) {
+                        status = grpc::Status(
+                            grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            absl::StrCat("the answer would be at least ", bytes, " bytes, over the limit of ", limit,
+                                         " bytes (--max-message-bytes); ask for fewer texts or outputs"));
+                      } else {
+                        inference::ModelInferResponse response;
+                        oip::ToModelInfer(*out, *shared_plan, id, &response);
+                        bool own = false;
+                        status = grpc::SerializationTraits<inference::ModelInferResponse>::Serialize(
+                            response, raw_response, &own);
+                        if (status.ok()) status = calls_->CheckResponseSize(raw_response);
+                      }
+                    } catch (...) {
+                      status = grpc::Status(grpc::StatusCode::INTERNAL,
+                                            absl::StrCat("building the answer failed: ", CurrentExceptionText()));
+                    }
+                    const AnswerSummary summary{out->version, out->tokens, out->queue_time, out->compute_time};
+                    call->Answer(status, status.ok() ? &summary : nullptr);
+                  });
+  } catch (...) {  // bad_alloc parsing or preparing: this call fails, the server goes on
+    call->Answer(grpc::Status(grpc::StatusCode::INTERNAL,
+                              absl::StrCat("accepting the request failed: ", CurrentExceptionText())));
+  }
+  return call;
+}
+
+}  // namespace qvi

@@ -1,0 +1,137 @@
+"""Calls qvi-server through the Open Inference Protocol with real clients: tritonclient's gRPC
+client and KServe's InferenceGRPCClient. Runs in the interop virtual environment (see
+requirements.txt beside it; tests/python/conftest.py makes it), not in the project's .venv: both
+clients pin protobuf and grpcio-tools versions of their own.
+
+    python oip_calls.py CALLS.json   ->   one JSON result per call on stdout (a list)
+
+CALLS.json: {"target": "host:port", "calls": [...]}, every call made with the same client.
+
+A call: {"client": "triton" | "kserve", "rpc": "live" | "ready" | "model_ready" | "server_metadata" |
+"model_metadata" | "infer", "model", "version", "texts", "outputs": [{"name", "class_count"}],
+"parameters", "timeout" (the client's deadline, s), "server_timeout" (the "timeout"
+parameter, µs), "id", "input": {"name", "datatype", "shape"}, "as_list": bool}.
+A result: {"ok": true, "value": ...} or {"ok": false, "code": "INVALID_ARGUMENT", "message": ...}.
+"""
+import asyncio
+import json
+import sys
+
+import grpc
+import numpy as np
+
+
+def plain(array):
+    """A numpy output as JSON: BYTES elements decoded as UTF-8."""
+    if array.dtype == object:
+        return np.vectorize(lambda b: b.decode("utf-8") if isinstance(b, bytes) else b, otypes=[object])(array).tolist()
+    return array.tolist()
+
+
+def triton_call(client, call):
+    import tritonclient.grpc as tg
+
+    rpc = call["rpc"]
+    if rpc == "live":
+        return client.is_server_live()
+    if rpc == "ready":
+        return client.is_server_ready()
+    if rpc == "model_ready":
+        return client.is_model_ready(call["model"], call.get("version", ""))
+    if rpc == "server_metadata":
+        m = client.get_server_metadata(as_json=True)
+        return m
+    if rpc == "model_metadata":
+        return client.get_model_metadata(call["model"], call.get("version", ""), as_json=True)
+    spec = call.get("input", {})
+    texts = np.array([t.encode("utf-8") for t in call["texts"]], dtype=object)
+    shape = spec.get("shape", [len(texts)])
+    inp = tg.InferInput(spec.get("name", "text"), shape, spec.get("datatype", "BYTES"))
+    inp.set_data_from_numpy(texts.reshape(shape))
+    outputs = [tg.InferRequestedOutput(o["name"], class_count=o.get("class_count", 0)) for o in call.get("outputs", [])]
+    result = client.infer(call["model"], [inp], model_version=call.get("version", ""), outputs=outputs or None,
+                          request_id=call.get("id", ""), parameters=call.get("parameters"),
+                          client_timeout=call.get("timeout"), timeout=call.get("server_timeout"))
+    response = result.get_response()
+    return {
+        "model_name": response.model_name,
+        "model_version": response.model_version,
+        "id": response.id,
+        "outputs": {o.name: {"datatype": o.datatype, "shape": list(o.shape), "data": plain(result.as_numpy(o.name))}
+                    for o in response.outputs},
+    }
+
+
+async def kserve_call(client, call):
+    from kserve import InferInput, InferRequest
+    from kserve.protocol.infer_type import RequestedOutput
+
+    rpc = call["rpc"]
+    if rpc == "live":
+        return await client.is_server_live()
+    if rpc == "ready":
+        return await client.is_server_ready()
+    if rpc == "model_ready":
+        return await client.is_model_ready(call["model"])
+    assert rpc == "infer", rpc
+    texts = call["texts"]
+    inp = InferInput(name="text", shape=[len(texts)], datatype="BYTES")
+    if call.get("as_list"):
+        inp.set_data_from_numpy  # the list path: contents.bytes_contents
+        inp._data = list(texts)
+    else:  # the numpy path: raw_input_contents
+        inp.set_data_from_numpy(np.array([t.encode("utf-8") for t in texts], dtype=object), binary_data=True)
+    outputs = [RequestedOutput(name=o["name"]) for o in call.get("outputs", [])]
+    request = InferRequest(model_name=call["model"], infer_inputs=[inp], request_id=call.get("id"),
+                           parameters=call.get("parameters"), request_outputs=outputs or None,
+                           model_version=call.get("version"))
+    response = await client.infer(request)
+    return {
+        "model_name": response.model_name,
+        "model_version": response.model_version,
+        "id": response.id,
+        "outputs": {o.name: {"datatype": o.datatype, "shape": list(o.shape), "data": plain(o.as_numpy())}
+                    for o in response.outputs},
+    }
+
+
+def error_of(exc):
+    if isinstance(exc, grpc.RpcError):
+        return {"ok": False, "code": exc.code().name, "message": exc.details()}
+    status = getattr(exc, "status", None)
+    if callable(status):  # tritonclient's InferenceServerException: "StatusCode.INVALID_ARGUMENT"
+        return {"ok": False, "code": str(status()).replace("StatusCode.", ""), "message": exc.message()}
+    raise exc
+
+
+async def main():
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    target = spec["target"]
+    results = []
+    # One client per process: both register the same proto package (inference) in protobuf's
+    # default pool, and a process that imports both fails with "duplicate symbol".
+    clients = {call["client"] for call in spec["calls"]}
+    assert len(clients) == 1, clients
+    if clients == {"triton"}:
+        import tritonclient.grpc as tg
+        triton = tg.InferenceServerClient(target)
+        for call in spec["calls"]:
+            try:
+                results.append({"ok": True, "value": triton_call(triton, call)})
+            except Exception as exc:  # noqa: BLE001 - every failure is reported, or re-raised in error_of
+                results.append(error_of(exc))
+        triton.close()
+    else:
+        from kserve import InferenceGRPCClient
+        async with InferenceGRPCClient(target, retries=0) as kserve:
+            for call in spec["calls"]:
+                try:
+                    results.append({"ok": True, "value": await kserve_call(kserve, call)})
+                except Exception as exc:  # noqa: BLE001
+                    results.append(error_of(exc))
+    json.dump(results, sys.stdout)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
