@@ -147,17 +147,18 @@ class Background:
 class ServerProcess:
     """qvi-server on a free port over `store`, started and stopped (SIGTERM, exit code 0)."""
 
-    def __init__(self, store, work, *extra_args, plaintext_ready=True, log_pipe=False, cpus=None):
+    def __init__(self, store, work, *extra_args, plaintext_ready=True, log_pipe=False, cpus=None, port=0):
         """log_pipe: the server's stdout and stderr go to a pipe (self.proc.stdout) that the test reads
         itself, or leaves unread to see what a blocked stderr does; log() is then not available.
-        cpus: the set of CPUs the server may run on (its affinity mask), as taskset would give it."""
+        cpus: the set of CPUs the server may run on (its affinity mask), as taskset would give it.
+        port: the gRPC port; 0 picks a free one."""
         assert os.path.exists(SERVER), f"{SERVER} is missing: scripts/test.sh builds it"
         self.work = work
         port_file = os.path.join(work, "port")
         metrics_port_file = os.path.join(work, "metrics_port")
         self.log_path = os.path.join(work, "server.log")
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([SERVER, "--model-store", store, "--port", "0", "--host", "127.0.0.1",
+        self.proc = subprocess.Popen([SERVER, "--model-store", store, "--port", str(port), "--host", "127.0.0.1",
                                       "--port-file", port_file, "--device", "cpu", "--metrics-port", "0",
                                       "--metrics-port-file", metrics_port_file, *extra_args],
                                      stdout=subprocess.PIPE if log_pipe else self._log, stderr=subprocess.STDOUT,

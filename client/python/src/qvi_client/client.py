@@ -1,0 +1,286 @@
+"""A typed client of qvi.serving.v1.Inference: Classify and Tag with their explanations.
+
+    from qvi_client import Client
+
+    with Client("localhost:8500") as client:
+        result = client.classify("sentiment", ["A gorgeous, moving film."], attention=True, gates=True)
+        print(result[0].label, [(t.text, t.attention, t.gate) for t in result[0].tokens])
+
+Every call has a deadline (`timeout`, seconds). A call that gets UNAVAILABLE (the server is starting,
+draining, or the version is loading) is tried again with exponential backoff, `retries` times, within
+the same deadline. Any other error, and UNAVAILABLE once the retries are spent, raises QviError with
+the gRPC code and the server's message (which names the field and the limit).
+"""
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import grpc
+
+from qvi_client._proto.qvi.serving.v1 import inference_pb2 as pb
+from qvi_client._proto.qvi.serving.v1 import inference_pb2_grpc as pb_grpc
+
+log = logging.getLogger("qvi_client")
+
+_REDUCTIONS = {"none": pb.LAYER_REDUCTION_NONE, "mean_heads": pb.LAYER_REDUCTION_MEAN_HEADS,
+               "mean_all": pb.LAYER_REDUCTION_MEAN_ALL}
+_TRUNCATION = {"truncate": pb.TRUNCATION_POLICY_TRUNCATE, "error": pb.TRUNCATION_POLICY_ERROR}
+
+
+class QviError(Exception):
+    """A call the server (or the connection) answered with an error."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, attempts: int = 1):
+        super().__init__(f"{code.name}: {message}")
+        self.code = code
+        self.message = message
+        self.attempts = attempts
+
+
+@dataclass(frozen=True)
+class Token:
+    """One token the model read. start/end are code points of the text (text[start:end] == self.text)."""
+    text: str
+    start: int
+    end: int
+    byte_start: int
+    byte_end: int
+    normalized: str
+    id: int
+    attention: Optional[float] = None  # α, when asked for
+    gate: Optional[float] = None       # β, when asked for (QVI models)
+    tag: str = ""                      # Tag only
+    sentence_attention: Optional[float] = None
+    sentence_gate: Optional[float] = None
+    lambda_q: Optional[float] = None
+    lambda_k: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class LabelScore:
+    label: str
+    score: float
+
+
+@dataclass(frozen=True)
+class Span:
+    """An entity: text[start:end] == self.text (code points); tokens[token_start:token_end] are its tokens."""
+    label: str
+    start: int
+    end: int
+    text: str
+    score: float
+    byte_start: int
+    byte_end: int
+    token_start: int
+    token_end: int
+
+
+@dataclass(frozen=True)
+class LayerMap:
+    """One layer's and head's maps (-1 where averaged); attention is T x T, row-major."""
+    layer: int
+    head: int
+    gates: List[float]
+    lambda_q: List[float]
+    lambda_k: List[float]
+    attention: List[float]
+
+
+@dataclass(frozen=True)
+class Classification:
+    labels: List[LabelScore]  # best first
+    tokens: List[Token]       # when any per-token output was asked for
+    truncated: bool
+    num_tokens: int           # in the whole text, before truncation
+    layers: List[LayerMap] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.labels[0].label
+
+    @property
+    def score(self) -> float:
+        return self.labels[0].score
+
+
+@dataclass(frozen=True)
+class Tagging:
+    spans: List[Span]
+    tokens: List[Token]
+    truncated: bool
+    num_tokens: int
+    layers: List[LayerMap] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A call's answer: the model and version that answered, and one result per text, in order."""
+    model: str
+    version: int
+    request_id: str
+    results: list
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, i):
+        return self.results[i]
+
+    def __iter__(self) -> Iterator:
+        return iter(self.results)
+
+
+@dataclass(frozen=True)
+class VersionState:
+    version: int
+    state: str   # "LOADING", "READY", "FAILED", "UNLOADING"
+    reason: str
+
+
+@dataclass(frozen=True)
+class ModelState:
+    name: str
+    versions: List[VersionState]
+
+
+def _token(t) -> Token:
+    def opt(name):
+        return getattr(t, name) if t.HasField(name) else None
+    return Token(t.text, t.start, t.end, t.byte_start, t.byte_end, t.normalized, t.id, opt("attention"),
+                 opt("gate"), t.tag, opt("sentence_attention"), opt("sentence_gate"), opt("lambda_q"), opt("lambda_k"))
+
+
+def _layers(layers) -> List[LayerMap]:
+    return [LayerMap(m.layer, m.head, list(m.gates), list(m.lambda_q), list(m.lambda_k), list(m.attention))
+            for m in layers]
+
+
+def _read(data: Union[bytes, str, None]) -> Optional[bytes]:
+    """PEM given as bytes, or as the path of a file."""
+    if data is None or isinstance(data, bytes):
+        return data
+    with open(data, "rb") as f:
+        return f.read()
+
+
+class Client:
+    """A connection to qvi-server. `target` is host:port. tls=True speaks TLS (root_certificates: the
+    server's CA, PEM bytes or a path; None = the system's roots); certificate_chain and private_key
+    add a client certificate (mutual TLS)."""
+
+    def __init__(self, target: str, *, tls: bool = False, root_certificates: Union[bytes, str, None] = None,
+                 certificate_chain: Union[bytes, str, None] = None, private_key: Union[bytes, str, None] = None,
+                 timeout: float = 10.0, retries: int = 3, backoff: float = 0.1, max_backoff: float = 2.0,
+                 options: Sequence[Tuple[str, object]] = (), sleep: Callable[[float], None] = time.sleep):
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        if retries < 0:
+            raise ValueError("retries must not be negative")
+        if tls:
+            creds = grpc.ssl_channel_credentials(_read(root_certificates), _read(private_key),
+                                                 _read(certificate_chain))
+            self._channel = grpc.secure_channel(target, creds, options=list(options))
+        else:
+            if root_certificates or certificate_chain or private_key:
+                raise ValueError("certificates given without tls=True")
+            self._channel = grpc.insecure_channel(target, options=list(options))
+        self._stub = pb_grpc.InferenceStub(self._channel)
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._sleep = sleep
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def classify(self, model: str, texts: Union[str, Sequence[str]], *, version: int = 0, top_k: int = 0,
+                 attention: bool = False, gates: bool = False, tokens: bool = False, truncation: str = "truncate",
+                 layers: Optional[dict] = None, request_id: str = "", timeout: Optional[float] = None) -> Answer:
+        """Labels (best first; top_k > 0 for the k best) for each text, and α / β per token when asked.
+        layers: per-layer outputs of Transformer models, e.g. {"gates": True, "attention_maps": True,
+        "layers": [0], "heads": [0, 1], "reduction": "mean_heads"}."""
+        request = pb.ClassifyRequest(model=pb.ModelSpec(name=model, version=version), texts=_texts(texts),
+                                     options=_options(top_k, attention, gates, tokens, truncation, layers),
+                                     request_id=request_id)
+        reply = self._call(self._stub.Classify, request, timeout)
+        return Answer(reply.model.name, reply.model.version, reply.request_id,
+                      [Classification([LabelScore(l.label, l.score) for l in r.labels], [_token(t) for t in r.tokens],
+                                      r.truncated, r.num_tokens, _layers(r.layers)) for r in reply.results])
+
+    def tag(self, model: str, texts: Union[str, Sequence[str]], *, version: int = 0, attention: bool = False,
+            gates: bool = False, truncation: str = "truncate", layers: Optional[dict] = None, request_id: str = "",
+            timeout: Optional[float] = None) -> Answer:
+        """Entity spans and every token with its tag for each text; α / β per token when asked."""
+        request = pb.TagRequest(model=pb.ModelSpec(name=model, version=version), texts=_texts(texts),
+                                options=_options(0, attention, gates, False, truncation, layers),
+                                request_id=request_id)
+        reply = self._call(self._stub.Tag, request, timeout)
+        return Answer(reply.model.name, reply.model.version, reply.request_id,
+                      [Tagging([Span(s.label, s.start, s.end, s.text, s.score, s.byte_start, s.byte_end, s.token_start,
+                                     s.token_end) for s in r.spans],
+                               [_token(t) for t in r.tokens], r.truncated, r.num_tokens, _layers(r.layers))
+                       for r in reply.results])
+
+    def list_models(self, timeout: Optional[float] = None) -> List[ModelState]:
+        """Every model in the store with the state of each of its versions, newest first."""
+        reply = self._call(self._stub.ListModels, pb.ListModelsRequest(), timeout)
+        return [ModelState(m.name, [VersionState(v.version, pb.ModelState.Name(v.state).replace("MODEL_STATE_", ""),
+                                                 v.reason) for v in m.versions]) for m in reply.models]
+
+    def _call(self, method, request, timeout: Optional[float]):
+        """One call with retries of UNAVAILABLE, all within one deadline."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        delay = self.backoff
+        attempt = 0
+        while True:
+            attempt += 1
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise QviError(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed between retries", attempt - 1)
+            try:
+                return method(request, timeout=left)
+            except grpc.RpcError as e:
+                code = e.code()
+                if code != grpc.StatusCode.UNAVAILABLE or attempt > self.retries:
+                    raise QviError(code, e.details() or "", attempt) from None
+                # Full jitter: clients that failed together do not come back together.
+                pause = min(random.uniform(0, delay), max(0.0, deadline - time.monotonic()))
+                log.info("UNAVAILABLE (%s); attempt %d of %d again in %.3f s", e.details(), attempt + 1,
+                         self.retries + 1, pause)
+                self._sleep(pause)
+                delay = min(delay * 2, self.max_backoff)
+
+
+def _texts(texts: Union[str, Sequence[str]]) -> List[str]:
+    return [texts] if isinstance(texts, str) else list(texts)
+
+
+def _options(top_k, attention, gates, tokens, truncation, layers) -> "pb.OutputOptions":
+    if truncation not in _TRUNCATION:
+        raise ValueError(f"truncation: {truncation!r}; want 'truncate' or 'error'")
+    options = pb.OutputOptions(top_k=top_k, attention=attention, gates=gates, tokens=tokens,
+                               truncation=_TRUNCATION[truncation])
+    if layers:
+        unknown = set(layers) - {"gates", "attention_maps", "layers", "heads", "reduction"}
+        if unknown:
+            raise ValueError(f"layers: unknown keys {sorted(unknown)}")
+        reduction = layers.get("reduction", "none")
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"layers.reduction: {reduction!r}; want one of {sorted(_REDUCTIONS)}")
+        options.layers.CopyFrom(pb.LayerOptions(gates=layers.get("gates", False),
+                                                attention_maps=layers.get("attention_maps", False),
+                                                layers=layers.get("layers", []), heads=layers.get("heads", []),
+                                                reduction=_REDUCTIONS[reduction]))
+    return options

@@ -1,0 +1,181 @@
+"""The Python client package (client/python), installed as a user installs it: `pip install
+./client/python` into a fresh virtual environment (its stubs are generated from proto/ while the
+wheel is built), then used against the running server. Its answers equal the generated stubs' (the
+native API), errors raise QviError with the gRPC code and the server's message, UNAVAILABLE is
+retried with backoff within the call's deadline, and the README's Python snippet runs as written."""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+from conftest import REPO, STORE, ServerProcess
+
+PACKAGE = os.path.join(REPO, "client", "python")
+
+
+@pytest.fixture(scope="module")
+def client_python():
+    """A new virtual environment with the package installed from the repository, and nothing else."""
+    venv = tempfile.mkdtemp(prefix="qvi_client_venv_")
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=300)
+    python = os.path.join(venv, "bin", "python")
+    out = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", PACKAGE],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    yield python
+    subprocess.run(["rm", "-rf", venv], check=False)
+
+
+def run(python, script, *args, timeout=120):
+    """Runs `script` in the package's environment (not from the repository's folders); its stdout as JSON."""
+    out = subprocess.run([python, "-c", textwrap.dedent(script), *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=tempfile.gettempdir())
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout), out.stderr
+
+
+def test_the_package_installs_with_generated_stubs_and_types(client_python):
+    info, _ = run(client_python, """
+        import json, os, qvi_client
+        from qvi_client._proto.qvi.serving.v1 import inference_pb2
+        root = os.path.dirname(qvi_client.__file__)
+        print(json.dumps({"version": qvi_client.__version__, "file": qvi_client.__file__,
+                          "typed": os.path.exists(os.path.join(root, "py.typed")),
+                          "stub": inference_pb2.DESCRIPTOR.name}))
+    """)
+    assert info["version"] == "0.1.0" and info["typed"]
+    assert "site-packages" in info["file"]  # the installed copy, not the source tree
+    assert info["stub"] == "qvi/serving/v1/inference.proto"
+
+
+def test_classify_and_tag_answer_as_the_native_api(client_python, server_process, api, server):
+    texts = ["A gorgeous, moving film.", "What a waste of time."]
+    got, _ = run(client_python, """
+        import dataclasses, json, sys
+        from qvi_client import Client
+        with Client(sys.argv[1]) as c:
+            a = c.classify("sentiment", sys.argv[2:], top_k=2, attention=True, gates=True, request_id="py-1")
+            t = c.tag("ner", "Barack Obama went to Paris and Berlin .", attention=True)
+            models = c.list_models()
+        print(json.dumps({"model": a.model, "version": a.version, "request_id": a.request_id, "n": len(a),
+                          "label": a[0].label, "score": a[0].score,
+                          "results": [dataclasses.asdict(r) for r in a],
+                          "tag": dataclasses.asdict(t[0]),
+                          "models": [dataclasses.asdict(m) for m in models]}))
+    """, server_process.address, *texts)
+    pb, pbg = api
+    stub = pbg.InferenceStub(server)
+    want = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts, options=pb.OutputOptions(
+        top_k=2, attention=True, gates=True)), timeout=30)
+    assert (got["model"], got["version"], got["request_id"], got["n"]) == ("sentiment", 1, "py-1", 2)
+    assert got["label"] == want.results[0].labels[0].label
+    for g, w in zip(got["results"], want.results):
+        assert [l["label"] for l in g["labels"]] == [l.label for l in w.labels]
+        assert [l["score"] for l in g["labels"]] == pytest.approx([l.score for l in w.labels], abs=1e-5)
+        assert [(t["text"], t["start"], t["end"]) for t in g["tokens"]] == [(t.text, t.start, t.end) for t in w.tokens]
+        assert [t["attention"] for t in g["tokens"]] == pytest.approx([t.attention for t in w.tokens], abs=1e-5)
+        assert [t["gate"] for t in g["tokens"]] == pytest.approx([t.gate for t in w.tokens], abs=1e-5)
+        assert g["tokens"][0]["lambda_q"] is None  # not a context-aware model: unset stays None
+    tag = stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=["Barack Obama went to Paris and Berlin ."],
+                                 options=pb.OutputOptions(attention=True)), timeout=30).results[0]
+    assert [(s["label"], s["start"], s["end"], s["text"]) for s in got["tag"]["spans"]] == \
+        [(s.label, s.start, s.end, s.text) for s in tag.spans]
+    assert [t["tag"] for t in got["tag"]["tokens"]] == [t.tag for t in tag.tokens]
+    states = {m["name"]: {v["version"]: v["state"] for v in m["versions"]} for m in got["models"]}
+    assert states["sentiment"] == {1: "READY"} and states["ner"][3] == "FAILED"
+
+
+def test_errors_raise_qvierror_with_the_code_and_the_servers_message(client_python, server_process, api, server):
+    import grpc
+    got, _ = run(client_python, """
+        import json, sys
+        from qvi_client import Client, QviError
+        out = []
+        with Client(sys.argv[1]) as c:
+            for call in (lambda: c.classify("sentiment", ["a film", "   "]),
+                         lambda: c.classify("nope", ["a film"]),
+                         lambda: c.classify("sentiment", ["a film"], version=9),
+                         lambda: c.classify("sentiment", ["a film"], gates=True, layers={"gates": True, "layers": [7]})):
+                try:
+                    call()
+                    out.append(None)
+                except QviError as e:
+                    out.append([e.code.name, e.message, e.attempts, str(e)])
+        print(json.dumps(out))
+    """, server_process.address)
+    pb, pbg = api
+    stub = pbg.InferenceStub(server)
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["a film", "   "]), timeout=10)
+    assert got[0][:3] == ["INVALID_ARGUMENT", e.value.details(), 1]
+    assert got[0][3] == f"INVALID_ARGUMENT: {e.value.details()}"
+    assert got[1][0] == "NOT_FOUND" and "model 'nope' not found" in got[1][1]
+    assert got[2][0] == "NOT_FOUND" and "has no version 9" in got[2][1]
+    assert got[3][0] == "INVALID_ARGUMENT" and got[3][1].startswith("options.layers.layers[0]: 7 is out of range")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unavailable_is_retried_with_backoff_until_the_server_answers(client_python, tmp_path):
+    """A call started before the server listens is retried (UNAVAILABLE) and answered once it does;
+    with the retries spent, the call raises UNAVAILABLE saying how many attempts it made."""
+    port = free_port()
+    got, log = run(client_python, """
+        import json, sys
+        from qvi_client import Client, QviError
+        try:
+            Client(sys.argv[1], retries=2, backoff=0.01).classify("sentiment", ["a film"])
+        except QviError as e:
+            print(json.dumps([e.code.name, e.attempts]))
+    """, f"127.0.0.1:{port}")
+    assert got == ["UNAVAILABLE", 3]
+
+    script = textwrap.dedent("""
+        import json, logging, sys
+        from qvi_client import Client
+        logging.basicConfig(level=logging.INFO)
+        a = Client(sys.argv[1], retries=10000, backoff=0.05, max_backoff=0.2, timeout=120).classify("sentiment", "a film")
+        print(json.dumps([a.model, a[0].label]))
+    """)
+    caller = subprocess.Popen([client_python, "-c", script, f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=tempfile.gettempdir())
+    try:
+        # The caller has met a closed port at least once before the server starts.
+        seen = [caller.stderr.readline() for _ in range(1)]
+        while "UNAVAILABLE" not in seen[-1]:
+            assert seen[-1] and len(seen) < 50, seen
+            seen.append(caller.stderr.readline())
+        proc = ServerProcess(STORE, str(tmp_path), port=port)
+        try:
+            out, err = caller.communicate(timeout=150)
+        finally:
+            proc.stop()
+    finally:
+        caller.kill()
+    assert caller.returncode == 0, err
+    assert json.loads(out)[0] == "sentiment"
+
+
+def test_the_readme_python_snippet_runs_as_written(client_python, server_process):
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    section = readme[readme.index("### From Python"):readme.index("### From tritonclient")]
+    assert "pip install ./client/python" in section
+    snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert '"localhost:8500"' in snippet
+    out = subprocess.run([client_python, "-c", snippet.replace("localhost:8500", server_process.address)],
+                         capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir())
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split()[0] == "positive" and lines[1].split()[0] == "negative"  # top_k=2, best first
+    assert lines[2].split()[:3] == ["A", "0", "1"]  # the first token, its code-point offsets
