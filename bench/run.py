@@ -154,8 +154,10 @@ def run_qvi_server(work, a, common, run):
     try:
         port = wait_for_file(port_file, proc, "qvi-server")
         metrics = wait_for_file(metrics_file, proc, "qvi-server")
-        r = perf(work, "qvi-server", ["--server", f"127.0.0.1:{port}", "--metrics",
-                                      f"http://127.0.0.1:{metrics}/metrics"], common)
+        target = ["--server", f"127.0.0.1:{port}", "--metrics", f"http://127.0.0.1:{metrics}/metrics"]
+        r = perf(work, "qvi-server", target, common)
+        # The same server and texts through the Open Inference Protocol (ModelInfer), right after.
+        r["oip"] = perf(work, "qvi-server-oip", [*target, "--protocol", "oip"], common)
     finally:
         stop(proc)
     # What its defaults chose on this machine, from its start-up line.
@@ -247,7 +249,7 @@ def best_step(system):
     return max(system["steps"], key=lambda s: s["texts_per_s"])
 
 
-SYSTEMS = ("qvi-server", "python-grpc", "torchserve")
+SYSTEMS = ("qvi-server", "qvi-server-oip", "python-grpc", "torchserve")
 
 
 def plot(runs, path):
@@ -311,14 +313,15 @@ def run_markdown(run):
         ratio = (f"{s['texts_per_s'] / script[bs]['texts_per_s']:.2f} x" if fmt == "pt2" and bs in script else "")
         lines.append(f"| {bs} | {fmt} | {s['texts_per_s']:.0f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | {ratio} |")
     lines += ["", "### Servers under qvi-perf (closed loop, one text per request)", "",
-              "| system | concurrency | texts/s | p50 ms | p90 ms | p99 ms | errors | server queue ms | server compute ms | server batch |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| system | concurrency | texts/s | p50 ms | p90 ms | p99 ms | errors | server queue ms | server compute ms | server batch | server CPU µs/request |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name in SYSTEMS:
         if name not in run:
             continue
         for s in run[name]["steps"]:
             err = sum(s["errors"].values())
             extra = [f"{s[k]:.2f}" if k in s else "-" for k in ("server_queue_ms", "server_compute_ms", "server_batch_size")]
+            extra.append(f"{s['server_cpu_us_per_request']:.0f}" if "server_cpu_us_per_request" in s else "-")
             lines.append(f"| {name} | {int(s['load'])} | {s['texts_per_s']:.0f} | {s['p50_ms']:.2f} | {s['p90_ms']:.2f} | "
                          f"{s['p99_ms']:.2f} | {err} | {' | '.join(extra)} |")
     lines += ["", "### Ratios (same run)", ""]
@@ -340,6 +343,22 @@ def run_markdown(run):
             lines.append(f"- Added latency at concurrency 1: qvi-server p50 {c1['p50_ms']:.3f} ms against the in-process "
                          f"batch-1 forward p50 {lim[1]['p50_ms']:.3f} ms: **+{c1['p50_ms'] - lim[1]['p50_ms']:.3f} ms** "
                          f"(target <= 0.3 ms; includes the client's own gRPC time and tokenisation).")
+        oip = run.get("qvi-server-oip")
+        if oip:
+            ob = best_step(oip)
+            lines.append(f"- The Open Inference Protocol (ModelInfer, default outputs: label and probabilities) against "
+                         f"Classify on the same server: best {ob['texts_per_s']:.0f} against {qb['texts_per_s']:.0f} texts/s "
+                         f"(**{ob['texts_per_s'] / qb['texts_per_s']:.2f} x**).")
+            o1 = next((s for s in oip["steps"] if int(s["load"]) == 1), None)
+            if c1 and o1:
+                lines.append(f"- At concurrency 1: ModelInfer p50 {o1['p50_ms']:.3f} ms against Classify {c1['p50_ms']:.3f} ms "
+                             f"(**{o1['p50_ms'] - c1['p50_ms']:+.3f} ms**).")
+            pairs = [(o, n) for o, n in zip(oip["steps"], q["steps"])
+                     if "server_cpu_us_per_request" in o and "server_cpu_us_per_request" in n]
+            if pairs:
+                o, n = pairs[-1]  # the highest concurrency: the cost per request with batching at work
+                lines.append(f"- Server CPU per request at concurrency {int(o['load'])}: ModelInfer "
+                             f"{o['server_cpu_us_per_request']:.0f} µs, Classify {n['server_cpu_us_per_request']:.0f} µs.")
         for peer, target in (("torchserve", 5), ("python-grpc", 3)):
             if peer not in run:
                 continue
@@ -374,7 +393,9 @@ def markdown(results, info, command):
         "instances and torch threads from the CPUs; TorchServe and the Python server run the TorchScript "
         "`model.pt`, as their users do. TorchServe waits up to 2 ms to fill a batch, qvi-server batches while "
         "its instances are busy (batch_when_idle), the Python server runs one forward per request. qvi-perf "
-        "drives the gRPC servers asynchronously; TorchServe's HTTP API is driven by one blocking client thread "
+        "drives the gRPC servers asynchronously; `qvi-server-oip` is the same qvi-server run driven right after "
+        "through the Open Inference Protocol (`qvi-perf --protocol oip`: ModelInfer, a BYTES tensor, the default "
+        "outputs), so the two APIs' costs stand side by side. TorchServe's HTTP API is driven by one blocking client thread "
         "per connection, which on two cores also competes with TorchServe.",
         "",
         "Reproduce with:",
@@ -467,6 +488,8 @@ def main():
                          ("torchserve", run_torchserve)):
             if name not in skip:
                 run[name] = fn(run_dir, a, common, run)
+        if "qvi-server" in run:
+            run["qvi-server-oip"] = run["qvi-server"].pop("oip")
         runs.append(run)
     results = {"runs": runs, "maps": [run_maps(work, a, MODEL_PT, MODEL, a.batch_sizes, word_counts[0])]}
     if a.bert_base:
