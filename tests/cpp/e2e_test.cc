@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <random>
 #include <regex>
@@ -22,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "inference/open_inference_grpc.grpc.pb.h"
 #include "qvi/serving/v1/inference.grpc.pb.h"
 
 namespace v1 = qvi::serving::v1;
@@ -150,6 +152,59 @@ TEST_F(EndToEnd, ClassifyWithExplanations) {
   EXPECT_EQ(toks[3].text(), "👍🏽");
   EXPECT_EQ(toks[3].start(), 8u);
   EXPECT_EQ(toks[3].end(), 10u);
+}
+
+// The Open Inference Protocol on the same port (the server under ASan in scripts/sanitize.sh too):
+// ModelInfer with raw and listed texts, every output of the classifier, and a malformed raw buffer.
+TEST_F(EndToEnd, ModelInferAnswersAsClassify) {
+  const std::vector<std::string> texts = {"A gorgeous, moving film.", "北京 café 👍🏽 dull"};
+  v1::ClassifyRequest native = SentimentRequest(texts);
+  native.mutable_options()->set_attention(true);
+  v1::ClassifyResponse want;
+  ASSERT_TRUE(Classify(native, &want).ok());
+
+  auto oip = inference::GRPCInferenceService::NewStub(server_->channel());
+  inference::ModelInferRequest req;
+  req.set_model_name("sentiment");
+  auto* input = req.add_inputs();
+  input->set_name("text");
+  input->set_datatype("BYTES");
+  input->add_shape(2);
+  std::string raw;
+  for (const std::string& t : texts) {
+    const uint32_t n = static_cast<uint32_t>(t.size());
+    raw.append(reinterpret_cast<const char*>(&n), 4);  // little-endian, as the protocol says
+    raw += t;
+  }
+  req.add_raw_input_contents(raw);
+  for (const char* name : {"label", "probabilities", "labels", "scores", "tokens", "token_count", "truncated",
+                           "attention", "gates", "layer_index", "layer_gates", "layer_attention"}) {
+    req.add_outputs()->set_name(name);
+  }
+  inference::ModelInferResponse resp;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    ASSERT_TRUE(oip->ModelInfer(&ctx, req, &resp).ok());
+  }
+  EXPECT_EQ(resp.model_version(), "1");
+  ASSERT_EQ(resp.raw_output_contents_size(), 12);
+  const std::string& labels = resp.raw_output_contents(0);
+  const std::string& best = want.results(0).labels(0).label();
+  EXPECT_EQ(labels.substr(4, best.size()), best);
+  const std::string& attention = resp.raw_output_contents(7);
+  const int t = static_cast<int>(resp.outputs(7).shape(1));
+  for (int i = 0; i < want.results(1).tokens_size(); ++i) {
+    float a = 0;
+    std::memcpy(&a, attention.data() + (t + i) * sizeof(float), sizeof(float));
+    EXPECT_NEAR(a, want.results(1).tokens(i).attention(), 1e-5);
+  }
+
+  req.set_raw_input_contents(0, raw.substr(0, raw.size() - 1));
+  grpc::ClientContext ctx;
+  const grpc::Status bad = oip->ModelInfer(&ctx, req, &resp);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.error_message().find("raw_input_contents[0]: element 1"), std::string::npos) << bad.error_message();
 }
 
 TEST_F(EndToEnd, TagReturnsTokensAndSpans) {

@@ -14,6 +14,7 @@ import time
 import urllib.parse
 import urllib.request
 
+import grpc
 import pytest
 import yaml
 
@@ -214,6 +215,36 @@ def test_json_logs_are_one_object_per_line(served, api):
     assert (a["logger"], a["method"], a["model"], a["version"], a["texts"], a["code"]) == \
         ("access", "Classify", "sentiment", 1, 2, "OK")
     assert a["tokens"] >= 5 and a["ms"] >= a["compute_ms"] > 0 and a["queue_ms"] >= 0
+
+
+def test_modelinfer_is_logged_and_counted_like_classify(served, oip_api):
+    """The Open Inference Protocol's ModelInfer has its access-log line and its metrics, under
+    method "ModelInfer", with the version that answered; a refused one is logged with its code."""
+    pb, pbg = oip_api
+    stub = pbg.GRPCInferenceServiceStub(served.channel)
+    texts = [b"fine", b"a dull film"]
+    request = pb.ModelInferRequest(model_name="sentiment", id="oip-log-1", inputs=[
+        pb.ModelInferRequest.InferInputTensor(name="text", datatype="BYTES", shape=[2],
+                                              contents=pb.InferTensorContents(bytes_contents=texts))])
+    stub.ModelInfer(request, timeout=30)
+    request.id = "oip-log-2"
+    request.outputs.add(name="spans")
+    with pytest.raises(grpc.RpcError):
+        stub.ModelInfer(request, timeout=30)
+    deadline = time.monotonic() + WAIT_S
+    while '"oip-log-2"' not in served.log():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    records = [json.loads(line) for line in served.log().splitlines() if line.strip()]
+    [ok] = [r for r in records if r.get("request_id") == "oip-log-1"]
+    assert (ok["logger"], ok["method"], ok["model"], ok["version"], ok["texts"], ok["code"]) == \
+        ("access", "ModelInfer", "sentiment", 1, 2, "OK")
+    assert ok["tokens"] >= 4 and ok["compute_ms"] > 0
+    [refused] = [r for r in records if r.get("request_id") == "oip-log-2"]
+    assert (refused["method"], refused["code"]) == ("ModelInfer", "INVALID_ARGUMENT")
+    metrics = served.metrics()
+    assert metrics['qvi_requests_total{code="OK",method="ModelInfer",model="sentiment",version="1"}'] >= 1
+    assert metrics['qvi_requests_total{code="INVALID_ARGUMENT",method="ModelInfer",model="sentiment",version="0"}'] >= 1
 
 
 def test_the_server_runs_on_the_allocator_it_links_and_reports_it(served):

@@ -12,6 +12,13 @@ from conftest import oip_calls, wait_until
 TEXTS = ["a wonderful , moving film", "terrible acting and a boring plot", "it was fine"]
 NER_TEXTS = ["Barack Obama went to Paris and Berlin .", "Angela Merkel met Emmanuel Macron in Brussels .", ""]
 TOL = 1e-5
+LONG = " ".join(["good"] * 400)  # more tokens than the demo model reads
+
+
+def max_tokens(api, server):
+    pb, pbg = api
+    model = pbg.InferenceStub(server).GetModel(pb.GetModelRequest(model=pb.ModelSpec(name="sentiment")), timeout=10)
+    return model.model.versions[0].metadata.tokenizer.max_tokens
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +242,17 @@ def test_errors_name_the_field_and_carry_the_native_messages(oip, api, server):
          "outputs": [{"name": "label"}, {"name": "label"}]},
         {"client": "triton", "rpc": "infer", "model": "sentiment", "texts": TEXTS,
          "outputs": [{"name": "label", "class_count": 2}]},
+        {"client": "triton", "rpc": "infer", "model": "sentiment", "texts": ["ok", LONG],
+         "parameters": {"truncation": "error"}},
+        {"client": "triton", "rpc": "infer", "model": "sentiment", "texts": ["ok", LONG],
+         "outputs": [{"name": "truncated"}, {"name": "token_count"}]},
     ])
+    pb, _ = api
+    assert (r[13]["code"], r[13]["message"]) == native_error(
+        api, server, "Classify", "sentiment", ["ok", LONG], truncation=pb.TRUNCATION_POLICY_ERROR)
+    truncated = value(r[14])["outputs"]
+    assert truncated["truncated"]["data"] == [False, True]
+    assert truncated["token_count"]["data"][1] == max_tokens(api, server)
     assert (r[0]["code"], r[0]["message"]) == native_error(api, server, "Classify", "sentiment", too_many)
     assert (r[1]["code"], r[1]["message"]) == native_error(api, server, "Classify", "sentiment", ["ok", long_text])
     assert (r[2]["code"], r[2]["message"]) == native_error(api, server, "Classify", "nope", TEXTS)
