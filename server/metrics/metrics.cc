@@ -63,7 +63,7 @@ Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       requests_(BuildCounter()
                     .Name("qvi_requests_total")
-                    .Help("Classify and Tag calls answered, by model, version, method and gRPC status code")
+                    .Help("Inference calls answered (Classify, Tag, ModelInfer), by model, version, method and gRPC status code")
                     .Register(*registry_)),
       request_seconds_(BuildHistogram()
                            .Name("qvi_request_duration_seconds")
@@ -71,7 +71,7 @@ Metrics::Metrics()
                            .Register(*registry_)),
       in_flight_(BuildGauge()
                      .Name("qvi_requests_in_flight")
-                     .Help("Classify and Tag calls received and not yet answered")
+                     .Help("Inference calls (Classify, Tag, ModelInfer) received and not yet answered")
                      .Register(*registry_)
                      .Add({})),
       queue_seconds_(BuildHistogram()
