@@ -20,7 +20,8 @@
 #include "server/core/model.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"qvi-bench-model: in-process forward throughput of a model version at each batch size", "qvi-bench-model"};
+  CLI::App app{"qvi-bench-model: in-process forward throughput of a model version at each batch size",
+               "qvi-bench-model"};
   std::string path, json, device = "cpu", format = "both";
   std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32};
   double seconds = 5, words = 20, words_stddev = 5;
@@ -87,57 +88,69 @@ int main(int argc, char** argv) {
     std::cerr << m->format() << " (" << m->file() << "): forward without maps "
               << (m->has_forward_without_maps() ? "yes" : "no (forward always forms the maps)") << "\n";
   }
-  std::printf("%6s %5s %12s %10s %10s %10s %10s\n", "batch", "maps", "format", "texts/s", "batches/s", "p50 ms", "p99 ms");
+  std::printf("%6s %5s %12s %10s %10s %10s %10s\n", "batch", "maps", "format", "texts/s", "batches/s", "p50 ms",
+              "p99 ms");
   nlohmann::json results = nlohmann::json::array();
   for (int bs : batch_sizes) {
-   for (bool with_maps : map_settings) {
-    for (const auto& m : models) {
-    std::vector<std::string> asked = wanted;
-    if (with_maps) asked.push_back("layer_attention");
-    std::vector<double> ms;
-    size_t next = 0;
-    int64_t texts = 0;
-    const auto start = std::chrono::steady_clock::now();
-    const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
-    while (std::chrono::steady_clock::now() < end) {
-      const auto t0 = std::chrono::steady_clock::now();
-      int64_t width = 1;
-      for (int b = 0; b < bs; ++b) width = std::max<int64_t>(width, static_cast<int64_t>(ids[(next + b) % ids.size()].size()));
-      torch::Tensor id = torch::zeros({bs, width}, torch::kLong);
-      torch::Tensor mask = torch::zeros({bs, width}, torch::kBool);
-      auto ia = id.accessor<int64_t, 2>();
-      auto ma = mask.accessor<bool, 2>();
-      for (int b = 0; b < bs; ++b) {
-        const auto& row = ids[(next + b) % ids.size()];
-        for (size_t t = 0; t < row.size(); ++t) {
-          ia[b][t] = row[t];
-          ma[b][t] = true;
+    for (bool with_maps : map_settings) {
+      for (const auto& m : models) {
+        std::vector<std::string> asked = wanted;
+        if (with_maps) asked.push_back("layer_attention");
+        std::vector<double> ms;
+        size_t next = 0;
+        int64_t texts = 0;
+        const auto start = std::chrono::steady_clock::now();
+        const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                     std::chrono::duration<double>(seconds));
+        while (std::chrono::steady_clock::now() < end) {
+          const auto t0 = std::chrono::steady_clock::now();
+          int64_t width = 1;
+          for (int b = 0; b < bs; ++b)
+            width = std::max<int64_t>(width, static_cast<int64_t>(ids[(next + b) % ids.size()].size()));
+          torch::Tensor id = torch::zeros({bs, width}, torch::kLong);
+          torch::Tensor mask = torch::zeros({bs, width}, torch::kBool);
+          auto ia = id.accessor<int64_t, 2>();
+          auto ma = mask.accessor<bool, 2>();
+          for (int b = 0; b < bs; ++b) {
+            const auto& row = ids[(next + b) % ids.size()];
+            for (size_t t = 0; t < row.size(); ++t) {
+              ia[b][t] = row[t];
+              ma[b][t] = true;
+            }
+          }
+          next += bs;
+          auto out = m->Forward(id, mask, asked);
+          if (!out.ok()) {
+            std::cerr << out.status() << "\n";
+            return 1;
+          }
+          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+          texts += bs;
         }
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::sort(ms.begin(), ms.end());
+        const double p50 = ms[ms.size() / 2], p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
+        std::printf("%6d %5s %12s %10.1f %10.1f %10.3f %10.3f\n", bs, with_maps ? "on" : "off", m->format().c_str(),
+                    texts / elapsed, ms.size() / elapsed, p50, p99);
+        results.push_back({{"batch_size", bs},
+                           {"maps", with_maps},
+                           {"format", m->format()},
+                           {"texts_per_s", texts / elapsed},
+                           {"batches_per_s", ms.size() / elapsed},
+                           {"p50_ms", p50},
+                           {"p99_ms", p99}});
       }
-      next += bs;
-      auto out = m->Forward(id, mask, asked);
-      if (!out.ok()) {
-        std::cerr << out.status() << "\n";
-        return 1;
-      }
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      texts += bs;
     }
-    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::sort(ms.begin(), ms.end());
-    const double p50 = ms[ms.size() / 2], p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-    std::printf("%6d %5s %12s %10.1f %10.1f %10.3f %10.3f\n", bs, with_maps ? "on" : "off", m->format().c_str(),
-                texts / elapsed, ms.size() / elapsed, p50, p99);
-    results.push_back({{"batch_size", bs}, {"maps", with_maps}, {"format", m->format()}, {"texts_per_s", texts / elapsed},
-                       {"batches_per_s", ms.size() / elapsed}, {"p50_ms", p50}, {"p99_ms", p99}});
-    }
-   }
   }
   if (!json.empty()) {
     std::vector<std::string> formats;
     for (const auto& m : models) formats.push_back(m->format());
-    std::ofstream(json) << nlohmann::json{{"model", path}, {"formats", formats}, {"device", model->device()}, {"words", words},
-                                          {"torch_threads", threads}, {"explain", explain},
+    std::ofstream(json) << nlohmann::json{{"model", path},
+                                          {"formats", formats},
+                                          {"device", model->device()},
+                                          {"words", words},
+                                          {"torch_threads", threads},
+                                          {"explain", explain},
                                           {"forward_without_maps", model->has_forward_without_maps()},
                                           {"steps", results}}
                                .dump(2)

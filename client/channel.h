@@ -22,9 +22,11 @@ struct TlsClientOptions {
 
 inline void AddTlsOptions(CLI::App& app, TlsClientOptions& o) {
   app.add_option("--tls-ca", o.ca, "PEM CA bundle of the server's certificate: connect with TLS")
-      ->check(CLI::ExistingFile)->group("TLS");
+      ->check(CLI::ExistingFile)
+      ->group("TLS");
   app.add_option("--tls-cert", o.cert, "PEM client certificate, for a server that requires one (mutual TLS)")
-      ->check(CLI::ExistingFile)->group("TLS");
+      ->check(CLI::ExistingFile)
+      ->group("TLS");
   app.add_option("--tls-key", o.key, "PEM private key of --tls-cert")->check(CLI::ExistingFile)->group("TLS");
   app.add_option("--tls-server-name", o.server_name, "check the server's certificate for this name instead of the host")
       ->group("TLS");

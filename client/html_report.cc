@@ -90,13 +90,16 @@ void HeatRow(std::ostringstream& out, const Tokens& tokens, const char* title, c
 void Heatmaps(std::ostringstream& out, const Tokens& tokens) {
   HeatRow(out, tokens, "α attention", "220, 38, 38", true,
           [](const v1::Token& t) { return t.has_attention() ? t.attention() : -1.0; });
-  HeatRow(out, tokens, "β gate", "37, 99, 235", false, [](const v1::Token& t) { return t.has_gate() ? t.gate() : -1.0; });
+  HeatRow(out, tokens, "β gate", "37, 99, 235", false,
+          [](const v1::Token& t) { return t.has_gate() ? t.gate() : -1.0; });
   HeatRow(out, tokens, "sentence α", "220, 38, 38", true,
           [](const v1::Token& t) { return t.has_sentence_attention() ? t.sentence_attention() : -1.0; });
   HeatRow(out, tokens, "sentence β", "37, 99, 235", false,
           [](const v1::Token& t) { return t.has_sentence_gate() ? t.sentence_gate() : -1.0; });
-  HeatRow(out, tokens, "λ_Q", "22, 163, 74", false, [](const v1::Token& t) { return t.has_lambda_q() ? t.lambda_q() : -1.0; });
-  HeatRow(out, tokens, "λ_K", "22, 163, 74", false, [](const v1::Token& t) { return t.has_lambda_k() ? t.lambda_k() : -1.0; });
+  HeatRow(out, tokens, "λ_Q", "22, 163, 74", false,
+          [](const v1::Token& t) { return t.has_lambda_q() ? t.lambda_q() : -1.0; });
+  HeatRow(out, tokens, "λ_K", "22, 163, 74", false,
+          [](const v1::Token& t) { return t.has_lambda_k() ? t.lambda_k() : -1.0; });
   if (!tokens.empty()) {
     out << "<p class=\"note\">α is scaled to the text's largest weight; β and λ are shown as they are, in (0, 1). "
            "Hover a token for its numbers.</p>\n";
@@ -109,7 +112,8 @@ std::string MapCaption(const v1::LayerMap& m) {
   return layer + ", " + head;
 }
 
-void LayerMaps(std::ostringstream& out, const Tokens& tokens, const google::protobuf::RepeatedPtrField<v1::LayerMap>& maps) {
+void LayerMaps(std::ostringstream& out, const Tokens& tokens,
+               const google::protobuf::RepeatedPtrField<v1::LayerMap>& maps) {
   const int n = tokens.size();
   bool any_map = false;
   for (const auto& m : maps) any_map = any_map || m.attention_size() == n * n;
@@ -128,8 +132,8 @@ void LayerMaps(std::ostringstream& out, const Tokens& tokens, const google::prot
         for (int k = 0; k < n; ++k) {
           const float a = m.attention(q * n + k);
           out << "<td style=\"background: rgba(124, 58, 237, " << Fixed(std::clamp<double>(a / max, 0, 1), 3)
-              << ")\" data-info=\"" << HtmlEscape(MapCaption(m) + ": " + tokens[q].text() + " → " + tokens[k].text() +
-                                                   "  " + Fixed(a))
+              << ")\" data-info=\""
+              << HtmlEscape(MapCaption(m) + ": " + tokens[q].text() + " → " + tokens[k].text() + "  " + Fixed(a))
               << "\"></td>";
         }
         out << "</tr>\n";
@@ -181,12 +185,23 @@ std::string HtmlEscape(const std::string& s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -202,11 +217,12 @@ std::string HtmlReport(const v1::ModelVersion& model, const std::string& name, c
         << HtmlEscape(i < static_cast<int>(texts.size()) ? texts[i] : "") << "</p>\n<p class=\"labels\">";
     for (int l = 0; l < r.labels_size(); ++l) {
       out << "<span class=\"label" << (l == 0 ? " top" : "") << "\">" << HtmlEscape(r.labels(l).label()) << " "
-          << Fixed(r.labels(l).score(), 3) << "<span class=\"bar\" style=\"width: "
-          << Fixed(r.labels(l).score() * 8, 2) << "em\"></span></span>";
+          << Fixed(r.labels(l).score(), 3) << "<span class=\"bar\" style=\"width: " << Fixed(r.labels(l).score() * 8, 2)
+          << "em\"></span></span>";
     }
     out << "</p>\n";
-    if (r.truncated()) out << "<p class=\"note\">Truncated: the model read the first tokens of " << r.num_tokens() << ".</p>\n";
+    if (r.truncated())
+      out << "<p class=\"note\">Truncated: the model read the first tokens of " << r.num_tokens() << ".</p>\n";
     Heatmaps(out, r.tokens());
     LayerMaps(out, r.tokens(), r.layers());
     out << "</section>\n";

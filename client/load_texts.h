@@ -16,10 +16,11 @@ namespace qvi::client {
 // small English vocabulary of review-like words.
 inline std::vector<std::string> GenerateTexts(int count, double mean_words, double stddev_words, uint32_t seed) {
   static const char* kWords[] = {
-      "the", "a", "film", "movie", "story", "acting", "plot", "characters", "is", "was", "and", "but", "not", "very",
-      "good", "bad", "great", "boring", "funny", "moving", "slow", "smart", "dull", "beautiful", "script", "director",
-      "ending", "scenes", "performance", "cast", "it", "this", "with", "too", "long", "short", "best", "worst", "of",
-      "in", "an", "almost", "never", "always", "every", "minute", "hour", ",", ".", "!"};
+      "the",  "a",      "film",  "movie",     "story",  "acting",   "plot",   "characters", "is",          "was",
+      "and",  "but",    "not",   "very",      "good",   "bad",      "great",  "boring",     "funny",       "moving",
+      "slow", "smart",  "dull",  "beautiful", "script", "director", "ending", "scenes",     "performance", "cast",
+      "it",   "this",   "with",  "too",       "long",   "short",    "best",   "worst",      "of",          "in",
+      "an",   "almost", "never", "always",    "every",  "minute",   "hour",   ",",          ".",           "!"};
   constexpr int kCount = sizeof(kWords) / sizeof(kWords[0]);
   std::mt19937 rng(seed);
   std::normal_distribution<double> length(mean_words, stddev_words);

@@ -72,7 +72,8 @@ int Fail(const grpc::Status& s) {
 }
 
 void SetDeadline(grpc::ClientContext& ctx, const Common& c) {
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(c.timeout * 1000)));
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(c.timeout * 1000)));
 }
 
 // A token on a background whose intensity follows its weight (0..1): a 6-step ramp of the
@@ -157,7 +158,8 @@ bool PrepareReport(v1::Inference::Stub& stub, const Common& c, Explain& e, v1::M
     return false;
   }
   auto has = [&model](const std::string& name) {
-    for (const auto& o : model.metadata().outputs()) if (o.name() == name) return true;
+    for (const auto& o : model.metadata().outputs())
+      if (o.name() == name) return true;
     return false;
   };
   e.tokens = true;
@@ -253,11 +255,16 @@ int Tag(v1::Inference::Stub& stub, const Common& c, Explain e, const std::vector
 
 const char* StateName(v1::ModelState s) {
   switch (s) {
-    case v1::MODEL_STATE_LOADING: return "LOADING";
-    case v1::MODEL_STATE_READY: return "READY";
-    case v1::MODEL_STATE_FAILED: return "FAILED";
-    case v1::MODEL_STATE_UNLOADING: return "UNLOADING";
-    default: return "UNKNOWN";
+    case v1::MODEL_STATE_LOADING:
+      return "LOADING";
+    case v1::MODEL_STATE_READY:
+      return "READY";
+    case v1::MODEL_STATE_FAILED:
+      return "FAILED";
+    case v1::MODEL_STATE_UNLOADING:
+      return "UNLOADING";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -338,8 +345,9 @@ int main(int argc, char** argv) {
     sub->add_option("--heads", explain.heads, "heads to return (default all)")->delimiter(',');
     sub->add_option("--reduce", explain.reduce, "none, mean-heads or mean-all")
         ->check(CLI::IsMember({"none", "mean-heads", "mean-all"}));
-    sub->add_option("--html", explain.html,
-                    "also write a self-contained HTML report of every explanation the model gives (open it in a browser)");
+    sub->add_option(
+        "--html", explain.html,
+        "also write a self-contained HTML report of every explanation the model gives (open it in a browser)");
     sub->add_option("texts", texts, "texts to send; '-' reads one text per line from standard input")->required();
   };
   CLI::App* classify = app.add_subcommand("classify", "labels for each text");

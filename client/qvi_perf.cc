@@ -19,8 +19,8 @@
 // raw contents, the default outputs; --attention / --gates as request parameters), so the cost of
 // that path can be set beside the native one.
 #include <grpcpp/grpcpp.h>
-#include <sys/resource.h>
 #include <httplib.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -266,10 +266,11 @@ class GrpcTarget {
   }
 
   static std::string CodeName(grpc::StatusCode c) {
-    static const char* kNames[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-                                   "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-                                   "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
-                                   "UNAUTHENTICATED"};
+    static const char* kNames[] = {
+        "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+        "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+        "DATA_LOSS", "UNAUTHENTICATED"};
     return c >= 0 && c <= 16 ? kNames[c] : "CODE_" + std::to_string(c);
   }
 
@@ -308,8 +309,8 @@ Step ClosedLoopGrpc(GrpcTarget& target, int concurrency, double warmup, double d
     int running = 0;
   };
   const auto start = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup));
-  auto loop = std::make_shared<Loop>(start, start + std::chrono::duration_cast<Clock::duration>(
-                                                        std::chrono::duration<double>(duration)));
+  auto loop = std::make_shared<Loop>(
+      start, start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration)));
   loop->running = concurrency;
   struct Chain {
     static void Next(GrpcTarget& target, std::shared_ptr<Loop> loop) {
@@ -380,7 +381,8 @@ Step ClosedLoopHttp(const Options& o, const std::vector<std::string>& texts, int
   std::smatch m;
   std::regex_match(o.http, m, kUrl);
   const std::string host = m[1].str(), path = m[2].str();
-  const auto start = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup));
+  const auto start =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.warmup));
   const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration));
   Recorder rec(start, end);
   std::vector<std::thread> threads;
@@ -463,7 +465,9 @@ int main(int argc, char** argv) {
   qvi::AddTlsOptions(app, o.tls);
   app.add_option("--http", o.http, "instead: an HTTP endpoint taking one text per POST (TorchServe's inference API)");
   app.add_option("--model", o.model, "model name")->capture_default_str();
-  app.add_option("--method", o.method, "classify or tag")->check(CLI::IsMember({"classify", "tag"}))->capture_default_str();
+  app.add_option("--method", o.method, "classify or tag")
+      ->check(CLI::IsMember({"classify", "tag"}))
+      ->capture_default_str();
   app.add_option("--protocol", o.protocol,
                  "native (qvi.serving.v1 Classify/Tag) or oip (Open Inference Protocol ModelInfer; the model's "
                  "task picks classify or tag)")
@@ -473,18 +477,23 @@ int main(int argc, char** argv) {
   app.add_option("--rate", o.rates, "open loop: requests per second, one step each")->delimiter(',');
   app.add_option("--duration", o.duration, "seconds measured per step")->capture_default_str();
   app.add_option("--warmup", o.warmup, "seconds of load before each step's measurement")->capture_default_str();
-  app.add_option("--texts-per-request", o.texts_per_request, "texts in each call")->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--texts-per-request", o.texts_per_request, "texts in each call")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   app.add_option("--texts-file", o.texts_file, "texts to send, one per line (default: generated)");
   app.add_option("--pool", o.pool, "generated texts")->capture_default_str();
   app.add_option("--words", o.words, "generated texts: mean length in words")->capture_default_str();
-  app.add_option("--words-stddev", o.words_stddev, "generated texts: standard deviation of the length")->capture_default_str();
+  app.add_option("--words-stddev", o.words_stddev, "generated texts: standard deviation of the length")
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "generated texts: seed")->capture_default_str();
   app.add_flag("--attention", o.attention, "ask for α");
   app.add_flag("--gates", o.gates, "ask for β");
   app.add_option("--channels", o.channels, "gRPC connections to spread the calls over")
-      ->check(CLI::Range(1, 1024))->capture_default_str();
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "threads taking answers and sending the next calls (a completion queue each)")
-      ->check(CLI::Range(1, 256))->capture_default_str();
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   app.add_option("--metrics", o.metrics, "the server's Prometheus URL, for its queue/compute split");
   app.add_option("--json", o.json, "also write the results as JSON to this file");
   app.add_option("--label", o.label, "the system's name in the JSON");
@@ -501,8 +510,9 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::vector<std::string> texts = o.texts_file.empty() ? qvi::client::GenerateTexts(o.pool, o.words, o.words_stddev, o.seed)
-                                                        : qvi::client::ReadTexts(o.texts_file);
+  std::vector<std::string> texts = o.texts_file.empty()
+                                       ? qvi::client::GenerateTexts(o.pool, o.words, o.words_stddev, o.seed)
+                                       : qvi::client::ReadTexts(o.texts_file);
   if (texts.size() < static_cast<size_t>(o.texts_per_request)) {
     std::cerr << "not enough texts (" << texts.size() << ")\n";
     return 2;
@@ -532,7 +542,7 @@ int main(int argc, char** argv) {
       cpu_after = ProcessCpuSeconds();
       if (!o.metrics.empty()) after = ScrapeSums(o.metrics, o.model);
     });
-    Step s = !o.http.empty()     ? ClosedLoopHttp(o, texts, static_cast<int>(load))
+    Step s = !o.http.empty()    ? ClosedLoopHttp(o, texts, static_cast<int>(load))
              : mode == "closed" ? ClosedLoopGrpc(*target, static_cast<int>(load), o.warmup, o.duration)
                                 : OpenLoopGrpc(*target, load, o.warmup, o.duration);
     scraper.join();
@@ -545,14 +555,10 @@ int main(int argc, char** argv) {
   for (int c : o.concurrency) run("closed", c);
   for (double r : o.rates) run("open", r);
   if (!o.json.empty()) {
-    nlohmann::json doc = {{"label", o.label},
-                          {"target", o.http.empty() ? o.server : o.http},
-                          {"model", o.model},
-                          {"method", o.method},
-                          {"protocol", o.protocol},
-                          {"texts_per_request", o.texts_per_request},
-                          {"words", o.words},
-                          {"steps", results}};
+    nlohmann::json doc = {{"label", o.label},       {"target", o.http.empty() ? o.server : o.http},
+                          {"model", o.model},       {"method", o.method},
+                          {"protocol", o.protocol}, {"texts_per_request", o.texts_per_request},
+                          {"words", o.words},       {"steps", results}};
     std::ofstream(o.json) << doc.dump(2) << "\n";
   }
   int64_t ok = 0;

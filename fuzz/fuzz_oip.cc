@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   answer.model = "m";
   answer.version = 1;
   answer.manifest = manifest;
-  const size_t maps = plan->request.options.layers.any() ? std::min<size_t>(4, plan->request.options.layers.layers.size() + 1) : 0;
+  const size_t maps =
+      plan->request.options.layers.any() ? std::min<size_t>(4, plan->request.options.layers.layers.size() + 1) : 0;
   for (const std::string& text : plan->request.texts) {
     qvi::TextResult r;
     r.labels = {{"pos", 0.5f}, {"neg", 0.3f}, {"neu", 0.2f}};

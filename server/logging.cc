@@ -58,7 +58,7 @@ void ConfigureLogging(const std::string& level, LogFormat format, size_t access_
 }
 
 void ShutdownLogging() {
-  spdlog::shutdown();  // flushes the default logger and drops the registry's loggers
+  spdlog::shutdown();     // flushes the default logger and drops the registry's loggers
   g_access_pool.reset();  // the last reference: its thread writes what is queued, then joins
 }
 
@@ -72,19 +72,20 @@ void LogAccess(const AccessRecord& r) {
   std::shared_ptr<spdlog::logger> access = spdlog::get("access");
   if (!access) return;
   if (g_format == LogFormat::kJson) {
-    nlohmann::ordered_json j = {{"method", r.method},   {"peer", r.peer},       {"model", r.model},
-                                {"version", r.version}, {"request_id", r.request_id}, {"texts", r.texts},
-                                {"tokens", r.tokens},   {"status", r.code},     {"code", r.code_name},
-                                {"ms", r.ms},           {"queue_ms", r.queue_ms}, {"compute_ms", r.compute_ms}};
+    nlohmann::ordered_json j = {
+        {"method", r.method},         {"peer", r.peer},   {"model", r.model},       {"version", r.version},
+        {"request_id", r.request_id}, {"texts", r.texts}, {"tokens", r.tokens},     {"status", r.code},
+        {"code", r.code_name},        {"ms", r.ms},       {"queue_ms", r.queue_ms}, {"compute_ms", r.compute_ms}};
     const std::string object = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     access->info(object.substr(1, object.size() - 2));
   } else {
     // The model name and request id come from the client: quoted and escaped, so that no request
     // can forge a log line.
-    access->info("method={} peer={} model={}@{} request_id={} texts={} tokens={} status={} code={} ms={:.3f} "
-                 "queue_ms={:.3f} compute_ms={:.3f}",
-                 r.method, r.peer, JsonString(r.model), r.version, JsonString(r.request_id), r.texts, r.tokens, r.code, r.code_name,
-                 r.ms, r.queue_ms, r.compute_ms);
+    access->info(
+        "method={} peer={} model={}@{} request_id={} texts={} tokens={} status={} code={} ms={:.3f} "
+        "queue_ms={:.3f} compute_ms={:.3f}",
+        r.method, r.peer, JsonString(r.model), r.version, JsonString(r.request_id), r.texts, r.tokens, r.code,
+        r.code_name, r.ms, r.queue_ms, r.compute_ms);
   }
 }
 

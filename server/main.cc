@@ -82,14 +82,16 @@ void LogModelEvent(const std::string& name, const VersionStatus& v) {
   } else if (v.state == ModelState::kReady) {
     const Manifest& m = v.model->manifest();
     const ServingConfig& c = v.serving;
-    spdlog::info("model {}@{} READY: {} ({}) on {} from {} ({}), {} labels/tags, max_tokens {}; batches of up to {} "
-                 "texts / {} tokens / {} ms, {} instance(s){}",
-                 name, v.version, m.display_name, m.task == Task::kClassification ? "classification" : "tagging",
-                 v.model->device(), std::filesystem::path(v.model->file()).filename().string(), v.model->format(),
-                 m.task == Task::kClassification ? m.labels.size() : m.tags.size(), m.tokenizer.max_tokens,
-                 c.max_batch_size, c.max_batch_tokens, c.max_queue_delay_ms, c.instances,
-                 v.model->has_forward_without_maps() ? "; batches that ask for no attention maps skip them" : "");
-    if (!v.model->fallback_reason().empty()) spdlog::warn("model {}@{}: {}", name, v.version, v.model->fallback_reason());
+    spdlog::info(
+        "model {}@{} READY: {} ({}) on {} from {} ({}), {} labels/tags, max_tokens {}; batches of up to {} "
+        "texts / {} tokens / {} ms, {} instance(s){}",
+        name, v.version, m.display_name, m.task == Task::kClassification ? "classification" : "tagging",
+        v.model->device(), std::filesystem::path(v.model->file()).filename().string(), v.model->format(),
+        m.task == Task::kClassification ? m.labels.size() : m.tags.size(), m.tokenizer.max_tokens, c.max_batch_size,
+        c.max_batch_tokens, c.max_queue_delay_ms, c.instances,
+        v.model->has_forward_without_maps() ? "; batches that ask for no attention maps skip them" : "");
+    if (!v.model->fallback_reason().empty())
+      spdlog::warn("model {}@{}: {}", name, v.version, v.model->fallback_reason());
   } else {
     spdlog::error("model {}@{} {}: {}", name, v.version, ModelStateName(v.state), v.reason);
   }
@@ -143,7 +145,8 @@ int Run(ServerOptions options, const sigset_t& signals) {
                    static_cast<size_t>(options.logging.access_log_queue));
   std::unique_ptr<Metrics> metrics;
   if (options.network.metrics_port >= 0) {
-    absl::StatusOr<std::unique_ptr<Metrics>> served = Metrics::Serve(options.network.host, options.network.metrics_port);
+    absl::StatusOr<std::unique_ptr<Metrics>> served =
+        Metrics::Serve(options.network.host, options.network.metrics_port);
     if (!served.ok()) {
       spdlog::critical("{}", std::string(served.status().message()));
       return 1;
@@ -259,10 +262,12 @@ int Run(ServerOptions options, const sigset_t& signals) {
   const std::string transport = options.tls.cert.empty()        ? "plain text"
                                 : options.tls.client_ca.empty() ? "TLS"
                                                                 : "mutual TLS";
-  spdlog::info("serving qvi.serving.v1.Inference and inference.GRPCInferenceService (OIP v2) on {}:{} over {} ({} of {} model versions ready, {} request "
-               "threads, {} instance(s) per model, torch {} intra-op thread(s))",
-               options.network.host, port, transport, ready, total, options.threads.inference,
-               options.threads.instances, options.threads.torch_intra);
+  spdlog::info(
+      "serving qvi.serving.v1.Inference and inference.GRPCInferenceService (OIP v2) on {}:{} over {} ({} of {} model "
+      "versions ready, {} request "
+      "threads, {} instance(s) per model, torch {} intra-op thread(s))",
+      options.network.host, port, transport, ready, total, options.threads.inference, options.threads.instances,
+      options.threads.torch_intra);
   if (!options.network.port_file.empty()) WritePortFile(options.network.port_file, port);
 
   const int sig = WaitForSignal(signals);
@@ -294,9 +299,10 @@ int Run(ServerOptions options, const sigset_t& signals) {
     drained.set_value();
   });
   if (drained_future.wait_until(grace + kDrainAllowance) != std::future_status::ready) {
-    spdlog::error("shutdown had not finished {} s after the grace period ended (a call or a batch still "
-                  "running: a hung model?); exiting without it",
-                  std::chrono::duration_cast<std::chrono::seconds>(kDrainAllowance).count());
+    spdlog::error(
+        "shutdown had not finished {} s after the grace period ended (a call or a batch still "
+        "running: a hung model?); exiting without it",
+        std::chrono::duration_cast<std::chrono::seconds>(kDrainAllowance).count());
     FlushLogsNow();  // not the access queue: stderr may be what is stuck
     std::_Exit(1);
   }

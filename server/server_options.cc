@@ -19,12 +19,15 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   app.set_version_flag("--version", "qvi-server 0.1.0");
   app.option_defaults()->always_capture_default();
 
-  app.add_option("--model-store", o.models.store, "folder of <model>/<version>/ artifacts (model.pt, model.cpu.pt2, model.cuda.pt2)")->group("Models");
+  app.add_option("--model-store", o.models.store,
+                 "folder of <model>/<version>/ artifacts (model.pt, model.cpu.pt2, model.cuda.pt2)")
+      ->group("Models");
   app.add_option("--device", o.models.device, "auto (GPU when present), cpu, cuda or cuda:N")->group("Models");
   app.add_option("--model-format", o.models.format,
                  "artifact to load from a version folder unless its serving.json says otherwise: auto (the .pt2 "
                  "compiled for the device when it can run here, else model.pt), torchscript or pt2")
-      ->check(CLI::IsMember({"auto", "torchscript", "pt2"}))->group("Models");
+      ->check(CLI::IsMember({"auto", "torchscript", "pt2"}))
+      ->group("Models");
   app.add_option("--version-policy", o.models.version_policy,
                  "versions served per model unless its serving.json says otherwise: latest:N, all, specific:V1,V2")
       ->check([](const std::string& spec) {
@@ -34,103 +37,133 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
       ->group("Models");
   app.add_option("--poll-store-seconds", o.models.poll_seconds,
                  "how often to look for new, changed and removed versions; 0 reads the store only at start-up")
-      ->check(CLI::Range(0.0, 86400.0))->group("Models");
+      ->check(CLI::Range(0.0, 86400.0))
+      ->group("Models");
   app.add_option("--model-load-timeout-seconds", o.models.load_timeout_seconds,
                  "a version whose load and warm-up take longer is abandoned and FAILED (retried when its files change)")
-      ->check(CLI::Range(0.001, 86400.0))->group("Models");
+      ->check(CLI::Range(0.001, 86400.0))
+      ->group("Models");
   app.add_option("--model-load-threads", o.models.load_threads,
                  "models loaded at once, so that one slow or stuck model holds up no other")
-      ->check(CLI::Range(1, 64))->group("Models");
+      ->check(CLI::Range(1, 64))
+      ->group("Models");
 
   app.add_option("--host", o.network.host, "address to listen on")->group("Network");
   app.add_option("--port", o.network.port, "gRPC port; 0 picks a free port and logs it")
-      ->check(CLI::Range(0, 65535))->group("Network");
+      ->check(CLI::Range(0, 65535))
+      ->group("Network");
   app.add_option("--port-file", o.network.port_file, "write the bound gRPC port to this file once serving")
       ->group("Network");
   app.add_option("--metrics-port", o.network.metrics_port,
                  "Prometheus metrics at http://HOST:PORT/metrics; 0 picks a free port, -1 turns metrics off")
-      ->check(CLI::Range(-1, 65535))->group("Network");
+      ->check(CLI::Range(-1, 65535))
+      ->group("Network");
   app.add_option("--metrics-port-file", o.network.metrics_port_file, "write the bound metrics port to this file")
       ->group("Network");
   app.add_option("--max-message-bytes", o.network.max_message_bytes, "largest request or response message")
-      ->check(CLI::Range(1024, 1 << 30))->group("Network");
+      ->check(CLI::Range(1024, 1 << 30))
+      ->group("Network");
 
   app.add_option("--max-connection-age-seconds", o.network.max_connection_age_seconds,
                  "close client connections after this long (GOAWAY, then the client reconnects), so that clients "
                  "rebalance over replicas added since they connected; gRPC adds +/-10% jitter. 0: never")
-      ->check(CLI::Range(0.0, 7.0 * 86400))->group("Network");
+      ->check(CLI::Range(0.0, 7.0 * 86400))
+      ->group("Network");
   app.add_option("--max-connection-age-grace-seconds", o.network.max_connection_age_grace_seconds,
                  "after a connection's GOAWAY, time its calls in flight get to finish before it is closed")
-      ->check(CLI::Range(0.0, 86400.0))->group("Network");
+      ->check(CLI::Range(0.0, 86400.0))
+      ->group("Network");
 
   app.add_option("--grpc-memory-quota-bytes", o.network.grpc_memory_quota_bytes,
                  "memory gRPC may use for its buffers (its resource quota); beyond it gRPC refuses new calls")
-      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40))->group("Network");
+      ->check(CLI::Range(int64_t{1} << 20, int64_t{1} << 40))
+      ->group("Network");
   app.add_option("--max-concurrent-streams", o.network.max_concurrent_streams,
                  "calls one client connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); "
                  "more wait in the client")
-      ->check(CLI::Range(1, 1 << 20))->group("Network");
+      ->check(CLI::Range(1, 1 << 20))
+      ->group("Network");
   app.add_option("--max-connection-idle-seconds", o.network.max_connection_idle_seconds,
                  "close a client connection that had no call for this long (the client reconnects when it "
                  "next calls). 0: never")
-      ->check(CLI::Range(0.0, 7.0 * 86400))->group("Network");
+      ->check(CLI::Range(0.0, 7.0 * 86400))
+      ->group("Network");
   app.add_option("--keepalive-time-seconds", o.network.keepalive_time_seconds,
                  "ping a client connection that has been quiet this long, to find dead peers")
-      ->check(CLI::Range(1.0, 7.0 * 86400))->group("Network");
+      ->check(CLI::Range(1.0, 7.0 * 86400))
+      ->group("Network");
   app.add_option("--keepalive-timeout-seconds", o.network.keepalive_timeout_seconds,
                  "close the connection when a ping is not answered within this")
-      ->check(CLI::Range(1.0, 3600.0))->group("Network");
+      ->check(CLI::Range(1.0, 3600.0))
+      ->group("Network");
   app.add_option("--min-client-ping-interval-seconds", o.network.min_client_ping_interval_seconds,
                  "a client that pings more often than this gets GOAWAY (too_many_pings) after two such pings")
-      ->check(CLI::Range(0.0, 86400.0))->group("Network");
+      ->check(CLI::Range(0.0, 86400.0))
+      ->group("Network");
 
-  app.add_option("--tls-cert", o.tls.cert, "PEM certificate (chain) of the gRPC port; with --tls-key it speaks TLS only")
-      ->check(CLI::ExistingFile)->group("TLS");
+  app.add_option("--tls-cert", o.tls.cert,
+                 "PEM certificate (chain) of the gRPC port; with --tls-key it speaks TLS only")
+      ->check(CLI::ExistingFile)
+      ->group("TLS");
   app.add_option("--tls-key", o.tls.key, "PEM private key of --tls-cert")->check(CLI::ExistingFile)->group("TLS");
   app.add_option("--tls-client-ca", o.tls.client_ca,
                  "PEM CA bundle: clients must present a certificate it signed (mutual TLS)")
-      ->check(CLI::ExistingFile)->group("TLS");
+      ->check(CLI::ExistingFile)
+      ->group("TLS");
   app.add_option("--tls-reload-seconds", o.tls.reload_seconds,
                  "read the certificate, key and client CA files again this often, so renewed ones take effect "
                  "for new connections without a restart")
-      ->check(CLI::Range(1, 86400))->group("TLS");
+      ->check(CLI::Range(1, 86400))
+      ->group("TLS");
 
   app.add_option("--max-texts-per-request", o.limits.max_texts, "texts in one Classify/Tag request")
-      ->check(CLI::Range(1, 1 << 20))->group("Limits");
+      ->check(CLI::Range(1, 1 << 20))
+      ->group("Limits");
   app.add_option("--max-text-bytes", o.limits.max_text_bytes, "UTF-8 bytes in one text")
-      ->check(CLI::Range(1, 1 << 30))->group("Limits");
+      ->check(CLI::Range(1, 1 << 30))
+      ->group("Limits");
   app.add_option("--max-queued-requests", o.limits.max_queued,
                  "requests waiting for a request thread; beyond it RESOURCE_EXHAUSTED")
-      ->check(CLI::Range(1, 1 << 24))->group("Limits");
+      ->check(CLI::Range(1, 1 << 24))
+      ->group("Limits");
   app.add_option("--max-inflight-request-bytes", o.limits.max_inflight_request_bytes,
                  "bytes of Classify/Tag requests received and not yet answered; a call beyond it gets "
                  "RESOURCE_EXHAUSTED at once. 0: no limit")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))->group("Limits");
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->group("Limits");
   app.add_option("--max-queued-texts", o.limits.max_queued_texts,
                  "texts waiting in one model version's batch queue; beyond it RESOURCE_EXHAUSTED")
-      ->check(CLI::Range(1, 1 << 24))->group("Limits");
+      ->check(CLI::Range(1, 1 << 24))
+      ->group("Limits");
 
   app.add_option("--inference-threads", o.threads.inference,
                  "request threads: check and tokenise requests, then queue their texts for the model")
-      ->check(CLI::Range(1, 256))->group("Threads");
+      ->check(CLI::Range(1, 256))
+      ->group("Threads");
   app.add_option("--inline-prepare-bytes", o.threads.inline_prepare_bytes,
                  "requests whose texts add up to fewer bytes are checked and tokenised on the gRPC thread that "
                  "received them (one hand-off less); larger ones on a request thread. 0: always a request thread")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))->group("Threads");
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->group("Threads");
   app.add_option("--instances-per-model", o.threads.instances,
                  "model instance threads per model version, each running one batch at a time. 0: chosen from "
                  "the CPUs this process may use (affinity and cgroup limit), logged at start-up")
-      ->check(CLI::Range(0, 64))->group("Threads");
+      ->check(CLI::Range(0, 64))
+      ->group("Threads");
   app.add_option("--torch-intra-op-threads", o.threads.torch_intra,
                  "torch threads inside one forward pass (per instance). 0: chosen with --instances-per-model")
-      ->check(CLI::Range(0, 256))->group("Threads");
+      ->check(CLI::Range(0, 256))
+      ->group("Threads");
   app.add_option("--torch-inter-op-threads", o.threads.torch_inter, "torch inter-op threads")
-      ->check(CLI::Range(1, 256))->group("Threads");
+      ->check(CLI::Range(1, 256))
+      ->group("Threads");
 
   app.add_option("--log-level", o.logging.level, "trace, debug, info, warn, error")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))->group("Logging");
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
+      ->group("Logging");
   app.add_option("--log-format", o.logging.format, "text (for people) or json (one object per line)")
-      ->check(CLI::IsMember({"text", "json"}))->group("Logging");
+      ->check(CLI::IsMember({"text", "json"}))
+      ->group("Logging");
   app.add_flag("--access-log", o.logging.access_log,
                "log one line per Classify/Tag call: request id, peer, model@version, texts, tokens, status, "
                "total/queue/compute ms")
@@ -138,15 +171,18 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   app.add_option("--access-log-queue", o.logging.access_log_queue,
                  "access lines queued for stderr; when stderr falls behind, the oldest queued line is dropped "
                  "(counted in qvi_access_log_dropped_lines_total) rather than holding up calls")
-      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))->group("Logging");
+      ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))
+      ->group("Logging");
   app.add_option("--shutdown-grace-seconds", o.shutdown_grace_seconds,
                  "on SIGTERM/SIGINT, time given to accepted requests to finish")
-      ->check(CLI::Range(0.0, 3600.0))->group("Lifecycle");
+      ->check(CLI::Range(0.0, 3600.0))
+      ->group("Lifecycle");
   app.add_option("--shutdown-delay-seconds", o.shutdown_delay_seconds,
                  "on SIGTERM/SIGINT, report NOT_SERVING on health this long while still taking calls, before "
                  "refusing new ones (set it above the readiness probe's period on Kubernetes); a second signal "
                  "ends the delay")
-      ->check(CLI::Range(0.0, 3600.0))->group("Lifecycle");
+      ->check(CLI::Range(0.0, 3600.0))
+      ->group("Lifecycle");
 
   try {
     app.parse(argc, argv);

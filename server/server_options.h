@@ -40,23 +40,23 @@ struct ServerOptions {
     double min_client_ping_interval_seconds = 10;
   } network;
   struct Tls {
-    std::string cert;       // PEM certificate chain of the server; with key, the gRPC port speaks TLS only
-    std::string key;        // PEM private key
-    std::string client_ca;  // PEM CA bundle; when set, clients must present a certificate it signed (mTLS)
+    std::string cert;         // PEM certificate chain of the server; with key, the gRPC port speaks TLS only
+    std::string key;          // PEM private key
+    std::string client_ca;    // PEM CA bundle; when set, clients must present a certificate it signed (mTLS)
     int reload_seconds = 60;  // the three files are read again this often: a renewed certificate is used
   } tls;
   struct Limits {
     int max_texts = 256;
     int max_text_bytes = 65536;
-    int max_queued = 1024;         // requests waiting for a request thread
-    int max_queued_texts = 1024;   // texts waiting in one model version's batch queue
+    int max_queued = 1024;                                    // requests waiting for a request thread
+    int max_queued_texts = 1024;                              // texts waiting in one model version's batch queue
     int64_t max_inflight_request_bytes = int64_t{256} << 20;  // Classify/Tag request bytes not yet answered
   } limits;
   struct Threads {
-    int inference = 2;     // request threads: check and tokenise, then queue for the model
+    int inference = 2;                    // request threads: check and tokenise, then queue for the model
     int64_t inline_prepare_bytes = 4096;  // smaller requests are prepared on the gRPC thread instead
-    int instances = 0;     // model instance threads per model version; 0: from the CPUs (PlanThreads)
-    int torch_intra = 0;   // torch intra-op threads per forward pass; 0: from the CPUs (PlanThreads)
+    int instances = 0;                    // model instance threads per model version; 0: from the CPUs (PlanThreads)
+    int torch_intra = 0;                  // torch intra-op threads per forward pass; 0: from the CPUs (PlanThreads)
     int torch_inter = 1;
   } threads;
   struct Logging {

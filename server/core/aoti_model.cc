@@ -39,7 +39,9 @@ constexpr int kInfoVersion = 2;
 
 std::string FirstLine(const std::string& what) { return what.substr(0, what.find('\n')); }
 
-std::string TorchVersion() { return absl::StrCat(TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH); }
+std::string TorchVersion() {
+  return absl::StrCat(TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH);
+}
 
 // The package's own description, extra/pt2.json.
 struct PackageInfo {
@@ -75,7 +77,8 @@ absl::StatusOr<PackageInfo> ParseInfo(const std::string& text, const std::string
         for (float v : row.get<std::vector<float>>()) crf.transitions.push_back(v);
       }
       if (crf.end.size() != crf.start.size() || crf.transitions.size() != crf.start.size() * crf.start.size()) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": pt2.json crf scores do not form a ", crf.start.size(), "-tag CRF"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": pt2.json crf scores do not form a ", crf.start.size(), "-tag CRF"));
       }
       info.crf = std::move(crf);
     }
@@ -83,7 +86,8 @@ absl::StatusOr<PackageInfo> ParseInfo(const std::string& text, const std::string
     return absl::InvalidArgumentError(absl::StrCat(path, ": pt2.json is not valid: ", FirstLine(e.what())));
   }
   if (info.min_tokens < 1 || info.max_batch < 1 || !info.outputs.count("model")) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": pt2.json needs min_tokens >= 1, max_batch >= 1 and the outputs of 'model'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": pt2.json needs min_tokens >= 1, max_batch >= 1 and the outputs of 'model'"));
   }
   return info;
 }
@@ -114,7 +118,8 @@ absl::StatusOr<std::vector<std::string>> OutputNames(const std::vector<std::stri
     if (tree.at("type") != "builtins.dict") throw std::runtime_error("the outputs are not a dict");
     return json::parse(tree.at("context").get<std::string>()).get<std::vector<std::string>>();
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot read the output names from the call spec: ", FirstLine(e.what())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the output names from the call spec: ", FirstLine(e.what())));
   }
 }
 
@@ -150,7 +155,8 @@ class AotiModel final : public Model {
   using Model::WarmUp;
 
  protected:
-  std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids_in, const torch::Tensor& mask_in, bool maps) const override {
+  std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids_in, const torch::Tensor& mask_in,
+                                           bool maps) const override {
     // The package's CPU kernels open OpenMP teams as large as the calling thread's OpenMP setting
     // (they are compiled with dynamic threads, pt2.py). A thread starts with OpenMP's default, every
     // core; give each instance thread torch's intra-op count once, as torch's own kernels do.
@@ -177,8 +183,8 @@ class AotiModel final : public Model {
       std::vector<torch::Tensor> outs =
           method.loader->run({ids.slice(0, begin, end).contiguous(), mask.slice(0, begin, end).contiguous()}, stream);
       if (outs.size() != method.names.size()) {
-        throw std::runtime_error(absl::StrCat("the package returned ", outs.size(), " outputs; its call spec names ",
-                                              method.names.size()));
+        throw std::runtime_error(
+            absl::StrCat("the package returned ", outs.size(), " outputs; its call spec names ", method.names.size()));
       }
       chunks.push_back(std::move(outs));
     }
@@ -229,8 +235,8 @@ absl::Status LoadLibTorch() {
     const std::string path = (std::filesystem::path(dir) / "libtorch.so").string();
     if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
       const char* error = dlerror();
-      return absl::FailedPreconditionError(absl::StrCat("cannot load ", path, ", which AOTInductor packages need: ",
-                                                        error != nullptr ? error : "unknown error"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot load ", path, ", which AOTInductor packages need: ", error != nullptr ? error : "unknown error"));
     }
     return absl::OkStatus();
   }();
@@ -244,8 +250,8 @@ absl::StatusOr<AotiModel::Method> LoadMethod(const std::string& path, const std:
   absl::MutexLock lock(&package_mu);
   try {
     method.loader = LoaderPtr(new AOTIModelPackageLoader(path, name, /*run_single_threaded=*/false,
-                                                             static_cast<size_t>(std::max(instances, 1)),
-                                                             device.is_cuda() ? device.index() : -1));
+                                                         static_cast<size_t>(std::max(instances, 1)),
+                                                         device.is_cuda() ? device.index() : -1));
     absl::StatusOr<std::vector<std::string>> names = OutputNames(method.loader->get_call_spec());
     if (!names.ok()) return names.status();
     method.names = *std::move(names);
@@ -261,7 +267,8 @@ absl::StatusOr<AotiModel::Method> LoadMethod(const std::string& path, const std:
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> LoadAotInductor(const std::string& path, const torch::Device& device, int instances) {
+absl::StatusOr<std::unique_ptr<Model>> LoadAotInductor(const std::string& path, const torch::Device& device,
+                                                       int instances) {
   std::string manifest_json, vocab_txt, info_json;
   try {
     caffe2::serialize::PyTorchStreamReader reader(path);
@@ -294,22 +301,23 @@ absl::StatusOr<std::unique_ptr<Model>> LoadAotInductor(const std::string& path, 
     if (!CpuFlags().count(flag)) missing.push_back(flag);
   }
   if (!missing.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(path, " was compiled for CPU target '", info->cpu_target,
-                                                      "', which needs CPU features this machine lacks: ",
-                                                      absl::StrJoin(missing, ", ")));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " was compiled for CPU target '", info->cpu_target,
+                     "', which needs CPU features this machine lacks: ", absl::StrJoin(missing, ", ")));
   }
   absl::StatusOr<std::pair<Manifest, Vocabulary>> files = ParseArtifactFiles(manifest_json, vocab_txt, path);
   if (!files.ok()) return files.status();
   if (info->crf && info->crf->num_tags() != static_cast<int>(files->first.tags.size())) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": the CRF has ", info->crf->num_tags(), " tags but the manifest ",
-                                                   files->first.tags.size()));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the CRF has ", info->crf->num_tags(),
+                                                   " tags but the manifest ", files->first.tags.size()));
   }
   if (absl::Status s = LoadLibTorch(); !s.ok()) return s;
   absl::StatusOr<AotiModel::Method> full = LoadMethod(path, "model", device, instances, info->outputs["model"]);
   if (!full.ok()) return full.status();
   std::optional<AotiModel::Method> lean;
   if (info->outputs.count("without_maps")) {
-    absl::StatusOr<AotiModel::Method> m = LoadMethod(path, "without_maps", device, instances, info->outputs["without_maps"]);
+    absl::StatusOr<AotiModel::Method> m =
+        LoadMethod(path, "without_maps", device, instances, info->outputs["without_maps"]);
     if (!m.ok()) return m.status();
     lean = *std::move(m);
   }

@@ -31,8 +31,7 @@ void BatchRequest::Complete(int /*index*/, const absl::Status& status) {
   try {
     done(result);
   } catch (...) {
-    spdlog::error("a request's done-callback threw ({}); the request may be left unanswered",
-                  CurrentExceptionText());
+    spdlog::error("a request's done-callback threw ({}); the request may be left unanswered", CurrentExceptionText());
   }
 }
 
@@ -46,7 +45,9 @@ std::string CurrentExceptionText() {
   }
 }
 
-void BatchRequest::Fail(const absl::Status& status) { Complete(-1, status.ok() ? absl::InternalError("failed") : status); }
+void BatchRequest::Fail(const absl::Status& status) {
+  Complete(-1, status.ok() ? absl::InternalError("failed") : status);
+}
 
 bool BatchRequest::IsCancelled() const {
   // Under the lock, so that Complete cannot finish the request (and the caller free what
@@ -61,11 +62,16 @@ bool BatchRequest::finished() const {
 }
 
 absl::StatusOr<std::unique_ptr<BatchScheduler>> BatchScheduler::Create(const Options& o, const Clock* clock) {
-  if (o.max_batch_size < 1) return absl::InvalidArgumentError(absl::StrCat("max_batch_size must be >= 1, got ", o.max_batch_size));
-  if (o.max_batch_tokens < 1) return absl::InvalidArgumentError(absl::StrCat("max_batch_tokens must be >= 1, got ", o.max_batch_tokens));
-  if (o.max_queue_delay < absl::ZeroDuration()) return absl::InvalidArgumentError("max_queue_delay must not be negative");
-  if (o.max_queued_texts < 1) return absl::InvalidArgumentError(absl::StrCat("max_queued_texts must be >= 1, got ", o.max_queued_texts));
-  if (o.max_queued_tokens < 1) return absl::InvalidArgumentError(absl::StrCat("max_queued_tokens must be >= 1, got ", o.max_queued_tokens));
+  if (o.max_batch_size < 1)
+    return absl::InvalidArgumentError(absl::StrCat("max_batch_size must be >= 1, got ", o.max_batch_size));
+  if (o.max_batch_tokens < 1)
+    return absl::InvalidArgumentError(absl::StrCat("max_batch_tokens must be >= 1, got ", o.max_batch_tokens));
+  if (o.max_queue_delay < absl::ZeroDuration())
+    return absl::InvalidArgumentError("max_queue_delay must not be negative");
+  if (o.max_queued_texts < 1)
+    return absl::InvalidArgumentError(absl::StrCat("max_queued_texts must be >= 1, got ", o.max_queued_texts));
+  if (o.max_queued_tokens < 1)
+    return absl::InvalidArgumentError(absl::StrCat("max_queued_tokens must be >= 1, got ", o.max_queued_tokens));
   return std::unique_ptr<BatchScheduler>(new BatchScheduler(o, clock));
 }
 
@@ -95,10 +101,12 @@ void BatchScheduler::DropDeadLocked(absl::Time now, std::vector<DeadRequest>& de
       for (const DeadRequest& d : dead) drop = drop || d.first.get() == r;
     }
     if (!drop && r->IsCancelled()) {
-      dead.emplace_back(t.request, absl::CancelledError("the client cancelled the request before it reached the model"));
+      dead.emplace_back(t.request,
+                        absl::CancelledError("the client cancelled the request before it reached the model"));
       drop = true;
     } else if (!drop && now > r->deadline()) {
-      dead.emplace_back(t.request, absl::DeadlineExceededError("the deadline passed while the request waited for the model"));
+      dead.emplace_back(t.request,
+                        absl::DeadlineExceededError("the deadline passed while the request waited for the model"));
       drop = true;
     }
     if (drop) {

@@ -29,9 +29,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/core/sync.h"
 #include "absl/time/time.h"
 #include "server/core/clock.h"
+#include "server/core/sync.h"
 
 namespace qvi {
 
@@ -71,7 +71,7 @@ std::string CurrentExceptionText();
 
 struct QueuedText {
   std::shared_ptr<BatchRequest> request;
-  int index = 0;     // which of the request's texts
+  int index = 0;  // which of the request's texts
   int tokens = 0;
   absl::Time arrival;
 };

@@ -4,8 +4,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/sync.h"
 #include "server/core/postprocess.h"
+#include "server/core/sync.h"
 
 namespace qvi {
 namespace {
@@ -17,7 +17,8 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
   const bool tagging = m.task == Task::kTagging;
   if ((method == Method::kTag) != tagging) {
     return absl::InvalidArgumentError(absl::StrCat("model '", m.name, "' is a ", tagging ? "tagging" : "classification",
-                                                   " model; call ", tagging ? "Tag" : "Classify", ", not ", MethodName(method)));
+                                                   " model; call ", tagging ? "Tag" : "Classify", ", not ",
+                                                   MethodName(method)));
   }
   if (r.options.gates && !m.HasOutput("gates") && !m.HasOutput("lambda_q")) {
     return absl::InvalidArgumentError(absl::StrCat("options.gates: model '", m.name, "' (", m.display_name,
@@ -26,11 +27,12 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
   const LayerSelection& l = r.options.layers;
   if (l.any() || !l.layers.empty() || !l.heads.empty()) {
     if (!m.HasOutput("layer_attention")) {
-      return absl::InvalidArgumentError(absl::StrCat("options.layers: model '", m.name, "' (", m.display_name,
-                                                     ") has no per-layer outputs"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.layers: model '", m.name, "' (", m.display_name, ") has no per-layer outputs"));
     }
     if (l.gates && !m.HasOutput("layer_gates") && !m.HasOutput("layer_lambda_q")) {
-      return absl::InvalidArgumentError(absl::StrCat("options.layers.gates: model '", m.name, "' has no per-layer gates"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.layers.gates: model '", m.name, "' has no per-layer gates"));
     }
     if (absl::Status s = CheckIndices("options.layers.layers", l.layers, m.layers, "layers"); !s.ok()) return s;
     if (absl::Status s = CheckIndices("options.layers.heads", l.heads, m.heads, "heads"); !s.ok()) return s;
@@ -92,14 +94,16 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
     result.num_tokens = static_cast<uint32_t>(tokens->size());
     if (static_cast<int>(tokens->size()) > max_tokens) {
       if (r.options.error_on_truncation) {
-        return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", tokens->size(), " tokens exceed model '", m.name,
-                                                       "' max_tokens of ", max_tokens, " (options.truncation = ERROR)"));
+        return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", tokens->size(), " tokens exceed model '",
+                                                       m.name, "' max_tokens of ", max_tokens,
+                                                       " (options.truncation = ERROR)"));
       }
       tokens->resize(max_tokens);
       result.truncated = true;
     }
     if (tokens->empty() && method == Method::kClassify) {
-      return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: has no tokens; Classify needs at least one word"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("texts[", i, "]: has no tokens; Classify needs at least one word"));
     }
     result.tokens.reserve(tokens->size());
     for (TextToken& t : *tokens) {
@@ -128,7 +132,6 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
   return p;
 }
 
-
 void InferenceService::Submit(Method method, InferenceRequest request, Done done) {
   if (limits_.inline_prepare_bytes > 0) {
     int64_t bytes = 0;
@@ -139,7 +142,8 @@ void InferenceService::Submit(Method method, InferenceRequest request, Done done
     }
   }
   auto shared = std::make_shared<std::pair<InferenceRequest, Done>>(std::move(request), std::move(done));
-  const bool queued = executor_->TrySubmit([this, method, shared] { Dispatch(method, shared->first, std::move(shared->second)); });
+  const bool queued =
+      executor_->TrySubmit([this, method, shared] { Dispatch(method, shared->first, std::move(shared->second)); });
   if (!queued) {
     shared->second(absl::ResourceExhaustedError("the server's request queue is full; retry with backoff"));
   }

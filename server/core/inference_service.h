@@ -18,14 +18,14 @@
 
 #include <torch/torch.h>
 
-#include "absl/status/statusor.h"
 #include "absl/base/thread_annotations.h"
-#include "server/core/sync.h"
+#include "absl/status/statusor.h"
 #include "server/core/executor.h"
-#include "server/core/model_runner.h"
 #include "server/core/model_repository.h"
+#include "server/core/model_runner.h"
 #include "server/core/request.h"
 #include "server/core/request_checks.h"
+#include "server/core/sync.h"
 
 namespace qvi {
 

@@ -27,10 +27,10 @@ absl::Status Get(const json& j, const char* key, const std::string& path, T& out
   return absl::OkStatus();
 }
 
-#define QVI_RETURN_IF_ERROR(expr)        \
-  do {                                   \
-    absl::Status _status = (expr);       \
-    if (!_status.ok()) return _status;   \
+#define QVI_RETURN_IF_ERROR(expr)      \
+  do {                                 \
+    absl::Status _status = (expr);     \
+    if (!_status.ok()) return _status; \
   } while (false)
 
 }  // namespace
@@ -84,8 +84,7 @@ absl::StatusOr<Manifest> Manifest::Parse(std::string_view text) {
   QVI_RETURN_IF_ERROR(Get(*arch, "interaction", "architecture.", m.interaction));
   if (arch->contains("config") && (*arch)["config"].is_object()) {
     const json& c = (*arch)["config"];
-    if (c.contains("layers") && c.contains("heads") &&
-        (m.architecture.find("transformer") != std::string::npos)) {
+    if (c.contains("layers") && c.contains("heads") && (m.architecture.find("transformer") != std::string::npos)) {
       QVI_RETURN_IF_ERROR(Get(c, "layers", "architecture.config.", m.layers));
       QVI_RETURN_IF_ERROR(Get(c, "heads", "architecture.config.", m.heads));
     }
@@ -121,9 +120,12 @@ absl::StatusOr<Manifest> Manifest::Parse(std::string_view text) {
 
   if (j.contains("serving") && j["serving"].is_object()) {
     const json& s = j["serving"];
-    if (s.contains("max_batch_size")) QVI_RETURN_IF_ERROR(Get(s, "max_batch_size", "serving.", m.serving.max_batch_size));
-    if (s.contains("max_batch_tokens")) QVI_RETURN_IF_ERROR(Get(s, "max_batch_tokens", "serving.", m.serving.max_batch_tokens));
-    if (s.contains("max_queue_delay_ms")) QVI_RETURN_IF_ERROR(Get(s, "max_queue_delay_ms", "serving.", m.serving.max_queue_delay_ms));
+    if (s.contains("max_batch_size"))
+      QVI_RETURN_IF_ERROR(Get(s, "max_batch_size", "serving.", m.serving.max_batch_size));
+    if (s.contains("max_batch_tokens"))
+      QVI_RETURN_IF_ERROR(Get(s, "max_batch_tokens", "serving.", m.serving.max_batch_tokens));
+    if (s.contains("max_queue_delay_ms"))
+      QVI_RETURN_IF_ERROR(Get(s, "max_queue_delay_ms", "serving.", m.serving.max_queue_delay_ms));
   }
   if (j.contains("model_card")) {
     m.model_card_json = j["model_card"].dump();

@@ -29,15 +29,15 @@ struct Manifest {
   std::string display_name;
   std::string interaction;
   std::string description;
-  std::vector<std::string> labels;        // classification
-  std::vector<std::string> tags;          // tagging
-  std::string tag_scheme;                 // BIO | BIOES
+  std::vector<std::string> labels;  // classification
+  std::vector<std::string> tags;    // tagging
+  std::string tag_scheme;           // BIO | BIOES
   std::vector<std::string> entity_types;
   TokenizerOptions tokenizer;
   int vocab_size = 0;
   std::map<std::string, std::vector<std::string>> outputs;  // name -> symbolic shape
   std::vector<std::string> explanations;
-  int layers = 0;   // Transformer layers and heads (0 without self-attention)
+  int layers = 0;  // Transformer layers and heads (0 without self-attention)
   int heads = 0;
   BatchingDefaults serving;
   std::string model_card_json;

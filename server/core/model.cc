@@ -1,9 +1,9 @@
 #include "server/core/model.h"
 
 #include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <dlfcn.h>
 #include <link.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -33,14 +33,16 @@ absl::Status CheckOutputs(const Manifest& m, const std::map<std::string, torch::
   for (const auto& [name, t] : out) {
     const bool per_token = t.dim() >= 2 && t.size(0) == batch && t.size(-1) == width;
     if (name == "logits") {
-      if (t.dim() != 2 || t.size(0) != batch || t.size(1) != static_cast<int64_t>(m.labels.size()) || !t.is_floating_point()) {
+      if (t.dim() != 2 || t.size(0) != batch || t.size(1) != static_cast<int64_t>(m.labels.size()) ||
+          !t.is_floating_point()) {
         return bad(name, t, absl::StrCat("float [", batch, ",", m.labels.size(), "]"));
       }
     } else if (name == "tags") {
-      if (t.dim() != 2 || !per_token || t.scalar_type() != torch::kLong) return bad(name, t, absl::StrCat("int64 [", batch, ",", width, "]"));
+      if (t.dim() != 2 || !per_token || t.scalar_type() != torch::kLong)
+        return bad(name, t, absl::StrCat("int64 [", batch, ",", width, "]"));
     } else if (name == "emissions") {
-      if (t.dim() != 3 || t.size(0) != batch || t.size(1) != width || t.size(2) != static_cast<int64_t>(m.tags.size()) ||
-          !t.is_floating_point()) {
+      if (t.dim() != 3 || t.size(0) != batch || t.size(1) != width ||
+          t.size(2) != static_cast<int64_t>(m.tags.size()) || !t.is_floating_point()) {
         return bad(name, t, absl::StrCat("float [", batch, ",", width, ",", m.tags.size(), "]"));
       }
     } else if (name == "layer_attention") {
@@ -75,7 +77,8 @@ std::string LoadCudaSupport() {
   if (!std::filesystem::exists(cuda, ec)) return "CUDA: off (this LibTorch is CPU-only: no libtorch_cuda.so)";
   if (dlopen(cuda.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
     const char* error = dlerror();
-    return absl::StrCat("CUDA: off (cannot load ", cuda.string(), ": ", error != nullptr ? error : "unknown error", ")");
+    return absl::StrCat("CUDA: off (cannot load ", cuda.string(), ": ", error != nullptr ? error : "unknown error",
+                        ")");
   }
   const size_t devices = torch::cuda::device_count();
   return absl::StrCat("CUDA: backend loaded, ", devices, " device(s) visible");
@@ -129,8 +132,8 @@ absl::StatusOr<std::pair<Manifest, Vocabulary>> ParseArtifactFiles(const std::st
   absl::StatusOr<Vocabulary> vocab = Vocabulary::Parse(vocab_txt);
   if (!vocab.ok()) return vocab.status();
   if (static_cast<int>(vocab->size()) != manifest->vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("vocab.txt has ", vocab->size(), " tokens but manifest.json says ",
-                                                   manifest->vocab_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab.txt has ", vocab->size(), " tokens but manifest.json says ", manifest->vocab_size));
   }
   return std::make_pair(*std::move(manifest), *std::move(vocab));
 }
@@ -154,9 +157,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const
   const bool have_package = std::filesystem::exists(package, ec);
   if (options.format == "torchscript" || (options.format == "auto" && !have_package)) {
     if (!have_script) {
-      return absl::NotFoundError(options.format == "auto"
-                                     ? absl::StrCat(dir, " has neither ", kTorchScriptFile, " nor ", Pt2FileName(*device))
-                                     : absl::StrCat(script, " does not exist (format torchscript)"));
+      return absl::NotFoundError(
+          options.format == "auto" ? absl::StrCat(dir, " has neither ", kTorchScriptFile, " nor ", Pt2FileName(*device))
+                                   : absl::StrCat(script, " does not exist (format torchscript)"));
     }
     return LoadTorchScript(script, *device);
   }
@@ -195,7 +198,8 @@ absl::Status Model::WarmUp() {
   for (int i = 0; i < 2; ++i) {
     absl::StatusOr<std::map<std::string, torch::Tensor>> out = Forward(ids, mask, lean_wanted);
     if (!out.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("warm-up of the forward without maps failed: ", out.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("warm-up of the forward without maps failed: ", out.status().message()));
     }
     lean.clear();
     for (const auto& [name, _] : *out) lean.insert(name);
@@ -217,9 +221,9 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch:
     c10::InferenceMode guard;
     const bool cuda = device_.is_cuda();
     const bool maps_wanted = std::find(wanted.begin(), wanted.end(), "layer_attention") != wanted.end();
-    std::map<std::string, torch::Tensor> result =
-        Run(cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids,
-            cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask, maps_wanted || !has_forward_without_maps());
+    std::map<std::string, torch::Tensor> result = Run(
+        cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids,
+        cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask, maps_wanted || !has_forward_without_maps());
     for (const std::string& name : wanted) {
       auto it = result.find(name);
       if (it != result.end()) out[name] = std::move(it->second);

@@ -21,8 +21,8 @@ namespace fs = std::filesystem;
 namespace {
 
 absl::Status UnknownModel(const std::string& name, const std::vector<std::string>& names) {
-  return absl::NotFoundError(absl::StrCat("model '", name, "' not found; models: ",
-                                          names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(
+      absl::StrCat("model '", name, "' not found; models: ", names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
 }
 
 // Identity and size of a file as the last load attempt saw it ("" when absent). The inode catches a
@@ -37,11 +37,16 @@ std::string Stamp(const fs::path& path) {
 
 const char* ModelStateName(ModelState state) {
   switch (state) {
-    case ModelState::kLoading: return "LOADING";
-    case ModelState::kReady: return "READY";
-    case ModelState::kFailed: return "FAILED";
-    case ModelState::kUnloading: return "UNLOADING";
-    case ModelState::kUnloaded: return "UNLOADED";
+    case ModelState::kLoading:
+      return "LOADING";
+    case ModelState::kReady:
+      return "READY";
+    case ModelState::kFailed:
+      return "FAILED";
+    case ModelState::kUnloading:
+      return "UNLOADING";
+    case ModelState::kUnloaded:
+      return "UNLOADED";
   }
   return "UNKNOWN";
 }
@@ -147,7 +152,8 @@ void ModelRepository::PollModel(const std::string& name, const std::vector<int64
   std::set<int64_t> visited;  // versions the policy looked at; their FAILED records stay listed
   auto consider = [&](int64_t version) {
     std::string files;
-    for (const std::string& file : ModelFileNames()) absl::StrAppend(&files, Stamp(dir / std::to_string(version) / file), ";");
+    for (const std::string& file : ModelFileNames())
+      absl::StrAppend(&files, Stamp(dir / std::to_string(version) / file), ";");
     const FileStamp stamp{files, serving_stamp};
     visited.insert(version);
     {
@@ -239,7 +245,7 @@ bool ModelRepository::Load(const std::string& name, int64_t version, const FileS
 }
 
 absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& name, int64_t version,
-                                                            uint64_t generation) {
+                                                             uint64_t generation) {
   const fs::path dir = fs::path(options_.root) / name;
   const std::string path = (dir / std::to_string(version)).string();
   absl::StatusOr<ServingOverrides> overrides = ServingOverrides::Read(dir.string());
@@ -268,10 +274,10 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
   if (!scheduler.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("invalid batching settings: ", scheduler.status().message()));
   }
-  auto* servable = new Servable{name, version, model, serving,
-                                std::make_unique<ModelRunner>(model, version, *std::move(scheduler), clock_,
-                                                              serving.instances, options_.observer,
-                                                              serving.batch_when_idle)};
+  auto* servable =
+      new Servable{name, version, model, serving,
+                   std::make_unique<ModelRunner>(model, version, *std::move(scheduler), clock_, serving.instances,
+                                                 options_.observer, serving.batch_when_idle)};
   {
     MutexLock lock(&retire_mu_);
     ++live_servables_;
@@ -280,7 +286,7 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
 }
 
 absl::StatusOr<std::unique_ptr<Model>> ModelRepository::LoadModel(const std::string& path,
-                                                                 const LoadOptions& load_options) const {
+                                                                  const LoadOptions& load_options) const {
   // Shared by this thread and the loader thread; whichever lets go last frees it (and the model,
   // when the load finished after it was abandoned).
   struct Attempt {
@@ -290,7 +296,8 @@ absl::StatusOr<std::unique_ptr<Model>> ModelRepository::LoadModel(const std::str
     absl::StatusOr<std::unique_ptr<Model>> result ABSL_GUARDED_BY(mu);
   };
   auto attempt = std::make_shared<Attempt>();
-  auto load = options_.load ? options_.load : [](const std::string& p, const LoadOptions& o) { return Model::Load(p, o); };
+  auto load =
+      options_.load ? options_.load : [](const std::string& p, const LoadOptions& o) { return Model::Load(p, o); };
   std::thread([attempt, load = std::move(load), path, load_options] {
     absl::StatusOr<std::unique_ptr<Model>> result;
     try {
@@ -305,7 +312,8 @@ absl::StatusOr<std::unique_ptr<Model>> ModelRepository::LoadModel(const std::str
   }).detach();
   const absl::Time until = absl::Now() + options_.load_timeout;
   MutexLock lock(&attempt->mu);
-  while (!attempt->finished && absl::Now() < until) attempt->finished_cv.WaitWithTimeout(&attempt->mu, until - absl::Now());
+  while (!attempt->finished && absl::Now() < until)
+    attempt->finished_cv.WaitWithTimeout(&attempt->mu, until - absl::Now());
   if (!attempt->finished) {
     return absl::DeadlineExceededError(absl::StrCat("loading and warming up did not finish within ",
                                                     absl::FormatDuration(options_.load_timeout),
@@ -413,14 +421,15 @@ absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name,
     for (const auto& [n, r] : versions) {
       why.push_back(absl::StrCat(n, " ", ModelStateName(r.status.state), ": ", r.status.reason));
     }
-    return absl::UnavailableError(absl::StrCat("model '", name, "' has no ready version (", absl::StrJoin(why, "; "), ")"));
+    return absl::UnavailableError(
+        absl::StrCat("model '", name, "' has no ready version (", absl::StrJoin(why, "; "), ")"));
   }
   auto v = versions.find(version);
   if (v == versions.end()) {
     std::vector<int64_t> numbers;
     for (const auto& [n, _] : versions) numbers.push_back(n);
-    return absl::NotFoundError(absl::StrCat("model '", name, "' has no version ", version, "; versions: ",
-                                            absl::StrJoin(numbers, ", "), " (version policy ",
+    return absl::NotFoundError(absl::StrCat("model '", name, "' has no version ", version,
+                                            "; versions: ", absl::StrJoin(numbers, ", "), " (version policy ",
                                             it->second.policy.ToString(), ")"));
   }
   if (v->second.status.state != ModelState::kReady) {

@@ -85,11 +85,11 @@ class ModelRepository {
 
   struct Options {
     std::string root;
-    ServingConfig defaults;       // the server's; a model's manifest and serving.json refine them
+    ServingConfig defaults;        // the server's; a model's manifest and serving.json refine them
     VersionPolicy version_policy;  // for models whose serving.json names none
     const Clock* clock = nullptr;  // for the batch queues; the system clock when null
     Listener listener;
-    ServingObserver* observer = nullptr;  // metrics of every version's batches; may be null
+    ServingObserver* observer = nullptr;              // metrics of every version's batches; may be null
     absl::Duration load_timeout = absl::Minutes(10);  // per version: Model::Load with its warm-up
     int load_threads = 4;                             // models polled (and loaded) at once
     // Reads and warms up one version; Model::Load unless a test puts a fake here.

@@ -73,8 +73,8 @@ absl::Status ModelRunner::Observe(const char* hook, const std::function<void()>&
 
 void ModelRunner::ReportQueueDepth() const {
   // The depth is the queue's, not a request's: a failure here is logged and fails nothing.
-  absl::Status s = Observe("OnQueueDepth",
-                           [&] { observer_->OnQueueDepth(model_->manifest().name, version_, scheduler_->queued_texts()); });
+  absl::Status s = Observe(
+      "OnQueueDepth", [&] { observer_->OnQueueDepth(model_->manifest().name, version_, scheduler_->queued_texts()); });
   if (!s.ok()) spdlog::error("model '{}' version {}: {}", model_->manifest().name, version_, std::string(s.message()));
 }
 
@@ -108,7 +108,8 @@ void ModelRunner::Loop() {
       try {
         Run(batch);
       } catch (...) {  // bad_alloc building the inputs, say: this batch fails, the thread serves on
-        const absl::Status failed = absl::InternalError(absl::StrCat("running the batch failed: ", CurrentExceptionText()));
+        const absl::Status failed =
+            absl::InternalError(absl::StrCat("running the batch failed: ", CurrentExceptionText()));
         for (QueuedText& t : batch) t.request->Complete(t.index, failed);
       }
       continue;
@@ -147,8 +148,8 @@ void ModelRunner::Run(std::vector<QueuedText>& batch) const {
     any_layers = true;
     all_layers = all_layers || r.selection().layers.empty();
     all_heads = all_heads || r.selection().heads.empty();
-    mean_heads = mean_heads && r.selection().mean_heads &&
-                 (first_heads == nullptr || *first_heads == r.selection().heads);
+    mean_heads =
+        mean_heads && r.selection().mean_heads && (first_heads == nullptr || *first_heads == r.selection().heads);
     if (first_heads == nullptr) first_heads = &r.selection().heads;
     layers.insert(r.selection().layers.begin(), r.selection().layers.end());
     heads.insert(r.selection().heads.begin(), r.selection().heads.end());

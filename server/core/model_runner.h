@@ -9,8 +9,8 @@
 //  4. Nothing is called out of the runner under its lock: done-callbacks, row handlers and the
 //     observer run on an instance thread (or the caller's) with no runner or scheduler lock held.
 //     A row handler or the observer's OnBatch that throws fails the texts concerned with INTERNAL
-//     (OnQueueDepth's failure is logged); the thread goes on serving. (The scheduler's cancellation probe, is_cancelled, is the one call made under
-//     a lock: it must be cheap and must not block.)
+//     (OnQueueDepth's failure is logged); the thread goes on serving. (The scheduler's cancellation probe,
+//     is_cancelled, is the one call made under a lock: it must be cheap and must not block.)
 // Threads: one per instance; torch's own intra-op threads come on top (set per process). On a GPU
 // each instance thread runs on a CUDA stream of its own (DeviceStreamScope).
 #ifndef QVI_SERVER_CORE_MODEL_RUNNER_H_
@@ -25,10 +25,10 @@
 #include <thread>
 #include <vector>
 
-#include "server/core/sync.h"
 #include "server/core/batch_scheduler.h"
 #include "server/core/model.h"
 #include "server/core/observer.h"
+#include "server/core/sync.h"
 
 namespace qvi {
 
@@ -57,7 +57,9 @@ class RunnableRequest final : public BatchRequest {
   };
   void RecordTiming(absl::Duration queue, absl::Duration compute) ABSL_LOCKS_EXCLUDED(timing_mu_);
   Timing timing() const ABSL_LOCKS_EXCLUDED(timing_mu_);
-  absl::Status HandleRow(int index, const ModelOutputs& outputs, int64_t row) const { return on_row_(index, outputs, row); }
+  absl::Status HandleRow(int index, const ModelOutputs& outputs, int64_t row) const {
+    return on_row_(index, outputs, row);
+  }
 
  private:
   static std::vector<int> Counts(const std::vector<std::vector<int64_t>>& ids);

@@ -146,7 +146,8 @@ std::vector<LayerMapOutput> LayerMaps(const std::map<std::string, torch::Tensor>
       if (parts.count("layer_lambda_q")) m.lambda_q = ToVector(pick(parts["layer_lambda_q"]));
       if (parts.count("layer_lambda_k")) m.lambda_k = ToVector(pick(parts["layer_lambda_k"]));
     }
-    if (selection.attention_maps && parts.count("layer_attention")) m.attention = ToVector(pick(parts["layer_attention"]));
+    if (selection.attention_maps && parts.count("layer_attention"))
+      m.attention = ToVector(pick(parts["layer_attention"]));
     out.push_back(std::move(m));
   };
   using R = LayerSelection::Reduction;

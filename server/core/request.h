@@ -64,7 +64,7 @@ struct TokenOutput {
 
 struct SpanOutput {
   std::string label;
-  uint32_t start = 0, end = 0;            // code points
+  uint32_t start = 0, end = 0;  // code points
   uint32_t byte_start = 0, byte_end = 0;
   uint32_t token_start = 0, token_end = 0;
   std::string text;

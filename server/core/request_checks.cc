@@ -17,13 +17,14 @@ absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits
     return absl::InvalidArgumentError(absl::StrCat("request_id: ", r.request_id.size(), " bytes exceed the limit of ",
                                                    limits.max_request_id_bytes, " bytes"));
   }
-  if (r.version < 0) return absl::InvalidArgumentError(absl::StrCat("model.version: ", r.version, " is negative; use 0 for the newest"));
+  if (r.version < 0)
+    return absl::InvalidArgumentError(absl::StrCat("model.version: ", r.version, " is negative; use 0 for the newest"));
   if (r.texts.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("texts: empty; send between 1 and ", limits.max_texts, " texts"));
   }
   if (static_cast<int>(r.texts.size()) > limits.max_texts) {
-    return absl::InvalidArgumentError(absl::StrCat("texts: ", r.texts.size(), " texts exceed the limit of ",
-                                                   limits.max_texts, " per request"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("texts: ", r.texts.size(), " texts exceed the limit of ", limits.max_texts, " per request"));
   }
   for (size_t i = 0; i < r.texts.size(); ++i) {
     if (static_cast<int>(r.texts[i].size()) > limits.max_text_bytes) {
@@ -34,7 +35,8 @@ absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits
     if (!utf8.ok()) return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", utf8.message()));
   }
   if (r.options.top_k < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("options.top_k: ", r.options.top_k, " is negative; 0 returns the best label"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.top_k: ", r.options.top_k, " is negative; 0 returns the best label"));
   }
   return absl::OkStatus();
 }
@@ -43,8 +45,8 @@ absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits
 // repeated. Checked in that order, so that a long list is refused before it is walked.
 absl::Status CheckIndices(const char* field, const std::vector<int>& indices, int count, const char* what) {
   if (static_cast<int64_t>(indices.size()) > count) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": ", indices.size(), " indices exceed the model's ", count, " ",
-                                                   what, "; name each at most once"));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", indices.size(), " indices exceed the model's ", count,
+                                                   " ", what, "; name each at most once"));
   }
   std::vector<int> first(count, -1);  // where each index was first named
   for (size_t i = 0; i < indices.size(); ++i) {
@@ -53,8 +55,8 @@ absl::Status CheckIndices(const char* field, const std::vector<int>& indices, in
       return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "]: ", v, " is out of range [0, ", count, ")"));
     }
     if (first[v] >= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "]: ", v, " repeats ", field, "[", first[v],
-                                                     "]; name each at most once"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "[", i, "]: ", v, " repeats ", field, "[", first[v], "]; name each at most once"));
     }
     first[v] = static_cast<int>(i);
   }
@@ -83,9 +85,9 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
   if (l.any()) {
     const int64_t layers = l.layers.empty() ? m.layers : static_cast<int64_t>(l.layers.size());
     const int64_t heads = l.heads.empty() ? m.heads : static_cast<int64_t>(l.heads.size());
-    maps = l.reduction == LayerSelection::Reduction::kMeanAll    ? 1
+    maps = l.reduction == LayerSelection::Reduction::kMeanAll     ? 1
            : l.reduction == LayerSelection::Reduction::kMeanHeads ? layers
-                                                                   : layers * heads;
+                                                                  : layers * heads;
     if (l.gates) {
       for (const char* name : {"layer_gates", "layer_lambda_q", "layer_lambda_k"}) gate_outputs += m.HasOutput(name);
     }

@@ -14,8 +14,8 @@
 namespace qvi {
 
 struct RequestLimits {
-  int max_texts = 256;          // texts per request
-  int max_text_bytes = 65536;   // UTF-8 bytes per text
+  int max_texts = 256;         // texts per request
+  int max_text_bytes = 65536;  // UTF-8 bytes per text
   // Requests whose texts add up to fewer bytes are checked and tokenised on the calling (gRPC)
   // thread, saving a hand-off to a request thread; larger ones go to a request thread, so that a
   // big request never holds a gRPC thread. 0: always a request thread.

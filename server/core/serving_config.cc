@@ -25,8 +25,8 @@ absl::Status ReadNumber(const nlohmann::json& value, const std::string& key, T m
   const double v = value.get<double>();
   if (v < static_cast<double>(min) || v > static_cast<double>(max) ||
       (std::is_integral_v<T> && v != static_cast<double>(static_cast<int64_t>(v)))) {
-    return Bad(key, absl::StrCat("must be ", std::is_integral_v<T> ? "an integer " : "", "in [", min, ", ", max, "], got ",
-                                 value.dump()));
+    return Bad(key, absl::StrCat("must be ", std::is_integral_v<T> ? "an integer " : "", "in [", min, ", ", max,
+                                 "], got ", value.dump()));
   }
   out = static_cast<T>(v);
   return absl::OkStatus();
@@ -36,8 +36,8 @@ absl::Status ReadNumber(const nlohmann::json& value, const std::string& key, T m
 
 absl::StatusOr<VersionPolicy> VersionPolicy::Parse(const std::string& spec) {
   auto bad = [&spec](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat("version policy '", spec, "' ", why,
-                                                   "; use latest:N, all or specific:V1,V2,..."));
+    return absl::InvalidArgumentError(
+        absl::StrCat("version policy '", spec, "' ", why, "; use latest:N, all or specific:V1,V2,..."));
   };
   VersionPolicy p;
   if (spec == "all") {
@@ -57,7 +57,8 @@ absl::StatusOr<VersionPolicy> VersionPolicy::Parse(const std::string& spec) {
     p.kind = Kind::kSpecific;
     for (const std::string& v : std::vector<std::string>(absl::StrSplit(rest, ','))) {
       int64_t number = 0;
-      if (!absl::SimpleAtoi(v, &number) || number < 1) return bad(absl::StrCat("has '", v, "', which is not a version >= 1"));
+      if (!absl::SimpleAtoi(v, &number) || number < 1)
+        return bad(absl::StrCat("has '", v, "', which is not a version >= 1"));
       p.versions.push_back(number);
     }
     std::sort(p.versions.begin(), p.versions.end());
@@ -69,9 +70,12 @@ absl::StatusOr<VersionPolicy> VersionPolicy::Parse(const std::string& spec) {
 
 std::string VersionPolicy::ToString() const {
   switch (kind) {
-    case Kind::kLatest: return absl::StrCat("latest:", latest);
-    case Kind::kAll: return "all";
-    case Kind::kSpecific: return absl::StrCat("specific:", absl::StrJoin(versions, ","));
+    case Kind::kLatest:
+      return absl::StrCat("latest:", latest);
+    case Kind::kAll:
+      return "all";
+    case Kind::kSpecific:
+      return absl::StrCat("specific:", absl::StrJoin(versions, ","));
   }
   return "";
 }
@@ -112,8 +116,9 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
       if (!policy.ok()) return Bad(key, std::string(policy.status().message()));
       o.version_policy = *policy;
     } else {
-      return Bad(key, "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
-                      "max_queued_texts, max_queued_tokens, instances, device, format, version_policy, batch_when_idle");
+      return Bad(key,
+                 "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
+                 "max_queued_texts, max_queued_tokens, instances, device, format, version_policy, batch_when_idle");
     }
     if (!s.ok()) return s;
   }

@@ -32,7 +32,9 @@ struct VersionPolicy {
 
   static absl::StatusOr<VersionPolicy> Parse(const std::string& spec);
   std::string ToString() const;
-  bool operator==(const VersionPolicy& o) const { return kind == o.kind && latest == o.latest && versions == o.versions; }
+  bool operator==(const VersionPolicy& o) const {
+    return kind == o.kind && latest == o.latest && versions == o.versions;
+  }
 };
 
 struct ServingConfig {
@@ -70,7 +72,8 @@ struct ServingOverrides {
 absl::Status CheckModelFormat(const std::string& format);
 
 // The effective config: server defaults, then the manifest's batching, then the overrides.
-ServingConfig ResolveServingConfig(const ServingConfig& server_defaults, const Manifest& manifest, const ServingOverrides& overrides);
+ServingConfig ResolveServingConfig(const ServingConfig& server_defaults, const Manifest& manifest,
+                                   const ServingOverrides& overrides);
 
 }  // namespace qvi
 

@@ -17,13 +17,15 @@ Parsed Split(const std::string& tag) {
 
 bool EndOfChunk(const Parsed& prev, const Parsed& cur) {
   if (prev.prefix == "E" || prev.prefix == "S") return true;
-  if ((prev.prefix == "B" || prev.prefix == "I") && (cur.prefix == "B" || cur.prefix == "S" || cur.prefix == "O")) return true;
+  if ((prev.prefix == "B" || prev.prefix == "I") && (cur.prefix == "B" || cur.prefix == "S" || cur.prefix == "O"))
+    return true;
   return prev.prefix != "O" && prev.type != cur.type;
 }
 
 bool StartOfChunk(const Parsed& prev, const Parsed& cur) {
   if (cur.prefix == "B" || cur.prefix == "S") return true;
-  if ((prev.prefix == "E" || prev.prefix == "S" || prev.prefix == "O") && (cur.prefix == "I" || cur.prefix == "E")) return true;
+  if ((prev.prefix == "E" || prev.prefix == "S" || prev.prefix == "O") && (cur.prefix == "I" || cur.prefix == "E"))
+    return true;
   return cur.prefix != "O" && prev.type != cur.type;
 }
 

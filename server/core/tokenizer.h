@@ -19,9 +19,9 @@
 namespace qvi {
 
 struct TextToken {
-  std::string text;        // the original bytes
-  uint32_t start = 0;      // code points, inclusive
-  uint32_t end = 0;        // code points, exclusive
+  std::string text;    // the original bytes
+  uint32_t start = 0;  // code points, inclusive
+  uint32_t end = 0;    // code points, exclusive
   uint32_t byte_start = 0;
   uint32_t byte_end = 0;
   std::string normalized;  // what is looked up in the vocabulary

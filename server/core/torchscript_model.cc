@@ -25,7 +25,8 @@ class TorchScriptModel final : public Model {
   using Model::WarmUp;
 
  protected:
-  std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const override {
+  std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids, const torch::Tensor& mask,
+                                           bool maps) const override {
     std::vector<torch::jit::IValue> inputs{ids, mask};
     c10::Dict<c10::IValue, c10::IValue> result =
         (maps || !without_maps_ ? module_.forward(inputs) : (*without_maps_)(inputs)).toGenericDict();
@@ -35,7 +36,7 @@ class TorchScriptModel final : public Model {
   }
 
  private:
-  mutable torch::jit::Module module_;  // forward() is not const in the API, but does not mutate
+  mutable torch::jit::Module module_;               // forward() is not const in the API, but does not mutate
   std::optional<torch::jit::Method> without_maps_;  // declared after module_, which it refers to
 };
 
@@ -49,9 +50,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadTorchScript(const std::string& path, 
     module.eval();
   } catch (const std::exception& e) {
     std::string what = e.what();
-    return absl::InvalidArgumentError(absl::StrCat("cannot read ", path, " as TorchScript: ", what.substr(0, what.find('\n'))));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", path, " as TorchScript: ", what.substr(0, what.find('\n'))));
   }
-  absl::StatusOr<std::pair<Manifest, Vocabulary>> files = ParseArtifactFiles(extra["manifest.json"], extra["vocab.txt"], path);
+  absl::StatusOr<std::pair<Manifest, Vocabulary>> files =
+      ParseArtifactFiles(extra["manifest.json"], extra["vocab.txt"], path);
   if (!files.ok()) return files.status();
   auto model = std::make_unique<TorchScriptModel>(std::move(module), std::move(files->first), std::move(files->second),
                                                   device, path);

@@ -12,9 +12,9 @@ absl::StatusOr<torch::Tensor> ViterbiDecode(const CrfScores& crf, const torch::T
   if (emissions_in.dim() != 3 || emissions_in.size(2) != k || mask_in.dim() != 2 ||
       mask_in.size(0) != emissions_in.size(0) || mask_in.size(1) != emissions_in.size(1) ||
       crf.end.size() != static_cast<size_t>(k) || crf.transitions.size() != static_cast<size_t>(k) * k) {
-    return absl::InternalError(absl::StrCat("Viterbi: emissions of shape [", absl::StrJoin(emissions_in.sizes().vec(), ","),
-                                            "] and mask of shape [", absl::StrJoin(mask_in.sizes().vec(), ","),
-                                            "] do not fit a CRF of ", k, " tags"));
+    return absl::InternalError(absl::StrCat(
+        "Viterbi: emissions of shape [", absl::StrJoin(emissions_in.sizes().vec(), ","), "] and mask of shape [",
+        absl::StrJoin(mask_in.sizes().vec(), ","), "] do not fit a CRF of ", k, " tags"));
   }
   const torch::Tensor emissions = emissions_in.to(torch::kCPU, torch::kFloat).contiguous();
   const torch::Tensor mask = mask_in.to(torch::kCPU, torch::kBool).contiguous();

@@ -22,7 +22,8 @@ struct CrfScores {
 
 // emissions float [B,T,K], mask bool [B,T] (each row's real tokens a prefix), both on the CPU.
 // Returns int64 [B,T]: the best path, -1 on padding. K must match the scores.
-absl::StatusOr<torch::Tensor> ViterbiDecode(const CrfScores& crf, const torch::Tensor& emissions, const torch::Tensor& mask);
+absl::StatusOr<torch::Tensor> ViterbiDecode(const CrfScores& crf, const torch::Tensor& emissions,
+                                            const torch::Tensor& mask);
 
 }  // namespace qvi
 

@@ -98,11 +98,19 @@ void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
     v1::ModelVersion* p = out->add_versions();
     p->set_version(v.version);
     switch (v.state) {
-      case ModelState::kLoading: p->set_state(v1::MODEL_STATE_LOADING); break;
-      case ModelState::kReady: p->set_state(v1::MODEL_STATE_READY); break;
-      case ModelState::kFailed: p->set_state(v1::MODEL_STATE_FAILED); break;
+      case ModelState::kLoading:
+        p->set_state(v1::MODEL_STATE_LOADING);
+        break;
+      case ModelState::kReady:
+        p->set_state(v1::MODEL_STATE_READY);
+        break;
+      case ModelState::kFailed:
+        p->set_state(v1::MODEL_STATE_FAILED);
+        break;
       case ModelState::kUnloading:
-      case ModelState::kUnloaded: p->set_state(v1::MODEL_STATE_UNLOADING); break;
+      case ModelState::kUnloaded:
+        p->set_state(v1::MODEL_STATE_UNLOADING);
+        break;
     }
     if (v.state != ModelState::kReady) p->set_reason(v.reason);
     if (!v.model) continue;

@@ -19,7 +19,6 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // "OK", "INVALID_ARGUMENT", ...: gRPC's and absl's codes are the same numbers and names.
 std::string StatusCodeName(grpc::StatusCode code);
 
-
 void ToProto(const InferenceResponse& in, v1::ClassifyResponse* out);
 void ToProto(const InferenceResponse& in, v1::TagResponse* out);
 void ToProto(const ModelStatus& in, v1::ModelInfo* out);

@@ -55,10 +55,10 @@ grpc::Status InferCalls::CheckResponseSize(grpc::ByteBuffer* response) const {
   if (options_.max_response_bytes <= 0 || static_cast<int64_t>(response->Length()) <= options_.max_response_bytes) {
     return grpc::Status::OK;
   }
-  grpc::Status status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                      absl::StrCat("the answer is ", response->Length(), " bytes, over the limit of ",
-                                   options_.max_response_bytes,
-                                   " bytes (--max-message-bytes); ask for fewer texts or outputs"));
+  grpc::Status status(
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
+      absl::StrCat("the answer is ", response->Length(), " bytes, over the limit of ", options_.max_response_bytes,
+                   " bytes (--max-message-bytes); ask for fewer texts or outputs"));
   response->Clear();
   return status;
 }

@@ -48,8 +48,8 @@ absl::Status ExplainParseFailure(const grpc::ByteBuffer& buffer) {
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::CallbackServerContext* ctx,
                                                       const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response) {
-  auto* call = new InferCall(calls_, ctx, method == Method::kClassify ? "Classify" : "Tag",
-                             static_cast<int64_t>(raw->Length()));
+  auto* call =
+      new InferCall(calls_, ctx, method == Method::kClassify ? "Classify" : "Tag", static_cast<int64_t>(raw->Length()));
   if (grpc::Status admitted = call->Admission(); !admitted.ok()) {
     call->Answer(admitted);
     return call;

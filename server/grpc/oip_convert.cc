@@ -18,8 +18,8 @@ constexpr char kInput[] = "text";
 
 // The per-token explanation outputs: the output's name is the model's own output name, except
 // that gates are "gates" in both.
-constexpr const char* kTokenExplanations[] = {"attention", "gates", "sentence_attention", "sentence_gates",
-                                              "lambda_q", "lambda_k"};
+constexpr const char* kTokenExplanations[] = {"attention",      "gates",    "sentence_attention",
+                                              "sentence_gates", "lambda_q", "lambda_k"};
 constexpr const char* kLayerOutputs[] = {"layer_gates", "layer_lambda_q", "layer_lambda_k", "layer_attention"};
 
 bool IsExplanation(const std::string& name, std::initializer_list<const char*> names) {
@@ -31,9 +31,9 @@ bool IsExplanation(const std::string& name, std::initializer_list<const char*> n
 
 // The request-level parameters ModelInfer reads.
 const std::set<std::string>& KnownParameters() {
-  static const std::set<std::string> known = {"top_k",  "attention",   "gates",     "tokens",
+  static const std::set<std::string> known = {"top_k",       "attention",       "gates",      "tokens",
                                               "layer_gates", "layer_attention", "truncation", "layers",
-                                              "heads",  "reduction",   "timeout"};
+                                              "heads",       "reduction",       "timeout"};
   return known;
 }
 
@@ -95,8 +95,8 @@ absl::StatusOr<std::vector<std::string>> ReadTexts(const inference::ModelInferRe
   const inference::ModelInferRequest::InferInputTensor& input = in.inputs(0);
   std::vector<std::string> texts;
   if (in.raw_input_contents_size() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat("raw_input_contents: ", in.raw_input_contents_size(),
-                                                   " buffers for 1 input"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw_input_contents: ", in.raw_input_contents_size(), " buffers for 1 input"));
   }
   if (in.raw_input_contents_size() == 1) {
     if (input.has_contents() && input.contents().ByteSizeLong() > 0) {
@@ -134,8 +134,8 @@ absl::StatusOr<std::vector<std::string>> ReadTexts(const inference::ModelInferRe
     texts.assign(contents.bytes_contents().begin(), contents.bytes_contents().end());
   }
   if (static_cast<int64_t>(texts.size()) != n) {
-    return absl::InvalidArgumentError(absl::StrCat("inputs[0]: holds ", texts.size(),
-                                                   " elements, but its shape promises ", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat("inputs[0]: holds ", texts.size(), " elements, but its shape promises ", n));
   }
   return texts;
 }
@@ -261,7 +261,8 @@ std::vector<TensorSpec> OutputSpecs(const Manifest& m) {
 absl::StatusOr<int64_t> ParseVersion(const std::string& field, const std::string& version) {
   if (version.empty()) return 0;
   int64_t v = 0;
-  if (version.size() > 18 || !std::all_of(version.begin(), version.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+  if (version.size() > 18 ||
+      !std::all_of(version.begin(), version.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
       !absl::SimpleAtoi(version, &v) || v <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": '", version.substr(0, 32),
                                                    "' is not a version (a positive integer, or empty for the newest "
@@ -288,8 +289,8 @@ absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in,
   const inference::ModelInferRequest::InferInputTensor& input = in.inputs(0);
   if (input.name() != kInput) {
     return absl::InvalidArgumentError(absl::StrCat("inputs[0].name: '", input.name().substr(0, 64),
-                                                   "' is not an input of model '", m.name, "'; its input is '",
-                                                   kInput, "'"));
+                                                   "' is not an input of model '", m.name, "'; its input is '", kInput,
+                                                   "'"));
   }
   if (input.datatype() != "BYTES") {
     return absl::InvalidArgumentError(absl::StrCat("inputs[0].datatype: '", input.datatype().substr(0, 16), "'; '",
@@ -298,8 +299,8 @@ absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in,
   const auto& shape = input.shape();
   const bool shape_ok = (shape.size() == 1 && shape[0] >= 0) || (shape.size() == 2 && shape[0] >= 0 && shape[1] == 1);
   if (!shape_ok) {
-    return absl::InvalidArgumentError(absl::StrCat("inputs[0].shape: ", ShapeText(shape).substr(0, 64), "; '",
-                                                   kInput, "' is [N] (or [N, 1]): N texts"));
+    return absl::InvalidArgumentError(absl::StrCat("inputs[0].shape: ", ShapeText(shape).substr(0, 64), "; '", kInput,
+                                                   "' is [N] (or [N, 1]): N texts"));
   }
   for (const auto& [name, unused] : input.parameters()) {
     // KServe's client says how long the raw contents are; the contents say it too.
@@ -316,7 +317,8 @@ absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in,
   bool tokens = false;
   for (const auto& [name, value] : in.parameters()) {
     if (KnownParameters().count(name) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("parameters.", name.substr(0, 64), ": not a parameter of ModelInfer (",
+      return absl::InvalidArgumentError(absl::StrCat("parameters.", name.substr(0, 64),
+                                                     ": not a parameter of ModelInfer (",
                                                      absl::StrJoin(KnownParameters(), ", "), ")"));
     }
     absl::Status s;
@@ -334,8 +336,8 @@ absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in,
       absl::StatusOr<std::string> t = StringParameter(name, value);
       if (!t.ok()) return t.status();
       if (*t != "truncate" && *t != "error") {
-        return absl::InvalidArgumentError(absl::StrCat("parameters.truncation: '", t->substr(0, 32),
-                                                       "'; want \"truncate\" or \"error\""));
+        return absl::InvalidArgumentError(
+            absl::StrCat("parameters.truncation: '", t->substr(0, 32), "'; want \"truncate\" or \"error\""));
       }
       o.error_on_truncation = *t == "error";
     } else if (name == "reduction") {
@@ -378,8 +380,8 @@ absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in,
       std::vector<std::string> names;
       for (const TensorSpec& s : specs) names.push_back(s.name);
       return absl::InvalidArgumentError(absl::StrCat(field, ".name: model '", m.name, "' has no output '",
-                                                     want.name().substr(0, 64), "'; its outputs: ",
-                                                     absl::StrJoin(names, ", ")));
+                                                     want.name().substr(0, 64),
+                                                     "'; its outputs: ", absl::StrJoin(names, ", ")));
     }
     if (!seen.insert(want.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".name: '", want.name(), "' is asked for twice"));
@@ -425,7 +427,8 @@ int64_t AnswerBytes(const InferenceResponse& answer, const InferPlan& plan) {
       token_bytes += static_cast<int64_t>(t.token.text.size());
       tag_bytes += static_cast<int64_t>(t.tag.size());
     }
-    for (const auto& label : r.labels) label_bytes = std::max<int64_t>(label_bytes, static_cast<int64_t>(label.first.size()));
+    for (const auto& label : r.labels)
+      label_bytes = std::max<int64_t>(label_bytes, static_cast<int64_t>(label.first.size()));
     // A span's JSON: its text and label (escaped, at most 6 bytes a byte) and the numbers and keys.
     for (const SpanOutput& sp : r.spans) span_bytes += 6 * static_cast<int64_t>(sp.text.size() + sp.label.size()) + 200;
   }
@@ -435,20 +438,34 @@ int64_t AnswerBytes(const InferenceResponse& answer, const InferPlan& plan) {
   for (const RequestedOutput& want : plan.outputs) {
     const std::string& name = want.name;
     total += 64;  // the tensor's name, datatype and shape
-    if (name == "label") total += n * (4 + label_bytes);
-    else if (name == "probabilities" && want.classification > 0) total += n * want.classification * (4 + 32 + label_bytes);
-    else if (name == "probabilities") total += n * c * 4;
-    else if (name == "labels") total += n * plan.top_k * (4 + label_bytes);
-    else if (name == "scores") total += n * plan.top_k * 4;
-    else if (name == "spans") total += n * 6 + span_bytes;
-    else if (name == "tags") total += n * t_max * 4 + tag_bytes;
-    else if (name == "tokens") total += n * t_max * 4 + token_bytes;
-    else if (name == "token_count") total += n * 4;
-    else if (name == "truncated") total += n;
-    else if (name == "layer_index") total += m * 8;
-    else if (name == "layer_attention") total += n * m * t_max * t_max * 4;
-    else if (IsExplanation(name, {"layer_gates", "layer_lambda_q", "layer_lambda_k"})) total += n * m * t_max * 4;
-    else total += n * t_max * 4;
+    if (name == "label")
+      total += n * (4 + label_bytes);
+    else if (name == "probabilities" && want.classification > 0)
+      total += n * want.classification * (4 + 32 + label_bytes);
+    else if (name == "probabilities")
+      total += n * c * 4;
+    else if (name == "labels")
+      total += n * plan.top_k * (4 + label_bytes);
+    else if (name == "scores")
+      total += n * plan.top_k * 4;
+    else if (name == "spans")
+      total += n * 6 + span_bytes;
+    else if (name == "tags")
+      total += n * t_max * 4 + tag_bytes;
+    else if (name == "tokens")
+      total += n * t_max * 4 + token_bytes;
+    else if (name == "token_count")
+      total += n * 4;
+    else if (name == "truncated")
+      total += n;
+    else if (name == "layer_index")
+      total += m * 8;
+    else if (name == "layer_attention")
+      total += n * m * t_max * t_max * 4;
+    else if (IsExplanation(name, {"layer_gates", "layer_lambda_q", "layer_lambda_k"}))
+      total += n * m * t_max * 4;
+    else
+      total += n * t_max * 4;
   }
   return total;
 }
@@ -499,7 +516,8 @@ void ToModelInfer(const InferenceResponse& answer, const InferPlan& plan, const 
       for (const TextResult& r : results) {
         std::vector<float> row(static_cast<size_t>(c), 0.0f);
         for (const auto& [label, score] : r.labels) {
-          if (auto index = label_index.find(label); index != label_index.end()) row[static_cast<size_t>(index->second)] = score;
+          if (auto index = label_index.find(label); index != label_index.end())
+            row[static_cast<size_t>(index->second)] = score;
         }
         for (float v : row) AppendValue(raw, v);
       }
@@ -565,8 +583,9 @@ void ToModelInfer(const InferenceResponse& answer, const InferPlan& plan, const 
       set("FP32", {n, layer_count, t_max});
       for (const TextResult& r : results) {
         for (int64_t l = 0; l < layer_count; ++l) {
-          const std::vector<float>* values =
-              l < static_cast<int64_t>(r.layers.size()) ? &LayerValues(r.layers[static_cast<size_t>(l)], name) : nullptr;
+          const std::vector<float>* values = l < static_cast<int64_t>(r.layers.size())
+                                                 ? &LayerValues(r.layers[static_cast<size_t>(l)], name)
+                                                 : nullptr;
           for (int64_t j = 0; j < t_max; ++j) {
             AppendValue(raw, values != nullptr && j < static_cast<int64_t>(values->size())
                                  ? (*values)[static_cast<size_t>(j)]
@@ -578,8 +597,9 @@ void ToModelInfer(const InferenceResponse& answer, const InferPlan& plan, const 
       set("FP32", {n, t_max});
       for (const TextResult& r : results) {
         for (int64_t j = 0; j < t_max; ++j) {
-          const std::optional<float> v =
-              j < static_cast<int64_t>(r.tokens.size()) ? TokenValue(r.tokens[static_cast<size_t>(j)], name) : std::nullopt;
+          const std::optional<float> v = j < static_cast<int64_t>(r.tokens.size())
+                                             ? TokenValue(r.tokens[static_cast<size_t>(j)], name)
+                                             : std::nullopt;
           AppendValue(raw, v.value_or(0.0f));
         }
       }

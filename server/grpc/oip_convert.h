@@ -53,8 +53,8 @@ struct RequestedOutput {
 // A ModelInfer request in the core's terms.
 struct InferPlan {
   Method method = Method::kClassify;
-  InferenceRequest request;              // model, version, texts, options, request_id
-  std::vector<RequestedOutput> outputs;  // in the answer's order
+  InferenceRequest request;                           // model, version, texts, options, request_id
+  std::vector<RequestedOutput> outputs;               // in the answer's order
   absl::Duration timeout = absl::InfiniteDuration();  // the "timeout" parameter
   int top_k = 1;                                      // K of labels / scores
 };

@@ -34,7 +34,8 @@ void AddTensor(const oip::TensorSpec& spec, inference::ModelMetadataResponse::Te
 absl::Status OipServiceImpl::CheckModelName(const std::string& name) const {
   const int64_t limit = core_->limits().max_model_name_bytes;
   if (static_cast<int64_t>(name.size()) <= limit) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("name: ", name.size(), " bytes exceed the limit of ", limit, " bytes"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("name: ", name.size(), " bytes exceed the limit of ", limit, " bytes"));
 }
 
 grpc::ServerUnaryReactor* OipServiceImpl::ServerLive(grpc::CallbackServerContext* ctx,
@@ -170,7 +171,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext
     InferenceRequest r = std::move(plan->request);
     r.request_id = call->request_id;
     r.deadline = std::min(Deadline(ctx), plan->timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
-                                                                                    : absl::Now() + plan->timeout);
+                                                                                   : absl::Now() + plan->timeout);
     r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
     call->texts = static_cast<int64_t>(r.texts.size());
     const Method method = plan->method;

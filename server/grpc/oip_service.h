@@ -26,8 +26,8 @@
 namespace qvi {
 
 // ModelInfer is taken as raw bytes: its bytes count against the in-flight limit before it is parsed.
-using OipBase = inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<
-    inference::GRPCInferenceService::CallbackService>;
+using OipBase =
+    inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<inference::GRPCInferenceService::CallbackService>;
 
 class OipServiceImpl final : public OipBase {
  public:

@@ -21,8 +21,8 @@ InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::R
   o.layers.layers.assign(l.layers().begin(), l.layers().end());
   o.layers.heads.assign(l.heads().begin(), l.heads().end());
   o.layers.reduction = l.reduction() == v1::LAYER_REDUCTION_MEAN_HEADS ? LayerSelection::Reduction::kMeanHeads
-                       : l.reduction() == v1::LAYER_REDUCTION_MEAN_ALL  ? LayerSelection::Reduction::kMeanAll
-                                                                        : LayerSelection::Reduction::kNone;
+                       : l.reduction() == v1::LAYER_REDUCTION_MEAN_ALL ? LayerSelection::Reduction::kMeanAll
+                                                                       : LayerSelection::Reduction::kNone;
   return r;
 }
 

@@ -48,11 +48,16 @@ void RemoveVersionSeries(Series& series, Family& family, const std::string& mode
 
 const char* StateLabel(ModelState s) {
   switch (s) {
-    case ModelState::kLoading: return "loading";
-    case ModelState::kReady: return "ready";
-    case ModelState::kFailed: return "failed";
-    case ModelState::kUnloading: return "unloading";
-    case ModelState::kUnloaded: return "unloaded";
+    case ModelState::kLoading:
+      return "loading";
+    case ModelState::kReady:
+      return "ready";
+    case ModelState::kFailed:
+      return "failed";
+    case ModelState::kUnloading:
+      return "unloading";
+    case ModelState::kUnloaded:
+      return "unloaded";
   }
   return "unknown";
 }
@@ -63,7 +68,8 @@ Metrics::Metrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       requests_(BuildCounter()
                     .Name("qvi_requests_total")
-                    .Help("Inference calls answered (Classify, Tag, ModelInfer), by model, version, method and gRPC status code")
+                    .Help("Inference calls answered (Classify, Tag, ModelInfer), by model, version, method and gRPC "
+                          "status code")
                     .Register(*registry_)),
       request_seconds_(BuildHistogram()
                            .Name("qvi_request_duration_seconds")
@@ -115,8 +121,8 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Serve(const std::string& host,
   metrics->http_->Get("/metrics", [m](const httplib::Request&, httplib::Response& res) {
     res.set_content(m->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
   });
-  const int bound = port == 0 ? metrics->http_->bind_to_any_port(host)
-                              : (metrics->http_->bind_to_port(host, port) ? port : -1);
+  const int bound =
+      port == 0 ? metrics->http_->bind_to_any_port(host) : (metrics->http_->bind_to_port(host, port) ? port : -1);
   if (bound <= 0) return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", host, ":", port));
   metrics->port_ = bound;
   metrics->http_thread_ = std::thread([m] { m->http_->listen_after_bind(); });
@@ -198,7 +204,8 @@ static std::vector<prometheus::MetricFamily> ProcessMetrics() {
        it.increment(ec)) {
     ++fds;
   }
-  if (!ec) out.push_back(family("process_open_fds", "Number of open file descriptors", prometheus::MetricType::Gauge, fds));
+  if (!ec)
+    out.push_back(family("process_open_fds", "Number of open file descriptors", prometheus::MetricType::Gauge, fds));
   out.push_back(HeapFamily());
   return out;
 }

@@ -14,9 +14,7 @@
 namespace qvi {
 namespace {
 
-TEST(AllocatorTest, FindsTheAllocatorItRunsOn) {
-  EXPECT_STREQ(ReadAllocatorStats().allocator, QVI_EXPECTED_ALLOCATOR);
-}
+TEST(AllocatorTest, FindsTheAllocatorItRunsOn) { EXPECT_STREQ(ReadAllocatorStats().allocator, QVI_EXPECTED_ALLOCATOR); }
 
 TEST(AllocatorTest, CountsWhatIsHeldAsInUse) {
   const double before = ReadAllocatorStats().in_use_bytes;

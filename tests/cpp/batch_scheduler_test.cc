@@ -133,8 +133,11 @@ TEST_F(BatchSchedulerTest, CancelledRequestsAreDroppedAndAnsweredOnce) {
 }
 
 TEST_F(BatchSchedulerTest, FullQueueRefusesAtOnceAndChangesNothing) {
-  auto s = Make({.max_batch_size = 4, .max_batch_tokens = 1000, .max_queue_delay = absl::Milliseconds(1),
-                 .max_queued_texts = 3, .max_queued_tokens = 100});
+  auto s = Make({.max_batch_size = 4,
+                 .max_batch_tokens = 1000,
+                 .max_queue_delay = absl::Milliseconds(1),
+                 .max_queued_texts = 3,
+                 .max_queued_tokens = 100});
   ASSERT_TRUE(s->Enqueue(Request({5, 5}, &probe_)).ok());
   absl::Status refused = s->Enqueue(Request({5, 5}, &probe_));
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
@@ -177,11 +180,14 @@ TEST_F(BatchSchedulerTest, AFinishedRequestIsNotAskedWhetherItWasCancelled) {
 
 TEST_F(BatchSchedulerTest, OptionsAreChecked) {
   EXPECT_EQ(BatchScheduler::Create({.max_batch_size = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(BatchScheduler::Create({.max_batch_tokens = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BatchScheduler::Create({.max_batch_tokens = 0}, &clock_).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(BatchScheduler::Create({.max_queue_delay = absl::Milliseconds(-1)}, &clock_).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(BatchScheduler::Create({.max_queued_texts = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(BatchScheduler::Create({.max_queued_tokens = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BatchScheduler::Create({.max_queued_texts = 0}, &clock_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BatchScheduler::Create({.max_queued_tokens = 0}, &clock_).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

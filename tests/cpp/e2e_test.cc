@@ -1,22 +1,22 @@
 // End to end: the real qvi-server binary on a free port with a copy of the demo store (plus a
 // corrupt version), called through the generated C++ stubs.
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
-#include <iostream>
-#include <random>
-#include <regex>
-#include <mutex>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
+#include <mutex>
+#include <random>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -50,10 +50,10 @@ class ServerProcess {
     if (pid_ == 0) {
       freopen(log.c_str(), "w", stderr);
       freopen(log.c_str(), "a", stdout);
-      execl(QVI_SERVER_BINARY, QVI_SERVER_BINARY, "--model-store", store.c_str(), "--port", "0", "--host",
-            "127.0.0.1", "--port-file", port_file.c_str(), "--device", "cpu", "--access-log",
-            "--max-texts-per-request", "8", "--max-text-bytes", "1000", "--log-level", "debug", "--metrics-port", "0",
-            "--shutdown-delay-seconds", "2", nullptr);
+      execl(QVI_SERVER_BINARY, QVI_SERVER_BINARY, "--model-store", store.c_str(), "--port", "0", "--host", "127.0.0.1",
+            "--port-file", port_file.c_str(), "--device", "cpu", "--access-log", "--max-texts-per-request", "8",
+            "--max-text-bytes", "1000", "--log-level", "debug", "--metrics-port", "0", "--shutdown-delay-seconds", "2",
+            nullptr);
       _exit(127);
     }
     for (int i = 0; i < 1200 && !fs::exists(port_file); ++i) {
@@ -217,7 +217,8 @@ TEST_F(EndToEnd, TagReturnsTokensAndSpans) {
   ASSERT_EQ(resp.results_size(), 1);
   EXPECT_EQ(resp.results(0).tokens_size(), 10);
   for (const auto& t : resp.results(0).tokens()) EXPECT_FALSE(t.tag().empty());
-  for (const auto& s : resp.results(0).spans()) EXPECT_EQ(req.texts(0).substr(s.byte_start(), s.byte_end() - s.byte_start()), s.text());
+  for (const auto& s : resp.results(0).spans())
+    EXPECT_EQ(req.texts(0).substr(s.byte_start(), s.byte_end() - s.byte_start()), s.text());
 }
 
 TEST_F(EndToEnd, DiscoveryShowsStatesAndMetadata) {
@@ -301,7 +302,8 @@ TEST_F(EndToEnd, InvalidUtf8IsRejected) {
 TEST_F(EndToEnd, HealthOverallAndPerModel) {
   auto health = grpc::health::v1::Health::NewStub(server_->channel());
   for (const auto& [service, want] : std::vector<std::pair<std::string, HealthCheckResponse::ServingStatus>>{
-           {"", HealthCheckResponse::SERVING}, {"sentiment", HealthCheckResponse::SERVING},
+           {"", HealthCheckResponse::SERVING},
+           {"sentiment", HealthCheckResponse::SERVING},
            {"ner", HealthCheckResponse::SERVING}}) {
     HealthCheckRequest req;
     req.set_service(service);
@@ -344,8 +346,8 @@ TEST_F(EndToEnd, QviClientPrintsLabelsAndJson) {
   EXPECT_NE(err.find("not found"), std::string::npos) << err;
   // Global options after the subcommand, as people type them: the same answer as before it.
   const std::string client = std::string(QVI_CLIENT_BINARY) + " ";
-  auto [rc5, after] = run(client + "tag --model ner --server " + server_->address() +
-                          " --json --timeout 20 'Anna flew to Berlin'");
+  auto [rc5, after] =
+      run(client + "tag --model ner --server " + server_->address() + " --json --timeout 20 'Anna flew to Berlin'");
   EXPECT_EQ(rc5, 0) << after;
   const std::regex request_id(R"("request_id": "[^"]*")");  // the server numbers its requests
   EXPECT_EQ(std::regex_replace(after, request_id, ""), std::regex_replace(json, request_id, ""));
@@ -365,7 +367,8 @@ TEST_F(EndToEnd, StressSixtyFourClientsWithDeadlinesAndCancellations) {
   for (int i = 0; i < 16; ++i) {
     std::string t;
     const int n = std::uniform_int_distribution<int>(1, 30)(rng);
-    for (int w = 0; w < n; ++w) t += (w ? " " : "") + words[std::uniform_int_distribution<size_t>(0, words.size() - 1)(rng)];
+    for (int w = 0; w < n; ++w)
+      t += (w ? " " : "") + words[std::uniform_int_distribution<size_t>(0, words.size() - 1)(rng)];
     pool.push_back(t);
   }
   std::map<std::string, v1::Classification> alone;
@@ -386,7 +389,8 @@ TEST_F(EndToEnd, StressSixtyFourClientsWithDeadlinesAndCancellations) {
       for (int i = 0; i < 5; ++i) {
         std::vector<std::string> texts;
         const int n = std::uniform_int_distribution<int>(1, 6)(local);
-        for (int k = 0; k < n; ++k) texts.push_back(pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(local)]);
+        for (int k = 0; k < n; ++k)
+          texts.push_back(pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(local)]);
         v1::ClassifyRequest req = SentimentRequest(texts);
         req.mutable_options()->set_top_k(2);
         req.set_request_id("st-" + std::to_string(c) + "-" + std::to_string(i));
@@ -394,8 +398,9 @@ TEST_F(EndToEnd, StressSixtyFourClientsWithDeadlinesAndCancellations) {
         const Kind kind = roll < 70 ? kNormal : roll < 85 ? kDeadline : kCancel;
         grpc::ClientContext ctx;
         ctx.set_deadline(std::chrono::system_clock::now() +
-                         (kind == kDeadline ? std::chrono::microseconds(std::uniform_int_distribution<int>(100, 3000)(local))
-                                            : std::chrono::microseconds(60'000'000)));
+                         (kind == kDeadline
+                              ? std::chrono::microseconds(std::uniform_int_distribution<int>(100, 3000)(local))
+                              : std::chrono::microseconds(60'000'000)));
         v1::ClassifyResponse resp;
         std::mutex m;
         std::condition_variable cv;
@@ -413,10 +418,12 @@ TEST_F(EndToEnd, StressSixtyFourClientsWithDeadlinesAndCancellations) {
           cv.wait(l, [&] { return calls > 0; });
         }
         const grpc::StatusCode code = status.error_code();
-        const bool allowed = code == grpc::StatusCode::OK || (kind == kDeadline && code == grpc::StatusCode::DEADLINE_EXCEEDED) ||
+        const bool allowed = code == grpc::StatusCode::OK ||
+                             (kind == kDeadline && code == grpc::StatusCode::DEADLINE_EXCEEDED) ||
                              (kind == kCancel && code == grpc::StatusCode::CANCELLED);
         if (!allowed) {
-          ADD_FAILURE() << "request st-" << c << "-" << i << " kind " << kind << ": " << code << " " << status.error_message();
+          ADD_FAILURE() << "request st-" << c << "-" << i << " kind " << kind << ": " << code << " "
+                        << status.error_message();
           failures++;
           continue;
         }
@@ -485,7 +492,8 @@ TEST_F(EndToEnd, ZzSigtermUnderLoadAnswersEveryAcceptedRequest) {
       auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
       auto stub = v1::Inference::NewStub(channel);
       for (int i = 0; !stop.load(); ++i) {
-        v1::ClassifyRequest req = SentimentRequest({"request " + std::to_string(c) + " " + std::to_string(i), "more words"});
+        v1::ClassifyRequest req =
+            SentimentRequest({"request " + std::to_string(c) + " " + std::to_string(i), "more words"});
         req.set_request_id("zz-" + std::to_string(c) + "-" + std::to_string(i));
         v1::ClassifyResponse resp;
         grpc::ClientContext ctx;
@@ -508,8 +516,8 @@ TEST_F(EndToEnd, ZzSigtermUnderLoadAnswersEveryAcceptedRequest) {
   server_->Signal(SIGTERM);
   {
     // A new connection, as a readiness probe makes: NOT_SERVING during the delay.
-    auto health = grpc::health::v1::Health::NewStub(
-        grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
+    auto health =
+        grpc::health::v1::Health::NewStub(grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials()));
     HealthCheckResponse::ServingStatus seen = HealthCheckResponse::SERVING;
     // Bounded by the delay the server was given (2 s); the signal is handled within milliseconds.
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
@@ -537,7 +545,8 @@ TEST_F(EndToEnd, ZzSigtermUnderLoadAnswersEveryAcceptedRequest) {
   int accepted = 0, answered_ok = 0;
   std::istringstream lines(log);
   for (std::string line; std::getline(lines, line);) {
-    if (line.find("access method=Classify") == std::string::npos || line.find("request_id=\"zz-") == std::string::npos) continue;
+    if (line.find("access method=Classify") == std::string::npos || line.find("request_id=\"zz-") == std::string::npos)
+      continue;
     ++accepted;
     answered_ok += line.find(" status=0 ") != std::string::npos;
   }

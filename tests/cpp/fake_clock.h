@@ -2,8 +2,8 @@
 #ifndef QVI_TESTS_CPP_FAKE_CLOCK_H_
 #define QVI_TESTS_CPP_FAKE_CLOCK_H_
 
-#include "server/core/sync.h"
 #include "server/core/clock.h"
+#include "server/core/sync.h"
 
 namespace qvi {
 

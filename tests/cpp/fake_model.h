@@ -25,12 +25,16 @@ class FakeModel final : public Model {
 
   // `bad_from_batch` > 0: batches of that many texts or more get logits with a column too few, as
   // a model file that contradicts its manifest only at some shapes would.
-  static std::unique_ptr<FakeModel> Create(const std::string& name = "fake", int max_tokens = 16, int bad_from_batch = 0) {
+  static std::unique_ptr<FakeModel> Create(const std::string& name = "fake", int max_tokens = 16,
+                                           int bad_from_batch = 0) {
     const std::string manifest_json = absl::StrCat(R"({
-      "format_version": 1, "name": ")", name, R"(", "task": "classification", "labels": ["sum", "count"],
+      "format_version": 1, "name": ")",
+                                                   name, R"(", "task": "classification", "labels": ["sum", "count"],
       "architecture": {"name": "transformer", "display_name": "Fake", "interaction": "qvi",
-                       "config": {"layers": )", kLayers, R"(, "heads": )", kHeads, R"(}},
-      "tokenizer": {"level": "word", "lowercase": true, "max_tokens": )", max_tokens, R"(, "vocab_size": 5},
+                       "config": {"layers": )",
+                                                   kLayers, R"(, "heads": )", kHeads, R"(}},
+      "tokenizer": {"level": "word", "lowercase": true, "max_tokens": )",
+                                                   max_tokens, R"(, "vocab_size": 5},
       "outputs": {"logits": {"shape": ["B", "C"]}, "attention": {"shape": ["B", "T"]},
                   "gates": {"shape": ["B", "T"]}, "layer_attention": {"shape": ["B", "L", "H", "T", "T"]},
                   "layer_gates": {"shape": ["B", "L", "H", "T"]}},
@@ -50,7 +54,8 @@ class FakeModel final : public Model {
   int runs_without_maps() const { return without_maps_; }
 
  protected:
-  std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const override {
+  std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids, const torch::Tensor& mask,
+                                           bool maps) const override {
     ++(maps ? with_maps_ : without_maps_);
     const torch::Tensor real = mask.to(torch::kFloat);
     const torch::Tensor n = real.sum(1, /*keepdim=*/true).clamp_min(1.0);

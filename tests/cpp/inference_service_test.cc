@@ -198,8 +198,8 @@ TEST_F(InferenceServiceTest, AnAnswerOverTheSendLimitIsRefusedBeforeTheModelRuns
   for (const TextResult& t : full->results) {
     for (const LayerMapOutput& m : t.layers) payload += 4 * static_cast<int64_t>(m.gates.size() + m.attention.size());
   }
-  const int64_t estimate = EstimateResponseBytes(Method::kClassify, (*repo_->Resolve("sentiment", 0))->model->manifest(),
-                                                 r, *full);
+  const int64_t estimate =
+      EstimateResponseBytes(Method::kClassify, (*repo_->Resolve("sentiment", 0))->model->manifest(), r, *full);
   EXPECT_GE(estimate, payload);
   EXPECT_LE(estimate, 2 * payload);
   RequestLimits limits;
@@ -225,8 +225,9 @@ TEST_F(InferenceServiceTest, ARequestThatCanNeverFitTheQueueIsInvalidNotExhauste
   ASSERT_TRUE(repo.ok()) << repo.status();
   (*repo)->Poll();
   InferenceService service(repo->get(), executor_, RequestLimits{});
-  ExpectError(service.Run(Method::kClassify, Request("sentiment", {"one two three four five six seven eight nine",
-                                                                   "ten eleven twelve thirteen fourteen fifteen sixteen seventeen"})),
+  ExpectError(service.Run(Method::kClassify,
+                          Request("sentiment", {"one two three four five six seven eight nine",
+                                                "ten eleven twelve thirteen fourteen fifteen sixteen seventeen"})),
               absl::StatusCode::kInvalidArgument,
               "texts: 17 tokens in all can never fit model 'sentiment''s queue of 16 tokens (max_queued_tokens)");
   EXPECT_TRUE(service.Run(Method::kClassify, Request("sentiment", {"one two three"})).ok());
@@ -277,8 +278,12 @@ TEST_F(InferenceServiceTest, LayerMapsAreSelectedAndReduced) {
 TEST_F(InferenceServiceTest, BatchingIsInvisibleInTheAnswers) {
   // One request's texts share a batch (padded to the longest); each must get the answer it gets alone.
   const std::vector<std::string> texts = {
-      "Fine.", "A long, winding and in the end deeply rewarding film about memory, loss and music.",
-      "Dull.", "北京 café 👍🏽 — not bad at all", "The plot is thin but the acting carries it through.", "Meh"};
+      "Fine.",
+      "A long, winding and in the end deeply rewarding film about memory, loss and music.",
+      "Dull.",
+      "北京 café 👍🏽 — not bad at all",
+      "The plot is thin but the acting carries it through.",
+      "Meh"};
   InferenceRequest together = Request("sentiment", texts);
   together.options.top_k = 2;
   together.options.attention = true;
@@ -365,7 +370,8 @@ TEST_F(InferenceServiceTest, BatchesWithoutMapsSkipThemAndAnswerTheSame) {
     absl::StatusOr<ServableHandle> h = repo_->Resolve(name, 0);
     ASSERT_TRUE(h.ok()) << h.status();
     const Model& model = *(*h)->model;
-    ASSERT_TRUE(model.has_forward_without_maps()) << name << ": re-export the demo models (python -m qvi demo --reexport)";
+    ASSERT_TRUE(model.has_forward_without_maps())
+        << name << ": re-export the demo models (python -m qvi demo --reexport)";
     torch::Tensor ids = torch::arange(2, 20, torch::kLong).view({3, 6});
     torch::Tensor mask = torch::ones({3, 6}, torch::kBool);
     mask.index_put_({1, torch::indexing::Slice(2)}, false);

@@ -50,13 +50,23 @@ TEST(ManifestTest, ErrorsNameTheField) {
       {"task", [](auto& j) { j["task"] = "summarize"; }, "field 'task' must be 'classification' or 'tagging'"},
       {"scheme", [](auto& j) { j["tag_scheme"] = "IOB9"; }, "field 'tag_scheme' must be BIO or BIOES"},
       {"no tags", [](auto& j) { j.erase("tags"); }, "field 'tags' is missing"},
-      {"typeless tag", [](auto& j) { j["tags"] = {"O", "B-PER", "I-"}; }, "field 'tags[2]' is not O or one of BIO's BI"},
-      {"scheme's prefix", [](auto& j) { j["tags"] = {"O", "E-PER"}; }, "field 'tags[1]' is not O"},
+      {"typeless tag",
+       [](auto& j) {
+         j["tags"] = {"O", "B-PER", "I-"};
+       },
+       "field 'tags[2]' is not O or one of BIO's BI"},
+      {"scheme's prefix",
+       [](auto& j) {
+         j["tags"] = {"O", "E-PER"};
+       },
+       "field 'tags[1]' is not O"},
       {"level", [](auto& j) { j["tokenizer"]["level"] = "byte"; }, "field 'tokenizer.level' must be"},
-      {"max tokens", [](auto& j) { j["tokenizer"]["max_tokens"] = 0; }, "field 'tokenizer.max_tokens' must be at least 1"},
+      {"max tokens", [](auto& j) { j["tokenizer"]["max_tokens"] = 0; },
+       "field 'tokenizer.max_tokens' must be at least 1"},
       {"type", [](auto& j) { j["tokenizer"]["lowercase"] = "yes"; }, "field 'tokenizer.lowercase' has the wrong type"},
       {"outputs", [](auto& j) { j["outputs"].erase("tags"); }, "field 'outputs' lacks 'tags'"},
-      {"layers", [](auto& j) { j["architecture"]["config"]["layers"] = "two"; }, "field 'architecture.config.layers' has the wrong type"},
+      {"layers", [](auto& j) { j["architecture"]["config"]["layers"] = "two"; },
+       "field 'architecture.config.layers' has the wrong type"},
   };
   for (const BadCase& c : cases) {
     nlohmann::json j = Valid();

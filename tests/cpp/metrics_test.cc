@@ -31,10 +31,18 @@ TEST(MetricsTest, RequestsAreCountedByModelVersionMethodAndCode) {
   EXPECT_EQ(Sample(text, R"(qvi_requests_total{code="OK",method="Classify",model="sentiment",version="1"})"), 1);
   EXPECT_EQ(Sample(text, R"(qvi_requests_total{code="NOT_FOUND",method="Classify",model="_unknown",version="0"})"), 1);
   // Sub-millisecond and multi-second latencies land in different buckets.
-  EXPECT_EQ(Sample(text, R"(qvi_request_duration_seconds_bucket{method="Classify",model="sentiment",version="1",le="0.0002"})"), 0);
-  EXPECT_EQ(Sample(text, R"(qvi_request_duration_seconds_bucket{method="Classify",model="sentiment",version="1",le="0.0005"})"), 1);
-  EXPECT_EQ(Sample(text, R"(qvi_request_duration_seconds_bucket{method="Classify",model="_unknown",version="0",le="2"})"), 0);
-  EXPECT_EQ(Sample(text, R"(qvi_request_duration_seconds_bucket{method="Classify",model="_unknown",version="0",le="5"})"), 1);
+  EXPECT_EQ(
+      Sample(text,
+             R"(qvi_request_duration_seconds_bucket{method="Classify",model="sentiment",version="1",le="0.0002"})"),
+      0);
+  EXPECT_EQ(
+      Sample(text,
+             R"(qvi_request_duration_seconds_bucket{method="Classify",model="sentiment",version="1",le="0.0005"})"),
+      1);
+  EXPECT_EQ(
+      Sample(text, R"(qvi_request_duration_seconds_bucket{method="Classify",model="_unknown",version="0",le="2"})"), 0);
+  EXPECT_EQ(
+      Sample(text, R"(qvi_request_duration_seconds_bucket{method="Classify",model="_unknown",version="0",le="5"})"), 1);
   EXPECT_NE(text.find("# TYPE qvi_requests_total counter"), std::string::npos);
   EXPECT_NE(text.find("# TYPE qvi_request_duration_seconds histogram"), std::string::npos);
 }

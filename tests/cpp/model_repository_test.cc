@@ -32,7 +32,8 @@ class Events {
   bool WaitFor(const std::string& name, int64_t version, ModelState state) {
     const absl::Time until = absl::Now() + absl::Seconds(60);
     MutexLock lock(&mu_);
-    while (CountLocked(name, version, state) == 0 && absl::Now() < until) changed_.WaitWithTimeout(&mu_, until - absl::Now());
+    while (CountLocked(name, version, state) == 0 && absl::Now() < until)
+      changed_.WaitWithTimeout(&mu_, until - absl::Now());
     return CountLocked(name, version, state) > 0;
   }
   std::string Reason(const std::string& name, int64_t version, ModelState state) {
@@ -66,9 +67,8 @@ class ModelRepositoryTest : public ::testing::Test {
     torch::set_num_threads(1);
     demo_ = fs::path(QVI_SOURCE_DIR) / "model_store" / "store" / "sentiment" / "1" / "model.pt";
     ASSERT_TRUE(fs::exists(demo_)) << "run scripts/setup.sh first";
-    root_ = fs::temp_directory_path() /
-            ("qvi_repo_test_" + std::to_string(getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = fs::temp_directory_path() / ("qvi_repo_test_" + std::to_string(getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     AddVersion(1);
   }
@@ -118,7 +118,8 @@ class ModelRepositoryTest : public ::testing::Test {
     absl::Status result;
     auto request = std::make_shared<RunnableRequest>(
         std::vector<std::vector<int64_t>>{{2, 3, 4}}, std::vector<std::string>{"logits"}, absl::InfiniteFuture(),
-        nullptr, [](int, const ModelOutputs& out, int64_t) {
+        nullptr,
+        [](int, const ModelOutputs& out, int64_t) {
           return out.count("logits") ? absl::OkStatus() : absl::InternalError("no logits");
         },
         [&](absl::Status s) {

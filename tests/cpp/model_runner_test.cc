@@ -58,7 +58,8 @@ class ModelRunnerTest : public ::testing::Test {
     std::future<absl::Status> f = result->get_future();
     absl::Status queued = runner_->Enqueue(Text([result](absl::Status s) { result->set_value(s); }));
     if (!queued.ok()) return queued;
-    if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) return absl::DeadlineExceededError("no answer");
+    if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready)
+      return absl::DeadlineExceededError("no answer");
     return f.get();
   }
 

@@ -53,7 +53,8 @@ TEST(ModelForwardTest, CopiesOnlyTheSelectedLayersAndHeadsAndNamesThem) {
   absl::StatusOr<std::map<std::string, torch::Tensor>> out = model->Forward(ids, mask, {"layer_gates"}, selection);
   ASSERT_TRUE(out.ok()) << out.status();
   // layer_gates = layer + head/10 on real tokens: layer 1, heads 0 and 2.
-  EXPECT_TRUE(torch::allclose(out->at("layer_gates"), torch::tensor({1.0f, 1.2f}).view({1, 1, 2, 1}).expand({1, 1, 2, 2})));
+  EXPECT_TRUE(
+      torch::allclose(out->at("layer_gates"), torch::tensor({1.0f, 1.2f}).view({1, 1, 2, 1}).expand({1, 1, 2, 2})));
   EXPECT_TRUE(torch::equal(out->at("layer_index"), torch::tensor({1}, torch::kLong)));
   EXPECT_TRUE(torch::equal(out->at("head_index"), torch::tensor({0, 2}, torch::kLong)));
   selection.mean_heads = true;
@@ -79,8 +80,8 @@ TEST(ViterbiTest, FindsTheBestPathAndMarksPadding) {
   CrfScores crf{{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, -100.0f, 0.0f, 0.0f}};
   // Row 0: 1,0,0 scores 5+3+3 = 11, the best. Row 1 (two real tokens) prefers 0 then 1, which
   // needs 0 -> 1.
-  torch::Tensor e = torch::tensor({{{0.0f, 5.0f}, {3.0f, 0.0f}, {3.0f, 0.0f}},
-                                   {{2.0f, 0.0f}, {0.0f, 3.0f}, {9.0f, 9.0f}}});
+  torch::Tensor e =
+      torch::tensor({{{0.0f, 5.0f}, {3.0f, 0.0f}, {3.0f, 0.0f}}, {{2.0f, 0.0f}, {0.0f, 3.0f}, {9.0f, 9.0f}}});
   torch::Tensor mask = torch::tensor({{true, true, true}, {true, true, false}});
   absl::StatusOr<torch::Tensor> tags = ViterbiDecode(crf, e, mask);
   ASSERT_TRUE(tags.ok()) << tags.status();

@@ -30,8 +30,11 @@ Manifest Tagger() {
   m.name = "ner";
   m.task = Task::kTagging;
   m.tags = {"O", "B-PER", "I-PER"};
-  m.outputs = {{"tags", {"B", "T"}}, {"emissions", {"B", "T", "K"}}, {"attention", {"B", "T"}},
-               {"layer_attention", {"B", "L", "H", "T", "T"}}, {"layer_gates", {"B", "L", "H", "T"}}};
+  m.outputs = {{"tags", {"B", "T"}},
+               {"emissions", {"B", "T", "K"}},
+               {"attention", {"B", "T"}},
+               {"layer_attention", {"B", "L", "H", "T", "T"}},
+               {"layer_gates", {"B", "L", "H", "T"}}};
   m.tokenizer.max_tokens = 8;
   return m;
 }
@@ -97,17 +100,20 @@ TEST(OipConvertTest, ReadsRawAndListedTextsAlike) {
 TEST(OipConvertTest, RefusesMalformedRawContentsNamingTheElement) {
   ModelInferRequest r = Request({"abc"});
   r.set_raw_input_contents(0, r.raw_input_contents(0).substr(0, 5));  // 3 bytes promised, 1 there
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())), "raw_input_contents[0]: element 0 is 3 bytes, past the end of the buffer");
+  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
+            "raw_input_contents[0]: element 0 is 3 bytes, past the end of the buffer");
   r = Request({"abc"});
   r.set_raw_input_contents(0, r.raw_input_contents(0) + "\x01\x00");
   EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
             "raw_input_contents[0]: element 1 has an incomplete 4-byte length at byte 7");
   r = Request({"a", "b", "c"});
   r.mutable_inputs(0)->set_shape(0, 2);
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())), "raw_input_contents[0]: holds more than the 2 elements of inputs[0].shape");
+  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
+            "raw_input_contents[0]: holds more than the 2 elements of inputs[0].shape");
   r = Request({"a"});
   r.mutable_inputs(0)->set_shape(0, 1000000000000);  // a shape the buffer cannot hold reserves nothing large
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())), "inputs[0]: holds 1 elements, but its shape promises 1000000000000");
+  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
+            "inputs[0]: holds 1 elements, but its shape promises 1000000000000");
   r = Request({"a"});
   r.add_raw_input_contents("x");
   EXPECT_EQ(Error(FromModelInfer(r, Classifier())), "raw_input_contents: 2 buffers for 1 input");
@@ -201,9 +207,10 @@ TEST(OipConvertTest, ParametersSetTheOptionsAndAreChecked) {
   EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.timeout: 0 µs is not positive");
   b = Request({"a"});
   (*b.mutable_parameters())["priority"].set_int64_param(1);
-  EXPECT_EQ(Error(FromModelInfer(b, Classifier())),
-            "parameters.priority: not a parameter of ModelInfer (attention, gates, heads, layer_attention, layer_gates, "
-            "layers, reduction, timeout, tokens, top_k, truncation)");
+  EXPECT_EQ(
+      Error(FromModelInfer(b, Classifier())),
+      "parameters.priority: not a parameter of ModelInfer (attention, gates, heads, layer_attention, layer_gates, "
+      "layers, reduction, timeout, tokens, top_k, truncation)");
 }
 
 TEST(OipConvertTest, TheOutputsAskedForDecideWhatIsComputed) {
@@ -292,7 +299,8 @@ TEST(OipConvertTest, AnswersAreRowMajorPaddedTensorsInTheOrderAsked) {
     answer.results[1].tokens.push_back(t);
   }
   ModelInferRequest r = Request({"x", "y"});
-  for (const char* n : {"probabilities", "label", "scores", "labels", "attention", "tokens", "token_count", "truncated"}) {
+  for (const char* n :
+       {"probabilities", "label", "scores", "labels", "attention", "tokens", "token_count", "truncated"}) {
     r.add_outputs()->set_name(n);
   }
   (*r.mutable_parameters())["top_k"].set_int64_param(2);
@@ -311,7 +319,8 @@ TEST(OipConvertTest, AnswersAreRowMajorPaddedTensorsInTheOrderAsked) {
 
   const auto& probabilities = out.outputs(0);
   EXPECT_EQ(probabilities.datatype(), "FP32");
-  EXPECT_EQ(std::vector<int64_t>(probabilities.shape().begin(), probabilities.shape().end()), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(std::vector<int64_t>(probabilities.shape().begin(), probabilities.shape().end()),
+            (std::vector<int64_t>{2, 3}));
   const std::string& p = out.raw_output_contents(0);
   ASSERT_EQ(p.size(), 6 * sizeof(float));
   // In the manifest's label order (negative, neutral, positive), not best first.
@@ -324,14 +333,16 @@ TEST(OipConvertTest, AnswersAreRowMajorPaddedTensorsInTheOrderAsked) {
   EXPECT_EQ(std::vector<int64_t>(out.outputs(2).shape().begin(), out.outputs(2).shape().end()),
             (std::vector<int64_t>{2, 2}));
   EXPECT_FLOAT_EQ(At<float>(out.raw_output_contents(2), 1), 0.2f);
-  EXPECT_EQ(Strings(out.raw_output_contents(3)), (std::vector<std::string>{"positive", "neutral", "negative", "positive"}));
+  EXPECT_EQ(Strings(out.raw_output_contents(3)),
+            (std::vector<std::string>{"positive", "neutral", "negative", "positive"}));
   const std::string& a = out.raw_output_contents(4);
   EXPECT_EQ(std::vector<int64_t>(out.outputs(4).shape().begin(), out.outputs(4).shape().end()),
             (std::vector<int64_t>{2, 4}));
   EXPECT_FLOAT_EQ(At<float>(a, 3), 0.25f);
   EXPECT_FLOAT_EQ(At<float>(a, 5), 0.5f);
   EXPECT_FLOAT_EQ(At<float>(a, 6), 0.0f);  // padding
-  EXPECT_EQ(Strings(out.raw_output_contents(5)), (std::vector<std::string>{"w0", "w1", "w2", "w3", "v0", "v1", "", ""}));
+  EXPECT_EQ(Strings(out.raw_output_contents(5)),
+            (std::vector<std::string>{"w0", "w1", "w2", "w3", "v0", "v1", "", ""}));
   EXPECT_EQ(At<int32_t>(out.raw_output_contents(6), 0), 4);  // tokens read, not the 9 the text had
   EXPECT_EQ(At<int32_t>(out.raw_output_contents(6), 1), 2);
   EXPECT_EQ(out.outputs(7).datatype(), "BOOL");
@@ -378,8 +389,9 @@ TEST(OipConvertTest, LayerMapsArePaddedToTheLongestTextAndSizedBeforeTheyAreBuil
   EXPECT_FLOAT_EQ(At<float>(maps, 5), 5.0f);    // text 0, row 1, column 2
   EXPECT_FLOAT_EQ(At<float>(maps, 9), 100.0f);  // text 1, its one cell
   EXPECT_FLOAT_EQ(At<float>(maps, 10), 0.0f);   // then padding
-  EXPECT_EQ(Strings(out.raw_output_contents(2))[0],
-            R"([{"byte_end":0,"byte_start":0,"end":0,"label":"PER","score":0.0,"start":0,"text":"Ann \"A\"","token_end":0,"token_start":0}])");
+  EXPECT_EQ(
+      Strings(out.raw_output_contents(2))[0],
+      R"([{"byte_end":0,"byte_start":0,"end":0,"label":"PER","score":0.0,"start":0,"text":"Ann \"A\"","token_end":0,"token_start":0}])");
   int64_t raw_bytes = 0;
   for (const std::string& raw : out.raw_output_contents()) raw_bytes += static_cast<int64_t>(raw.size());
   EXPECT_GE(AnswerBytes(answer, plan), raw_bytes);

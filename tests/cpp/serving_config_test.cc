@@ -18,11 +18,11 @@ TEST(ServingConfigTest, OverridesWinOverTheManifestWhichWinsOverDefaults) {
       "max_queue_delay_ms": 0.5, "device": "cpu"})");
   ASSERT_TRUE(o.ok()) << o.status();
   ServingConfig c = ResolveServingConfig(defaults, m, *o);
-  EXPECT_EQ(c.max_batch_size, 4);           // file
-  EXPECT_EQ(c.max_batch_tokens, 2048);      // manifest
+  EXPECT_EQ(c.max_batch_size, 4);       // file
+  EXPECT_EQ(c.max_batch_tokens, 2048);  // manifest
   EXPECT_DOUBLE_EQ(c.max_queue_delay_ms, 0.5);
-  EXPECT_EQ(c.instances, 2);                // file over the server default
-  EXPECT_EQ(c.max_queued_texts, 100);       // server default
+  EXPECT_EQ(c.instances, 2);           // file over the server default
+  EXPECT_EQ(c.max_queued_texts, 100);  // server default
   EXPECT_EQ(c.device, "cpu");
   ServingConfig plain = ResolveServingConfig(defaults, m, ServingOverrides{});
   EXPECT_EQ(plain.max_batch_size, 16);

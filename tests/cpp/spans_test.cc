@@ -22,7 +22,7 @@ TEST(SpansTest, BioAndBioes) {
 }
 
 TEST(SpansTest, IllFormedSequencesAreReadLikeConlleval) {
-  EXPECT_EQ(Show(DecodeSpans({"I-PER", "I-PER", "O"})), "(0,2,PER)");           // I- after O starts
+  EXPECT_EQ(Show(DecodeSpans({"I-PER", "I-PER", "O"})), "(0,2,PER)");               // I- after O starts
   EXPECT_EQ(Show(DecodeSpans({"B-PER", "I-LOC", "I-LOC"})), "(0,1,PER)(1,3,LOC)");  // type change
   EXPECT_EQ(Show(DecodeSpans({"B-PER", "B-PER"})), "(0,1,PER)(1,2,PER)");
   EXPECT_EQ(Show(DecodeSpans({"E-LOC", "E-LOC"})), "(0,1,LOC)(1,2,LOC)");

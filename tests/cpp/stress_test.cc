@@ -49,13 +49,15 @@ class StressTest : public ::testing::Test {
 };
 
 std::vector<std::string> MakeTexts(std::mt19937& rng, int count) {
-  const std::vector<std::string> words = {"a", "film", "good", "bad", "dull", "moving", "funny", "slow", "great",
-                                          "boring", "story", "acting", "!", "not", "very", "and", "the", "😀", "東京"};
+  const std::vector<std::string> words = {"a",    "film",  "good",   "bad",   "dull",   "moving", "funny",
+                                          "slow", "great", "boring", "story", "acting", "!",      "not",
+                                          "very", "and",   "the",    "😀",     "東京"};
   std::vector<std::string> texts;
   for (int i = 0; i < count; ++i) {
     const int n = std::uniform_int_distribution<int>(1, 40)(rng);
     std::string t;
-    for (int w = 0; w < n; ++w) t += (w ? " " : "") + words[std::uniform_int_distribution<size_t>(0, words.size() - 1)(rng)];
+    for (int w = 0; w < n; ++w)
+      t += (w ? " " : "") + words[std::uniform_int_distribution<size_t>(0, words.size() - 1)(rng)];
     texts.push_back(t);
   }
   return texts;
@@ -112,7 +114,8 @@ TEST_F(StressTest, EveryRequestIsAnsweredOnceAndCorrectlyUnderDeadlinesCancellat
         if (i == kRequestsPerClient * 3 / 4) switch_done.WaitForNotification();
         Outcome& out = outcomes[c * kRequestsPerClient + i];
         const int n = std::uniform_int_distribution<int>(1, 5)(local);
-        for (int k = 0; k < n; ++k) out.texts.push_back(pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(local)]);
+        for (int k = 0; k < n; ++k)
+          out.texts.push_back(pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(local)]);
         const int roll = std::uniform_int_distribution<int>(0, 99)(local);
         out.kind = roll < 70 ? Kind::kNormal : roll < 85 ? Kind::kShortDeadline : Kind::kCancelled;
         InferenceRequest r = Request(out.texts);
