@@ -200,17 +200,6 @@ void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done d
   if (absl::Status s = servable->runner->Enqueue(std::move(request)); !s.ok()) state->done(s);
 }
 
-absl::StatusOr<InferenceResponse> InferenceService::Run(Method method, const InferenceRequest& r) {
-  Notification finished;
-  absl::StatusOr<InferenceResponse> result;
-  Dispatch(method, r, [&](absl::StatusOr<InferenceResponse> out) {
-    result = std::move(out);
-    finished.Notify();
-  });
-  finished.WaitForNotification();
-  return result;
-}
-
 void InferenceService::PostProcessRow(Method method, const Manifest& m, const OutputOptions& o, const std::string& text,
                                       const ModelOutputs& outputs, int64_t row, TextResult& result) {
   if (method == Method::kClassify) {

@@ -41,9 +41,6 @@ class InferenceService {
 
   const RequestLimits& limits() const { return limits_; }
 
-  // The request from the calling thread (preparation) and a model instance (batching); waits.
-  absl::StatusOr<InferenceResponse> Run(Method method, const InferenceRequest& request);
-
  private:
   struct Prepared {
     ServableHandle handle;

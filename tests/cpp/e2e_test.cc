@@ -35,8 +35,9 @@ namespace {
 
 class ServerProcess {
  public:
-  void Start() {
-    dir_ = fs::temp_directory_path() / ("qvi_e2e_" + std::to_string(getpid()));
+  // `name` keeps the folders of servers started by one test process apart.
+  void Start(const std::string& name = "shared") {
+    dir_ = fs::temp_directory_path() / ("qvi_e2e_" + std::to_string(getpid()) + "_" + name);
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "store");
     fs::copy(fs::path(QVI_SOURCE_DIR) / "model_store" / "store", dir_ / "store", fs::copy_options::recursive);
@@ -481,7 +482,10 @@ TEST_F(EndToEnd, StressSixtyFourClientsWithDeadlinesAndCancellations) {
 // that reached the service (one access-log line each) is answered OK and received by its client;
 // calls that arrive once shutdown began are refused by gRPC itself (UNAVAILABLE, or CANCELLED for
 // a call cut before any handler ran); the process exits 0.
-TEST_F(EndToEnd, ZzSigtermUnderLoadAnswersEveryAcceptedRequest) {
+// SIGTERM ends the server, so this test has a server of its own (the others share one).
+TEST(Shutdown, SigtermUnderLoadAnswersEveryAcceptedRequest) {
+  auto server_ = std::make_unique<ServerProcess>();
+  server_->Start("shutdown");
   std::atomic<int> ok{0};
   std::atomic<bool> stop{false};
   absl::Mutex mu;
@@ -541,7 +545,7 @@ TEST_F(EndToEnd, ZzSigtermUnderLoadAnswersEveryAcceptedRequest) {
   EXPECT_TRUE(others.empty()) << "unexpected status codes, e.g. " << (others.empty() ? 0 : others.begin()->first);
   const std::string log = server_->Log();
   EXPECT_NE(log.find("model queues drained"), std::string::npos) << log;
-  // This test's own calls only (the server is shared with the tests before it).
+  // This test's own calls only (its own "zz-" ids, as it also makes health calls).
   int accepted = 0, answered_ok = 0;
   std::istringstream lines(log);
   for (std::string line; std::getline(lines, line);) {

@@ -11,6 +11,8 @@
 #include <fstream>
 
 #include "server/core/sync.h"
+#include "tests/cpp/test_util/run.h"
+#include "tests/cpp/test_util/store.h"
 
 namespace qvi {
 namespace {
@@ -19,16 +21,12 @@ class InferenceServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     torch::set_num_threads(1);
-    store_ = new std::string(std::filesystem::temp_directory_path() / ("qvi_core_test_" + std::to_string(getpid())));
-    const std::string demo = std::string(QVI_SOURCE_DIR) + "/model_store/store";
-    ASSERT_TRUE(std::filesystem::exists(demo + "/sentiment/1/model.pt")) << "run scripts/setup.sh first";
-    std::filesystem::create_directories(*store_);
-    std::filesystem::copy(demo, *store_, std::filesystem::copy_options::recursive);
-    std::filesystem::create_directories(*store_ + "/sentiment/2");
-    std::ofstream(*store_ + "/sentiment/2/model.pt") << "this is not a TorchScript archive";
+    store_ = new testing::TempStore("core_test");
+    store_->CopyDemo();
+    store_->Write("sentiment/2/model.pt", "this is not a TorchScript archive");
     ServingConfig defaults;
     defaults.device = "cpu";
-    auto repo = ModelRepository::Create({*store_, defaults});
+    auto repo = ModelRepository::Create({store_->str(), defaults});
     ASSERT_TRUE(repo.ok()) << repo.status();
     repo_ = repo->release();
     repo_->Poll();
@@ -37,11 +35,13 @@ class InferenceServiceTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete executor_;
     delete repo_;
-    std::filesystem::remove_all(*store_);
     delete store_;
   }
 
   InferenceService Service(RequestLimits limits = {}) { return InferenceService(repo_, executor_, limits); }
+  static absl::StatusOr<InferenceResponse> Run(InferenceService service, Method method, InferenceRequest request) {
+    return testing::RunAndWait(service, method, std::move(request));
+  }
 
   static InferenceRequest Request(std::string model, std::vector<std::string> texts) {
     InferenceRequest r;
@@ -56,12 +56,12 @@ class InferenceServiceTest : public ::testing::Test {
     EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().message();
   }
 
-  static std::string* store_;
+  static testing::TempStore* store_;
   static ModelRepository* repo_;
   static Executor* executor_;
 };
 
-std::string* InferenceServiceTest::store_ = nullptr;
+testing::TempStore* InferenceServiceTest::store_ = nullptr;
 ModelRepository* InferenceServiceTest::repo_ = nullptr;
 Executor* InferenceServiceTest::executor_ = nullptr;
 
@@ -70,7 +70,7 @@ TEST_F(InferenceServiceTest, ClassifiesWithExplanations) {
   r.options.top_k = 5;
   r.options.attention = true;
   r.options.gates = true;
-  auto out = Service().Run(Method::kClassify, r);
+  auto out = Run(Service(), Method::kClassify, r);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->version, 1);  // version 2 is corrupt, so 0 resolves to 1
   ASSERT_EQ(out->results.size(), 2u);
@@ -90,7 +90,7 @@ TEST_F(InferenceServiceTest, ClassifiesWithExplanations) {
 }
 
 TEST_F(InferenceServiceTest, CheapAnswerHasNoTokens) {
-  auto out = Service().Run(Method::kClassify, Request("sentiment", {"fine"}));
+  auto out = Run(Service(), Method::kClassify, Request("sentiment", {"fine"}));
   ASSERT_TRUE(out.ok());
   EXPECT_EQ(out->results[0].labels.size(), 1u);
   EXPECT_TRUE(out->results[0].tokens.empty());
@@ -98,7 +98,7 @@ TEST_F(InferenceServiceTest, CheapAnswerHasNoTokens) {
 
 TEST_F(InferenceServiceTest, TagsWithExactSubstrings) {
   const std::string text = "Barack Obama flew to Paris with Microsoft people 😀 .";
-  auto out = Service().Run(Method::kTag, Request("ner", {text, ""}));
+  auto out = Run(Service(), Method::kTag, Request("ner", {text, ""}));
   ASSERT_TRUE(out.ok()) << out.status();
   const TextResult& res = out->results[0];
   EXPECT_EQ(res.tokens.size(), 10u);
@@ -112,41 +112,41 @@ TEST_F(InferenceServiceTest, Truncation) {
   for (int i = 0; i < 200; ++i) long_text += "word ";
   InferenceRequest r = Request("sentiment", {long_text});
   r.options.tokens = true;
-  auto out = Service().Run(Method::kClassify, r);
+  auto out = Run(Service(), Method::kClassify, r);
   ASSERT_TRUE(out.ok());
   EXPECT_TRUE(out->results[0].truncated);
   EXPECT_EQ(out->results[0].num_tokens, 200u);
   EXPECT_EQ(out->results[0].tokens.size(), 128u);
   r.options.error_on_truncation = true;
-  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+  ExpectError(Run(Service(), Method::kClassify, r), absl::StatusCode::kInvalidArgument,
               "texts[0]: 200 tokens exceed model 'sentiment' max_tokens of 128");
 }
 
 TEST_F(InferenceServiceTest, InvalidArguments) {
   auto svc = Service(RequestLimits{3, 20});
-  ExpectError(svc.Run(Method::kClassify, Request("sentiment", {})), absl::StatusCode::kInvalidArgument,
+  ExpectError(Run(svc, Method::kClassify, Request("sentiment", {})), absl::StatusCode::kInvalidArgument,
               "texts: empty; send between 1 and 3 texts");
-  ExpectError(svc.Run(Method::kClassify, Request("sentiment", {"a", "b", "c", "d"})),
+  ExpectError(Run(svc, Method::kClassify, Request("sentiment", {"a", "b", "c", "d"})),
               absl::StatusCode::kInvalidArgument, "texts: 4 texts exceed the limit of 3");
-  ExpectError(svc.Run(Method::kClassify, Request("sentiment", {"ok", std::string(21, 'x')})),
+  ExpectError(Run(svc, Method::kClassify, Request("sentiment", {"ok", std::string(21, 'x')})),
               absl::StatusCode::kInvalidArgument, "texts[1]: 21 bytes exceed the limit of 20 bytes");
-  ExpectError(svc.Run(Method::kClassify, Request("sentiment", {"ok\xff"})), absl::StatusCode::kInvalidArgument,
+  ExpectError(Run(svc, Method::kClassify, Request("sentiment", {"ok\xff"})), absl::StatusCode::kInvalidArgument,
               "texts[0]: invalid UTF-8 at byte 2");
-  ExpectError(svc.Run(Method::kClassify, Request("sentiment", {"  "})), absl::StatusCode::kInvalidArgument,
+  ExpectError(Run(svc, Method::kClassify, Request("sentiment", {"  "})), absl::StatusCode::kInvalidArgument,
               "texts[0]: has no tokens");
-  ExpectError(svc.Run(Method::kClassify, Request("", {"x"})), absl::StatusCode::kInvalidArgument, "model.name: empty");
+  ExpectError(Run(svc, Method::kClassify, Request("", {"x"})), absl::StatusCode::kInvalidArgument, "model.name: empty");
   InferenceRequest r = Request("sentiment", {"x"});
   r.options.top_k = -1;
-  ExpectError(svc.Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument, "options.top_k: -1 is negative");
+  ExpectError(Run(svc, Method::kClassify, r), absl::StatusCode::kInvalidArgument, "options.top_k: -1 is negative");
   r = Request("sentiment", {"x"});
   r.version = -3;
-  ExpectError(svc.Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument, "model.version: -3");
-  ExpectError(svc.Run(Method::kTag, Request("sentiment", {"x"})), absl::StatusCode::kInvalidArgument,
+  ExpectError(Run(svc, Method::kClassify, r), absl::StatusCode::kInvalidArgument, "model.version: -3");
+  ExpectError(Run(svc, Method::kTag, Request("sentiment", {"x"})), absl::StatusCode::kInvalidArgument,
               "model 'sentiment' is a classification model; call Classify, not Tag");
   r = Request("sentiment", {"x"});
   r.options.layers.gates = true;
   r.options.layers.layers = {7};
-  ExpectError(svc.Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+  ExpectError(Run(svc, Method::kClassify, r), absl::StatusCode::kInvalidArgument,
               "options.layers.layers[0]: 7 is out of range [0, 2)");
 }
 
@@ -155,30 +155,30 @@ TEST_F(InferenceServiceTest, RepeatedOrTooManyLayerAndHeadIndicesAreRefused) {
   InferenceRequest r = Request("sentiment", {"x"});
   r.options.layers.attention_maps = true;
   r.options.layers.layers = {1, 0, 1};
-  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+  ExpectError(Run(Service(), Method::kClassify, r), absl::StatusCode::kInvalidArgument,
               "options.layers.layers: 3 indices exceed the model's 2 layers");
   r.options.layers.layers = {1, 1};
-  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+  ExpectError(Run(Service(), Method::kClassify, r), absl::StatusCode::kInvalidArgument,
               "options.layers.layers[1]: 1 repeats options.layers.layers[0]");
   r.options.layers.layers = {};
   r.options.layers.heads = {2, 0, 2};
-  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+  ExpectError(Run(Service(), Method::kClassify, r), absl::StatusCode::kInvalidArgument,
               "options.layers.heads[2]: 2 repeats options.layers.heads[0]");
   r.options.layers.heads = std::vector<int>(200000, 0);  // refused by its length, before it is walked
-  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+  ExpectError(Run(Service(), Method::kClassify, r), absl::StatusCode::kInvalidArgument,
               "options.layers.heads: 200000 indices exceed the model's 4 heads");
   r.options.layers.heads = {3, 0, 2, 1};  // every head once, in any order, is fine
-  EXPECT_TRUE(Service().Run(Method::kClassify, r).ok());
+  EXPECT_TRUE(Run(Service(), Method::kClassify, r).ok());
 }
 
 TEST_F(InferenceServiceTest, LongModelNamesAndRequestIdsAreRefusedWithoutEcho) {
   InferenceRequest r = Request(std::string(1 << 22, 'm'), {"x"});
-  absl::StatusOr<InferenceResponse> out = Service().Run(Method::kClassify, r);
+  absl::StatusOr<InferenceResponse> out = Run(Service(), Method::kClassify, r);
   ExpectError(out, absl::StatusCode::kInvalidArgument, "model.name: 4194304 bytes exceed the limit of 256 bytes");
   EXPECT_LT(out.status().message().size(), 200u);
   r = Request("sentiment", {"x"});
   r.request_id = std::string(257, 'r');
-  out = Service().Run(Method::kClassify, r);
+  out = Run(Service(), Method::kClassify, r);
   ExpectError(out, absl::StatusCode::kInvalidArgument, "request_id: 257 bytes exceed the limit of 256 bytes");
   EXPECT_LT(out.status().message().size(), 200u);
   EXPECT_EQ(Capped(std::string(1000, 'a'), 4), "aaaa...(1000 bytes)");
@@ -192,7 +192,7 @@ TEST_F(InferenceServiceTest, AnAnswerOverTheSendLimitIsRefusedBeforeTheModelRuns
   r.options.layers.gates = true;
   r.options.layers.attention_maps = true;
   // The answer really is about as large as estimated: measure it without a limit.
-  absl::StatusOr<InferenceResponse> full = Service().Run(Method::kClassify, r);
+  absl::StatusOr<InferenceResponse> full = Run(Service(), Method::kClassify, r);
   ASSERT_TRUE(full.ok()) << full.status();
   int64_t payload = 0;
   for (const TextResult& t : full->results) {
@@ -204,52 +204,52 @@ TEST_F(InferenceServiceTest, AnAnswerOverTheSendLimitIsRefusedBeforeTheModelRuns
   EXPECT_LE(estimate, 2 * payload);
   RequestLimits limits;
   limits.max_response_bytes = payload / 2;
-  ExpectError(Service(limits).Run(Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+  ExpectError(Run(Service(limits), Method::kClassify, r), absl::StatusCode::kInvalidArgument,
               "the answer would be about");
   // Averaging the heads makes it fit.
   r.options.layers.reduction = LayerSelection::Reduction::kMeanHeads;
-  EXPECT_TRUE(Service(limits).Run(Method::kClassify, r).ok());
+  EXPECT_TRUE(Run(Service(limits), Method::kClassify, r).ok());
 }
 
 TEST_F(InferenceServiceTest, ARequestThatCanNeverFitTheQueueIsInvalidNotExhausted) {
   RequestLimits limits;
   limits.max_texts = 4000;
-  ExpectError(Service(limits).Run(Method::kClassify, Request("sentiment", std::vector<std::string>(1025, "x"))),
+  ExpectError(Run(Service(limits), Method::kClassify, Request("sentiment", std::vector<std::string>(1025, "x"))),
               absl::StatusCode::kInvalidArgument,
               "texts: 1025 texts can never fit model 'sentiment''s queue of 1024 texts (max_queued_texts)");
   // The same store served with queues of 16 tokens.
   ServingConfig small;
   small.device = "cpu";
   small.max_queued_tokens = 16;
-  auto repo = ModelRepository::Create({*store_, small});
+  auto repo = ModelRepository::Create({store_->str(), small});
   ASSERT_TRUE(repo.ok()) << repo.status();
   (*repo)->Poll();
   InferenceService service(repo->get(), executor_, RequestLimits{});
-  ExpectError(service.Run(Method::kClassify,
-                          Request("sentiment", {"one two three four five six seven eight nine",
-                                                "ten eleven twelve thirteen fourteen fifteen sixteen seventeen"})),
+  ExpectError(Run(service, Method::kClassify,
+                  Request("sentiment", {"one two three four five six seven eight nine",
+                                        "ten eleven twelve thirteen fourteen fifteen sixteen seventeen"})),
               absl::StatusCode::kInvalidArgument,
               "texts: 17 tokens in all can never fit model 'sentiment''s queue of 16 tokens (max_queued_tokens)");
-  EXPECT_TRUE(service.Run(Method::kClassify, Request("sentiment", {"one two three"})).ok());
+  EXPECT_TRUE(Run(service, Method::kClassify, Request("sentiment", {"one two three"})).ok());
 }
 
 TEST_F(InferenceServiceTest, UnknownAndFailedModels) {
-  ExpectError(Service().Run(Method::kClassify, Request("nope", {"x"})), absl::StatusCode::kNotFound,
+  ExpectError(Run(Service(), Method::kClassify, Request("nope", {"x"})), absl::StatusCode::kNotFound,
               "model 'nope' not found; models: ner, sentiment");
   InferenceRequest r = Request("sentiment", {"x"});
   r.version = 9;
-  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kNotFound, "has no version 9; versions: 1, 2");
+  ExpectError(Run(Service(), Method::kClassify, r), absl::StatusCode::kNotFound, "has no version 9; versions: 1, 2");
   r.version = 2;
-  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kUnavailable, "version 2 is FAILED: cannot read");
+  ExpectError(Run(Service(), Method::kClassify, r), absl::StatusCode::kUnavailable, "version 2 is FAILED: cannot read");
 }
 
 TEST_F(InferenceServiceTest, ExpiredAndCancelledRequestsNeverRun) {
   InferenceRequest r = Request("sentiment", {"x"});
   r.deadline = absl::Now() - absl::Seconds(1);
-  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kDeadlineExceeded, "deadline");
+  ExpectError(Run(Service(), Method::kClassify, r), absl::StatusCode::kDeadlineExceeded, "deadline");
   r.deadline = absl::InfiniteFuture();
   r.is_cancelled = [] { return true; };
-  ExpectError(Service().Run(Method::kClassify, r), absl::StatusCode::kCancelled, "cancelled");
+  ExpectError(Run(Service(), Method::kClassify, r), absl::StatusCode::kCancelled, "cancelled");
 }
 
 TEST_F(InferenceServiceTest, LayerMapsAreSelectedAndReduced) {
@@ -257,7 +257,7 @@ TEST_F(InferenceServiceTest, LayerMapsAreSelectedAndReduced) {
   r.options.layers.gates = true;
   r.options.layers.attention_maps = true;
   r.options.layers.layers = {1};
-  auto out = Service().Run(Method::kClassify, r);
+  auto out = Run(Service(), Method::kClassify, r);
   ASSERT_TRUE(out.ok()) << out.status();
   const auto& maps = out->results[0].layers;
   ASSERT_EQ(maps.size(), 4u);  // one layer x 4 heads
@@ -269,7 +269,7 @@ TEST_F(InferenceServiceTest, LayerMapsAreSelectedAndReduced) {
   EXPECT_NEAR(row, 1.0f, 1e-5);
   r.options.layers.layers = {};
   r.options.layers.reduction = LayerSelection::Reduction::kMeanAll;
-  out = Service().Run(Method::kClassify, r);
+  out = Run(Service(), Method::kClassify, r);
   ASSERT_TRUE(out.ok());
   ASSERT_EQ(out->results[0].layers.size(), 1u);
   EXPECT_EQ(out->results[0].layers[0].layer, -1);
@@ -288,12 +288,12 @@ TEST_F(InferenceServiceTest, BatchingIsInvisibleInTheAnswers) {
   together.options.top_k = 2;
   together.options.attention = true;
   together.options.gates = true;
-  auto batched = Service().Run(Method::kClassify, together);
+  auto batched = Run(Service(), Method::kClassify, together);
   ASSERT_TRUE(batched.ok()) << batched.status();
   for (size_t i = 0; i < texts.size(); ++i) {
     InferenceRequest one = together;
     one.texts = {texts[i]};
-    auto alone = Service().Run(Method::kClassify, one);
+    auto alone = Run(Service(), Method::kClassify, one);
     ASSERT_TRUE(alone.ok());
     const TextResult& a = alone->results[0];
     const TextResult& b = batched->results[i];
@@ -422,7 +422,7 @@ TEST_F(InferenceServiceTest, SubmitAnswersExactlyOnce) {
   }
   // A later request through the same queue is answered after anything still in flight for the
   // first three; a second answer to any of them would have arrived by then.
-  ASSERT_TRUE(svc.Run(Method::kClassify, Request("sentiment", {"after"})).ok());
+  ASSERT_TRUE(Run(svc, Method::kClassify, Request("sentiment", {"after"})).ok());
   MutexLock l(&mu);
   EXPECT_EQ(answers, 3);
   EXPECT_EQ(per_request, (std::vector<int>{1, 1, 1}));

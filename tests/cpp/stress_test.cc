@@ -16,6 +16,8 @@
 #include "server/core/inference_service.h"
 #include "server/core/model_repository.h"
 #include "server/core/sync.h"
+#include "tests/cpp/test_util/run.h"
+#include "tests/cpp/test_util/store.h"
 
 namespace qvi {
 namespace {
@@ -36,15 +38,13 @@ class StressTest : public ::testing::Test {
  protected:
   void SetUp() override {
     torch::set_num_threads(1);
-    demo_ = fs::path(QVI_SOURCE_DIR) / "model_store" / "store" / "sentiment" / "1" / "model.pt";
-    ASSERT_TRUE(fs::exists(demo_)) << "run scripts/setup.sh first";
-    root_ = fs::temp_directory_path() / ("qvi_stress_test_" + std::to_string(getpid()));
-    fs::remove_all(root_);
-    fs::create_directories(root_ / "sentiment" / "1");
-    fs::copy_file(demo_, root_ / "sentiment" / "1" / "model.pt");
+    demo_ = testing::DemoStore() / "sentiment" / "1" / "model.pt";
+    store_ = std::make_unique<testing::TempStore>("stress_test");
+    store_->CopyDemoFile("sentiment/1/model.pt", "sentiment/1/model.pt");
+    root_ = store_->path();
   }
-  void TearDown() override { fs::remove_all(root_); }
 
+  std::unique_ptr<testing::TempStore> store_;
   fs::path demo_, root_;
 };
 
@@ -86,7 +86,7 @@ TEST_F(StressTest, EveryRequestIsAnsweredOnceAndCorrectlyUnderDeadlinesCancellat
   const std::vector<std::string> pool = MakeTexts(rng, 24);
   std::map<std::string, Expected> expected;
   for (const std::string& text : pool) {
-    absl::StatusOr<InferenceResponse> alone = service.Run(Method::kClassify, Request({text}));
+    absl::StatusOr<InferenceResponse> alone = testing::RunAndWait(service, Method::kClassify, Request({text}));
     ASSERT_TRUE(alone.ok()) << alone.status();
     Expected& e = expected[text];
     e.labels = alone->results[0].labels;

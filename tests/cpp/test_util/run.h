@@ -1,0 +1,14 @@
+// The core's answer to one request, waited for: InferenceService::Submit with a done-callback that
+// hands the answer back. For tests, which want a value; the server itself never waits.
+#ifndef QVI_TESTS_CPP_TEST_UTIL_RUN_H_
+#define QVI_TESTS_CPP_TEST_UTIL_RUN_H_
+
+#include "server/core/inference_service.h"
+
+namespace qvi::testing {
+
+absl::StatusOr<InferenceResponse> RunAndWait(InferenceService& service, Method method, InferenceRequest request);
+
+}  // namespace qvi::testing
+
+#endif  // QVI_TESTS_CPP_TEST_UTIL_RUN_H_

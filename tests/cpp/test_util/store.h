@@ -1,0 +1,38 @@
+// Temporary model stores for tests: a folder under the system's temp directory that is removed
+// with the object, filled from the demo store that scripts/setup.sh builds.
+#ifndef QVI_TESTS_CPP_TEST_UTIL_STORE_H_
+#define QVI_TESTS_CPP_TEST_UTIL_STORE_H_
+
+#include <filesystem>
+#include <string>
+
+namespace qvi::testing {
+
+// The demo store of the checkout (model_store/store); QVI_SOURCE_DIR is set by the build.
+std::filesystem::path DemoStore();
+
+class TempStore {
+ public:
+  // An empty folder named after `name` and this process (so that parallel test processes differ).
+  explicit TempStore(const std::string& name);
+  ~TempStore();
+  TempStore(const TempStore&) = delete;
+  TempStore& operator=(const TempStore&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+
+  // Copies the whole demo store in.
+  void CopyDemo();
+  // Copies one file of the demo store (e.g. "sentiment/1/model.pt") to `to`, relative to this store.
+  void CopyDemoFile(const std::string& from, const std::string& to);
+  // Writes `contents` to `file`, relative to this store, making its folders.
+  void Write(const std::string& file, const std::string& contents);
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace qvi::testing
+
+#endif  // QVI_TESTS_CPP_TEST_UTIL_STORE_H_
