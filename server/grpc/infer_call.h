@@ -15,8 +15,12 @@
 #include <atomic>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "server/core/model_repository.h"
+#include "server/core/request.h"
+#include "server/grpc/convert.h"
+#include "server/logging.h"
 #include "server/metrics/metrics.h"
 
 namespace qvi {
@@ -72,6 +76,14 @@ class InferCall final : public grpc::ServerUnaryReactor {
   grpc::Status Admission() const;
 
   void Answer(const grpc::Status& status, const AnswerSummary* answer = nullptr);
+
+  // Answers with the core's answer, or its error. `build(answer, &message)` fills the API's
+  // message (a non-OK status refuses it); the message is serialised into `raw`. An answer over the
+  // send limit is RESOURCE_EXHAUSTED, and a failure while building it (std::bad_alloc, say) INTERNAL:
+  // nothing on the answer path throws into gRPC.
+  template <typename Message, typename Build>
+  void AnswerWith(const absl::StatusOr<InferenceResponse>& answer, grpc::ByteBuffer* raw, Build&& build);
+
   void OnDone() override;
 
   // Set while the call is prepared, before it is handed to the core.
@@ -95,6 +107,29 @@ class InferCall final : public grpc::ServerUnaryReactor {
 
 // The call's deadline in the core's terms (InfiniteFuture when it has none).
 absl::Time Deadline(const grpc::CallbackServerContext* ctx);
+
+template <typename Message, typename Build>
+void InferCall::AnswerWith(const absl::StatusOr<InferenceResponse>& answer, grpc::ByteBuffer* raw, Build&& build) {
+  if (!answer.ok()) {
+    Answer(ToGrpcStatus(answer.status()));
+    return;
+  }
+  grpc::Status status;
+  try {
+    Message message;
+    status = build(*answer, &message);
+    if (status.ok()) {
+      bool own = false;
+      status = grpc::SerializationTraits<Message>::Serialize(message, raw, &own);
+    }
+    if (status.ok()) status = calls_->CheckResponseSize(raw);
+  } catch (...) {
+    status =
+        grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("building the answer failed: ", CurrentExceptionText()));
+  }
+  const AnswerSummary summary{answer->version, answer->tokens, answer->queue_time, answer->compute_time};
+  Answer(status, status.ok() ? &summary : nullptr);
+}
 
 }  // namespace qvi
 

@@ -71,24 +71,11 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::Callb
     call->model = r.model;
     call->texts = static_cast<int64_t>(r.texts.size());
     call->request_id = r.request_id;
-    core_->Submit(method, std::move(r), [this, call, raw_response](absl::StatusOr<InferenceResponse> out) {
-      if (!out.ok()) {
-        call->Answer(ToGrpcStatus(out.status()));
-        return;
-      }
-      grpc::Status status;
-      try {
-        Response response;
-        ToProto(*out, &response);
-        bool own = false;
-        status = grpc::SerializationTraits<Response>::Serialize(response, raw_response, &own);
-        if (status.ok()) status = calls_->CheckResponseSize(raw_response);
-      } catch (...) {
-        status = grpc::Status(grpc::StatusCode::INTERNAL,
-                              absl::StrCat("building the answer failed: ", CurrentExceptionText()));
-      }
-      const AnswerSummary summary{out->version, out->tokens, out->queue_time, out->compute_time};
-      call->Answer(status, status.ok() ? &summary : nullptr);
+    core_->Submit(method, std::move(r), [call, raw_response](absl::StatusOr<InferenceResponse> out) {
+      call->AnswerWith<Response>(out, raw_response, [](const InferenceResponse& answer, Response* response) {
+        ToProto(answer, response);
+        return grpc::Status::OK;
+      });
     });
   } catch (...) {  // bad_alloc parsing or preparing: this call fails, the server goes on
     call->Answer(grpc::Status(grpc::StatusCode::INTERNAL,

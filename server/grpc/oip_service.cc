@@ -176,35 +176,23 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext
     call->texts = static_cast<int64_t>(r.texts.size());
     const Method method = plan->method;
     auto shared_plan = std::make_shared<oip::InferPlan>(std::move(*plan));
+    const int64_t limit = calls_->options().max_response_bytes;
     core_->Submit(method, std::move(r),
-                  [this, call, raw_response, shared_plan, id = request.id()](absl::StatusOr<InferenceResponse> out) {
-                    if (!out.ok()) {
-                      call->Answer(ToGrpcStatus(out.status()));
-                      return;
-                    }
-                    grpc::Status status;
-                    try {
-                      const int64_t limit = calls_->options().max_response_bytes;
-                      const int64_t bytes = oip::AnswerBytes(*out, *shared_plan);
-                      if (limit > 0 && bytes > limit) {
-                        status = grpc::Status(
-                            grpc::StatusCode::RESOURCE_EXHAUSTED,
-                            absl::StrCat("the answer would be at least ", bytes, " bytes, over the limit of ", limit,
-                                         " bytes (--max-message-bytes); ask for fewer texts or outputs"));
-                      } else {
-                        inference::ModelInferResponse response;
-                        oip::ToModelInfer(*out, *shared_plan, id, &response);
-                        bool own = false;
-                        status = grpc::SerializationTraits<inference::ModelInferResponse>::Serialize(
-                            response, raw_response, &own);
-                        if (status.ok()) status = calls_->CheckResponseSize(raw_response);
-                      }
-                    } catch (...) {
-                      status = grpc::Status(grpc::StatusCode::INTERNAL,
-                                            absl::StrCat("building the answer failed: ", CurrentExceptionText()));
-                    }
-                    const AnswerSummary summary{out->version, out->tokens, out->queue_time, out->compute_time};
-                    call->Answer(status, status.ok() ? &summary : nullptr);
+                  [call, raw_response, shared_plan, limit, id = request.id()](absl::StatusOr<InferenceResponse> out) {
+                    call->AnswerWith<inference::ModelInferResponse>(
+                        out, raw_response,
+                        [&](const InferenceResponse& answer, inference::ModelInferResponse* response) {
+                          // Padded tensors can be far larger than the texts: sized before they are built.
+                          const int64_t bytes = oip::AnswerBytes(answer, *shared_plan);
+                          if (limit > 0 && bytes > limit) {
+                            return grpc::Status(
+                                grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                absl::StrCat("the answer would be at least ", bytes, " bytes, over the limit of ",
+                                             limit, " bytes (--max-message-bytes); ask for fewer texts or outputs"));
+                          }
+                          oip::ToModelInfer(answer, *shared_plan, id, response);
+                          return grpc::Status::OK;
+                        });
                   });
   } catch (...) {  // bad_alloc parsing or preparing: this call fails, the server goes on
     call->Answer(grpc::Status(grpc::StatusCode::INTERNAL,

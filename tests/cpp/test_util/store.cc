@@ -30,7 +30,8 @@ void TempStore::CopyDemo() {
 }
 
 void TempStore::CopyDemoFile(const std::string& from, const std::string& to) {
-  if (!fs::exists(DemoStore() / from)) throw std::runtime_error((DemoStore() / from).string() + " is missing: run scripts/setup.sh first");
+  if (!fs::exists(DemoStore() / from))
+    throw std::runtime_error((DemoStore() / from).string() + " is missing: run scripts/setup.sh first");
   fs::create_directories((path_ / to).parent_path());
   fs::copy_file(DemoStore() / from, path_ / to, fs::copy_options::overwrite_existing);
 }
