@@ -144,6 +144,59 @@ class Background:
             t.join(timeout=60)
 
 
+class Traffic(Background):
+    """`classifiers` clients sending Classify (sentiment, version 0) and one sending Tag (ner) in a
+    loop until the block ends; records every outcome: the versions that answered each classifying
+    client, in order, the tags answered, and every error."""
+
+    def __init__(self, api, channel, classifiers=3):
+        self.pb, pb_grpc = api
+        self.stub = pb_grpc.InferenceStub(channel)
+        self.lock = threading.Lock()
+        self.classifiers = classifiers
+        self.versions = {c: [] for c in range(classifiers)}  # sentiment versions answered, per client, in order
+        self.tagged = 0
+        self.errors = []
+        super().__init__(classifiers + 1)
+
+    def run(self, c):
+        pb = self.pb
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            try:
+                if c == self.classifiers:
+                    self.stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=[f"Paris {i}"]), timeout=30)
+                    with self.lock:
+                        self.tagged += 1
+                    continue
+                r = self.stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"),
+                                                          texts=[f"a good film {i}", "dull"]), timeout=30)
+                assert len(r.results) == 2
+                with self.lock:
+                    self.versions[c].append(r.model.version)
+            except grpc.RpcError as e:
+                with self.lock:
+                    self.errors.append((c, e.code(), e.details()))
+
+    def served(self):
+        with self.lock:
+            return [v for vs in self.versions.values() for v in vs]
+
+    def wait_for_answers_from(self, version, more=20, seconds=60):
+        """Until `more` answers came from `version` (bounded by `seconds`)."""
+        deadline = time.monotonic() + seconds
+        while self.served().count(version) < more:
+            assert time.monotonic() < deadline, f"no answers from version {version}; errors {self.errors[:3]}"
+            time.sleep(0.01)
+
+    def check(self):
+        assert self.errors == [], f"{len(self.errors)} failed requests, e.g. {self.errors[:3]}"
+        for c, vs in self.versions.items():
+            assert vs, f"client {c} got no answers"
+        assert self.tagged > 0, "the other model's client got no answers"
+
+
 class ServerProcess:
     """qvi-server on a free port over `store`, started and stopped (SIGTERM, exit code 0)."""
 

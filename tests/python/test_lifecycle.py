@@ -12,7 +12,7 @@ import time
 import grpc
 import pytest
 
-from conftest import STORE, Background, ServerProcess, wait_until
+from conftest import STORE, ServerProcess, Traffic, wait_until
 
 WAIT_S = 60
 
@@ -40,56 +40,6 @@ def add_version(store, version, content=None):
         with open(os.path.join(staging, "model.pt"), "wb") as f:
             f.write(content)
     os.rename(staging, os.path.join(store, "sentiment", str(version)))
-
-
-class Traffic(Background):
-    """Four clients sending Classify (version 0) and Tag in a loop; records every outcome."""
-
-    def __init__(self, api, channel):
-        self.pb, pb_grpc = api
-        self.stub = pb_grpc.InferenceStub(channel)
-        self.lock = threading.Lock()
-        self.versions = {c: [] for c in range(3)}  # sentiment versions answered, per client, in order
-        self.tagged = 0
-        self.errors = []
-        super().__init__(4)
-
-    def run(self, c):
-        pb = self.pb
-        i = 0
-        while not self.stop.is_set():
-            i += 1
-            try:
-                if c == 3:
-                    self.stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=[f"Paris {i}"]), timeout=30)
-                    with self.lock:
-                        self.tagged += 1
-                    continue
-                r = self.stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"),
-                                                          texts=[f"a good film {i}", "dull"]), timeout=30)
-                assert len(r.results) == 2
-                with self.lock:
-                    self.versions[c].append(r.model.version)
-            except grpc.RpcError as e:
-                with self.lock:
-                    self.errors.append((c, e.code(), e.details()))
-
-    def served(self):
-        with self.lock:
-            return [v for vs in self.versions.values() for v in vs]
-
-    def wait_for_answers_from(self, version, more=20):
-        """Until `more` answers came from `version` (bounded)."""
-        deadline = time.monotonic() + WAIT_S
-        while self.served().count(version) < more:
-            assert time.monotonic() < deadline, f"no answers from version {version}; errors {self.errors[:3]}"
-            time.sleep(0.01)
-
-    def check(self):
-        assert self.errors == [], f"{len(self.errors)} failed requests, e.g. {self.errors[:3]}"
-        for c, vs in self.versions.items():
-            assert vs, f"client {c} got no answers"
-        assert self.tagged > 0, "the other model's client got no answers"
 
 
 def versions_of(api, channel, model="sentiment"):

@@ -18,7 +18,7 @@ import grpc
 import pytest
 import yaml
 
-from conftest import REPO, STORE, Background, ServerProcess
+from conftest import REPO, STORE, ServerProcess, Traffic
 
 DEPLOY = os.path.join(REPO, "deploy")
 PROMETHEUS = shutil.which("prometheus")
@@ -99,31 +99,11 @@ def per_model(result):
     return {r["metric"].get("model"): float(r["value"][1]) for r in result}
 
 
-class Traffic(Background):
-    """Three clients: one tagging, two classifying, until the block ends."""
-
-    def __init__(self, api, channel):
-        self.pb, pb_grpc = api
-        self.stub = pb_grpc.InferenceStub(channel)
-        super().__init__(3)
-
-    def run(self, i):
-        pb = self.pb
-        n = 0
-        while not self.stop.is_set():
-            n += 1
-            if i == 0:
-                self.stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=[f"Paris and Berlin {n}"]), timeout=30)
-            else:
-                self.stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"),
-                                                      texts=["a good film", f"dull and long {n}"]), timeout=30)
-
-
 def test_prometheus_sees_request_rate_and_latency_per_model(served, prometheus, api):
     rate = "sum by (model) (rate(qvi_requests_total[30s]))"
     p99 = "histogram_quantile(0.99, sum by (model, le) (rate(qvi_request_duration_seconds_bucket[30s])))"
     p50_queue = "histogram_quantile(0.5, sum by (model, le) (rate(qvi_queue_duration_seconds_bucket[30s])))"
-    with Traffic(api, served.channel):
+    with Traffic(api, served.channel, classifiers=2):
         deadline = time.monotonic() + WAIT_S
         while True:
             rates, lat, queue = per_model(query(prometheus, rate)), per_model(query(prometheus, p99)), \
@@ -147,7 +127,7 @@ def test_prometheus_adapter_rules_give_the_autoscaler_a_value_per_pod(served, pr
         rules = yaml.safe_load(f)["rules"]["custom"]
     names = {r["name"]["as"] for r in rules}
     assert "qvi_requests_in_flight" in names  # what deploy/k8s/base/hpa.yaml scales on
-    with Traffic(api, served.channel):
+    with Traffic(api, served.channel, classifiers=2):
         deadline = time.monotonic() + WAIT_S
         pending = list(rules)
         while pending:
