@@ -155,7 +155,8 @@ TEST_F(EndToEnd, ClassifyWithExplanations) {
   EXPECT_EQ(toks[3].end(), 10u);
 }
 
-// The Open Inference Protocol on the same port (the server under ASan in scripts/sanitize.sh too):
+// The Open Inference Protocol on the same port (tests/python/test_oip.py covers it more, and runs
+// against the ASan server in scripts/sanitize.sh):
 // ModelInfer with raw and listed texts, every output of the classifier, and a malformed raw buffer.
 TEST_F(EndToEnd, ModelInferAnswersAsClassify) {
   const std::vector<std::string> texts = {"A gorgeous, moving film.", "北京 café 👍🏽 dull"};
