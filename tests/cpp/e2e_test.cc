@@ -157,7 +157,7 @@ TEST_F(EndToEnd, ClassifyWithExplanations) {
 
 // The Open Inference Protocol on the same port (tests/python/test_oip.py covers it more, and runs
 // against the ASan server in scripts/sanitize.sh):
-// ModelInfer with raw and listed texts, every output of the classifier, and a malformed raw buffer.
+// ModelInfer with raw contents, every output of the classifier, and a malformed raw buffer.
 TEST_F(EndToEnd, ModelInferAnswersAsClassify) {
   const std::vector<std::string> texts = {"A gorgeous, moving film.", "北京 café 👍🏽 dull"};
   v1::ClassifyRequest native = SentimentRequest(texts);
