@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "server/core/sync.h"
+#include "tests/cpp/test_util/store.h"
 
 namespace qvi {
 namespace {
@@ -65,16 +66,16 @@ class ModelRepositoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
     torch::set_num_threads(1);
-    demo_ = fs::path(QVI_SOURCE_DIR) / "model_store" / "store" / "sentiment" / "1" / "model.pt";
+    demo_ = qvi::testing::DemoStore() / "sentiment" / "1" / "model.pt";
     ASSERT_TRUE(fs::exists(demo_)) << "run scripts/setup.sh first";
-    root_ = fs::temp_directory_path() / ("qvi_repo_test_" + std::to_string(getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
+    store_ = std::make_unique<qvi::testing::TempStore>(std::string("repo_test_") +
+                                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = store_->path();
     AddVersion(1);
   }
   void TearDown() override {
     repo_.reset();
-    fs::remove_all(root_);
+    store_.reset();
   }
 
   // A version is staged under a name the scan ignores, then renamed into place, as docs/ advises.
@@ -132,6 +133,7 @@ class ModelRepositoryTest : public ::testing::Test {
     return result;
   }
 
+  std::unique_ptr<qvi::testing::TempStore> store_;
   fs::path demo_, root_;
   Events events_;
   std::unique_ptr<ModelRepository> repo_;
