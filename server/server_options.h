@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/defaults.h"
 
 namespace qvi {
 
@@ -49,7 +50,7 @@ struct ServerOptions {
     int max_texts = 256;
     int max_text_bytes = 65536;
     int max_queued = 1024;                                    // requests waiting for a request thread
-    int max_queued_texts = 1024;                              // texts waiting in one model version's batch queue
+    int max_queued_texts = defaults::kMaxQueuedTexts;         // texts waiting in one model version's batch queue
     int64_t max_inflight_request_bytes = int64_t{256} << 20;  // Classify/Tag request bytes not yet answered
   } limits;
   struct Threads {

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/core/clock.h"
+#include "server/core/defaults.h"
 #include "server/core/sync.h"
 
 namespace qvi {
@@ -79,11 +80,11 @@ struct QueuedText {
 class BatchScheduler {
  public:
   struct Options {
-    int max_batch_size = 32;
-    int max_batch_tokens = 4096;
-    absl::Duration max_queue_delay = absl::Milliseconds(2);
-    int max_queued_texts = 1024;
-    int64_t max_queued_tokens = 1 << 17;
+    int max_batch_size = defaults::kMaxBatchSize;
+    int max_batch_tokens = defaults::kMaxBatchTokens;
+    absl::Duration max_queue_delay = absl::Microseconds(static_cast<int64_t>(defaults::kMaxQueueDelayMs * 1000));
+    int max_queued_texts = defaults::kMaxQueuedTexts;
+    int64_t max_queued_tokens = defaults::kMaxQueuedTokens;
   };
 
   static absl::StatusOr<std::unique_ptr<BatchScheduler>> Create(const Options& options, const Clock* clock);

@@ -8,16 +8,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/defaults.h"
 #include "server/core/tokenizer.h"
 
 namespace qvi {
 
 enum class Task { kClassification, kTagging };
 
+// A manifest's `serving` block: the batching its exporter suggests (defaults.h when it says nothing).
 struct BatchingDefaults {
-  int max_batch_size = 32;
-  int max_batch_tokens = 4096;
-  double max_queue_delay_ms = 2.0;
+  int max_batch_size = defaults::kMaxBatchSize;
+  int max_batch_tokens = defaults::kMaxBatchTokens;
+  double max_queue_delay_ms = defaults::kMaxQueueDelayMs;
 };
 
 struct Manifest {

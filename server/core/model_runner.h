@@ -77,9 +77,10 @@ class ModelRunner {
  public:
   // `observer` (may be null) hears of every batch and queue change of this version. With
   // `batch_when_idle`, an idle instance takes the next batch at once instead of waiting for the
-  // scheduler's max_queue_delay (see ServingConfig::batch_when_idle).
+  // scheduler's max_queue_delay (see ServingConfig::batch_when_idle; no default here: the caller
+  // passes the version's effective setting).
   ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<BatchScheduler> scheduler,
-              const Clock* clock, int instances, ServingObserver* observer = nullptr, bool batch_when_idle = false);
+              const Clock* clock, int instances, ServingObserver* observer, bool batch_when_idle);
   ~ModelRunner();
 
   absl::Status Enqueue(std::shared_ptr<RunnableRequest> request) ABSL_LOCKS_EXCLUDED(mu_);

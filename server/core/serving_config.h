@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/defaults.h"
 #include "server/core/manifest.h"
 
 namespace qvi {
@@ -38,11 +39,11 @@ struct VersionPolicy {
 };
 
 struct ServingConfig {
-  int max_batch_size = 32;
-  int max_batch_tokens = 4096;
-  double max_queue_delay_ms = 2.0;
-  int max_queued_texts = 1024;
-  int64_t max_queued_tokens = 1 << 17;
+  int max_batch_size = defaults::kMaxBatchSize;
+  int max_batch_tokens = defaults::kMaxBatchTokens;
+  double max_queue_delay_ms = defaults::kMaxQueueDelayMs;
+  int max_queued_texts = defaults::kMaxQueuedTexts;
+  int64_t max_queued_tokens = defaults::kMaxQueuedTokens;
   int instances = 1;
   std::string device = "auto";
   // Which artifact of a version folder to load: "auto" (the .pt2 compiled for the device kind when
@@ -50,7 +51,7 @@ struct ServingConfig {
   std::string format = "auto";
   // An idle instance takes what is queued at once (no max_queue_delay wait); batches form from the
   // texts that arrive while instances are busy. False: wait up to max_queue_delay_ms to fill.
-  bool batch_when_idle = true;
+  bool batch_when_idle = defaults::kBatchWhenIdle;
 };
 
 // What a serving.json sets; unset fields keep the value from the sources before it.
