@@ -1,7 +1,5 @@
 #include "server/core/model_repository.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -9,7 +7,6 @@
 #include <system_error>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/allocator.h"
@@ -23,14 +20,6 @@ namespace {
 absl::Status UnknownModel(const std::string& name, const std::vector<std::string>& names) {
   return absl::NotFoundError(
       absl::StrCat("model '", name, "' not found; models: ", names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
-}
-
-// Identity and size of a file as the last load attempt saw it ("" when absent). The inode catches a
-// file replaced by rename even when its size and time are kept.
-std::string Stamp(const fs::path& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return "";
-  return absl::StrCat(st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
 }
 
 }  // namespace
@@ -62,7 +51,9 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(Options
 }
 
 ModelRepository::ModelRepository(Options options)
-    : options_(std::move(options)), clock_(options_.clock != nullptr ? options_.clock : &system_clock_) {
+    : options_(std::move(options)),
+      source_(options_.root, ModelFileNames()),
+      clock_(options_.clock != nullptr ? options_.clock : &system_clock_) {
   unloader_ = std::thread([this] { UnloaderLoop(); });
 }
 
@@ -70,27 +61,6 @@ ModelRepository::~ModelRepository() { Shutdown(); }
 
 void ModelRepository::Notify(const std::string& name, const VersionStatus& status) const {
   if (options_.listener) options_.listener(name, status);
-}
-
-std::map<std::string, std::vector<int64_t>> ModelRepository::Scan() const {
-  std::map<std::string, std::vector<int64_t>> found;
-  std::error_code ec;
-  for (const fs::directory_entry& model : fs::directory_iterator(options_.root, ec)) {
-    if (!model.is_directory(ec) || model.path().filename().string().rfind('.', 0) == 0) continue;
-    std::vector<int64_t>& versions = found[model.path().filename().string()];
-    for (const fs::directory_entry& v : fs::directory_iterator(model.path(), ec)) {
-      int64_t number = 0;
-      // Only canonical positive integers: "3" is a version, "03", "3.tmp" and ".3" are not, so a
-      // version can be staged under another name and renamed into place.
-      if (v.is_directory(ec) && absl::SimpleAtoi(v.path().filename().string(), &number) && number > 0 &&
-          v.path().filename().string() == absl::StrCat(number)) {
-        versions.push_back(number);
-      }
-    }
-    std::sort(versions.begin(), versions.end());
-    if (versions.empty()) found.erase(model.path().filename().string());
-  }
-  return found;
 }
 
 void ModelRepository::StartPolling(absl::Duration interval) {
@@ -108,7 +78,7 @@ void ModelRepository::StartPolling(absl::Duration interval) {
 
 void ModelRepository::Poll() {
   MutexLock poll(&poll_mu_);
-  std::map<std::string, std::vector<int64_t>> disk = Scan();
+  const std::map<std::string, StoreModel> disk = source_.Scan();
   std::set<std::string> names;
   for (const auto& [name, _] : disk) names.insert(name);
   {
@@ -123,7 +93,7 @@ void ModelRepository::Poll() {
   auto work = [&] {
     for (size_t i = next++; i < todo.size(); i = next++) {
       auto it = disk.find(todo[i]);
-      PollModel(todo[i], it == disk.end() ? std::vector<int64_t>{} : it->second);
+      PollModel(todo[i], it == disk.end() ? nullptr : &it->second);
     }
   };
   const size_t workers = std::min<size_t>(std::max(options_.load_threads, 1), todo.size());
@@ -133,10 +103,33 @@ void ModelRepository::Poll() {
   for (std::thread& t : threads) t.join();
 }
 
-void ModelRepository::PollModel(const std::string& name, const std::vector<int64_t>& on_disk) {
-  const fs::path dir = fs::path(options_.root) / name;
-  absl::StatusOr<ServingOverrides> overrides = ServingOverrides::Read(dir.string());
-  const std::string serving_stamp = Stamp(dir / "serving.json");
+std::map<int64_t, KnownVersion> ModelRepository::Known(const std::string& name, const StoreModel* found) const {
+  std::map<int64_t, KnownVersion> known;
+  MutexLock lock(&mu_);
+  auto entry = models_.find(name);
+  if (entry == models_.end()) return known;
+  for (const auto& [version, r] : entry->second.versions) {
+    switch (r.status.state) {
+      case ModelState::kReady:
+        known[version] = KnownVersion::kReady;
+        break;
+      case ModelState::kFailed: {
+        const auto stamp = found == nullptr ? nullptr : &found->stamps;
+        const bool changed = stamp != nullptr && stamp->count(version) && stamp->at(version) != r.stamp;
+        known[version] = changed ? KnownVersion::kFailedFilesChanged : KnownVersion::kFailed;
+        break;
+      }
+      case ModelState::kLoading:  // loads happen under poll_mu_, which the caller holds: not seen here
+      case ModelState::kUnloading:
+      case ModelState::kUnloaded:
+        known[version] = KnownVersion::kUnloading;
+        break;
+    }
+  }
+  return known;
+}
+
+void ModelRepository::PollModel(const std::string& name, const StoreModel* found) {
   VersionPolicy policy;
   {
     MutexLock lock(&mu_);
@@ -144,43 +137,22 @@ void ModelRepository::PollModel(const std::string& name, const std::vector<int64
     if (created) entry->second.policy = options_.version_policy;
     // A serving.json that cannot be read keeps the policy in force; versions loaded from now on
     // fail with its error, so the problem shows in ListModels.
-    if (overrides.ok()) entry->second.policy = overrides->version_policy.value_or(options_.version_policy);
+    if (found != nullptr && found->overrides.ok()) {
+      entry->second.policy = found->overrides->version_policy.value_or(options_.version_policy);
+    }
     policy = entry->second.policy;
   }
+  const std::vector<int64_t> on_disk = found == nullptr ? std::vector<int64_t>{} : found->versions;
 
-  std::set<int64_t> keep;     // READY versions that stay in service
-  std::set<int64_t> visited;  // versions the policy looked at; their FAILED records stay listed
-  auto consider = [&](int64_t version) {
-    std::string files;
-    for (const std::string& file : ModelFileNames())
-      absl::StrAppend(&files, Stamp(dir / std::to_string(version) / file), ";");
-    const FileStamp stamp{files, serving_stamp};
-    visited.insert(version);
-    {
-      MutexLock lock(&mu_);
-      const std::map<int64_t, Record>& versions = models_[name].versions;
-      auto it = versions.find(version);
-      if (it != versions.end() && it->second.status.state == ModelState::kReady) {
-        keep.insert(version);
-        return true;
-      }
-      if (it != versions.end() && it->second.status.state == ModelState::kFailed && it->second.stamp == stamp) {
-        return false;  // unchanged since it failed
-      }
-    }
-    if (!Load(name, version, stamp)) return false;
-    keep.insert(version);
-    return true;
-  };
-  if (policy.kind == VersionPolicy::Kind::kLatest) {
-    int serving = 0;
-    for (auto v = on_disk.rbegin(); v != on_disk.rend() && serving < policy.latest; ++v) serving += consider(*v);
-  } else {
-    for (auto v = on_disk.rbegin(); v != on_disk.rend(); ++v) {
-      if (policy.kind == VersionPolicy::Kind::kAll ||
-          std::binary_search(policy.versions.begin(), policy.versions.end(), *v)) {
-        consider(*v);
-      }
+  // Rounds of loading until the policy asks for nothing more: a failed load is kFailed in the next
+  // round, so latest:N reaches for the next older version. Each load ends READY or FAILED with the
+  // stamp of this scan, so no version is loaded twice and the rounds end.
+  VersionActions actions;
+  while (true) {
+    actions = SelectVersions(policy, on_disk, Known(name, found));
+    if (actions.load.empty()) break;
+    for (int64_t version : actions.load) {
+      if (Load(name, version, *found) == LoadResult::kShuttingDown) return;
     }
   }
 
@@ -190,44 +162,32 @@ void ModelRepository::PollModel(const std::string& name, const std::vector<int64
   {
     MutexLock lock(&mu_);
     Entry& entry = models_[name];
-    const int64_t newest = keep.empty() ? 0 : *keep.rbegin();
-    for (auto it = entry.versions.begin(); it != entry.versions.end();) {
-      Record& r = it->second;
-      const int64_t v = it->first;
-      if (r.status.state == ModelState::kReady && !keep.count(v)) {
-        r.status.state = ModelState::kUnloading;
-        if (!std::binary_search(on_disk.begin(), on_disk.end(), v)) {
-          r.status.reason = "removed from the store";
-        } else if (policy.kind == VersionPolicy::Kind::kLatest && newest > v) {
-          r.status.reason = absl::StrCat("replaced by version ", newest, " (version policy ", policy.ToString(), ")");
-        } else {
-          r.status.reason = absl::StrCat("not selected by the version policy ", policy.ToString());
-        }
-        release.push_back(std::move(r.servable));
-        unloading.push_back(r.status);
-      } else if (r.status.state == ModelState::kFailed && !visited.count(v)) {
-        it = entry.versions.erase(it);
-        continue;
-      }
-      ++it;
+    for (const VersionActions::Unload& u : actions.unload) {
+      Record& r = entry.versions[u.version];
+      r.status.state = ModelState::kUnloading;
+      r.status.reason = u.reason;
+      release.push_back(std::move(r.servable));
+      unloading.push_back(r.status);
     }
+    for (int64_t version : actions.forget) entry.versions.erase(version);
     if (entry.versions.empty()) models_.erase(name);
   }
   for (const VersionStatus& s : unloading) Notify(name, s);
   release.clear();  // the repository's holds; each version unloads once its requests let go
 }
 
-bool ModelRepository::Load(const std::string& name, int64_t version, const FileStamp& stamp) {
+ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64_t version, const StoreModel& found) {
   uint64_t generation = 0;
   const VersionStatus loading{version, ModelState::kLoading, "loading", nullptr, {}};
   {
     MutexLock lock(&mu_);
-    if (stopped_) return false;
+    if (stopped_) return LoadResult::kShuttingDown;
     generation = next_generation_++;
-    models_[name].versions[version] = Record{loading, nullptr, stamp, generation};
+    models_[name].versions[version] = Record{loading, nullptr, found.stamps.at(version), generation};
   }
   Notify(name, loading);
-  absl::StatusOr<ServableHandle> servable = MakeServable(name, version, generation);
+  absl::StatusOr<ServableHandle> servable =
+      found.overrides.ok() ? MakeServable(name, version, *found.overrides, generation) : found.overrides.status();
   VersionStatus result;
   {
     MutexLock lock(&mu_);
@@ -241,43 +201,29 @@ bool ModelRepository::Load(const std::string& name, int64_t version, const FileS
     result = r.status;
   }
   Notify(name, result);
-  return servable.ok();
+  return servable.ok() ? LoadResult::kReady : LoadResult::kFailed;
 }
 
 absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& name, int64_t version,
-                                                             uint64_t generation) {
-  const fs::path dir = fs::path(options_.root) / name;
-  const std::string path = (dir / std::to_string(version)).string();
-  absl::StatusOr<ServingOverrides> overrides = ServingOverrides::Read(dir.string());
-  if (!overrides.ok()) return overrides.status();
+                                                             const ServingOverrides& overrides, uint64_t generation) {
   LoadOptions load;
-  load.device = overrides->device.value_or(options_.defaults.device);
-  load.format = overrides->format.value_or(options_.defaults.format);
-  load.instances = overrides->instances.value_or(options_.defaults.instances);
-  absl::StatusOr<std::unique_ptr<Model>> loaded = LoadModel(path, load);
+  load.device = overrides.device.value_or(options_.defaults.device);
+  load.format = overrides.format.value_or(options_.defaults.format);
+  load.instances = overrides.instances.value_or(options_.defaults.instances);
+  absl::StatusOr<std::unique_ptr<Model>> loaded = LoadModel(source_.VersionDir(name, version), load);
   if (!loaded.ok()) return loaded.status();
   if ((*loaded)->manifest().name != name) {
     return absl::InvalidArgumentError(absl::StrCat("manifest.json names the model '", (*loaded)->manifest().name,
                                                    "' but it sits in the folder '", name, "'"));
   }
   std::shared_ptr<const Model> model(std::move(*loaded));
-  ServingConfig serving = ResolveServingConfig(options_.defaults, model->manifest(), *overrides);
+  ServingConfig serving = ResolveServingConfig(options_.defaults, model->manifest(), overrides);
   serving.device = model->device();
   serving.format = model->format();
-  BatchScheduler::Options o;
-  o.max_batch_size = serving.max_batch_size;
-  o.max_batch_tokens = serving.max_batch_tokens;
-  o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(serving.max_queue_delay_ms * 1000));
-  o.max_queued_texts = serving.max_queued_texts;
-  o.max_queued_tokens = serving.max_queued_tokens;
-  absl::StatusOr<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::Create(o, clock_);
-  if (!scheduler.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("invalid batching settings: ", scheduler.status().message()));
-  }
-  auto* servable =
-      new Servable{name, version, model, serving,
-                   std::make_unique<ModelRunner>(model, version, *std::move(scheduler), clock_, serving.instances,
-                                                 options_.observer, serving.batch_when_idle)};
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+      ModelRunner::Create(model, version, serving, clock_, options_.observer);
+  if (!runner.ok()) return runner.status();
+  auto* servable = new Servable{name, version, model, serving, *std::move(runner)};
   {
     MutexLock lock(&retire_mu_);
     ++live_servables_;

@@ -1,6 +1,7 @@
-// The model store, <root>/<model-name>/<version>/ holding model.pt and/or model.cpu.pt2,
-// model.cuda.pt2 (versions are positive integers; Model::Load picks the file), and the versions
-// loaded from it.
+// The manager of the model store's versions: it owns their states, loads them and unloads them.
+// What is on disk comes from a StoreSource scan (store_source.h: <root>/<model-name>/<version>/
+// holding model.pt and/or model.cpu.pt2, model.cuda.pt2; Model::Load picks the file); which versions
+// to serve comes from SelectVersions (version_policy.h). The repository applies both.
 //
 // Guarantees:
 //  1. Each model's version policy (serving.json `version_policy`, else the server's default,
@@ -40,7 +41,9 @@
 #include "server/core/model_runner.h"
 #include "server/core/observer.h"
 #include "server/core/serving_config.h"
+#include "server/core/store_source.h"
 #include "server/core/sync.h"
+#include "server/core/version_policy.h"
 
 namespace qvi {
 
@@ -119,15 +122,10 @@ class ModelRepository {
   void Shutdown() ABSL_LOCKS_EXCLUDED(poll_mu_, mu_);
 
  private:
-  // What a load attempt saw of a version's files; a FAILED version is retried when this changes.
-  struct FileStamp {
-    std::string model_files, serving_json;  // every name of ModelFileNames(), and serving.json
-    bool operator==(const FileStamp& o) const { return model_files == o.model_files && serving_json == o.serving_json; }
-  };
   struct Record {
     VersionStatus status;
     ServableHandle servable;  // READY only: the repository's own hold
-    FileStamp stamp;
+    FileStamp stamp;          // what the last load attempt saw of its files
     uint64_t generation = 0;  // tells a reloaded version from the one still unloading
   };
   struct Entry {
@@ -137,20 +135,25 @@ class ModelRepository {
 
   explicit ModelRepository(Options options);
 
-  std::map<std::string, std::vector<int64_t>> Scan() const;
   // Run by Poll()'s workers while Poll() holds poll_mu_, one worker per model name at a time.
-  void PollModel(const std::string& name, const std::vector<int64_t>& on_disk);
-  // Loads one version; true when it is READY.
-  bool Load(const std::string& name, int64_t version, const FileStamp& stamp);
+  // `found`: what the scan found of the model; null when its folder (or its last version) is gone.
+  void PollModel(const std::string& name, const StoreModel* found);
+  // What SelectVersions needs of the model's records.
+  std::map<int64_t, KnownVersion> Known(const std::string& name, const StoreModel* found) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  enum class LoadResult { kReady, kFailed, kShuttingDown };
+  LoadResult Load(const std::string& name, int64_t version, const StoreModel& found);
   // options_.load on a thread of its own, waited for at most options_.load_timeout.
   absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, const LoadOptions& options) const;
-  absl::StatusOr<ServableHandle> MakeServable(const std::string& name, int64_t version, uint64_t generation);
+  absl::StatusOr<ServableHandle> MakeServable(const std::string& name, int64_t version,
+                                              const ServingOverrides& overrides, uint64_t generation);
   // The shared_ptr deleter of every servable: hands it to the unloader thread, never blocks.
   void Retire(Servable* servable, uint64_t generation) ABSL_LOCKS_EXCLUDED(retire_mu_);
   void UnloaderLoop() ABSL_LOCKS_EXCLUDED(retire_mu_, mu_);
   void Notify(const std::string& name, const VersionStatus& status) const;
 
   const Options options_;
+  const StoreSource source_;
   SystemClock system_clock_;
   const Clock* clock_;
 

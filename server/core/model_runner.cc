@@ -36,6 +36,27 @@ RunnableRequest::Timing RunnableRequest::timing() const {
   return timing_;
 }
 
+BatchScheduler::Options BatchingOptions(const ServingConfig& serving) {
+  BatchScheduler::Options o;
+  o.max_batch_size = serving.max_batch_size;
+  o.max_batch_tokens = serving.max_batch_tokens;
+  o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(serving.max_queue_delay_ms * 1000));
+  o.max_queued_texts = serving.max_queued_texts;
+  o.max_queued_tokens = serving.max_queued_tokens;
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr<const Model> model, int64_t version,
+                                                                 const ServingConfig& serving, const Clock* clock,
+                                                                 ServingObserver* observer) {
+  absl::StatusOr<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::Create(BatchingOptions(serving), clock);
+  if (!scheduler.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid batching settings: ", scheduler.status().message()));
+  }
+  return std::make_unique<ModelRunner>(std::move(model), version, *std::move(scheduler), clock, serving.instances,
+                                       observer, serving.batch_when_idle);
+}
+
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<BatchScheduler> scheduler,
                          const Clock* clock, int instances, ServingObserver* observer, bool batch_when_idle)
     : model_(std::move(model)),

@@ -28,6 +28,7 @@
 #include "server/core/batch_scheduler.h"
 #include "server/core/model.h"
 #include "server/core/observer.h"
+#include "server/core/serving_config.h"
 #include "server/core/sync.h"
 
 namespace qvi {
@@ -73,8 +74,17 @@ class RunnableRequest final : public BatchRequest {
   Timing timing_ ABSL_GUARDED_BY(timing_mu_);
 };
 
+// The batch queue's settings of a version: its effective ServingConfig's batching and queue limits.
+BatchScheduler::Options BatchingOptions(const ServingConfig& serving);
+
 class ModelRunner {
  public:
+  // The runner of one version as `serving` sets it: its batching (BatchingOptions), instances and
+  // batch_when_idle. INVALID_ARGUMENT when the batch queue refuses the settings.
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(std::shared_ptr<const Model> model, int64_t version,
+                                                             const ServingConfig& serving, const Clock* clock,
+                                                             ServingObserver* observer);
+
   // `observer` (may be null) hears of every batch and queue change of this version. With
   // `batch_when_idle`, an idle instance takes the next batch at once instead of waiting for the
   // scheduler's max_queue_delay (see ServingConfig::batch_when_idle; no default here: the caller
