@@ -18,6 +18,7 @@
 
 #include "client/load_texts.h"
 #include "server/core/model.h"
+#include "server/core/model_runner.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"qvi-bench-model: in-process forward throughput of a model version at each batch size",
@@ -104,22 +105,11 @@ int main(int argc, char** argv) {
                                      std::chrono::duration<double>(seconds));
         while (std::chrono::steady_clock::now() < end) {
           const auto t0 = std::chrono::steady_clock::now();
-          int64_t width = 1;
-          for (int b = 0; b < bs; ++b)
-            width = std::max<int64_t>(width, static_cast<int64_t>(ids[(next + b) % ids.size()].size()));
-          torch::Tensor id = torch::zeros({bs, width}, torch::kLong);
-          torch::Tensor mask = torch::zeros({bs, width}, torch::kBool);
-          auto ia = id.accessor<int64_t, 2>();
-          auto ma = mask.accessor<bool, 2>();
-          for (int b = 0; b < bs; ++b) {
-            const auto& row = ids[(next + b) % ids.size()];
-            for (size_t t = 0; t < row.size(); ++t) {
-              ia[b][t] = row[t];
-              ma[b][t] = true;
-            }
-          }
+          std::vector<const std::vector<int64_t>*> batch;
+          for (int b = 0; b < bs; ++b) batch.push_back(&ids[(next + b) % ids.size()]);
+          const qvi::PackedBatch packed = qvi::PackTokenIds(batch);  // as the server's runner packs a batch
           next += bs;
-          auto out = m->Forward(id, mask, asked);
+          auto out = m->Forward(packed.ids, packed.mask, asked);
           if (!out.ok()) {
             std::cerr << out.status() << "\n";
             return 1;

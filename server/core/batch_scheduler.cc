@@ -61,7 +61,7 @@ bool BatchRequest::finished() const {
   return finished_;
 }
 
-absl::StatusOr<std::unique_ptr<BatchScheduler>> BatchScheduler::Create(const Options& o, const Clock* clock) {
+absl::Status CheckBatchSchedulerOptions(const BatchSchedulerOptions& o) {
   if (o.max_batch_size < 1)
     return absl::InvalidArgumentError(absl::StrCat("max_batch_size must be >= 1, got ", o.max_batch_size));
   if (o.max_batch_tokens < 1)
@@ -72,121 +72,46 @@ absl::StatusOr<std::unique_ptr<BatchScheduler>> BatchScheduler::Create(const Opt
     return absl::InvalidArgumentError(absl::StrCat("max_queued_texts must be >= 1, got ", o.max_queued_texts));
   if (o.max_queued_tokens < 1)
     return absl::InvalidArgumentError(absl::StrCat("max_queued_tokens must be >= 1, got ", o.max_queued_tokens));
-  return std::unique_ptr<BatchScheduler>(new BatchScheduler(o, clock));
-}
-
-absl::Status BatchScheduler::Enqueue(std::shared_ptr<BatchRequest> request) {
-  const std::vector<int>& counts = request->token_counts();
-  int64_t tokens = 0;
-  for (int c : counts) tokens += c;
-  MutexLock lock(&mu_);
-  if (queue_.size() + counts.size() > static_cast<size_t>(options_.max_queued_texts) ||
-      queued_tokens_ + tokens > options_.max_queued_tokens) {
-    return absl::ResourceExhaustedError(absl::StrCat("the model's queue is full (", queue_.size(), " texts, ",
-                                                     queued_tokens_, " tokens waiting); retry with backoff"));
-  }
-  const absl::Time now = clock_->Now();
-  for (size_t i = 0; i < counts.size(); ++i) queue_.push_back({request, static_cast<int>(i), counts[i], now});
-  queued_tokens_ += tokens;
   return absl::OkStatus();
 }
 
-void BatchScheduler::DropDeadLocked(absl::Time now, std::vector<DeadRequest>& dead) {
-  std::vector<QueuedText> alive;
-  alive.reserve(queue_.size());
-  for (QueuedText& t : queue_) {
-    BatchRequest* r = t.request.get();
-    bool drop = r->finished();
-    if (!drop) {
-      for (const DeadRequest& d : dead) drop = drop || d.first.get() == r;
-    }
-    if (!drop && r->IsCancelled()) {
-      dead.emplace_back(t.request,
-                        absl::CancelledError("the client cancelled the request before it reached the model"));
-      drop = true;
-    } else if (!drop && now > r->deadline()) {
-      dead.emplace_back(t.request,
-                        absl::DeadlineExceededError("the deadline passed while the request waited for the model"));
-      drop = true;
-    }
-    if (drop) {
-      queued_tokens_ -= t.tokens;
-    } else {
-      alive.push_back(std::move(t));
-    }
-  }
-  queue_ = std::move(alive);
+absl::Status BatchQueueFull(size_t queued_texts, int64_t queued_tokens) {
+  return absl::ResourceExhaustedError(absl::StrCat("the model's queue is full (", queued_texts, " texts, ",
+                                                   queued_tokens, " tokens waiting); retry with backoff"));
 }
 
-std::vector<size_t> BatchScheduler::FormLocked(bool& full) const {
+absl::Status BatchCancelledWhileQueued() {
+  return absl::CancelledError("the client cancelled the request before it reached the model");
+}
+
+absl::Status BatchExpiredWhileQueued() {
+  return absl::DeadlineExceededError("the deadline passed while the request waited for the model");
+}
+
+std::vector<size_t> ChooseBatch(const std::vector<int>& tokens, const BatchSchedulerOptions& options, bool& full) {
   full = false;
-  const int seed_len = queue_.front().tokens;
-  std::vector<size_t> order(queue_.size() - 1);
-  for (size_t i = 1; i < queue_.size(); ++i) order[i - 1] = i;
-  // Closest in length to the seed first; among equals, the one that came first. (The lambda reads
-  // the queue through a pointer: clang's lock analysis does not see that the sort runs under mu_.)
-  const std::vector<QueuedText>* q = &queue_;
-  std::stable_sort(order.begin(), order.end(), [q, seed_len](size_t a, size_t b) {
-    return std::abs((*q)[a].tokens - seed_len) < std::abs((*q)[b].tokens - seed_len);
+  const int seed_len = tokens.front();
+  std::vector<size_t> order(tokens.size() - 1);
+  for (size_t i = 1; i < tokens.size(); ++i) order[i - 1] = i;
+  // Closest in length to the seed first; among equals, the one that came first.
+  std::stable_sort(order.begin(), order.end(), [&tokens, seed_len](size_t a, size_t b) {
+    return std::abs(tokens[a] - seed_len) < std::abs(tokens[b] - seed_len);
   });
   std::vector<size_t> batch{0};
   int longest = std::max(seed_len, 1);
   for (size_t i : order) {
-    if (static_cast<int>(batch.size()) >= options_.max_batch_size) break;
-    const int len = std::max(longest, queue_[i].tokens);
-    if (static_cast<int64_t>(batch.size() + 1) * len > options_.max_batch_tokens) {
+    if (static_cast<int>(batch.size()) >= options.max_batch_size) break;
+    const int len = std::max(longest, tokens[i]);
+    if (static_cast<int64_t>(batch.size() + 1) * len > options.max_batch_tokens) {
       full = true;
       break;
     }
     longest = len;
     batch.push_back(i);
   }
-  if (static_cast<int>(batch.size()) >= options_.max_batch_size) full = true;
-  if (static_cast<int64_t>(batch.size()) * longest >= options_.max_batch_tokens) full = true;
+  if (static_cast<int>(batch.size()) >= options.max_batch_size) full = true;
+  if (static_cast<int64_t>(batch.size()) * longest >= options.max_batch_tokens) full = true;
   return batch;
-}
-
-std::vector<QueuedText> BatchScheduler::TakeBatch(bool drain) {
-  std::vector<DeadRequest> dead;
-  std::vector<QueuedText> batch = FormBatchAndCollectDead(drain, dead);
-  for (auto& [request, status] : dead) request->Fail(status);  // outside the lock
-  return batch;
-}
-
-std::vector<QueuedText> BatchScheduler::FormBatchAndCollectDead(bool drain, std::vector<DeadRequest>& dead) {
-  MutexLock lock(&mu_);
-  const absl::Time now = clock_->Now();
-  DropDeadLocked(now, dead);
-  if (queue_.empty()) return {};
-  bool full = false;
-  std::vector<size_t> chosen = FormLocked(full);
-  if (!full && !drain && now < queue_.front().arrival + options_.max_queue_delay) return {};
-  std::vector<QueuedText> batch;
-  batch.reserve(chosen.size());
-  std::vector<bool> take(queue_.size(), false);
-  for (size_t i : chosen) take[i] = true;
-  std::vector<QueuedText> rest;
-  rest.reserve(queue_.size() - chosen.size());
-  for (size_t i = 0; i < queue_.size(); ++i) {
-    if (take[i]) {
-      queued_tokens_ -= queue_[i].tokens;
-      batch.push_back(std::move(queue_[i]));
-    } else {
-      rest.push_back(std::move(queue_[i]));
-    }
-  }
-  queue_ = std::move(rest);
-  return batch;
-}
-
-absl::Time BatchScheduler::NextDue() const {
-  MutexLock lock(&mu_);
-  return queue_.empty() ? absl::InfiniteFuture() : queue_.front().arrival + options_.max_queue_delay;
-}
-
-size_t BatchScheduler::queued_texts() const {
-  MutexLock lock(&mu_);
-  return queue_.size();
 }
 
 }  // namespace qvi

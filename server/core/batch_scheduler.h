@@ -16,6 +16,10 @@
 // trades latency at low load for larger batches. The class has no threads of its own: a worker
 // calls TakeBatch() when NextDue() comes or a request arrives, and tests step it with a fake clock.
 // ModelRunner owns one per model version and runs its batches.
+//
+// The scheduler is a template on the request type its owner queues (a BatchRequest or a class
+// derived from it), so the batches it hands back hold that type: the runner reads its requests'
+// token ids without casting (TF Serving's SharedBatchScheduler<TaskType> does the same).
 #ifndef QVI_SERVER_CORE_BATCH_SCHEDULER_H_
 #define QVI_SERVER_CORE_BATCH_SCHEDULER_H_
 
@@ -23,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -70,53 +75,160 @@ class BatchRequest {
 // The message of the exception being handled (call only inside a catch block).
 std::string CurrentExceptionText();
 
+// The batching and queue limits of one scheduler (ModelRunner takes them from a version's
+// ServingConfig: BatchingOptions in model_runner.h).
+struct BatchSchedulerOptions {
+  int max_batch_size = defaults::kMaxBatchSize;
+  int max_batch_tokens = defaults::kMaxBatchTokens;
+  absl::Duration max_queue_delay = absl::Microseconds(static_cast<int64_t>(defaults::kMaxQueueDelayMs * 1000));
+  int max_queued_texts = defaults::kMaxQueuedTexts;
+  int64_t max_queued_tokens = defaults::kMaxQueuedTokens;
+};
+
+// INVALID_ARGUMENT naming the first setting out of range.
+absl::Status CheckBatchSchedulerOptions(const BatchSchedulerOptions& options);
+
+// Which texts of a queue (arrival order) form the batch seeded by the oldest, queue[0]: the ones
+// closest to it in length (among equals, the earlier), while the batch stays within max_batch_size
+// texts and max_batch_tokens padded tokens. `full` says a limit, rather than running out of texts,
+// closed it. Returns indices into `tokens`, the seed first.
+std::vector<size_t> ChooseBatch(const std::vector<int>& tokens, const BatchSchedulerOptions& options, bool& full);
+
+// The refusal and failures every scheduler gives, worded once.
+absl::Status BatchQueueFull(size_t queued_texts, int64_t queued_tokens);
+absl::Status BatchCancelledWhileQueued();
+absl::Status BatchExpiredWhileQueued();
+
+// One text of a queued request.
+template <typename Request>
 struct QueuedText {
-  std::shared_ptr<BatchRequest> request;
+  std::shared_ptr<Request> request;
   int index = 0;  // which of the request's texts
   int tokens = 0;
   absl::Time arrival;
 };
 
-class BatchScheduler {
- public:
-  struct Options {
-    int max_batch_size = defaults::kMaxBatchSize;
-    int max_batch_tokens = defaults::kMaxBatchTokens;
-    absl::Duration max_queue_delay = absl::Microseconds(static_cast<int64_t>(defaults::kMaxQueueDelayMs * 1000));
-    int max_queued_texts = defaults::kMaxQueuedTexts;
-    int64_t max_queued_tokens = defaults::kMaxQueuedTokens;
-  };
+// When TakeBatch hands out a batch.
+enum class Take {
+  kWhenDue,  // only once a limit closes it or its oldest text has waited max_queue_delay
+  kNow,      // whatever is queued, at once: an idle instance that batches when idle, and shutdown
+};
 
-  static absl::StatusOr<std::unique_ptr<BatchScheduler>> Create(const Options& options, const Clock* clock);
+template <typename Request>
+class BatchScheduler {
+  static_assert(std::is_base_of_v<BatchRequest, Request>, "the scheduler queues BatchRequests");
+
+ public:
+  using Options = BatchSchedulerOptions;
+  using Batch = std::vector<QueuedText<Request>>;
+
+  static absl::StatusOr<std::unique_ptr<BatchScheduler>> Create(const Options& options, const Clock* clock) {
+    if (absl::Status s = CheckBatchSchedulerOptions(options); !s.ok()) return s;
+    return std::unique_ptr<BatchScheduler>(new BatchScheduler(options, clock));
+  }
 
   // Queues all of the request's texts, or none: RESOURCE_EXHAUSTED at once when they do not fit.
-  absl::Status Enqueue(std::shared_ptr<BatchRequest> request) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Enqueue(std::shared_ptr<Request> request) ABSL_LOCKS_EXCLUDED(mu_) {
+    const std::vector<int>& counts = request->token_counts();
+    int64_t tokens = 0;
+    for (int c : counts) tokens += c;
+    MutexLock lock(&mu_);
+    if (queue_.size() + counts.size() > static_cast<size_t>(options_.max_queued_texts) ||
+        queued_tokens_ + tokens > options_.max_queued_tokens) {
+      return BatchQueueFull(queue_.size(), queued_tokens_);
+    }
+    const absl::Time now = clock_->Now();
+    for (size_t i = 0; i < counts.size(); ++i) queue_.push_back({request, static_cast<int>(i), counts[i], now});
+    queued_tokens_ += tokens;
+    return absl::OkStatus();
+  }
 
-  // The next batch if one is due now (empty otherwise); with `drain`, the next batch whatever the
-  // delay (shutdown). Requests found expired or cancelled are failed (DEADLINE_EXCEEDED /
-  // CANCELLED) and their texts dropped.
-  std::vector<QueuedText> TakeBatch(bool drain = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // The next batch if one is due now (empty otherwise); with Take::kNow, the next batch whatever
+  // the delay. Requests found expired or cancelled are failed (DEADLINE_EXCEEDED / CANCELLED) and
+  // their texts dropped.
+  Batch TakeBatch(Take when = Take::kWhenDue) ABSL_LOCKS_EXCLUDED(mu_) {
+    std::vector<DeadRequest> dead;
+    Batch batch = FormBatchAndCollectDead(when, dead);
+    for (auto& [request, status] : dead) request->Fail(status);  // outside the lock
+    return batch;
+  }
 
   // When the oldest waiting text reaches max_queue_delay (InfiniteFuture when nothing waits).
-  absl::Time NextDue() const ABSL_LOCKS_EXCLUDED(mu_);
-  size_t queued_texts() const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Time NextDue() const ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return queue_.empty() ? absl::InfiniteFuture() : queue_.front().arrival + options_.max_queue_delay;
+  }
+
+  size_t queued_texts() const ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    return queue_.size();
+  }
 
  private:
   BatchScheduler(const Options& options, const Clock* clock) : options_(options), clock_(clock) {}
 
-  using DeadRequest = std::pair<std::shared_ptr<BatchRequest>, absl::Status>;
+  using DeadRequest = std::pair<std::shared_ptr<Request>, absl::Status>;
+
   // Removes the texts of finished, cancelled and expired requests; the last two are added to `dead`
   // and failed by the caller once the lock is released.
-  void DropDeadLocked(absl::Time now, std::vector<DeadRequest>& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<QueuedText> FormBatchAndCollectDead(bool drain, std::vector<DeadRequest>& dead) ABSL_LOCKS_EXCLUDED(mu_);
-  // Indices into queue_ of the batch seeded by the oldest text; `full` says a size or token limit
-  // (rather than running out of texts) stopped it.
-  std::vector<size_t> FormLocked(bool& full) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropDeadLocked(absl::Time now, std::vector<DeadRequest>& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Batch alive;
+    alive.reserve(queue_.size());
+    for (QueuedText<Request>& t : queue_) {
+      const BatchRequest* r = t.request.get();
+      bool drop = r->finished();
+      if (!drop) {
+        for (const DeadRequest& d : dead) drop = drop || d.first.get() == r;
+      }
+      if (!drop && r->IsCancelled()) {
+        dead.emplace_back(t.request, BatchCancelledWhileQueued());
+        drop = true;
+      } else if (!drop && now > r->deadline()) {
+        dead.emplace_back(t.request, BatchExpiredWhileQueued());
+        drop = true;
+      }
+      if (drop) {
+        queued_tokens_ -= t.tokens;
+      } else {
+        alive.push_back(std::move(t));
+      }
+    }
+    queue_ = std::move(alive);
+  }
+
+  Batch FormBatchAndCollectDead(Take when, std::vector<DeadRequest>& dead) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    DropDeadLocked(now, dead);
+    if (queue_.empty()) return {};
+    std::vector<int> tokens;
+    tokens.reserve(queue_.size());
+    for (const QueuedText<Request>& t : queue_) tokens.push_back(t.tokens);
+    bool full = false;
+    const std::vector<size_t> chosen = ChooseBatch(tokens, options_, full);
+    if (!full && when == Take::kWhenDue && now < queue_.front().arrival + options_.max_queue_delay) return {};
+    Batch batch;
+    batch.reserve(chosen.size());
+    std::vector<bool> take(queue_.size(), false);
+    for (size_t i : chosen) take[i] = true;
+    Batch rest;
+    rest.reserve(queue_.size() - chosen.size());
+    for (size_t i = 0; i < queue_.size(); ++i) {
+      if (take[i]) {
+        queued_tokens_ -= queue_[i].tokens;
+        batch.push_back(std::move(queue_[i]));
+      } else {
+        rest.push_back(std::move(queue_[i]));
+      }
+    }
+    queue_ = std::move(rest);
+    return batch;
+  }
 
   const Options options_;
   const Clock* clock_;
   mutable Mutex mu_;
-  std::vector<QueuedText> queue_ ABSL_GUARDED_BY(mu_);  // arrival order
+  Batch queue_ ABSL_GUARDED_BY(mu_);  // arrival order
   int64_t queued_tokens_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

@@ -36,8 +36,8 @@ RunnableRequest::Timing RunnableRequest::timing() const {
   return timing_;
 }
 
-BatchScheduler::Options BatchingOptions(const ServingConfig& serving) {
-  BatchScheduler::Options o;
+BatchSchedulerOptions BatchingOptions(const ServingConfig& serving) {
+  BatchSchedulerOptions o;
   o.max_batch_size = serving.max_batch_size;
   o.max_batch_tokens = serving.max_batch_tokens;
   o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(serving.max_queue_delay_ms * 1000));
@@ -49,7 +49,7 @@ BatchScheduler::Options BatchingOptions(const ServingConfig& serving) {
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr<const Model> model, int64_t version,
                                                                  const ServingConfig& serving, const Clock* clock,
                                                                  ServingObserver* observer) {
-  absl::StatusOr<std::unique_ptr<BatchScheduler>> scheduler = BatchScheduler::Create(BatchingOptions(serving), clock);
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(BatchingOptions(serving), clock);
   if (!scheduler.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("invalid batching settings: ", scheduler.status().message()));
   }
@@ -57,7 +57,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr
                                        observer, serving.batch_when_idle);
 }
 
-ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<BatchScheduler> scheduler,
+ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<Scheduler> scheduler,
                          const Clock* clock, int instances, ServingObserver* observer, bool batch_when_idle)
     : model_(std::move(model)),
       version_(version),
@@ -115,15 +115,15 @@ void ModelRunner::Loop() {
   DeviceStreamScope stream(model_->torch_device());
   while (true) {
     uint64_t seen = 0;
-    bool drain = false;
+    Take when = Take::kWhenDue;
     {
       MutexLock lock(&mu_);
       seen = work_seq_;
-      drain = stopping_ || batch_when_idle_;
+      if (stopping_ || batch_when_idle_) when = Take::kNow;
     }
     // Outside the runner's lock: forming a batch fails the expired and cancelled requests, and their
     // done-callbacks (serialising, logging, Finish) may take any time.
-    std::vector<QueuedText> batch = scheduler_->TakeBatch(drain);
+    Batch batch = scheduler_->TakeBatch(when);
     if (!batch.empty()) {
       ReportQueueDepth();
       try {
@@ -131,7 +131,7 @@ void ModelRunner::Loop() {
       } catch (...) {  // bad_alloc building the inputs, say: this batch fails, the thread serves on
         const absl::Status failed =
             absl::InternalError(absl::StrCat("running the batch failed: ", CurrentExceptionText()));
-        for (QueuedText& t : batch) t.request->Complete(t.index, failed);
+        for (QueuedText<RunnableRequest>& t : batch) t.request->Complete(t.index, failed);
       }
       continue;
     }
@@ -147,12 +147,30 @@ void ModelRunner::Loop() {
   }
 }
 
-void ModelRunner::Run(std::vector<QueuedText>& batch) const {
-  const absl::Time start = clock_->Now();
-  const int64_t rows = static_cast<int64_t>(batch.size());
+PackedBatch PackTokenIds(const std::vector<const std::vector<int64_t>*>& texts) {
+  const int64_t rows = static_cast<int64_t>(texts.size());
   int64_t width = 1;
-  int64_t tokens = 0;
-  std::set<std::string> wanted;
+  PackedBatch packed;
+  for (const std::vector<int64_t>* text : texts) {
+    width = std::max<int64_t>(width, static_cast<int64_t>(text->size()));
+    packed.tokens += static_cast<int64_t>(text->size());
+  }
+  packed.ids = torch::zeros({rows, width}, torch::kLong);
+  packed.mask = torch::zeros({rows, width}, torch::kBool);
+  auto id = packed.ids.accessor<int64_t, 2>();
+  auto mk = packed.mask.accessor<bool, 2>();
+  for (int64_t b = 0; b < rows; ++b) {
+    const std::vector<int64_t>& text = *texts[b];
+    for (size_t t = 0; t < text.size(); ++t) {
+      id[b][t] = text[t];
+      mk[b][t] = true;
+    }
+  }
+  return packed;
+}
+
+ModelRunner::Wanted ModelRunner::MergeWanted(const Batch& batch) {
+  std::set<std::string> outputs;
   // The layers and heads any text of the batch wants: the union, or all when one wants all.
   bool all_layers = false, all_heads = false, any_layers = false;
   // Heads are averaged on the device when every text that wants per-layer outputs wants the same
@@ -160,11 +178,9 @@ void ModelRunner::Run(std::vector<QueuedText>& batch) const {
   bool mean_heads = true;
   const std::vector<int64_t>* first_heads = nullptr;
   std::set<int64_t> layers, heads;
-  for (const QueuedText& t : batch) {
-    const auto& r = static_cast<const RunnableRequest&>(*t.request);
-    width = std::max<int64_t>(width, static_cast<int64_t>(r.ids(t.index).size()));
-    tokens += static_cast<int64_t>(r.ids(t.index).size());
-    wanted.insert(r.wanted().begin(), r.wanted().end());
+  for (const QueuedText<RunnableRequest>& t : batch) {
+    const RunnableRequest& r = *t.request;
+    outputs.insert(r.wanted().begin(), r.wanted().end());
     if (!r.wants_layers()) continue;
     any_layers = true;
     all_layers = all_layers || r.selection().layers.empty();
@@ -175,50 +191,57 @@ void ModelRunner::Run(std::vector<QueuedText>& batch) const {
     layers.insert(r.selection().layers.begin(), r.selection().layers.end());
     heads.insert(r.selection().heads.begin(), r.selection().heads.end());
   }
-  OutputSelection selection;
-  if (any_layers && !all_layers) selection.layers.assign(layers.begin(), layers.end());
-  if (any_layers && !all_heads) selection.heads.assign(heads.begin(), heads.end());
-  selection.mean_heads = any_layers && mean_heads;
-  torch::Tensor ids = torch::zeros({rows, width}, torch::kLong);
-  torch::Tensor mask = torch::zeros({rows, width}, torch::kBool);
-  auto id = ids.accessor<int64_t, 2>();
-  auto mk = mask.accessor<bool, 2>();
-  for (int64_t b = 0; b < rows; ++b) {
-    const auto& text = static_cast<const RunnableRequest&>(*batch[b].request).ids(batch[b].index);
-    for (size_t t = 0; t < text.size(); ++t) {
-      id[b][t] = text[t];
-      mk[b][t] = true;
+  Wanted wanted;
+  wanted.outputs.assign(outputs.begin(), outputs.end());
+  if (any_layers && !all_layers) wanted.selection.layers.assign(layers.begin(), layers.end());
+  if (any_layers && !all_heads) wanted.selection.heads.assign(heads.begin(), heads.end());
+  wanted.selection.mean_heads = any_layers && mean_heads;
+  return wanted;
+}
+
+PackedBatch ModelRunner::Pack(const Batch& batch) {
+  std::vector<const std::vector<int64_t>*> texts;
+  texts.reserve(batch.size());
+  for (const QueuedText<RunnableRequest>& t : batch) texts.push_back(&t.request->ids(t.index));
+  return PackTokenIds(texts);
+}
+
+std::vector<absl::Status> ModelRunner::DeliverRows(const Batch& batch, const ModelOutputs& outputs) {
+  std::vector<absl::Status> statuses(batch.size());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    try {
+      statuses[b] = batch[b].request->HandleRow(batch[b].index, outputs, static_cast<int64_t>(b));
+    } catch (...) {  // torch errors the output checks did not foresee, bad_alloc
+      statuses[b] = absl::InternalError(absl::StrCat("post-processing failed: ", CurrentExceptionText()));
     }
   }
-  absl::StatusOr<ModelOutputs> out =
-      model_->Forward(ids, mask, std::vector<std::string>(wanted.begin(), wanted.end()), selection);
-  std::vector<absl::Status> statuses(rows, out.status());
-  if (out.ok()) {
-    for (int64_t b = 0; b < rows; ++b) {
-      try {
-        statuses[b] = static_cast<const RunnableRequest&>(*batch[b].request).HandleRow(batch[b].index, *out, b);
-      } catch (...) {  // torch errors the output checks did not foresee, bad_alloc
-        statuses[b] = absl::InternalError(absl::StrCat("post-processing failed: ", CurrentExceptionText()));
-      }
-    }
-  }
+  return statuses;
+}
+
+absl::Status ModelRunner::Report(const Batch& batch, const PackedBatch& packed, absl::Time start, bool ok) const {
   BatchReport report;
-  report.texts = static_cast<int>(rows);
-  report.tokens = tokens;
-  report.padded_tokens = rows * width;
+  report.texts = static_cast<int>(batch.size());
+  report.tokens = packed.tokens;
+  report.padded_tokens = packed.ids.numel();
   report.compute = clock_->Now() - start;
-  report.ok = out.ok();
-  for (int64_t b = 0; b < rows; ++b) {
-    const absl::Duration wait = start - batch[b].arrival;
+  report.ok = ok;
+  for (const QueuedText<RunnableRequest>& t : batch) {
+    const absl::Duration wait = start - t.arrival;
     report.queue_waits.push_back(wait);
-    static_cast<RunnableRequest&>(*batch[b].request).RecordTiming(wait, report.compute);
+    t.request->RecordTiming(wait, report.compute);
   }
-  // An observer that throws fails this batch's texts (and nothing else) with INTERNAL.
-  if (absl::Status s = Observe("OnBatch", [&] { observer_->OnBatch(model_->manifest().name, version_, report); });
-      !s.ok()) {
-    for (absl::Status& status : statuses) status = s;
-  }
-  for (int64_t b = 0; b < rows; ++b) batch[b].request->Complete(batch[b].index, statuses[b]);
+  return Observe("OnBatch", [&] { observer_->OnBatch(model_->manifest().name, version_, report); });
+}
+
+void ModelRunner::Run(Batch& batch) const {
+  const absl::Time start = clock_->Now();
+  const Wanted wanted = MergeWanted(batch);
+  const PackedBatch packed = Pack(batch);
+  absl::StatusOr<ModelOutputs> out = model_->Forward(packed.ids, packed.mask, wanted.outputs, wanted.selection);
+  std::vector<absl::Status> statuses =
+      out.ok() ? DeliverRows(batch, *out) : std::vector<absl::Status>(batch.size(), out.status());
+  if (absl::Status s = Report(batch, packed, start, out.ok()); !s.ok()) statuses.assign(batch.size(), s);
+  for (size_t b = 0; b < batch.size(); ++b) batch[b].request->Complete(batch[b].index, statuses[b]);
 }
 
 }  // namespace qvi

@@ -75,10 +75,24 @@ class RunnableRequest final : public BatchRequest {
 };
 
 // The batch queue's settings of a version: its effective ServingConfig's batching and queue limits.
-BatchScheduler::Options BatchingOptions(const ServingConfig& serving);
+BatchSchedulerOptions BatchingOptions(const ServingConfig& serving);
+
+// Texts of token ids padded into one batch, as Model::Forward takes them.
+struct PackedBatch {
+  torch::Tensor ids;   // [rows, width] int64, zero after each text's end
+  torch::Tensor mask;  // [rows, width] bool, true on each text's tokens
+  int64_t tokens = 0;  // real tokens, padding left out
+};
+
+// width = the longest text, at least 1 (a batch of empty texts still has one column). The runner
+// and the in-process benchmark (bench/bench_model.cc) both pack with it.
+PackedBatch PackTokenIds(const std::vector<const std::vector<int64_t>*>& texts);
 
 class ModelRunner {
  public:
+  using Scheduler = BatchScheduler<RunnableRequest>;
+  using Batch = Scheduler::Batch;
+
   // The runner of one version as `serving` sets it: its batching (BatchingOptions), instances and
   // batch_when_idle. INVALID_ARGUMENT when the batch queue refuses the settings.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(std::shared_ptr<const Model> model, int64_t version,
@@ -89,7 +103,7 @@ class ModelRunner {
   // `batch_when_idle`, an idle instance takes the next batch at once instead of waiting for the
   // scheduler's max_queue_delay (see ServingConfig::batch_when_idle; no default here: the caller
   // passes the version's effective setting).
-  ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<BatchScheduler> scheduler,
+  ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<Scheduler> scheduler,
               const Clock* clock, int instances, ServingObserver* observer, bool batch_when_idle);
   ~ModelRunner();
 
@@ -98,7 +112,22 @@ class ModelRunner {
 
  private:
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
-  void Run(std::vector<QueuedText>& batch) const;
+
+  // One batch, in named steps: what its texts want together, their ids packed, the forward pass,
+  // each text its row, the report; then each text completes.
+  void Run(Batch& batch) const;
+  // The outputs any text of the batch wants, and the layers and heads of the per-layer ones.
+  struct Wanted {
+    std::vector<std::string> outputs;
+    OutputSelection selection;
+  };
+  static Wanted MergeWanted(const Batch& batch);
+  static PackedBatch Pack(const Batch& batch);
+  // Hands each text its row of `outputs`; a handler's failure (or exception) fails its text only.
+  static std::vector<absl::Status> DeliverRows(const Batch& batch, const ModelOutputs& outputs);
+  // Records where each request's time went and tells the observer; an observer that throws fails
+  // the whole batch (INTERNAL naming the hook).
+  absl::Status Report(const Batch& batch, const PackedBatch& packed, absl::Time start, bool ok) const;
 
   // Calls the observer (when there is one); an exception becomes INTERNAL naming the hook.
   absl::Status Observe(const char* hook, const std::function<void()>& call) const;
@@ -106,7 +135,7 @@ class ModelRunner {
 
   const std::shared_ptr<const Model> model_;
   const int64_t version_;
-  const std::unique_ptr<BatchScheduler> scheduler_;
+  const std::unique_ptr<Scheduler> scheduler_;
   ServingObserver* const observer_;
   const bool batch_when_idle_;
   const Clock* clock_;

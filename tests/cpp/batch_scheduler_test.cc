@@ -10,6 +10,10 @@
 namespace qvi {
 namespace {
 
+// The scheduler on the base request type; the runner's tests cover it on RunnableRequest.
+using Scheduler = BatchScheduler<BatchRequest>;
+using Queued = QueuedText<BatchRequest>;
+
 struct Probe {
   int calls = 0;
   absl::Status status;
@@ -25,16 +29,16 @@ std::shared_ptr<BatchRequest> Request(std::vector<int> lengths, Probe* probe,
       });
 }
 
-std::vector<int> Lengths(const std::vector<QueuedText>& batch) {
+std::vector<int> Lengths(const std::vector<Queued>& batch) {
   std::vector<int> out;
-  for (const QueuedText& t : batch) out.push_back(t.tokens);
+  for (const Queued& t : batch) out.push_back(t.tokens);
   return out;
 }
 
 class BatchSchedulerTest : public ::testing::Test {
  protected:
-  std::unique_ptr<BatchScheduler> Make(BatchScheduler::Options o) {
-    auto s = BatchScheduler::Create(o, &clock_);
+  std::unique_ptr<Scheduler> Make(Scheduler::Options o) {
+    auto s = Scheduler::Create(o, &clock_);
     EXPECT_TRUE(s.ok()) << s.status();
     return std::move(*s);
   }
@@ -71,6 +75,15 @@ TEST_F(BatchSchedulerTest, ClosesAtTheMaxQueueDelayToTheMicrosecond) {
   EXPECT_EQ(s->NextDue(), absl::InfiniteFuture());
 }
 
+TEST_F(BatchSchedulerTest, TakeNowHandsOutWhatWaitsWithoutTheDelayAndStillKeepsTheLimits) {
+  auto s = Make({.max_batch_size = 2, .max_batch_tokens = 1000, .max_queue_delay = absl::Seconds(10)});
+  ASSERT_TRUE(s->Enqueue(Request({5, 6, 7}, &probe_)).ok());
+  EXPECT_EQ(Lengths(s->TakeBatch(Take::kNow)), (std::vector<int>{5, 6}));
+  EXPECT_TRUE(s->TakeBatch(Take::kWhenDue).empty()) << "one text, no time passed: not due";
+  EXPECT_EQ(Lengths(s->TakeBatch(Take::kNow)), (std::vector<int>{7}));
+  EXPECT_TRUE(s->TakeBatch(Take::kNow).empty());
+}
+
 TEST_F(BatchSchedulerTest, GroupsTextsOfSimilarLength) {
   auto s = Make({.max_batch_size = 3, .max_batch_tokens = 1000, .max_queue_delay = absl::ZeroDuration()});
   ASSERT_TRUE(s->Enqueue(Request({10, 50, 11, 49, 12, 48}, &probe_)).ok());
@@ -81,7 +94,7 @@ TEST_F(BatchSchedulerTest, GroupsTextsOfSimilarLength) {
 TEST_F(BatchSchedulerTest, SplitsARequestAndAnswersOnceWhenAllPartsAreDone) {
   auto s = Make({.max_batch_size = 2, .max_batch_tokens = 1000, .max_queue_delay = absl::ZeroDuration()});
   ASSERT_TRUE(s->Enqueue(Request({3, 3, 3, 3, 3}, &probe_)).ok());
-  std::vector<std::vector<QueuedText>> batches;
+  std::vector<std::vector<Queued>> batches;
   while (true) {
     auto b = s->TakeBatch();
     if (b.empty()) break;
@@ -90,7 +103,7 @@ TEST_F(BatchSchedulerTest, SplitsARequestAndAnswersOnceWhenAllPartsAreDone) {
   ASSERT_EQ(batches.size(), 3u);
   std::vector<int> seen;
   for (auto& b : batches) {
-    for (QueuedText& t : b) {
+    for (Queued& t : b) {
       seen.push_back(t.index);
       EXPECT_EQ(probe_.calls, 0);
       t.request->Complete(t.index, absl::OkStatus());
@@ -128,7 +141,7 @@ TEST_F(BatchSchedulerTest, CancelledRequestsAreDroppedAndAnsweredOnce) {
   EXPECT_TRUE(s->TakeBatch().empty());
   EXPECT_EQ(probe_.calls, 1);
   EXPECT_EQ(probe_.status.code(), absl::StatusCode::kCancelled);
-  for (QueuedText& t : first) t.request->Complete(t.index, absl::OkStatus());  // late results are ignored
+  for (Queued& t : first) t.request->Complete(t.index, absl::OkStatus());  // late results are ignored
   EXPECT_EQ(probe_.calls, 1);
 }
 
@@ -179,15 +192,12 @@ TEST_F(BatchSchedulerTest, AFinishedRequestIsNotAskedWhetherItWasCancelled) {
 }
 
 TEST_F(BatchSchedulerTest, OptionsAreChecked) {
-  EXPECT_EQ(BatchScheduler::Create({.max_batch_size = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(BatchScheduler::Create({.max_batch_tokens = 0}, &clock_).status().code(),
+  EXPECT_EQ(Scheduler::Create({.max_batch_size = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.max_batch_tokens = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.max_queue_delay = absl::Milliseconds(-1)}, &clock_).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(BatchScheduler::Create({.max_queue_delay = absl::Milliseconds(-1)}, &clock_).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(BatchScheduler::Create({.max_queued_texts = 0}, &clock_).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(BatchScheduler::Create({.max_queued_tokens = 0}, &clock_).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.max_queued_texts = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.max_queued_tokens = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

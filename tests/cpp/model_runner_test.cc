@@ -35,10 +35,11 @@ class ModelRunnerTest : public ::testing::Test {
   void SetUp() override { model_ = FakeModel::Create(); }
 
   void Start(ServingObserver* observer = nullptr) {
-    BatchScheduler::Options o;
+    BatchSchedulerOptions o;
     o.max_queue_delay = absl::ZeroDuration();
-    runner_ = std::make_unique<ModelRunner>(model_, 1, *BatchScheduler::Create(o, &clock_), &clock_, 1, observer,
-                                            /*batch_when_idle=*/true);
+    runner_ =
+        std::make_unique<ModelRunner>(model_, 1, *ModelRunner::Scheduler::Create(o, &clock_), &clock_, 1, observer,
+                                      /*batch_when_idle=*/true);
   }
 
   // One text; `on_done` sees its status. `deadline` in the past makes it expire in the queue.
