@@ -14,7 +14,7 @@
 //
 // Tuning: max_batch_size and max_batch_tokens bound the cost of one forward pass; max_queue_delay
 // trades latency at low load for larger batches. The class has no threads of its own: a worker
-// calls TakeBatch() when NextDue() comes or a request arrives, and tests step it with a fake clock.
+// calls TakeBatch() when NextDue() comes or a request arrives, and tests step it on fake time (FakeEnv).
 // ModelRunner owns one per model version and runs its batches.
 //
 // The scheduler is a template on the request type its owner queues (a BatchRequest or a class
@@ -35,8 +35,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/core/clock.h"
 #include "server/core/defaults.h"
+#include "server/core/env.h"
 #include "server/core/sync.h"
 
 namespace qvi {
@@ -122,9 +122,9 @@ class BatchScheduler {
   using Options = BatchSchedulerOptions;
   using Batch = std::vector<QueuedText<Request>>;
 
-  static absl::StatusOr<std::unique_ptr<BatchScheduler>> Create(const Options& options, const Clock* clock) {
+  static absl::StatusOr<std::unique_ptr<BatchScheduler>> Create(const Options& options, const Env* env) {
     if (absl::Status s = CheckBatchSchedulerOptions(options); !s.ok()) return s;
-    return std::unique_ptr<BatchScheduler>(new BatchScheduler(options, clock));
+    return std::unique_ptr<BatchScheduler>(new BatchScheduler(options, env));
   }
 
   // Queues all of the request's texts, or none: RESOURCE_EXHAUSTED at once when they do not fit.
@@ -137,7 +137,7 @@ class BatchScheduler {
         queued_tokens_ + tokens > options_.max_queued_tokens) {
       return BatchQueueFull(queue_.size(), queued_tokens_);
     }
-    const absl::Time now = clock_->Now();
+    const absl::Time now = env_->Now();
     for (size_t i = 0; i < counts.size(); ++i) queue_.push_back({request, static_cast<int>(i), counts[i], now});
     queued_tokens_ += tokens;
     return absl::OkStatus();
@@ -165,7 +165,7 @@ class BatchScheduler {
   }
 
  private:
-  BatchScheduler(const Options& options, const Clock* clock) : options_(options), clock_(clock) {}
+  BatchScheduler(const Options& options, const Env* env) : options_(options), env_(env) {}
 
   using DeadRequest = std::pair<std::shared_ptr<Request>, absl::Status>;
 
@@ -198,7 +198,7 @@ class BatchScheduler {
 
   Batch FormBatchAndCollectDead(Take when, std::vector<DeadRequest>& dead) ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
-    const absl::Time now = clock_->Now();
+    const absl::Time now = env_->Now();
     DropDeadLocked(now, dead);
     if (queue_.empty()) return {};
     std::vector<int> tokens;
@@ -226,7 +226,7 @@ class BatchScheduler {
   }
 
   const Options options_;
-  const Clock* clock_;
+  const Env* env_;
   mutable Mutex mu_;
   Batch queue_ ABSL_GUARDED_BY(mu_);  // arrival order
   int64_t queued_tokens_ ABSL_GUARDED_BY(mu_) = 0;

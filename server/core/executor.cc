@@ -5,8 +5,8 @@
 
 namespace qvi {
 
-Executor::Executor(int threads, int max_queued) : max_queued_(static_cast<size_t>(max_queued)) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+Executor::Executor(int threads, int max_queued, const Env* env) : max_queued_(static_cast<size_t>(max_queued)) {
+  for (int i = 0; i < threads; ++i) threads_.push_back(env->StartThread("qvi-request", [this] { Work(); }));
 }
 
 Executor::~Executor() { Shutdown(); }

@@ -13,13 +13,15 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "server/core/env.h"
 #include "server/core/sync.h"
 
 namespace qvi {
 
 class Executor {
  public:
-  Executor(int threads, int max_queued);
+  // Its threads are named qvi-request (top -H, perf).
+  Executor(int threads, int max_queued, const Env* env = Env::Default());
   ~Executor();
 
   bool TrySubmit(std::function<void()> task) ABSL_LOCKS_EXCLUDED(mu_);

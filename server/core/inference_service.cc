@@ -54,9 +54,9 @@ std::vector<std::string> WantedOutputs(const Manifest& m, const OutputOptions& o
   return wanted;
 }
 
-absl::Status CheckLive(const InferenceRequest& r) {
+absl::Status CheckLive(const InferenceRequest& r, const Env& env) {
   if (r.is_cancelled && r.is_cancelled()) return absl::CancelledError("the client cancelled the request");
-  if (absl::Now() > r.deadline) return absl::DeadlineExceededError("the deadline passed before the model ran");
+  if (env.Now() > r.deadline) return absl::DeadlineExceededError("the deadline passed before the model ran");
   return absl::OkStatus();
 }
 
@@ -157,7 +157,7 @@ void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done d
     prepared = absl::InternalError(absl::StrCat("preparing the request failed: ", CurrentExceptionText()));
   }
   if (prepared.ok()) {
-    absl::Status live = CheckLive(r);  // the scheduler checks again when it forms a batch
+    absl::Status live = CheckLive(r, env());  // the scheduler checks again when it forms a batch
     if (!live.ok()) prepared = live;
   }
   if (!prepared.ok()) {

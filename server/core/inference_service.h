@@ -40,6 +40,8 @@ class InferenceService {
   void Submit(Method method, InferenceRequest request, Done done);
 
   const RequestLimits& limits() const { return limits_; }
+  // The clock of InferenceRequest::deadline (the repository's environment).
+  const Env& env() const { return *repository_->env(); }
 
  private:
   struct Prepared {

@@ -53,8 +53,8 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(Options
 ModelRepository::ModelRepository(Options options)
     : options_(std::move(options)),
       source_(options_.root, ModelFileNames()),
-      clock_(options_.clock != nullptr ? options_.clock : &system_clock_) {
-  unloader_ = std::thread([this] { UnloaderLoop(); });
+      env_(options_.env != nullptr ? options_.env : Env::Default()) {
+  unloader_ = env_->StartThread("qvi-unloader", [this] { UnloaderLoop(); });
 }
 
 ModelRepository::~ModelRepository() { Shutdown(); }
@@ -64,11 +64,12 @@ void ModelRepository::Notify(const std::string& name, const VersionStatus& statu
 }
 
 void ModelRepository::StartPolling(absl::Duration interval) {
-  poller_ = std::thread([this, interval] {
+  poller_ = env_->StartThread("qvi-poller", [this, interval] {
     while (true) {
       {
         MutexLock lock(&mu_);
-        if (!polling_stopped_) poll_wake_.WaitWithTimeout(&mu_, interval);
+        const absl::Time due = env_->Now() + interval;
+        while (!polling_stopped_ && env_->Now() < due) env_->WaitUntil(&poll_wake_, &mu_, due);
         if (polling_stopped_) return;
       }
       Poll();
@@ -98,7 +99,7 @@ void ModelRepository::Poll() {
   };
   const size_t workers = std::min<size_t>(std::max(options_.load_threads, 1), todo.size());
   std::vector<std::thread> threads;
-  for (size_t i = 1; i < workers; ++i) threads.emplace_back(work);
+  for (size_t i = 1; i < workers; ++i) threads.push_back(env_->StartThread("qvi-poll-worker", work));
   work();
   for (std::thread& t : threads) t.join();
 }
@@ -221,7 +222,7 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
   serving.device = model->device();
   serving.format = model->format();
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
-      ModelRunner::Create(model, version, serving, clock_, options_.observer);
+      ModelRunner::Create(model, version, serving, env_, options_.observer);
   if (!runner.ok()) return runner.status();
   auto* servable = new Servable{name, version, model, serving, *std::move(runner)};
   {
@@ -242,24 +243,27 @@ absl::StatusOr<std::unique_ptr<Model>> ModelRepository::LoadModel(const std::str
     absl::StatusOr<std::unique_ptr<Model>> result ABSL_GUARDED_BY(mu);
   };
   auto attempt = std::make_shared<Attempt>();
+  // Before the thread starts: the load's time counts from here, whatever the clock does meanwhile.
+  const absl::Time until = env_->Now() + options_.load_timeout;
   auto load =
       options_.load ? options_.load : [](const std::string& p, const LoadOptions& o) { return Model::Load(p, o); };
-  std::thread([attempt, load = std::move(load), path, load_options] {
-    absl::StatusOr<std::unique_ptr<Model>> result;
-    try {
-      result = load(path, load_options);
-    } catch (...) {
-      result = absl::InternalError(absl::StrCat("loading ", path, " failed: ", CurrentExceptionText()));
-    }
-    MutexLock lock(&attempt->mu);
-    attempt->result = std::move(result);
-    attempt->finished = true;
-    attempt->finished_cv.SignalAll();
-  }).detach();
-  const absl::Time until = absl::Now() + options_.load_timeout;
+  env_->StartThread("qvi-load",
+                    [attempt, load = std::move(load), path, load_options] {
+                      absl::StatusOr<std::unique_ptr<Model>> result;
+                      try {
+                        result = load(path, load_options);
+                      } catch (...) {
+                        result =
+                            absl::InternalError(absl::StrCat("loading ", path, " failed: ", CurrentExceptionText()));
+                      }
+                      MutexLock lock(&attempt->mu);
+                      attempt->result = std::move(result);
+                      attempt->finished = true;
+                      attempt->finished_cv.SignalAll();
+                    })
+      .detach();
   MutexLock lock(&attempt->mu);
-  while (!attempt->finished && absl::Now() < until)
-    attempt->finished_cv.WaitWithTimeout(&attempt->mu, until - absl::Now());
+  while (!attempt->finished && env_->Now() < until) env_->WaitUntil(&attempt->finished_cv, &attempt->mu, until);
   if (!attempt->finished) {
     return absl::DeadlineExceededError(absl::StrCat("loading and warming up did not finish within ",
                                                     absl::FormatDuration(options_.load_timeout),

@@ -36,7 +36,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/core/clock.h"
+#include "server/core/env.h"
 #include "server/core/model.h"
 #include "server/core/model_runner.h"
 #include "server/core/observer.h"
@@ -90,7 +90,8 @@ class ModelRepository {
     std::string root;
     ServingConfig defaults;        // the server's; a model's manifest and serving.json refine them
     VersionPolicy version_policy;  // for models whose serving.json names none
-    const Clock* clock = nullptr;  // for the batch queues; the system clock when null
+    // Time and threads: the poll interval, load timeouts, the batch queues. Env::Default() when null.
+    const Env* env = nullptr;
     Listener listener;
     ServingObserver* observer = nullptr;              // metrics of every version's batches; may be null
     absl::Duration load_timeout = absl::Minutes(10);  // per version: Model::Load with its warm-up
@@ -114,6 +115,8 @@ class ModelRepository {
   absl::StatusOr<ServableHandle> Resolve(const std::string& name, int64_t version) const ABSL_LOCKS_EXCLUDED(mu_);
 
   std::vector<ModelStatus> List() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The environment the versions run in: their batch queues' clock is this one's.
+  const Env* env() const { return env_; }
   bool Has(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<ModelStatus> Get(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -154,8 +157,7 @@ class ModelRepository {
 
   const Options options_;
   const StoreSource source_;
-  SystemClock system_clock_;
-  const Clock* clock_;
+  const Env* env_;
 
   Mutex poll_mu_;  // one Poll() at a time; held across loads, never while taking mu_ first
   mutable Mutex mu_;

@@ -47,25 +47,25 @@ BatchSchedulerOptions BatchingOptions(const ServingConfig& serving) {
 }
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr<const Model> model, int64_t version,
-                                                                 const ServingConfig& serving, const Clock* clock,
+                                                                 const ServingConfig& serving, const Env* env,
                                                                  ServingObserver* observer) {
-  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(BatchingOptions(serving), clock);
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(BatchingOptions(serving), env);
   if (!scheduler.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("invalid batching settings: ", scheduler.status().message()));
   }
-  return std::make_unique<ModelRunner>(std::move(model), version, *std::move(scheduler), clock, serving.instances,
+  return std::make_unique<ModelRunner>(std::move(model), version, *std::move(scheduler), env, serving.instances,
                                        observer, serving.batch_when_idle);
 }
 
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<Scheduler> scheduler,
-                         const Clock* clock, int instances, ServingObserver* observer, bool batch_when_idle)
+                         const Env* env, int instances, ServingObserver* observer, bool batch_when_idle)
     : model_(std::move(model)),
       version_(version),
       scheduler_(std::move(scheduler)),
       observer_(observer),
       batch_when_idle_(batch_when_idle),
-      clock_(clock) {
-  for (int i = 0; i < instances; ++i) threads_.emplace_back([this] { Loop(); });
+      env_(env) {
+  for (int i = 0; i < instances; ++i) threads_.push_back(env_->StartThread("qvi-instance", [this] { Loop(); }));
 }
 
 ModelRunner::~ModelRunner() { Stop(); }
@@ -139,11 +139,9 @@ void ModelRunner::Loop() {
     if (stopping_ && scheduler_->queued_texts() == 0) return;
     // Work arrived (or Stop() came) since `seen`: take again at once rather than sleep through it.
     if (work_seq_ != seen) continue;
-    // Sleep until the oldest text is due or new work arrives. The deadline is in real time: with a
-    // fake clock, tests call TakeBatch themselves instead of running this loop.
-    const absl::Time due = scheduler_->NextDue();
-    const absl::Duration wait = due == absl::InfiniteFuture() ? absl::InfiniteDuration() : due - clock_->Now();
-    if (wait > absl::ZeroDuration()) work_.WaitWithTimeout(&mu_, wait);
+    // Sleep until the oldest text is due (on the environment's clock, so a fake one wakes it when a
+    // test advances it) or new work arrives.
+    env_->WaitUntil(&work_, &mu_, scheduler_->NextDue());
   }
 }
 
@@ -223,7 +221,7 @@ absl::Status ModelRunner::Report(const Batch& batch, const PackedBatch& packed, 
   report.texts = static_cast<int>(batch.size());
   report.tokens = packed.tokens;
   report.padded_tokens = packed.ids.numel();
-  report.compute = clock_->Now() - start;
+  report.compute = env_->Now() - start;
   report.ok = ok;
   for (const QueuedText<RunnableRequest>& t : batch) {
     const absl::Duration wait = start - t.arrival;
@@ -234,7 +232,7 @@ absl::Status ModelRunner::Report(const Batch& batch, const PackedBatch& packed, 
 }
 
 void ModelRunner::Run(Batch& batch) const {
-  const absl::Time start = clock_->Now();
+  const absl::Time start = env_->Now();
   const Wanted wanted = MergeWanted(batch);
   const PackedBatch packed = Pack(batch);
   absl::StatusOr<ModelOutputs> out = model_->Forward(packed.ids, packed.mask, wanted.outputs, wanted.selection);

@@ -45,7 +45,8 @@ struct InferenceRequest {
   std::vector<std::string> texts;
   OutputOptions options;
   std::string request_id;
-  // Checked before the model runs: a request past its deadline or cancelled never reaches it.
+  // Checked before the model runs: a request past its deadline or cancelled never reaches it. A time
+  // of the core's monotonic clock (InferenceService::env(); MonotonicDeadline converts gRPC's).
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> is_cancelled;
 };

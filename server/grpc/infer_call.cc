@@ -23,7 +23,7 @@ std::string InferCalls::NextRequestId() { return absl::StrCat("req-", next_id_.f
 void InferCalls::Record(const char* method, const std::string& peer, const std::string& model,
                         const std::string& request_id, int64_t texts, const grpc::Status& status, absl::Time start,
                         const AnswerSummary* answer) const {
-  const absl::Duration latency = absl::Now() - start;
+  const absl::Duration latency = repository_->env()->Now() - start;
   const int64_t version = answer != nullptr ? answer->version : 0;
   const std::string code = StatusCodeName(status.error_code());
   if (options_.metrics != nullptr) {
@@ -64,7 +64,7 @@ grpc::Status InferCalls::CheckResponseSize(grpc::ByteBuffer* response) const {
 }
 
 InferCall::InferCall(InferCalls* calls, grpc::CallbackServerContext* ctx, const char* method, int64_t request_bytes)
-    : calls_(calls), ctx_(ctx), method_(method), start_(absl::Now()), bytes_(request_bytes) {
+    : calls_(calls), ctx_(ctx), method_(method), start_(calls->repository_->env()->Now()), bytes_(request_bytes) {
   if (calls_->options_.access_log) peer_ = ctx->peer();
   if (calls_->options_.metrics != nullptr) calls_->options_.metrics->OnRequestStart();
   // Memory admitted by bytes: the request's bytes count against the limit until it is answered.

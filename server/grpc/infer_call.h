@@ -105,7 +105,8 @@ class InferCall final : public grpc::ServerUnaryReactor {
   bool answer_valid_ = false;
 };
 
-// The call's deadline in the core's terms (InfiniteFuture when it has none).
+// The call's deadline as gRPC gives it, in wall time (InfiniteFuture when it has none); the core takes it
+// through MonotonicDeadline.
 absl::Time Deadline(const grpc::CallbackServerContext* ctx);
 
 template <typename Message, typename Build>

@@ -66,7 +66,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::Callb
     }
     InferenceRequest r = FromProto(request.model(), request.texts(), request.options(), request.request_id());
     if (r.request_id.empty()) r.request_id = calls_->NextRequestId();
-    r.deadline = Deadline(ctx);
+    r.deadline = MonotonicDeadline(core_->env(), Deadline(ctx));
     r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
     call->model = r.model;
     call->texts = static_cast<int64_t>(r.texts.size());

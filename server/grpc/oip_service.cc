@@ -170,8 +170,10 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext
     }
     InferenceRequest r = std::move(plan->request);
     r.request_id = call->request_id;
-    r.deadline = std::min(Deadline(ctx), plan->timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
-                                                                                   : absl::Now() + plan->timeout);
+    const Env& env = core_->env();
+    r.deadline =
+        std::min(MonotonicDeadline(env, Deadline(ctx)),
+                 plan->timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : env.Now() + plan->timeout);
     r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
     call->texts = static_cast<int64_t>(r.texts.size());
     const Method method = plan->method;

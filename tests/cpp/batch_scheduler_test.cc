@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "tests/cpp/fake_clock.h"
+#include "tests/cpp/test_util/fake_env.h"
 
 namespace qvi {
 namespace {
@@ -38,11 +38,11 @@ std::vector<int> Lengths(const std::vector<Queued>& batch) {
 class BatchSchedulerTest : public ::testing::Test {
  protected:
   std::unique_ptr<Scheduler> Make(Scheduler::Options o) {
-    auto s = Scheduler::Create(o, &clock_);
+    auto s = Scheduler::Create(o, &env_);
     EXPECT_TRUE(s.ok()) << s.status();
     return std::move(*s);
   }
-  FakeClock clock_;
+  FakeEnv env_;
   Probe probe_;
 };
 
@@ -67,10 +67,10 @@ TEST_F(BatchSchedulerTest, ClosesAtTheTokenBudget) {
 TEST_F(BatchSchedulerTest, ClosesAtTheMaxQueueDelayToTheMicrosecond) {
   auto s = Make({.max_batch_size = 8, .max_batch_tokens = 1000, .max_queue_delay = absl::Milliseconds(2)});
   ASSERT_TRUE(s->Enqueue(Request({5}, &probe_)).ok());
-  EXPECT_EQ(s->NextDue(), clock_.Now() + absl::Milliseconds(2));
-  clock_.Advance(absl::Microseconds(1999));
+  EXPECT_EQ(s->NextDue(), env_.Now() + absl::Milliseconds(2));
+  env_.Advance(absl::Microseconds(1999));
   EXPECT_TRUE(s->TakeBatch().empty());
-  clock_.Advance(absl::Microseconds(1));
+  env_.Advance(absl::Microseconds(1));
   EXPECT_EQ(s->TakeBatch().size(), 1u);
   EXPECT_EQ(s->NextDue(), absl::InfiniteFuture());
 }
@@ -118,14 +118,14 @@ TEST_F(BatchSchedulerTest, SplitsARequestAndAnswersOnceWhenAllPartsAreDone) {
 TEST_F(BatchSchedulerTest, ExpiredRequestsNeverReachAModel) {
   auto s = Make({.max_batch_size = 4, .max_batch_tokens = 1000, .max_queue_delay = absl::Milliseconds(10)});
   Probe late, fine;
-  ASSERT_TRUE(s->Enqueue(Request({5, 5}, &late, clock_.Now() + absl::Milliseconds(3))).ok());
+  ASSERT_TRUE(s->Enqueue(Request({5, 5}, &late, env_.Now() + absl::Milliseconds(3))).ok());
   ASSERT_TRUE(s->Enqueue(Request({5}, &fine)).ok());
-  clock_.Advance(absl::Milliseconds(4));
+  env_.Advance(absl::Milliseconds(4));
   EXPECT_TRUE(s->TakeBatch().empty());  // the expired request is dropped; the other is not due yet
   EXPECT_EQ(late.calls, 1);
   EXPECT_EQ(late.status.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(s->queued_texts(), 1u);
-  clock_.Advance(absl::Milliseconds(6));
+  env_.Advance(absl::Milliseconds(6));
   auto batch = s->TakeBatch();
   ASSERT_EQ(batch.size(), 1u);
   EXPECT_EQ(fine.calls, 0);
@@ -192,12 +192,12 @@ TEST_F(BatchSchedulerTest, AFinishedRequestIsNotAskedWhetherItWasCancelled) {
 }
 
 TEST_F(BatchSchedulerTest, OptionsAreChecked) {
-  EXPECT_EQ(Scheduler::Create({.max_batch_size = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Scheduler::Create({.max_batch_tokens = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Scheduler::Create({.max_queue_delay = absl::Milliseconds(-1)}, &clock_).status().code(),
+  EXPECT_EQ(Scheduler::Create({.max_batch_size = 0}, &env_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.max_batch_tokens = 0}, &env_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.max_queue_delay = absl::Milliseconds(-1)}, &env_).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Scheduler::Create({.max_queued_texts = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Scheduler::Create({.max_queued_tokens = 0}, &clock_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.max_queued_texts = 0}, &env_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Scheduler::Create({.max_queued_tokens = 0}, &env_).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "server/core/sync.h"
+#include "tests/cpp/test_util/fake_env.h"
 #include "tests/cpp/test_util/store.h"
 
 namespace qvi {
@@ -89,17 +90,20 @@ class ModelRepositoryTest : public ::testing::Test {
     fs::create_directories(root_ / "sentiment" / std::to_string(v));
     std::ofstream(root_ / "sentiment" / std::to_string(v) / "model.pt") << "not a TorchScript archive";
   }
-  void Open(const std::string& policy = "latest:1", std::function<void(ModelRepository::Options&)> adjust = nullptr) {
+  // Opens the repository on the fake environment and polls once (unless `poll` is false).
+  void Open(const std::string& policy = "latest:1", std::function<void(ModelRepository::Options&)> adjust = nullptr,
+            bool poll = true) {
     ModelRepository::Options o;
     o.root = root_.string();
     o.defaults.device = "cpu";
     o.version_policy = *VersionPolicy::Parse(policy);
     o.listener = [this](const std::string& name, const VersionStatus& s) { events_.Add(name, s); };
+    o.env = &env_;
     if (adjust) adjust(o);
     auto repo = ModelRepository::Create(o);
     ASSERT_TRUE(repo.ok()) << repo.status();
     repo_ = std::move(*repo);
-    repo_->Poll();
+    if (poll) repo_->Poll();
   }
   // Versions and states as ListModels shows them, newest first.
   std::vector<std::pair<int64_t, ModelState>> States(const std::string& name = "sentiment") {
@@ -136,6 +140,7 @@ class ModelRepositoryTest : public ::testing::Test {
   std::unique_ptr<qvi::testing::TempStore> store_;
   fs::path demo_, root_;
   Events events_;
+  FakeEnv env_;  // declared before repo_, so it outlives it
   std::unique_ptr<ModelRepository> repo_;
 };
 
@@ -266,13 +271,19 @@ TEST_F(ModelRepositoryTest, OneModelsFailureLeavesTheOthersAlone) {
 }
 
 // How long one text waits in the queue of a servable's batch queue.
-absl::Duration QueueWait(const ServableHandle& servable) {
+// Queues one text, moves the fake clock by `advance`, and returns how long the text waited in the
+// queue (on that clock: exactly as long as the test let time pass before it ran).
+absl::Duration QueueWait(const ServableHandle& servable, FakeEnv& env, absl::Duration advance) {
   Notification done;
   auto request = std::make_shared<RunnableRequest>(
       std::vector<std::vector<int64_t>>{{2, 3}}, std::vector<std::string>{"logits"}, absl::InfiniteFuture(), nullptr,
       [](int, const ModelOutputs&, int64_t) { return absl::OkStatus(); }, [&](absl::Status) { done.Notify(); });
   EXPECT_TRUE(servable->runner->Enqueue(request).ok());
-  done.WaitForNotification();
+  if (advance > absl::ZeroDuration()) {
+    EXPECT_FALSE(done.HasBeenNotified()) << "ran before the clock moved";
+    env.Advance(advance);
+  }
+  EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60))) << "the text never ran";
   return request->timing().queue;
 }
 
@@ -282,7 +293,7 @@ TEST_F(ModelRepositoryTest, AnIdleInstanceDoesNotWaitForTheQueueDelayUnlessToldT
   Open();
   ServableHandle eager = *repo_->Resolve("sentiment", 0);
   EXPECT_TRUE(eager->serving.batch_when_idle);
-  EXPECT_LT(QueueWait(eager), absl::Seconds(30));
+  EXPECT_EQ(QueueWait(eager, env_, absl::ZeroDuration()), absl::ZeroDuration());
   eager.reset();
   // Told to wait: the lone text waits the full delay for company.
   std::ofstream(root_ / "sentiment" / "serving.json") << R"({"max_queue_delay_ms": 50, "batch_when_idle": false})";
@@ -291,7 +302,7 @@ TEST_F(ModelRepositoryTest, AnIdleInstanceDoesNotWaitForTheQueueDelayUnlessToldT
   ServableHandle patient = *repo_->Resolve("sentiment", 0);
   ASSERT_EQ(patient->version, 2);
   EXPECT_FALSE(patient->serving.batch_when_idle);
-  EXPECT_GE(QueueWait(patient), absl::Milliseconds(50));
+  EXPECT_EQ(QueueWait(patient, env_, absl::Milliseconds(50)), absl::Milliseconds(50));
 }
 
 TEST_F(ModelRepositoryTest, ShutdownWaitsForHeldVersionsThenRefuses) {
@@ -317,19 +328,28 @@ TEST_F(ModelRepositoryTest, AStuckLoadIsAbandonedAndHoldsUpNoOtherModel) {
   auto release = std::make_shared<Notification>();
   auto stuck_started = std::make_shared<Notification>();
   auto stuck_finished = std::make_shared<Notification>();
-  Open("latest:1", [&](ModelRepository::Options& o) {
-    // Long enough for a real load and warm-up on a busy machine (the test waits it out once).
-    o.load_timeout = absl::Seconds(2);
-    o.load = [release, stuck_started, stuck_finished](const std::string& path, const LoadOptions& options) {
-      if (path.find("/stuck") == std::string::npos) return Model::Load(path, options);
-      stuck_started->Notify();
-      release->WaitForNotification();  // a warm-up that hangs
-      absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(path, options);
-      stuck_finished->Notify();
-      return model;
-    };
-  });
-  EXPECT_TRUE(stuck_started->HasBeenNotified());
+  Open(
+      "latest:1",
+      [&](ModelRepository::Options& o) {
+        o.load_timeout = absl::Minutes(10);  // of the fake clock: it passes when the test says
+        o.load = [release, stuck_started, stuck_finished](const std::string& path, const LoadOptions& options) {
+          if (path.find("/stuck") == std::string::npos) return Model::Load(path, options);
+          stuck_started->Notify();
+          release->WaitForNotification();  // a warm-up that hangs
+          absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(path, options);
+          stuck_finished->Notify();
+          return model;
+        };
+      },
+      /*poll=*/false);
+  // The first poll loads both models at once; the clock moves past the timeout only once "sentiment"
+  // is READY and "stuck" hangs, so exactly the stuck load is abandoned.
+  std::thread first_poll([this] { repo_->Poll(); });
+  ASSERT_TRUE(stuck_started->WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(events_.WaitFor("sentiment", 1, S::kReady));
+  EXPECT_EQ(events_.Count("stuck", 1, S::kFailed), 0) << "abandoned before its timeout";
+  env_.Advance(absl::Minutes(10));
+  first_poll.join();
   EXPECT_EQ(States("sentiment"), (Versions{{1, S::kReady}}));
   EXPECT_EQ(States("stuck"), (Versions{{1, S::kFailed}}));
   EXPECT_NE(events_.Reason("stuck", 1, S::kFailed).find("did not finish within"), std::string::npos)
@@ -348,6 +368,18 @@ TEST_F(ModelRepositoryTest, AStuckLoadIsAbandonedAndHoldsUpNoOtherModel) {
   ASSERT_TRUE(stuck_finished->WaitForNotificationWithTimeout(absl::Seconds(60)));
   repo_->Poll();
   EXPECT_EQ(States("stuck"), (Versions{{1, S::kFailed}}));
+}
+
+TEST_F(ModelRepositoryTest, PollingFollowsTheEnvironmentsClock) {
+  Open();
+  repo_->StartPolling(absl::Seconds(30));
+  AddVersion(2);
+  env_.Advance(absl::Seconds(29));
+  EXPECT_EQ(events_.Count("sentiment", 2, S::kLoading), 0) << "polled before the interval passed";
+  env_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(events_.WaitFor("sentiment", 2, S::kReady)) << "no poll once the interval passed";
+  EXPECT_EQ(ServingVersion(), 2);
+  ASSERT_TRUE(events_.WaitFor("sentiment", 1, S::kUnloaded));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// Failure containment in the model runner (issue 13): nothing is called out of the runner under its
-// lock, and a done-callback, row handler or observer that throws fails only the texts it concerns
-// while the instance thread goes on serving. Runs the real demo classifier on the CPU.
+// The model runner on fake time: a queue delay passes when the test advances the clock. Failure
+// containment (issue 13): nothing is called out of the runner under its lock, and a done-callback,
+// row handler or observer that throws fails only the texts it concerns while the instance thread
+// goes on serving. Runs the fake model of tests/cpp/fake_model.h on the CPU.
 #include "server/core/model_runner.h"
 #include "tests/cpp/fake_model.h"
 
@@ -12,8 +13,8 @@
 #include <future>
 #include <stdexcept>
 
-#include "server/core/clock.h"
 #include "server/core/sync.h"
+#include "tests/cpp/test_util/fake_env.h"
 
 namespace qvi {
 namespace {
@@ -34,12 +35,12 @@ class ModelRunnerTest : public ::testing::Test {
  protected:
   void SetUp() override { model_ = FakeModel::Create(); }
 
-  void Start(ServingObserver* observer = nullptr) {
+  void Start(ServingObserver* observer = nullptr, bool batch_when_idle = true,
+             absl::Duration max_queue_delay = absl::ZeroDuration()) {
     BatchSchedulerOptions o;
-    o.max_queue_delay = absl::ZeroDuration();
-    runner_ =
-        std::make_unique<ModelRunner>(model_, 1, *ModelRunner::Scheduler::Create(o, &clock_), &clock_, 1, observer,
-                                      /*batch_when_idle=*/true);
+    o.max_queue_delay = max_queue_delay;
+    runner_ = std::make_unique<ModelRunner>(model_, 1, *ModelRunner::Scheduler::Create(o, &env_), &env_, 1, observer,
+                                            batch_when_idle);
   }
 
   // One text; `on_done` sees its status. `deadline` in the past makes it expire in the queue.
@@ -64,10 +65,32 @@ class ModelRunnerTest : public ::testing::Test {
     return f.get();
   }
 
-  SystemClock clock_;
+  FakeEnv env_;
   std::shared_ptr<const Model> model_;
   std::unique_ptr<ModelRunner> runner_;
 };
+
+TEST_F(ModelRunnerTest, ATextWaitsForTheQueueDelayOnTheEnvironmentsClock) {
+  // An instance that does not batch when idle waits max_queue_delay for more texts. The clock is
+  // fake: the instance thread sleeps until the test moves it past the text's due time.
+  Start(nullptr, /*batch_when_idle=*/false, absl::Milliseconds(5));
+  Notification done;
+  absl::Status status = absl::UnknownError("not run");
+  std::shared_ptr<RunnableRequest> text = Text([&](absl::Status s) {
+    status = s;
+    done.Notify();
+  });
+  ASSERT_TRUE(runner_->Enqueue(text).ok());
+  env_.Advance(absl::Milliseconds(4));
+  EXPECT_FALSE(done.HasBeenNotified()) << "ran before its queue delay passed";
+  env_.Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(60))) << "the due text never ran";
+  EXPECT_TRUE(status.ok()) << status;
+  // Fake time moves only when the test moves it: the text waited exactly the delay, and the forward
+  // pass took no time on this clock.
+  EXPECT_EQ(text->timing().queue, absl::Milliseconds(5));
+  EXPECT_EQ(text->timing().compute, absl::ZeroDuration());
+}
 
 TEST_F(ModelRunnerTest, DoneCallbacksRunWithoutTheRunnersLock) {
   Start();
@@ -87,7 +110,7 @@ TEST_F(ModelRunnerTest, DoneCallbacksRunWithoutTheRunnersLock) {
                         });
                         entered_in_time.set_value(enqueued.WaitForNotificationWithTimeout(absl::Seconds(10)));
                       },
-                      absl::Now() - absl::Seconds(1)))
+                      env_.Now() - absl::Seconds(1)))
                   .ok());
   ASSERT_EQ(verdict.wait_for(std::chrono::seconds(60)), std::future_status::ready);
   EXPECT_TRUE(verdict.get()) << "a done-callback ran while the runner's lock was held";

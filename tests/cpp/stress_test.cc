@@ -122,7 +122,7 @@ TEST_F(StressTest, EveryRequestIsAnsweredOnceAndCorrectlyUnderDeadlinesCancellat
         auto cancelled = std::make_shared<std::atomic<bool>>(false);
         if (out.kind == Kind::kShortDeadline) {
           // Some already past, some passing about when the batch forms.
-          r.deadline = absl::Now() + absl::Microseconds(std::uniform_int_distribution<int>(-1000, 2000)(local));
+          r.deadline = service.env().Now() + absl::Microseconds(std::uniform_int_distribution<int>(-1000, 2000)(local));
         }
         if (out.kind == Kind::kCancelled) r.is_cancelled = [cancelled] { return cancelled->load(); };
         Notification done;
