@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/core/defaults.h"
 #include "server/core/serving_config.h"
 
 namespace qvi {
@@ -18,6 +20,16 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   app.set_config("--config", "", "read options from this TOML/INI file; flags on the command line win");
   app.set_version_flag("--version", "qvi-server 0.1.0");
   app.option_defaults()->always_capture_default();
+  // The per-version defaults that are not flags (server/core/defaults.h); GetModel shows each
+  // version's effective values.
+  app.footer(absl::StrCat(
+      "Each model version is served with these batching defaults unless its manifest's `serving` block or\n"
+      "<model-store>/<model>/serving.json sets them (docs/serving.md, \"Batching knobs\"):\n"
+      "  max_batch_size=",
+      defaults::kMaxBatchSize, " max_batch_tokens=", defaults::kMaxBatchTokens,
+      " max_queue_delay_ms=", defaults::kMaxQueueDelayMs, " max_queued_texts=", defaults::kMaxQueuedTexts,
+      " max_queued_tokens=", defaults::kMaxQueuedTokens,
+      " batch_when_idle=", defaults::kBatchWhenIdle ? "true" : "false"));
 
   app.add_option("--model-store", o.models.store,
                  "folder of <model>/<version>/ artifacts (model.pt, model.cpu.pt2, model.cuda.pt2)")

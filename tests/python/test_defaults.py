@@ -1,0 +1,49 @@
+"""The batching defaults have one source of truth, server/core/defaults.h: qvi-server --help prints
+them, GetModel reports them for a version that sets none of its own, and docs/serving.md's table and
+the exporter's manifest block (model_store/qvi/artifact.py) say the same."""
+import ast
+import os
+import re
+import subprocess
+
+from conftest import REPO, SERVER
+
+KEYS = ("max_batch_size", "max_batch_tokens", "max_queue_delay_ms", "max_queued_texts", "max_queued_tokens",
+        "batch_when_idle")
+
+
+def value(text):
+    if text in ("true", "false"):
+        return text == "true"
+    return float(text)
+
+
+def help_defaults():
+    out = subprocess.run([SERVER, "--help"], capture_output=True, text=True, timeout=60, check=True).stdout
+    found = dict(re.findall(r"\b(" + "|".join(KEYS) + r")=(\S+)", out))
+    assert set(found) == set(KEYS), out[-600:]
+    return {k: value(v) for k, v in found.items()}
+
+
+def test_the_docs_table_lists_the_servers_defaults():
+    with open(os.path.join(REPO, "docs", "serving.md"), encoding="utf-8") as f:
+        rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]+)` \|", f.read(), flags=re.M))
+    assert {k: value(rows[k]) for k in KEYS} == help_defaults()
+
+
+def test_the_exporter_writes_the_servers_defaults_into_manifests():
+    with open(os.path.join(REPO, "model_store", "qvi", "artifact.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    exported = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                    and any(getattr(t, "id", None) == "DEFAULT_SERVING" for t in node.targets))
+    defaults = help_defaults()
+    assert exported and {k: float(v) for k, v in exported.items()} == {k: defaults[k] for k in exported}
+
+
+def test_get_model_reports_the_defaults_for_a_version_that_sets_none(server, api):
+    # The demo sentiment model has no serving.json, and its manifest carries the exporter's defaults.
+    pb, pb_grpc = api
+    model = pb_grpc.InferenceStub(server).GetModel(pb.GetModelRequest(model=pb.ModelSpec(name="sentiment")),
+                                                   timeout=30).model
+    batching = model.versions[0].metadata.batching
+    assert {k: value(str(getattr(batching, k)).lower()) for k in KEYS} == help_defaults()
