@@ -1,5 +1,8 @@
 // End to end: the real qvi-server binary on a free port with a copy of the demo store (plus a
-// corrupt version), called through the generated C++ stubs.
+// corrupt version), called through the generated C++ stubs and qvi-client. What a C++ caller sees:
+// the answers and errors of both APIs, qvi-client, 64 clients with deadlines and cancellations,
+// SIGTERM under load. Health, reflection, logs, metrics and the Python clients are the Python
+// suite's (tests/python/test_e2e.py and beside it); each behaviour is pinned in one of the two.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -25,6 +28,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "inference/open_inference_grpc.grpc.pb.h"
 #include "qvi/serving/v1/inference.grpc.pb.h"
+#include "tests/cpp/test_util/server_process.h"
 
 namespace v1 = qvi::serving::v1;
 namespace fs = std::filesystem;
@@ -33,70 +37,7 @@ using grpc::health::v1::HealthCheckResponse;
 
 namespace {
 
-class ServerProcess {
- public:
-  // `name` keeps the folders of servers started by one test process apart.
-  void Start(const std::string& name = "shared") {
-    dir_ = fs::temp_directory_path() / ("qvi_e2e_" + std::to_string(getpid()) + "_" + name);
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "store");
-    fs::copy(fs::path(QVI_SOURCE_DIR) / "model_store" / "store", dir_ / "store", fs::copy_options::recursive);
-    fs::create_directories(dir_ / "store" / "sentiment" / "7");
-    std::ofstream(dir_ / "store" / "sentiment" / "7" / "model.pt") << "corrupt";
-    std::ofstream(dir_ / "store" / "sentiment" / "serving.json") << R"({"max_batch_size": 4, "instances": 2})";
-    const std::string port_file = (dir_ / "port").string();
-    const std::string store = (dir_ / "store").string();
-    const std::string log = (dir_ / "server.log").string();
-    pid_ = fork();
-    if (pid_ == 0) {
-      freopen(log.c_str(), "w", stderr);
-      freopen(log.c_str(), "a", stdout);
-      execl(QVI_SERVER_BINARY, QVI_SERVER_BINARY, "--model-store", store.c_str(), "--port", "0", "--host", "127.0.0.1",
-            "--port-file", port_file.c_str(), "--device", "cpu", "--access-log", "--max-texts-per-request", "8",
-            "--max-text-bytes", "1000", "--log-level", "debug", "--metrics-port", "0", "--shutdown-delay-seconds", "2",
-            nullptr);
-      _exit(127);
-    }
-    for (int i = 0; i < 1200 && !fs::exists(port_file); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // waiting on a process, not a clock
-      int status = 0;
-      ASSERT_EQ(waitpid(pid_, &status, WNOHANG), 0) << "qvi-server exited early; see " << log;
-    }
-    ASSERT_TRUE(fs::exists(port_file)) << "qvi-server did not start within 120 s";
-    std::ifstream(port_file) >> port_;
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials());
-  }
-
-  int StopAndWait(int sig) {
-    Signal(sig);
-    return Wait();
-  }
-  void Signal(int sig) { kill(pid_, sig); }
-  int Wait() {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
-  ~ServerProcess() {
-    if (pid_ > 0) StopAndWait(SIGKILL);
-    fs::remove_all(dir_);
-  }
-
-  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  std::string Log() const {
-    std::ifstream in(dir_ / "server.log");
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-
- private:
-  fs::path dir_;
-  pid_t pid_ = -1;
-  int port_ = 0;
-  std::shared_ptr<grpc::Channel> channel_;
-};
+using qvi::testing::ServerProcess;
 
 class EndToEnd : public ::testing::Test {
  protected:
@@ -299,26 +240,6 @@ TEST_F(EndToEnd, InvalidUtf8IsRejected) {
   grpc::Status s = Classify(SentimentRequest({"ok", "bad \xff byte"}), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   EXPECT_EQ(s.error_message(), "texts[1]: invalid UTF-8 at byte 4");
-}
-
-TEST_F(EndToEnd, HealthOverallAndPerModel) {
-  auto health = grpc::health::v1::Health::NewStub(server_->channel());
-  for (const auto& [service, want] : std::vector<std::pair<std::string, HealthCheckResponse::ServingStatus>>{
-           {"", HealthCheckResponse::SERVING},
-           {"sentiment", HealthCheckResponse::SERVING},
-           {"ner", HealthCheckResponse::SERVING}}) {
-    HealthCheckRequest req;
-    req.set_service(service);
-    HealthCheckResponse resp;
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(health->Check(&ctx, req, &resp).ok()) << service;
-    EXPECT_EQ(resp.status(), want) << service;
-  }
-  HealthCheckRequest req;
-  req.set_service("unknown-model");
-  HealthCheckResponse resp;
-  grpc::ClientContext ctx;
-  EXPECT_EQ(health->Check(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(EndToEnd, QviClientPrintsLabelsAndJson) {

@@ -1,9 +1,9 @@
 // The model runner on fake time: a queue delay passes when the test advances the clock. Failure
 // containment (issue 13): nothing is called out of the runner under its lock, and a done-callback,
 // row handler or observer that throws fails only the texts it concerns while the instance thread
-// goes on serving. Runs the fake model of tests/cpp/fake_model.h on the CPU.
+// goes on serving. Runs the fake model of tests/cpp/test_util/fake_model.h on the CPU.
 #include "server/core/model_runner.h"
-#include "tests/cpp/fake_model.h"
+#include "tests/cpp/test_util/fake_model.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -10,7 +10,7 @@
 #include <fstream>
 
 #include "server/core/viterbi.h"
-#include "tests/cpp/fake_model.h"
+#include "tests/cpp/test_util/fake_model.h"
 
 namespace qvi {
 namespace {

@@ -142,6 +142,10 @@ def test_health_and_reflection(server):
     # A model none of whose versions loaded is NOT_SERVING; the others are untouched (above).
     status = health.Check(health_pb2.HealthCheckRequest(service="misconfigured")).status
     assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+    # A name that is no model at all is NOT_FOUND, as the health protocol asks.
+    with pytest.raises(grpc.RpcError) as unknown:
+        health.Check(health_pb2.HealthCheckRequest(service="unknown-model"))
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
     db = ProtoReflectionDescriptorDatabase(server)
     services = set(db.get_services())
     assert {"qvi.serving.v1.Inference", "grpc.health.v1.Health"} <= services

@@ -6,8 +6,8 @@
 //   attention[b,t] = 1/n on real tokens, 0 on padding; gates[b,t] = id/100 on real tokens
 //   layer_attention[b,l,h,q,k] = 1/n on real keys (when maps are asked for)
 //   layer_gates[b,l,h,t] = l + h/10 on real tokens
-#ifndef QVI_TESTS_CPP_FAKE_MODEL_H_
-#define QVI_TESTS_CPP_FAKE_MODEL_H_
+#ifndef QVI_TESTS_CPP_TEST_UTIL_FAKE_MODEL_H_
+#define QVI_TESTS_CPP_TEST_UTIL_FAKE_MODEL_H_
 
 #include <atomic>
 #include <memory>
@@ -84,4 +84,4 @@ class FakeModel final : public Model {
 
 }  // namespace qvi
 
-#endif  // QVI_TESTS_CPP_FAKE_MODEL_H_
+#endif  // QVI_TESTS_CPP_TEST_UTIL_FAKE_MODEL_H_
