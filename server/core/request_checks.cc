@@ -7,12 +7,15 @@
 
 namespace qvi {
 
+absl::Status CheckModelNameBytes(const char* field, const std::string& name, const RequestLimits& limits) {
+  if (static_cast<int64_t>(name.size()) <= limits.max_model_name_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": ", name.size(), " bytes exceed the limit of ", limits.max_model_name_bytes, " bytes"));
+}
+
 absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits) {
   if (r.model.empty()) return absl::InvalidArgumentError("model.name: empty; name the model to use (see ListModels)");
-  if (static_cast<int64_t>(r.model.size()) > limits.max_model_name_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("model.name: ", r.model.size(), " bytes exceed the limit of ",
-                                                   limits.max_model_name_bytes, " bytes"));
-  }
+  if (absl::Status s = CheckModelNameBytes("model.name", r.model, limits); !s.ok()) return s;
   if (static_cast<int64_t>(r.request_id.size()) > limits.max_request_id_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("request_id: ", r.request_id.size(), " bytes exceed the limit of ",
                                                    limits.max_request_id_bytes, " bytes"));

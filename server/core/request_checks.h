@@ -40,6 +40,10 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
 // `s`, or its first bytes and its length when it is longer than `max`: for logs and errors.
 std::string Capped(const std::string& s, size_t max = 64);
 
+// A model name from a client against max_model_name_bytes; INVALID_ARGUMENT naming `field` (the
+// field as the caller's API spells it: model.name, name, model_name).
+absl::Status CheckModelNameBytes(const char* field, const std::string& name, const RequestLimits& limits);
+
 // The request's own fields against the limits: model name, version, request id, texts (count,
 // bytes, UTF-8), top_k. INVALID_ARGUMENT naming the field and the limit.
 absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits);

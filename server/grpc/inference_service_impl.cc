@@ -108,10 +108,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::GetModel(grpc::CallbackServerCon
                                                          v1::GetModelResponse* response) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   const std::string& name = request->model().name();
-  if (static_cast<int64_t>(name.size()) > core_->limits().max_model_name_bytes) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                 absl::StrCat("model.name: ", name.size(), " bytes exceed the limit of ",
-                                              core_->limits().max_model_name_bytes, " bytes")));
+  if (absl::Status s = CheckModelNameBytes("model.name", name, core_->limits()); !s.ok()) {
+    reactor->Finish(ToGrpcStatus(s));
     return reactor;
   }
   absl::StatusOr<ModelStatus> m = repository_->Get(name);

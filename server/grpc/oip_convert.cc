@@ -22,7 +22,8 @@ constexpr const char* kTokenExplanations[] = {"attention",      "gates",    "sen
                                               "sentence_gates", "lambda_q", "lambda_k"};
 constexpr const char* kLayerOutputs[] = {"layer_gates", "layer_lambda_q", "layer_lambda_k", "layer_attention"};
 
-bool IsExplanation(const std::string& name, std::initializer_list<const char*> names) {
+// Whether `name` is one of `names`.
+bool IsOneOf(const std::string& name, std::initializer_list<const char*> names) {
   for (const char* n : names) {
     if (name == n) return true;
   }
@@ -402,8 +403,8 @@ absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in,
     }
     const std::string& n = out.name;
     if (n == "attention" || n == "sentence_attention") o.attention = true;
-    if (IsExplanation(n, {"gates", "sentence_gates", "lambda_q", "lambda_k"})) o.gates = true;
-    if (IsExplanation(n, {"layer_gates", "layer_lambda_q", "layer_lambda_k"})) o.layers.gates = true;
+    if (IsOneOf(n, {"gates", "sentence_gates", "lambda_q", "lambda_k"})) o.gates = true;
+    if (IsOneOf(n, {"layer_gates", "layer_lambda_q", "layer_lambda_k"})) o.layers.gates = true;
     if (n == "layer_attention") o.layers.attention_maps = true;
     if (n == "tokens") tokens = true;
     plan.outputs.push_back(std::move(out));
@@ -462,7 +463,7 @@ int64_t AnswerBytes(const InferenceResponse& answer, const InferPlan& plan) {
       total += m * 8;
     else if (name == "layer_attention")
       total += n * m * t_max * t_max * 4;
-    else if (IsExplanation(name, {"layer_gates", "layer_lambda_q", "layer_lambda_k"}))
+    else if (IsOneOf(name, {"layer_gates", "layer_lambda_q", "layer_lambda_k"}))
       total += n * m * t_max * 4;
     else
       total += n * t_max * 4;
@@ -579,7 +580,7 @@ void ToModelInfer(const InferenceResponse& answer, const InferPlan& plan, const 
           }
         }
       }
-    } else if (IsExplanation(name, {"layer_gates", "layer_lambda_q", "layer_lambda_k"})) {
+    } else if (IsOneOf(name, {"layer_gates", "layer_lambda_q", "layer_lambda_k"})) {
       set("FP32", {n, layer_count, t_max});
       for (const TextResult& r : results) {
         for (int64_t l = 0; l < layer_count; ++l) {

@@ -31,13 +31,6 @@ void AddTensor(const oip::TensorSpec& spec, inference::ModelMetadataResponse::Te
 
 }  // namespace
 
-absl::Status OipServiceImpl::CheckModelName(const std::string& name) const {
-  const int64_t limit = core_->limits().max_model_name_bytes;
-  if (static_cast<int64_t>(name.size()) <= limit) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("name: ", name.size(), " bytes exceed the limit of ", limit, " bytes"));
-}
-
 grpc::ServerUnaryReactor* OipServiceImpl::ServerLive(grpc::CallbackServerContext* ctx,
                                                      const inference::ServerLiveRequest*,
                                                      inference::ServerLiveResponse* response) {
@@ -55,7 +48,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ServerReady(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* OipServiceImpl::ModelReady(grpc::CallbackServerContext* ctx,
                                                      const inference::ModelReadyRequest* request,
                                                      inference::ModelReadyResponse* response) {
-  if (absl::Status s = CheckModelName(request->name()); !s.ok()) return Finish(ctx, s);
+  if (absl::Status s = CheckModelNameBytes("name", request->name(), core_->limits()); !s.ok()) return Finish(ctx, s);
   absl::StatusOr<int64_t> version = oip::ParseVersion("version", request->version());
   if (!version.ok()) return Finish(ctx, version.status());
   absl::StatusOr<ModelStatus> model = repository_->Get(request->name());
@@ -86,7 +79,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ServerMetadata(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* OipServiceImpl::ModelMetadata(grpc::CallbackServerContext* ctx,
                                                         const inference::ModelMetadataRequest* request,
                                                         inference::ModelMetadataResponse* response) {
-  if (absl::Status s = CheckModelName(request->name()); !s.ok()) return Finish(ctx, s);
+  if (absl::Status s = CheckModelNameBytes("name", request->name(), core_->limits()); !s.ok()) return Finish(ctx, s);
   absl::StatusOr<int64_t> version = oip::ParseVersion("version", request->version());
   if (!version.ok()) return Finish(ctx, version.status());
   // The version described: the one asked for, or the newest ready one.
@@ -150,7 +143,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext
     call->request_id = request.id().empty() ? calls_->NextRequestId() : request.id();
     // The model's task decides Classify or Tag, and its manifest which outputs exist. The answer is
     // built from the manifest of the version that answered, which the core hands back with it.
-    absl::Status checked = CheckModelName(request.model_name());
+    absl::Status checked = CheckModelNameBytes("model_name", request.model_name(), core_->limits());
     absl::StatusOr<int64_t> version = oip::ParseVersion("model_version", request.model_version());
     if (checked.ok() && !version.ok()) checked = version.status();
     absl::StatusOr<ServableHandle> servable = absl::UnknownError("");

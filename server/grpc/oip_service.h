@@ -53,7 +53,6 @@ class OipServiceImpl final : public OipBase {
 
  private:
   // INVALID_ARGUMENT when `name` is longer than the server takes.
-  absl::Status CheckModelName(const std::string& name) const;
 
   InferenceService* core_;
   const ModelRepository* repository_;
