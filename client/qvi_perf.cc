@@ -38,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "client/channel.h"
 #include "client/load_texts.h"
 #include "inference/open_inference_grpc.grpc.pb.h"
@@ -165,9 +166,14 @@ class Recorder {
       ++step_.errors[error];
     }
   }
-  Step Take() {
+  // The step measured, once every call is in: `mode` closed or open, at `load` (concurrency or rate).
+  Step Take(const char* mode, double load, double seconds) {
     std::lock_guard<std::mutex> lock(mu_);
-    return std::move(step_);
+    Step s = std::move(step_);
+    s.mode = mode;
+    s.load = load;
+    s.seconds = seconds;
+    return s;
   }
 
  private:
@@ -175,6 +181,29 @@ class Recorder {
   const bool by_schedule_;
   std::mutex mu_;
   Step step_;
+};
+
+// What a gRPC loop has going (chains or calls); Wait() returns once the last has ended.
+class InFlight {
+ public:
+  explicit InFlight(int64_t n = 0) : n_(n) {}
+  void Add() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++n_;
+  }
+  void Done() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--n_ == 0) cv_.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return n_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t n_;
 };
 
 // The qvi.serving.v1 target: asynchronous calls on --channels connections, their answers taken by
@@ -265,14 +294,8 @@ class GrpcTarget {
     }
   }
 
-  static std::string CodeName(grpc::StatusCode c) {
-    static const char* kNames[] = {
-        "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
-        "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-        "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
-        "DATA_LOSS", "UNAUTHENTICATED"};
-    return c >= 0 && c <= 16 ? kNames[c] : "CODE_" + std::to_string(c);
-  }
+  // gRPC's codes are Abseil's, number for number; Abseil names them.
+  static std::string CodeName(grpc::StatusCode c) { return absl::StatusCodeToString(static_cast<absl::StatusCode>(c)); }
 
  private:
   struct Call {
@@ -301,23 +324,19 @@ class GrpcTarget {
 // shared with the callbacks, so the last callback can return after the caller has moved on.
 Step ClosedLoopGrpc(GrpcTarget& target, int concurrency, double warmup, double duration) {
   struct Loop {
-    Loop(Clock::time_point start, Clock::time_point end) : end(end), rec(start, end) {}
+    Loop(Clock::time_point start, Clock::time_point end, int chains) : end(end), rec(start, end), running(chains) {}
     const Clock::time_point end;
     Recorder rec;
-    std::mutex mu;
-    std::condition_variable cv;
-    int running = 0;
+    InFlight running;  // chains
   };
   const auto start = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup));
   auto loop = std::make_shared<Loop>(
-      start, start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration)));
-  loop->running = concurrency;
+      start, start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(duration)), concurrency);
   struct Chain {
     static void Next(GrpcTarget& target, std::shared_ptr<Loop> loop) {
       const auto sent = Clock::now();
       if (sent >= loop->end) {
-        std::lock_guard<std::mutex> lock(loop->mu);
-        if (--loop->running == 0) loop->cv.notify_all();
+        loop->running.Done();
         return;
       }
       target.Send([&target, loop, sent](const std::string& error) {
@@ -327,15 +346,8 @@ Step ClosedLoopGrpc(GrpcTarget& target, int concurrency, double warmup, double d
     }
   };
   for (int i = 0; i < concurrency; ++i) Chain::Next(target, loop);
-  {
-    std::unique_lock<std::mutex> lock(loop->mu);
-    loop->cv.wait(lock, [&] { return loop->running == 0; });
-  }
-  Step s = loop->rec.Take();
-  s.mode = "closed";
-  s.load = concurrency;
-  s.seconds = duration;
-  return s;
+  loop->running.Wait();
+  return loop->rec.Take("closed", concurrency, duration);
 }
 
 // Open loop over gRPC: calls leave every 1/rate seconds; latency counts from the scheduled time.
@@ -343,9 +355,7 @@ Step OpenLoopGrpc(GrpcTarget& target, double rate, double warmup, double duratio
   struct Loop {
     Loop(Clock::time_point start, Clock::time_point end) : rec(start, end, /*by_schedule=*/true) {}
     Recorder rec;
-    std::mutex mu;
-    std::condition_variable cv;
-    int64_t outstanding = 0;
+    InFlight outstanding;  // calls
   };
   const auto t0 = Clock::now();
   const auto start = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warmup));
@@ -354,25 +364,14 @@ Step OpenLoopGrpc(GrpcTarget& target, double rate, double warmup, double duratio
   const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / rate));
   for (auto due = t0; due < end; due += interval) {
     std::this_thread::sleep_until(due);
-    {
-      std::lock_guard<std::mutex> lock(loop->mu);
-      ++loop->outstanding;
-    }
+    loop->outstanding.Add();
     target.Send([loop, due](const std::string& error) {
       loop->rec.Record(due, Clock::now(), error);
-      std::lock_guard<std::mutex> lock(loop->mu);
-      if (--loop->outstanding == 0) loop->cv.notify_all();
+      loop->outstanding.Done();
     });
   }
-  {
-    std::unique_lock<std::mutex> lock(loop->mu);
-    loop->cv.wait(lock, [&] { return loop->outstanding == 0; });
-  }
-  Step s = loop->rec.Take();
-  s.mode = "open";
-  s.load = rate;
-  s.seconds = duration;
-  return s;
+  loop->outstanding.Wait();
+  return loop->rec.Take("open", rate, duration);
 }
 
 // Closed loop over HTTP (TorchServe's inference API): a thread per connection.
@@ -402,11 +401,7 @@ Step ClosedLoopHttp(const Options& o, const std::vector<std::string>& texts, int
     });
   }
   for (auto& t : threads) t.join();
-  Step s = rec.Take();
-  s.mode = "closed";
-  s.load = concurrency;
-  s.seconds = o.duration;
-  return s;
+  return rec.Take("closed", concurrency, o.duration);
 }
 
 nlohmann::json ToJson(Step& s, int texts_per_request) {
