@@ -23,6 +23,7 @@
 #include "grpc/health/v1/health.pb.h"
 #include "server/core/allocator.h"
 #include "server/core/cpu_budget.h"
+#include "server/core/env.h"
 #include "server/core/executor.h"
 #include "server/core/inference_service.h"
 #include "server/core/model.h"
@@ -289,7 +290,7 @@ int Run(ServerOptions options, const sigset_t& signals) {
   constexpr auto kDrainAllowance = std::chrono::seconds(2);
   std::promise<void> drained;
   std::future<void> drained_future = drained.get_future();
-  std::thread drain([&] {
+  std::thread drain = Env::Default()->StartThread("qvi-drain", [&] {
     server->Shutdown(grace);
     spdlog::debug("gRPC server shut down");
     executor.Shutdown();

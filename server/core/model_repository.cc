@@ -64,11 +64,12 @@ void ModelRepository::Notify(const std::string& name, const VersionStatus& statu
 }
 
 void ModelRepository::StartPolling(absl::Duration interval) {
-  poller_ = env_->StartThread("qvi-poller", [this, interval] {
-    while (true) {
+  // The first poll is due `interval` from now, not from whenever the thread gets going.
+  const absl::Time first = env_->Now() + interval;
+  poller_ = env_->StartThread("qvi-poller", [this, interval, first] {
+    for (absl::Time due = first;; due = env_->Now() + interval) {
       {
         MutexLock lock(&mu_);
-        const absl::Time due = env_->Now() + interval;
         while (!polling_stopped_ && env_->Now() < due) env_->WaitUntil(&poll_wake_, &mu_, due);
         if (polling_stopped_) return;
       }

@@ -81,11 +81,13 @@ class Notification {
     MutexLock lock(&mu_);
     while (!notified_) cv_.Wait(&mu_);
   }
-  // True when notified within `timeout`.
+  // True when notified within `timeout` (measured on the monotonic clock).
   bool WaitForNotificationWithTimeout(absl::Duration timeout) {
-    const absl::Time until = absl::Now() + timeout;
+    timeout = std::min(timeout, absl::Hours(24 * 365));  // an infinite timeout must not overflow the sum
+    const auto until = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout);
     MutexLock lock(&mu_);
-    while (!notified_ && absl::Now() < until) cv_.WaitWithTimeout(&mu_, until - absl::Now());
+    for (auto now = std::chrono::steady_clock::now(); !notified_ && now < until; now = std::chrono::steady_clock::now())
+      cv_.WaitWithTimeout(&mu_, absl::FromChrono(until - now));
     return notified_;
   }
 

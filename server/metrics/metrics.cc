@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/core/allocator.h"
+#include "server/core/env.h"
 
 namespace qvi {
 namespace {
@@ -125,7 +126,7 @@ absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Serve(const std::string& host,
       port == 0 ? metrics->http_->bind_to_any_port(host) : (metrics->http_->bind_to_port(host, port) ? port : -1);
   if (bound <= 0) return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", host, ":", port));
   metrics->port_ = bound;
-  metrics->http_thread_ = std::thread([m] { m->http_->listen_after_bind(); });
+  metrics->http_thread_ = Env::Default()->StartThread("qvi-metrics", [m] { m->http_->listen_after_bind(); });
   return metrics;
 }
 
