@@ -18,7 +18,7 @@ import torch
 from qvi import artifact, pt2
 from qvi.data import Encoded, Example, build_vocab, encode_examples, read_classification, read_conll, tag_set
 from qvi.models import CLASSIFIERS, TAGGERS, ModelConfig, build_model
-from qvi.nn import INTERACTIONS
+from qvi.nn import INTERACTIONS, SCORES
 from qvi.tokenizer import TokenizerConfig, Vocabulary, config_from_json, config_to_json
 from qvi.train import TrainOptions, evaluate, options_to_json, seed_everything, train
 
@@ -40,8 +40,8 @@ def add_train_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--arch", choices=CLASSIFIERS + TAGGERS, required=True)
     ap.add_argument("--g", default="qvi", choices=INTERACTIONS + ("g1",),
                     help="attention values: qvi (gated, eq. 4-5/8-9), none = g1 (values only), g2, g3")
-    ap.add_argument("--score", default="additive", choices=("dot", "general", "additive"),
-                    help="h(q, v) of the additive attention pooling")
+    ap.add_argument("--score", default="additive", choices=SCORES,
+                    help="h(q, v) of the additive attention pooling (survey eq. 6-9; scaled_dot divides by √D)")
     ap.add_argument("--train", required=True, help="training corpus (TSV for classification, CoNLL for tagging)")
     ap.add_argument("--dev", required=True, help="development corpus, picks the best epoch")
     ap.add_argument("--test", help="test corpus, evaluated once at the end")

@@ -47,7 +47,7 @@ class ModelConfig:
     vocab_size: int
     num_outputs: int                 # labels (classifiers) or tags (taggers)
     g: str = "qvi"
-    score: str = "additive"          # h(q, v) of the additive pooling: dot | general | additive
+    score: str = "additive"          # h(q, v) of the additive pooling: qvi.nn.additive.SCORES
     emb_dim: int = 64
     hidden: int = 64                 # CNN filters, RNN size per direction, Transformer width
     heads: int = 4

@@ -24,11 +24,16 @@ def ref_additive(m: AdditiveAttention, values: torch.Tensor, mask: torch.Tensor)
         for i in real:
             v = values[b, i]
             if m.score == "dot":
-                h.append(float(q @ v))
+                h.append(float(q @ v))                                         # survey eq. 6
+            elif m.score == "scaled_dot":
+                h.append(float(q @ v) / math.sqrt(q.numel()))
             elif m.score == "general":
-                h.append(float(q @ (m.w_a.weight @ v).detach()))
-            else:
-                h.append(float(m.w_2.weight[0] @ torch.tanh(m.w_1.weight @ torch.cat([q, v]))))
+                h.append(float(q @ (m.w_a.weight @ v).detach()))               # survey eq. 7
+            elif m.score == "additive":
+                h.append(float(m.w_2.weight[0] @ torch.tanh(m.w_1.weight @ torch.cat([q, v]))))  # eq. 8
+            else:                                                              # survey eq. 9
+                hidden = torch.tanh(m.w_1.weight @ torch.cat([q, v]) + m.w_1.bias)
+                h.append(sigmoid(float(m.w_2.weight[0] @ hidden + m.w_2.bias[0])))
         z = sum(math.exp(x) for x in h)
         alpha = [math.exp(x) / z for x in h]                                   # eq. 1
         o = torch.zeros_like(q)
@@ -56,7 +61,7 @@ def ref_additive(m: AdditiveAttention, values: torch.Tensor, mask: torch.Tensor)
     return torch.stack(outs), torch.stack(alphas), torch.stack(betas)
 
 
-@pytest.mark.parametrize("score", ["dot", "general", "additive"])
+@pytest.mark.parametrize("score", ["dot", "scaled_dot", "general", "additive", "mlp"])
 @pytest.mark.parametrize("g", ["none", "qvi", "g2", "g3"])
 def test_additive_attention_matches_equations(score, g):
     m = AdditiveAttention(5, score=score, g=g).double()

@@ -5,13 +5,16 @@ import torch
 from qvi.models import CLASSIFIERS, TAGGERS, ModelConfig, build_model
 
 ALL = [(a, g) for a in CLASSIFIERS + TAGGERS for g in ("none", "qvi")] + [("cnn_att", "g2"), ("transformer", "g3")]
+# The pooling's other score functions (survey eq. 6-9), on the architectures that pool.
+SCORED = [("cnn_att", "qvi", "mlp"), ("lstm_att", "none", "mlp"), ("transformer", "qvi", "scaled_dot"),
+          ("han", "qvi", "scaled_dot"), ("transformer", "none", "dot"), ("cnn_att", "qvi", "general")]
 VOCAB = 40
 BOUNDARY = 3  # a sentence-ending token id (HAN)
 
 
-def make(arch: str, g: str) -> torch.nn.Module:
-    cfg = ModelConfig(arch, VOCAB, 5, g=g, emb_dim=16, hidden=16, heads=2, layers=2, ffn=32, max_tokens=32,
-                      boundary_ids=[BOUNDARY])
+def make(arch: str, g: str, score: str = "additive") -> torch.nn.Module:
+    cfg = ModelConfig(arch, VOCAB, 5, g=g, score=score, emb_dim=16, hidden=16, heads=2, layers=2, ffn=32,
+                      max_tokens=32, boundary_ids=[BOUNDARY])
     return build_model(cfg).eval()
 
 
@@ -36,10 +39,10 @@ def batch(items):
     return ids, mask
 
 
-@pytest.mark.parametrize("arch,g", ALL)
-def test_padding_does_not_leak(arch, g):
+@pytest.mark.parametrize("arch,g,score", [(a, g, "additive") for a, g in ALL] + SCORED)
+def test_padding_does_not_leak(arch, g, score):
     """A text alone and the same text batched with longer texts give the same outputs."""
-    model = make(arch, g)
+    model = make(arch, g, score)
     items = texts()
     with torch.no_grad():
         together = model(*batch(items))
@@ -59,9 +62,9 @@ def test_padding_does_not_leak(arch, g):
                 torch.testing.assert_close(a.float(), b.float(), atol=1e-5, rtol=1e-5, msg=f"{arch} {g} {name} text {i}")
 
 
-@pytest.mark.parametrize("arch,g", ALL)
-def test_explanations_are_distributions_and_gates(arch, g):
-    model = make(arch, g)
+@pytest.mark.parametrize("arch,g,score", [(a, g, "additive") for a, g in ALL] + SCORED)
+def test_explanations_are_distributions_and_gates(arch, g, score):
+    model = make(arch, g, score)
     ids, mask = batch(texts())
     with torch.no_grad():
         out = model(ids, mask)
@@ -92,9 +95,9 @@ def test_explanations_are_distributions_and_gates(arch, g):
         assert torch.all(tags[~mask] == -1) and torch.all(tags[mask] >= 0)
 
 
-@pytest.mark.parametrize("arch,g", ALL)
-def test_scripted_equals_eager(arch, g):
-    model = make(arch, g)
+@pytest.mark.parametrize("arch,g,score", [(a, g, "additive") for a, g in ALL] + SCORED)
+def test_scripted_equals_eager(arch, g, score):
+    model = make(arch, g, score)
     scripted = torch.jit.script(model)
     ids, mask = batch(texts())
     with torch.no_grad():

@@ -23,10 +23,11 @@ VOCAB = 40
 EXPORTABLE = [a for a in CLASSIFIERS + TAGGERS if a not in pt2.UNEXPORTABLE]
 
 
-def make(arch, tmp_path):
+def make(arch, tmp_path, score="additive"):
     torch.manual_seed(11)
     num = 5 if arch in TAGGERS else 3
-    cfg = ModelConfig(arch, VOCAB, num, g="qvi", emb_dim=16, hidden=16, heads=2, layers=2, ffn=32, max_tokens=32)
+    cfg = ModelConfig(arch, VOCAB, num, g="qvi", score=score, emb_dim=16, hidden=16, heads=2, layers=2, ffn=32,
+                      max_tokens=32)
     model = build_model(cfg).eval()
     # Trained-looking CRF scores, so that Viterbi's choices are not all ties.
     if isinstance(model, TransformerCRF):
@@ -48,9 +49,11 @@ def padded_batch(b, t, seed):
     return torch.randint(2, VOCAB, (b, t), generator=g) * mask, mask
 
 
-@pytest.mark.parametrize("arch", EXPORTABLE)
-def test_the_package_answers_like_the_eager_model_and_torchscript(arch, tmp_path):
-    model, manifest, vocab = make(arch, tmp_path)
+# Every exportable architecture with the default score, and the MLP and scaled-dot scores once each.
+@pytest.mark.parametrize("arch,score", [(a, "additive") for a in EXPORTABLE] +
+                         [("cnn_att", "mlp"), ("transformer", "scaled_dot")])
+def test_the_package_answers_like_the_eager_model_and_torchscript(arch, score, tmp_path):
+    model, manifest, vocab = make(arch, tmp_path, score)
     path = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE)
     assert os.path.basename(path) == "model.cpu.pt2"
     script = torch.jit.load(artifact.export(model, manifest, vocab, str(tmp_path / "store"), 1))

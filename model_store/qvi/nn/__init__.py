@@ -2,7 +2,7 @@
 and guarantees that padded positions influence nothing at real positions."""
 
 from qvi.nn.functional import masked_softmax, masked_mean, reverse_within_length
-from qvi.nn.additive import AdditiveAttention
+from qvi.nn.additive import SCORES, AdditiveAttention
 from qvi.nn.self_attention import MultiHeadSelfAttention
 from qvi.nn.encoders import MaskedConv1d, MaskedBiRNN, TransformerEncoder, sinusoidal_positions
 from qvi.nn.crf import CRF

@@ -7,13 +7,19 @@ from torch import nn
 from qvi.nn.functional import masked_softmax
 
 
+# The score functions h(q, v_i) the pooling offers.
+SCORES = ("dot", "scaled_dot", "general", "additive", "mlp")
+
+
 class AdditiveAttention(nn.Module):
     """Pools a sequence of values v_1..v_N [B,T,D] into one vector [B,D] with a learned query q.
 
-    Attention weights (eq. 1), with h(q, v_i) selected by `score` (survey §2, eq. 6-8):
-        dot:      h = qᵀ v_i
-        general:  h = qᵀ W_a v_i
-        additive: h = w₂ᵀ tanh(W₁ [q ; v_i])
+    Attention weights (eq. 1), with h(q, v_i) selected by `score` (survey §2, eq. 6-9):
+        dot:        h = qᵀ v_i                                                          (survey eq. 6)
+        scaled_dot: h = qᵀ v_i / √D               (dot scaled as the Transformer scales it)
+        general:    h = qᵀ W_a v_i                                                      (survey eq. 7)
+        additive:   h = w₂ᵀ tanh(W₁ [q ; v_i])                                          (survey eq. 8)
+        mlp:        h = σ(w₂ᵀ tanh(W₁ [q ; v_i] + b₁) + b₂)                             (survey eq. 9)
         α_i = softmax_i h(q, v_i)                   over real positions only; exactly 0 on padding
 
     Output, by `g` (paper §3 and §4.3):
@@ -32,15 +38,17 @@ class AdditiveAttention(nn.Module):
 
     def __init__(self, dim: int, score: str = "additive", g: str = "none", score_hidden: int = 0):
         super().__init__()
-        if score not in ("dot", "general", "additive"):
-            raise ValueError(f"score must be dot, general or additive, got {score!r}")
+        if score not in SCORES:
+            raise ValueError(f"score must be one of {', '.join(SCORES)}, got {score!r}")
         self.g = g
         self.score = score
         self.query = nn.Parameter(torch.randn(dim) * (1.0 / dim ** 0.5))
         hidden = score_hidden if score_hidden > 0 else dim
         self.w_a: Optional[nn.Linear] = nn.Linear(dim, dim, bias=False) if score == "general" else None
-        self.w_1: Optional[nn.Linear] = nn.Linear(2 * dim, hidden, bias=False) if score == "additive" else None
-        self.w_2: Optional[nn.Linear] = nn.Linear(hidden, 1, bias=False) if score == "additive" else None
+        # The MLP score is the additive one with biases and a sigmoid (survey eq. 9 against eq. 8).
+        mlp = score == "mlp"
+        self.w_1: Optional[nn.Linear] = nn.Linear(2 * dim, hidden, bias=mlp) if score in ("additive", "mlp") else None
+        self.w_2: Optional[nn.Linear] = nn.Linear(hidden, 1, bias=mlp) if score in ("additive", "mlp") else None
         self.w: Optional[nn.Linear] = nn.Linear(dim, dim, bias=False) if g != "none" else None
         self.u: Optional[nn.Linear] = nn.Linear(2 * dim, 1, bias=False) if g == "qvi" else None
 
@@ -49,6 +57,8 @@ class AdditiveAttention(nn.Module):
         q = self.query
         if self.score == "dot":
             return torch.matmul(values, q)
+        if self.score == "scaled_dot":
+            return torch.matmul(values, q) / (float(q.size(0)) ** 0.5)
         if self.score == "general":
             w_a = self.w_a
             assert w_a is not None
@@ -57,7 +67,8 @@ class AdditiveAttention(nn.Module):
         w_2 = self.w_2
         assert w_1 is not None and w_2 is not None
         q_rep = q.expand(values.size(0), values.size(1), q.size(0))
-        return w_2(torch.tanh(w_1(torch.cat([q_rep, values], dim=-1)))).squeeze(-1)
+        h = w_2(torch.tanh(w_1(torch.cat([q_rep, values], dim=-1)))).squeeze(-1)
+        return torch.sigmoid(h) if self.score == "mlp" else h
 
     def forward(self, values: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
         alpha = masked_softmax(self.scores(values), mask, dim=-1)
