@@ -17,7 +17,7 @@ import torch
 
 from qvi import artifact, pt2
 from qvi.data import Encoded, Example, build_vocab, encode_examples, read_classification, read_conll, tag_set
-from qvi.models import CLASSIFIERS, TAGGERS, ModelConfig, build_model
+from qvi.models import ARCHITECTURES, ModelConfig, build_model
 from qvi.nn import INTERACTIONS, SCORES
 from qvi.tokenizer import TokenizerConfig, Vocabulary, config_from_json, config_to_json
 from qvi.train import TrainOptions, evaluate, options_to_json, seed_everything, train
@@ -37,7 +37,7 @@ def label_list(task: str, examples: Sequence[Example], scheme: str) -> List[str]
 
 def add_train_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--task", choices=("classification", "tagging"), required=True)
-    ap.add_argument("--arch", choices=CLASSIFIERS + TAGGERS, required=True)
+    ap.add_argument("--arch", choices=ARCHITECTURES, required=True)
     ap.add_argument("--g", default="qvi", choices=INTERACTIONS + ("g1",),
                     help="attention values: qvi (gated, eq. 4-5/8-9), none = g1 (values only), g2, g3")
     ap.add_argument("--score", default="additive", choices=SCORES,

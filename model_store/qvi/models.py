@@ -32,9 +32,12 @@ from qvi.nn import (CRF, AdditiveAttention, MaskedBiRNN, MaskedConv1d, Transform
                     check_interaction, sinusoidal_positions)
 
 CLASSIFIERS = ("cnn_att", "lstm_att", "han", "transformer", "ctx_transformer")
+# Table 1's plain baselines: classifiers without attention, so no explanations (and no QVI).
+BASELINES = ("cnn", "lstm")
 TAGGERS = ("transformer_crf", "cnn_transformer_crf")
+ARCHITECTURES = CLASSIFIERS + BASELINES + TAGGERS
 DISPLAY = {
-    "cnn_att": "CNN-Att", "lstm_att": "LSTM-Att", "han": "HAN", "transformer": "Transformer",
+    "cnn": "CNN", "lstm": "LSTM", "cnn_att": "CNN-Att", "lstm_att": "LSTM-Att", "han": "HAN", "transformer": "Transformer",
     "ctx_transformer": "Context-aware Transformer", "transformer_crf": "Transformer-CRF",
     "cnn_transformer_crf": "CNN-Transformer-CRF",
 }
@@ -59,13 +62,16 @@ class ModelConfig:
     boundary_ids: List[int] = field(default_factory=list)  # HAN: sentence-ending token ids
 
     def __post_init__(self) -> None:
-        if self.arch not in CLASSIFIERS + TAGGERS:
-            raise ValueError(f"arch must be one of {CLASSIFIERS + TAGGERS}, got {self.arch!r}")
+        if self.arch not in ARCHITECTURES:
+            raise ValueError(f"arch must be one of {ARCHITECTURES}, got {self.arch!r}")
         self.g = check_interaction(self.g)
+        if self.arch in BASELINES and self.g != "none":
+            raise ValueError(f"{DISPLAY[self.arch]} has no attention, so no query-value interaction: "
+                             f"train it with --g none (g1), got {self.g!r}")
 
     @property
     def task(self) -> str:
-        return "classification" if self.arch in CLASSIFIERS else "tagging"
+        return "tagging" if self.arch in TAGGERS else "classification"
 
     def display_name(self) -> str:
         base = DISPLAY[self.arch]
@@ -82,6 +88,45 @@ class ModelConfig:
 
 def _mean_over_layers_heads(x: torch.Tensor) -> torch.Tensor:
     return x.mean(dim=(1, 2))
+
+
+class CNN(nn.Module):
+    """CNN (Kim 2014), Table 1's baseline: embeddings -> masked CNN -> max over the real positions ->
+    linear. No attention: it returns logits only."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+        self.drop = nn.Dropout(c.dropout)
+        self.cnn = MaskedConv1d(c.emb_dim, c.hidden, c.window)
+        self.out = nn.Linear(c.hidden, c.num_outputs)
+
+    def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        h = self.drop(self.cnn(self.drop(self.emb(token_ids)), mask))
+        # Padding never wins the max; a text with no tokens pools to zeros.
+        pooled = h.masked_fill(~mask.unsqueeze(-1), float("-inf")).max(dim=1).values
+        pooled = torch.where(mask.any(dim=1, keepdim=True), pooled, torch.zeros_like(pooled))
+        return {"logits": self.out(self.drop(pooled))}
+
+
+class LSTM(nn.Module):
+    """LSTM, Table 1's baseline: embeddings -> masked bi-LSTM -> the forward direction's state at the
+    last real token and the backward direction's at the first -> linear. No attention."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+        self.drop = nn.Dropout(c.dropout)
+        self.hidden = c.hidden
+        self.rnn = MaskedBiRNN("lstm", c.emb_dim, c.hidden)
+        self.out = nn.Linear(2 * c.hidden, c.num_outputs)
+
+    def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+        h = self.drop(self.rnn(self.drop(self.emb(token_ids)), mask))  # [B,T,2H], zero on padding
+        last = (mask.sum(dim=1) - 1).clamp(min=0)  # an empty text reads position 0, which is zeros
+        forward_final = h[torch.arange(h.size(0)), last, : self.hidden]
+        backward_final = h[:, 0, self.hidden:]
+        return {"logits": self.out(self.drop(torch.cat([forward_final, backward_final], dim=-1)))}
 
 
 class CNNAtt(nn.Module):
@@ -293,6 +338,10 @@ class TransformerCRF(nn.Module):
 
 
 def build_model(c: ModelConfig) -> nn.Module:
+    if c.arch == "cnn":
+        return CNN(c)
+    if c.arch == "lstm":
+        return LSTM(c)
     if c.arch == "cnn_att":
         return CNNAtt(c)
     if c.arch == "lstm_att":

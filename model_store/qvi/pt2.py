@@ -71,6 +71,7 @@ def required_cpu_flags(target: str) -> List[str]:
     return [flag for flag in NATIVE_FLAGS if flag in have]
 
 UNEXPORTABLE = {
+    "lstm": "torch.export unrolls nn.LSTM over the example's time steps, so T cannot stay dynamic",
     "lstm_att": "torch.export unrolls nn.LSTM over the example's time steps, so T cannot stay dynamic",
     "han": "torch.export unrolls nn.GRU over the example's time steps, and the sentence grid's size "
            "depends on the data",

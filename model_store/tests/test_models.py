@@ -2,12 +2,14 @@
 import pytest
 import torch
 
-from qvi.models import CLASSIFIERS, TAGGERS, ModelConfig, build_model
+from qvi.models import BASELINES, CLASSIFIERS, TAGGERS, ModelConfig, build_model
 
 ALL = [(a, g) for a in CLASSIFIERS + TAGGERS for g in ("none", "qvi")] + [("cnn_att", "g2"), ("transformer", "g3")]
 # The pooling's other score functions (survey eq. 6-9), on the architectures that pool.
 SCORED = [("cnn_att", "qvi", "mlp"), ("lstm_att", "none", "mlp"), ("transformer", "qvi", "scaled_dot"),
           ("han", "qvi", "scaled_dot"), ("transformer", "none", "dot"), ("cnn_att", "qvi", "general")]
+# Table 1's baselines without attention (g1 only).
+PLAIN = [(a, "none", "additive") for a in BASELINES]
 VOCAB = 40
 BOUNDARY = 3  # a sentence-ending token id (HAN)
 
@@ -39,7 +41,7 @@ def batch(items):
     return ids, mask
 
 
-@pytest.mark.parametrize("arch,g,score", [(a, g, "additive") for a, g in ALL] + SCORED)
+@pytest.mark.parametrize("arch,g,score", [(a, g, "additive") for a, g in ALL] + SCORED + PLAIN)
 def test_padding_does_not_leak(arch, g, score):
     """A text alone and the same text batched with longer texts give the same outputs."""
     model = make(arch, g, score)
@@ -95,7 +97,7 @@ def test_explanations_are_distributions_and_gates(arch, g, score):
         assert torch.all(tags[~mask] == -1) and torch.all(tags[mask] >= 0)
 
 
-@pytest.mark.parametrize("arch,g,score", [(a, g, "additive") for a, g in ALL] + SCORED)
+@pytest.mark.parametrize("arch,g,score", [(a, g, "additive") for a, g in ALL] + SCORED + PLAIN)
 def test_scripted_equals_eager(arch, g, score):
     model = make(arch, g, score)
     scripted = torch.jit.script(model)
@@ -109,8 +111,8 @@ def test_scripted_equals_eager(arch, g, score):
 
 def test_empty_text_gives_finite_outputs():
     """A row without real tokens must not poison its batch with NaN."""
-    for arch in CLASSIFIERS + TAGGERS:
-        model = make(arch, "qvi")
+    for arch in CLASSIFIERS + BASELINES + TAGGERS:
+        model = make(arch, "none" if arch in BASELINES else "qvi")
         ids, mask = batch([torch.tensor([5, 6, 7]), torch.tensor([5])])
         mask[1] = False
         with torch.no_grad():
@@ -159,3 +161,29 @@ def test_only_models_with_maps_have_a_forward_without_them():
         with torch.no_grad():
             has_maps = "layer_attention" in scripted(*batch(texts()))
         assert hasattr(scripted, "forward_without_maps") == has_maps, arch
+
+
+@pytest.mark.parametrize("arch", BASELINES)
+def test_baselines_answer_with_logits_only_and_refuse_qvi(arch):
+    """CNN and LSTM have no attention: no α, no β, and so no query-value interaction to switch on."""
+    ids, mask = batch(texts())
+    with torch.no_grad():
+        out = make(arch, "none")(ids, mask)
+    assert set(out) == {"logits"} and out["logits"].shape == (len(ids), 5)
+    for g in ("qvi", "g2", "g3"):
+        with pytest.raises(ValueError, match="has no attention"):
+            make(arch, g)
+
+
+def test_the_lstm_baseline_reads_the_final_states_of_both_directions():
+    """The LSTM's text vector is the forward state at the last real token (not at the padding after
+    it) and the backward state at the first token."""
+    torch.manual_seed(3)
+    model = make("lstm", "none")
+    ids = torch.tensor([[5, 6, 7, 0, 0]])
+    mask = ids != 0
+    with torch.no_grad():
+        h = model.rnn(model.emb(ids), mask)
+        logits = model(ids, mask)["logits"]
+        expected = model.out(torch.cat([h[0, 2, :16], h[0, 0, 16:]]).unsqueeze(0))
+    torch.testing.assert_close(logits, expected)

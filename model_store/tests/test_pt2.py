@@ -15,18 +15,18 @@ import torch
 
 from qvi import artifact, pt2
 from qvi.cli import export_checkpoint
-from qvi.models import CLASSIFIERS, TAGGERS, ModelConfig, TransformerCRF, build_model
+from qvi.models import ARCHITECTURES, BASELINES, TAGGERS, ModelConfig, TransformerCRF, build_model
 from qvi.tokenizer import TokenizerConfig, Vocabulary, config_to_json
 
 CACHE = os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2-tests"))
 VOCAB = 40
-EXPORTABLE = [a for a in CLASSIFIERS + TAGGERS if a not in pt2.UNEXPORTABLE]
+EXPORTABLE = [a for a in ARCHITECTURES if a not in pt2.UNEXPORTABLE]
 
 
 def make(arch, tmp_path, score="additive"):
     torch.manual_seed(11)
     num = 5 if arch in TAGGERS else 3
-    cfg = ModelConfig(arch, VOCAB, num, g="qvi", score=score, emb_dim=16, hidden=16, heads=2, layers=2, ffn=32,
+    cfg = ModelConfig(arch, VOCAB, num, g="none" if arch in BASELINES else "qvi", score=score, emb_dim=16, hidden=16, heads=2, layers=2, ffn=32,
                       max_tokens=32)
     model = build_model(cfg).eval()
     # Trained-looking CRF scores, so that Viterbi's choices are not all ties.
@@ -121,7 +121,7 @@ def test_a_cached_package_gets_the_new_manifest(tmp_path):
 
 @pytest.mark.parametrize("arch", sorted(pt2.UNEXPORTABLE))
 def test_what_cannot_be_exported_says_so_and_ships_torchscript(arch, tmp_path):
-    cfg = ModelConfig(arch, VOCAB, 2, emb_dim=8, hidden=8, boundary_ids=[3])
+    cfg = ModelConfig(arch, VOCAB, 2, g="none" if arch in BASELINES else "qvi", emb_dim=8, hidden=8, boundary_ids=[3])
     vocab = Vocabulary(["[PAD]", "[UNK]"] + [f"w{i}" for i in range(VOCAB - 2)])
     manifest = artifact.build_manifest("m", cfg, TokenizerConfig(), vocab, ["a", "b"], "", {})
     assert manifest["pt2"] == {"exportable": False, "reason": pt2.UNEXPORTABLE[arch]}

@@ -20,6 +20,10 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
                                                    " model; call ", tagging ? "Tag" : "Classify", ", not ",
                                                    MethodName(method)));
   }
+  if (r.options.attention && !m.HasOutput("attention")) {
+    return absl::InvalidArgumentError(absl::StrCat("options.attention: model '", m.name, "' (", m.display_name,
+                                                   ") has no attention to explain its answer with"));
+  }
   if (r.options.gates && !m.HasOutput("gates") && !m.HasOutput("lambda_q")) {
     return absl::InvalidArgumentError(absl::StrCat("options.gates: model '", m.name, "' (", m.display_name,
                                                    ") has no gates; it was trained without QVI"));

@@ -20,7 +20,7 @@ import torch
 from conftest import ServerProcess
 from qvi import artifact
 from qvi.cli import BOUNDARIES
-from qvi.models import CLASSIFIERS, TAGGERS, ModelConfig, build_model
+from qvi.models import BASELINES, CLASSIFIERS, TAGGERS, ModelConfig, build_model
 from qvi.tokenizer import TokenizerConfig, Vocabulary, config_from_json, encode
 
 torch.set_num_threads(1)
@@ -63,8 +63,8 @@ def zoo(api):
     tok = TokenizerConfig(max_tokens=MAX_TOKENS)
     assert BOUNDARY_IDS == sorted({vocab.id(b) for b in BOUNDARIES} - {1}) == sorted([vocab.id("."), vocab.id("!")])
     names = []
-    for arch in CLASSIFIERS + TAGGERS:
-        for g in ("qvi", "none"):
+    for arch in CLASSIFIERS + BASELINES + TAGGERS:
+        for g in ("none",) if arch in BASELINES else ("qvi", "none"):
             torch.manual_seed(7)
             tagger = arch in TAGGERS
             cfg = ModelConfig(arch, len(vocab), len(TAGS if tagger else LABELS), g=g, emb_dim=16, hidden=16, heads=H,
@@ -270,6 +270,36 @@ def test_explanations_equal_the_python_model(zoo, api, arch, g):
             assert len(res.layers) == 0
     if arch == "han":
         assert several_sentences >= 2  # TEXTS[3] and TEXTS[4]
+
+
+@pytest.mark.parametrize("arch", BASELINES)
+def test_a_baseline_without_attention_answers_and_refuses_explanations(zoo, api, arch):
+    """Table 1's CNN and LSTM: served with the Python model's label scores; the manifest lists no
+    explanations, and asking for α, β or per-layer maps is INVALID_ARGUMENT naming the option."""
+    import grpc
+    pb, pb_grpc = api
+    proc, store, _ = zoo
+    name = model_name(arch, "none")
+    stub = pb_grpc.InferenceStub(proc.channel)
+    info = stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name=name)), timeout=30).model.versions[0]
+    assert info.state == pb.MODEL_STATE_READY, info.reason
+    assert len(info.metadata.outputs) == 0, "metadata.outputs lists the explanations the model gives: none"
+    resp = call(api, proc, name, TEXTS, pb.OutputOptions(top_k=3, tokens=True))
+    for text, res in zip(TEXTS, resp.results):
+        out, enc = reference(store, name, text)
+        assert set(out) == {"logits"}
+        probs = out["logits"][0].softmax(-1)
+        assert res.labels[0].label == LABELS[int(probs.argmax())]
+        for ls in res.labels:
+            assert close(ls.score, float(probs[LABELS.index(ls.label)]))
+        assert len(res.tokens) == len(enc.ids) and not any(t.HasField("attention") for t in res.tokens)
+    for options, field in ((pb.OutputOptions(attention=True), "options.attention"),
+                           (pb.OutputOptions(gates=True), "options.gates"),
+                           (pb.OutputOptions(layers=pb.LayerOptions(attention_maps=True)), "options.layers")):
+        with pytest.raises(grpc.RpcError) as refused:
+            call(api, proc, name, ["a good film"], options)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details().startswith(f"{field}: model '{name}'"), refused.value.details()
 
 
 def test_layer_selection_and_reduction(zoo, api):
