@@ -79,10 +79,12 @@ def write_corpora(folder):
                 f.write("".join(f"{w}\t{t}\n" for w, t in words) + "\n")
 
 
-@pytest.mark.parametrize("task,arch,ext", [("classification", "cnn_att", "tsv"), ("tagging", "cnn_transformer_crf", "conll")])
-def test_cli_train_export_evaluate(tmp_path, capsys, task, arch, ext):
+@pytest.mark.parametrize("task,arch,g,ext", [("classification", "cnn_att", "qvi", "tsv"),
+                                             ("classification", "cnn", "none", "tsv"),  # a baseline without attention
+                                             ("tagging", "cnn_transformer_crf", "qvi", "conll")])
+def test_cli_train_export_evaluate(tmp_path, capsys, task, arch, g, ext):
     write_corpora(tmp_path)
-    common = ["train", "--task", task, "--arch", arch, "--g", "qvi", "--epochs", "12", "--lr", "1e-2", "--batch-size", "8", "--quiet", "--threads", "1",
+    common = ["train", "--task", task, "--arch", arch, "--g", g, "--epochs", "12", "--lr", "1e-2", "--batch-size", "8", "--quiet", "--threads", "1",
               "--emb-dim", "16", "--hidden", "16", "--heads", "2", "--ffn", "16",
               "--train", str(tmp_path / f"train.{ext}"), "--dev", str(tmp_path / f"dev.{ext}"),
               "--test", str(tmp_path / f"test.{ext}"), "--no-lowercase"]
