@@ -34,12 +34,12 @@ from qvi.nn import (CRF, AdditiveAttention, MaskedBiRNN, MaskedConv1d, Transform
 CLASSIFIERS = ("cnn_att", "lstm_att", "han", "transformer", "ctx_transformer")
 # Table 1's plain baselines: classifiers without attention, so no explanations (and no QVI).
 BASELINES = ("cnn", "lstm")
-TAGGERS = ("transformer_crf", "cnn_transformer_crf")
+TAGGERS = ("transformer_crf", "cnn_transformer_crf", "ctx_transformer_crf")
 ARCHITECTURES = CLASSIFIERS + BASELINES + TAGGERS
 DISPLAY = {
     "cnn": "CNN", "lstm": "LSTM", "cnn_att": "CNN-Att", "lstm_att": "LSTM-Att", "han": "HAN", "transformer": "Transformer",
     "ctx_transformer": "Context-aware Transformer", "transformer_crf": "Transformer-CRF",
-    "cnn_transformer_crf": "CNN-Transformer-CRF",
+    "cnn_transformer_crf": "CNN-Transformer-CRF", "ctx_transformer_crf": "Context-aware Transformer-CRF",
 }
 
 
@@ -300,11 +300,13 @@ class TransformerClassifier(nn.Module):
 
 
 class TransformerCRF(nn.Module):
-    """(CNN-)Transformer(-QVI)-CRF tagger: encoder -> linear emissions -> CRF (Viterbi in eval)."""
+    """(CNN-)Transformer(-QVI)-CRF tagger: encoder -> linear emissions -> CRF (Viterbi in eval). With
+    `context`, the encoder's self-attention is context-aware (λ_Q, λ_K gates per token, as the
+    context-aware Transformer classifier has them)."""
 
-    def __init__(self, c: ModelConfig, cnn: bool = False):
+    def __init__(self, c: ModelConfig, cnn: bool = False, context: bool = False):
         super().__init__()
-        self.body = _TransformerBody(c, cnn=cnn, context=False)
+        self.body = _TransformerBody(c, cnn=cnn, context=context)
         self.emit = nn.Linear(c.hidden, c.num_outputs)
         self.crf = CRF(c.num_outputs)
 
@@ -354,6 +356,8 @@ def build_model(c: ModelConfig) -> nn.Module:
         return TransformerClassifier(c, context=True)
     if c.arch == "transformer_crf":
         return TransformerCRF(c)
+    if c.arch == "ctx_transformer_crf":
+        return TransformerCRF(c, context=True)
     return TransformerCRF(c, cnn=True)
 
 

@@ -180,7 +180,7 @@ def test_explanations_equal_the_python_model(zoo, api, arch, g):
     proc, store, _ = zoo
     name = model_name(arch, g)
     layered = "transformer" in arch
-    has_gates = g == "qvi" or arch == "ctx_transformer"  # the context-aware model always has λ
+    has_gates = g == "qvi" or arch.startswith("ctx_")  # the context-aware models always have λ
     options = full_options(pb, layered)
     if not has_gates:
         options.gates = False
@@ -193,7 +193,7 @@ def test_explanations_equal_the_python_model(zoo, api, arch, g):
         n = len(enc.ids)
         assert ("sentence_attention" in out) == (arch == "han")
         assert ("sentence_gates" in out) == (arch == "han" and g == "qvi")
-        assert ("lambda_q" in out) == ("layer_lambda_q" in out) == (arch == "ctx_transformer")
+        assert ("lambda_q" in out) == ("layer_lambda_q" in out) == arch.startswith("ctx_")
         assert len(res.tokens) == len(enc.tokens) == n and res.truncated == enc.truncated
         chars = list(text)
         for j, (tok, ref) in enumerate(zip(res.tokens, enc.tokens)):
