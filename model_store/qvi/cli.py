@@ -17,7 +17,7 @@ import torch
 
 from qvi import artifact, pt2
 from qvi.data import Encoded, Example, build_vocab, encode_examples, read_classification, read_conll, tag_set
-from qvi.models import ARCHITECTURES, ModelConfig, build_model
+from qvi.models import ARCHITECTURES, CONTEXT_KINDS, ModelConfig, build_model
 from qvi.nn import INTERACTIONS, SCORES
 from qvi.tokenizer import TokenizerConfig, Vocabulary, config_from_json, config_to_json
 from qvi.train import TrainOptions, evaluate, options_to_json, seed_everything, train
@@ -42,6 +42,9 @@ def add_train_args(ap: argparse.ArgumentParser) -> None:
                     help="attention values: qvi (gated, eq. 4-5/8-9), none = g1 (values only), g2, g3")
     ap.add_argument("--score", default="additive", choices=SCORES,
                     help="h(q, v) of the additive attention pooling (survey eq. 6-9; scaled_dot divides by √D)")
+    ap.add_argument("--context", choices=CONTEXT_KINDS,
+                    help="context of the context-aware gates (ctx_* architectures; default global): the mean "
+                         "of the layer's input, every layer's output below it, or their means")
     ap.add_argument("--train", required=True, help="training corpus (TSV for classification, CoNLL for tagging)")
     ap.add_argument("--dev", required=True, help="development corpus, picks the best epoch")
     ap.add_argument("--test", help="test corpus, evaluated once at the end")
@@ -71,7 +74,7 @@ def run_training(args: argparse.Namespace) -> Dict[str, object]:
     labels = label_list(args.task, train_ex, args.scheme)
     vocab = build_vocab(train_ex, tok, args.min_count, args.max_vocab)
     config = ModelConfig(arch=args.arch, vocab_size=len(vocab), num_outputs=len(labels), g=args.g,
-                         score=args.score, emb_dim=args.emb_dim, hidden=args.hidden, heads=args.heads,
+                         score=args.score, context=args.context or "", emb_dim=args.emb_dim, hidden=args.hidden, heads=args.heads,
                          layers=args.layers, ffn=args.ffn, dropout=args.dropout, max_tokens=args.max_tokens,
                          boundary_ids=sorted({vocab.id(b) for b in BOUNDARIES} - {1}))
     tagging = args.task == "tagging"

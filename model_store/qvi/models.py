@@ -30,12 +30,18 @@ from torch import nn
 
 from qvi.nn import (CRF, AdditiveAttention, MaskedBiRNN, MaskedConv1d, TransformerEncoder,
                     check_interaction, sinusoidal_positions)
+from qvi.nn.self_attention import CONTEXTS
 
 CLASSIFIERS = ("cnn_att", "lstm_att", "han", "transformer", "ctx_transformer")
 # Table 1's plain baselines: classifiers without attention, so no explanations (and no QVI).
 BASELINES = ("cnn", "lstm")
 TAGGERS = ("transformer_crf", "cnn_transformer_crf", "ctx_transformer_crf")
 ARCHITECTURES = CLASSIFIERS + BASELINES + TAGGERS
+# The architectures whose self-attention has context-aware gates (λ), and the contexts they may
+# read (the notes' global, deep and deep-global context; qvi.nn.TransformerEncoder).
+CONTEXT_AWARE = ("ctx_transformer", "ctx_transformer_crf")
+CONTEXT_KINDS = tuple(k for k in CONTEXTS if k != "none")
+_CONTEXT_DISPLAY = {"global": "Context-aware", "deep": "Deep-context", "deep_global": "Deep-global-context"}
 DISPLAY = {
     "cnn": "CNN", "lstm": "LSTM", "cnn_att": "CNN-Att", "lstm_att": "LSTM-Att", "han": "HAN", "transformer": "Transformer",
     "ctx_transformer": "Context-aware Transformer", "transformer_crf": "Transformer-CRF",
@@ -60,10 +66,18 @@ class ModelConfig:
     dropout: float = 0.1
     max_tokens: int = 128
     boundary_ids: List[int] = field(default_factory=list)  # HAN: sentence-ending token ids
+    context: str = ""                # context-aware architectures: CONTEXT_KINDS ("" = global)
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHITECTURES:
             raise ValueError(f"arch must be one of {ARCHITECTURES}, got {self.arch!r}")
+        if self.arch in CONTEXT_AWARE:
+            self.context = self.context or "global"
+            if self.context not in CONTEXT_KINDS:
+                raise ValueError(f"context must be one of {CONTEXT_KINDS}, got {self.context!r}")
+        elif self.context:
+            raise ValueError(f"context applies to the context-aware architectures {CONTEXT_AWARE} only; "
+                             f"{self.arch} has no context gates, got context={self.context!r}")
         self.g = check_interaction(self.g)
         if self.arch in BASELINES and self.g != "none":
             raise ValueError(f"{DISPLAY[self.arch]} has no attention, so no query-value interaction: "
@@ -75,6 +89,8 @@ class ModelConfig:
 
     def display_name(self) -> str:
         base = DISPLAY[self.arch]
+        if self.arch in CONTEXT_AWARE:
+            base = base.replace("Context-aware", _CONTEXT_DISPLAY[self.context])
         if self.g == "none":
             return base
         suffix = "QVI" if self.g == "qvi" else self.g
@@ -239,13 +255,14 @@ class HAN(nn.Module):
 class _TransformerBody(nn.Module):
     """Embeddings (optionally through a masked CNN) + sinusoidal positions + Transformer encoder."""
 
-    def __init__(self, c: ModelConfig, cnn: bool, context: bool):
+    def __init__(self, c: ModelConfig, cnn: bool):
         super().__init__()
         self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
         self.drop = nn.Dropout(c.dropout)
         self.cnn = MaskedConv1d(c.emb_dim, c.hidden, c.window) if cnn else None
         self.proj = nn.Linear(c.emb_dim, c.hidden) if (not cnn and c.emb_dim != c.hidden) else None
         self.register_buffer("positions", sinusoidal_positions(c.max_tokens, c.hidden))
+        context = c.context if c.arch in CONTEXT_AWARE else "none"
         self.encoder = TransformerEncoder(c.hidden, c.heads, c.layers, c.ffn, c.g, context, c.dropout)
 
     def forward(self, token_ids: torch.Tensor, mask: torch.Tensor,
@@ -272,12 +289,12 @@ class _TransformerBody(nn.Module):
 
 
 class TransformerClassifier(nn.Module):
-    """Transformer(-QVI) and the context-aware Transformer: encoder -> additive attention
-    pooling (QVI when g = qvi) -> linear."""
+    """Transformer(-QVI) and the context-aware Transformers (c.context chooses the context):
+    encoder -> additive attention pooling (QVI when g = qvi) -> linear."""
 
-    def __init__(self, c: ModelConfig, context: bool = False):
+    def __init__(self, c: ModelConfig):
         super().__init__()
-        self.body = _TransformerBody(c, cnn=False, context=context)
+        self.body = _TransformerBody(c, cnn=False)
         self.pool = AdditiveAttention(c.hidden, c.score, c.g)
         self.drop = nn.Dropout(c.dropout)
         self.out = nn.Linear(c.hidden, c.num_outputs)
@@ -300,13 +317,13 @@ class TransformerClassifier(nn.Module):
 
 
 class TransformerCRF(nn.Module):
-    """(CNN-)Transformer(-QVI)-CRF tagger: encoder -> linear emissions -> CRF (Viterbi in eval). With
-    `context`, the encoder's self-attention is context-aware (λ_Q, λ_K gates per token, as the
-    context-aware Transformer classifier has them)."""
+    """(CNN-)Transformer(-QVI)-CRF tagger: encoder -> linear emissions -> CRF (Viterbi in eval). For
+    ctx_transformer_crf the encoder's self-attention is context-aware (λ_Q, λ_K gates per token, as
+    the context-aware Transformer classifier has them, with the context c.context chooses)."""
 
-    def __init__(self, c: ModelConfig, cnn: bool = False, context: bool = False):
+    def __init__(self, c: ModelConfig, cnn: bool = False):
         super().__init__()
-        self.body = _TransformerBody(c, cnn=cnn, context=context)
+        self.body = _TransformerBody(c, cnn=cnn)
         self.emit = nn.Linear(c.hidden, c.num_outputs)
         self.crf = CRF(c.num_outputs)
 
@@ -350,14 +367,10 @@ def build_model(c: ModelConfig) -> nn.Module:
         return LSTMAtt(c)
     if c.arch == "han":
         return HAN(c)
-    if c.arch == "transformer":
+    if c.arch in ("transformer", "ctx_transformer"):
         return TransformerClassifier(c)
-    if c.arch == "ctx_transformer":
-        return TransformerClassifier(c, context=True)
-    if c.arch == "transformer_crf":
+    if c.arch in ("transformer_crf", "ctx_transformer_crf"):
         return TransformerCRF(c)
-    if c.arch == "ctx_transformer_crf":
-        return TransformerCRF(c, context=True)
     return TransformerCRF(c, cnn=True)
 
 

@@ -79,18 +79,20 @@ def write_corpora(folder):
                 f.write("".join(f"{w}\t{t}\n" for w, t in words) + "\n")
 
 
-@pytest.mark.parametrize("task,arch,g,ext", [("classification", "cnn_att", "qvi", "tsv"),
-                                             ("classification", "cnn", "none", "tsv"),  # a baseline without attention
-                                             ("tagging", "cnn_transformer_crf", "qvi", "conll")])
-def test_cli_train_export_evaluate(tmp_path, capsys, task, arch, g, ext):
+@pytest.mark.parametrize("task,arch,g,ext,extra", [("classification", "cnn_att", "qvi", "tsv", []),
+                                                   ("classification", "cnn", "none", "tsv", []),  # no attention
+                                                   ("tagging", "cnn_transformer_crf", "qvi", "conll", []),
+                                                   ("tagging", "ctx_transformer_crf", "qvi", "conll", ["--context", "deep"])])
+def test_cli_train_export_evaluate(tmp_path, capsys, task, arch, g, ext, extra):
     write_corpora(tmp_path)
     common = ["train", "--task", task, "--arch", arch, "--g", g, "--epochs", "12", "--lr", "1e-2", "--batch-size", "8", "--quiet", "--threads", "1",
               "--emb-dim", "16", "--hidden", "16", "--heads", "2", "--ffn", "16",
               "--train", str(tmp_path / f"train.{ext}"), "--dev", str(tmp_path / f"dev.{ext}"),
-              "--test", str(tmp_path / f"test.{ext}"), "--no-lowercase"]
+              "--test", str(tmp_path / f"test.{ext}"), "--no-lowercase"] + extra
     main(common + ["--out", str(tmp_path / "a.ckpt")])
     main(common + ["--out", str(tmp_path / "b.ckpt")])
     (ma, ca), (mb, cb) = load_checkpoint(str(tmp_path / "a.ckpt")), load_checkpoint(str(tmp_path / "b.ckpt"))
+    assert ca["config"]["context"] == ("deep" if extra else "global" if arch.startswith("ctx_") else "")
     for k, v in ca["state_dict"].items():
         assert torch.equal(v, cb["state_dict"][k]), f"training is not deterministic: {k}"
     capsys.readouterr()

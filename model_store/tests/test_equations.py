@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from qvi.nn import AdditiveAttention, MultiHeadSelfAttention
+from qvi.nn import AdditiveAttention, MultiHeadSelfAttention, TransformerEncoder
 
 MASK = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [1, 0, 0, 0, 0, 0]], dtype=torch.bool)
 
@@ -77,8 +77,9 @@ def test_additive_attention_matches_equations(score, g):
 
 
 @torch.no_grad()
-def ref_self_attention(m: MultiHeadSelfAttention, x: torch.Tensor, mask: torch.Tensor):
-    """eq. 3 (g = none), eq. 7-10 (g = qvi), ablations, and the context-aware gates."""
+def ref_self_attention(m: MultiHeadSelfAttention, x: torch.Tensor, mask: torch.Tensor, ctx=None):
+    """eq. 3 (g = none), eq. 7-10 (g = qvi), ablations, and the context-aware gates. `ctx` is the
+    context C [B, 1 or T, d_c]; without it, the global context (the mean of x over real tokens)."""
     H, d = m.heads, m.head_dim
     lin = lambda layer, v: layer.weight @ v + layer.bias  # noqa: E731
     B, T, D = x.shape
@@ -87,16 +88,17 @@ def ref_self_attention(m: MultiHeadSelfAttention, x: torch.Tensor, mask: torch.T
     gates = {k: torch.zeros(B, H, T, dtype=x.dtype) for k in ("beta", "lambda_q", "lambda_k")}
     for b in range(B):
         real = [i for i in range(T) if mask[b, i]]
-        c = sum(x[b, i] for i in real) / len(real)                                   # global context
+        mean = sum(x[b, i] for i in real) / len(real)                                # global context
+        context = lambda i: mean if ctx is None else ctx[b, i if ctx.size(1) > 1 else 0]  # noqa: E731
         concat = torch.zeros(T, D, dtype=x.dtype)
         for h in range(H):
             sl = slice(h * d, (h + 1) * d)
             Q = {i: lin(m.w_q, x[b, i])[sl] for i in range(T)}
             K = {i: lin(m.w_k, x[b, i])[sl] for i in range(T)}
             V = {i: lin(m.w_v, x[b, i])[sl] for i in range(T)}
-            if m.context:
-                cq, ck = (c @ m.u_q)[sl], (c @ m.u_k)[sl]
+            if m.context != "none":
                 for i in real:
+                    cq, ck = (context(i) @ m.u_q)[sl], (context(i) @ m.u_k)[sl]
                     lq = sigmoid(float(Q[i] @ m.v_qh[h] + cq @ m.v_qc[h]))
                     lk = sigmoid(float(K[i] @ m.v_kh[h] + ck @ m.v_kc[h]))
                     gates["lambda_q"][b, h, i], gates["lambda_k"][b, h, i] = lq, lk
@@ -128,20 +130,77 @@ def ref_self_attention(m: MultiHeadSelfAttention, x: torch.Tensor, mask: torch.T
     return out, maps, gates
 
 
+# The gates' context as the module sees it: none, the global mean it forms itself, or one the
+# caller passes (a row per position, as the deep context is; one row for all, as deep-global is).
+CONTEXT_CASES = [("none", None), ("global", None), ("deep", "per position"), ("deep_global", "shared")]
+
+
 @pytest.mark.parametrize("g", ["none", "qvi", "g2", "g3"])
-@pytest.mark.parametrize("context", [False, True])
-def test_self_attention_matches_equations(g, context):
-    m = MultiHeadSelfAttention(6, heads=2, g=g, context=context).double().eval()
+@pytest.mark.parametrize("context,given", CONTEXT_CASES)
+def test_self_attention_matches_equations(g, context, given):
+    dc = 6 if given is None else 18
+    m = MultiHeadSelfAttention(6, heads=2, g=g, context=context, context_dim=dc).double().eval()
     x = torch.randn(3, 6, 6, dtype=torch.float64)
+    ctx = None if given is None else torch.randn(3, 6 if given == "per position" else 1, dc, dtype=torch.float64)
     with torch.no_grad():
-        out, maps, gates = m(x, MASK)
-        ref_out, ref_maps, ref_gates = ref_self_attention(m, x, MASK)
+        out, maps, gates = m(x, MASK, "maps", ctx)
+        ref_out, ref_maps, ref_gates = ref_self_attention(m, x, MASK, ctx)
     real = MASK.unsqueeze(-1)
     torch.testing.assert_close(out.masked_fill(~real, 0), ref_out.masked_fill(~real, 0), atol=1e-10, rtol=1e-9)
     torch.testing.assert_close(maps, ref_maps, atol=1e-12, rtol=1e-10)
-    expected = ({"beta"} if g == "qvi" else set()) | ({"lambda_q", "lambda_k"} if context else set())
+    expected = ({"beta"} if g == "qvi" else set()) | ({"lambda_q", "lambda_k"} if context != "none" else set())
     assert set(gates) == expected
     for name in expected:
+        torch.testing.assert_close(gates[name], ref_gates[name], atol=1e-12, rtol=1e-10)
+
+
+@torch.no_grad()
+def ref_encoder(enc: TransformerEncoder, x: torch.Tensor, mask: torch.Tensor, context: str):
+    """The encoder layer by layer, each layer's context built by hand from the representations
+    below it (X^0 = the input): global = mean of X^{l-1}; deep = [X^0..X^{l-1}] at each position;
+    deep_global = [mean X^0..mean X^{l-1}]. Means are over real tokens only."""
+    B, T, D = x.shape
+    below, gates = [], {"lambda_q": [], "lambda_k": []}
+
+    def mean(h):
+        out = torch.zeros(B, 1, D, dtype=h.dtype)
+        for b in range(B):
+            real = [i for i in range(T) if mask[b, i]]
+            out[b, 0] = sum(h[b, i] for i in real) / len(real)
+        return out
+
+    for layer in enc.layers:
+        if context == "global":
+            ctx = mean(x)
+        elif context == "deep":
+            below.append(x)
+            ctx = torch.cat(below, dim=-1)
+        else:
+            below.append(mean(x))
+            ctx = torch.cat(below, dim=-1)
+        a, _, g = ref_self_attention(layer.attn, x, mask, ctx)
+        for name in gates:
+            gates[name].append(g[name])
+        x = layer.norm1(x + a)
+        x = layer.norm2(x + layer.ffn(x))
+    return x, {name: torch.stack(v, dim=1) for name, v in gates.items()}
+
+
+@pytest.mark.parametrize("context", ["global", "deep", "deep_global"])
+def test_the_encoder_gives_each_layer_its_context(context):
+    """Three layers: the third one's deep context is [X^0; X^1; X^2] (U is 18x6), and the encoder's
+    output and every layer's λ equal the layer-by-layer reference."""
+    torch.manual_seed(5)
+    enc = TransformerEncoder(6, heads=2, layers=3, ffn=8, g="qvi", context=context, dropout=0.0).double().eval()
+    widths = [tuple(layer.attn.u_q.shape) for layer in enc.layers]
+    assert widths == ([(6, 6)] * 3 if context == "global" else [(6, 6), (12, 6), (18, 6)])
+    x = torch.randn(3, 6, 6, dtype=torch.float64)
+    with torch.no_grad():
+        out, _, gates = enc(x, MASK)
+    ref_out, ref_gates = ref_encoder(enc, x, MASK, context)
+    real = MASK.unsqueeze(-1)
+    torch.testing.assert_close(out.masked_fill(~real, 0), ref_out.masked_fill(~real, 0), atol=1e-9, rtol=1e-8)
+    for name in ("lambda_q", "lambda_k"):
         torch.testing.assert_close(gates[name], ref_gates[name], atol=1e-12, rtol=1e-10)
 
 

@@ -4,7 +4,11 @@ import torch
 
 from qvi.models import BASELINES, CLASSIFIERS, TAGGERS, ModelConfig, build_model
 
-ALL = [(a, g) for a in CLASSIFIERS + TAGGERS for g in ("none", "qvi")] + [("cnn_att", "g2"), ("transformer", "g3")]
+# The context-aware architectures with the deep and deep-global contexts (the plain ctx_ entries of
+# ALL have the global one): "arch:context" for make().
+DEEP = [("ctx_transformer:deep", "qvi"), ("ctx_transformer:deep_global", "none"),
+        ("ctx_transformer_crf:deep", "none"), ("ctx_transformer_crf:deep_global", "qvi")]
+ALL = [(a, g) for a in CLASSIFIERS + TAGGERS for g in ("none", "qvi")] + [("cnn_att", "g2"), ("transformer", "g3")] + DEEP
 # The pooling's other score functions (survey eq. 6-9), on the architectures that pool.
 SCORED = [("cnn_att", "qvi", "mlp"), ("lstm_att", "none", "mlp"), ("transformer", "qvi", "scaled_dot"),
           ("han", "qvi", "scaled_dot"), ("transformer", "none", "dot"), ("cnn_att", "qvi", "general")]
@@ -15,8 +19,10 @@ BOUNDARY = 3  # a sentence-ending token id (HAN)
 
 
 def make(arch: str, g: str, score: str = "additive") -> torch.nn.Module:
+    """`arch` may name a context too: "ctx_transformer:deep"."""
+    arch, _, context = arch.partition(":")
     cfg = ModelConfig(arch, VOCAB, 5, g=g, score=score, emb_dim=16, hidden=16, heads=2, layers=2, ffn=32,
-                      max_tokens=32, boundary_ids=[BOUNDARY])
+                      max_tokens=32, boundary_ids=[BOUNDARY], context=context)
     return build_model(cfg).eval()
 
 
@@ -92,7 +98,7 @@ def test_explanations_are_distributions_and_gates(arch, g, score):
         assert torch.all(maps.masked_select(~mask[:, None, None, None, :].expand_as(maps)) == 0)
     has_beta = "gates" in out
     assert has_beta == (g == "qvi"), "β is returned exactly by the QVI models"
-    if arch in TAGGERS:
+    if arch.partition(":")[0] in TAGGERS:
         tags = out["tags"]
         assert torch.all(tags[~mask] == -1) and torch.all(tags[mask] >= 0)
 
@@ -187,3 +193,17 @@ def test_the_lstm_baseline_reads_the_final_states_of_both_directions():
         logits = model(ids, mask)["logits"]
         expected = model.out(torch.cat([h[0, 2, :16], h[0, 0, 16:]]).unsqueeze(0))
     torch.testing.assert_close(logits, expected)
+
+
+def test_the_context_is_checked_and_named():
+    """Only the context-aware architectures take a context; it defaults to the global one (so older
+    checkpoints, which have none, load as before) and names the model."""
+    assert ModelConfig("ctx_transformer", VOCAB, 2).context == "global"
+    names = {c: ModelConfig("ctx_transformer_crf", VOCAB, 5, context=c).display_name()
+             for c in ("global", "deep", "deep_global")}
+    assert names == {"global": "Context-aware Transformer-QVI-CRF", "deep": "Deep-context Transformer-QVI-CRF",
+                     "deep_global": "Deep-global-context Transformer-QVI-CRF"}
+    with pytest.raises(ValueError, match="context must be one of"):
+        ModelConfig("ctx_transformer", VOCAB, 2, context="local")
+    with pytest.raises(ValueError, match="transformer has no context gates"):
+        ModelConfig("transformer", VOCAB, 2, context="deep")

@@ -24,10 +24,12 @@ EXPORTABLE = [a for a in ARCHITECTURES if a not in pt2.UNEXPORTABLE]
 
 
 def make(arch, tmp_path, score="additive"):
+    """`arch` may name a context too: "ctx_transformer:deep"."""
+    arch, _, context = arch.partition(":")
     torch.manual_seed(11)
     num = 5 if arch in TAGGERS else 3
     cfg = ModelConfig(arch, VOCAB, num, g="none" if arch in BASELINES else "qvi", score=score, emb_dim=16, hidden=16, heads=2, layers=2, ffn=32,
-                      max_tokens=32)
+                      max_tokens=32, context=context)
     model = build_model(cfg).eval()
     # Trained-looking CRF scores, so that Viterbi's choices are not all ties.
     if isinstance(model, TransformerCRF):
@@ -49,9 +51,11 @@ def padded_batch(b, t, seed):
     return torch.randint(2, VOCAB, (b, t), generator=g) * mask, mask
 
 
-# Every exportable architecture with the default score, and the MLP and scaled-dot scores once each.
+# Every exportable architecture with the default score, the MLP and scaled-dot scores once each, and
+# the deep and deep-global contexts once each.
 @pytest.mark.parametrize("arch,score", [(a, "additive") for a in EXPORTABLE] +
-                         [("cnn_att", "mlp"), ("transformer", "scaled_dot")])
+                         [("cnn_att", "mlp"), ("transformer", "scaled_dot"),
+                          ("ctx_transformer:deep", "additive"), ("ctx_transformer_crf:deep_global", "additive")])
 def test_the_package_answers_like_the_eager_model_and_torchscript(arch, score, tmp_path):
     model, manifest, vocab = make(arch, tmp_path, score)
     path = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE)

@@ -20,7 +20,7 @@ import torch
 from conftest import ServerProcess
 from qvi import artifact
 from qvi.cli import BOUNDARIES
-from qvi.models import BASELINES, CLASSIFIERS, TAGGERS, ModelConfig, build_model
+from qvi.models import BASELINES, CLASSIFIERS, CONTEXT_AWARE, TAGGERS, ModelConfig, build_model
 from qvi.tokenizer import TokenizerConfig, Vocabulary, config_from_json, encode
 
 torch.set_num_threads(1)
@@ -51,8 +51,12 @@ QUEUE_DELAY_MS = 10000  # far beyond the time clients take to send a round: a ba
 CALL_TIMEOUT_S = 30     # a call's deadline; covers QUEUE_DELAY_MS, so a round that is short of a client still answers
 
 
+# The context-aware models are served with each context: "arch:context" (plain arch = global).
+SERVED = CLASSIFIERS + TAGGERS + tuple(f"{a}:{c}" for a in CONTEXT_AWARE for c in ("deep", "deep_global"))
+
+
 def model_name(arch, g):
-    return f"{arch.replace('_', '-')}-{g}"
+    return f"{arch.replace('_', '-').replace(':', '-')}-{g}"
 
 
 @pytest.fixture(scope="module")
@@ -63,13 +67,14 @@ def zoo(api):
     tok = TokenizerConfig(max_tokens=MAX_TOKENS)
     assert BOUNDARY_IDS == sorted({vocab.id(b) for b in BOUNDARIES} - {1}) == sorted([vocab.id("."), vocab.id("!")])
     names = []
-    for arch in CLASSIFIERS + BASELINES + TAGGERS:
+    for served in SERVED + BASELINES:
+        arch, _, context = served.partition(":")
         for g in ("none",) if arch in BASELINES else ("qvi", "none"):
             torch.manual_seed(7)
             tagger = arch in TAGGERS
             cfg = ModelConfig(arch, len(vocab), len(TAGS if tagger else LABELS), g=g, emb_dim=16, hidden=16, heads=H,
-                              layers=L, ffn=32, boundary_ids=BOUNDARY_IDS if arch == "han" else [])
-            name = model_name(arch, g)
+                              layers=L, ffn=32, boundary_ids=BOUNDARY_IDS if arch == "han" else [], context=context)
+            name = model_name(served, g)
             manifest = artifact.build_manifest(name, cfg, tok, vocab, TAGS if tagger else LABELS,
                                                "BIO" if tagger else "", {})
             artifact.export(build_model(cfg), manifest, vocab, store, 1)
@@ -113,7 +118,7 @@ def call(api, proc, name, texts, options, timeout=60):
     pb, pb_grpc = api
     stub = pb_grpc.InferenceStub(proc.channel)
     spec = pb.ModelSpec(name=name)
-    if name.endswith(("crf-qvi", "crf-none")):
+    if "-crf-" in name:
         return stub.Tag(pb.TagRequest(model=spec, texts=texts, options=options), timeout=timeout)
     return stub.Classify(pb.ClassifyRequest(model=spec, texts=texts, options=options), timeout=timeout)
 
@@ -173,12 +178,20 @@ def sentences(enc, boundaries):
     return out
 
 
-@pytest.mark.parametrize("arch", CLASSIFIERS + TAGGERS)
+@pytest.mark.parametrize("served", SERVED)
 @pytest.mark.parametrize("g", ["qvi", "none"])
-def test_explanations_equal_the_python_model(zoo, api, arch, g):
+def test_explanations_equal_the_python_model(zoo, api, served, g):
     pb, _ = api
     proc, store, _ = zoo
-    name = model_name(arch, g)
+    name = model_name(served, g)
+    arch, _, context = served.partition(":")
+    if context:
+        # The server names the model as its manifest does: "Deep-context Transformer-QVI", ...
+        _, pb_grpc = api
+        info = pb_grpc.InferenceStub(proc.channel).GetModel(pb.GetModelRequest(model=pb.ModelSpec(name=name)),
+                                                           timeout=30).model.versions[0]
+        expected = ModelConfig(arch, len(VOCAB), 5, g=g, context=context).display_name()
+        assert info.metadata.display_name == expected and expected.startswith(("Deep-context", "Deep-global-context"))
     layered = "transformer" in arch
     has_gates = g == "qvi" or arch.startswith("ctx_")  # the context-aware models always have λ
     options = full_options(pb, layered)

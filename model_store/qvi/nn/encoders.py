@@ -1,12 +1,12 @@
 """Padding-safe sequence encoders: a masked CNN, masked bidirectional RNNs and a Transformer
 encoder built on MultiHeadSelfAttention."""
 import math
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
 
-from qvi.nn.functional import reverse_within_length
+from qvi.nn.functional import masked_mean, reverse_within_length
 from qvi.nn.self_attention import MultiHeadSelfAttention
 
 
@@ -70,17 +70,17 @@ def sinusoidal_positions(max_len: int, dim: int) -> torch.Tensor:
 class TransformerLayer(nn.Module):
     """Post-norm Transformer block: x = LN(x + SelfAttn(x)); x = LN(x + FFN(x))."""
 
-    def __init__(self, dim: int, heads: int, ffn: int, g: str, context: bool, dropout: float):
+    def __init__(self, dim: int, heads: int, ffn: int, g: str, context: str, dropout: float, context_dim: int = 0):
         super().__init__()
-        self.attn = MultiHeadSelfAttention(dim, heads, g=g, context=context, dropout=dropout)
+        self.attn = MultiHeadSelfAttention(dim, heads, g=g, context=context, dropout=dropout, context_dim=context_dim)
         self.norm1 = nn.LayerNorm(dim)
         self.ffn = nn.Sequential(nn.Linear(dim, ffn), nn.ReLU(), nn.Linear(ffn, dim))
         self.norm2 = nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor,
-                maps: str = "maps") -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
-        a, attn, gates = self.attn(x, mask, maps)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, maps: str = "maps",
+                ctx: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
+        a, attn, gates = self.attn(x, mask, maps, ctx)
         x = self.norm1(x + self.dropout(a))
         x = self.norm2(x + self.dropout(self.ffn(x)))
         return x, attn, gates
@@ -93,20 +93,45 @@ class TransformerEncoder(nn.Module):
     MultiHeadSelfAttention ("beta", "lambda_q", "lambda_k") and `maps` chooses the attention:
     the maps [B,L,H,T,T] ("maps"), the attention each position receives [B,L,H,T] ("received"), or
     an empty tensor ("none"; the maps are never formed).
+
+    `context` (qvi.nn.self_attention.CONTEXTS) is what the context-aware gates of layer l = 1..L see,
+    with X^0 the encoder's input and X^j layer j's output, so that layer l reads X^{l-1}:
+        global       C = mean(X^{l-1}), one row for every position                       d_c = D
+        deep         C = [X^0; ...; X^{l-1}], each position its own row                  d_c = l D
+        deep_global  C = [mean(X^0); ...; mean(X^{l-1})], one row for every position     d_c = l D
+    means over real tokens. The notes write the deep context as [H^1..H^{l-1}] (l-1 blocks) and the
+    deep-global one as [c^1..c^l] (l blocks), which cannot both count from the same place; we read
+    both as "every representation below the layer", its own input and the embeddings included, so
+    the first layer has a context too and the two differ only in the averaging.
     """
 
+    context: torch.jit.Final[str]
+
     def __init__(self, dim: int, heads: int, layers: int, ffn: int, g: str = "none",
-                 context: bool = False, dropout: float = 0.1):
+                 context: str = "none", dropout: float = 0.1):
         super().__init__()
+        self.context = context
+        deep = context in ("deep", "deep_global")
         self.layers = nn.ModuleList(
-            [TransformerLayer(dim, heads, ffn, g, context, dropout) for _ in range(layers)])
+            [TransformerLayer(dim, heads, ffn, g, context, dropout, dim * (j + 1) if deep else dim)
+             for j in range(layers)])
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor,
                 maps: str = "maps") -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
         attention: List[torch.Tensor] = []
         per_layer: Dict[str, List[torch.Tensor]] = {}
+        below: List[torch.Tensor] = []  # X^0..X^{l-1} (deep) or their means [B,1,D] (deep_global)
         for layer in self.layers:
-            x, attn, gates = layer(x, mask, maps)
+            ctx: Optional[torch.Tensor] = None
+            if self.context == "global":
+                ctx = masked_mean(x, mask).unsqueeze(1)
+            elif self.context == "deep":
+                below.append(x)
+                ctx = torch.cat(below, dim=-1)
+            elif self.context == "deep_global":
+                below.append(masked_mean(x, mask).unsqueeze(1))
+                ctx = torch.cat(below, dim=-1)
+            x, attn, gates = layer(x, mask, maps, ctx)
             if maps != "none":
                 attention.append(attn)
             for name, value in gates.items():

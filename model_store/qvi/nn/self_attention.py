@@ -9,6 +9,9 @@ from qvi.nn.functional import masked_mean, masked_softmax
 
 
 MAPS = ("maps", "received", "none")
+# Where the context-aware gates take their context from (papers/context-aware-san-notes-ko.txt §b);
+# "none" is plain self-attention. The encoder (qvi.nn.encoders) builds the context for each layer.
+CONTEXTS = ("none", "global", "deep", "deep_global")
 
 
 def _attend(s: torch.Tensor, r: torch.Tensor, values: torch.Tensor, r_mask: torch.Tensor, scale: float) -> torch.Tensor:
@@ -26,11 +29,14 @@ class MultiHeadSelfAttention(nn.Module):
 
     Q = x W_Q, K = x W_K, V = x W_V, split into heads [B,H,T,d].
 
-    Context-aware gates (`context=True`; Yang et al. 2019, papers/context-aware-san-notes-ko.txt),
-    with the global context c = mean of x over real tokens and C = c repeated at every position:
+    Context-aware gates (`context` other than "none"; Yang et al. 2019,
+    papers/context-aware-san-notes-ko.txt), with a context C [T, d_c] (one row per position, or
+    one row shared by every position) and U_Q, U_K [d_c, D]:
         λ_Q = σ(Q v_Q^H + (C U_Q) v_Q^C),   λ_K = σ(K v_K^H + (C U_K) v_K^C)     one per position per head
         Q̂ = (1 - λ_Q) Q + λ_Q (C U_Q),      K̂ = (1 - λ_K) K + λ_K (C U_K)
-    and Q, K below stand for Q̂, K̂.
+    and Q, K below stand for Q̂, K̂. The caller passes C as `ctx` ([B,1,d_c] or [B,T,d_c]); without
+    it C is the global context, the mean of x over real tokens (d_c = D). The deep contexts of a
+    stack of layers are built by TransformerEncoder, which knows the layers below.
 
     Attention map (eq. 3):  A = softmax(Q Kᵀ / √d)   over real keys; rows of padded queries are
     computed but never read.
@@ -60,14 +66,19 @@ class MultiHeadSelfAttention(nn.Module):
     """
 
     g: torch.jit.Final[str]
-    context: torch.jit.Final[bool]
+    context: torch.jit.Final[str]
     heads: torch.jit.Final[int]
     head_dim: torch.jit.Final[int]
 
-    def __init__(self, dim: int, heads: int, g: str = "none", context: bool = False, dropout: float = 0.0):
+    def __init__(self, dim: int, heads: int, g: str = "none", context: str = "none", dropout: float = 0.0,
+                 context_dim: int = 0):
         super().__init__()
         if dim % heads != 0:
             raise ValueError(f"model dimension {dim} is not divisible by heads={heads}")
+        if context not in CONTEXTS:
+            raise ValueError(f"context must be one of {CONTEXTS}, got {context!r}")
+        dc = context_dim if context_dim > 0 else dim  # d_c, the width of a context row
+        gated = context != "none"
         self.g = g
         self.context = context
         self.heads = heads
@@ -82,13 +93,13 @@ class MultiHeadSelfAttention(nn.Module):
         # QVI parameters (per head): W [H,d,d] and the folded gate vector u_h [H,2d].
         self.w_qvi = nn.Parameter(torch.randn(heads, d, d) * init) if g != "none" else None
         self.u_qvi = nn.Parameter(torch.randn(heads, 2 * d) * init) if g == "qvi" else None
-        # Context-aware parameters: U_Q, U_K [D,D]; v^H, v^C [H,d] for Q and K.
-        self.u_q = nn.Parameter(torch.randn(dim, dim) * (1.0 / dim ** 0.5)) if context else None
-        self.u_k = nn.Parameter(torch.randn(dim, dim) * (1.0 / dim ** 0.5)) if context else None
-        self.v_qh = nn.Parameter(torch.randn(heads, d) * init) if context else None
-        self.v_qc = nn.Parameter(torch.randn(heads, d) * init) if context else None
-        self.v_kh = nn.Parameter(torch.randn(heads, d) * init) if context else None
-        self.v_kc = nn.Parameter(torch.randn(heads, d) * init) if context else None
+        # Context-aware parameters: U_Q, U_K [d_c,D]; v^H, v^C [H,d] for Q and K.
+        self.u_q = nn.Parameter(torch.randn(dc, dim) * (1.0 / dc ** 0.5)) if gated else None
+        self.u_k = nn.Parameter(torch.randn(dc, dim) * (1.0 / dc ** 0.5)) if gated else None
+        self.v_qh = nn.Parameter(torch.randn(heads, d) * init) if gated else None
+        self.v_qc = nn.Parameter(torch.randn(heads, d) * init) if gated else None
+        self.v_kh = nn.Parameter(torch.randn(heads, d) * init) if gated else None
+        self.v_kc = nn.Parameter(torch.randn(heads, d) * init) if gated else None
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -96,27 +107,27 @@ class MultiHeadSelfAttention(nn.Module):
 
     def _gate_towards_context(self, x: torch.Tensor, ctx: torch.Tensor, v_h: torch.Tensor,
                               v_c: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        # x [B,H,T,d], ctx = C U [B,H,1,d]; λ [B,H,T]
+        # x [B,H,T,d], ctx = C U [B,H,1,d] or [B,H,T,d]; λ [B,H,T]
         lam = torch.sigmoid((x * v_h.unsqueeze(1)).sum(-1) + (ctx * v_c.unsqueeze(1)).sum(-1))
         lam = lam.masked_fill(~mask.unsqueeze(1), 0.0)
         l4 = lam.unsqueeze(-1)
         return (1.0 - l4) * x + l4 * ctx, lam
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor,
-                maps: str = "maps") -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, maps: str = "maps",
+                ctx: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, Dict[str, torch.Tensor]]:
         b, t, dim = x.shape
         q = self._split(self.w_q(x))
         k = self._split(self.w_k(x))
         v = self._split(self.w_v(x))
         gates: Dict[str, torch.Tensor] = {}
-        if self.context:
+        if self.context != "none":
             u_q, u_k = self.u_q, self.u_k
             v_qh, v_qc, v_kh, v_kc = self.v_qh, self.v_qc, self.v_kh, self.v_kc
             assert u_q is not None and u_k is not None
             assert v_qh is not None and v_qc is not None and v_kh is not None and v_kc is not None
-            c = masked_mean(x, mask)  # global context [B,D]
-            cq = torch.matmul(c, u_q).view(b, self.heads, 1, self.head_dim)
-            ck = torch.matmul(c, u_k).view(b, self.heads, 1, self.head_dim)
+            c = ctx if ctx is not None else masked_mean(x, mask).unsqueeze(1)  # C [B,1 or T,d_c]
+            cq = self._split(torch.matmul(c, u_q))  # C U_Q [B,H,1 or T,d]
+            ck = self._split(torch.matmul(c, u_k))
             q, lam_q = self._gate_towards_context(q, cq, v_qh, v_qc, mask)
             k, lam_k = self._gate_towards_context(k, ck, v_kh, v_kc, mask)
             gates["lambda_q"] = lam_q
