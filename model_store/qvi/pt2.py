@@ -236,16 +236,24 @@ def write_package(model: nn.Module, manifest: Dict[str, object], vocab_text: str
     return os.path.join(folder, FILES[device])
 
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# A change to a model's forward changes what is compiled, with the same weights and manifest.
+_CODE = [__file__, os.path.join(_HERE, "models.py")] + sorted(
+    os.path.join(_HERE, "nn", f) for f in os.listdir(os.path.join(_HERE, "nn")) if f.endswith(".py"))
+
+
 def cache_key(model: nn.Module, manifest: Dict[str, object], device: str, cpu_target: str) -> str:
-    """What a compiled package depends on: the weights, the architecture and outputs, this exporter's
-    code, torch's version and the target. Not the model card (dates), which only the extra files carry."""
+    """What a compiled package depends on: the weights, the architecture and outputs, the code that
+    defines the models (qvi/models.py, qvi/nn/) and this exporter's, torch's version and the target.
+    Not the model card (dates), which only the extra files carry."""
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
     h.update(json.dumps([manifest["architecture"], manifest["outputs"]], sort_keys=True).encode())
-    with open(__file__, "rb") as f:
-        h.update(f.read())
+    for path in _CODE:
+        with open(path, "rb") as f:
+            h.update(f.read())
     h.update(f"{torch.__version__}|{device}|{cpu_target}".encode())
     return h.hexdigest()[:32]
 

@@ -123,6 +123,24 @@ def test_a_cached_package_gets_the_new_manifest(tmp_path):
     assert pt2.cache_key(model, manifest, "cpu", "x86-64-v3") != key
 
 
+def test_the_cache_key_follows_the_model_code(tmp_path, monkeypatch):
+    """Same weights and manifest, but a changed forward (models.py or qvi/nn/): another key, so the
+    package is compiled again rather than served stale from the cache."""
+    model, manifest, _ = make("cnn_att", tmp_path)
+    key = pt2.cache_key(model, manifest, "cpu", "x86-64-v3")
+    code = {os.path.relpath(p, os.path.dirname(pt2.__file__)) for p in pt2._CODE}
+    assert {"pt2.py", "models.py", os.path.join("nn", "self_attention.py"), os.path.join("nn", "additive.py")} <= code
+    for name in ("models.py", "self_attention.py"):
+        original = next(p for p in pt2._CODE if os.path.basename(p) == name)
+        edited = tmp_path / name
+        with open(original, "rb") as f:
+            edited.write_bytes(f.read() + b"\n# a change\n")
+        monkeypatch.setattr(pt2, "_CODE", [str(edited) if p == original else p for p in pt2._CODE])
+        assert pt2.cache_key(model, manifest, "cpu", "x86-64-v3") != key, name
+        monkeypatch.undo()
+    assert pt2.cache_key(model, manifest, "cpu", "x86-64-v3") == key
+
+
 @pytest.mark.parametrize("arch", sorted(pt2.UNEXPORTABLE))
 def test_what_cannot_be_exported_says_so_and_ships_torchscript(arch, tmp_path):
     cfg = ModelConfig(arch, VOCAB, 2, g="none" if arch in BASELINES else "qvi", emb_dim=8, hidden=8, boundary_ids=[3])
