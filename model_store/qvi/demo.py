@@ -9,6 +9,7 @@ Each run is one list of `python -m qvi train` arguments, so anything here can be
 import argparse
 import json
 import os
+import shlex
 import statistics
 import time
 from typing import Dict, List, Sequence, Tuple
@@ -130,16 +131,20 @@ def cmd_results(args: argparse.Namespace) -> None:
             if args.arch and arch not in args.arch:
                 continue
             for g in args.g:
-                scores = []
+                scores, best_epochs = [], []
                 for seed in range(1, args.seeds + 1):
                     t0 = time.time()
-                    argv = train_argv(args.corpora, corpus, arch, g, seed) + ["--threads", str(args.threads)]
+                    # Later flags win, so --train-args overrides the corpus's and architecture's settings.
+                    argv = (train_argv(args.corpora, corpus, arch, g, seed) + ["--threads", str(args.threads)]
+                            + shlex.split(args.train_args))
                     ckpt = run_training(_parse(argv))
                     scores.append(ckpt["metrics"]["test"])
-                    print(f"{corpus} {arch} g={g} seed={seed}: {json.dumps(scores[-1])} ({time.time() - t0:.0f} s)",
-                          flush=True)
+                    key = "dev_accuracy" if "accuracy" in scores[-1] else "dev_f1"
+                    best_epochs.append(max(ckpt["history"], key=lambda h: h[key])["epoch"])
+                    print(f"{corpus} {arch} g={g} seed={seed}: {json.dumps(scores[-1])} epoch {best_epochs[-1]} "
+                          f"({time.time() - t0:.0f} s)", flush=True)
                 rows.append({"corpus": corpus, "arch": arch, "g": g, "seeds": args.seeds, "threads": args.threads,
-                             "test": scores})
+                             "train_args": args.train_args, "best_epochs": best_epochs, "test": scores})
                 with open(args.out, "w") as f:
                     json.dump(rows, f, indent=1)
     print(markdown(rows))
@@ -153,6 +158,8 @@ def markdown(rows: Sequence[Dict[str, object]]) -> str:
         test = r["test"]
         assert isinstance(test, list)
         name = ModelConfig(str(r["arch"]), 2, 2, g=str(r["g"])).display_name()
+        if r.get("train_args"):
+            name += f" `{r['train_args']}`"
         if "accuracy" in test[0]:
             cells = [_mean_std([t["accuracy"] for t in test]), _mean_std([t["macro_f1"] for t in test])]
             cls.append(f"| {r['corpus']} | {name} | " + " | ".join(cells) + " |")
@@ -166,12 +173,63 @@ def markdown(rows: Sequence[Dict[str, object]]) -> str:
     return "\n\n".join(out)
 
 
+ABLATION = ("none", "g2", "g3", "qvi")
+ABLATION_NAMES = {"none": "g1: values only", "g2": "g2: interactions only", "g3": "g3: sum", "qvi": "QVI (gated)"}
+ABLATION_COLOURS = {"none": "#9ca3af", "g2": "#60a5fa", "g3": "#2563eb", "qvi": "#dc2626"}
+
+
+def plot_ablation(rows: Sequence[Dict[str, object]], path: str) -> Dict[str, Dict[str, List[float]]]:
+    """The paper's Figure 2 for our runs: per architecture, test accuracy of g1, g2, g3 and QVI as
+    bars (mean over seeds, whiskers ± one standard deviation, each seed a dot). Rows of classifiers
+    only; an architecture is drawn when it has rows for some of the four. Returns what it drew:
+    architecture -> interaction -> accuracies in %."""
+    from qvi.nn import check_interaction
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    by_arch: Dict[str, Dict[str, List[float]]] = {}
+    for r in rows:
+        test = r["test"]
+        assert isinstance(test, list)
+        g = check_interaction(str(r["g"]))  # g1 is none
+        if "accuracy" in test[0]:
+            by_arch.setdefault(str(r["arch"]), {})[g] = [100 * t["accuracy"] for t in test]
+    if not by_arch:
+        raise SystemExit("no classifier rows with g in none/g2/g3/qvi to plot")
+    fig, ax = plt.subplots(figsize=(2.2 + 2.6 * len(by_arch), 4.2))
+    width = 0.2
+    for j, g in enumerate(ABLATION):
+        xs, means, stds = [], [], []
+        for i, arch in enumerate(by_arch):
+            if g in by_arch[arch]:
+                v = by_arch[arch][g]
+                xs.append(i + (j - 1.5) * width)
+                means.append(statistics.mean(v))
+                stds.append(statistics.stdev(v) if len(v) > 1 else 0.0)
+                ax.plot([xs[-1]] * len(v), v, ".", color="black", markersize=3, zorder=3)
+        if xs:
+            ax.bar(xs, means, width, yerr=stds, capsize=3, label=ABLATION_NAMES[g], color=ABLATION_COLOURS[g],
+                   zorder=2)
+    ax.set_xticks(range(len(by_arch)), [DISPLAY[a] for a in by_arch])
+    values = [x for d in by_arch.values() for v in d.values() for x in v]
+    ax.set_ylim(min(values) - 1.5, max(values) + 1.5)
+    ax.set_ylabel("test accuracy (%)")
+    ax.grid(axis="y", alpha=0.3, zorder=0)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return by_arch
+
+
 def cmd_table(args: argparse.Namespace) -> None:
     rows: List[Dict[str, object]] = []
     for path in args.results:
         with open(path) as f:
             rows.extend(json.load(f))
     print(markdown(rows))
+    if args.plot:
+        plot_ablation(rows, args.plot)
 
 
 def cmd_corpora(args: argparse.Namespace) -> None:
@@ -203,8 +261,12 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--corpus", nargs="*", default=[])
     p.add_argument("--arch", nargs="*", default=[])
     p.add_argument("--threads", type=int, default=2, help="torch threads per training run")
+    p.add_argument("--train-args", default="",
+                   help="more `python -m qvi train` flags for every run, overriding the defaults of qvi/demo.py "
+                        "(e.g. \"--epochs 10 --hidden 128\")")
     p.add_argument("--out", default=os.path.join(HERE, "results.json"))
     p.set_defaults(func=cmd_results)
     p = sub.add_parser("table", help="print the markdown table of results JSON files")
     p.add_argument("results", nargs="+")
+    p.add_argument("--plot", help="also draw the g1/g2/g3/QVI ablation of the classifier rows into this PNG")
     p.set_defaults(func=cmd_table)

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from qvi import artifact
+from qvi import artifact, demo
 from qvi.cli import evaluate_artifact, load_checkpoint, main
 from qvi.models import ModelConfig, build_model
 from qvi.tokenizer import TokenizerConfig, Vocabulary
@@ -143,3 +143,31 @@ def test_the_bench_model_has_bert_base_sizes_and_says_it_is_untrained(tmp_path):
     assert manifest["outputs"]["logits"]["dtype"] == "bfloat16"
     assert len(vocab.tokens) == 64 and all(w in vocab.index for w in BENCH_WORDS)
     assert next(module.parameters()).dtype == torch.bfloat16
+
+
+def test_results_runs_the_ablation_and_draws_it(tmp_path, capsys):
+    """`python -m qvi results` over g1/g2/g3/QVI (the §4.3 ablation) with --train-args overriding the
+    demo settings, then `table --plot`: every run's test figures and best epoch are kept, the table
+    has a row per interaction, and the plot is a PNG."""
+    (tmp_path / "sentiment").mkdir()
+    write_corpora(tmp_path / "sentiment")
+    out = tmp_path / "ablation.json"
+    main(["results", "--corpora", str(tmp_path), "--corpus", "sentiment", "--arch", "cnn_att", "--g", "g1", "g2", "g3",
+          "qvi", "--seeds", "2", "--threads", "1", "--train-args", "--epochs 2 --emb-dim 8 --hidden 8 --min-count 1",
+          "--out", str(out)])
+    rows = json.loads(out.read_text())
+    assert [r["g"] for r in rows] == ["g1", "g2", "g3", "qvi"]
+    for r in rows:
+        assert r["train_args"] == "--epochs 2 --emb-dim 8 --hidden 8 --min-count 1"
+        assert len(r["test"]) == 2 and all(0 <= t["accuracy"] <= 1 for t in r["test"])
+        assert all(e in (1, 2) for e in r["best_epochs"]), "--epochs 2 overrides the demo's 4"
+    capsys.readouterr()
+    main(["table", str(out), "--plot", str(tmp_path / "ablation.png")])
+    table = capsys.readouterr().out
+    for name in ("CNN-Att `", "CNN-Att-g2 `", "CNN-Att-g3 `", "CNN-Att-QVI `"):
+        assert f"| sentiment | {name}" in table, table
+    with open(tmp_path / "ablation.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    drawn = demo.plot_ablation(rows, str(tmp_path / "again.png"))
+    assert drawn == {"cnn_att": {g: [100 * t["accuracy"] for t in r["test"]]
+                                 for g, r in zip(("none", "g2", "g3", "qvi"), rows)}}
