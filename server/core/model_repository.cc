@@ -116,8 +116,12 @@ std::map<int64_t, KnownVersion> ModelRepository::Known(const std::string& name, 
         known[version] = KnownVersion::kReady;
         break;
       case ModelState::kFailed: {
-        const auto stamp = found == nullptr ? nullptr : &found->stamps;
-        const bool changed = stamp != nullptr && stamp->count(version) && stamp->at(version) != r.stamp;
+        // The files of a version that failed are loaded again only once they change.
+        bool changed = false;
+        if (found != nullptr) {
+          const auto stamp = found->stamps.find(version);
+          changed = stamp != found->stamps.end() && stamp->second != r.stamp;
+        }
         known[version] = changed ? KnownVersion::kFailedFilesChanged : KnownVersion::kFailed;
         break;
       }
