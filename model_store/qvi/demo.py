@@ -212,14 +212,46 @@ def plot_ablation(rows: Sequence[Dict[str, object]], path: str) -> Dict[str, Dic
                    zorder=2)
     ax.set_xticks(range(len(by_arch)), [DISPLAY[a] for a in by_arch])
     values = [x for d in by_arch.values() for v in d.values() for x in v]
-    ax.set_ylim(min(values) - 1.5, max(values) + 1.5)
+    ax.set_ylim(min(values) - 1.5, max(values) + 2.5)  # room for the legend above the bars
     ax.set_ylabel("test accuracy (%)")
     ax.grid(axis="y", alpha=0.3, zorder=0)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper center", ncol=4)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return by_arch
+
+
+def differences(rows: Sequence[Dict[str, object]], reference: str = "none") -> str:
+    """Per corpus and architecture, each interaction's mean test score minus the `reference` one's
+    (accuracy for classifiers, entity F1 for taggers; points), with Welch's t = Δ / √(s₁²/n₁ + s₂²/n₂).
+    With five seeds a side, |t| must exceed about 2.3 for a difference to be significant at 5%."""
+    from qvi.nn import check_interaction
+    reference = check_interaction(reference)
+    groups: Dict[Tuple[str, str], Dict[str, List[float]]] = {}
+    for r in rows:
+        test = r["test"]
+        assert isinstance(test, list)
+        key = "accuracy" if "accuracy" in test[0] else "f1"
+        label = f"{r['arch']}{' ' + str(r['train_args']) if r.get('train_args') else ''}"
+        groups.setdefault((str(r["corpus"]), label), {})[check_interaction(str(r["g"]))] = \
+            [100 * t[key] for t in test]
+    lines = [f"| corpus | model | Δ vs {'g1' if reference == 'none' else reference} (points) | Welch t |",
+             "|---|---|---|---|"]
+    for (corpus, label), by_g in groups.items():
+        if reference not in by_g:
+            continue
+        base = by_g[reference]
+        for g, values in by_g.items():
+            if g == reference:
+                continue
+            delta = statistics.mean(values) - statistics.mean(base)
+            se = (statistics.variance(values) / len(values) + statistics.variance(base) / len(base)) ** 0.5
+            arch, _, extra = label.partition(" ")
+            name = ModelConfig(arch, 2, 2, g=g).display_name() + (f" `{extra}`" if extra else "")
+            t = f"{delta / se:+.2f}" if se > 0 else "n/a"
+            lines.append(f"| {corpus} | {name} | {delta:+.2f} | {t} |")
+    return "\n".join(lines)
 
 
 def cmd_table(args: argparse.Namespace) -> None:
@@ -228,6 +260,9 @@ def cmd_table(args: argparse.Namespace) -> None:
         with open(path) as f:
             rows.extend(json.load(f))
     print(markdown(rows))
+    if args.compare:
+        print()
+        print(differences(rows, args.compare))
     if args.plot:
         plot_ablation(rows, args.plot)
 
@@ -269,4 +304,6 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p = sub.add_parser("table", help="print the markdown table of results JSON files")
     p.add_argument("results", nargs="+")
     p.add_argument("--plot", help="also draw the g1/g2/g3/QVI ablation of the classifier rows into this PNG")
+    p.add_argument("--compare", metavar="G",
+                   help="also print each interaction's difference from G (e.g. g1), with Welch's t over seeds")
     p.set_defaults(func=cmd_table)

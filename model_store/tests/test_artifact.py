@@ -162,10 +162,18 @@ def test_results_runs_the_ablation_and_draws_it(tmp_path, capsys):
         assert len(r["test"]) == 2 and all(0 <= t["accuracy"] <= 1 for t in r["test"])
         assert all(e in (1, 2) for e in r["best_epochs"]), "--epochs 2 overrides the demo's 4"
     capsys.readouterr()
-    main(["table", str(out), "--plot", str(tmp_path / "ablation.png")])
+    main(["table", str(out), "--plot", str(tmp_path / "ablation.png"), "--compare", "g1"])
     table = capsys.readouterr().out
     for name in ("CNN-Att `", "CNN-Att-g2 `", "CNN-Att-g3 `", "CNN-Att-QVI `"):
         assert f"| sentiment | {name}" in table, table
+    # The differences from g1, each with Welch's t, computed here from the per-seed figures.
+    import statistics
+    acc = {r["g"]: [100 * t["accuracy"] for t in r["test"]] for r in rows}
+    for g, name in (("g2", "CNN-Att-g2"), ("g3", "CNN-Att-g3"), ("qvi", "CNN-Att-QVI")):
+        delta = statistics.mean(acc[g]) - statistics.mean(acc["g1"])
+        se = (statistics.variance(acc[g]) / 2 + statistics.variance(acc["g1"]) / 2) ** 0.5
+        t = f"{delta / se:+.2f}" if se > 0 else "n/a"
+        assert f"| sentiment | {name} `--epochs 2 --emb-dim 8 --hidden 8 --min-count 1` | {delta:+.2f} | {t} |" in table, table
     with open(tmp_path / "ablation.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     drawn = demo.plot_ablation(rows, str(tmp_path / "again.png"))
