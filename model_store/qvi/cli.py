@@ -74,8 +74,8 @@ def run_training(args: argparse.Namespace) -> Dict[str, object]:
     labels = label_list(args.task, train_ex, args.scheme)
     vocab = build_vocab(train_ex, tok, args.min_count, args.max_vocab)
     config = ModelConfig(arch=args.arch, vocab_size=len(vocab), num_outputs=len(labels), g=args.g,
-                         score=args.score, context=args.context or "", emb_dim=args.emb_dim, hidden=args.hidden, heads=args.heads,
-                         layers=args.layers, ffn=args.ffn, dropout=args.dropout, max_tokens=args.max_tokens,
+                         score=args.score, context=args.context or "", emb_dim=args.emb_dim, hidden=args.hidden,
+                         heads=args.heads, layers=args.layers, ffn=args.ffn, dropout=args.dropout, max_tokens=args.max_tokens,
                          boundary_ids=sorted({vocab.id(b) for b in BOUNDARIES} - {1}))
     tagging = args.task == "tagging"
     enc = lambda ex: encode_examples(ex, tok, vocab, labels, args.scheme, tagging)  # noqa: E731
@@ -89,7 +89,7 @@ def run_training(args: argparse.Namespace) -> Dict[str, object]:
     return {
         "config": config.to_json(), "tokenizer": config_to_json(tok), "vocab": vocab.tokens,
         "labels": labels, "scheme": args.scheme if tagging else "", "state_dict": model.state_dict(),
-        "train_options": options_to_json(options), "history": history, "metrics": metrics,
+        "train_options": options_to_json(options), "history": history, "best_epoch": best["epoch"], "metrics": metrics,
         "data": {"train": os.path.basename(args.train), "dev": os.path.basename(args.dev),
                  "test": os.path.basename(args.test) if args.test else None,
                  "train_size": len(train_ex), "dev_size": len(dev_ex)},

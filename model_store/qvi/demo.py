@@ -14,7 +14,7 @@ import statistics
 import time
 from typing import Dict, List, Sequence, Tuple
 
-from qvi.models import BASELINES, DISPLAY, ModelConfig
+from qvi.models import BASELINES, DISPLAY, TAGGERS, ModelConfig
 from qvi.nn import check_interaction
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -145,8 +145,7 @@ def cmd_results(args: argparse.Namespace) -> None:
                             + shlex.split(args.train_args))
                     ckpt = run_training(_parse(argv))
                     scores.append(ckpt["metrics"]["test"])
-                    key = "dev_accuracy" if "accuracy" in scores[-1] else "dev_f1"
-                    best_epochs.append(max(ckpt["history"], key=lambda h: h[key])["epoch"])
+                    best_epochs.append(ckpt["best_epoch"])
                     print(f"{corpus} {arch} g={g} seed={seed}: {json.dumps(scores[-1])} epoch {best_epochs[-1]} "
                           f"({time.time() - t0:.0f} s)", flush=True)
                 rows.append({"corpus": corpus, "arch": arch, "g": g, "seeds": args.seeds, "threads": args.threads,
@@ -179,6 +178,14 @@ def markdown(rows: Sequence[Dict[str, object]]) -> str:
     return "\n\n".join(out)
 
 
+def _headline(r: Dict[str, object]) -> List[float]:
+    """A results row's per-seed headline score in %: accuracy (classifiers) or entity F1 (taggers)."""
+    test = r["test"]
+    assert isinstance(test, list)
+    key = "accuracy" if "accuracy" in test[0] else "f1"
+    return [100 * t[key] for t in test]
+
+
 ABLATION = ("none", "g2", "g3", "qvi")
 ABLATION_NAMES = {"none": "g1: values only", "g2": "g2: interactions only", "g3": "g3: sum", "qvi": "QVI (gated)"}
 ABLATION_COLOURS = {"none": "#9ca3af", "g2": "#60a5fa", "g3": "#2563eb", "qvi": "#dc2626"}
@@ -194,11 +201,8 @@ def plot_ablation(rows: Sequence[Dict[str, object]], path: str) -> Dict[str, Dic
     import matplotlib.pyplot as plt
     by_arch: Dict[str, Dict[str, List[float]]] = {}
     for r in rows:
-        test = r["test"]
-        assert isinstance(test, list)
-        g = check_interaction(str(r["g"]))  # g1 is none
-        if "accuracy" in test[0]:
-            by_arch.setdefault(str(r["arch"]), {})[g] = [100 * t["accuracy"] for t in test]
+        if r["arch"] not in TAGGERS:
+            by_arch.setdefault(str(r["arch"]), {})[check_interaction(str(r["g"]))] = _headline(r)  # g1 is none
     if not by_arch:
         raise SystemExit("no classifier rows with g in none/g2/g3/qvi to plot")
     fig, ax = plt.subplots(figsize=(2.2 + 2.6 * len(by_arch), 4.2))
@@ -232,17 +236,13 @@ def differences(rows: Sequence[Dict[str, object]], reference: str = "none") -> s
     (accuracy for classifiers, entity F1 for taggers; points), with Welch's t = Δ / √(s₁²/n₁ + s₂²/n₂).
     With five seeds a side, |t| must exceed about 2.3 for a difference to be significant at 5%."""
     reference = check_interaction(reference)
-    groups: Dict[Tuple[str, str], Dict[str, List[float]]] = {}
+    groups: Dict[Tuple[str, str, str], Dict[str, List[float]]] = {}
     for r in rows:
-        test = r["test"]
-        assert isinstance(test, list)
-        key = "accuracy" if "accuracy" in test[0] else "f1"
-        label = f"{r['arch']}{' ' + str(r['train_args']) if r.get('train_args') else ''}"
-        groups.setdefault((str(r["corpus"]), label), {})[check_interaction(str(r["g"]))] = \
-            [100 * t[key] for t in test]
+        group = (str(r["corpus"]), str(r["arch"]), str(r.get("train_args") or ""))
+        groups.setdefault(group, {})[check_interaction(str(r["g"]))] = _headline(r)
     lines = [f"| corpus | model | Δ vs {'g1' if reference == 'none' else reference} (points) | Welch t |",
              "|---|---|---|---|"]
-    for (corpus, label), by_g in groups.items():
+    for (corpus, arch, extra), by_g in groups.items():
         if reference not in by_g:
             continue
         base = by_g[reference]
@@ -251,7 +251,6 @@ def differences(rows: Sequence[Dict[str, object]], reference: str = "none") -> s
                 continue
             delta = statistics.mean(values) - statistics.mean(base)
             se = (statistics.variance(values) / len(values) + statistics.variance(base) / len(base)) ** 0.5
-            arch, _, extra = label.partition(" ")
             name = ModelConfig(arch, 2, 2, g=g).display_name() + (f" `{extra}`" if extra else "")
             t = f"{delta / se:+.2f}" if se > 0 else "n/a"
             lines.append(f"| {corpus} | {name} | {delta:+.2f} | {t} |")
