@@ -48,23 +48,45 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "on", "both"}))
       ->capture_default_str();
   app.add_flag("--explain", explain, "also ask for the explanations α and β (attention, gates)");
+  std::string graphs = "off";
+  app.add_option("--cuda-graphs", graphs,
+                 "on a GPU, replay CUDA graphs captured per batch-size and length bucket (the server's default "
+                 "buckets): off, on, or both (each format loaded twice and measured side by side)")
+      ->check(CLI::IsMember({"off", "on", "both"}))
+      ->capture_default_str();
   app.add_option("--json", json, "also write the results as JSON here");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(threads);
 
   std::cerr << qvi::LoadCudaSupport() << "\n";
+  absl::StatusOr<qvi::GraphBackend*> graph_backend = qvi::LoadCudaGraphBackend();
+  if (graphs != "off" && !graph_backend.ok()) {
+    std::cerr << "--cuda-graphs " << graphs << ": " << graph_backend.status().message() << "\n";
+    return 1;
+  }
   std::vector<std::unique_ptr<qvi::Model>> models;
   for (const std::string f : {"torchscript", "pt2"}) {
     if (format != "both" && format != f) continue;
-    qvi::LoadOptions options;
-    options.device = device;
-    options.format = f;
-    absl::StatusOr<std::unique_ptr<qvi::Model>> loaded = qvi::Model::Load(path, options);
-    if (!loaded.ok()) {
-      std::cerr << f << ": " << loaded.status() << "\n";
-      return 1;
+    for (bool with_graphs : {false, true}) {
+      if ((with_graphs && graphs == "off") || (!with_graphs && graphs == "on")) continue;
+      qvi::LoadOptions options;
+      options.device = device;
+      options.format = f;
+      options.graphs.enabled = with_graphs;
+      if (with_graphs) options.graph_backend = *graph_backend;
+      absl::StatusOr<std::unique_ptr<qvi::Model>> loaded = qvi::Model::Load(path, options);
+      if (!loaded.ok()) {
+        std::cerr << f << ": " << loaded.status() << "\n";
+        return 1;
+      }
+      const qvi::GraphReport& r = (*loaded)->graphs();
+      if (with_graphs) {
+        std::cerr << f << " CUDA graphs: " << r.note << "; captured in " << r.capture_ms << " ms, "
+                  << r.memory_bytes / 1048576.0 << " MiB\n";
+        if (!r.active) return 1;
+      }
+      models.push_back(*std::move(loaded));
     }
-    models.push_back(*std::move(loaded));
   }
   const std::unique_ptr<qvi::Model>& model = models.front();
   std::vector<std::vector<int64_t>> ids;
@@ -89,8 +111,8 @@ int main(int argc, char** argv) {
     std::cerr << m->format() << " (" << m->file() << "): forward without maps "
               << (m->has_forward_without_maps() ? "yes" : "no (forward always forms the maps)") << "\n";
   }
-  std::printf("%6s %5s %12s %10s %10s %10s %10s\n", "batch", "maps", "format", "texts/s", "batches/s", "p50 ms",
-              "p99 ms");
+  std::printf("%6s %5s %12s %6s %10s %10s %10s %10s\n", "batch", "maps", "format", "graphs", "texts/s", "batches/s",
+              "p50 ms", "p99 ms");
   nlohmann::json results = nlohmann::json::array();
   for (int bs : batch_sizes) {
     for (bool with_maps : map_settings) {
@@ -120,11 +142,12 @@ int main(int argc, char** argv) {
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         std::sort(ms.begin(), ms.end());
         const double p50 = ms[ms.size() / 2], p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-        std::printf("%6d %5s %12s %10.1f %10.1f %10.3f %10.3f\n", bs, with_maps ? "on" : "off", m->format().c_str(),
-                    texts / elapsed, ms.size() / elapsed, p50, p99);
+        std::printf("%6d %5s %12s %6s %10.1f %10.1f %10.3f %10.3f\n", bs, with_maps ? "on" : "off", m->format().c_str(),
+                    m->graphs().active ? "on" : "off", texts / elapsed, ms.size() / elapsed, p50, p99);
         results.push_back({{"batch_size", bs},
                            {"maps", with_maps},
                            {"format", m->format()},
+                           {"cuda_graphs", m->graphs().active},
                            {"texts_per_s", texts / elapsed},
                            {"batches_per_s", ms.size() / elapsed},
                            {"p50_ms", p50},

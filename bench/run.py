@@ -99,6 +99,8 @@ def run_limit(work, a, words):
     fmt = "both" if served_format(MODEL_DIR) == "pt2" else "torchscript"
     cmd = [os.path.join(BUILD, "qvi-bench-model"), "--model", MODEL_DIR, "--format", fmt, "--batch-sizes", a.batch_sizes,
            "--seconds", str(a.duration), "--words", str(words), "--device", a.device, "--json", out]
+    if a.device != "cpu":
+        cmd += ["--cuda-graphs", "both"]  # with and without, side by side (what the server does: with)
     log(" ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd))
     subprocess.run(cmd, check=True)
     with open(out) as f:
@@ -242,7 +244,8 @@ def served_limit(run):
     """The limit steps of the format qvi-server serves (the first the limit lists: pt2 when measured)."""
     steps = run["limit"]["steps"]
     fmt = "pt2" if any(s.get("format") == "pt2" for s in steps) else steps[0].get("format", "torchscript")
-    return [s for s in steps if s.get("format", fmt) == fmt]
+    graphs = any(s.get("cuda_graphs") for s in steps)  # the server replays graphs where it has them
+    return [s for s in steps if s.get("format", fmt) == fmt and bool(s.get("cuda_graphs")) == graphs]
 
 
 def best_step(system):
@@ -286,7 +289,8 @@ def run_markdown(run):
     """The tables and ratios of one text length."""
     words, max_batch = run["words"], run["max_batch"]
     lim = {s["batch_size"]: s for s in served_limit(run)}  # what qvi-server runs
-    script = {s["batch_size"]: s for s in run["limit"]["steps"] if s.get("format") == "torchscript"}
+    script = {(s["batch_size"], bool(s.get("cuda_graphs"))): s for s in run["limit"]["steps"]
+              if s.get("format") == "torchscript"}
     q = run.get("qvi-server")
     setup = []
     if q and "instances" in q:
@@ -305,13 +309,19 @@ def run_markdown(run):
         "",
         "### The limit: the model in-process (qvi-bench-model, one instance, one torch thread)",
         "",
-        "| batch size | format | texts/s | batch p50 ms | batch p99 ms | pt2 / TorchScript |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| batch size | format | CUDA graphs | texts/s | batch p50 ms | batch p99 ms | pt2 / TorchScript | graphs / none |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
     ]
+    by_key = {(s["batch_size"], s.get("format", "torchscript"), bool(s.get("cuda_graphs"))): s
+              for s in run["limit"]["steps"]}
     for s in run["limit"]["steps"]:
-        bs, fmt = s["batch_size"], s.get("format", "torchscript")
-        ratio = (f"{s['texts_per_s'] / script[bs]['texts_per_s']:.2f} x" if fmt == "pt2" and bs in script else "")
-        lines.append(f"| {bs} | {fmt} | {s['texts_per_s']:.0f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | {ratio} |")
+        bs, fmt, graphs = s["batch_size"], s.get("format", "torchscript"), bool(s.get("cuda_graphs"))
+        base = script.get((bs, graphs))
+        ratio = f"{s['texts_per_s'] / base['texts_per_s']:.2f} x" if fmt == "pt2" and base else ""
+        plain = by_key.get((bs, fmt, False))
+        gain = f"{s['texts_per_s'] / plain['texts_per_s']:.2f} x" if graphs and plain else ""
+        lines.append(f"| {bs} | {fmt} | {'on' if graphs else 'off'} | {s['texts_per_s']:.0f} | {s['p50_ms']:.3f} "
+                     f"| {s['p99_ms']:.3f} | {ratio} | {gain} |")
     lines += ["", "### Servers under qvi-perf (closed loop, one text per request)", "",
               "| system | concurrency | texts/s | p50 ms | p90 ms | p99 ms | errors | server queue ms | server compute ms | server batch | server CPU µs/request |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -329,11 +339,12 @@ def run_markdown(run):
         qb = best_step(q)
         formed = qb.get("server_batch_size", 1)
         nearest = min(lim, key=lambda b: abs(b - formed))
-        if nearest in script:
+        same = script.get((nearest, bool(lim[nearest].get("cuda_graphs"))))
+        if same and lim[nearest].get("format") == "pt2":
             lines.append(f"- The package against TorchScript at the batch the server forms at saturation "
                          f"({formed:.1f}, nearest measured {nearest}): {lim[nearest]['texts_per_s']:.0f} against "
-                         f"{script[nearest]['texts_per_s']:.0f} texts/s: "
-                         f"**{lim[nearest]['texts_per_s'] / script[nearest]['texts_per_s']:.2f} x** (target >= 1.5 x).")
+                         f"{same['texts_per_s']:.0f} texts/s: "
+                         f"**{lim[nearest]['texts_per_s'] / same['texts_per_s']:.2f} x** (target >= 1.5 x).")
         lines.append(f"- qvi-server at saturation: {qb['texts_per_s']:.0f} texts/s at concurrency {int(qb['load'])}, "
                      f"batches of {formed:.1f} texts; one instance's in-process limit at batch {nearest} is "
                      f"{lim[nearest]['texts_per_s']:.0f} texts/s: **{qb['texts_per_s'] / lim[nearest]['texts_per_s']:.2f} x** "

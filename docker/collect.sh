@@ -1,6 +1,6 @@
 #!/bin/sh
 # Gathers what the runtime image needs into OUT, at the paths it will have there:
-#   OUT/opt/qvi/bin/    qvi-server and qvi-client, stripped;
+#   OUT/opt/qvi/bin/    qvi-server and qvi-client, stripped (and libqvi_cuda_graphs.so in the cuda variant);
 #   OUT/opt/qvi/site/   the libraries of the torch wheel (and its nvidia wheels) that the variant
 #                       loads, in the wheel's own layout, which the programs' RPATH
 #                       (/opt/qvi/site/torch/lib) and the libraries' ($ORIGIN/../../nvidia/...) expect.
@@ -11,6 +11,11 @@ mkdir -p "$out/opt/qvi/bin"
 for p in qvi-server qvi-client; do
   strip --strip-unneeded -o "$out/opt/qvi/bin/$p" "$build/$p"
 done
+# The CUDA graph plugin, built where the wheel has libtorch_cuda (the cuda variant); qvi-server
+# loads it from beside itself.
+if [ -f "$build/libqvi_cuda_graphs.so" ]; then
+  strip --strip-unneeded -o "$out/opt/qvi/bin/libqvi_cuda_graphs.so" "$build/libqvi_cuda_graphs.so"
+fi
 take() {  # take FILE...: copy each file (relative to SITE_DIR) to the same place under OUT
   for f in "$@"; do
     mkdir -p "$out/opt/qvi/site/$(dirname "$f")"

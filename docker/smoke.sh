@@ -26,6 +26,11 @@ echo "[smoke] $image SERVING after $((SECONDS - start)) s"
 # Read the log whole first: grep -m1 on a pipe would stop podman with SIGPIPE, which pipefail reports.
 logs=$("${QVI_PODMAN[@]}" logs "$name" 2>&1)
 grep -m1 "CUDA:" <<< "$logs" || { echo "$logs"; echo "no CUDA: line in the log" >&2; exit 1; }
+grep -m1 "CUDA graphs:" <<< "$logs" || { echo "$logs"; echo "no 'CUDA graphs:' line in the log" >&2; exit 1; }
+# The cuda image carries the CUDA graph plugin, which loads here too (it only captures on a GPU).
+if [[ $image == *:cuda ]] && ! grep -q "libqvi_cuda_graphs.so loaded" <<< "$logs"; then
+  echo "$logs"; echo "the cuda image's CUDA graph plugin did not load" >&2; exit 1
+fi
 "${QVI_PODMAN[@]}" stop -t 30 "$name" > /dev/null
 code=$("${QVI_PODMAN[@]}" inspect --format '{{.State.ExitCode}}' "$name")
 [[ $code == 0 ]] || { "${QVI_PODMAN[@]}" logs "$name"; echo "exit code $code after SIGTERM" >&2; exit 1; }

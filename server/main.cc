@@ -20,6 +20,8 @@
 #include <iostream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "grpc/health/v1/health.pb.h"
 #include "server/core/allocator.h"
 #include "server/core/cpu_budget.h"
@@ -93,6 +95,14 @@ void LogModelEvent(const std::string& name, const VersionStatus& v) {
         v.model->has_forward_without_maps() ? "; batches that ask for no attention maps skip them" : "");
     if (!v.model->fallback_reason().empty())
       spdlog::warn("model {}@{}: {}", name, v.version, v.model->fallback_reason());
+    const GraphReport& g = v.model->graphs();
+    if (g.active) {
+      spdlog::info("model {}@{} CUDA graphs: {}; batch sizes [{}], lengths [{}]; captured in {:.0f} ms, {:.1f} MiB",
+                   name, v.version, g.note, absl::StrJoin(g.batch_sizes, ","), absl::StrJoin(g.lengths, ","),
+                   g.capture_ms, g.memory_bytes / 1048576.0);
+    } else if (v.model->torch_device().is_cuda()) {
+      spdlog::warn("model {}@{} runs without CUDA graphs: {}", name, v.version, g.note);
+    }
   } else {
     spdlog::error("model {}@{} {}: {}", name, v.version, ModelStateName(v.state), v.reason);
   }
@@ -160,12 +170,17 @@ int Run(ServerOptions options, const sigset_t& signals) {
     if (!options.network.metrics_port_file.empty()) WritePortFile(options.network.metrics_port_file, metrics->port());
   }
   spdlog::info("{}", LoadCudaSupport());
+  absl::StatusOr<GraphBackend*> graph_backend = LoadCudaGraphBackend();
+  spdlog::info("CUDA graphs: {}", !options.models.cuda_graphs ? std::string("off (--cuda-graphs=false)")
+                                  : graph_backend.ok()        ? std::string("backend loaded")
+                                                       : absl::StrCat("none (", graph_backend.status().message(), ")"));
   ConfigureThreads(options);
   ServingConfig defaults;
   defaults.device = options.models.device;
   defaults.format = options.models.format;
   defaults.instances = options.threads.instances;
   defaults.max_queued_texts = options.limits.max_queued_texts;
+  defaults.cuda_graphs.enabled = options.models.cuda_graphs;
   // Set once the repository and then the gRPC server exist; the repository's threads read them.
   std::atomic<const ModelRepository*> repository_ptr{nullptr};
   std::atomic<grpc::HealthCheckServiceInterface*> health_ptr{nullptr};
@@ -176,6 +191,11 @@ int Run(ServerOptions options, const sigset_t& signals) {
   repo_options.observer = metrics.get();
   repo_options.load_timeout = absl::Seconds(options.models.load_timeout_seconds);
   repo_options.load_threads = options.models.load_threads;
+  if (graph_backend.ok()) {
+    repo_options.graph_backend = *graph_backend;
+  } else {
+    repo_options.graph_backend_note = std::string(graph_backend.status().message());
+  }
   repo_options.listener = [&repository_ptr, &health_ptr, &metrics](const std::string& name, const VersionStatus& v) {
     LogModelEvent(name, v);
     if (metrics) metrics->OnModelEvent(name, v);

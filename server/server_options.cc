@@ -40,6 +40,10 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
                  "compiled for the device when it can run here, else model.pt), torchscript or pt2")
       ->check(CLI::IsMember({"auto", "torchscript", "pt2"}))
       ->group("Models");
+  app.add_option("--cuda-graphs", o.models.cuda_graphs,
+                 "models on a GPU replay CUDA graphs captured at load, one per batch-size and length bucket, "
+                 "unless their serving.json says \"cuda_graphs\": false (docs/performance.md)")
+      ->group("Models");
   app.add_option("--version-policy", o.models.version_policy,
                  "versions served per model unless its serving.json says otherwise: latest:N, all, specific:V1,V2")
       ->check([](const std::string& spec) {

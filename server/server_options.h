@@ -16,10 +16,11 @@ struct ServerOptions {
     std::string store = "model_store/store";
     std::string device = "auto";
     std::string format = "auto";
-    std::string version_policy = "latest:1";  // for models whose serving.json names none
-    double poll_seconds = 2;                  // 0: read the store once, at start-up
-    double load_timeout_seconds = 600;        // a version's load and warm-up, at most; then FAILED
-    int load_threads = 4;                     // models loaded at once
+    std::string version_policy = "latest:1";   // for models whose serving.json names none
+    double poll_seconds = 2;                   // 0: read the store once, at start-up
+    double load_timeout_seconds = 600;         // a version's load and warm-up, at most; then FAILED
+    int load_threads = 4;                      // models loaded at once
+    bool cuda_graphs = defaults::kCudaGraphs;  // models on a GPU capture CUDA graphs at load
   } models;
   struct Network {
     std::string host = "0.0.0.0";

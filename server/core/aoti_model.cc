@@ -198,28 +198,21 @@ class AotiModel final : public Model {
         for (auto& c : chunks) parts.push_back(std::move(c[i]));
         t = torch::cat(parts, 0);
       }
-      if (pad > 0) t = CutPadding(method.names[i], t, tokens);
+      if (pad > 0) t = NarrowTokens(method.names[i], t, tokens);
       out[method.names[i]] = std::move(t);
-    }
-    if (info_.crf && out.count("emissions")) {
-      absl::StatusOr<torch::Tensor> tags = ViterbiDecode(*info_.crf, out["emissions"], mask_in);
-      if (!tags.ok()) throw std::runtime_error(std::string(tags.status().message()));
-      out["tags"] = *std::move(tags);
     }
     return out;
   }
 
- private:
-  // Narrows every dimension the manifest names "T" back to `tokens`.
-  torch::Tensor CutPadding(const std::string& name, torch::Tensor t, int64_t tokens) const {
-    auto it = manifest().outputs.find(name);
-    if (it == manifest().outputs.end()) return t;
-    for (size_t d = 0; d < it->second.size() && static_cast<int64_t>(d) < t.dim(); ++d) {
-      if (it->second[d] == "T") t = t.narrow(static_cast<int64_t>(d), 0, tokens);
-    }
-    return t;
+  // The tags, decoded on the host from the emissions (the package stops there: see model_store).
+  void Finish(std::map<std::string, torch::Tensor>& out, const torch::Tensor& mask) const override {
+    if (!info_.crf || !out.count("emissions")) return;
+    absl::StatusOr<torch::Tensor> tags = ViterbiDecode(*info_.crf, out["emissions"], mask);
+    if (!tags.ok()) throw std::runtime_error(std::string(tags.status().message()));
+    out["tags"] = *std::move(tags);
   }
 
+ private:
   PackageInfo info_;
   Method full_;
   std::optional<Method> lean_;

@@ -20,6 +20,8 @@ inline constexpr int kMaxQueuedTexts = 1024;
 inline constexpr int64_t kMaxQueuedTokens = int64_t{1} << 17;
 // An idle instance takes what is queued at once instead of waiting max_queue_delay_ms.
 inline constexpr bool kBatchWhenIdle = true;
+// Models on a GPU replay CUDA graphs captured at load (--cuda-graphs, serving.json "cuda_graphs").
+inline constexpr bool kCudaGraphs = true;
 
 }  // namespace qvi::defaults
 

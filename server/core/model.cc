@@ -11,6 +11,9 @@
 #include <filesystem>
 #include <set>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -84,6 +87,33 @@ std::string LoadCudaSupport() {
   return absl::StrCat("CUDA: backend loaded, ", devices, " device(s) visible");
 }
 
+absl::StatusOr<GraphBackend*> LoadCudaGraphBackend() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot locate this executable: ", ec.message()));
+  const std::filesystem::path plugin = exe.parent_path() / kGraphPluginFile;
+  if (!std::filesystem::exists(plugin, ec)) {
+    return absl::UnavailableError(absl::StrCat("no ", kGraphPluginFile, " beside ", exe.string(),
+                                               " (built only where the CUDA headers are found: see CMakeLists.txt)"));
+  }
+  absl::StatusOr<GraphBackend*> backend = LoadGraphPlugin(plugin.string());
+  if (backend.ok() && !torch::cuda::is_available()) {
+    return absl::UnavailableError(absl::StrCat(kGraphPluginFile, " loaded, but this process has no CUDA device"));
+  }
+  return backend;
+}
+
+absl::StatusOr<GraphBackend*> LoadGraphPlugin(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* error = dlerror();
+    return absl::UnavailableError(absl::StrCat("cannot load ", path, ": ", error != nullptr ? error : "unknown error"));
+  }
+  auto entry = reinterpret_cast<GraphBackend* (*)()>(dlsym(handle, kGraphBackendSymbol));
+  if (entry == nullptr) return absl::UnavailableError(absl::StrCat(path, " has no ", kGraphBackendSymbol));
+  return entry();  // the plugin stays loaded for the life of the process
+}
+
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec) {
   if (spec == "auto") {
     return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
@@ -146,6 +176,13 @@ Model::Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std
       file_(std::move(file)) {}
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOptions& options) {
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadArtifact(dir, options);
+  if (!model.ok()) return model;
+  if (absl::Status s = (*model)->PrepareGraphs(options); !s.ok()) return s;
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::LoadArtifact(const std::string& dir, const LoadOptions& options) {
   if (absl::Status s = CheckModelFormat(options.format); !s.ok()) return s;
   absl::StatusOr<torch::Device> device = ResolveDevice(options.device);
   if (!device.ok()) return device.status();
@@ -213,17 +250,140 @@ absl::Status Model::WarmUp() {
   return absl::OkStatus();
 }
 
+torch::Tensor Model::NarrowTokens(const std::string& name, torch::Tensor t, int64_t tokens) const {
+  auto it = manifest_->outputs.find(name);
+  if (it == manifest_->outputs.end()) return t;
+  for (size_t d = 0; d < it->second.size() && static_cast<int64_t>(d) < t.dim(); ++d) {
+    if (it->second[d] == "T" && t.size(static_cast<int64_t>(d)) > tokens)
+      t = t.narrow(static_cast<int64_t>(d), 0, tokens);
+  }
+  return t;
+}
+
+absl::Status Model::PrepareGraphs(const LoadOptions& options) {
+  graph_slots_.clear();
+  graph_report_ = GraphReport{};
+  if (!options.graphs.enabled) {
+    graph_report_.note = "off (--cuda-graphs=false or serving.json \"cuda_graphs\")";
+    return absl::OkStatus();
+  }
+  if (options.graph_backend == nullptr || !options.graph_backend->Supports(device_)) {
+    graph_report_.note = device_.is_cuda() ? options.graph_backend_note : "none on the CPU";
+    return absl::OkStatus();
+  }
+  const int64_t max_batch = options.max_batch_size.value_or(manifest_->serving.max_batch_size);
+  const int64_t max_tokens = manifest_->tokenizer.max_tokens;
+  std::vector<int64_t> batch_sizes =
+      options.graphs.batch_sizes.empty() ? PowersOfTwoUpTo(1, max_batch) : options.graphs.batch_sizes;
+  std::vector<int64_t> lengths =
+      options.graphs.lengths.empty() ? PowersOfTwoUpTo(8, max_tokens) : options.graphs.lengths;
+  if (absl::Status s = ShapeBuckets::Check(batch_sizes, lengths, max_batch, max_tokens, "serving.json: 'cuda_graphs'");
+      !s.ok()) {
+    return s;
+  }
+  graph_report_.batch_sizes = batch_sizes;
+  graph_report_.lengths = lengths;
+  ShapeBuckets buckets(std::move(batch_sizes), std::move(lengths));
+  // The forward a batch without maps runs; batches that ask for the maps run without a graph (their
+  // [B,L,H,T,T] outputs would be kept per bucket and per instance).
+  const bool maps = !has_forward_without_maps();
+  const DeviceForward forward = [this, maps](const torch::Tensor& ids, const torch::Tensor& mask) {
+    return Run(ids, mask, maps);
+  };
+  GraphBackend& backend = *options.graph_backend;
+  const absl::Time start = absl::Now();
+  const int64_t reserved_before = backend.ReservedBytes(device_);
+  std::vector<std::unique_ptr<GraphSlot>> slots;
+  try {
+    c10::InferenceMode guard;
+    for (int i = 0; i < std::max(options.instances, 1); ++i) {
+      auto slot = std::make_unique<GraphSlot>();
+      slot->pool = backend.NewPool(device_);
+      for (const ShapeBucket& bucket : buckets.All()) {
+        const torch::Tensor ids = torch::full({bucket.batch, bucket.tokens}, Vocabulary::kUnkId,
+                                              torch::TensorOptions().dtype(torch::kLong).device(device_));
+        const torch::Tensor mask =
+            torch::ones({bucket.batch, bucket.tokens}, torch::TensorOptions().dtype(torch::kBool).device(device_));
+        absl::StatusOr<std::unique_ptr<CapturedForward>> graph = backend.Capture(forward, ids, mask, *slot->pool);
+        if (!graph.ok()) {
+          graph_report_.note = absl::StrCat("capture failed at ", bucket.batch, " texts × ", bucket.tokens,
+                                            " tokens, so it runs without graphs: ", graph.status().message());
+          return absl::OkStatus();
+        }
+        slot->graphs[bucket] = *std::move(graph);
+      }
+      slots.push_back(std::move(slot));
+    }
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    graph_report_.note = absl::StrCat("capture failed, so it runs without graphs: ", what.substr(0, what.find('\n')));
+    return absl::OkStatus();
+  }
+  graph_report_.active = true;
+  graph_report_.graphs = static_cast<int64_t>(slots.size() * buckets.size());
+  graph_report_.capture_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  graph_report_.memory_bytes = std::max<int64_t>(backend.ReservedBytes(device_) - reserved_before, 0);
+  graph_report_.note = absl::StrCat(graph_report_.graphs, " graphs (", slots.size(), " instance(s) × ", buckets.size(),
+                                    " shapes) of the forward ", maps ? "with" : "without", " maps");
+  graph_slots_ = std::move(slots);
+  buckets_ = std::move(buckets);
+  return absl::OkStatus();
+}
+
+Model::GraphSlot* Model::AcquireGraphSlot() const {
+  for (const std::unique_ptr<GraphSlot>& slot : graph_slots_) {
+    bool expected = false;
+    if (slot->busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) return slot.get();
+  }
+  return nullptr;
+}
+
+std::map<std::string, torch::Tensor> Model::Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
+                                                   const torch::Tensor& mask) const {
+  const int64_t batch = ids.size(0), tokens = ids.size(1);
+  torch::Tensor padded_ids = ids, padded_mask = mask;
+  if (bucket.batch > batch || bucket.tokens > tokens) {
+    // Padding changes no text's answer (model_store's padding tests); the rows added to fill the
+    // bucket hold one unknown token each, so that no row is all padding.
+    const std::vector<int64_t> pad{0, bucket.tokens - tokens, 0, bucket.batch - batch};
+    padded_ids = torch::constant_pad_nd(ids, pad, 0);
+    padded_mask = torch::constant_pad_nd(mask, pad, 0);
+    if (bucket.batch > batch) {
+      padded_ids.slice(0, batch).select(1, 0).fill_(Vocabulary::kUnkId);
+      padded_mask.slice(0, batch).select(1, 0).fill_(true);
+    }
+  }
+  const std::map<std::string, torch::Tensor>& outputs = slot.graphs.at(bucket)->Replay(padded_ids, padded_mask);
+  std::map<std::string, torch::Tensor> result;
+  for (const auto& [name, t] : outputs) result[name] = NarrowTokens(name, t.narrow(0, 0, batch), tokens);
+  return result;
+}
+
 absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch::Tensor& ids, const torch::Tensor& mask,
                                                                     const std::vector<std::string>& wanted,
                                                                     const OutputSelection& selection) const {
   std::map<std::string, torch::Tensor> out;
+  // A graph slot is held until its outputs have been copied out, and let go on every path.
+  GraphSlot* slot = nullptr;
+  struct ReleaseSlot {
+    GraphSlot*& slot;
+    ~ReleaseSlot() {
+      if (slot != nullptr) slot->busy.store(false, std::memory_order_release);
+    }
+  } release{slot};
   try {
     c10::InferenceMode guard;
     const bool cuda = device_.is_cuda();
     const bool maps_wanted = std::find(wanted.begin(), wanted.end(), "layer_attention") != wanted.end();
-    std::map<std::string, torch::Tensor> result = Run(
-        cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids,
-        cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask, maps_wanted || !has_forward_without_maps());
+    const bool maps = maps_wanted || !has_forward_without_maps();
+    std::optional<ShapeBucket> bucket;
+    if (!maps && !graph_slots_.empty()) bucket = buckets_.Fit(ids.size(0), ids.size(1));
+    if (bucket) slot = AcquireGraphSlot();
+    std::map<std::string, torch::Tensor> result =
+        slot != nullptr ? Replay(*slot, *bucket, ids, mask)
+                        : Run(cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids,
+                              cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask, maps);
+    Finish(result, mask);
     for (const std::string& name : wanted) {
       auto it = result.find(name);
       if (it != result.end()) out[name] = std::move(it->second);
@@ -252,6 +412,9 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch:
       // A half-precision model (bf16, fp16) answers in float32 like any other: converted after the
       // copy, which then moves half the bytes.
       if (t.is_floating_point() && t.scalar_type() != torch::kFloat) t = t.to(torch::kFloat);
+      // On the CPU (the tests' emulated graphs) `to` copied nothing: the answer must not be the
+      // graph's buffer, which the next replay overwrites.
+      if (slot != nullptr && !cuda) t = t.clone();
     }
     if (layer_index.defined()) out["layer_index"] = layer_index;
     if (head_index.defined()) out["head_index"] = head_index;

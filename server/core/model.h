@@ -9,6 +9,7 @@ namespace c10 {
 struct StreamGuard;
 }
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,8 +18,10 @@ struct StreamGuard;
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/graphs.h"
 #include "server/core/manifest.h"
 #include "server/core/serving_config.h"
+#include "server/core/shape_buckets.h"
 #include "server/core/tokenizer.h"
 #include "server/core/vocabulary.h"
 
@@ -72,6 +75,13 @@ struct LoadOptions {
   // Model instances that will call Forward() at once: an AOTInductor package keeps one set of
   // activation buffers per concurrent call.
   int instances = 1;
+  // CUDA graphs (graphs.h): what the flag and serving.json say, the max_batch_size serving.json sets
+  // (else the manifest's) for the default batch buckets, and the backend, null when this process has
+  // none (`graph_backend_note` says why).
+  GraphSettings graphs;
+  std::optional<int> max_batch_size;
+  GraphBackend* graph_backend = nullptr;
+  std::string graph_backend_note = "no CUDA graph backend in this process";
 };
 
 inline constexpr char kTorchScriptFile[] = "model.pt";
@@ -123,6 +133,15 @@ class Model {
   const std::string& fallback_reason() const { return fallback_reason_; }
   // Whether batches that want no attention maps run a forward that never forms them.
   virtual bool has_forward_without_maps() const = 0;
+  // Its CUDA graphs: whether it has any, the buckets, capture time and memory, or why none.
+  const GraphReport& graphs() const { return graph_report_; }
+
+  // Captures the forward that batches without maps run (the forward without maps when the model has
+  // one) at every bucket, once per instance, when `options` turn graphs on and its backend supports
+  // this model's device; otherwise notes why not. A forward that cannot be captured leaves the model
+  // serving without graphs (the note says why); bucket lists that do not fit the model are an error.
+  // Load() calls it after the warm-up; tests call it on their fakes. Not thread-safe: before serving.
+  absl::Status PrepareGraphs(const LoadOptions& options);
 
  protected:
   Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file);
@@ -132,6 +151,14 @@ class Model {
   // May throw; Forward() turns that into a status.
   virtual std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids, const torch::Tensor& mask,
                                                    bool maps) const = 0;
+
+  // Host work after Run (or a graph's replay) on outputs already cut to the batch's shape, with the
+  // batch's own mask (on the CPU): the AOTInductor tagger decodes its tags here. A graph captures Run
+  // only, so nothing here may be captured.
+  virtual void Finish(std::map<std::string, torch::Tensor>& /*out*/, const torch::Tensor& /*mask*/) const {}
+
+  // Narrows every dimension the manifest names "T" in output `name` to `tokens`.
+  torch::Tensor NarrowTokens(const std::string& name, torch::Tensor t, int64_t tokens) const;
 
   // Two warm-up batches through every method, checking that the forward without maps returns what
   // forward does, maps aside: the server picks between them per batch, and an output missing from
@@ -145,6 +172,24 @@ class Model {
   torch::Device device_;
   std::string file_;
   std::string fallback_reason_;
+
+  // One model instance's graphs: replayed by one caller at a time (a graph's buffers are its own),
+  // sharing one memory pool. Forward() takes a free slot or runs without a graph.
+  struct GraphSlot {
+    std::atomic<bool> busy{false};
+    std::unique_ptr<GraphPool> pool;
+    std::map<ShapeBucket, std::unique_ptr<CapturedForward>> graphs;
+  };
+  GraphSlot* AcquireGraphSlot() const;
+  // Load() before the graphs: the artifact in the chosen format, warmed up.
+  static absl::StatusOr<std::unique_ptr<Model>> LoadArtifact(const std::string& dir, const LoadOptions& options);
+  // Runs the batch (ids and mask on the CPU, `bucket` fits it) through `slot`'s graph: pads to the
+  // bucket, replays, and cuts the outputs back to the batch. They alias the graph's buffers.
+  std::map<std::string, torch::Tensor> Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
+                                              const torch::Tensor& mask) const;
+  std::vector<std::unique_ptr<GraphSlot>> graph_slots_;
+  ShapeBuckets buckets_;
+  GraphReport graph_report_;
 };
 
 // Checks and parses the two files every artifact carries; `where` names the artifact in errors.

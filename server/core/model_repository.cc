@@ -216,6 +216,10 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
   load.device = overrides.device.value_or(options_.defaults.device);
   load.format = overrides.format.value_or(options_.defaults.format);
   load.instances = overrides.instances.value_or(options_.defaults.instances);
+  load.graphs = overrides.cuda_graphs.value_or(options_.defaults.cuda_graphs);
+  load.max_batch_size = overrides.max_batch_size;
+  load.graph_backend = options_.graph_backend;
+  load.graph_backend_note = options_.graph_backend_note;
   absl::StatusOr<std::unique_ptr<Model>> loaded = LoadModel(source_.VersionDir(name, version), load);
   if (!loaded.ok()) return loaded.status();
   if ((*loaded)->manifest().name != name) {

@@ -96,6 +96,9 @@ class ModelRepository {
     ServingObserver* observer = nullptr;              // metrics of every version's batches; may be null
     absl::Duration load_timeout = absl::Minutes(10);  // per version: Model::Load with its warm-up
     int load_threads = 4;                             // models polled (and loaded) at once
+    // CUDA graphs (graphs.h): the backend, null when this process has none, and why.
+    GraphBackend* graph_backend = nullptr;
+    std::string graph_backend_note = "no CUDA graph backend in this process";
     // Reads and warms up one version; Model::Load unless a test puts a fake here.
     std::function<absl::StatusOr<std::unique_ptr<Model>>(const std::string& dir, const LoadOptions& options)> load;
   };

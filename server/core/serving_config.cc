@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "server/core/shape_buckets.h"
 
 namespace qvi {
 namespace {
@@ -30,6 +31,42 @@ absl::Status ReadNumber(const nlohmann::json& value, const std::string& key, T m
   }
   out = static_cast<T>(v);
   return absl::OkStatus();
+}
+
+// "cuda_graphs": a boolean, or an object with enabled, batch_sizes and lengths (each optional). The
+// lists are checked against the model's maxima when it loads (ShapeBuckets::Check).
+absl::StatusOr<GraphSettings> ParseGraphSettings(const nlohmann::json& value) {
+  GraphSettings g;
+  if (value.is_boolean()) {
+    g.enabled = value.get<bool>();
+    return g;
+  }
+  const std::string key = "cuda_graphs";
+  if (!value.is_object()) {
+    return Bad(key, "must be true, false or {\"enabled\": ..., \"batch_sizes\": [...], \"lengths\": [...]}");
+  }
+  for (const auto& [field, v] : value.items()) {
+    if (field == "enabled") {
+      if (!v.is_boolean()) return Bad(key + ".enabled", "must be true or false");
+      g.enabled = v.get<bool>();
+    } else if (field == "batch_sizes" || field == "lengths") {
+      std::vector<int64_t>& list = field == "lengths" ? g.lengths : g.batch_sizes;
+      if (!v.is_array() || v.empty() || v.size() > ShapeBuckets::kMaxBuckets) {
+        return Bad(key + "." + field, absl::StrCat("must be a list of 1 to ", ShapeBuckets::kMaxBuckets, " integers"));
+      }
+      for (const nlohmann::json& item : v) {
+        std::optional<int64_t> n;
+        if (absl::Status s = ReadNumber<int64_t>(item, key + "." + field, 1, 1 << 16, n); !s.ok()) return s;
+        if (!list.empty() && *n <= list.back()) {
+          return Bad(key + "." + field, absl::StrCat("must be strictly ascending; ", *n, " follows ", list.back()));
+        }
+        list.push_back(*n);
+      }
+    } else {
+      return Bad(key + "." + field, "is not a cuda_graphs setting; allowed: enabled, batch_sizes, lengths");
+    }
+  }
+  return g;
 }
 
 }  // namespace
@@ -110,6 +147,10 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
     } else if (key == "batch_when_idle") {
       if (!value.is_boolean()) return Bad(key, "must be true or false");
       o.batch_when_idle = value.get<bool>();
+    } else if (key == "cuda_graphs") {
+      absl::StatusOr<GraphSettings> graphs = ParseGraphSettings(value);
+      if (!graphs.ok()) return graphs.status();
+      o.cuda_graphs = *std::move(graphs);
     } else if (key == "version_policy") {
       if (!value.is_string()) return Bad(key, "must be a string: \"latest:N\", \"all\" or \"specific:V1,V2\"");
       absl::StatusOr<VersionPolicy> policy = VersionPolicy::Parse(value.get<std::string>());
@@ -118,7 +159,8 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
     } else {
       return Bad(key,
                  "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
-                 "max_queued_texts, max_queued_tokens, instances, device, format, version_policy, batch_when_idle");
+                 "max_queued_texts, max_queued_tokens, instances, device, format, version_policy, batch_when_idle, "
+                 "cuda_graphs");
     }
     if (!s.ok()) return s;
   }
@@ -147,6 +189,7 @@ ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, co
   c.batch_when_idle = o.batch_when_idle.value_or(d.batch_when_idle);
   c.device = o.device.value_or(d.device);
   c.format = o.format.value_or(d.format);
+  c.cuda_graphs = o.cuda_graphs.value_or(d.cuda_graphs);
   return c;
 }
 

@@ -3,7 +3,7 @@
 //   2. the model's manifest (`serving`: max_batch_size, max_batch_tokens, max_queue_delay_ms),
 //   3. the operator's file beside the versions, <store>/<model>/serving.json, which may set
 //      max_batch_size, max_batch_tokens, max_queue_delay_ms, max_queued_texts, max_queued_tokens,
-//      instances, device, format, version_policy, batch_when_idle.
+//      instances, device, format, version_policy, batch_when_idle, cuda_graphs.
 // The file never changes the model's own facts (labels, tokenizer, outputs). An unknown key or a
 // value out of range is an error naming the key, so a typo cannot pass silently.
 #ifndef QVI_SERVER_CORE_SERVING_CONFIG_H_
@@ -38,6 +38,17 @@ struct VersionPolicy {
   }
 };
 
+// CUDA graphs for a model on a GPU (docs/performance.md, "The GPU engine"). serving.json's
+// "cuda_graphs" is false, true, or {"enabled": bool, "batch_sizes": [...], "lengths": [...]}.
+struct GraphSettings {
+  bool enabled = defaults::kCudaGraphs;
+  std::vector<int64_t> batch_sizes;  // empty: 1, 2, 4, ... up to max_batch_size
+  std::vector<int64_t> lengths;      // empty: 8, 16, 32, ... up to the model's max_tokens
+  bool operator==(const GraphSettings& o) const {
+    return enabled == o.enabled && batch_sizes == o.batch_sizes && lengths == o.lengths;
+  }
+};
+
 struct ServingConfig {
   int max_batch_size = defaults::kMaxBatchSize;
   int max_batch_tokens = defaults::kMaxBatchTokens;
@@ -52,6 +63,7 @@ struct ServingConfig {
   // An idle instance takes what is queued at once (no max_queue_delay wait); batches form from the
   // texts that arrive while instances are busy. False: wait up to max_queue_delay_ms to fill.
   bool batch_when_idle = defaults::kBatchWhenIdle;
+  GraphSettings cuda_graphs;
 };
 
 // What a serving.json sets; unset fields keep the value from the sources before it.
@@ -63,6 +75,7 @@ struct ServingOverrides {
   std::optional<std::string> format;
   std::optional<VersionPolicy> version_policy;
   std::optional<bool> batch_when_idle;
+  std::optional<GraphSettings> cuda_graphs;
 
   static absl::StatusOr<ServingOverrides> Parse(const std::string& json);
   // Reads <model_dir>/serving.json; no file means no overrides.

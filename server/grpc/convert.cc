@@ -150,6 +150,15 @@ void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
     md->set_model_card_json(m.model_card_json);
     md->set_format(v.model->format());
     md->set_format_note(v.model->fallback_reason());
+    const GraphReport& g = v.model->graphs();
+    v1::CudaGraphInfo* gi = md->mutable_cuda_graphs();
+    gi->set_active(g.active);
+    gi->set_note(g.note);
+    gi->mutable_batch_sizes()->Add(g.batch_sizes.begin(), g.batch_sizes.end());
+    gi->mutable_lengths()->Add(g.lengths.begin(), g.lengths.end());
+    gi->set_graphs(g.graphs);
+    gi->set_capture_ms(g.capture_ms);
+    gi->set_memory_bytes(g.memory_bytes);
   }
 }
 

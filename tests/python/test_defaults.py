@@ -47,3 +47,13 @@ def test_get_model_reports_the_defaults_for_a_version_that_sets_none(server, api
                                                    timeout=30).model
     batching = model.versions[0].metadata.batching
     assert {k: value(str(getattr(batching, k)).lower()) for k in KEYS} == help_defaults()
+
+
+def test_get_model_says_why_a_cpu_model_has_no_cuda_graphs(server, api):
+    # --cuda-graphs is on by default; graphs are a GPU thing, and GetModel says so rather than
+    # leaving the field empty.
+    pb, pb_grpc = api
+    model = pb_grpc.InferenceStub(server).GetModel(pb.GetModelRequest(model=pb.ModelSpec(name="sentiment")),
+                                                   timeout=30).model
+    graphs = model.versions[0].metadata.cuda_graphs
+    assert (graphs.active, graphs.note, graphs.graphs, list(graphs.batch_sizes)) == (False, "none on the CPU", 0, [])

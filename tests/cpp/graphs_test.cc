@@ -1,0 +1,296 @@
+// CUDA graphs without a GPU: the shape buckets, and everything Model does around a graph (capture at
+// every bucket per instance, padding a batch up to its bucket and cutting the answer back, one
+// replay at a time per instance, the report, the reasons for running without) on a backend that
+// emulates graphs on the CPU (test_util/emulated_graphs.h), with the fake and with the demo models.
+// The CUDA plugin itself is only loaded here; it captures on a GPU machine (docs/performance.md).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "server/core/graphs.h"
+#include "server/core/model.h"
+#include "server/core/serving_config.h"
+#include "server/core/shape_buckets.h"
+#include "tests/cpp/test_util/emulated_graphs.h"
+#include "tests/cpp/test_util/fake_model.h"
+
+namespace qvi {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(ShapeBucketsTest, PowersOfTwoEndAtTheMaximum) {
+  EXPECT_EQ(PowersOfTwoUpTo(1, 32), (std::vector<int64_t>{1, 2, 4, 8, 16, 32}));
+  EXPECT_EQ(PowersOfTwoUpTo(8, 100), (std::vector<int64_t>{8, 16, 32, 64, 100}));
+  EXPECT_EQ(PowersOfTwoUpTo(8, 5), (std::vector<int64_t>{5}));
+  EXPECT_EQ(PowersOfTwoUpTo(1, 1), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(PowersOfTwoUpTo(1, 0).empty());
+}
+
+TEST(ShapeBucketsTest, FitPicksTheSmallestBucketThatHoldsTheBatch) {
+  ShapeBuckets buckets({1, 4, 16}, {8, 32, 128});
+  EXPECT_EQ(buckets.size(), 9u);
+  EXPECT_EQ(buckets.Fit(1, 1), (ShapeBucket{1, 8}));
+  EXPECT_EQ(buckets.Fit(2, 8), (ShapeBucket{4, 8}));
+  EXPECT_EQ(buckets.Fit(4, 9), (ShapeBucket{4, 32}));
+  EXPECT_EQ(buckets.Fit(16, 128), (ShapeBucket{16, 128}));
+  EXPECT_FALSE(buckets.Fit(17, 8).has_value());
+  EXPECT_FALSE(buckets.Fit(1, 129).has_value());
+  EXPECT_EQ(buckets.All().front(), (ShapeBucket{1, 8}));
+  EXPECT_EQ(buckets.All().back(), (ShapeBucket{16, 128}));
+}
+
+TEST(ShapeBucketsTest, CheckNamesTheFieldAndTheLimit) {
+  const std::string where = "serving.json: 'cuda_graphs'";
+  EXPECT_TRUE(ShapeBuckets::Check({1, 2}, {8}, 32, 128, where).ok());
+  absl::Status s = ShapeBuckets::Check({1, 64}, {8}, 32, 128, where);
+  EXPECT_NE(s.message().find("'batch_sizes' has 64; each must be in 1..32 (max_batch_size)"), std::string::npos) << s;
+  s = ShapeBuckets::Check({1}, {8, 256}, 32, 128, where);
+  EXPECT_NE(s.message().find("'lengths' has 256; each must be in 1..128 (the model's max_tokens)"), std::string::npos)
+      << s;
+  s = ShapeBuckets::Check({2, 2}, {8}, 32, 128, where);
+  EXPECT_NE(s.message().find("strictly ascending"), std::string::npos) << s;
+  std::vector<int64_t> many(17), lengths(16);
+  for (int i = 0; i < 17; ++i) many[i] = i + 1;
+  for (int i = 0; i < 16; ++i) lengths[i] = i + 1;
+  s = ShapeBuckets::Check(many, lengths, 32, 128, where);
+  EXPECT_NE(s.message().find("272 graphs per instance; at most 256"), std::string::npos) << s;
+}
+
+TEST(ShapeBucketsTest, ServingJsonTurnsGraphsOffOrSetsTheBuckets) {
+  auto o = ServingOverrides::Parse(R"({"cuda_graphs": false})");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->cuda_graphs->enabled);
+  o = ServingOverrides::Parse(R"({"cuda_graphs": {"batch_sizes": [1, 8, 32], "lengths": [16, 64]}})");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->cuda_graphs->enabled);
+  EXPECT_EQ(o->cuda_graphs->batch_sizes, (std::vector<int64_t>{1, 8, 32}));
+  EXPECT_EQ(o->cuda_graphs->lengths, (std::vector<int64_t>{16, 64}));
+  for (auto [json, error] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"cuda_graphs": "yes"})", "'cuda_graphs' must be true, false or"},
+           {R"({"cuda_graphs": {"batch_sizes": [8, 4]}})", "'cuda_graphs.batch_sizes' must be strictly ascending"},
+           {R"({"cuda_graphs": {"lengths": [0]}})", "'cuda_graphs.lengths' must be an integer in [1, 65536]"},
+           {R"({"cuda_graphs": {"lengths": []}})", "'cuda_graphs.lengths' must be a list of 1 to 256 integers"},
+           {R"({"cuda_graphs": {"bucket": [1]}})", "'cuda_graphs.bucket' is not a cuda_graphs setting"},
+       }) {
+    o = ServingOverrides::Parse(json);
+    ASSERT_FALSE(o.ok()) << json;
+    EXPECT_NE(o.status().message().find(error), std::string::npos) << o.status();
+  }
+}
+
+std::pair<torch::Tensor, torch::Tensor> RandomBatch(int64_t batch, int64_t tokens, int64_t vocab, uint64_t seed) {
+  torch::manual_seed(seed);
+  torch::Tensor lengths = torch::randint(1, tokens + 1, {batch}, torch::kLong);
+  lengths[0] = tokens;
+  torch::Tensor mask = torch::arange(tokens).unsqueeze(0) < lengths.unsqueeze(1);
+  torch::Tensor ids = torch::randint(2, vocab, {batch, tokens}, torch::kLong) * mask;
+  return {ids, mask};
+}
+
+void ExpectSameAnswers(const std::map<std::string, torch::Tensor>& got,
+                       const std::map<std::string, torch::Tensor>& want, const std::string& where) {
+  ASSERT_EQ(got.size(), want.size()) << where;
+  for (const auto& [name, w] : want) {
+    ASSERT_TRUE(got.count(name)) << name << " " << where;
+    const torch::Tensor& g = got.at(name);
+    ASSERT_EQ(g.sizes(), w.sizes()) << name << " " << where;
+    if (w.is_floating_point()) {
+      EXPECT_LE((g - w).abs().max().item<float>(), 1e-5) << name << " " << where;
+    } else {
+      EXPECT_TRUE(torch::equal(g, w)) << name << " " << where;
+    }
+  }
+}
+
+LoadOptions GraphOptions(GraphBackend* backend, int instances, std::vector<int64_t> batch_sizes = {},
+                         std::vector<int64_t> lengths = {}) {
+  LoadOptions o;
+  o.device = "cpu";
+  o.instances = instances;
+  o.graphs.batch_sizes = std::move(batch_sizes);
+  o.graphs.lengths = std::move(lengths);
+  o.graph_backend = backend;
+  return o;
+}
+
+TEST(ModelGraphsTest, CapturesEveryBucketPerInstanceAndReports) {
+  EmulatedGraphBackend backend;
+  std::unique_ptr<FakeModel> model = FakeModel::Create("fake", /*max_tokens=*/16);
+  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(&backend, /*instances=*/2, {}, {})).ok());
+  const GraphReport& r = model->graphs();
+  EXPECT_TRUE(r.active) << r.note;
+  // Defaults: batch sizes 1..max_batch_size (the manifest's, 32) and lengths 8..max_tokens (16).
+  EXPECT_EQ(r.batch_sizes, (std::vector<int64_t>{1, 2, 4, 8, 16, 32}));
+  EXPECT_EQ(r.lengths, (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(r.graphs, 24);
+  EXPECT_EQ(backend.captures(), 24);
+  EXPECT_GT(r.memory_bytes, 0);
+  EXPECT_EQ(r.note, "24 graphs (2 instance(s) × 12 shapes) of the forward without maps");
+  // serving.json's max_batch_size bounds the default batch sizes.
+  LoadOptions o = GraphOptions(&backend, 1);
+  o.max_batch_size = 5;
+  ASSERT_TRUE(model->PrepareGraphs(o).ok());
+  EXPECT_EQ(model->graphs().batch_sizes, (std::vector<int64_t>{1, 2, 4, 5}));
+}
+
+TEST(ModelGraphsTest, AnswersAreThoseOfTheForwardWithoutAGraphAtEveryShape) {
+  EmulatedGraphBackend backend;
+  std::unique_ptr<FakeModel> eager = FakeModel::Create("fake", 16);
+  std::unique_ptr<FakeModel> graphed = FakeModel::Create("fake", 16);
+  ASSERT_TRUE(graphed->PrepareGraphs(GraphOptions(&backend, 1, {1, 4, 8}, {4, 16})).ok());
+  const std::vector<std::string> wanted{"logits", "attention", "gates", "layer_gates"};
+  int replays = 0;
+  // Exactly a bucket, padded in length, padded in batch, both, and one text too many for any bucket.
+  for (auto [b, t] : std::vector<std::pair<int64_t, int64_t>>{{4, 16}, {1, 3}, {3, 4}, {5, 11}, {9, 5}}) {
+    auto [ids, mask] = RandomBatch(b, t, 5, static_cast<uint64_t>(b * 100 + t));
+    auto want = eager->Forward(ids, mask, wanted);
+    auto got = graphed->Forward(ids, mask, wanted);
+    ASSERT_TRUE(want.ok() && got.ok()) << got.status();
+    ExpectSameAnswers(*got, *want, absl::StrCat(b, "x", t));
+    if (b <= 8) ++replays;
+    EXPECT_EQ(backend.replays(), replays) << b << "x" << t;
+  }
+  // The maps are never captured: a batch that asks for them runs the forward with maps.
+  auto [ids, mask] = RandomBatch(2, 4, 5, 7);
+  const int with_maps = graphed->runs_with_maps();
+  auto maps = graphed->Forward(ids, mask, {"logits", "layer_attention"});
+  ASSERT_TRUE(maps.ok()) << maps.status();
+  EXPECT_EQ(graphed->runs_with_maps(), with_maps + 1);
+  EXPECT_EQ(backend.replays(), replays);
+}
+
+TEST(ModelGraphsTest, AnAnswerIsNotOverwrittenByTheNextReplay) {
+  EmulatedGraphBackend backend;
+  std::unique_ptr<FakeModel> model = FakeModel::Create("fake", 16);
+  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(&backend, 1, {2}, {4})).ok());
+  auto [a_ids, a_mask] = RandomBatch(2, 4, 5, 1);
+  auto [b_ids, b_mask] = RandomBatch(2, 4, 5, 2);
+  auto first = model->Forward(a_ids, a_mask, {"logits", "gates"});
+  ASSERT_TRUE(first.ok());
+  const torch::Tensor kept = first->at("gates").clone();
+  auto second = model->Forward(b_ids, b_mask, {"logits", "gates"});
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(torch::equal(first->at("gates"), second->at("gates")));
+  EXPECT_TRUE(torch::equal(first->at("gates"), kept));
+}
+
+TEST(ModelGraphsTest, ConcurrentCallersGetTheirOwnAnswers) {
+  EmulatedGraphBackend backend;
+  std::unique_ptr<FakeModel> model = FakeModel::Create("fake", 16);
+  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(&backend, 2, {1, 4}, {8})).ok());
+  // Four callers on two instances' graphs: two replay, the others find no free slot and run without.
+  std::vector<std::thread> callers;
+  std::atomic<int> wrong{0};
+  for (int c = 0; c < 4; ++c) {
+    callers.emplace_back([&, c] {
+      for (int i = 0; i < 50; ++i) {
+        auto [ids, mask] = RandomBatch(3, 6, 5, static_cast<uint64_t>(c * 1000 + i));
+        auto out = model->Forward(ids, mask, {"logits"});
+        const torch::Tensor want = (ids.to(torch::kFloat) * mask.to(torch::kFloat)).sum(1);
+        if (!out.ok() || !torch::equal(out->at("logits").select(1, 0), want)) ++wrong;
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(backend.replays(), 0);
+}
+
+TEST(ModelGraphsTest, ReasonsForRunningWithoutGraphs) {
+  std::unique_ptr<FakeModel> model = FakeModel::Create("fake", 16);
+  LoadOptions o = GraphOptions(nullptr, 1);
+  ASSERT_TRUE(model->PrepareGraphs(o).ok());
+  EXPECT_FALSE(model->graphs().active);
+  EXPECT_EQ(model->graphs().note, "none on the CPU");
+  EmulatedGraphBackend backend;
+  o = GraphOptions(&backend, 1);
+  o.graphs.enabled = false;
+  ASSERT_TRUE(model->PrepareGraphs(o).ok());
+  EXPECT_EQ(model->graphs().note, "off (--cuda-graphs=false or serving.json \"cuda_graphs\")");
+  // A forward that cannot be captured at some shape: served without graphs, the reason reported.
+  backend.fail_at = ShapeBucket{4, 16};
+  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(&backend, 1, {1, 4}, {8, 16})).ok());
+  EXPECT_FALSE(model->graphs().active);
+  EXPECT_NE(model->graphs().note.find("capture failed at 4 texts × 16 tokens, so it runs without graphs: operation "
+                                      "not permitted when stream is capturing"),
+            std::string::npos)
+      << model->graphs().note;
+  auto [ids, mask] = RandomBatch(2, 5, 5, 3);
+  const int replays = backend.replays();
+  ASSERT_TRUE(model->Forward(ids, mask, {"logits"}).ok());
+  EXPECT_EQ(backend.replays(), replays);
+  // Buckets the model cannot run are an error that fails the load, naming the file and the limit.
+  absl::Status s = model->PrepareGraphs(GraphOptions(&backend, 1, {1}, {8, 32}));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("serving.json: 'cuda_graphs' 'lengths' has 32; each must be in 1..16"), std::string::npos)
+      << s;
+}
+
+// The demo models through emulated graphs: a padded bucket answers what the batch's own shape does,
+// for the classifier (TorchScript) and the tagger in both formats (the package's tags are decoded on
+// the host after the replay).
+void ExpectGraphParity(const fs::path& version, const std::string& format, const std::vector<std::string>& wanted) {
+  EmulatedGraphBackend backend;
+  LoadOptions plain;
+  plain.device = "cpu";
+  plain.format = format;
+  auto eager = Model::Load(version.string(), plain);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  const int64_t max_tokens = (*eager)->manifest().tokenizer.max_tokens;
+  LoadOptions o = GraphOptions(&backend, 1, {1, 4, 8}, {8, 32, max_tokens});
+  o.format = format;
+  auto graphed = Model::Load(version.string(), o);
+  ASSERT_TRUE(graphed.ok()) << graphed.status();
+  ASSERT_TRUE((*graphed)->graphs().active) << (*graphed)->graphs().note;
+  const int64_t vocab = static_cast<int64_t>((*eager)->vocabulary().size());
+  for (auto [b, t] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 17}, {8, max_tokens}, {5, 40}, {2, 8}}) {
+    auto [ids, mask] = RandomBatch(b, t, vocab, static_cast<uint64_t>(b * 1000 + t));
+    auto want = (*eager)->Forward(ids, mask, wanted);
+    auto got = (*graphed)->Forward(ids, mask, wanted);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ExpectSameAnswers(*got, *want, absl::StrCat(format, " ", b, "x", t));
+  }
+  EXPECT_EQ(backend.replays(), 5);
+}
+
+class DemoGraphsTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    demo_ = fs::path(QVI_SOURCE_DIR) / "model_store" / "store";
+    ASSERT_TRUE(fs::exists(demo_ / "ner" / "1" / "model.cpu.pt2")) << "run scripts/setup.sh first";
+  }
+  fs::path demo_;
+};
+
+TEST_F(DemoGraphsTest, TheClassifierAnswersTheSameThroughAPaddedGraph) {
+  ExpectGraphParity(demo_ / "sentiment" / "1", "torchscript", {"logits", "attention", "gates", "layer_gates"});
+}
+
+TEST_F(DemoGraphsTest, TheTaggerAnswersTheSameThroughAPaddedGraphInBothFormats) {
+  ExpectGraphParity(demo_ / "ner" / "1", "torchscript", {"tags", "emissions", "attention", "gates", "layer_gates"});
+  ExpectGraphParity(demo_ / "ner" / "1", "pt2", {"tags", "emissions", "attention", "gates", "layer_gates"});
+}
+
+#ifdef QVI_GRAPH_PLUGIN
+// The plugin links and loads on a machine without a GPU (libtorch_cuda loaded first, as the server
+// does), and its backend claims CUDA devices only.
+TEST(CudaGraphPluginTest, LoadsAndSupportsCudaDevicesOnly) {
+  LoadCudaSupport();
+  absl::StatusOr<GraphBackend*> backend = LoadGraphPlugin(QVI_GRAPH_PLUGIN);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_TRUE((*backend)->Supports(torch::Device(torch::kCUDA, 0)));
+  EXPECT_FALSE((*backend)->Supports(torch::Device(torch::kCPU)));
+  if (!torch::cuda::is_available()) {
+    absl::StatusOr<GraphBackend*> beside = LoadCudaGraphBackend();
+    EXPECT_FALSE(beside.ok());
+    EXPECT_EQ(beside.status().message(), "libqvi_cuda_graphs.so loaded, but this process has no CUDA device");
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace qvi
