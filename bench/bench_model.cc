@@ -73,7 +73,11 @@ int main(int argc, char** argv) {
       options.device = device;
       options.format = f;
       options.graphs.enabled = with_graphs;
-      if (with_graphs) options.graph_backend = *graph_backend;
+      if (with_graphs) {
+        options.graph_backend = *graph_backend;
+        // Buckets up to the largest batch measured (the lengths: up to the model's max_tokens).
+        options.max_batch_size = *std::max_element(batch_sizes.begin(), batch_sizes.end());
+      }
       absl::StatusOr<std::unique_ptr<qvi::Model>> loaded = qvi::Model::Load(path, options);
       if (!loaded.ok()) {
         std::cerr << f << ": " << loaded.status() << "\n";

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -232,15 +233,18 @@ TEST(ModelGraphsTest, ReasonsForRunningWithoutGraphs) {
 // The demo models through emulated graphs: a padded bucket answers what the batch's own shape does,
 // for the classifier (TorchScript) and the tagger in both formats (the package's tags are decoded on
 // the host after the replay).
-void ExpectGraphParity(const fs::path& version, const std::string& format, const std::vector<std::string>& wanted) {
-  EmulatedGraphBackend backend;
+void ExpectGraphParity(const fs::path& version, const std::string& format, const std::vector<std::string>& wanted,
+                       GraphBackend* real_backend = nullptr, const std::string& device = "cpu") {
+  EmulatedGraphBackend emulated;
+  GraphBackend* backend = real_backend != nullptr ? real_backend : &emulated;
   LoadOptions plain;
-  plain.device = "cpu";
+  plain.device = device;
   plain.format = format;
   auto eager = Model::Load(version.string(), plain);
   ASSERT_TRUE(eager.ok()) << eager.status();
   const int64_t max_tokens = (*eager)->manifest().tokenizer.max_tokens;
-  LoadOptions o = GraphOptions(&backend, 1, {1, 4, 8}, {8, 32, max_tokens});
+  LoadOptions o = GraphOptions(backend, 1, {1, 4, 8}, {8, 32, max_tokens});
+  o.device = device;
   o.format = format;
   auto graphed = Model::Load(version.string(), o);
   ASSERT_TRUE(graphed.ok()) << graphed.status();
@@ -254,13 +258,15 @@ void ExpectGraphParity(const fs::path& version, const std::string& format, const
     ASSERT_TRUE(got.ok()) << got.status();
     ExpectSameAnswers(*got, *want, absl::StrCat(format, " ", b, "x", t));
   }
-  EXPECT_EQ(backend.replays(), 5);
+  if (real_backend == nullptr) EXPECT_EQ(emulated.replays(), 5);
 }
 
 class DemoGraphsTest : public testing::Test {
  protected:
   void SetUp() override {
-    demo_ = fs::path(QVI_SOURCE_DIR) / "model_store" / "store";
+    // QVI_SOURCE_DIR in the environment: a copy of the checkout elsewhere (a GPU machine's).
+    const char* root = std::getenv("QVI_SOURCE_DIR");
+    demo_ = fs::path(root != nullptr ? root : QVI_SOURCE_DIR) / "model_store" / "store";
     ASSERT_TRUE(fs::exists(demo_ / "ner" / "1" / "model.cpu.pt2")) << "run scripts/setup.sh first";
   }
   fs::path demo_;
@@ -288,6 +294,25 @@ TEST(CudaGraphPluginTest, LoadsAndSupportsCudaDevicesOnly) {
     absl::StatusOr<GraphBackend*> beside = LoadCudaGraphBackend();
     EXPECT_FALSE(beside.ok());
     EXPECT_EQ(beside.status().message(), "libqvi_cuda_graphs.so loaded, but this process has no CUDA device");
+  }
+}
+
+// On a GPU machine (skipped elsewhere): real captures of the demo models answer what their forward
+// without graphs does, padded buckets included. The plugin beside this test binary when there is one
+// (a bundle copied to a GPU machine), else the build's.
+TEST_F(DemoGraphsTest, OnAGpuRealGraphsAnswerTheSame) {
+  LoadCudaSupport();
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const fs::path beside = fs::read_symlink("/proc/self/exe").parent_path() / kGraphPluginFile;
+  absl::StatusOr<GraphBackend*> backend = LoadGraphPlugin(fs::exists(beside) ? beside.string() : QVI_GRAPH_PLUGIN);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  ExpectGraphParity(demo_ / "sentiment" / "1", "torchscript", {"logits", "attention", "gates", "layer_gates"}, *backend,
+                    "cuda");
+  ExpectGraphParity(demo_ / "ner" / "1", "torchscript", {"tags", "emissions", "attention", "gates", "layer_gates"},
+                    *backend, "cuda");
+  if (fs::exists(demo_ / "sentiment" / "1" / "model.cuda.pt2")) {
+    ExpectGraphParity(demo_ / "sentiment" / "1", "pt2", {"logits", "attention", "gates", "layer_gates"}, *backend,
+                      "cuda");
   }
 }
 #endif
