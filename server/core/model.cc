@@ -1,5 +1,6 @@
 #include "server/core/model.h"
 
+#include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <dlfcn.h>
@@ -408,11 +409,22 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch:
           head_index = torch::tensor(std::vector<int64_t>{-1}, torch::kLong);
         }
       }
-      t = t.to(torch::kCPU);
+      // On a GPU each copy is queued without waiting, into pinned memory from torch's host cache
+      // (non-blocking copies to the CPU allocate it so); one event below waits for them all: one
+      // synchronisation of the instance's stream per batch, not one per output, and none of the device.
+      if (cuda) t = t.to(t.options().device(torch::kCPU), /*non_blocking=*/true);
+    }
+    if (cuda) {
+      c10::impl::VirtualGuardImpl impl(device_.type());
+      c10::Event copied(device_.type());
+      copied.record(impl.getStream(device_));
+      copied.synchronize();
+    }
+    for (auto& [name, t] : out) {
       // A half-precision model (bf16, fp16) answers in float32 like any other: converted after the
       // copy, which then moves half the bytes.
       if (t.is_floating_point() && t.scalar_type() != torch::kFloat) t = t.to(torch::kFloat);
-      // On the CPU (the tests' emulated graphs) `to` copied nothing: the answer must not be the
+      // On the CPU (the tests' emulated graphs) nothing was copied: the answer must not be the
       // graph's buffer, which the next replay overwrites.
       if (slot != nullptr && !cuda) t = t.clone();
     }
