@@ -49,6 +49,7 @@ source_url=$(git config --get remote.origin.url 2>/dev/null || echo "file://$(pw
 # is a build secret, so it stays out of the image.
 ca_bundle=${QVI_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 start=$SECONDS
+started_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 log "building $IMAGE:$variant (revision $revision)"
 "${QVI_PODMAN[@]}" build --network=host --format docker --pull=never --layers \
   --secret id=ca-bundle,src="$ca_bundle" \
@@ -62,5 +63,9 @@ log "building $IMAGE:$variant (revision $revision)"
 # inside): drop those created over three days ago, so that a machine that builds daily (CI) does not
 # fill its disk; recent ones, and layers a newer build still stands on, stay as cache.
 "${QVI_PODMAN[@]}" image prune -f --filter until=72h > /dev/null
+# Each build whose sources changed also leaves this variant's previous build stage (8 GB for cuda):
+# several builds a day filled the disk. Drop the ones made before this build began; this build's
+# layers are the cache of the next one and stay.
+"${QVI_PODMAN[@]}" image prune -f --filter label=io.qvi.build-stage="$variant" --filter until="$started_at" > /dev/null
 size=$("${QVI_PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE:$variant")
 log "$IMAGE:$variant built in $((SECONDS - start)) s: $((size / 1000000)) MB"
