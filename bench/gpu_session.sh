@@ -1,53 +1,124 @@
 #!/usr/bin/env bash
-# What a GPU machine is for (issue 14), in stages that each fit one device call (< 10 min). Run on
+# What a GPU machine is for (issue 34), in stages that each fit one device call (< 10 min). Run on
 # the GPU machine from the repo root, after the bundle: on this machine
 #   ../shared/tools/gpu-bundle core_test libqvi_cuda_graphs.so
 # then through the device tool, with carry [".gpu"]:
-#   source .gpu/env.sh && bash bench/gpu_session.sh graphs     # correctness and the in-process limits
-#   source .gpu/env.sh && bash bench/gpu_session.sh server     # qvi-server under qvi-perf, graphs on and off
-# Everything it prints and writes goes to $OUT (default /tmp/qvi_gpu), logs included.
+#   source .gpu/env.sh && bash bench/gpu_session.sh graphs bert   # real captures; in-process limits, demo + BERT-base
+#   source .gpu/env.sh && bash bench/gpu_session.sh server        # qvi-server under qvi-perf, four configurations
+#   source .gpu/env.sh && bash bench/gpu_session.sh pt2           # AOTInductor packages compiled there and measured
+# A dry run on a machine without a GPU (every stage but bert, short steps, nothing measured):
+#   OUT=/tmp/dry QVI_GPU_SESSION_DEVICE=cpu QVI_GPU_SESSION_SECONDS=0.3 QVI_GPU_SESSION_PERF_SECONDS=1 \
+#     bash bench/gpu_session.sh graphs server
+# Each stage writes its log and JSON files into $OUT/<stage>/ and packs them into $OUT/<stage>.tgz
+# (the device tool brings back at most 8 files), so a stage killed at its limit still returns its log.
 set -uo pipefail
-stage=${1:?usage: bench/gpu_session.sh graphs|server}
 out=${OUT:-/tmp/qvi_gpu}
-mkdir -p "$out"
-exec > >(tee -a "$out/$stage.txt") 2>&1
-echo "== $stage $(date -u +%FT%TZ) on $(nproc) cores"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 store=model_store/store
 # QVI_GPU_SESSION_DEVICE=cpu: a dry run of the script itself on a machine without a GPU.
 device=${QVI_GPU_SESSION_DEVICE:-cuda}
+graphs=both
+[[ $device == cpu ]] && graphs=off
+# Seconds per measured step (the dry run shortens them).
+secs=${QVI_GPU_SESSION_SECONDS:-2}
+perf_secs=${QVI_GPU_SESSION_PERF_SECONDS:-5}
 
-case $stage in
-  graphs)
-    # Real captures against the forward without graphs (skipped without a GPU), and both backends.
-    QVI_SOURCE_DIR=$PWD timeout 300 build/core_test --gtest_filter='DemoGraphs*:CudaGraph*:ModelLoadTest*'
-    for m in sentiment ner; do
-      for words in 20 100; do
-        timeout 200 build/qvi-bench-model --model $store/$m/1 --device $device --format torchscript --cuda-graphs both \
-          --batch-sizes 1,8,32,128,256 --seconds 2 --words $words --explain --json "$out/limit_${m}_${words}.json"
-      done
-    done
-    ;;
-  server)
-    port_file=$(mktemp) metrics_file=$(mktemp)
-    for graphs in true false; do
-      rm -f "$port_file" "$metrics_file"
-      build/qvi-server --model-store $store --device $device --host 127.0.0.1 --port 0 --port-file "$port_file" \
-        --metrics-port 0 --metrics-port-file "$metrics_file" --cuda-graphs=$graphs > "$out/server_graphs_$graphs.log" 2>&1 &
-      pid=$!
-      for _ in $(seq 120); do [[ -s $port_file && -s $metrics_file ]] && break; sleep 1; done
-      address=127.0.0.1:$(cat "$port_file")
-      until build/qvi-client --server "$address" --timeout 2 --color never health > /dev/null 2>&1; do sleep 1; done
-      build/qvi-client --server "$address" --color never models || true
-      metrics=http://127.0.0.1:$(cat "$metrics_file")/metrics
-      common=(--server "$address" --metrics "$metrics" --duration 5 --warmup 2 --threads 8 --channels 16)
-      build/qvi-perf "${common[@]}" --concurrency 1 16 64 256 --json "$out/perf_1text_graphs_$graphs.json"
-      build/qvi-perf "${common[@]}" --concurrency 1 16 64 256 --attention --gates \
-        --json "$out/perf_1text_explain_graphs_$graphs.json"
-      build/qvi-perf "${common[@]}" --concurrency 8 32 --texts-per-request 32 \
-        --json "$out/perf_32texts_graphs_$graphs.json"
-      kill -TERM $pid; wait $pid
-    done
-    ;;
-  *) echo "unknown stage $stage" >&2; exit 2 ;;
-esac
+bench_limit() {  # model-dir label words batch-sizes [extra qvi-bench-model flags...]
+  local dir=$1 label=$2 words=$3 sizes=$4
+  shift 4
+  timeout 240 build/qvi-bench-model --model "$dir" --device "$device" --format torchscript --cuda-graphs $graphs \
+    --batch-sizes "$sizes" --seconds "$secs" --words "$words" --json "$dir_out/limit_${label}_${words}.json" "$@"
+}
+
+# One qvi-server under qvi-perf: start it on a store, sweep, stop it. Extra args go to qvi-server.
+serve_and_load() {  # name store [qvi-server flags...]
+  local name=$1 srv_store=$2
+  shift 2
+  local port_file metrics_file
+  port_file=$(mktemp -u) metrics_file=$(mktemp -u)
+  build/qvi-server --model-store "$srv_store" --device "$device" --host 127.0.0.1 --port 0 --port-file "$port_file" \
+    --metrics-port 0 --metrics-port-file "$metrics_file" "$@" > "$dir_out/server_$name.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 120); do [[ -s $port_file && -s $metrics_file ]] && break; sleep 0.5; done
+  local address=127.0.0.1:$(cat "$port_file")
+  until build/qvi-client --server "$address" --timeout 2 --color never health > /dev/null 2>&1; do
+    kill -0 $pid 2> /dev/null || { echo "qvi-server ($name) exited"; tail -20 "$dir_out/server_$name.log"; return 1; }
+    sleep 0.5
+  done
+  echo "== server $name: $*"
+  grep -E "CUDA|instance|graphs" "$dir_out/server_$name.log" | head -8
+  local metrics=http://127.0.0.1:$(cat "$metrics_file")/metrics
+  local common=(--server "$address" --metrics "$metrics" --duration "$perf_secs" --warmup 2 --threads 8 --channels 16)
+  nvidia-smi dmon -s u -d 1 > "$dir_out/dmon_$name.txt" 2>&1 &
+  local dmon=$!
+  build/qvi-perf "${common[@]}" --concurrency 1,64,256,1024 --json "$dir_out/perf_${name}_1text.json"
+  build/qvi-perf "${common[@]}" --concurrency 1,256 --attention --gates --json "$dir_out/perf_${name}_1text_explain.json"
+  build/qvi-perf "${common[@]}" --concurrency 8,64 --texts-per-request 32 --json "$dir_out/perf_${name}_32texts.json"
+  kill $dmon 2> /dev/null
+  kill -TERM $pid
+  wait $pid
+  echo "qvi-server ($name) exit $?"
+}
+
+# A copy of the demo store whose serving.json sets batching for a GPU.
+gpu_store() {  # dir max_batch_size
+  rm -rf "$1"
+  mkdir -p "$1"
+  cp -r "$store/sentiment" "$1/"
+  printf '{"max_batch_size": %s, "max_batch_tokens": %s, "max_queued_texts": 65536, "max_queued_tokens": 4194304}\n' \
+    "$2" $(($2 * 128)) > "$1/sentiment/serving.json"
+}
+
+for stage in "$@"; do
+  dir_out=$out/$stage
+  mkdir -p "$dir_out"
+  {
+    echo "== $stage $(date -u +%FT%TZ) on $(nproc) cores"
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader || true
+    case $stage in
+      graphs)
+        # Real captures against the forward without graphs (skipped without a GPU), and both backends.
+        QVI_SOURCE_DIR=$PWD timeout 300 build/core_test --gtest_filter='DemoGraphs*:CudaGraph*:ModelLoadTest*'
+        for m in sentiment ner; do
+          for words in 20 100; do
+            bench_limit $store/$m/1 $m $words 1,8,32,128,256 --explain
+          done
+        done
+        ;;
+      bert)
+        # The UNTRAINED BERT-base-sized bench models, exported here (about 660 MB: they do not travel).
+        models=/tmp/qvi_bench_models
+        for dtype in float32 bfloat16; do
+          (cd model_store && python3 -m qvi bench-model --store $models --dtype $dtype) || echo "export $dtype failed"
+        done
+        for name in bert_base_qvi bert_base_qvi_bf16; do
+          bench_limit $models/$name/1 $name 128 1,8,32,64,128 --words-stddev 0
+        done
+        ;;
+      pt2)
+        # The AOTInductor packages for CUDA are compiled here (Triton needs the GPU), then measured
+        # against TorchScript, and the real-capture test checks the package's parity too.
+        for m in sentiment ner; do
+          (cd model_store && timeout 240 python3 -c "from qvi import pt2; print(pt2.package_artifact('store/$m/1/model.pt', 'cuda'))") ||
+            echo "pt2 compile of $m failed"
+        done
+        QVI_SOURCE_DIR=$PWD timeout 120 build/core_test --gtest_filter='DemoGraphs*Gpu*'
+        for m in sentiment ner; do
+          [[ -f $store/$m/1/model.cuda.pt2 ]] &&
+            timeout 240 build/qvi-bench-model --model $store/$m/1 --device "$device" --format both --cuda-graphs $graphs \
+              --batch-sizes 1,8,32,128 --seconds "$secs" --words 20 --explain --json "$dir_out/limit_pt2_$m.json"
+        done
+        ;;
+      server)
+        gpu_store /tmp/qvi_store_b128 128
+        gpu_store /tmp/qvi_store_b256 256
+        serve_and_load default "$store"
+        serve_and_load nographs "$store" --cuda-graphs=false
+        serve_and_load b128 /tmp/qvi_store_b128
+        serve_and_load b256_i2 /tmp/qvi_store_b256 --instances-per-model 2
+        ;;
+      *) echo "unknown stage $stage" ;;
+    esac
+    echo "== $stage done $(date -u +%FT%TZ)"
+  } 2>&1 | tee "$dir_out/$stage.txt"
+  tar czf "$out/$stage.tgz" -C "$out" "$stage" && rm -rf "$dir_out"
+done
