@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "client/load_texts.h"
-#include "server/core/model.h"
-#include "server/core/model_runner.h"
+#include "server/core/model/model.h"
+#include "server/core/serving/model_runner.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"qvi-bench-model: in-process forward throughput of a model version at each batch size",

@@ -8,9 +8,9 @@
 #include <string>
 #include <string_view>
 
-#include "server/core/manifest.h"
-#include "server/core/serving_config.h"
-#include "server/core/vocabulary.h"
+#include "server/core/spec/manifest.h"
+#include "server/core/spec/serving_config.h"
+#include "server/core/text/vocabulary.h"
 
 namespace {
 void Check(bool ok) {

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "server/core/request_checks.h"
+#include "server/core/spec/request_checks.h"
 #include "server/grpc/request_from_proto.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "server/core/spans.h"
+#include "server/core/text/spans.h"
 
 namespace {
 void Check(bool ok) {

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "server/core/tokenizer.h"
+#include "server/core/text/tokenizer.h"
 
 namespace {
 

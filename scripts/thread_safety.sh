@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles the server's libraries (serving core, scheduler, gRPC adapter, metrics) and its tests with
 # clang and -Wthread-safety -Werror=thread-safety: the lock annotations (ABSL_GUARDED_BY and friends,
-# on the std::mutex wrappers of server/core/sync.h) are checked at compile time, and any access to
+# on the std::mutex wrappers of server/core/sched/sync.h) are checked at compile time, and any access to
 # guarded state without its lock, or call that needs a lock not held, fails the build.
 # Needs scripts/setup.sh first (clang is installed there). Compiles only: nothing here is run.
 set -euo pipefail
@@ -16,7 +16,7 @@ if [[ ! -f $dir/build.ninja ]]; then
   rm -f "$dir.cmake.log"
 fi
 # The object files of every target whose sources hold lock annotations, tests included.
-ninja -C "$dir" -j2 -k 0 qvi_sched qvi_core qvi_metrics qvi_grpc \
+ninja -C "$dir" -j2 -k 0 qvi_sched qvi_model qvi_serving qvi_metrics qvi_grpc \
   CMakeFiles/qvi-server.dir/server/main.cc.o \
   $(ninja -C "$dir" -t targets all | grep -oE '^CMakeFiles/(core_test|stress_test|sched_test|metrics_test)\.dir/[^:]+\.o' | sort -u)
 echo "[thread-safety] clang -Wthread-safety: no violations"

@@ -15,7 +15,7 @@ does not change an answer) and splits batches over MAX_BATCH.
 
 Taggers leave out `tags`: torch.export cannot trace the CRF's Viterbi loop over a dynamic number of
 tokens, so pt2.json carries the CRF's start, end and transition scores and the server decodes the
-emissions itself (server/core/viterbi.cc, the same recursion as qvi.nn.CRF.decode).
+emissions itself (server/core/model/viterbi.cc, the same recursion as qvi.nn.CRF.decode).
 
 CPU packages are compiled for a named instruction set, recorded in pt2.json ("cpu_target") and by
 AOTInductor (AOTI_CPU_ISA): by default x86-64-v3 (AVX2 and FMA, every x86 server since about 2015),

@@ -1,4 +1,4 @@
-// libqvi_cuda_graphs.so: the CUDA graph backend (server/core/graphs.h), on torch's at::cuda::CUDAGraph.
+// libqvi_cuda_graphs.so: the CUDA graph backend (server/core/model/graphs.h), on torch's at::cuda::CUDAGraph.
 //
 // Built only where the CUDA headers are found (CMakeLists.txt) and loaded by the server only when
 // torch's CUDA backend is present, so the server itself keeps linking libtorch_cpu alone.
@@ -19,7 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/graphs.h"
+#include "server/core/model/graphs.h"
 
 namespace qvi {
 namespace {

@@ -7,8 +7,8 @@
 
 #include "absl/status/status.h"
 #include "qvi/serving/v1/inference.pb.h"
-#include "server/core/model_repository.h"
-#include "server/core/request.h"
+#include "server/core/serving/model_repository.h"
+#include "server/core/spec/request.h"
 #include "server/grpc/request_from_proto.h"
 
 namespace qvi {

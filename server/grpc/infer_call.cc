@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/core/request_checks.h"
+#include "server/core/spec/request_checks.h"
 #include "server/grpc/convert.h"
 #include "server/logging.h"
 

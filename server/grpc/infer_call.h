@@ -17,8 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "server/core/model_repository.h"
-#include "server/core/request.h"
+#include "server/core/serving/model_repository.h"
+#include "server/core/spec/request.h"
 #include "server/grpc/convert.h"
 #include "server/logging.h"
 #include "server/metrics/metrics.h"

@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/core/tokenizer.h"
+#include "server/core/text/tokenizer.h"
 #include "server/grpc/convert.h"
 #include "server/logging.h"
 

@@ -13,8 +13,8 @@
 #define QVI_SERVER_GRPC_INFERENCE_SERVICE_IMPL_H_
 
 #include "qvi/serving/v1/inference.grpc.pb.h"
-#include "server/core/inference_service.h"
-#include "server/core/model_repository.h"
+#include "server/core/serving/inference_service.h"
+#include "server/core/serving/model_repository.h"
 #include "server/grpc/infer_call.h"
 
 namespace qvi {

@@ -30,8 +30,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "inference/open_inference_grpc.pb.h"
-#include "server/core/manifest.h"
-#include "server/core/request.h"
+#include "server/core/spec/manifest.h"
+#include "server/core/spec/request.h"
 
 namespace qvi::oip {
 

@@ -19,8 +19,8 @@
 #include <atomic>
 
 #include "inference/open_inference_grpc.grpc.pb.h"
-#include "server/core/inference_service.h"
-#include "server/core/model_repository.h"
+#include "server/core/serving/inference_service.h"
+#include "server/core/serving/model_repository.h"
 #include "server/grpc/infer_call.h"
 
 namespace qvi {

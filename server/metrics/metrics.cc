@@ -11,8 +11,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/allocator.h"
-#include "server/core/env.h"
+#include "server/core/alloc/allocator.h"
+#include "server/core/sched/env.h"
 
 namespace qvi {
 namespace {

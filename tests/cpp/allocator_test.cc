@@ -2,7 +2,7 @@
 // allocator_test (glibc's malloc; the sanitizer's in scripts/sanitize.sh's builds) and
 // allocator_jemalloc_test (linked with jemalloc, as qvi-server is); QVI_EXPECTED_ALLOCATOR says which
 // one the build must find.
-#include "server/core/allocator.h"
+#include "server/core/alloc/allocator.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // The batch scheduler, stepped by hand with a fake clock: no threads, no sleeps.
-#include "server/core/batch_scheduler.h"
+#include "server/core/sched/batch_scheduler.h"
 
 #include <gtest/gtest.h>
 

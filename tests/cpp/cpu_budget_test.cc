@@ -1,4 +1,4 @@
-#include "server/core/cpu_budget.h"
+#include "server/core/serving/cpu_budget.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>

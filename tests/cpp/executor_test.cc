@@ -1,6 +1,6 @@
 // The executor under concurrent submitters: every accepted task runs exactly once, refusals are
 // immediate, and Shutdown() drains what was accepted. Run under TSan and ASan by scripts/sanitize.sh.
-#include "server/core/executor.h"
+#include "server/core/sched/executor.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/core/sync.h"
+#include "server/core/sched/sync.h"
 
 namespace qvi {
 namespace {

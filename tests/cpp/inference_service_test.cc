@@ -1,7 +1,7 @@
 // The core service against the real demo models (built by scripts/setup.sh): answers, and every
 // INVALID_ARGUMENT / NOT_FOUND case of DESIGN.md's table that the core decides.
-#include "server/core/inference_service.h"
-#include "server/core/postprocess.h"
+#include "server/core/serving/inference_service.h"
+#include "server/core/serving/postprocess.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "server/core/sync.h"
+#include "server/core/sched/sync.h"
 #include "tests/cpp/test_util/run.h"
 #include "tests/cpp/test_util/store.h"
 

@@ -1,7 +1,7 @@
 // The Prometheus metrics as a scrape sees them: names, labels, buckets, and the life of a model
 // version's series. Fed by hand, read back with Serialize() (no port, no threads).
 #include "server/metrics/metrics.h"
-#include "server/core/allocator.h"
+#include "server/core/alloc/allocator.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The model repository's lifecycle, driven by explicit Poll() calls (no polling thread, no
 // sleeps): version policies, the atomic switch to a new version, unloading only after the last
 // request, corrupt files isolated and retried when they change, removal, shutdown.
-#include "server/core/model_repository.h"
+#include "server/core/serving/model_repository.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -10,7 +10,7 @@
 #include <fstream>
 #include <thread>
 
-#include "server/core/sync.h"
+#include "server/core/sched/sync.h"
 #include "tests/cpp/test_util/fake_env.h"
 #include "tests/cpp/test_util/store.h"
 

@@ -1,7 +1,7 @@
 // The Model interface: what Forward() does around any backend (on the fake), which artifact Load()
 // picks, and the parity of the two backends on the demo models (TorchScript against AOTInductor:
 // every output, and the tags the server's Viterbi decodes against the model's own).
-#include "server/core/model.h"
+#include "server/core/model/model.h"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "server/core/viterbi.h"
+#include "server/core/model/viterbi.h"
 #include "tests/cpp/test_util/fake_model.h"
 
 namespace qvi {

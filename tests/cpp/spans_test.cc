@@ -1,9 +1,9 @@
 // Span decoding from BIO / BIOES, including ill-formed sequences, and top-k.
-#include "server/core/spans.h"
+#include "server/core/text/spans.h"
 
 #include <gtest/gtest.h>
 
-#include "server/core/postprocess.h"
+#include "server/core/serving/postprocess.h"
 
 namespace qvi {
 namespace {

@@ -1,6 +1,6 @@
 // StoreSource::Scan on a temporary folder: which folders are models and versions, serving.json read
 // with the scan, and stamps that change exactly when a version's files or serving.json change.
-#include "server/core/store_source.h"
+#include "server/core/store/store_source.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // The C++ tokenizer against the vectors shared with the Python reference tokenizer.
-#include "server/core/tokenizer.h"
+#include "server/core/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "server/core/vocabulary.h"
+#include "server/core/text/vocabulary.h"
 
 namespace qvi {
 namespace {

@@ -1,6 +1,6 @@
 // SelectVersions alone: which versions each policy loads, keeps, takes out of service and forgets,
 // and the reasons it gives. No files, threads or models.
-#include "server/core/version_policy.h"
+#include "server/core/store/version_policy.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-"""The batching defaults have one source of truth, server/core/defaults.h: qvi-server --help prints
+"""The batching defaults have one source of truth, server/core/spec/defaults.h: qvi-server --help prints
 them, GetModel reports them for a version that sets none of its own, and docs/serving.md's table and
 the exporter's manifest block (model_store/qvi/artifact.py) say the same."""
 import ast

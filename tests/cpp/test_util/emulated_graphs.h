@@ -1,4 +1,4 @@
-// A GraphBackend (server/core/graphs.h) that emulates CUDA graphs on the CPU, for the tests of
+// A GraphBackend (server/core/model/graphs.h) that emulates CUDA graphs on the CPU, for the tests of
 // everything around them: buckets, padding, slots, reports. Like a real graph, a "captured" forward
 // has static input and output tensors of the captured shape; a replay copies the inputs in, runs the
 // forward again and copies its results into the same output tensors, so that a caller that kept a
@@ -14,8 +14,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/graphs.h"
-#include "server/core/shape_buckets.h"
+#include "server/core/model/graphs.h"
+#include "server/core/spec/shape_buckets.h"
 
 namespace qvi {
 

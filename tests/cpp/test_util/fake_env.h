@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "server/core/env.h"
-#include "server/core/sync.h"
+#include "server/core/sched/env.h"
+#include "server/core/sched/sync.h"
 
 namespace qvi {
 

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/model.h"
+#include "server/core/model/model.h"
 
 namespace qvi {
 

@@ -1,6 +1,6 @@
 #include "tests/cpp/test_util/run.h"
 
-#include "server/core/sync.h"
+#include "server/core/sched/sync.h"
 
 namespace qvi::testing {
 

@@ -3,7 +3,7 @@
 #ifndef QVI_TESTS_CPP_TEST_UTIL_RUN_H_
 #define QVI_TESTS_CPP_TEST_UTIL_RUN_H_
 
-#include "server/core/inference_service.h"
+#include "server/core/serving/inference_service.h"
 
 namespace qvi::testing {
 

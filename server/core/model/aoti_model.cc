@@ -1,0 +1,323 @@
+#include "server/core/model/aoti_model.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/headeronly/version.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "nlohmann/json.hpp"
+#include "server/core/model/viterbi.h"
+
+namespace qvi {
+namespace {
+
+using json = nlohmann::json;
+using torch::inductor::AOTIModelPackageLoader;
+
+// 2: the CPU kernels take their OpenMP team size at run time (1 had the exporting machine's core count
+// compiled in, ignoring --torch-intra-op-threads).
+constexpr int kInfoVersion = 2;
+
+std::string FirstLine(const std::string& what) { return what.substr(0, what.find('\n')); }
+
+std::string TorchVersion() {
+  return absl::StrCat(TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH);
+}
+
+// The package's own description, extra/pt2.json.
+struct PackageInfo {
+  std::string device;
+  std::string cpu_target;
+  std::string torch_version;
+  std::vector<std::string> cpu_flags;  // /proc/cpuinfo flags the compiled code needs
+  int64_t min_tokens = 2;
+  int64_t max_batch = 1;
+  std::map<std::string, std::vector<std::string>> outputs;  // method -> output names, in order
+  std::optional<CrfScores> crf;
+};
+
+absl::StatusOr<PackageInfo> ParseInfo(const std::string& text, const std::string& path) {
+  PackageInfo info;
+  try {
+    const json j = json::parse(text);
+    if (j.at("info_version").get<int>() != kInfoVersion) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": pt2.json info_version ", j.at("info_version").dump(),
+                                                     " is not ", kInfoVersion, " (written by another exporter)"));
+    }
+    info.device = j.at("device").get<std::string>();
+    info.cpu_target = j.value("cpu_target", "");
+    info.torch_version = j.at("torch_version").get<std::string>();
+    info.cpu_flags = j.value("cpu_flags", std::vector<std::string>{});
+    info.min_tokens = j.at("min_tokens").get<int64_t>();
+    info.max_batch = j.at("max_batch").get<int64_t>();
+    info.outputs = j.at("outputs").get<std::map<std::string, std::vector<std::string>>>();
+    if (j.contains("crf")) {
+      const json& c = j["crf"];
+      CrfScores crf{c.at("start").get<std::vector<float>>(), c.at("end").get<std::vector<float>>(), {}};
+      for (const auto& row : c.at("transitions")) {
+        for (float v : row.get<std::vector<float>>()) crf.transitions.push_back(v);
+      }
+      if (crf.end.size() != crf.start.size() || crf.transitions.size() != crf.start.size() * crf.start.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": pt2.json crf scores do not form a ", crf.start.size(), "-tag CRF"));
+      }
+      info.crf = std::move(crf);
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": pt2.json is not valid: ", FirstLine(e.what())));
+  }
+  if (info.min_tokens < 1 || info.max_batch < 1 || !info.outputs.count("model")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": pt2.json needs min_tokens >= 1, max_batch >= 1 and the outputs of 'model'"));
+  }
+  return info;
+}
+
+const std::set<std::string>& CpuFlags() {
+  static const std::set<std::string> flags = [] {
+    std::set<std::string> out;
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("flags", 0) != 0) continue;
+      const size_t colon = line.find(':');
+      if (colon == std::string::npos) continue;
+      for (absl::string_view f : absl::StrSplit(line.substr(colon + 1), ' ', absl::SkipEmpty())) out.emplace(f);
+      break;
+    }
+    return out;
+  }();
+  return flags;
+}
+
+// The output names of a package model, in the order its runner returns them: the keys of the dict
+// in its call spec's output tree ([version, {"type": "builtins.dict", "context": "[names]", ...}]).
+absl::StatusOr<std::vector<std::string>> OutputNames(const std::vector<std::string>& call_spec) {
+  try {
+    if (call_spec.size() != 2) throw std::runtime_error("call spec has no output tree");
+    const json out = json::parse(call_spec[1]);
+    const json& tree = out.at(1);
+    if (tree.at("type") != "builtins.dict") throw std::runtime_error("the outputs are not a dict");
+    return json::parse(tree.at("context").get<std::string>()).get<std::vector<std::string>>();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read the output names from the call spec: ", FirstLine(e.what())));
+  }
+}
+
+// Two packages opened at once from two threads corrupt the heap (seen once in 25 server starts
+// loading the two demo packages in parallel: "malloc(): unaligned tcache chunk detected"), so
+// opening and closing packages take turns; running them is thread-safe.
+absl::Mutex package_mu(absl::kConstInit);
+
+struct CloseInTurn {
+  void operator()(AOTIModelPackageLoader* loader) const {
+    absl::MutexLock lock(&package_mu);
+    delete loader;
+  }
+};
+using LoaderPtr = std::unique_ptr<AOTIModelPackageLoader, CloseInTurn>;
+
+class AotiModel final : public Model {
+ public:
+  struct Method {
+    LoaderPtr loader;
+    std::vector<std::string> names;
+  };
+
+  AotiModel(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file, PackageInfo info,
+            Method full, std::optional<Method> lean)
+      : Model(std::move(manifest), std::move(vocabulary), device, std::move(file)),
+        info_(std::move(info)),
+        full_(std::move(full)),
+        lean_(std::move(lean)) {}
+
+  std::string format() const override { return "pt2"; }
+  bool has_forward_without_maps() const override { return lean_.has_value(); }
+  using Model::WarmUp;
+
+ protected:
+  std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids_in, const torch::Tensor& mask_in,
+                                           bool maps) const override {
+    // The package's CPU kernels open OpenMP teams as large as the calling thread's OpenMP setting
+    // (they are compiled with dynamic threads, pt2.py). A thread starts with OpenMP's default, every
+    // core; give each instance thread torch's intra-op count once, as torch's own kernels do.
+    static thread_local const bool threads_set = (at::init_num_threads(), true);
+    (void)threads_set;
+    const Method& method = maps || !lean_ ? full_ : *lean_;
+    const int64_t tokens = ids_in.size(1);
+    torch::Tensor ids = ids_in, mask = mask_in;
+    // The package's shapes start at min_tokens: pad shorter batches (padding changes no answer)
+    // and cut the outputs back below.
+    const int64_t pad = std::max<int64_t>(info_.min_tokens - tokens, 0);
+    if (pad > 0) {
+      ids = torch::constant_pad_nd(ids, {0, pad}, 0);
+      mask = torch::constant_pad_nd(mask, {0, pad}, 0);
+    }
+    void* stream = nullptr;
+    if (torch_device().is_cuda()) {
+      c10::impl::VirtualGuardImpl impl(torch_device().type());
+      stream = impl.getStream(torch_device()).native_handle();
+    }
+    std::vector<std::vector<torch::Tensor>> chunks;
+    for (int64_t begin = 0; begin < ids.size(0); begin += info_.max_batch) {
+      const int64_t end = std::min(ids.size(0), begin + info_.max_batch);
+      std::vector<torch::Tensor> outs =
+          method.loader->run({ids.slice(0, begin, end).contiguous(), mask.slice(0, begin, end).contiguous()}, stream);
+      if (outs.size() != method.names.size()) {
+        throw std::runtime_error(
+            absl::StrCat("the package returned ", outs.size(), " outputs; its call spec names ", method.names.size()));
+      }
+      chunks.push_back(std::move(outs));
+    }
+    std::map<std::string, torch::Tensor> out;
+    for (size_t i = 0; i < method.names.size(); ++i) {
+      torch::Tensor t;
+      if (chunks.size() == 1) {
+        t = std::move(chunks[0][i]);
+      } else {
+        std::vector<torch::Tensor> parts;
+        for (auto& c : chunks) parts.push_back(std::move(c[i]));
+        t = torch::cat(parts, 0);
+      }
+      if (pad > 0) t = NarrowTokens(method.names[i], t, tokens);
+      out[method.names[i]] = std::move(t);
+    }
+    return out;
+  }
+
+  // The tags, decoded on the host from the emissions (the package stops there: see model_store).
+  void Finish(std::map<std::string, torch::Tensor>& out, const torch::Tensor& mask) const override {
+    if (!info_.crf || !out.count("emissions")) return;
+    absl::StatusOr<torch::Tensor> tags = ViterbiDecode(*info_.crf, out["emissions"], mask);
+    if (!tags.ok()) throw std::runtime_error(std::string(tags.status().message()));
+    out["tags"] = *std::move(tags);
+  }
+
+ private:
+  PackageInfo info_;
+  Method full_;
+  std::optional<Method> lean_;
+};
+
+// A package's compiled code links libtorch.so, which this server does not (it needs only
+// libtorch_cpu.so and libc10.so); loaded once from beside libtorch_cpu.so, its name is then found
+// when the package is opened.
+absl::Status LoadLibTorch() {
+  static const absl::Status status = [] {
+    const std::string dir = TorchLibraryDir();
+    if (dir.empty()) return absl::FailedPreconditionError("cannot locate libtorch_cpu.so in this process");
+    const std::string path = (std::filesystem::path(dir) / "libtorch.so").string();
+    if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+      const char* error = dlerror();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot load ", path, ", which AOTInductor packages need: ", error != nullptr ? error : "unknown error"));
+    }
+    return absl::OkStatus();
+  }();
+  return status;
+}
+
+absl::StatusOr<AotiModel::Method> LoadMethod(const std::string& path, const std::string& name,
+                                             const torch::Device& device, int instances,
+                                             const std::vector<std::string>& expected) {
+  AotiModel::Method method;
+  absl::MutexLock lock(&package_mu);
+  try {
+    method.loader = LoaderPtr(new AOTIModelPackageLoader(path, name, /*run_single_threaded=*/false,
+                                                         static_cast<size_t>(std::max(instances, 1)),
+                                                         device.is_cuda() ? device.index() : -1));
+    absl::StatusOr<std::vector<std::string>> names = OutputNames(method.loader->get_call_spec());
+    if (!names.ok()) return names.status();
+    method.names = *std::move(names);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot load '", name, "' of ", path, ": ", FirstLine(e.what())));
+  }
+  if (method.names != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": '", name, "' returns [", absl::StrJoin(method.names, ","),
+                                                   "] but pt2.json says [", absl::StrJoin(expected, ","), "]"));
+  }
+  return method;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> LoadAotInductor(const std::string& path, const torch::Device& device,
+                                                       int instances) {
+  std::string manifest_json, vocab_txt, info_json;
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    auto read = [&](const std::string& record, std::string& out) {
+      if (!reader.hasRecord(record)) throw std::runtime_error(absl::StrCat("it has no ", record));
+      auto [data, size] = reader.getRecord(record);
+      out.assign(static_cast<const char*>(data.get()), size);
+    };
+    read("extra/pt2.json", info_json);
+    read("extra/manifest.json", manifest_json);
+    read("extra/vocab.txt", vocab_txt);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read ", path, " as a PT2 package: ", FirstLine(e.what())));
+  }
+  absl::StatusOr<PackageInfo> info = ParseInfo(info_json, path);
+  if (!info.ok()) return info.status();
+  // Checked before any compiled code is loaded: code for another device, CPU or torch must not run.
+  const std::string kind = device.is_cuda() ? "cuda" : "cpu";
+  if (info->device != kind) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " was compiled for ", info->device, " but this version is served on ", device.str()));
+  }
+  if (info->torch_version != TorchVersion()) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " was compiled by torch ", info->torch_version,
+                                                      " but this server runs LibTorch ", TorchVersion(),
+                                                      "; compile it again with this torch"));
+  }
+  std::vector<std::string> missing;
+  for (const std::string& flag : info->cpu_flags) {
+    if (!CpuFlags().count(flag)) missing.push_back(flag);
+  }
+  if (!missing.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " was compiled for CPU target '", info->cpu_target,
+                     "', which needs CPU features this machine lacks: ", absl::StrJoin(missing, ", ")));
+  }
+  absl::StatusOr<std::pair<Manifest, Vocabulary>> files = ParseArtifactFiles(manifest_json, vocab_txt, path);
+  if (!files.ok()) return files.status();
+  if (info->crf && info->crf->num_tags() != static_cast<int>(files->first.tags.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": the CRF has ", info->crf->num_tags(),
+                                                   " tags but the manifest ", files->first.tags.size()));
+  }
+  if (absl::Status s = LoadLibTorch(); !s.ok()) return s;
+  absl::StatusOr<AotiModel::Method> full = LoadMethod(path, "model", device, instances, info->outputs["model"]);
+  if (!full.ok()) return full.status();
+  std::optional<AotiModel::Method> lean;
+  if (info->outputs.count("without_maps")) {
+    absl::StatusOr<AotiModel::Method> m =
+        LoadMethod(path, "without_maps", device, instances, info->outputs["without_maps"]);
+    if (!m.ok()) return m.status();
+    lean = *std::move(m);
+  }
+  auto model = std::make_unique<AotiModel>(std::move(files->first), std::move(files->second), device, path,
+                                           *std::move(info), *std::move(full), std::move(lean));
+  if (absl::Status s = model->WarmUp(); !s.ok()) return s;
+  return model;
+}
+
+}  // namespace qvi

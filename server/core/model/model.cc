@@ -1,0 +1,440 @@
+#include "server/core/model/model.h"
+
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <exception>
+#include <filesystem>
+#include <set>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/core/model/aoti_model.h"
+#include "server/core/model/torchscript_model.h"
+
+namespace qvi {
+namespace {
+
+// A model file is untrusted input too: its outputs must have the shapes its manifest promises
+// before post-processing indexes into them.
+absl::Status CheckOutputs(const Manifest& m, const std::map<std::string, torch::Tensor>& out, int64_t batch,
+                          int64_t width) {
+  auto bad = [&](const std::string& name, const torch::Tensor& t, const std::string& want) {
+    std::string got;
+    for (int64_t d : t.sizes()) got += (got.empty() ? "" : ",") + std::to_string(d);
+    return absl::InternalError(absl::StrCat("model '", m.name, "' returned ", name, " of shape [", got, "] and type ",
+                                            std::string(c10::toString(t.scalar_type())), "; expected ", want));
+  };
+  for (const auto& [name, t] : out) {
+    const bool per_token = t.dim() >= 2 && t.size(0) == batch && t.size(-1) == width;
+    if (name == "logits") {
+      if (t.dim() != 2 || t.size(0) != batch || t.size(1) != static_cast<int64_t>(m.labels.size()) ||
+          !t.is_floating_point()) {
+        return bad(name, t, absl::StrCat("float [", batch, ",", m.labels.size(), "]"));
+      }
+    } else if (name == "tags") {
+      if (t.dim() != 2 || !per_token || t.scalar_type() != torch::kLong)
+        return bad(name, t, absl::StrCat("int64 [", batch, ",", width, "]"));
+    } else if (name == "emissions") {
+      if (t.dim() != 3 || t.size(0) != batch || t.size(1) != width ||
+          t.size(2) != static_cast<int64_t>(m.tags.size()) || !t.is_floating_point()) {
+        return bad(name, t, absl::StrCat("float [", batch, ",", width, ",", m.tags.size(), "]"));
+      }
+    } else if (name == "layer_attention") {
+      if (t.dim() != 5 || t.size(0) != batch || t.size(3) != width || t.size(4) != width || !t.is_floating_point()) {
+        return bad(name, t, "float [B,L,H,T,T]");
+      }
+    } else if (name.rfind("layer_", 0) == 0) {
+      if (t.dim() != 4 || !per_token || !t.is_floating_point()) return bad(name, t, "float [B,L,H,T]");
+    } else if (t.dim() != 2 || !per_token || !t.is_floating_point()) {
+      return bad(name, t, absl::StrCat("float [", batch, ",", width, "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string TorchLibraryDir() {
+  void* cpu = dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD);
+  struct link_map* map = nullptr;
+  if (cpu == nullptr || dlinfo(cpu, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) return "";
+  std::string dir = std::filesystem::path(map->l_name).parent_path().string();
+  dlclose(cpu);
+  return dir;
+}
+
+std::string LoadCudaSupport() {
+  const std::string dir = TorchLibraryDir();
+  if (dir.empty()) return "CUDA: off (cannot locate libtorch_cpu.so in this process)";
+  const std::filesystem::path cuda = std::filesystem::path(dir) / "libtorch_cuda.so";
+  std::error_code ec;
+  if (!std::filesystem::exists(cuda, ec)) return "CUDA: off (this LibTorch is CPU-only: no libtorch_cuda.so)";
+  if (dlopen(cuda.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    const char* error = dlerror();
+    return absl::StrCat("CUDA: off (cannot load ", cuda.string(), ": ", error != nullptr ? error : "unknown error",
+                        ")");
+  }
+  const size_t devices = torch::cuda::device_count();
+  return absl::StrCat("CUDA: backend loaded, ", devices, " device(s) visible");
+}
+
+absl::StatusOr<GraphBackend*> LoadCudaGraphBackend() {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot locate this executable: ", ec.message()));
+  const std::filesystem::path plugin = exe.parent_path() / kGraphPluginFile;
+  if (!std::filesystem::exists(plugin, ec)) {
+    return absl::UnavailableError(absl::StrCat("no ", kGraphPluginFile, " beside ", exe.string(),
+                                               " (built only where the CUDA headers are found: see CMakeLists.txt)"));
+  }
+  absl::StatusOr<GraphBackend*> backend = LoadGraphPlugin(plugin.string());
+  if (backend.ok() && !torch::cuda::is_available()) {
+    return absl::UnavailableError(absl::StrCat(kGraphPluginFile, " loaded, but this process has no CUDA device"));
+  }
+  return backend;
+}
+
+absl::StatusOr<GraphBackend*> LoadGraphPlugin(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* error = dlerror();
+    return absl::UnavailableError(absl::StrCat("cannot load ", path, ": ", error != nullptr ? error : "unknown error"));
+  }
+  auto entry = reinterpret_cast<GraphBackend* (*)()>(dlsym(handle, kGraphBackendSymbol));
+  if (entry == nullptr) return absl::UnavailableError(absl::StrCat(path, " has no ", kGraphBackendSymbol));
+  return entry();  // the plugin stays loaded for the life of the process
+}
+
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec) {
+  if (spec == "auto") {
+    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  }
+  if (spec == "cpu") return torch::Device(torch::kCPU);
+  if (spec == "cuda" || spec.rfind("cuda:", 0) == 0) {
+    int index = 0;
+    if (spec.size() > 5) {
+      try {
+        size_t used = 0;
+        index = std::stoi(spec.substr(5), &used);
+        if (used != spec.size() - 5 || index < 0) throw std::invalid_argument(spec);
+      } catch (const std::exception&) {
+        return absl::InvalidArgumentError(absl::StrCat("device '", spec, "' is not auto, cpu, cuda or cuda:N"));
+      }
+    }
+    const int count = static_cast<int>(torch::cuda::device_count());
+    if (index >= count) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("device '", spec, "' was asked for but this machine has ", count, " CUDA device(s)"));
+    }
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("device '", spec, "' is not auto, cpu, cuda or cuda:N"));
+}
+
+DeviceStreamScope::DeviceStreamScope(torch::Device device) {
+  if (device.is_cuda()) {
+    c10::impl::VirtualGuardImpl impl(device.type());
+    guard_ = std::make_unique<c10::StreamGuard>(impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false));
+  }
+}
+
+DeviceStreamScope::~DeviceStreamScope() = default;
+
+std::string Pt2FileName(const torch::Device& device) { return device.is_cuda() ? "model.cuda.pt2" : "model.cpu.pt2"; }
+
+std::vector<std::string> ModelFileNames() { return {kTorchScriptFile, "model.cpu.pt2", "model.cuda.pt2"}; }
+
+absl::StatusOr<std::pair<Manifest, Vocabulary>> ParseArtifactFiles(const std::string& manifest_json,
+                                                                   const std::string& vocab_txt,
+                                                                   const std::string& where) {
+  if (manifest_json.empty()) return absl::InvalidArgumentError(absl::StrCat(where, " has no manifest.json"));
+  absl::StatusOr<Manifest> manifest = Manifest::Parse(manifest_json);
+  if (!manifest.ok()) return manifest.status();
+  absl::StatusOr<Vocabulary> vocab = Vocabulary::Parse(vocab_txt);
+  if (!vocab.ok()) return vocab.status();
+  if (static_cast<int>(vocab->size()) != manifest->vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab.txt has ", vocab->size(), " tokens but manifest.json says ", manifest->vocab_size));
+  }
+  return std::make_pair(*std::move(manifest), *std::move(vocab));
+}
+
+Model::Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file)
+    : manifest_(std::make_shared<const Manifest>(std::move(manifest))),
+      vocabulary_(std::move(vocabulary)),
+      tokenizer_(manifest_->tokenizer),
+      device_(device),
+      file_(std::move(file)) {}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOptions& options) {
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadArtifact(dir, options);
+  if (!model.ok()) return model;
+  if (absl::Status s = (*model)->PrepareGraphs(options); !s.ok()) return s;
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::LoadArtifact(const std::string& dir, const LoadOptions& options) {
+  if (absl::Status s = CheckModelFormat(options.format); !s.ok()) return s;
+  absl::StatusOr<torch::Device> device = ResolveDevice(options.device);
+  if (!device.ok()) return device.status();
+  const std::filesystem::path folder(dir);
+  const std::string script = (folder / kTorchScriptFile).string();
+  const std::string package = (folder / Pt2FileName(*device)).string();
+  std::error_code ec;
+  const bool have_script = std::filesystem::exists(script, ec);
+  const bool have_package = std::filesystem::exists(package, ec);
+  if (options.format == "torchscript" || (options.format == "auto" && !have_package)) {
+    if (!have_script) {
+      return absl::NotFoundError(
+          options.format == "auto" ? absl::StrCat(dir, " has neither ", kTorchScriptFile, " nor ", Pt2FileName(*device))
+                                   : absl::StrCat(script, " does not exist (format torchscript)"));
+    }
+    return LoadTorchScript(script, *device);
+  }
+  if (!have_package) return absl::NotFoundError(absl::StrCat(package, " does not exist (format pt2)"));
+  absl::StatusOr<std::unique_ptr<Model>> compiled = LoadAotInductor(package, *device, options.instances);
+  if (compiled.ok() || options.format == "pt2" || !have_script) return compiled;
+  // "auto": a package that cannot run here (another device, CPU or torch) leaves the TorchScript
+  // file to serve; the reason stays visible in the log and in GetModel.
+  absl::StatusOr<std::unique_ptr<Model>> script_model = LoadTorchScript(script, *device);
+  if (!script_model.ok()) {
+    return absl::Status(script_model.status().code(),
+                        absl::StrCat(script_model.status().message(), "; and ", Pt2FileName(*device),
+                                     " did not load either: ", compiled.status().message()));
+  }
+  (*script_model)->fallback_reason_ = absl::StrCat(Pt2FileName(*device), " not used: ", compiled.status().message());
+  return script_model;
+}
+
+absl::Status Model::WarmUp() {
+  torch::Tensor ids = torch::full({2, 4}, Vocabulary::kUnkId, torch::kLong);
+  torch::Tensor mask = torch::ones({2, 4}, torch::kBool);
+  mask.index_put_({1, torch::indexing::Slice(2)}, false);
+  std::vector<std::string> all, lean_wanted;
+  for (const auto& [name, _] : manifest_->outputs) {
+    all.push_back(name);
+    if (name != "layer_attention") lean_wanted.push_back(name);
+  }
+  std::set<std::string> full, lean;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::map<std::string, torch::Tensor>> out = Forward(ids, mask, all);
+    if (!out.ok()) return absl::InvalidArgumentError(absl::StrCat("warm-up failed: ", out.status().message()));
+    full.clear();
+    for (const auto& [name, _] : *out) full.insert(name);
+  }
+  if (!has_forward_without_maps()) return absl::OkStatus();
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::map<std::string, torch::Tensor>> out = Forward(ids, mask, lean_wanted);
+    if (!out.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("warm-up of the forward without maps failed: ", out.status().message()));
+    }
+    lean.clear();
+    for (const auto& [name, _] : *out) lean.insert(name);
+  }
+  full.erase("layer_attention");
+  if (full != lean) {
+    return absl::InvalidArgumentError(absl::StrCat("the forward without maps returns [", absl::StrJoin(lean, ","),
+                                                   "] but forward returns [", absl::StrJoin(full, ","),
+                                                   "] besides layer_attention; they must agree"));
+  }
+  return absl::OkStatus();
+}
+
+torch::Tensor Model::NarrowTokens(const std::string& name, torch::Tensor t, int64_t tokens) const {
+  auto it = manifest_->outputs.find(name);
+  if (it == manifest_->outputs.end()) return t;
+  for (size_t d = 0; d < it->second.size() && static_cast<int64_t>(d) < t.dim(); ++d) {
+    if (it->second[d] == "T" && t.size(static_cast<int64_t>(d)) > tokens)
+      t = t.narrow(static_cast<int64_t>(d), 0, tokens);
+  }
+  return t;
+}
+
+absl::Status Model::PrepareGraphs(const LoadOptions& options) {
+  graph_slots_.clear();
+  graph_report_ = GraphReport{};
+  if (!options.graphs.enabled) {
+    graph_report_.note = "off (--cuda-graphs=false or serving.json \"cuda_graphs\")";
+    return absl::OkStatus();
+  }
+  if (options.graph_backend == nullptr || !options.graph_backend->Supports(device_)) {
+    graph_report_.note = device_.is_cuda() ? options.graph_backend_note : "none on the CPU";
+    return absl::OkStatus();
+  }
+  const int64_t max_batch = options.max_batch_size.value_or(manifest_->serving.max_batch_size);
+  const int64_t max_tokens = manifest_->tokenizer.max_tokens;
+  std::vector<int64_t> batch_sizes =
+      options.graphs.batch_sizes.empty() ? PowersOfTwoUpTo(1, max_batch) : options.graphs.batch_sizes;
+  std::vector<int64_t> lengths =
+      options.graphs.lengths.empty() ? PowersOfTwoUpTo(8, max_tokens) : options.graphs.lengths;
+  if (absl::Status s = ShapeBuckets::Check(batch_sizes, lengths, max_batch, max_tokens, "serving.json: 'cuda_graphs'");
+      !s.ok()) {
+    return s;
+  }
+  graph_report_.batch_sizes = batch_sizes;
+  graph_report_.lengths = lengths;
+  ShapeBuckets buckets(std::move(batch_sizes), std::move(lengths));
+  // The forward a batch without maps runs; batches that ask for the maps run without a graph (their
+  // [B,L,H,T,T] outputs would be kept per bucket and per instance).
+  const bool maps = !has_forward_without_maps();
+  const DeviceForward forward = [this, maps](const torch::Tensor& ids, const torch::Tensor& mask) {
+    return Run(ids, mask, maps);
+  };
+  GraphBackend& backend = *options.graph_backend;
+  const absl::Time start = absl::Now();
+  const int64_t reserved_before = backend.ReservedBytes(device_);
+  std::vector<std::unique_ptr<GraphSlot>> slots;
+  try {
+    c10::InferenceMode guard;
+    for (int i = 0; i < std::max(options.instances, 1); ++i) {
+      auto slot = std::make_unique<GraphSlot>();
+      slot->pool = backend.NewPool(device_);
+      for (const ShapeBucket& bucket : buckets.All()) {
+        const torch::Tensor ids = torch::full({bucket.batch, bucket.tokens}, Vocabulary::kUnkId,
+                                              torch::TensorOptions().dtype(torch::kLong).device(device_));
+        const torch::Tensor mask =
+            torch::ones({bucket.batch, bucket.tokens}, torch::TensorOptions().dtype(torch::kBool).device(device_));
+        absl::StatusOr<std::unique_ptr<CapturedForward>> graph = backend.Capture(forward, ids, mask, *slot->pool);
+        if (!graph.ok()) {
+          graph_report_.note = absl::StrCat("capture failed at ", bucket.batch, " texts × ", bucket.tokens,
+                                            " tokens, so it runs without graphs: ", graph.status().message());
+          return absl::OkStatus();
+        }
+        slot->graphs[bucket] = *std::move(graph);
+      }
+      slots.push_back(std::move(slot));
+    }
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    graph_report_.note = absl::StrCat("capture failed, so it runs without graphs: ", what.substr(0, what.find('\n')));
+    return absl::OkStatus();
+  }
+  graph_report_.active = true;
+  graph_report_.graphs = static_cast<int64_t>(slots.size() * buckets.size());
+  graph_report_.capture_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  graph_report_.memory_bytes = std::max<int64_t>(backend.ReservedBytes(device_) - reserved_before, 0);
+  graph_report_.note = absl::StrCat(graph_report_.graphs, " graphs (", slots.size(), " instance(s) × ", buckets.size(),
+                                    " shapes) of the forward ", maps ? "with" : "without", " maps");
+  graph_slots_ = std::move(slots);
+  buckets_ = std::move(buckets);
+  return absl::OkStatus();
+}
+
+Model::GraphSlot* Model::AcquireGraphSlot() const {
+  for (const std::unique_ptr<GraphSlot>& slot : graph_slots_) {
+    bool expected = false;
+    if (slot->busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) return slot.get();
+  }
+  return nullptr;
+}
+
+std::map<std::string, torch::Tensor> Model::Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
+                                                   const torch::Tensor& mask) const {
+  const int64_t batch = ids.size(0), tokens = ids.size(1);
+  torch::Tensor padded_ids = ids, padded_mask = mask;
+  if (bucket.batch > batch || bucket.tokens > tokens) {
+    // Padding changes no text's answer (model_store's padding tests); the rows added to fill the
+    // bucket hold one unknown token each, so that no row is all padding.
+    const std::vector<int64_t> pad{0, bucket.tokens - tokens, 0, bucket.batch - batch};
+    padded_ids = torch::constant_pad_nd(ids, pad, 0);
+    padded_mask = torch::constant_pad_nd(mask, pad, 0);
+    if (bucket.batch > batch) {
+      padded_ids.slice(0, batch).select(1, 0).fill_(Vocabulary::kUnkId);
+      padded_mask.slice(0, batch).select(1, 0).fill_(true);
+    }
+  }
+  const std::map<std::string, torch::Tensor>& outputs = slot.graphs.at(bucket)->Replay(padded_ids, padded_mask);
+  std::map<std::string, torch::Tensor> result;
+  for (const auto& [name, t] : outputs) result[name] = NarrowTokens(name, t.narrow(0, 0, batch), tokens);
+  return result;
+}
+
+absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch::Tensor& ids, const torch::Tensor& mask,
+                                                                    const std::vector<std::string>& wanted,
+                                                                    const OutputSelection& selection) const {
+  std::map<std::string, torch::Tensor> out;
+  // A graph slot is held until its outputs have been copied out, and let go on every path.
+  GraphSlot* slot = nullptr;
+  struct ReleaseSlot {
+    GraphSlot*& slot;
+    ~ReleaseSlot() {
+      if (slot != nullptr) slot->busy.store(false, std::memory_order_release);
+    }
+  } release{slot};
+  try {
+    c10::InferenceMode guard;
+    const bool cuda = device_.is_cuda();
+    const bool maps_wanted = std::find(wanted.begin(), wanted.end(), "layer_attention") != wanted.end();
+    const bool maps = maps_wanted || !has_forward_without_maps();
+    std::optional<ShapeBucket> bucket;
+    if (!maps && !graph_slots_.empty()) bucket = buckets_.Fit(ids.size(0), ids.size(1));
+    if (bucket) slot = AcquireGraphSlot();
+    std::map<std::string, torch::Tensor> result =
+        slot != nullptr ? Replay(*slot, *bucket, ids, mask)
+                        : Run(cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids,
+                              cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask, maps);
+    Finish(result, mask);
+    for (const std::string& name : wanted) {
+      auto it = result.find(name);
+      if (it != result.end()) out[name] = std::move(it->second);
+    }
+    if (absl::Status s = CheckOutputs(*manifest_, out, ids.size(0), ids.size(1)); !s.ok()) return s;
+    // Only the selected layers and heads of the per-layer outputs are copied off the device.
+    torch::Tensor layer_index, head_index;
+    for (auto& [name, t] : out) {
+      if (name.rfind("layer_", 0) == 0) {
+        if (!selection.layers.empty()) {
+          if (selection.layers.back() >= t.size(1)) return absl::InternalError("layer selection out of range");
+          layer_index = torch::tensor(selection.layers, torch::kLong);
+          t = t.index_select(1, layer_index.to(t.device()));
+        }
+        if (!selection.heads.empty()) {
+          if (selection.heads.back() >= t.size(2)) return absl::InternalError("head selection out of range");
+          head_index = torch::tensor(selection.heads, torch::kLong);
+          t = t.index_select(2, head_index.to(t.device()));
+        }
+        if (selection.mean_heads) {
+          t = t.mean(2, /*keepdim=*/true);
+          head_index = torch::tensor(std::vector<int64_t>{-1}, torch::kLong);
+        }
+      }
+      // On a GPU each copy is queued without waiting, into pinned memory from torch's host cache
+      // (non-blocking copies to the CPU allocate it so); one event below waits for them all: one
+      // synchronisation of the instance's stream per batch, not one per output, and none of the device.
+      if (cuda) t = t.to(t.options().device(torch::kCPU), /*non_blocking=*/true);
+    }
+    if (cuda) {
+      c10::impl::VirtualGuardImpl impl(device_.type());
+      c10::Event copied(device_.type());
+      copied.record(impl.getStream(device_));
+      copied.synchronize();
+    }
+    for (auto& [name, t] : out) {
+      // A half-precision model (bf16, fp16) answers in float32 like any other: converted after the
+      // copy, which then moves half the bytes.
+      if (t.is_floating_point() && t.scalar_type() != torch::kFloat) t = t.to(torch::kFloat);
+      // On the CPU (the tests' emulated graphs) nothing was copied: the answer must not be the
+      // graph's buffer, which the next replay overwrites.
+      if (slot != nullptr && !cuda) t = t.clone();
+    }
+    if (layer_index.defined()) out["layer_index"] = layer_index;
+    if (head_index.defined()) out["head_index"] = head_index;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return absl::InternalError(absl::StrCat("model failed: ", what.substr(0, what.find('\n'))));
+  }
+  return out;
+}
+
+}  // namespace qvi

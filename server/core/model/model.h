@@ -1,0 +1,202 @@
+// The model interface every backend implements (TorchScript in torchscript_model.h, AOTInductor in
+// aoti_model.h), and the device helpers they share.
+#ifndef QVI_SERVER_CORE_MODEL_MODEL_H_
+#define QVI_SERVER_CORE_MODEL_MODEL_H_
+
+#include <torch/script.h>
+
+namespace c10 {
+struct StreamGuard;
+}
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/core/model/graphs.h"
+#include "server/core/spec/manifest.h"
+#include "server/core/spec/serving_config.h"
+#include "server/core/spec/shape_buckets.h"
+#include "server/core/text/tokenizer.h"
+#include "server/core/text/vocabulary.h"
+
+namespace qvi {
+
+// Loads LibTorch's CUDA backend, libtorch_cuda.so from the folder of libtorch_cpu.so, when the torch
+// in use ships one (the CUDA wheel and the cuda image do; the cpu image does not). Loading it
+// registers torch's CUDA hooks and kernels, as linking it would. Call it once at start-up, before
+// anything asks torch about CUDA: torch decides on the first question, for the life of the
+// process, whether CUDA exists. Returns a line for the start-up log saying what it found.
+std::string LoadCudaSupport();
+
+// The folder of the libtorch_cpu.so this process runs (the wheel's torch/lib); empty if unknown.
+std::string TorchLibraryDir();
+
+// "auto" (the first GPU when one is present, else the CPU), "cpu", "cuda" or "cuda:N".
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec);
+
+// Gives the calling thread a stream of its own on `device` while it lives: a CUDA stream from
+// torch's pool on a GPU, nothing on the CPU. Each model instance thread holds one, so instances
+// overlap their copies and kernels instead of queueing on the default stream. Uses the
+// device-generic c10 API, so the same code builds against the CPU and the CUDA torch.
+class DeviceStreamScope {
+ public:
+  explicit DeviceStreamScope(torch::Device device);
+  ~DeviceStreamScope();
+  DeviceStreamScope(const DeviceStreamScope&) = delete;
+  DeviceStreamScope& operator=(const DeviceStreamScope&) = delete;
+
+ private:
+  std::unique_ptr<c10::StreamGuard> guard_;
+};
+
+// Which layers and heads of the per-layer outputs (layer_*) leave the device; empty = all. The
+// model's outputs keep their order; Forward() adds "layer_index" and "head_index" (int64) naming
+// the original layer and head at each position when it selected any.
+// With mean_heads, the selected heads are averaged on the device and only the average leaves it:
+// the head dimension is 1 and head_index is {-1}.
+struct OutputSelection {
+  std::vector<int64_t> layers;
+  std::vector<int64_t> heads;
+  bool mean_heads = false;
+};
+
+// How to load a version folder. `format`: "auto" prefers the AOTInductor package compiled for the
+// device kind in use (model.cpu.pt2 / model.cuda.pt2) and falls back to model.pt when there is none
+// or it cannot run here; "torchscript" and "pt2" load only that format.
+struct LoadOptions {
+  std::string device = "auto";
+  std::string format = "auto";
+  // Model instances that will call Forward() at once: an AOTInductor package keeps one set of
+  // activation buffers per concurrent call.
+  int instances = 1;
+  // CUDA graphs (graphs.h): what the flag and serving.json say, the max_batch_size serving.json sets
+  // (else the manifest's) for the default batch buckets, and the backend, null when this process has
+  // none (`graph_backend_note` says why).
+  GraphSettings graphs;
+  std::optional<int> max_batch_size;
+  GraphBackend* graph_backend = nullptr;
+  std::string graph_backend_note = "no CUDA graph backend in this process";
+};
+
+inline constexpr char kTorchScriptFile[] = "model.pt";
+// model.cpu.pt2 or model.cuda.pt2.
+std::string Pt2FileName(const torch::Device& device);
+// Every file name a version folder's model may have; a change to any of them reloads it.
+std::vector<std::string> ModelFileNames();
+
+// A loaded model version: a compiled model with its manifest, vocabulary and tokenizer. Subclasses
+// are the backends (TorchScript, AOTInductor; a fake in the tests); they only run the model, and
+// this class does everything around it the same way for all of them.
+//
+// Torch's exceptions become absl::Status here. A Model is immutable after Load() and Forward() may
+// be called from several threads at once. Hold it through a shared_ptr for the life of each request
+// so that a version swap never frees it under a running forward pass.
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // Loads the version folder `dir` in the format `options` picks (see LoadOptions), checks its
+  // manifest and vocabulary and warms it up, so that a model that cannot run fails here rather
+  // than on a request. When "auto" passed over a package, fallback_reason() says why.
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, const LoadOptions& options);
+
+  // Runs the model on a padded batch (ids and mask [B,T] on the CPU) and returns the outputs named
+  // in `wanted` that the model produces, copied to the CPU. Other outputs never leave the device.
+  // When `wanted` has no layer_attention and the model has a forward without maps, that runs
+  // instead: same outputs but the maps, which it never forms (see models.py).
+  // Work goes to the calling thread's current stream (see DeviceStreamScope); the result is on the
+  // CPU and complete when this returns. Outputs whose shape or type contradicts the manifest are an
+  // INTERNAL error: a model file is untrusted input too.
+  absl::StatusOr<std::map<std::string, torch::Tensor>> Forward(const torch::Tensor& ids, const torch::Tensor& mask,
+                                                               const std::vector<std::string>& wanted,
+                                                               const OutputSelection& selection = {}) const;
+
+  const Manifest& manifest() const { return *manifest_; }
+  // The same manifest, shareable beyond the model's life: an answer carries it without holding the
+  // version loaded.
+  std::shared_ptr<const Manifest> shared_manifest() const { return manifest_; }
+  const Vocabulary& vocabulary() const { return vocabulary_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  std::string device() const { return device_.str(); }
+  torch::Device torch_device() const { return device_; }
+  // "torchscript" or "pt2" (or what a test's fake says).
+  virtual std::string format() const = 0;
+  // The file it was loaded from.
+  const std::string& file() const { return file_; }
+  // Why the format "auto" would have preferred was not loaded; empty when it was.
+  const std::string& fallback_reason() const { return fallback_reason_; }
+  // Whether batches that want no attention maps run a forward that never forms them.
+  virtual bool has_forward_without_maps() const = 0;
+  // Its CUDA graphs: whether it has any, the buckets, capture time and memory, or why none.
+  const GraphReport& graphs() const { return graph_report_; }
+
+  // Captures the forward that batches without maps run (the forward without maps when the model has
+  // one) at every bucket, once per instance, when `options` turn graphs on and its backend supports
+  // this model's device; otherwise notes why not. A forward that cannot be captured leaves the model
+  // serving without graphs (the note says why); bucket lists that do not fit the model are an error.
+  // Load() calls it after the warm-up; tests call it on their fakes. Not thread-safe: before serving.
+  absl::Status PrepareGraphs(const LoadOptions& options);
+
+ protected:
+  Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file);
+
+  // The backend: runs forward (maps = true) or the forward without maps on ids and mask already
+  // on the device, under InferenceMode, and returns every output it has, by name, on the device.
+  // May throw; Forward() turns that into a status.
+  virtual std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids, const torch::Tensor& mask,
+                                                   bool maps) const = 0;
+
+  // Host work after Run (or a graph's replay) on outputs already cut to the batch's shape, with the
+  // batch's own mask (on the CPU): the AOTInductor tagger decodes its tags here. A graph captures Run
+  // only, so nothing here may be captured.
+  virtual void Finish(std::map<std::string, torch::Tensor>& /*out*/, const torch::Tensor& /*mask*/) const {}
+
+  // Narrows every dimension the manifest names "T" in output `name` to `tokens`.
+  torch::Tensor NarrowTokens(const std::string& name, torch::Tensor t, int64_t tokens) const;
+
+  // Two warm-up batches through every method, checking that the forward without maps returns what
+  // forward does, maps aside: the server picks between them per batch, and an output missing from
+  // one would silently vanish from some answers. Backends call it at the end of their Load.
+  absl::Status WarmUp();
+
+ private:
+  std::shared_ptr<const Manifest> manifest_;
+  Vocabulary vocabulary_;
+  Tokenizer tokenizer_;
+  torch::Device device_;
+  std::string file_;
+  std::string fallback_reason_;
+
+  // One model instance's graphs: replayed by one caller at a time (a graph's buffers are its own),
+  // sharing one memory pool. Forward() takes a free slot or runs without a graph.
+  struct GraphSlot {
+    std::atomic<bool> busy{false};
+    std::unique_ptr<GraphPool> pool;
+    std::map<ShapeBucket, std::unique_ptr<CapturedForward>> graphs;
+  };
+  GraphSlot* AcquireGraphSlot() const;
+  // Load() before the graphs: the artifact in the chosen format, warmed up.
+  static absl::StatusOr<std::unique_ptr<Model>> LoadArtifact(const std::string& dir, const LoadOptions& options);
+  // Runs the batch (ids and mask on the CPU, `bucket` fits it) through `slot`'s graph: pads to the
+  // bucket, replays, and cuts the outputs back to the batch. They alias the graph's buffers.
+  std::map<std::string, torch::Tensor> Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
+                                              const torch::Tensor& mask) const;
+  std::vector<std::unique_ptr<GraphSlot>> graph_slots_;
+  ShapeBuckets buckets_;
+  GraphReport graph_report_;
+};
+
+// Checks and parses the two files every artifact carries; `where` names the artifact in errors.
+absl::StatusOr<std::pair<Manifest, Vocabulary>> ParseArtifactFiles(const std::string& manifest_json,
+                                                                   const std::string& vocab_txt,
+                                                                   const std::string& where);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_MODEL_MODEL_H_

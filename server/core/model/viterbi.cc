@@ -1,0 +1,70 @@
+#include "server/core/model/viterbi.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace qvi {
+
+absl::StatusOr<torch::Tensor> ViterbiDecode(const CrfScores& crf, const torch::Tensor& emissions_in,
+                                            const torch::Tensor& mask_in) {
+  const int k = crf.num_tags();
+  if (emissions_in.dim() != 3 || emissions_in.size(2) != k || mask_in.dim() != 2 ||
+      mask_in.size(0) != emissions_in.size(0) || mask_in.size(1) != emissions_in.size(1) ||
+      crf.end.size() != static_cast<size_t>(k) || crf.transitions.size() != static_cast<size_t>(k) * k) {
+    return absl::InternalError(absl::StrCat(
+        "Viterbi: emissions of shape [", absl::StrJoin(emissions_in.sizes().vec(), ","), "] and mask of shape [",
+        absl::StrJoin(mask_in.sizes().vec(), ","), "] do not fit a CRF of ", k, " tags"));
+  }
+  const torch::Tensor emissions = emissions_in.to(torch::kCPU, torch::kFloat).contiguous();
+  const torch::Tensor mask = mask_in.to(torch::kCPU, torch::kBool).contiguous();
+  const int64_t b = emissions.size(0), t = emissions.size(1);
+  torch::Tensor tags = torch::full({b, t}, -1, torch::kLong);
+  if (t == 0) return tags;
+  const float* e = emissions.data_ptr<float>();
+  const bool* m = mask.data_ptr<bool>();
+  int64_t* out = tags.data_ptr<int64_t>();
+  std::vector<float> score(k), next(k);
+  std::vector<int64_t> history(static_cast<size_t>(std::max<int64_t>(t - 1, 0)) * k);
+  for (int64_t row = 0; row < b; ++row) {
+    const float* er = e + row * t * k;
+    const bool* mr = m + row * t;
+    int64_t length = 0;
+    for (int64_t i = 0; i < t; ++i) length += mr[i];
+    for (int j = 0; j < k; ++j) score[j] = crf.start[j] + er[j];
+    for (int64_t i = 1; i < t; ++i) {
+      int64_t* idx = history.data() + (i - 1) * k;
+      for (int to = 0; to < k; ++to) {
+        float best = score[0] + crf.transitions[to];
+        int64_t arg = 0;
+        for (int from = 1; from < k; ++from) {
+          const float v = score[from] + crf.transitions[from * k + to];
+          if (v > best) {  // first maximum wins, as torch.max's index does
+            best = v;
+            arg = from;
+          }
+        }
+        idx[to] = arg;
+        next[to] = best + er[i * k + to];
+      }
+      if (mr[i]) score.swap(next);
+    }
+    int64_t cur = 0;
+    float best = score[0] + crf.end[0];
+    for (int j = 1; j < k; ++j) {
+      const float v = score[j] + crf.end[j];
+      if (v > best) {
+        best = v;
+        cur = j;
+      }
+    }
+    for (int64_t i = t - 1; i >= 0; --i) {
+      const bool active = i < length;
+      if (active) out[row * t + i] = cur;
+      if (i > 0 && active) cur = history[(i - 1) * k + cur];
+    }
+  }
+  return tags;
+}
+
+}  // namespace qvi

@@ -1,0 +1,117 @@
+#include "server/core/sched/batch_scheduler.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace qvi {
+
+BatchRequest::BatchRequest(std::vector<int> token_counts, absl::Time deadline, std::function<bool()> is_cancelled,
+                           std::function<void(absl::Status)> on_done)
+    : token_counts_(std::move(token_counts)),
+      deadline_(deadline),
+      is_cancelled_(std::move(is_cancelled)),
+      on_done_(std::move(on_done)),
+      remaining_(token_counts_.size()) {}
+
+void BatchRequest::Complete(int /*index*/, const absl::Status& status) {
+  std::function<void(absl::Status)> done;
+  absl::Status result = status;
+  {
+    MutexLock lock(&mu_);
+    if (finished_) return;
+    if (status.ok() && --remaining_ > 0) return;
+    finished_ = true;
+    done = std::move(on_done_);
+  }
+  // Outside the lock: the callback may do anything. It is its job to answer its caller; if it
+  // throws, the exception stops here, so it cannot end the instance thread (or the process).
+  try {
+    done(result);
+  } catch (...) {
+    spdlog::error("a request's done-callback threw ({}); the request may be left unanswered", CurrentExceptionText());
+  }
+}
+
+std::string CurrentExceptionText() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+void BatchRequest::Fail(const absl::Status& status) {
+  Complete(-1, status.ok() ? absl::InternalError("failed") : status);
+}
+
+bool BatchRequest::IsCancelled() const {
+  // Under the lock, so that Complete cannot finish the request (and the caller free what
+  // is_cancelled_ reads) between the check of finished_ and the call.
+  MutexLock lock(&mu_);
+  return !finished_ && is_cancelled_ && is_cancelled_();
+}
+
+bool BatchRequest::finished() const {
+  MutexLock lock(&mu_);
+  return finished_;
+}
+
+absl::Status CheckBatchSchedulerOptions(const BatchSchedulerOptions& o) {
+  if (o.max_batch_size < 1)
+    return absl::InvalidArgumentError(absl::StrCat("max_batch_size must be >= 1, got ", o.max_batch_size));
+  if (o.max_batch_tokens < 1)
+    return absl::InvalidArgumentError(absl::StrCat("max_batch_tokens must be >= 1, got ", o.max_batch_tokens));
+  if (o.max_queue_delay < absl::ZeroDuration())
+    return absl::InvalidArgumentError("max_queue_delay must not be negative");
+  if (o.max_queued_texts < 1)
+    return absl::InvalidArgumentError(absl::StrCat("max_queued_texts must be >= 1, got ", o.max_queued_texts));
+  if (o.max_queued_tokens < 1)
+    return absl::InvalidArgumentError(absl::StrCat("max_queued_tokens must be >= 1, got ", o.max_queued_tokens));
+  return absl::OkStatus();
+}
+
+absl::Status BatchQueueFull(size_t queued_texts, int64_t queued_tokens) {
+  return absl::ResourceExhaustedError(absl::StrCat("the model's queue is full (", queued_texts, " texts, ",
+                                                   queued_tokens, " tokens waiting); retry with backoff"));
+}
+
+absl::Status BatchCancelledWhileQueued() {
+  return absl::CancelledError("the client cancelled the request before it reached the model");
+}
+
+absl::Status BatchExpiredWhileQueued() {
+  return absl::DeadlineExceededError("the deadline passed while the request waited for the model");
+}
+
+std::vector<size_t> ChooseBatch(const std::vector<int>& tokens, const BatchSchedulerOptions& options, bool& full) {
+  full = false;
+  const int seed_len = tokens.front();
+  std::vector<size_t> order(tokens.size() - 1);
+  for (size_t i = 1; i < tokens.size(); ++i) order[i - 1] = i;
+  // Closest in length to the seed first; among equals, the one that came first.
+  std::stable_sort(order.begin(), order.end(), [&tokens, seed_len](size_t a, size_t b) {
+    return std::abs(tokens[a] - seed_len) < std::abs(tokens[b] - seed_len);
+  });
+  std::vector<size_t> batch{0};
+  int longest = std::max(seed_len, 1);
+  for (size_t i : order) {
+    if (static_cast<int>(batch.size()) >= options.max_batch_size) break;
+    const int len = std::max(longest, tokens[i]);
+    if (static_cast<int64_t>(batch.size() + 1) * len > options.max_batch_tokens) {
+      full = true;
+      break;
+    }
+    longest = len;
+    batch.push_back(i);
+  }
+  if (static_cast<int>(batch.size()) >= options.max_batch_size) full = true;
+  if (static_cast<int64_t>(batch.size()) * longest >= options.max_batch_tokens) full = true;
+  return batch;
+}
+
+}  // namespace qvi

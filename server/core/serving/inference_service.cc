@@ -1,0 +1,220 @@
+#include "server/core/serving/inference_service.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/core/serving/postprocess.h"
+#include "server/core/sched/sync.h"
+
+namespace qvi {
+namespace {
+
+const char* MethodName(Method m) { return m == Method::kClassify ? "Classify" : "Tag"; }
+
+absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const Model& model) {
+  const Manifest& m = model.manifest();
+  const bool tagging = m.task == Task::kTagging;
+  if ((method == Method::kTag) != tagging) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", m.name, "' is a ", tagging ? "tagging" : "classification",
+                                                   " model; call ", tagging ? "Tag" : "Classify", ", not ",
+                                                   MethodName(method)));
+  }
+  if (r.options.attention && !m.HasOutput("attention")) {
+    return absl::InvalidArgumentError(absl::StrCat("options.attention: model '", m.name, "' (", m.display_name,
+                                                   ") has no attention to explain its answer with"));
+  }
+  if (r.options.gates && !m.HasOutput("gates") && !m.HasOutput("lambda_q")) {
+    return absl::InvalidArgumentError(absl::StrCat("options.gates: model '", m.name, "' (", m.display_name,
+                                                   ") has no gates; it was trained without QVI"));
+  }
+  const LayerSelection& l = r.options.layers;
+  if (l.any() || !l.layers.empty() || !l.heads.empty()) {
+    if (!m.HasOutput("layer_attention")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.layers: model '", m.name, "' (", m.display_name, ") has no per-layer outputs"));
+    }
+    if (l.gates && !m.HasOutput("layer_gates") && !m.HasOutput("layer_lambda_q")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.layers.gates: model '", m.name, "' has no per-layer gates"));
+    }
+    if (absl::Status s = CheckIndices("options.layers.layers", l.layers, m.layers, "layers"); !s.ok()) return s;
+    if (absl::Status s = CheckIndices("options.layers.heads", l.heads, m.heads, "heads"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> WantedOutputs(const Manifest& m, const OutputOptions& o) {
+  std::vector<std::string> wanted;
+  if (m.task == Task::kClassification) {
+    wanted = {"logits"};
+  } else {
+    wanted = {"tags", "emissions"};
+  }
+  if (o.attention) wanted.insert(wanted.end(), {"attention", "sentence_attention"});
+  if (o.gates) wanted.insert(wanted.end(), {"gates", "sentence_gates", "lambda_q", "lambda_k"});
+  if (o.layers.gates) wanted.insert(wanted.end(), {"layer_gates", "layer_lambda_q", "layer_lambda_k"});
+  if (o.layers.attention_maps) wanted.push_back("layer_attention");
+  return wanted;
+}
+
+absl::Status CheckLive(const InferenceRequest& r, const Env& env) {
+  if (r.is_cancelled && r.is_cancelled()) return absl::CancelledError("the client cancelled the request");
+  if (env.Now() > r.deadline) return absl::DeadlineExceededError("the deadline passed before the model ran");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method method, const InferenceRequest& r) const {
+  if (absl::Status s = CheckRequest(r, limits_); !s.ok()) return s;
+  absl::StatusOr<ServableHandle> handle = repository_->Resolve(r.model, r.version);
+  if (!handle.ok()) return handle.status();
+  const Model& model = *(*handle)->model;
+  const Manifest& m = model.manifest();
+  if (absl::Status s = CheckAgainstModel(method, r, model); !s.ok()) return s;
+
+  const ServingConfig& serving = (*handle)->serving;
+  if (static_cast<int64_t>(r.texts.size()) > serving.max_queued_texts) {
+    return absl::InvalidArgumentError(absl::StrCat("texts: ", r.texts.size(), " texts can never fit model '", r.model,
+                                                   "''s queue of ", serving.max_queued_texts,
+                                                   " texts (max_queued_texts); send fewer per request"));
+  }
+
+  Prepared p;
+  p.handle = *handle;
+  InferenceResponse& response = p.response;
+  response.model = r.model;
+  response.version = (*handle)->version;
+  response.manifest = model.shared_manifest();  // not the handle: an answer must not hold its version loaded
+  response.request_id = r.request_id;
+  response.results.resize(r.texts.size());
+  const int max_tokens = m.tokenizer.max_tokens;
+  p.ids.resize(r.texts.size());
+  for (size_t i = 0; i < r.texts.size(); ++i) {
+    absl::StatusOr<std::vector<TextToken>> tokens = model.tokenizer().Tokenize(r.texts[i]);
+    if (!tokens.ok()) return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", tokens.status().message()));
+    TextResult& result = response.results[i];
+    result.num_tokens = static_cast<uint32_t>(tokens->size());
+    if (static_cast<int>(tokens->size()) > max_tokens) {
+      if (r.options.error_on_truncation) {
+        return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", tokens->size(), " tokens exceed model '",
+                                                       m.name, "' max_tokens of ", max_tokens,
+                                                       " (options.truncation = ERROR)"));
+      }
+      tokens->resize(max_tokens);
+      result.truncated = true;
+    }
+    if (tokens->empty() && method == Method::kClassify) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("texts[", i, "]: has no tokens; Classify needs at least one word"));
+    }
+    result.tokens.reserve(tokens->size());
+    for (TextToken& t : *tokens) {
+      TokenOutput out;
+      out.id = model.vocabulary().Id(t.normalized);
+      out.token = std::move(t);
+      p.ids[i].push_back(out.id);
+      result.tokens.push_back(std::move(out));
+    }
+  }
+  int64_t tokens = 0;
+  for (const std::vector<int64_t>& ids : p.ids) tokens += static_cast<int64_t>(ids.size());
+  if (tokens > serving.max_queued_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("texts: ", tokens, " tokens in all can never fit model '", r.model,
+                                                   "''s queue of ", serving.max_queued_tokens,
+                                                   " tokens (max_queued_tokens); send fewer per request"));
+  }
+  if (limits_.max_response_bytes > 0) {
+    const int64_t estimate = EstimateResponseBytes(method, m, r, response);
+    if (estimate > limits_.max_response_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options: the answer would be about ", estimate, " bytes, over the limit of ", limits_.max_response_bytes,
+          " bytes (--max-message-bytes); ask for fewer texts, layers, heads or attention maps, or average the heads"));
+    }
+  }
+  return p;
+}
+
+void InferenceService::Submit(Method method, InferenceRequest request, Done done) {
+  if (limits_.inline_prepare_bytes > 0) {
+    int64_t bytes = 0;
+    for (const std::string& t : request.texts) bytes += static_cast<int64_t>(t.size());
+    if (bytes < limits_.inline_prepare_bytes) {
+      Dispatch(method, request, std::move(done));
+      return;
+    }
+  }
+  auto shared = std::make_shared<std::pair<InferenceRequest, Done>>(std::move(request), std::move(done));
+  const bool queued =
+      executor_->TrySubmit([this, method, shared] { Dispatch(method, shared->first, std::move(shared->second)); });
+  if (!queued) {
+    shared->second(absl::ResourceExhaustedError("the server's request queue is full; retry with backoff"));
+  }
+}
+
+void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done done) {
+  absl::StatusOr<Prepared> prepared;
+  try {
+    prepared = Prepare(method, r);
+  } catch (...) {  // std::bad_alloc tokenizing, say: this request fails, nothing else
+    prepared = absl::InternalError(absl::StrCat("preparing the request failed: ", CurrentExceptionText()));
+  }
+  if (prepared.ok()) {
+    absl::Status live = CheckLive(r, env());  // the scheduler checks again when it forms a batch
+    if (!live.ok()) prepared = live;
+  }
+  if (!prepared.ok()) {
+    done(prepared.status());
+    return;
+  }
+  struct State {
+    InferenceResponse response;
+    Done done;
+    std::weak_ptr<RunnableRequest> request;  // alive whenever it calls on_done
+  };
+  auto state = std::make_shared<State>(State{std::move(prepared->response), std::move(done), {}});
+  for (const std::vector<int64_t>& text : prepared->ids) state->response.tokens += static_cast<int64_t>(text.size());
+  // The request holds its version until it is answered: a version being replaced or removed is
+  // unloaded only after its last request (ModelRepository).
+  ServableHandle servable = std::move(prepared->handle);
+  std::shared_ptr<const Model> model = servable->model;
+  auto request = std::make_shared<RunnableRequest>(
+      std::move(prepared->ids), WantedOutputs(model->manifest(), r.options), r.deadline, r.is_cancelled,
+      [state, model, method, options = r.options, texts = r.texts](int i, const ModelOutputs& out, int64_t row) {
+        PostProcessRow(method, model->manifest(), options, texts[i], out, row, state->response.results[i]);
+        return absl::OkStatus();
+      },
+      [state, servable](absl::Status status) {
+        if (std::shared_ptr<RunnableRequest> self = state->request.lock()) {
+          const RunnableRequest::Timing timing = self->timing();
+          state->response.queue_time = timing.queue;
+          state->response.compute_time = timing.compute;
+        }
+        if (status.ok()) {
+          state->done(std::move(state->response));
+        } else {
+          state->done(status);
+        }
+      },
+      OutputSelection{std::vector<int64_t>(r.options.layers.layers.begin(), r.options.layers.layers.end()),
+                      std::vector<int64_t>(r.options.layers.heads.begin(), r.options.layers.heads.end()),
+                      r.options.layers.reduction != LayerSelection::Reduction::kNone});
+  state->request = request;
+  if (absl::Status s = servable->runner->Enqueue(std::move(request)); !s.ok()) state->done(s);
+}
+
+void InferenceService::PostProcessRow(Method method, const Manifest& m, const OutputOptions& o, const std::string& text,
+                                      const ModelOutputs& outputs, int64_t row, TextResult& result) {
+  if (method == Method::kClassify) {
+    result.labels = TopK(outputs.at("logits")[row], m.labels, o.top_k);
+  } else {
+    DecodeTagging(m, outputs.at("tags"), outputs.at("emissions"), row, text, result);
+  }
+  FillTokenExplanations(outputs, o, row, result);
+  if (o.layers.any()) result.layers = LayerMaps(outputs, o.layers, row, static_cast<int64_t>(result.tokens.size()));
+  const bool keep_tokens = method == Method::kTag || o.attention || o.gates || o.tokens || o.layers.any();
+  if (!keep_tokens) result.tokens.clear();
+}
+
+}  // namespace qvi

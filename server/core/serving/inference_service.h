@@ -1,0 +1,65 @@
+// The core's entry point for Classify and Tag. A request is checked against the limits and the
+// model and its texts are tokenised on a request thread (the executor); its texts then join the
+// model's batch queue (ModelRunner), where they may share batches with other callers' texts; each
+// text's row of the outputs becomes labels or spans, tokens and explanations. Knows nothing of gRPC.
+//
+// Contract:
+//  1. Submit() calls `done` exactly once: from a model instance thread with the answer, from a
+//     request thread with an error, or at once with RESOURCE_EXHAUSTED when a queue is full.
+//  2. Errors name the field and the limit: INVALID_ARGUMENT for bad requests, NOT_FOUND for unknown
+//     models, UNAVAILABLE for versions that cannot serve, DEADLINE_EXCEEDED / CANCELLED when the
+//     request expired or was cancelled before the model ran, INTERNAL when the model failed.
+#ifndef QVI_SERVER_CORE_SERVING_INFERENCE_SERVICE_H_
+#define QVI_SERVER_CORE_SERVING_INFERENCE_SERVICE_H_
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "server/core/sched/executor.h"
+#include "server/core/serving/model_repository.h"
+#include "server/core/serving/model_runner.h"
+#include "server/core/spec/request.h"
+#include "server/core/spec/request_checks.h"
+#include "server/core/sched/sync.h"
+
+namespace qvi {
+
+class InferenceService {
+ public:
+  using Done = std::function<void(absl::StatusOr<InferenceResponse>)>;
+
+  // Texts join the batch queue of the version they resolve to (see ModelRepository).
+  InferenceService(const ModelRepository* repository, Executor* executor, RequestLimits limits)
+      : repository_(repository), executor_(executor), limits_(limits) {}
+
+  void Submit(Method method, InferenceRequest request, Done done);
+
+  const RequestLimits& limits() const { return limits_; }
+  // The clock of InferenceRequest::deadline (the repository's environment).
+  const Env& env() const { return *repository_->env(); }
+
+ private:
+  struct Prepared {
+    ServableHandle handle;
+    InferenceResponse response;  // tokens filled in, results to come
+    std::vector<std::vector<int64_t>> ids;
+  };
+  absl::StatusOr<Prepared> Prepare(Method method, const InferenceRequest& request) const;
+  void Dispatch(Method method, const InferenceRequest& request, Done done);
+  // One text's answer from its row of checked outputs. May throw c10::Error.
+  static void PostProcessRow(Method method, const Manifest& manifest, const OutputOptions& options,
+                             const std::string& text, const ModelOutputs& outputs, int64_t row, TextResult& result);
+
+  const ModelRepository* repository_;
+  Executor* executor_;
+  const RequestLimits limits_;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_SERVING_INFERENCE_SERVICE_H_

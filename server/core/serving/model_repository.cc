@@ -1,0 +1,426 @@
+#include "server/core/serving/model_repository.h"
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <set>
+#include <system_error>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/core/alloc/allocator.h"
+
+namespace qvi {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+absl::Status UnknownModel(const std::string& name, const std::vector<std::string>& names) {
+  return absl::NotFoundError(
+      absl::StrCat("model '", name, "' not found; models: ", names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
+}
+
+}  // namespace
+
+const char* ModelStateName(ModelState state) {
+  switch (state) {
+    case ModelState::kLoading:
+      return "LOADING";
+    case ModelState::kReady:
+      return "READY";
+    case ModelState::kFailed:
+      return "FAILED";
+    case ModelState::kUnloading:
+      return "UNLOADING";
+    case ModelState::kUnloaded:
+      return "UNLOADED";
+  }
+  return "UNKNOWN";
+}
+
+absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(Options options) {
+  std::error_code ec;
+  if (!fs::is_directory(options.root, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("--model-store '", options.root, "' is not a directory"));
+  }
+  absl::StatusOr<torch::Device> device = ResolveDevice(options.defaults.device);
+  if (!device.ok()) return device.status();
+  return std::unique_ptr<ModelRepository>(new ModelRepository(std::move(options)));
+}
+
+ModelRepository::ModelRepository(Options options)
+    : options_(std::move(options)),
+      source_(options_.root, ModelFileNames()),
+      env_(options_.env != nullptr ? options_.env : Env::Default()) {
+  unloader_ = env_->StartThread("qvi-unloader", [this] { UnloaderLoop(); });
+}
+
+ModelRepository::~ModelRepository() { Shutdown(); }
+
+void ModelRepository::Notify(const std::string& name, const VersionStatus& status) const {
+  if (options_.listener) options_.listener(name, status);
+}
+
+void ModelRepository::StartPolling(absl::Duration interval) {
+  // The first poll is due `interval` from now, not from whenever the thread gets going.
+  const absl::Time first = env_->Now() + interval;
+  poller_ = env_->StartThread("qvi-poller", [this, interval, first] {
+    for (absl::Time due = first;; due = env_->Now() + interval) {
+      {
+        MutexLock lock(&mu_);
+        while (!polling_stopped_ && env_->Now() < due) env_->WaitUntil(&poll_wake_, &mu_, due);
+        if (polling_stopped_) return;
+      }
+      Poll();
+    }
+  });
+}
+
+void ModelRepository::Poll() {
+  MutexLock poll(&poll_mu_);
+  const std::map<std::string, StoreModel> disk = source_.Scan();
+  std::set<std::string> names;
+  for (const auto& [name, _] : disk) names.insert(name);
+  {
+    MutexLock lock(&mu_);
+    if (stopped_) return;
+    for (const auto& [name, _] : models_) names.insert(name);
+  }
+  // Each model on one of up to load_threads workers: a model whose load is slow or stuck delays no
+  // other model's rollout, nor start-up beyond its own timeout.
+  const std::vector<std::string> todo(names.begin(), names.end());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < todo.size(); i = next++) {
+      auto it = disk.find(todo[i]);
+      PollModel(todo[i], it == disk.end() ? nullptr : &it->second);
+    }
+  };
+  const size_t workers = std::min<size_t>(std::max(options_.load_threads, 1), todo.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < workers; ++i) threads.push_back(env_->StartThread("qvi-poll-worker", work));
+  work();
+  for (std::thread& t : threads) t.join();
+}
+
+std::map<int64_t, KnownVersion> ModelRepository::Known(const std::string& name, const StoreModel* found) const {
+  std::map<int64_t, KnownVersion> known;
+  MutexLock lock(&mu_);
+  auto entry = models_.find(name);
+  if (entry == models_.end()) return known;
+  for (const auto& [version, r] : entry->second.versions) {
+    switch (r.status.state) {
+      case ModelState::kReady:
+        known[version] = KnownVersion::kReady;
+        break;
+      case ModelState::kFailed: {
+        // The files of a version that failed are loaded again only once they change.
+        bool changed = false;
+        if (found != nullptr) {
+          const auto stamp = found->stamps.find(version);
+          changed = stamp != found->stamps.end() && stamp->second != r.stamp;
+        }
+        known[version] = changed ? KnownVersion::kFailedFilesChanged : KnownVersion::kFailed;
+        break;
+      }
+      case ModelState::kLoading:  // loads happen under poll_mu_, which the caller holds: not seen here
+      case ModelState::kUnloading:
+      case ModelState::kUnloaded:
+        known[version] = KnownVersion::kUnloading;
+        break;
+    }
+  }
+  return known;
+}
+
+void ModelRepository::PollModel(const std::string& name, const StoreModel* found) {
+  VersionPolicy policy;
+  {
+    MutexLock lock(&mu_);
+    auto [entry, created] = models_.try_emplace(name);
+    if (created) entry->second.policy = options_.version_policy;
+    // A serving.json that cannot be read keeps the policy in force; versions loaded from now on
+    // fail with its error, so the problem shows in ListModels.
+    if (found != nullptr && found->overrides.ok()) {
+      entry->second.policy = found->overrides->version_policy.value_or(options_.version_policy);
+    }
+    policy = entry->second.policy;
+  }
+  const std::vector<int64_t> on_disk = found == nullptr ? std::vector<int64_t>{} : found->versions;
+
+  // Rounds of loading until the policy asks for nothing more: a failed load is kFailed in the next
+  // round, so latest:N reaches for the next older version. Each load ends READY or FAILED with the
+  // stamp of this scan, so no version is loaded twice and the rounds end.
+  VersionActions actions;
+  while (true) {
+    actions = SelectVersions(policy, on_disk, Known(name, found));
+    if (actions.load.empty()) break;
+    for (int64_t version : actions.load) {
+      if (Load(name, version, *found) == LoadResult::kShuttingDown) return;
+    }
+  }
+
+  // The new versions are in service; now take out what the policy no longer wants.
+  std::vector<ServableHandle> release;
+  std::vector<VersionStatus> unloading;
+  {
+    MutexLock lock(&mu_);
+    Entry& entry = models_[name];
+    for (const VersionActions::Unload& u : actions.unload) {
+      Record& r = entry.versions[u.version];
+      r.status.state = ModelState::kUnloading;
+      r.status.reason = u.reason;
+      release.push_back(std::move(r.servable));
+      unloading.push_back(r.status);
+    }
+    for (int64_t version : actions.forget) entry.versions.erase(version);
+    if (entry.versions.empty()) models_.erase(name);
+  }
+  for (const VersionStatus& s : unloading) Notify(name, s);
+  release.clear();  // the repository's holds; each version unloads once its requests let go
+}
+
+ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64_t version, const StoreModel& found) {
+  uint64_t generation = 0;
+  const VersionStatus loading{version, ModelState::kLoading, "loading", nullptr, {}};
+  {
+    MutexLock lock(&mu_);
+    if (stopped_) return LoadResult::kShuttingDown;
+    generation = next_generation_++;
+    models_[name].versions[version] = Record{loading, nullptr, found.stamps.at(version), generation};
+  }
+  Notify(name, loading);
+  absl::StatusOr<ServableHandle> servable =
+      found.overrides.ok() ? MakeServable(name, version, *found.overrides, generation) : found.overrides.status();
+  VersionStatus result;
+  {
+    MutexLock lock(&mu_);
+    Record& r = models_[name].versions[version];
+    if (servable.ok()) {
+      r.status = VersionStatus{version, ModelState::kReady, "", (*servable)->model, (*servable)->serving};
+      r.servable = *servable;  // from here on Resolve() hands it out
+    } else {
+      r.status = VersionStatus{version, ModelState::kFailed, std::string(servable.status().message()), nullptr, {}};
+    }
+    result = r.status;
+  }
+  Notify(name, result);
+  return servable.ok() ? LoadResult::kReady : LoadResult::kFailed;
+}
+
+absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& name, int64_t version,
+                                                             const ServingOverrides& overrides, uint64_t generation) {
+  LoadOptions load;
+  load.device = overrides.device.value_or(options_.defaults.device);
+  load.format = overrides.format.value_or(options_.defaults.format);
+  load.instances = overrides.instances.value_or(options_.defaults.instances);
+  load.graphs = overrides.cuda_graphs.value_or(options_.defaults.cuda_graphs);
+  load.max_batch_size = overrides.max_batch_size;
+  load.graph_backend = options_.graph_backend;
+  load.graph_backend_note = options_.graph_backend_note;
+  absl::StatusOr<std::unique_ptr<Model>> loaded = LoadModel(source_.VersionDir(name, version), load);
+  if (!loaded.ok()) return loaded.status();
+  if ((*loaded)->manifest().name != name) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest.json names the model '", (*loaded)->manifest().name,
+                                                   "' but it sits in the folder '", name, "'"));
+  }
+  std::shared_ptr<const Model> model(std::move(*loaded));
+  ServingConfig serving = ResolveServingConfig(options_.defaults, model->manifest(), overrides);
+  serving.device = model->device();
+  serving.format = model->format();
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
+      ModelRunner::Create(model, version, serving, env_, options_.observer);
+  if (!runner.ok()) return runner.status();
+  auto* servable = new Servable{name, version, model, serving, *std::move(runner)};
+  {
+    MutexLock lock(&retire_mu_);
+    ++live_servables_;
+  }
+  return ServableHandle(servable, [this, generation](Servable* s) { Retire(s, generation); });
+}
+
+absl::StatusOr<std::unique_ptr<Model>> ModelRepository::LoadModel(const std::string& path,
+                                                                  const LoadOptions& load_options) const {
+  // Shared by this thread and the loader thread; whichever lets go last frees it (and the model,
+  // when the load finished after it was abandoned).
+  struct Attempt {
+    Mutex mu;
+    CondVar finished_cv;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    absl::StatusOr<std::unique_ptr<Model>> result ABSL_GUARDED_BY(mu);
+  };
+  auto attempt = std::make_shared<Attempt>();
+  // Before the thread starts: the load's time counts from here, whatever the clock does meanwhile.
+  const absl::Time until = env_->Now() + options_.load_timeout;
+  auto load =
+      options_.load ? options_.load : [](const std::string& p, const LoadOptions& o) { return Model::Load(p, o); };
+  env_->StartThread("qvi-load",
+                    [attempt, load = std::move(load), path, load_options] {
+                      absl::StatusOr<std::unique_ptr<Model>> result;
+                      try {
+                        result = load(path, load_options);
+                      } catch (...) {
+                        result =
+                            absl::InternalError(absl::StrCat("loading ", path, " failed: ", CurrentExceptionText()));
+                      }
+                      MutexLock lock(&attempt->mu);
+                      attempt->result = std::move(result);
+                      attempt->finished = true;
+                      attempt->finished_cv.SignalAll();
+                    })
+      .detach();
+  MutexLock lock(&attempt->mu);
+  while (!attempt->finished && env_->Now() < until) env_->WaitUntil(&attempt->finished_cv, &attempt->mu, until);
+  if (!attempt->finished) {
+    return absl::DeadlineExceededError(absl::StrCat("loading and warming up did not finish within ",
+                                                    absl::FormatDuration(options_.load_timeout),
+                                                    " (--model-load-timeout-seconds); abandoned"));
+  }
+  return std::move(attempt->result);
+}
+
+void ModelRepository::Retire(Servable* servable, uint64_t generation) {
+  // Runs wherever the last hold was let go, often a model instance thread of this very servable,
+  // which must not join itself: the unloader thread does the stopping.
+  MutexLock lock(&retire_mu_);
+  retiring_.emplace_back(servable, generation);
+  retire_changed_.SignalAll();
+}
+
+void ModelRepository::UnloaderLoop() {
+  while (true) {
+    std::pair<Servable*, uint64_t> item;
+    {
+      MutexLock lock(&retire_mu_);
+      while (retiring_.empty() && !unloader_stopping_) retire_changed_.Wait(&retire_mu_);
+      if (retiring_.empty()) return;
+      item = retiring_.front();
+      retiring_.erase(retiring_.begin());
+    }
+    const std::string name = item.first->name;
+    const int64_t version = item.first->version;
+    delete item.first;  // stops its (now idle) batch queue and instance threads, frees the model
+    // Hand what the version freed back to the system: its instance threads' malloc arenas would
+    // otherwise keep it, and a server that rolls out often would grow by it each time.
+    ReleaseFreeMemory();
+    bool gone = false;
+    {
+      MutexLock lock(&mu_);
+      auto entry = models_.find(name);
+      if (entry != models_.end()) {
+        auto r = entry->second.versions.find(version);
+        if (r != entry->second.versions.end() && r->second.generation == item.second &&
+            r->second.status.state == ModelState::kUnloading) {
+          entry->second.versions.erase(r);
+          gone = true;
+        }
+        if (entry->second.versions.empty()) models_.erase(entry);
+      }
+    }
+    {
+      MutexLock lock(&retire_mu_);
+      --live_servables_;
+      retire_changed_.SignalAll();
+    }
+    if (gone) Notify(name, VersionStatus{version, ModelState::kUnloaded, "unloaded", nullptr, {}});
+  }
+}
+
+void ModelRepository::Shutdown() {
+  {
+    MutexLock lock(&mu_);
+    polling_stopped_ = true;
+    poll_wake_.SignalAll();
+  }
+  if (poller_.joinable()) poller_.join();
+  std::vector<ServableHandle> release;
+  std::vector<std::pair<std::string, VersionStatus>> unloading;
+  {
+    MutexLock poll(&poll_mu_);
+    MutexLock lock(&mu_);
+    stopped_ = true;
+    for (auto& [name, entry] : models_) {
+      for (auto& [v, r] : entry.versions) {
+        if (r.status.state != ModelState::kReady) continue;
+        r.status.state = ModelState::kUnloading;
+        r.status.reason = "the server is shutting down";
+        release.push_back(std::move(r.servable));
+        unloading.emplace_back(name, r.status);
+      }
+    }
+  }
+  for (const auto& [name, s] : unloading) Notify(name, s);
+  release.clear();
+  {
+    MutexLock lock(&retire_mu_);
+    while (live_servables_ > 0) retire_changed_.Wait(&retire_mu_);
+    unloader_stopping_ = true;
+    retire_changed_.SignalAll();
+  }
+  if (unloader_.joinable()) unloader_.join();
+}
+
+absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name, int64_t version) const {
+  MutexLock lock(&mu_);
+  if (stopped_) return absl::UnavailableError("the server is shutting down");
+  auto it = models_.find(name);
+  if (it == models_.end()) {
+    std::vector<std::string> names;
+    for (const auto& [n, _] : models_) names.push_back(n);
+    return UnknownModel(name, names);
+  }
+  const std::map<int64_t, Record>& versions = it->second.versions;
+  if (version == 0) {
+    for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
+      if (v->second.status.state == ModelState::kReady) return v->second.servable;
+    }
+    std::vector<std::string> why;
+    for (const auto& [n, r] : versions) {
+      why.push_back(absl::StrCat(n, " ", ModelStateName(r.status.state), ": ", r.status.reason));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("model '", name, "' has no ready version (", absl::StrJoin(why, "; "), ")"));
+  }
+  auto v = versions.find(version);
+  if (v == versions.end()) {
+    std::vector<int64_t> numbers;
+    for (const auto& [n, _] : versions) numbers.push_back(n);
+    return absl::NotFoundError(absl::StrCat("model '", name, "' has no version ", version,
+                                            "; versions: ", absl::StrJoin(numbers, ", "), " (version policy ",
+                                            it->second.policy.ToString(), ")"));
+  }
+  if (v->second.status.state != ModelState::kReady) {
+    return absl::UnavailableError(absl::StrCat("model '", name, "' version ", version, " is ",
+                                               ModelStateName(v->second.status.state), ": ", v->second.status.reason));
+  }
+  return v->second.servable;
+}
+
+std::vector<ModelStatus> ModelRepository::List() const {
+  MutexLock lock(&mu_);
+  std::vector<ModelStatus> out;
+  for (const auto& [name, entry] : models_) {
+    ModelStatus m{name, entry.policy.ToString(), {}};
+    for (auto v = entry.versions.rbegin(); v != entry.versions.rend(); ++v) m.versions.push_back(v->second.status);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+bool ModelRepository::Has(const std::string& name) const {
+  MutexLock lock(&mu_);
+  return models_.count(name) > 0;
+}
+
+absl::StatusOr<ModelStatus> ModelRepository::Get(const std::string& name) const {
+  std::vector<std::string> names;
+  for (ModelStatus& m : List()) {
+    if (m.name == name) return std::move(m);
+    names.push_back(m.name);
+  }
+  return UnknownModel(name, names);
+}
+
+}  // namespace qvi

@@ -1,0 +1,184 @@
+// The manager of the model store's versions: it owns their states, loads them and unloads them.
+// What is on disk comes from a StoreSource scan (store_source.h: <root>/<model-name>/<version>/
+// holding model.pt and/or model.cpu.pt2, model.cuda.pt2; Model::Load picks the file); which versions
+// to serve comes from SelectVersions (version_policy.h). The repository applies both.
+//
+// Guarantees:
+//  1. Each model's version policy (serving.json `version_policy`, else the server's default,
+//     latest:1) decides which versions are loaded; see VersionPolicy in serving_config.h.
+//  2. Poll() (at start-up, then every --poll-store-seconds on a background thread) notices new,
+//     replaced and removed versions. A new version loads while the old ones keep serving; it
+//     becomes visible to Resolve() in one step under the lock (the atomic switch); only then are
+//     the versions it replaces taken out of service.
+//  3. A version taken out of service is UNLOADING: Resolve() no longer hands it out, and it is
+//     unloaded (its batch queue stopped, its model freed) once the last request holding it has
+//     been answered. Nothing in flight is cut off.
+//  4. A version that fails to load (corrupt file, bad manifest, bad serving.json, warm-up error) is
+//     FAILED with the reason and nothing else changes. It is tried again only when one of its
+//     model files or the model's serving.json changes, so a half-copied file heals once the copy completes.
+//  5. Every state change is reported to the listener (to log it and to update health).
+//  6. Models are polled in parallel (Options::load_threads), so one slow or stuck model holds up
+//     no other. A load (reading the model file and the warm-up) that has not finished after
+//     Options::load_timeout is abandoned: the version is FAILED with that reason and is retried
+//     when its files change, like any failure. The stuck load runs on in a thread of its own that
+//     touches nothing of the repository; if it ever returns, its model is freed there.
+#ifndef QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
+#define QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/core/sched/env.h"
+#include "server/core/model/model.h"
+#include "server/core/serving/model_runner.h"
+#include "server/core/serving/observer.h"
+#include "server/core/spec/serving_config.h"
+#include "server/core/store/store_source.h"
+#include "server/core/sched/sync.h"
+#include "server/core/store/version_policy.h"
+
+namespace qvi {
+
+// kUnloaded is only ever reported to listeners: the version is gone and no longer listed.
+enum class ModelState { kLoading, kReady, kFailed, kUnloading, kUnloaded };
+
+const char* ModelStateName(ModelState state);
+
+// A version as ListModels/GetModel report it.
+struct VersionStatus {
+  int64_t version = 0;
+  ModelState state = ModelState::kLoading;
+  std::string reason;
+  std::shared_ptr<const Model> model;  // set when READY or UNLOADING
+  ServingConfig serving;               // effective settings, known when READY or UNLOADING
+};
+
+// A loaded version ready to serve: its model, its effective settings and its batch queue with the
+// instance threads. Requests hold it through a ServableHandle.
+struct Servable {
+  std::string name;
+  int64_t version = 0;
+  std::shared_ptr<const Model> model;
+  ServingConfig serving;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+// A model version held for the life of one request (TF Serving's ServableHandle): while any handle
+// lives, the version stays loaded.
+using ServableHandle = std::shared_ptr<const Servable>;
+
+struct ModelStatus {
+  std::string name;
+  std::string version_policy;
+  std::vector<VersionStatus> versions;  // newest first
+};
+
+class ModelRepository {
+ public:
+  // Called after each state change, outside the repository's lock, from the thread that made it.
+  using Listener = std::function<void(const std::string& name, const VersionStatus&)>;
+
+  struct Options {
+    std::string root;
+    ServingConfig defaults;        // the server's; a model's manifest and serving.json refine them
+    VersionPolicy version_policy;  // for models whose serving.json names none
+    // Time and threads: the poll interval, load timeouts, the batch queues. Env::Default() when null.
+    const Env* env = nullptr;
+    Listener listener;
+    ServingObserver* observer = nullptr;              // metrics of every version's batches; may be null
+    absl::Duration load_timeout = absl::Minutes(10);  // per version: Model::Load with its warm-up
+    int load_threads = 4;                             // models polled (and loaded) at once
+    // CUDA graphs (graphs.h): the backend, null when this process has none, and why.
+    GraphBackend* graph_backend = nullptr;
+    std::string graph_backend_note = "no CUDA graph backend in this process";
+    // Reads and warms up one version; Model::Load unless a test puts a fake here.
+    std::function<absl::StatusOr<std::unique_ptr<Model>>(const std::string& dir, const LoadOptions& options)> load;
+  };
+
+  static absl::StatusOr<std::unique_ptr<ModelRepository>> Create(Options options);
+  ~ModelRepository();
+
+  // Scans the store once and applies every model's version policy: loads, retries and takes out of
+  // service as needed. Returns once every load it started has finished.
+  void Poll() ABSL_LOCKS_EXCLUDED(poll_mu_, mu_);
+
+  // Calls Poll() every `interval` on a background thread until Shutdown().
+  void StartPolling(absl::Duration interval) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The servable for a request: version 0 = the newest READY version. NOT_FOUND names what exists;
+  // UNAVAILABLE says why the version cannot serve (failed, unloading, shutting down).
+  absl::StatusOr<ServableHandle> Resolve(const std::string& name, int64_t version) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  std::vector<ModelStatus> List() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The environment the versions run in: their batch queues' clock is this one's.
+  const Env* env() const { return env_; }
+  bool Has(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<ModelStatus> Get(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Stops polling, takes every version out of service and returns once each has finished the
+  // requests that hold it and is unloaded. Later Resolve() calls get UNAVAILABLE.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(poll_mu_, mu_);
+
+ private:
+  struct Record {
+    VersionStatus status;
+    ServableHandle servable;  // READY only: the repository's own hold
+    FileStamp stamp;          // what the last load attempt saw of its files
+    uint64_t generation = 0;  // tells a reloaded version from the one still unloading
+  };
+  struct Entry {
+    std::map<int64_t, Record> versions;
+    VersionPolicy policy;
+  };
+
+  explicit ModelRepository(Options options);
+
+  // Run by Poll()'s workers while Poll() holds poll_mu_, one worker per model name at a time.
+  // `found`: what the scan found of the model; null when its folder (or its last version) is gone.
+  void PollModel(const std::string& name, const StoreModel* found);
+  // What SelectVersions needs of the model's records.
+  std::map<int64_t, KnownVersion> Known(const std::string& name, const StoreModel* found) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  enum class LoadResult { kReady, kFailed, kShuttingDown };
+  LoadResult Load(const std::string& name, int64_t version, const StoreModel& found);
+  // options_.load on a thread of its own, waited for at most options_.load_timeout.
+  absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, const LoadOptions& options) const;
+  absl::StatusOr<ServableHandle> MakeServable(const std::string& name, int64_t version,
+                                              const ServingOverrides& overrides, uint64_t generation);
+  // The shared_ptr deleter of every servable: hands it to the unloader thread, never blocks.
+  void Retire(Servable* servable, uint64_t generation) ABSL_LOCKS_EXCLUDED(retire_mu_);
+  void UnloaderLoop() ABSL_LOCKS_EXCLUDED(retire_mu_, mu_);
+  void Notify(const std::string& name, const VersionStatus& status) const;
+
+  const Options options_;
+  const StoreSource source_;
+  const Env* env_;
+
+  Mutex poll_mu_;  // one Poll() at a time; held across loads, never while taking mu_ first
+  mutable Mutex mu_;
+  std::map<std::string, Entry> models_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool polling_stopped_ ABSL_GUARDED_BY(mu_) = false;
+  CondVar poll_wake_;
+  std::thread poller_;
+
+  Mutex retire_mu_;
+  CondVar retire_changed_;
+  std::vector<std::pair<Servable*, uint64_t>> retiring_ ABSL_GUARDED_BY(retire_mu_);
+  int live_servables_ ABSL_GUARDED_BY(retire_mu_) = 0;
+  bool unloader_stopping_ ABSL_GUARDED_BY(retire_mu_) = false;
+  std::thread unloader_;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_

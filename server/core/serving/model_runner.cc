@@ -1,0 +1,245 @@
+#include "server/core/serving/model_runner.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace qvi {
+
+RunnableRequest::RunnableRequest(std::vector<std::vector<int64_t>> ids, std::vector<std::string> wanted,
+                                 absl::Time deadline, std::function<bool()> is_cancelled, RowHandler on_row,
+                                 std::function<void(absl::Status)> on_done, OutputSelection selection)
+    : BatchRequest(Counts(ids), deadline, std::move(is_cancelled), std::move(on_done)),
+      ids_(std::move(ids)),
+      wanted_(std::move(wanted)),
+      on_row_(std::move(on_row)),
+      selection_(std::move(selection)),
+      wants_layers_(std::any_of(wanted_.begin(), wanted_.end(),
+                                [](const std::string& w) { return w.rfind("layer_", 0) == 0; })) {}
+
+std::vector<int> RunnableRequest::Counts(const std::vector<std::vector<int64_t>>& ids) {
+  std::vector<int> counts;
+  for (const auto& t : ids) counts.push_back(static_cast<int>(t.size()));
+  return counts;
+}
+
+void RunnableRequest::RecordTiming(absl::Duration queue, absl::Duration compute) {
+  MutexLock lock(&timing_mu_);
+  timing_.queue = std::max(timing_.queue, queue);
+  timing_.compute = std::max(timing_.compute, compute);
+}
+
+RunnableRequest::Timing RunnableRequest::timing() const {
+  MutexLock lock(&timing_mu_);
+  return timing_;
+}
+
+BatchSchedulerOptions BatchingOptions(const ServingConfig& serving) {
+  BatchSchedulerOptions o;
+  o.max_batch_size = serving.max_batch_size;
+  o.max_batch_tokens = serving.max_batch_tokens;
+  o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(serving.max_queue_delay_ms * 1000));
+  o.max_queued_texts = serving.max_queued_texts;
+  o.max_queued_tokens = serving.max_queued_tokens;
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr<const Model> model, int64_t version,
+                                                                 const ServingConfig& serving, const Env* env,
+                                                                 ServingObserver* observer) {
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(BatchingOptions(serving), env);
+  if (!scheduler.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid batching settings: ", scheduler.status().message()));
+  }
+  return std::make_unique<ModelRunner>(std::move(model), version, *std::move(scheduler), env, serving.instances,
+                                       observer, serving.batch_when_idle);
+}
+
+ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<Scheduler> scheduler,
+                         const Env* env, int instances, ServingObserver* observer, bool batch_when_idle)
+    : model_(std::move(model)),
+      version_(version),
+      scheduler_(std::move(scheduler)),
+      observer_(observer),
+      batch_when_idle_(batch_when_idle),
+      env_(env) {
+  for (int i = 0; i < instances; ++i) threads_.push_back(env_->StartThread("qvi-instance", [this] { Loop(); }));
+}
+
+ModelRunner::~ModelRunner() { Stop(); }
+
+absl::Status ModelRunner::Enqueue(std::shared_ptr<RunnableRequest> request) {
+  {
+    MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the model is shutting down");
+    if (absl::Status s = scheduler_->Enqueue(request); !s.ok()) return s;
+    ++work_seq_;
+    work_.SignalAll();
+  }
+  ReportQueueDepth();  // outside the lock, like every call out of the runner
+  return absl::OkStatus();
+}
+
+absl::Status ModelRunner::Observe(const char* hook, const std::function<void()>& call) const {
+  if (observer_ == nullptr) return absl::OkStatus();
+  try {
+    call();
+    return absl::OkStatus();
+  } catch (...) {
+    return absl::InternalError(absl::StrCat("the serving observer's ", hook, " failed: ", CurrentExceptionText()));
+  }
+}
+
+void ModelRunner::ReportQueueDepth() const {
+  // The depth is the queue's, not a request's: a failure here is logged and fails nothing.
+  absl::Status s = Observe(
+      "OnQueueDepth", [&] { observer_->OnQueueDepth(model_->manifest().name, version_, scheduler_->queued_texts()); });
+  if (!s.ok()) spdlog::error("model '{}' version {}: {}", model_->manifest().name, version_, std::string(s.message()));
+}
+
+void ModelRunner::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    ++work_seq_;
+    work_.SignalAll();
+  }
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+}
+
+void ModelRunner::Loop() {
+  DeviceStreamScope stream(model_->torch_device());
+  while (true) {
+    uint64_t seen = 0;
+    Take when = Take::kWhenDue;
+    {
+      MutexLock lock(&mu_);
+      seen = work_seq_;
+      if (stopping_ || batch_when_idle_) when = Take::kNow;
+    }
+    // Outside the runner's lock: forming a batch fails the expired and cancelled requests, and their
+    // done-callbacks (serialising, logging, Finish) may take any time.
+    Batch batch = scheduler_->TakeBatch(when);
+    if (!batch.empty()) {
+      ReportQueueDepth();
+      try {
+        Run(batch);
+      } catch (...) {  // bad_alloc building the inputs, say: this batch fails, the thread serves on
+        const absl::Status failed =
+            absl::InternalError(absl::StrCat("running the batch failed: ", CurrentExceptionText()));
+        for (QueuedText<RunnableRequest>& t : batch) t.request->Complete(t.index, failed);
+      }
+      continue;
+    }
+    MutexLock lock(&mu_);
+    if (stopping_ && scheduler_->queued_texts() == 0) return;
+    // Work arrived (or Stop() came) since `seen`: take again at once rather than sleep through it.
+    if (work_seq_ != seen) continue;
+    // Sleep until the oldest text is due (on the environment's clock, so a fake one wakes it when a
+    // test advances it) or new work arrives.
+    env_->WaitUntil(&work_, &mu_, scheduler_->NextDue());
+  }
+}
+
+PackedBatch PackTokenIds(const std::vector<const std::vector<int64_t>*>& texts) {
+  const int64_t rows = static_cast<int64_t>(texts.size());
+  int64_t width = 1;
+  PackedBatch packed;
+  for (const std::vector<int64_t>* text : texts) {
+    width = std::max<int64_t>(width, static_cast<int64_t>(text->size()));
+    packed.tokens += static_cast<int64_t>(text->size());
+  }
+  packed.ids = torch::zeros({rows, width}, torch::kLong);
+  packed.mask = torch::zeros({rows, width}, torch::kBool);
+  auto id = packed.ids.accessor<int64_t, 2>();
+  auto mk = packed.mask.accessor<bool, 2>();
+  for (int64_t b = 0; b < rows; ++b) {
+    const std::vector<int64_t>& text = *texts[b];
+    for (size_t t = 0; t < text.size(); ++t) {
+      id[b][t] = text[t];
+      mk[b][t] = true;
+    }
+  }
+  return packed;
+}
+
+ModelRunner::Wanted ModelRunner::MergeWanted(const Batch& batch) {
+  std::set<std::string> outputs;
+  // The layers and heads any text of the batch wants: the union, or all when one wants all.
+  bool all_layers = false, all_heads = false, any_layers = false;
+  // Heads are averaged on the device when every text that wants per-layer outputs wants the same
+  // heads averaged; otherwise the union of heads leaves the device and is averaged per request.
+  bool mean_heads = true;
+  const std::vector<int64_t>* first_heads = nullptr;
+  std::set<int64_t> layers, heads;
+  for (const QueuedText<RunnableRequest>& t : batch) {
+    const RunnableRequest& r = *t.request;
+    outputs.insert(r.wanted().begin(), r.wanted().end());
+    if (!r.wants_layers()) continue;
+    any_layers = true;
+    all_layers = all_layers || r.selection().layers.empty();
+    all_heads = all_heads || r.selection().heads.empty();
+    mean_heads =
+        mean_heads && r.selection().mean_heads && (first_heads == nullptr || *first_heads == r.selection().heads);
+    if (first_heads == nullptr) first_heads = &r.selection().heads;
+    layers.insert(r.selection().layers.begin(), r.selection().layers.end());
+    heads.insert(r.selection().heads.begin(), r.selection().heads.end());
+  }
+  Wanted wanted;
+  wanted.outputs.assign(outputs.begin(), outputs.end());
+  if (any_layers && !all_layers) wanted.selection.layers.assign(layers.begin(), layers.end());
+  if (any_layers && !all_heads) wanted.selection.heads.assign(heads.begin(), heads.end());
+  wanted.selection.mean_heads = any_layers && mean_heads;
+  return wanted;
+}
+
+PackedBatch ModelRunner::Pack(const Batch& batch) {
+  std::vector<const std::vector<int64_t>*> texts;
+  texts.reserve(batch.size());
+  for (const QueuedText<RunnableRequest>& t : batch) texts.push_back(&t.request->ids(t.index));
+  return PackTokenIds(texts);
+}
+
+std::vector<absl::Status> ModelRunner::DeliverRows(const Batch& batch, const ModelOutputs& outputs) {
+  std::vector<absl::Status> statuses(batch.size());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    try {
+      statuses[b] = batch[b].request->HandleRow(batch[b].index, outputs, static_cast<int64_t>(b));
+    } catch (...) {  // torch errors the output checks did not foresee, bad_alloc
+      statuses[b] = absl::InternalError(absl::StrCat("post-processing failed: ", CurrentExceptionText()));
+    }
+  }
+  return statuses;
+}
+
+absl::Status ModelRunner::Report(const Batch& batch, const PackedBatch& packed, absl::Time start, bool ok) const {
+  BatchReport report;
+  report.texts = static_cast<int>(batch.size());
+  report.tokens = packed.tokens;
+  report.padded_tokens = packed.ids.numel();
+  report.compute = env_->Now() - start;
+  report.ok = ok;
+  for (const QueuedText<RunnableRequest>& t : batch) {
+    const absl::Duration wait = start - t.arrival;
+    report.queue_waits.push_back(wait);
+    t.request->RecordTiming(wait, report.compute);
+  }
+  return Observe("OnBatch", [&] { observer_->OnBatch(model_->manifest().name, version_, report); });
+}
+
+void ModelRunner::Run(Batch& batch) const {
+  const absl::Time start = env_->Now();
+  const Wanted wanted = MergeWanted(batch);
+  const PackedBatch packed = Pack(batch);
+  absl::StatusOr<ModelOutputs> out = model_->Forward(packed.ids, packed.mask, wanted.outputs, wanted.selection);
+  std::vector<absl::Status> statuses =
+      out.ok() ? DeliverRows(batch, *out) : std::vector<absl::Status>(batch.size(), out.status());
+  if (absl::Status s = Report(batch, packed, start, out.ok()); !s.ok()) statuses.assign(batch.size(), s);
+  for (size_t b = 0; b < batch.size(); ++b) batch[b].request->Complete(batch[b].index, statuses[b]);
+}
+
+}  // namespace qvi

@@ -1,0 +1,35 @@
+// What the serving core reports while it works, for metrics. The server plugs in Prometheus
+// (server/metrics/); tests and tools may pass none. The core calls these from its model instance
+// threads, on the batch path: implementations must be thread-safe, cheap and must not call back
+// into the core.
+#ifndef QVI_SERVER_CORE_SERVING_OBSERVER_H_
+#define QVI_SERVER_CORE_SERVING_OBSERVER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace qvi {
+
+struct BatchReport {
+  int texts = 0;
+  int64_t tokens = 0;                       // real tokens
+  int64_t padded_tokens = 0;                // texts x the longest text: what the model computed on
+  absl::Duration compute;                   // forward pass and post-processing of the whole batch
+  std::vector<absl::Duration> queue_waits;  // per text: from joining the queue to the batch's start
+  bool ok = true;                           // the model ran and its outputs passed the checks
+};
+
+class ServingObserver {
+ public:
+  virtual ~ServingObserver() = default;
+  virtual void OnBatch(const std::string& model, int64_t version, const BatchReport& batch) = 0;
+  // Texts waiting in a version's batch queue, after each change.
+  virtual void OnQueueDepth(const std::string& model, int64_t version, size_t texts) = 0;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_SERVING_OBSERVER_H_

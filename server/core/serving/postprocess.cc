@@ -1,0 +1,170 @@
+#include "server/core/serving/postprocess.h"
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+
+#include "server/core/text/spans.h"
+
+namespace qvi {
+
+std::vector<std::pair<std::string, float>> TopK(const torch::Tensor& logits, const std::vector<std::string>& labels,
+                                                int k) {
+  const torch::Tensor probs = torch::softmax(logits.to(torch::kFloat), 0).contiguous();
+  const float* p = probs.data_ptr<float>();
+  const int c = static_cast<int>(probs.numel());
+  std::vector<int> order(c);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [p](int a, int b) { return p[a] > p[b]; });
+  const int keep = k <= 0 ? 1 : std::min(k, c);
+  std::vector<std::pair<std::string, float>> out;
+  out.reserve(keep);
+  for (int i = 0; i < keep; ++i) out.emplace_back(labels[order[i]], p[order[i]]);
+  return out;
+}
+
+void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const torch::Tensor& emissions, int64_t row,
+                   const std::string& text, TextResult& result) {
+  const int64_t n = static_cast<int64_t>(result.tokens.size());
+  const torch::Tensor tag_tensor = tags[row].contiguous();
+  auto tag_row = tag_tensor.accessor<int64_t, 1>();
+  const torch::Tensor probs = torch::softmax(emissions[row].slice(0, 0, n).to(torch::kFloat), 1).contiguous();
+  auto prob = probs.accessor<float, 2>();
+  std::vector<std::string> names(n);
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t id = tag_row[t];
+    names[t] = (id >= 0 && id < static_cast<int64_t>(manifest.tags.size())) ? manifest.tags[id] : "O";
+    result.tokens[t].tag = names[t];
+  }
+  for (const TagSpan& s : DecodeSpans(names)) {
+    SpanOutput span;
+    span.label = s.type;
+    const TextToken& first = result.tokens[s.start].token;
+    const TextToken& last = result.tokens[s.end - 1].token;
+    span.start = first.start;
+    span.end = last.end;
+    span.byte_start = first.byte_start;
+    span.byte_end = last.byte_end;
+    span.token_start = static_cast<uint32_t>(s.start);
+    span.token_end = static_cast<uint32_t>(s.end);
+    span.text = text.substr(span.byte_start, span.byte_end - span.byte_start);
+    float sum = 0;
+    for (int t = s.start; t < s.end; ++t) sum += prob[t][std::max<int64_t>(tag_row[t], 0)];
+    span.score = sum / static_cast<float>(s.end - s.start);
+    result.spans.push_back(std::move(span));
+  }
+}
+
+namespace {
+
+void Fill(const std::map<std::string, torch::Tensor>& outputs, const char* name, int64_t row,
+          std::vector<TokenOutput>& tokens, std::optional<float> TokenOutput::*field) {
+  auto it = outputs.find(name);
+  if (it == outputs.end()) return;
+  const torch::Tensor values = it->second[row].to(torch::kFloat).contiguous();
+  const float* v = values.data_ptr<float>();
+  for (size_t t = 0; t < tokens.size(); ++t) tokens[t].*field = v[t];
+}
+
+}  // namespace
+
+void FillTokenExplanations(const std::map<std::string, torch::Tensor>& outputs, const OutputOptions& options,
+                           int64_t row, TextResult& result) {
+  if (options.attention) {
+    Fill(outputs, "attention", row, result.tokens, &TokenOutput::attention);
+    Fill(outputs, "sentence_attention", row, result.tokens, &TokenOutput::sentence_attention);
+  }
+  if (options.gates) {
+    Fill(outputs, "gates", row, result.tokens, &TokenOutput::gate);
+    Fill(outputs, "sentence_gates", row, result.tokens, &TokenOutput::sentence_gate);
+    Fill(outputs, "lambda_q", row, result.tokens, &TokenOutput::lambda_q);
+    Fill(outputs, "lambda_k", row, result.tokens, &TokenOutput::lambda_k);
+  }
+}
+
+namespace {
+
+std::vector<int64_t> Indices(const std::vector<int>& chosen, int64_t count) {
+  std::vector<int64_t> out;
+  if (chosen.empty()) {
+    for (int64_t i = 0; i < count; ++i) out.push_back(i);
+  } else {
+    out.assign(chosen.begin(), chosen.end());
+  }
+  return out;
+}
+
+std::vector<float> ToVector(const torch::Tensor& t) {
+  const torch::Tensor c = t.to(torch::kFloat).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+}  // namespace
+
+std::vector<LayerMapOutput> LayerMaps(const std::map<std::string, torch::Tensor>& outputs,
+                                      const LayerSelection& selection, int64_t row, int64_t n) {
+  // Each present output, for this row, cut to the text's tokens: [L,H,n] or [L,H,n,n].
+  std::map<std::string, torch::Tensor> parts;
+  int64_t layers = 0, heads = 0;
+  for (const char* name : {"layer_gates", "layer_lambda_q", "layer_lambda_k", "layer_attention"}) {
+    auto it = outputs.find(name);
+    if (it == outputs.end()) continue;
+    torch::Tensor t = it->second[row].slice(2, 0, n);
+    if (t.dim() == 4) t = t.slice(3, 0, n);
+    layers = t.size(0);
+    heads = t.size(1);
+    parts[name] = t;
+  }
+  // The batch may carry only some layers and heads (Model::Forward's OutputSelection): the original
+  // index of each position is in layer_index / head_index.
+  auto present = [&outputs](const char* name, int64_t count) {
+    auto it = outputs.find(name);
+    if (it == outputs.end()) return Indices({}, count);
+    const torch::Tensor c = it->second.contiguous();
+    return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
+  };
+  const std::vector<int64_t> have_layers = present("layer_index", layers), have_heads = present("head_index", heads);
+  // {-1}: the heads this request asked for were averaged on the device (Model::Forward).
+  const bool averaged = have_heads == std::vector<int64_t>{-1};
+  const std::vector<int64_t> ls = selection.layers.empty() ? have_layers : Indices(selection.layers, layers);
+  const std::vector<int64_t> hs = selection.heads.empty() || averaged ? have_heads : Indices(selection.heads, heads);
+  auto positions = [](const std::vector<int64_t>& wanted, const std::vector<int64_t>& have) {
+    std::vector<int64_t> pos;
+    for (int64_t w : wanted) pos.push_back(std::find(have.begin(), have.end(), w) - have.begin());
+    return torch::tensor(pos, torch::kLong);
+  };
+  const torch::Tensor li = positions(ls, have_layers), hi = positions(hs, have_heads);
+  for (auto& [name, t] : parts) t = t.index_select(0, li).index_select(1, hi);  // [l,h,...]
+
+  std::vector<LayerMapOutput> out;
+  auto emit = [&](int layer, int head, const std::function<torch::Tensor(const torch::Tensor&)>& pick) {
+    LayerMapOutput m;
+    m.layer = layer;
+    m.head = head;
+    if (selection.gates) {
+      if (parts.count("layer_gates")) m.gates = ToVector(pick(parts["layer_gates"]));
+      if (parts.count("layer_lambda_q")) m.lambda_q = ToVector(pick(parts["layer_lambda_q"]));
+      if (parts.count("layer_lambda_k")) m.lambda_k = ToVector(pick(parts["layer_lambda_k"]));
+    }
+    if (selection.attention_maps && parts.count("layer_attention"))
+      m.attention = ToVector(pick(parts["layer_attention"]));
+    out.push_back(std::move(m));
+  };
+  using R = LayerSelection::Reduction;
+  if (selection.reduction == R::kMeanAll) {
+    emit(-1, -1, [](const torch::Tensor& t) { return t.mean(std::vector<int64_t>{0, 1}); });
+  } else {
+    for (size_t a = 0; a < ls.size(); ++a) {
+      if (selection.reduction == R::kMeanHeads) {
+        emit(static_cast<int>(ls[a]), -1, [a](const torch::Tensor& t) { return t[a].mean(0); });
+        continue;
+      }
+      for (size_t b = 0; b < hs.size(); ++b) {
+        emit(static_cast<int>(ls[a]), static_cast<int>(hs[b]), [a, b](const torch::Tensor& t) { return t[a][b]; });
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace qvi

@@ -1,0 +1,37 @@
+// Turns one text's slice of the model's outputs into the answer: top-k labels, tagged tokens and
+// spans, per-token explanations, and per-layer maps. Pure functions over CPU tensors.
+#ifndef QVI_SERVER_CORE_SERVING_POSTPROCESS_H_
+#define QVI_SERVER_CORE_SERVING_POSTPROCESS_H_
+
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "server/core/spec/manifest.h"
+#include "server/core/spec/request.h"
+
+namespace qvi {
+
+// Softmax over `logits` [C], then the k best (k = 0 means 1; k > C means all), best first; ties go
+// to the label listed first.
+std::vector<std::pair<std::string, float>> TopK(const torch::Tensor& logits, const std::vector<std::string>& labels,
+                                                int k);
+
+// Tags of row `row` over the result's tokens and the spans they make; also sets TokenOutput::tag.
+void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const torch::Tensor& emissions, int64_t row,
+                   const std::string& text, TextResult& result);
+
+// Fills the per-token explanations asked for from the [B,T] outputs present in `outputs`.
+void FillTokenExplanations(const std::map<std::string, torch::Tensor>& outputs, const OutputOptions& options,
+                           int64_t row, TextResult& result);
+
+// Per-layer maps of row `row` for its first `n` tokens, selected and reduced as asked.
+std::vector<LayerMapOutput> LayerMaps(const std::map<std::string, torch::Tensor>& outputs,
+                                      const LayerSelection& selection, int64_t row, int64_t n);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_SERVING_POSTPROCESS_H_

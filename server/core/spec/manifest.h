@@ -1,0 +1,55 @@
+// The model's own facts, read from manifest.json inside the artifact (format in model_store/README.md).
+#ifndef QVI_SERVER_CORE_SPEC_MANIFEST_H_
+#define QVI_SERVER_CORE_SPEC_MANIFEST_H_
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/core/spec/defaults.h"
+#include "server/core/text/tokenizer.h"
+
+namespace qvi {
+
+enum class Task { kClassification, kTagging };
+
+// A manifest's `serving` block: the batching its exporter suggests (defaults.h when it says nothing).
+struct BatchingDefaults {
+  int max_batch_size = defaults::kMaxBatchSize;
+  int max_batch_tokens = defaults::kMaxBatchTokens;
+  double max_queue_delay_ms = defaults::kMaxQueueDelayMs;
+};
+
+struct Manifest {
+  static constexpr int kFormatVersion = 1;
+
+  std::string name;
+  Task task = Task::kClassification;
+  std::string architecture;
+  std::string display_name;
+  std::string interaction;
+  std::string description;
+  std::vector<std::string> labels;  // classification
+  std::vector<std::string> tags;    // tagging
+  std::string tag_scheme;           // BIO | BIOES
+  std::vector<std::string> entity_types;
+  TokenizerOptions tokenizer;
+  int vocab_size = 0;
+  std::map<std::string, std::vector<std::string>> outputs;  // name -> symbolic shape
+  std::vector<std::string> explanations;
+  int layers = 0;  // Transformer layers and heads (0 without self-attention)
+  int heads = 0;
+  BatchingDefaults serving;
+  std::string model_card_json;
+
+  bool HasOutput(const std::string& name) const { return outputs.count(name) > 0; }
+
+  // Parses and checks a manifest; errors name the field and what was wrong with it.
+  static absl::StatusOr<Manifest> Parse(std::string_view json);
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_SPEC_MANIFEST_H_

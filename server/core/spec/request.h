@@ -1,0 +1,107 @@
+// The core's request and answer types. They mirror the public API (proto/) without depending on
+// it: the gRPC adapter converts between the two, so the core builds and tests without gRPC.
+#ifndef QVI_SERVER_CORE_SPEC_REQUEST_H_
+#define QVI_SERVER_CORE_SPEC_REQUEST_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "server/core/text/tokenizer.h"
+
+namespace qvi {
+
+struct Manifest;
+
+enum class Method { kClassify, kTag };
+
+struct LayerSelection {
+  enum class Reduction { kNone, kMeanHeads, kMeanAll };
+  bool gates = false;
+  bool attention_maps = false;
+  std::vector<int> layers;  // empty = all
+  std::vector<int> heads;   // empty = all
+  Reduction reduction = Reduction::kNone;
+  bool any() const { return gates || attention_maps; }
+};
+
+struct OutputOptions {
+  int top_k = 0;  // 0 = the best label only
+  bool attention = false;
+  bool gates = false;
+  bool tokens = false;
+  bool error_on_truncation = false;
+  LayerSelection layers;
+};
+
+struct InferenceRequest {
+  std::string model;
+  int64_t version = 0;  // 0 = newest ready
+  std::vector<std::string> texts;
+  OutputOptions options;
+  std::string request_id;
+  // Checked before the model runs: a request past its deadline or cancelled never reaches it. A time
+  // of the core's monotonic clock (InferenceService::env(); MonotonicDeadline converts gRPC's).
+  absl::Time deadline = absl::InfiniteFuture();
+  std::function<bool()> is_cancelled;
+};
+
+struct TokenOutput {
+  TextToken token;
+  int64_t id = 0;
+  std::optional<float> attention;
+  std::optional<float> gate;
+  std::optional<float> sentence_attention;
+  std::optional<float> sentence_gate;
+  std::optional<float> lambda_q;
+  std::optional<float> lambda_k;
+  std::string tag;
+};
+
+struct SpanOutput {
+  std::string label;
+  uint32_t start = 0, end = 0;  // code points
+  uint32_t byte_start = 0, byte_end = 0;
+  uint32_t token_start = 0, token_end = 0;
+  std::string text;
+  float score = 0;
+};
+
+struct LayerMapOutput {
+  int layer = -1;
+  int head = -1;
+  std::vector<float> gates, lambda_q, lambda_k;
+  std::vector<float> attention;  // T x T, row-major
+};
+
+struct TextResult {
+  std::vector<std::pair<std::string, float>> labels;  // classification, best first
+  std::vector<SpanOutput> spans;                      // tagging
+  std::vector<TokenOutput> tokens;
+  bool truncated = false;
+  uint32_t num_tokens = 0;
+  std::vector<LayerMapOutput> layers;
+};
+
+struct InferenceResponse {
+  std::string model;
+  int64_t version = 0;
+  // The manifest of the version that answered (its labels, tags and outputs), held with the version.
+  std::shared_ptr<const Manifest> manifest;
+  std::vector<TextResult> results;
+  std::string request_id;
+  // For the access log and metrics: tokens fed to the model (after truncation), the longest wait
+  // of its texts in the batch queue, and the longest batch it was in.
+  int64_t tokens = 0;
+  absl::Duration queue_time;
+  absl::Duration compute_time;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_SPEC_REQUEST_H_

@@ -1,0 +1,121 @@
+#include "server/core/spec/request_checks.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/core/text/tokenizer.h"
+
+namespace qvi {
+
+absl::Status CheckModelNameBytes(const char* field, const std::string& name, const RequestLimits& limits) {
+  if (static_cast<int64_t>(name.size()) <= limits.max_model_name_bytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": ", name.size(), " bytes exceed the limit of ", limits.max_model_name_bytes, " bytes"));
+}
+
+absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits) {
+  if (r.model.empty()) return absl::InvalidArgumentError("model.name: empty; name the model to use (see ListModels)");
+  if (absl::Status s = CheckModelNameBytes("model.name", r.model, limits); !s.ok()) return s;
+  if (static_cast<int64_t>(r.request_id.size()) > limits.max_request_id_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("request_id: ", r.request_id.size(), " bytes exceed the limit of ",
+                                                   limits.max_request_id_bytes, " bytes"));
+  }
+  if (r.version < 0)
+    return absl::InvalidArgumentError(absl::StrCat("model.version: ", r.version, " is negative; use 0 for the newest"));
+  if (r.texts.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("texts: empty; send between 1 and ", limits.max_texts, " texts"));
+  }
+  if (static_cast<int>(r.texts.size()) > limits.max_texts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("texts: ", r.texts.size(), " texts exceed the limit of ", limits.max_texts, " per request"));
+  }
+  for (size_t i = 0; i < r.texts.size(); ++i) {
+    if (static_cast<int>(r.texts[i].size()) > limits.max_text_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", r.texts[i].size(),
+                                                     " bytes exceed the limit of ", limits.max_text_bytes, " bytes"));
+    }
+    absl::Status utf8 = ValidateUtf8(r.texts[i]);
+    if (!utf8.ok()) return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", utf8.message()));
+  }
+  if (r.options.top_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.top_k: ", r.options.top_k, " is negative; 0 returns the best label"));
+  }
+  return absl::OkStatus();
+}
+
+// Layer or head indices: at most `count` of them (the model has no more), each in range, none
+// repeated. Checked in that order, so that a long list is refused before it is walked.
+absl::Status CheckIndices(const char* field, const std::vector<int>& indices, int count, const char* what) {
+  if (static_cast<int64_t>(indices.size()) > count) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", indices.size(), " indices exceed the model's ", count,
+                                                   " ", what, "; name each at most once"));
+  }
+  std::vector<int> first(count, -1);  // where each index was first named
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const int v = indices[i];
+    if (v < 0 || v >= count) {
+      return absl::InvalidArgumentError(absl::StrCat(field, "[", i, "]: ", v, " is out of range [0, ", count, ")"));
+    }
+    if (first[v] >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, "[", i, "]: ", v, " repeats ", field, "[", first[v], "]; name each at most once"));
+    }
+    first[v] = static_cast<int>(i);
+  }
+  return absl::OkStatus();
+}
+
+std::string Capped(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;  // not inside a UTF-8 sequence
+  return absl::StrCat(s.substr(0, cut), "...(", s.size(), " bytes)");
+}
+
+int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceRequest& r,
+                              const InferenceResponse& response) {
+  const OutputOptions& o = r.options;
+  const LayerSelection& l = o.layers;
+  size_t longest_label = 0;
+  for (const std::string& label : method == Method::kClassify ? m.labels : m.tags) {
+    longest_label = std::max(longest_label, label.size());
+  }
+  const bool keep_tokens = method == Method::kTag || o.attention || o.gates || o.tokens || l.any();
+  // Per-layer maps per text: one per selected layer and head (one per layer when the heads are
+  // averaged, one in all when everything is), each T gates per gate output and T x T attention.
+  int64_t maps = 0, gate_outputs = 0;
+  if (l.any()) {
+    const int64_t layers = l.layers.empty() ? m.layers : static_cast<int64_t>(l.layers.size());
+    const int64_t heads = l.heads.empty() ? m.heads : static_cast<int64_t>(l.heads.size());
+    maps = l.reduction == LayerSelection::Reduction::kMeanAll     ? 1
+           : l.reduction == LayerSelection::Reduction::kMeanHeads ? layers
+                                                                  : layers * heads;
+    if (l.gates) {
+      for (const char* name : {"layer_gates", "layer_lambda_q", "layer_lambda_k"}) gate_outputs += m.HasOutput(name);
+    }
+  }
+  int64_t bytes = 64 + static_cast<int64_t>(r.model.size() + r.request_id.size());
+  for (size_t i = 0; i < response.results.size(); ++i) {
+    const TextResult& t = response.results[i];
+    const int64_t n = static_cast<int64_t>(t.tokens.size());
+    bytes += 16;
+    if (method == Method::kClassify) {
+      const int64_t labels = std::min<int64_t>(std::max(o.top_k, 1), static_cast<int64_t>(m.labels.size()));
+      bytes += labels * static_cast<int64_t>(longest_label + 8);
+    } else {
+      // Spans: at most one per token, each with its label, offsets, score and text.
+      bytes += n * static_cast<int64_t>(longest_label + 32) + static_cast<int64_t>(r.texts[i].size());
+    }
+    if (keep_tokens) {
+      for (const TokenOutput& token : t.tokens) {
+        bytes += 32 + static_cast<int64_t>(token.token.text.size() + token.token.normalized.size() + longest_label);
+        bytes += 5 * ((o.attention ? 2 : 0) + (o.gates ? 4 : 0));
+      }
+    }
+    bytes += maps * (8 + gate_outputs * (4 * n + 4) + (l.attention_maps ? 4 * n * n + 4 : 0));
+  }
+  return bytes;
+}
+
+}  // namespace qvi

@@ -1,0 +1,56 @@
+// The checks of a request that need no model loaded, and the limits they enforce: torch-free, so
+// that the fuzz targets (fuzz/) build them alone.
+#ifndef QVI_SERVER_CORE_SPEC_REQUEST_CHECKS_H_
+#define QVI_SERVER_CORE_SPEC_REQUEST_CHECKS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/core/spec/manifest.h"
+#include "server/core/spec/request.h"
+
+namespace qvi {
+
+struct RequestLimits {
+  int max_texts = 256;         // texts per request
+  int max_text_bytes = 65536;  // UTF-8 bytes per text
+  // Requests whose texts add up to fewer bytes are checked and tokenised on the calling (gRPC)
+  // thread, saving a hand-off to a request thread; larger ones go to a request thread, so that a
+  // big request never holds a gRPC thread. 0: always a request thread.
+  int64_t inline_prepare_bytes = 0;
+  // Client strings the server echoes (in answers, errors and logs) are capped: longer ones are
+  // refused before anything else is done with them.
+  int max_model_name_bytes = 256;
+  int max_request_id_bytes = 256;
+  // The largest answer the transport sends (gRPC's send limit). A request whose answer is estimated,
+  // from its texts' tokens and the outputs it asks for, to be larger is refused before the model
+  // runs. 0: no limit.
+  int64_t max_response_bytes = 0;
+};
+
+// An estimate of the protobuf size of the answer to `request`, whose texts have been tokenised into
+// `response` (tokens filled in, outputs not yet), for a model with manifest `m`. Counts what
+// dominates: per-token fields and explanations, labels or spans, and the per-layer maps (T values per
+// map of gates, T x T per attention map, 4 bytes each). Exposed for tests.
+int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceRequest& request,
+                              const InferenceResponse& response);
+
+// `s`, or its first bytes and its length when it is longer than `max`: for logs and errors.
+std::string Capped(const std::string& s, size_t max = 64);
+
+// A model name from a client against max_model_name_bytes; INVALID_ARGUMENT naming `field` (the
+// field as the caller's API spells it: model.name, name, model_name).
+absl::Status CheckModelNameBytes(const char* field, const std::string& name, const RequestLimits& limits);
+
+// The request's own fields against the limits: model name, version, request id, texts (count,
+// bytes, UTF-8), top_k. INVALID_ARGUMENT naming the field and the limit.
+absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits);
+
+// Layer or head indices against a model with `count` of them. INVALID_ARGUMENT naming `field`.
+absl::Status CheckIndices(const char* field, const std::vector<int>& indices, int count, const char* what);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_SPEC_REQUEST_CHECKS_H_

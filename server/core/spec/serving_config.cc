@@ -1,0 +1,201 @@
+#include "server/core/spec/serving_config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "server/core/spec/shape_buckets.h"
+
+namespace qvi {
+namespace {
+
+absl::Status Bad(const std::string& key, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("serving.json: '", key, "' ", what));
+}
+
+template <typename T>
+absl::Status ReadNumber(const nlohmann::json& value, const std::string& key, T min, T max, std::optional<T>& out) {
+  if (!value.is_number()) return Bad(key, "must be a number");
+  const double v = value.get<double>();
+  if (v < static_cast<double>(min) || v > static_cast<double>(max) ||
+      (std::is_integral_v<T> && v != static_cast<double>(static_cast<int64_t>(v)))) {
+    return Bad(key, absl::StrCat("must be ", std::is_integral_v<T> ? "an integer " : "", "in [", min, ", ", max,
+                                 "], got ", value.dump()));
+  }
+  out = static_cast<T>(v);
+  return absl::OkStatus();
+}
+
+// "cuda_graphs": a boolean, or an object with enabled, batch_sizes and lengths (each optional). The
+// lists are checked against the model's maxima when it loads (ShapeBuckets::Check).
+absl::StatusOr<GraphSettings> ParseGraphSettings(const nlohmann::json& value) {
+  GraphSettings g;
+  if (value.is_boolean()) {
+    g.enabled = value.get<bool>();
+    return g;
+  }
+  const std::string key = "cuda_graphs";
+  if (!value.is_object()) {
+    return Bad(key, "must be true, false or {\"enabled\": ..., \"batch_sizes\": [...], \"lengths\": [...]}");
+  }
+  for (const auto& [field, v] : value.items()) {
+    if (field == "enabled") {
+      if (!v.is_boolean()) return Bad(key + ".enabled", "must be true or false");
+      g.enabled = v.get<bool>();
+    } else if (field == "batch_sizes" || field == "lengths") {
+      std::vector<int64_t>& list = field == "lengths" ? g.lengths : g.batch_sizes;
+      if (!v.is_array() || v.empty() || v.size() > ShapeBuckets::kMaxBuckets) {
+        return Bad(key + "." + field, absl::StrCat("must be a list of 1 to ", ShapeBuckets::kMaxBuckets, " integers"));
+      }
+      for (const nlohmann::json& item : v) {
+        std::optional<int64_t> n;
+        if (absl::Status s = ReadNumber<int64_t>(item, key + "." + field, 1, 1 << 16, n); !s.ok()) return s;
+        if (!list.empty() && *n <= list.back()) {
+          return Bad(key + "." + field, absl::StrCat("must be strictly ascending; ", *n, " follows ", list.back()));
+        }
+        list.push_back(*n);
+      }
+    } else {
+      return Bad(key + "." + field, "is not a cuda_graphs setting; allowed: enabled, batch_sizes, lengths");
+    }
+  }
+  return g;
+}
+
+}  // namespace
+
+absl::StatusOr<VersionPolicy> VersionPolicy::Parse(const std::string& spec) {
+  auto bad = [&spec](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("version policy '", spec, "' ", why, "; use latest:N, all or specific:V1,V2,..."));
+  };
+  VersionPolicy p;
+  if (spec == "all") {
+    p.kind = Kind::kAll;
+    return p;
+  }
+  const size_t colon = spec.find(':');
+  const std::string kind = spec.substr(0, colon);
+  const std::string rest = colon == std::string::npos ? "" : spec.substr(colon + 1);
+  if (kind == "latest") {
+    if (!absl::SimpleAtoi(rest, &p.latest) || p.latest < 1 || p.latest > 1000) {
+      return bad("needs a count N in [1, 1000]");
+    }
+    return p;
+  }
+  if (kind == "specific") {
+    p.kind = Kind::kSpecific;
+    for (const std::string& v : std::vector<std::string>(absl::StrSplit(rest, ','))) {
+      int64_t number = 0;
+      if (!absl::SimpleAtoi(v, &number) || number < 1)
+        return bad(absl::StrCat("has '", v, "', which is not a version >= 1"));
+      p.versions.push_back(number);
+    }
+    std::sort(p.versions.begin(), p.versions.end());
+    p.versions.erase(std::unique(p.versions.begin(), p.versions.end()), p.versions.end());
+    return p;
+  }
+  return bad("is not known");
+}
+
+std::string VersionPolicy::ToString() const {
+  switch (kind) {
+    case Kind::kLatest:
+      return absl::StrCat("latest:", latest);
+    case Kind::kAll:
+      return "all";
+    case Kind::kSpecific:
+      return absl::StrCat("specific:", absl::StrJoin(versions, ","));
+  }
+  return "";
+}
+
+absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("serving.json is not a JSON object");
+  ServingOverrides o;
+  for (const auto& [key, value] : j.items()) {
+    absl::Status s;
+    if (key == "max_batch_size") {
+      s = ReadNumber(value, key, 1, 1 << 16, o.max_batch_size);
+    } else if (key == "max_batch_tokens") {
+      s = ReadNumber(value, key, 1, 1 << 24, o.max_batch_tokens);
+    } else if (key == "max_queued_texts") {
+      s = ReadNumber(value, key, 1, 1 << 24, o.max_queued_texts);
+    } else if (key == "max_queued_tokens") {
+      s = ReadNumber<int64_t>(value, key, 1, int64_t{1} << 32, o.max_queued_tokens);
+    } else if (key == "instances") {
+      s = ReadNumber(value, key, 1, 64, o.instances);
+    } else if (key == "max_queue_delay_ms") {
+      s = ReadNumber(value, key, 0.0, 60000.0, o.max_queue_delay_ms);
+    } else if (key == "device") {
+      if (!value.is_string()) return Bad(key, "must be a string such as \"cpu\" or \"cuda:0\"");
+      o.device = value.get<std::string>();
+    } else if (key == "format") {
+      if (!value.is_string()) return Bad(key, "must be a string: \"auto\", \"torchscript\" or \"pt2\"");
+      if (!CheckModelFormat(value.get<std::string>()).ok()) {
+        return Bad(key, absl::StrCat("is '", value.get<std::string>(), "'; allowed: auto, torchscript, pt2"));
+      }
+      o.format = value.get<std::string>();
+    } else if (key == "batch_when_idle") {
+      if (!value.is_boolean()) return Bad(key, "must be true or false");
+      o.batch_when_idle = value.get<bool>();
+    } else if (key == "cuda_graphs") {
+      absl::StatusOr<GraphSettings> graphs = ParseGraphSettings(value);
+      if (!graphs.ok()) return graphs.status();
+      o.cuda_graphs = *std::move(graphs);
+    } else if (key == "version_policy") {
+      if (!value.is_string()) return Bad(key, "must be a string: \"latest:N\", \"all\" or \"specific:V1,V2\"");
+      absl::StatusOr<VersionPolicy> policy = VersionPolicy::Parse(value.get<std::string>());
+      if (!policy.ok()) return Bad(key, std::string(policy.status().message()));
+      o.version_policy = *policy;
+    } else {
+      return Bad(key,
+                 "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
+                 "max_queued_texts, max_queued_tokens, instances, device, format, version_policy, batch_when_idle, "
+                 "cuda_graphs");
+    }
+    if (!s.ok()) return s;
+  }
+  return o;
+}
+
+absl::StatusOr<ServingOverrides> ServingOverrides::Read(const std::string& model_dir) {
+  const std::filesystem::path path = std::filesystem::path(model_dir) / "serving.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return ServingOverrides{};
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read ", path.string()));
+  return Parse(text.str());
+}
+
+ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, const ServingOverrides& o) {
+  ServingConfig c = d;
+  c.max_batch_size = o.max_batch_size.value_or(m.serving.max_batch_size);
+  c.max_batch_tokens = o.max_batch_tokens.value_or(m.serving.max_batch_tokens);
+  c.max_queue_delay_ms = o.max_queue_delay_ms.value_or(m.serving.max_queue_delay_ms);
+  c.max_queued_texts = o.max_queued_texts.value_or(d.max_queued_texts);
+  c.max_queued_tokens = o.max_queued_tokens.value_or(d.max_queued_tokens);
+  c.instances = o.instances.value_or(d.instances);
+  c.batch_when_idle = o.batch_when_idle.value_or(d.batch_when_idle);
+  c.device = o.device.value_or(d.device);
+  c.format = o.format.value_or(d.format);
+  c.cuda_graphs = o.cuda_graphs.value_or(d.cuda_graphs);
+  return c;
+}
+
+absl::Status CheckModelFormat(const std::string& format) {
+  if (format == "auto" || format == "torchscript" || format == "pt2") return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("model format '", format, "' is not auto, torchscript or pt2"));
+}
+
+}  // namespace qvi

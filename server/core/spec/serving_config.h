@@ -1,0 +1,94 @@
+// How one model is served: its batching, instances and device. Three sources, later ones win:
+//   1. the server's defaults (flags),
+//   2. the model's manifest (`serving`: max_batch_size, max_batch_tokens, max_queue_delay_ms),
+//   3. the operator's file beside the versions, <store>/<model>/serving.json, which may set
+//      max_batch_size, max_batch_tokens, max_queue_delay_ms, max_queued_texts, max_queued_tokens,
+//      instances, device, format, version_policy, batch_when_idle, cuda_graphs.
+// The file never changes the model's own facts (labels, tokenizer, outputs). An unknown key or a
+// value out of range is an error naming the key, so a typo cannot pass silently.
+#ifndef QVI_SERVER_CORE_SPEC_SERVING_CONFIG_H_
+#define QVI_SERVER_CORE_SPEC_SERVING_CONFIG_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/core/spec/defaults.h"
+#include "server/core/spec/manifest.h"
+
+namespace qvi {
+
+// Which versions of a model are served (TF Serving's and Triton's version policies):
+//   "latest:N"        the N newest versions that load (default latest:1); a version that fails
+//                     to load does not count, so the next older one keeps serving;
+//   "all"             every version in the store;
+//   "specific:1,3"    exactly these versions.
+struct VersionPolicy {
+  enum class Kind { kLatest, kAll, kSpecific };
+  Kind kind = Kind::kLatest;
+  int latest = 1;
+  std::vector<int64_t> versions;  // kSpecific, ascending
+
+  static absl::StatusOr<VersionPolicy> Parse(const std::string& spec);
+  std::string ToString() const;
+  bool operator==(const VersionPolicy& o) const {
+    return kind == o.kind && latest == o.latest && versions == o.versions;
+  }
+};
+
+// CUDA graphs for a model on a GPU (docs/performance.md, "The GPU engine"). serving.json's
+// "cuda_graphs" is false, true, or {"enabled": bool, "batch_sizes": [...], "lengths": [...]}.
+struct GraphSettings {
+  bool enabled = defaults::kCudaGraphs;
+  std::vector<int64_t> batch_sizes;  // empty: 1, 2, 4, ... up to max_batch_size
+  std::vector<int64_t> lengths;      // empty: 8, 16, 32, ... up to the model's max_tokens
+  bool operator==(const GraphSettings& o) const {
+    return enabled == o.enabled && batch_sizes == o.batch_sizes && lengths == o.lengths;
+  }
+};
+
+struct ServingConfig {
+  int max_batch_size = defaults::kMaxBatchSize;
+  int max_batch_tokens = defaults::kMaxBatchTokens;
+  double max_queue_delay_ms = defaults::kMaxQueueDelayMs;
+  int max_queued_texts = defaults::kMaxQueuedTexts;
+  int64_t max_queued_tokens = defaults::kMaxQueuedTokens;
+  int instances = 1;
+  std::string device = "auto";
+  // Which artifact of a version folder to load: "auto" (the .pt2 compiled for the device kind when
+  // there is one that runs here, else model.pt), "torchscript" or "pt2" (see LoadOptions, model.h).
+  std::string format = "auto";
+  // An idle instance takes what is queued at once (no max_queue_delay wait); batches form from the
+  // texts that arrive while instances are busy. False: wait up to max_queue_delay_ms to fill.
+  bool batch_when_idle = defaults::kBatchWhenIdle;
+  GraphSettings cuda_graphs;
+};
+
+// What a serving.json sets; unset fields keep the value from the sources before it.
+struct ServingOverrides {
+  std::optional<int> max_batch_size, max_batch_tokens, max_queued_texts, instances;
+  std::optional<int64_t> max_queued_tokens;
+  std::optional<double> max_queue_delay_ms;
+  std::optional<std::string> device;
+  std::optional<std::string> format;
+  std::optional<VersionPolicy> version_policy;
+  std::optional<bool> batch_when_idle;
+  std::optional<GraphSettings> cuda_graphs;
+
+  static absl::StatusOr<ServingOverrides> Parse(const std::string& json);
+  // Reads <model_dir>/serving.json; no file means no overrides.
+  static absl::StatusOr<ServingOverrides> Read(const std::string& model_dir);
+};
+
+// Whether `format` names a model format: auto, torchscript or pt2.
+absl::Status CheckModelFormat(const std::string& format);
+
+// The effective config: server defaults, then the manifest's batching, then the overrides.
+ServingConfig ResolveServingConfig(const ServingConfig& server_defaults, const Manifest& manifest,
+                                   const ServingOverrides& overrides);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_SPEC_SERVING_CONFIG_H_

@@ -1,0 +1,57 @@
+// The server's tokenizer: the same tokens, ids and offsets as the reference tokenizer in
+// model_store/qvi/tokenizer.py (whose docstring states the rules). The shared vectors in
+// tests/data/tokenizer_vectors.json pin both.
+//
+// Guarantees: input that is not valid UTF-8 is rejected with INVALID_ARGUMENT naming the byte
+// offset; every token's `text` is exactly the input's bytes [byte_start, byte_end), and `start`/`end`
+// count Unicode code points. Unicode data comes from utf8proc; characters assigned after the
+// Python reference's Unicode version may be classified differently.
+#ifndef QVI_SERVER_CORE_TEXT_TOKENIZER_H_
+#define QVI_SERVER_CORE_TEXT_TOKENIZER_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace qvi {
+
+struct TextToken {
+  std::string text;    // the original bytes
+  uint32_t start = 0;  // code points, inclusive
+  uint32_t end = 0;    // code points, exclusive
+  uint32_t byte_start = 0;
+  uint32_t byte_end = 0;
+  std::string normalized;  // what is looked up in the vocabulary
+};
+
+enum class TokenLevel { kWord, kChar };
+
+struct TokenizerOptions {
+  TokenLevel level = TokenLevel::kWord;
+  bool lowercase = true;
+  int max_tokens = 128;
+};
+
+class Tokenizer {
+ public:
+  explicit Tokenizer(TokenizerOptions options) : options_(options) {}
+
+  // All tokens of `text` (no truncation: callers decide what to do with max_tokens).
+  absl::StatusOr<std::vector<TextToken>> Tokenize(std::string_view text) const;
+
+  const TokenizerOptions& options() const { return options_; }
+
+ private:
+  TokenizerOptions options_;
+};
+
+// Checks that `text` is well-formed UTF-8 (no overlong forms, surrogates or values past U+10FFFF).
+// The error names the first bad byte's offset.
+absl::Status ValidateUtf8(std::string_view text);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_TEXT_TOKENIZER_H_

@@ -1,0 +1,36 @@
+// Token string -> id, as stored in the artifact's vocab.txt (one token per line, id = line number).
+#ifndef QVI_SERVER_CORE_TEXT_VOCABULARY_H_
+#define QVI_SERVER_CORE_TEXT_VOCABULARY_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace qvi {
+
+class Vocabulary {
+ public:
+  static constexpr int64_t kPadId = 0;
+  static constexpr int64_t kUnkId = 1;
+
+  // Parses vocab.txt; it must start with [PAD] and [UNK] and repeat no token.
+  static absl::StatusOr<Vocabulary> Parse(std::string_view text);
+
+  int64_t Id(const std::string& normalized) const {
+    auto it = index_.find(normalized);
+    return it == index_.end() ? kUnkId : it->second;
+  }
+  size_t size() const { return tokens_.size(); }
+
+ private:
+  std::vector<std::string> tokens_;
+  std::unordered_map<std::string, int64_t> index_;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_TEXT_VOCABULARY_H_
