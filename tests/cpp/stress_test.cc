@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "server/core/sched/executor.h"
+#include "server/core/sched/sync.h"
 #include "server/core/serving/inference_service.h"
 #include "server/core/serving/model_repository.h"
-#include "server/core/sched/sync.h"
 #include "tests/cpp/test_util/run.h"
 #include "tests/cpp/test_util/store.h"
 

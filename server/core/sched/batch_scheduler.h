@@ -35,9 +35,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/core/spec/defaults.h"
 #include "server/core/sched/env.h"
 #include "server/core/sched/sync.h"
+#include "server/core/spec/defaults.h"
 
 namespace qvi {
 

@@ -4,8 +4,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/serving/postprocess.h"
 #include "server/core/sched/sync.h"
+#include "server/core/serving/postprocess.h"
 
 namespace qvi {
 namespace {
