@@ -104,10 +104,8 @@ int main(int argc, char** argv) {
     }
     ids.push_back(std::move(row));
   }
-  std::vector<std::string> wanted = model->manifest().task == qvi::Task::kClassification
-                                        ? std::vector<std::string>{"logits"}
-                                        : std::vector<std::string>{"tags", "emissions"};
-  if (explain) wanted.insert(wanted.end(), {"attention", "gates"});
+  qvi::OutputSet wanted = qvi::AnswerTensors(model->manifest().task);
+  if (explain) wanted |= qvi::OutputsOf({qvi::Output::kAttention, qvi::Output::kGates});
   std::vector<bool> map_settings;
   if (maps != "on") map_settings.push_back(false);
   if (maps != "off") map_settings.push_back(true);
@@ -121,8 +119,8 @@ int main(int argc, char** argv) {
   for (int bs : batch_sizes) {
     for (bool with_maps : map_settings) {
       for (const auto& m : models) {
-        std::vector<std::string> asked = wanted;
-        if (with_maps) asked.push_back("layer_attention");
+        qvi::OutputSet asked = wanted;
+        if (with_maps) asked.set(static_cast<size_t>(qvi::Output::kLayerAttention));
         std::vector<double> ms;
         size_t next = 0;
         int64_t texts = 0;

@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   answer.version = 1;
   answer.manifest = manifest;
   const size_t maps =
-      plan->request.options.layers.any() ? std::min<size_t>(4, plan->request.options.layers.layers.size() + 1) : 0;
+      plan->request.options.AsksLayers() ? std::min<size_t>(4, plan->request.options.layers.layers.size() + 1) : 0;
   for (const std::string& text : plan->request.texts) {
     qvi::TextResult r;
     r.labels = {{"pos", 0.5f}, {"neg", 0.3f}, {"neu", 0.2f}};
@@ -58,15 +58,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t i = 0; i < t; ++i) {
       qvi::TokenOutput token;
       token.token.text = text.substr(i, 1);
-      if (plan->request.options.attention) token.attention = 0.1f;
-      if (plan->request.options.gates) token.gate = 0.5f;
+      if (plan->request.options.Asks(qvi::OutputSwitch::kAttention)) token.attention = 0.1f;
+      if (plan->request.options.Asks(qvi::OutputSwitch::kGates)) token.gate = 0.5f;
       r.tokens.push_back(token);
     }
     for (size_t l = 0; l < maps; ++l) {
       qvi::LayerMapOutput map;
       map.layer = static_cast<int>(l);
-      if (plan->request.options.layers.gates) map.gates.assign(t, 0.5f);
-      if (plan->request.options.layers.attention_maps) map.attention.assign(t * t, 0.1f);
+      if (plan->request.options.Asks(qvi::OutputSwitch::kLayerGates)) map.gates.assign(t, 0.5f);
+      if (plan->request.options.Asks(qvi::OutputSwitch::kLayerAttention)) map.attention.assign(t * t, 0.1f);
       r.layers.push_back(map);
     }
     answer.results.push_back(std::move(r));

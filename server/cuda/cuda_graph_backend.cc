@@ -47,7 +47,7 @@ class CudaPool final : public GraphPool {
 
 class CudaCapturedForward final : public CapturedForward {
  public:
-  const std::map<std::string, torch::Tensor>& Replay(const torch::Tensor& ids, const torch::Tensor& mask) override {
+  const ModelOutputs& Replay(const torch::Tensor& ids, const torch::Tensor& mask) override {
     // Both copies and the replay go to the calling thread's stream, in that order.
     static_ids_.copy_(ids, /*non_blocking=*/true);
     static_mask_.copy_(mask, /*non_blocking=*/true);
@@ -59,7 +59,7 @@ class CudaCapturedForward final : public CapturedForward {
   friend class CudaGraphBackend;
   at::cuda::CUDAGraph graph_;
   torch::Tensor static_ids_, static_mask_;
-  std::map<std::string, torch::Tensor> outputs_;
+  ModelOutputs outputs_;
 };
 
 class CudaGraphBackend final : public GraphBackend {

@@ -10,6 +10,28 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 namespace {
 
+// The native API's field for each per-token value and per-layer vector of the output catalogue
+// (outputs.h names it, proto_field); ConvertTest keeps the two in step.
+struct TokenField {
+  Output output;
+  void (v1::Token::*set)(float);
+};
+constexpr TokenField kTokenFields[] = {
+    {Output::kAttention, &v1::Token::set_attention}, {Output::kSentenceAttention, &v1::Token::set_sentence_attention},
+    {Output::kGates, &v1::Token::set_gate},          {Output::kSentenceGates, &v1::Token::set_sentence_gate},
+    {Output::kLambdaQ, &v1::Token::set_lambda_q},    {Output::kLambdaK, &v1::Token::set_lambda_k},
+};
+struct LayerField {
+  Output output;
+  google::protobuf::RepeatedField<float>* (v1::LayerMap::*mutable_field)();
+};
+constexpr LayerField kLayerFields[] = {
+    {Output::kLayerGates, &v1::LayerMap::mutable_gates},
+    {Output::kLayerLambdaQ, &v1::LayerMap::mutable_lambda_q},
+    {Output::kLayerLambdaK, &v1::LayerMap::mutable_lambda_k},
+    {Output::kLayerAttention, &v1::LayerMap::mutable_attention},
+};
+
 void TokensToProto(const std::vector<TokenOutput>& tokens, google::protobuf::RepeatedPtrField<v1::Token>* out) {
   out->Reserve(static_cast<int>(tokens.size()));
   for (const TokenOutput& t : tokens) {
@@ -21,12 +43,9 @@ void TokensToProto(const std::vector<TokenOutput>& tokens, google::protobuf::Rep
     p->set_byte_end(t.token.byte_end);
     p->set_normalized(t.token.normalized);
     p->set_id(static_cast<int32_t>(t.id));
-    if (t.attention) p->set_attention(*t.attention);
-    if (t.gate) p->set_gate(*t.gate);
-    if (t.sentence_attention) p->set_sentence_attention(*t.sentence_attention);
-    if (t.sentence_gate) p->set_sentence_gate(*t.sentence_gate);
-    if (t.lambda_q) p->set_lambda_q(*t.lambda_q);
-    if (t.lambda_k) p->set_lambda_k(*t.lambda_k);
+    for (const TokenField& f : kTokenFields) {
+      if (const std::optional<float>& v = t.*(Row(f.output).token_field)) (p->*f.set)(*v);
+    }
     if (!t.tag.empty()) p->set_tag(t.tag);
   }
 }
@@ -36,14 +55,21 @@ void LayersToProto(const std::vector<LayerMapOutput>& layers, google::protobuf::
     v1::LayerMap* p = out->Add();
     p->set_layer(m.layer);
     p->set_head(m.head);
-    p->mutable_gates()->Add(m.gates.begin(), m.gates.end());
-    p->mutable_lambda_q()->Add(m.lambda_q.begin(), m.lambda_q.end());
-    p->mutable_lambda_k()->Add(m.lambda_k.begin(), m.lambda_k.end());
-    p->mutable_attention()->Add(m.attention.begin(), m.attention.end());
+    for (const LayerField& f : kLayerFields) {
+      const std::vector<float>& values = m.*(Row(f.output).layer_field);
+      (p->*f.mutable_field)()->Add(values.begin(), values.end());
+    }
   }
 }
 
 }  // namespace
+
+std::vector<Output> OutputsWithProtoFields() {
+  std::vector<Output> out;
+  for (const TokenField& f : kTokenFields) out.push_back(f.output);
+  for (const LayerField& f : kLayerFields) out.push_back(f.output);
+  return out;
+}
 
 void ToProto(const InferenceResponse& in, v1::ClassifyResponse* out) {
   out->mutable_model()->set_name(in.model);

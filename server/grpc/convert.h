@@ -22,6 +22,9 @@ std::string StatusCodeName(grpc::StatusCode code);
 void ToProto(const InferenceResponse& in, v1::ClassifyResponse* out);
 void ToProto(const InferenceResponse& in, v1::TagResponse* out);
 void ToProto(const ModelStatus& in, v1::ModelInfo* out);
+// The catalogue outputs the native API carries as Token or LayerMap fields (for the test that every
+// catalogue row with an answer field has one).
+std::vector<Output> OutputsWithProtoFields();
 
 }  // namespace qvi
 

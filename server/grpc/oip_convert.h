@@ -5,17 +5,11 @@
 //
 // One input, "text": BYTES, shape [N] (or [N, 1]), one UTF-8 text per element, as raw contents
 // (each element a 4-byte little-endian length and its bytes) or as contents.bytes_contents.
-// Outputs (the request's `outputs` list selects them; empty = the defaults, marked *):
-//   classifiers  label* BYTES [N], probabilities* FP32 [N, C] (in the order of the model's labels;
-//                with the output parameter "classification" = K, BYTES [N, K] "score:index:label",
-//                best first: Triton's classification extension), labels BYTES [N, K] and
-//                scores FP32 [N, K] (the K = top_k best, best first)
-//   taggers      spans* BYTES [N] (a JSON array of the text's spans), tags* BYTES [N, T]
-//   both         tokens BYTES [N, T], token_count INT32 [N] (tokens read), truncated BOOL [N],
-//                and the explanations the model has: attention (α), gates (β), sentence_attention,
-//                sentence_gates, lambda_q, lambda_k FP32 [N, T]; layer_index INT32 [M, 2] (layer,
-//                head), layer_gates, layer_lambda_q, layer_lambda_k FP32 [N, M, T] and
-//                layer_attention FP32 [N, M, T, T].
+// Outputs: the wire outputs of the output catalogue (server/core/spec/outputs.cc: each row's name,
+// datatype and shape) that the model has; the request's `outputs` list selects them, and without
+// one an answer carries its task's answer and what the parameters turn on (DefaultWireOutputs).
+// "probabilities" takes the output parameter "classification" = K: BYTES [N, K] "score:index:label",
+// best first (Triton's classification extension).
 // T is the most tokens any text of the request was read with; the rows of shorter texts are padded
 // with "" and 0, and token_count says where each row ends. Request parameters: top_k (int64),
 // attention, gates, tokens, layer_gates, layer_attention (bool: add those outputs to the defaults,
@@ -30,24 +24,20 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "inference/open_inference_grpc.pb.h"
+#include "server/core/spec/answer_tensors.h"
 #include "server/core/spec/manifest.h"
 #include "server/core/spec/request.h"
 
 namespace qvi::oip {
 
-// An output the model can give: its name, datatype and shape (-1: any size).
-struct TensorSpec {
-  std::string name, datatype;
-  std::vector<int64_t> shape;
-};
-
-// Every output of a model with this manifest, in the order ModelMetadata lists them.
-std::vector<TensorSpec> OutputSpecs(const Manifest& manifest);
-TensorSpec InputSpec();
+// The catalogue's tensor view of the model (answer_tensors.h), as ModelMetadata lists it.
+inline std::vector<TensorSpec> OutputSpecs(const Manifest& manifest) { return WireOutputs(manifest); }
+inline TensorSpec InputSpec() { return TextInput(); }
 
 struct RequestedOutput {
-  std::string name;
+  Output output;
   int classification = 0;  // Triton's classification extension: K best as "score:index:label"
+  const char* name() const { return OutputName(output); }
 };
 
 // A ModelInfer request in the core's terms.
@@ -59,11 +49,15 @@ struct InferPlan {
   int top_k = 1;                                      // K of labels / scores
 };
 
+// oip_request.cc: the request half. ----------------------------------------------------------
+
 // "" is 0 (the newest ready version); otherwise a positive integer. INVALID_ARGUMENT names `field`.
 absl::StatusOr<int64_t> ParseVersion(const std::string& field, const std::string& version);
 
 // Checks `in` against the model and the protocol; errors name the field and what was wrong.
 absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in, const Manifest& manifest);
+
+// oip_response.cc: the response half. --------------------------------------------------------
 
 // The size of ToModelInfer's answer, at least (exact for the tensors; spans estimated from above),
 // computed without building it: an answer over the send limit is refused before it is built.

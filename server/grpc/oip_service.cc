@@ -23,7 +23,7 @@ grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::S
   return reactor;
 }
 
-void AddTensor(const oip::TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
+void AddTensor(const TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
   out->set_name(spec.name);
   out->set_datatype(spec.datatype);
   for (int64_t d : spec.shape) out->add_shape(d);
@@ -95,7 +95,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelMetadata(grpc::CallbackServerCont
   }
   response->set_platform(absl::StrCat("qvi_", m.format()));
   AddTensor(oip::InputSpec(), response->add_inputs());
-  for (const oip::TensorSpec& spec : oip::OutputSpecs(manifest)) AddTensor(spec, response->add_outputs());
+  for (const TensorSpec& spec : oip::OutputSpecs(manifest)) AddTensor(spec, response->add_outputs());
   auto& p = *response->mutable_properties();
   p["version"] = absl::StrCat((*servable)->version);
   p["task"] = manifest.task == Task::kClassification ? "classification" : "tagging";

@@ -11,13 +11,17 @@ InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::R
   r.request_id = request_id;
   OutputOptions& o = r.options;
   o.top_k = options.top_k();
-  o.attention = options.attention();
-  o.gates = options.gates();
-  o.tokens = options.tokens();
-  o.error_on_truncation = options.truncation() == v1::TRUNCATION_POLICY_ERROR;
   const v1::LayerOptions& l = options.layers();
-  o.layers.gates = l.gates();
-  o.layers.attention_maps = l.attention_maps();
+  // The API's switches, each turning on the outputs the catalogue gives it (outputs.h).
+  const std::pair<bool, OutputSwitch> switches[] = {{options.attention(), OutputSwitch::kAttention},
+                                                    {options.gates(), OutputSwitch::kGates},
+                                                    {options.tokens(), OutputSwitch::kTokens},
+                                                    {l.gates(), OutputSwitch::kLayerGates},
+                                                    {l.attention_maps(), OutputSwitch::kLayerAttention}};
+  for (const auto& [on, which] : switches) {
+    if (on) o.Ask(which);
+  }
+  o.error_on_truncation = options.truncation() == v1::TRUNCATION_POLICY_ERROR;
   o.layers.layers.assign(l.layers().begin(), l.layers().end());
   o.layers.heads.assign(l.heads().begin(), l.heads().end());
   o.layers.reduction = l.reduction() == v1::LAYER_REDUCTION_MEAN_HEADS ? LayerSelection::Reduction::kMeanHeads

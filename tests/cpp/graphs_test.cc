@@ -16,6 +16,7 @@
 #include "server/core/spec/shape_buckets.h"
 #include "tests/cpp/test_util/emulated_graphs.h"
 #include "tests/cpp/test_util/fake_model.h"
+#include "tests/cpp/test_util/run.h"
 
 namespace qvi {
 namespace {
@@ -91,12 +92,12 @@ std::pair<torch::Tensor, torch::Tensor> RandomBatch(int64_t batch, int64_t token
   return {ids, mask};
 }
 
-void ExpectSameAnswers(const std::map<std::string, torch::Tensor>& got,
-                       const std::map<std::string, torch::Tensor>& want, const std::string& where) {
-  ASSERT_EQ(got.size(), want.size()) << where;
-  for (const auto& [name, w] : want) {
-    ASSERT_TRUE(got.count(name)) << name << " " << where;
-    const torch::Tensor& g = got.at(name);
+void ExpectSameAnswers(const ModelOutputs& got, const ModelOutputs& want, const std::string& where) {
+  ASSERT_EQ(got.present(), want.present()) << where;
+  for (Output output : InOrder(want.present())) {
+    const char* name = OutputName(output);
+    const torch::Tensor& w = want.at(output);
+    const torch::Tensor& g = got.at(output);
     ASSERT_EQ(g.sizes(), w.sizes()) << name << " " << where;
     if (w.is_floating_point()) {
       EXPECT_LE((g - w).abs().max().item<float>(), 1e-5) << name << " " << where;
@@ -142,7 +143,7 @@ TEST(ModelGraphsTest, AnswersAreThoseOfTheForwardWithoutAGraphAtEveryShape) {
   std::unique_ptr<FakeModel> eager = FakeModel::Create("fake", 16);
   std::unique_ptr<FakeModel> graphed = FakeModel::Create("fake", 16);
   ASSERT_TRUE(graphed->PrepareGraphs(GraphOptions(&backend, 1, {1, 4, 8}, {4, 16})).ok());
-  const std::vector<std::string> wanted{"logits", "attention", "gates", "layer_gates"};
+  const OutputSet wanted = testing::Named({"logits", "attention", "gates", "layer_gates"});
   int replays = 0;
   // Exactly a bucket, padded in length, padded in batch, both, and one text too many for any bucket.
   for (auto [b, t] : std::vector<std::pair<int64_t, int64_t>>{{4, 16}, {1, 3}, {3, 4}, {5, 11}, {9, 5}}) {
@@ -157,7 +158,7 @@ TEST(ModelGraphsTest, AnswersAreThoseOfTheForwardWithoutAGraphAtEveryShape) {
   // The maps are never captured: a batch that asks for them runs the forward with maps.
   auto [ids, mask] = RandomBatch(2, 4, 5, 7);
   const int with_maps = graphed->runs_with_maps();
-  auto maps = graphed->Forward(ids, mask, {"logits", "layer_attention"});
+  auto maps = graphed->Forward(ids, mask, testing::Named({"logits", "layer_attention"}));
   ASSERT_TRUE(maps.ok()) << maps.status();
   EXPECT_EQ(graphed->runs_with_maps(), with_maps + 1);
   EXPECT_EQ(backend.replays(), replays);
@@ -169,13 +170,13 @@ TEST(ModelGraphsTest, AnAnswerIsNotOverwrittenByTheNextReplay) {
   ASSERT_TRUE(model->PrepareGraphs(GraphOptions(&backend, 1, {2}, {4})).ok());
   auto [a_ids, a_mask] = RandomBatch(2, 4, 5, 1);
   auto [b_ids, b_mask] = RandomBatch(2, 4, 5, 2);
-  auto first = model->Forward(a_ids, a_mask, {"logits", "gates"});
+  auto first = model->Forward(a_ids, a_mask, testing::Named({"logits", "gates"}));
   ASSERT_TRUE(first.ok());
-  const torch::Tensor kept = first->at("gates").clone();
-  auto second = model->Forward(b_ids, b_mask, {"logits", "gates"});
+  const torch::Tensor kept = first->at(Output::kGates).clone();
+  auto second = model->Forward(b_ids, b_mask, testing::Named({"logits", "gates"}));
   ASSERT_TRUE(second.ok());
-  EXPECT_FALSE(torch::equal(first->at("gates"), second->at("gates")));
-  EXPECT_TRUE(torch::equal(first->at("gates"), kept));
+  EXPECT_FALSE(torch::equal(first->at(Output::kGates), second->at(Output::kGates)));
+  EXPECT_TRUE(torch::equal(first->at(Output::kGates), kept));
 }
 
 TEST(ModelGraphsTest, ConcurrentCallersGetTheirOwnAnswers) {
@@ -189,9 +190,9 @@ TEST(ModelGraphsTest, ConcurrentCallersGetTheirOwnAnswers) {
     callers.emplace_back([&, c] {
       for (int i = 0; i < 50; ++i) {
         auto [ids, mask] = RandomBatch(3, 6, 5, static_cast<uint64_t>(c * 1000 + i));
-        auto out = model->Forward(ids, mask, {"logits"});
+        auto out = model->Forward(ids, mask, testing::Named({"logits"}));
         const torch::Tensor want = (ids.to(torch::kFloat) * mask.to(torch::kFloat)).sum(1);
-        if (!out.ok() || !torch::equal(out->at("logits").select(1, 0), want)) ++wrong;
+        if (!out.ok() || !torch::equal(out->at(Output::kLogits).select(1, 0), want)) ++wrong;
       }
     });
   }
@@ -221,7 +222,7 @@ TEST(ModelGraphsTest, ReasonsForRunningWithoutGraphs) {
       << model->graphs().note;
   auto [ids, mask] = RandomBatch(2, 5, 5, 3);
   const int replays = backend.replays();
-  ASSERT_TRUE(model->Forward(ids, mask, {"logits"}).ok());
+  ASSERT_TRUE(model->Forward(ids, mask, testing::Named({"logits"})).ok());
   EXPECT_EQ(backend.replays(), replays);
   // Buckets the model cannot run are an error that fails the load, naming the file and the limit.
   absl::Status s = model->PrepareGraphs(GraphOptions(&backend, 1, {1}, {8, 32}));
@@ -233,8 +234,10 @@ TEST(ModelGraphsTest, ReasonsForRunningWithoutGraphs) {
 // The demo models through emulated graphs: a padded bucket answers what the batch's own shape does,
 // for the classifier (TorchScript) and the tagger in both formats (the package's tags are decoded on
 // the host after the replay).
-void ExpectGraphParity(const fs::path& version, const std::string& format, const std::vector<std::string>& wanted,
-                       GraphBackend* real_backend = nullptr, const std::string& device = "cpu") {
+void ExpectGraphParity(const fs::path& version, const std::string& format,
+                       std::initializer_list<std::string_view> names, GraphBackend* real_backend = nullptr,
+                       const std::string& device = "cpu") {
+  const OutputSet wanted = testing::Named(names);
   EmulatedGraphBackend emulated;
   GraphBackend* backend = real_backend != nullptr ? real_backend : &emulated;
   LoadOptions plain;
@@ -261,7 +264,7 @@ void ExpectGraphParity(const fs::path& version, const std::string& format, const
   if (real_backend == nullptr) EXPECT_EQ(emulated.replays(), 5);
 }
 
-class DemoGraphsTest : public testing::Test {
+class DemoGraphsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // QVI_SOURCE_DIR in the environment: a copy of the checkout elsewhere (a GPU machine's).

@@ -68,8 +68,8 @@ Executor* InferenceServiceTest::executor_ = nullptr;
 TEST_F(InferenceServiceTest, ClassifiesWithExplanations) {
   InferenceRequest r = Request("sentiment", {"A moving, funny film.", "Dull and far too long."});
   r.options.top_k = 5;
-  r.options.attention = true;
-  r.options.gates = true;
+  r.options.Ask(OutputSwitch::kAttention);
+  r.options.Ask(OutputSwitch::kGates);
   auto out = Run(Service(), Method::kClassify, r);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->version, 1);  // version 2 is corrupt, so 0 resolves to 1
@@ -111,7 +111,7 @@ TEST_F(InferenceServiceTest, Truncation) {
   std::string long_text;
   for (int i = 0; i < 200; ++i) long_text += "word ";
   InferenceRequest r = Request("sentiment", {long_text});
-  r.options.tokens = true;
+  r.options.Ask(OutputSwitch::kTokens);
   auto out = Run(Service(), Method::kClassify, r);
   ASSERT_TRUE(out.ok());
   EXPECT_TRUE(out->results[0].truncated);
@@ -144,7 +144,7 @@ TEST_F(InferenceServiceTest, InvalidArguments) {
   ExpectError(Run(svc, Method::kTag, Request("sentiment", {"x"})), absl::StatusCode::kInvalidArgument,
               "model 'sentiment' is a classification model; call Classify, not Tag");
   r = Request("sentiment", {"x"});
-  r.options.layers.gates = true;
+  r.options.Ask(OutputSwitch::kLayerGates);
   r.options.layers.layers = {7};
   ExpectError(Run(svc, Method::kClassify, r), absl::StatusCode::kInvalidArgument,
               "options.layers.layers[0]: 7 is out of range [0, 2)");
@@ -153,7 +153,7 @@ TEST_F(InferenceServiceTest, InvalidArguments) {
 TEST_F(InferenceServiceTest, RepeatedOrTooManyLayerAndHeadIndicesAreRefused) {
   // sentiment: 2 layers x 4 heads.
   InferenceRequest r = Request("sentiment", {"x"});
-  r.options.layers.attention_maps = true;
+  r.options.Ask(OutputSwitch::kLayerAttention);
   r.options.layers.layers = {1, 0, 1};
   ExpectError(Run(Service(), Method::kClassify, r), absl::StatusCode::kInvalidArgument,
               "options.layers.layers: 3 indices exceed the model's 2 layers");
@@ -188,9 +188,9 @@ TEST_F(InferenceServiceTest, LongModelNamesAndRequestIdsAreRefusedWithoutEcho) {
 TEST_F(InferenceServiceTest, AnAnswerOverTheSendLimitIsRefusedBeforeTheModelRuns) {
   std::vector<std::string> texts(64, "a long text of many words that the model reads and explains word by word");
   InferenceRequest r = Request("sentiment", texts);
-  r.options.attention = true;
-  r.options.layers.gates = true;
-  r.options.layers.attention_maps = true;
+  r.options.Ask(OutputSwitch::kAttention);
+  r.options.Ask(OutputSwitch::kLayerGates);
+  r.options.Ask(OutputSwitch::kLayerAttention);
   // The answer really is about as large as estimated: measure it without a limit.
   absl::StatusOr<InferenceResponse> full = Run(Service(), Method::kClassify, r);
   ASSERT_TRUE(full.ok()) << full.status();
@@ -254,8 +254,8 @@ TEST_F(InferenceServiceTest, ExpiredAndCancelledRequestsNeverRun) {
 
 TEST_F(InferenceServiceTest, LayerMapsAreSelectedAndReduced) {
   InferenceRequest r = Request("sentiment", {"a good film"});
-  r.options.layers.gates = true;
-  r.options.layers.attention_maps = true;
+  r.options.Ask(OutputSwitch::kLayerGates);
+  r.options.Ask(OutputSwitch::kLayerAttention);
   r.options.layers.layers = {1};
   auto out = Run(Service(), Method::kClassify, r);
   ASSERT_TRUE(out.ok()) << out.status();
@@ -286,8 +286,8 @@ TEST_F(InferenceServiceTest, BatchingIsInvisibleInTheAnswers) {
       "Meh"};
   InferenceRequest together = Request("sentiment", texts);
   together.options.top_k = 2;
-  together.options.attention = true;
-  together.options.gates = true;
+  together.options.Ask(OutputSwitch::kAttention);
+  together.options.Ask(OutputSwitch::kGates);
   auto batched = Run(Service(), Method::kClassify, together);
   ASSERT_TRUE(batched.ok()) << batched.status();
   for (size_t i = 0; i < texts.size(); ++i) {
@@ -316,22 +316,23 @@ TEST_F(InferenceServiceTest, OnlySelectedLayersAndHeadsLeaveTheModel) {
   const Model& model = *(*h)->model;
   torch::Tensor ids = torch::arange(2, 12, torch::kLong).view({2, 5});  // distinct tokens: heads differ
   torch::Tensor mask = torch::ones({2, 5}, torch::kBool);
-  auto all = model.Forward(ids, mask, {"layer_attention", "layer_gates"});
+  auto all = model.Forward(ids, mask, testing::Named({"layer_attention", "layer_gates"}));
   ASSERT_TRUE(all.ok()) << all.status();
-  EXPECT_EQ(all->at("layer_attention").sizes(), (std::vector<int64_t>{2, 2, 4, 5, 5}));
-  EXPECT_EQ(all->count("layer_index"), 0u);
-  auto some = model.Forward(ids, mask, {"layer_attention", "layer_gates"}, OutputSelection{{1}, {0, 2}});
+  EXPECT_EQ(all->at(Output::kLayerAttention).sizes(), (std::vector<int64_t>{2, 2, 4, 5, 5}));
+  EXPECT_FALSE(all->layer_index.defined());
+  auto some =
+      model.Forward(ids, mask, testing::Named({"layer_attention", "layer_gates"}), OutputSelection{{1}, {0, 2}});
   ASSERT_TRUE(some.ok()) << some.status();
-  EXPECT_EQ(some->at("layer_attention").sizes(), (std::vector<int64_t>{2, 1, 2, 5, 5}));
-  EXPECT_EQ(some->at("layer_gates").sizes(), (std::vector<int64_t>{2, 1, 2, 5}));
-  EXPECT_TRUE(torch::equal(some->at("layer_index"), torch::tensor({1}, torch::kLong)));
-  EXPECT_TRUE(torch::equal(some->at("head_index"), torch::tensor({0, 2}, torch::kLong)));
-  EXPECT_TRUE(torch::allclose(some->at("layer_attention")[0][0][1], all->at("layer_attention")[0][1][2]));
+  EXPECT_EQ(some->at(Output::kLayerAttention).sizes(), (std::vector<int64_t>{2, 1, 2, 5, 5}));
+  EXPECT_EQ(some->at(Output::kLayerGates).sizes(), (std::vector<int64_t>{2, 1, 2, 5}));
+  EXPECT_TRUE(torch::equal(some->layer_index, torch::tensor({1}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(some->head_index, torch::tensor({0, 2}, torch::kLong)));
+  EXPECT_TRUE(torch::allclose(some->at(Output::kLayerAttention)[0][0][1], all->at(Output::kLayerAttention)[0][1][2]));
   // A text asking for layer 1 head 2 of that cut gets the same numbers as from the full output.
-  LayerSelection sel;
-  sel.attention_maps = true;
-  sel.layers = {1};
-  sel.heads = {2};
+  OutputOptions sel;
+  sel.Ask(OutputSwitch::kLayerAttention);
+  sel.layers.layers = {1};
+  sel.layers.heads = {2};
   std::vector<LayerMapOutput> a = LayerMaps(*some, sel, 0, 5), b = LayerMaps(*all, sel, 0, 5);
   ASSERT_EQ(a.size(), 1u);
   ASSERT_EQ(b.size(), 1u);
@@ -340,15 +341,16 @@ TEST_F(InferenceServiceTest, OnlySelectedLayersAndHeadsLeaveTheModel) {
   EXPECT_EQ(a[0].attention, b[0].attention);
 
   // Heads averaged on the device: one head leaves it, and the summary equals the host's average.
-  auto mean = model.Forward(ids, mask, {"layer_attention", "layer_gates"}, OutputSelection{{}, {0, 2}, true});
+  auto mean =
+      model.Forward(ids, mask, testing::Named({"layer_attention", "layer_gates"}), OutputSelection{{}, {0, 2}, true});
   ASSERT_TRUE(mean.ok()) << mean.status();
-  EXPECT_EQ(mean->at("layer_attention").sizes(), (std::vector<int64_t>{2, 2, 1, 5, 5}));
-  EXPECT_TRUE(torch::equal(mean->at("head_index"), torch::tensor({-1}, torch::kLong)));
-  sel.gates = true;
-  sel.layers = {};
-  sel.heads = {0, 2};
+  EXPECT_EQ(mean->at(Output::kLayerAttention).sizes(), (std::vector<int64_t>{2, 2, 1, 5, 5}));
+  EXPECT_TRUE(torch::equal(mean->head_index, torch::tensor({-1}, torch::kLong)));
+  sel.Ask(OutputSwitch::kLayerGates);
+  sel.layers.layers = {};
+  sel.layers.heads = {0, 2};
   for (auto reduction : {LayerSelection::Reduction::kMeanHeads, LayerSelection::Reduction::kMeanAll}) {
-    sel.reduction = reduction;
+    sel.layers.reduction = reduction;
     std::vector<LayerMapOutput> dev = LayerMaps(*mean, sel, 1, 5), host = LayerMaps(*all, sel, 1, 5);
     ASSERT_EQ(dev.size(), host.size());
     ASSERT_EQ(dev.size(), reduction == LayerSelection::Reduction::kMeanHeads ? 2u : 1u);
@@ -376,26 +378,27 @@ TEST_F(InferenceServiceTest, BatchesWithoutMapsSkipThemAndAnswerTheSame) {
     torch::Tensor mask = torch::ones({3, 6}, torch::kBool);
     mask.index_put_({1, torch::indexing::Slice(2)}, false);
     mask.index_put_({2, torch::indexing::Slice(4)}, false);
-    std::vector<std::string> explained = {"logits", "emissions", "tags", "attention", "gates", "layer_gates"};
-    std::vector<std::string> with_maps = explained;
-    with_maps.push_back("layer_attention");
+    const OutputSet explained = testing::Named({"logits", "emissions", "tags", "attention", "gates", "layer_gates"});
+    OutputSet with_maps = explained;
+    with_maps.set(static_cast<size_t>(Output::kLayerAttention));
     auto lean = model.Forward(ids, mask, explained);
     auto full = model.Forward(ids, mask, with_maps);
     ASSERT_TRUE(lean.ok()) << lean.status();
     ASSERT_TRUE(full.ok()) << full.status();
-    EXPECT_EQ(lean->count("layer_attention"), 0u);
-    EXPECT_EQ(full->count("layer_attention"), 1u);
+    EXPECT_FALSE(lean->has(Output::kLayerAttention));
+    EXPECT_TRUE(full->has(Output::kLayerAttention));
     size_t compared = 0;
-    for (const auto& [output, t] : *lean) {
-      ASSERT_EQ(full->count(output), 1u) << name << " " << output;
+    for (Output output : InOrder(lean->present())) {
+      const torch::Tensor& t = lean->at(output);
+      ASSERT_TRUE(full->has(output)) << name << " " << OutputName(output);
       if (t.is_floating_point()) {
-        EXPECT_TRUE(torch::allclose(t, full->at(output), 1e-5, 1e-5)) << name << " " << output;
+        EXPECT_TRUE(torch::allclose(t, full->at(output), 1e-5, 1e-5)) << name << " " << OutputName(output);
       } else {
-        EXPECT_TRUE(torch::equal(t, full->at(output))) << name << " " << output;
+        EXPECT_TRUE(torch::equal(t, full->at(output))) << name << " " << OutputName(output);
       }
       ++compared;
     }
-    EXPECT_EQ(compared + 1, full->size()) << name;  // everything but the maps
+    EXPECT_EQ(compared + 1, full->present().count()) << name;  // everything but the maps
   }
 }
 

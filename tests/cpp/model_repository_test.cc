@@ -122,10 +122,9 @@ class ModelRepositoryTest : public ::testing::Test {
     Notification done;
     absl::Status result;
     auto request = std::make_shared<RunnableRequest>(
-        std::vector<std::vector<int64_t>>{{2, 3, 4}}, std::vector<std::string>{"logits"}, absl::InfiniteFuture(),
-        nullptr,
+        std::vector<std::vector<int64_t>>{{2, 3, 4}}, OutputsOf({Output::kLogits}), absl::InfiniteFuture(), nullptr,
         [](int, const ModelOutputs& out, int64_t) {
-          return out.count("logits") ? absl::OkStatus() : absl::InternalError("no logits");
+          return out.has(Output::kLogits) ? absl::OkStatus() : absl::InternalError("no logits");
         },
         [&](absl::Status s) {
           result = s;
@@ -276,7 +275,7 @@ TEST_F(ModelRepositoryTest, OneModelsFailureLeavesTheOthersAlone) {
 absl::Duration QueueWait(const ServableHandle& servable, FakeEnv& env, absl::Duration advance) {
   Notification done;
   auto request = std::make_shared<RunnableRequest>(
-      std::vector<std::vector<int64_t>>{{2, 3}}, std::vector<std::string>{"logits"}, absl::InfiniteFuture(), nullptr,
+      std::vector<std::vector<int64_t>>{{2, 3}}, OutputsOf({Output::kLogits}), absl::InfiniteFuture(), nullptr,
       [](int, const ModelOutputs&, int64_t) { return absl::OkStatus(); }, [&](absl::Status) { done.Notify(); });
   EXPECT_TRUE(servable->runner->Enqueue(request).ok());
   if (advance > absl::ZeroDuration()) {

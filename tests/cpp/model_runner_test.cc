@@ -47,9 +47,9 @@ class ModelRunnerTest : public ::testing::Test {
   static std::shared_ptr<RunnableRequest> Text(std::function<void(absl::Status)> on_done,
                                                absl::Time deadline = absl::InfiniteFuture()) {
     return std::make_shared<RunnableRequest>(
-        std::vector<std::vector<int64_t>>{{2, 3, 4}}, std::vector<std::string>{"logits"}, deadline, nullptr,
+        std::vector<std::vector<int64_t>>{{2, 3, 4}}, OutputsOf({Output::kLogits}), deadline, nullptr,
         [](int, const ModelOutputs& out, int64_t) {
-          return out.count("logits") ? absl::OkStatus() : absl::InternalError("no logits");
+          return out.has(Output::kLogits) ? absl::OkStatus() : absl::InternalError("no logits");
         },
         std::move(on_done));
   }
@@ -152,7 +152,7 @@ TEST_F(ModelRunnerTest, AThrowingRowHandlerFailsOnlyItsText) {
   auto bad_f = bad->get_future();
   auto good_f = good->get_future();
   auto throwing = std::make_shared<RunnableRequest>(
-      std::vector<std::vector<int64_t>>{{2, 3}}, std::vector<std::string>{"logits"}, absl::InfiniteFuture(), nullptr,
+      std::vector<std::vector<int64_t>>{{2, 3}}, OutputsOf({Output::kLogits}), absl::InfiniteFuture(), nullptr,
       [](int, const ModelOutputs&, int64_t) -> absl::Status { throw std::bad_alloc(); },
       [bad](absl::Status s) { bad->set_value(s); });
   ASSERT_TRUE(runner_->Enqueue(throwing).ok());

@@ -11,6 +11,7 @@
 
 #include "server/core/model/viterbi.h"
 #include "tests/cpp/test_util/fake_model.h"
+#include "tests/cpp/test_util/run.h"
 
 namespace qvi {
 namespace {
@@ -34,45 +35,45 @@ std::pair<torch::Tensor, torch::Tensor> Batch(const std::vector<std::vector<int6
 TEST(ModelForwardTest, ReturnsOnlyWhatIsAskedAndSkipsTheMapsWhenNobodyWantsThem) {
   std::unique_ptr<FakeModel> model = FakeModel::Create();
   auto [ids, mask] = Batch({{2, 3, 4}, {4}});
-  absl::StatusOr<std::map<std::string, torch::Tensor>> out = model->Forward(ids, mask, {"logits", "gates"});
+  absl::StatusOr<ModelOutputs> out = model->Forward(ids, mask, testing::Named({"logits", "gates"}));
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(out->size(), 2u);
-  EXPECT_TRUE(torch::equal(out->at("logits"), torch::tensor({{9.0f, 3.0f}, {4.0f, 1.0f}})));
+  EXPECT_EQ(out->present().count(), 2u);
+  EXPECT_TRUE(torch::equal(out->at(Output::kLogits), torch::tensor({{9.0f, 3.0f}, {4.0f, 1.0f}})));
   EXPECT_EQ(model->runs_with_maps(), 0);
   EXPECT_EQ(model->runs_without_maps(), 1);
-  out = model->Forward(ids, mask, {"layer_attention"});
+  out = model->Forward(ids, mask, testing::Named({"layer_attention"}));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(model->runs_with_maps(), 1);
-  EXPECT_EQ(out->at("layer_attention").sizes(), (std::vector<int64_t>{2, 2, 3, 3, 3}));
+  EXPECT_EQ(out->at(Output::kLayerAttention).sizes(), (std::vector<int64_t>{2, 2, 3, 3, 3}));
 }
 
 TEST(ModelForwardTest, CopiesOnlyTheSelectedLayersAndHeadsAndNamesThem) {
   std::unique_ptr<FakeModel> model = FakeModel::Create();
   auto [ids, mask] = Batch({{2, 3}});
   OutputSelection selection{{1}, {0, 2}, false};
-  absl::StatusOr<std::map<std::string, torch::Tensor>> out = model->Forward(ids, mask, {"layer_gates"}, selection);
+  absl::StatusOr<ModelOutputs> out = model->Forward(ids, mask, testing::Named({"layer_gates"}), selection);
   ASSERT_TRUE(out.ok()) << out.status();
   // layer_gates = layer + head/10 on real tokens: layer 1, heads 0 and 2.
-  EXPECT_TRUE(
-      torch::allclose(out->at("layer_gates"), torch::tensor({1.0f, 1.2f}).view({1, 1, 2, 1}).expand({1, 1, 2, 2})));
-  EXPECT_TRUE(torch::equal(out->at("layer_index"), torch::tensor({1}, torch::kLong)));
-  EXPECT_TRUE(torch::equal(out->at("head_index"), torch::tensor({0, 2}, torch::kLong)));
+  EXPECT_TRUE(torch::allclose(out->at(Output::kLayerGates),
+                              torch::tensor({1.0f, 1.2f}).view({1, 1, 2, 1}).expand({1, 1, 2, 2})));
+  EXPECT_TRUE(torch::equal(out->layer_index, torch::tensor({1}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(out->head_index, torch::tensor({0, 2}, torch::kLong)));
   selection.mean_heads = true;
-  out = model->Forward(ids, mask, {"layer_gates"}, selection);
+  out = model->Forward(ids, mask, testing::Named({"layer_gates"}), selection);
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_TRUE(torch::allclose(out->at("layer_gates"), torch::full({1, 1, 1, 2}, 1.1f)));
-  EXPECT_TRUE(torch::equal(out->at("head_index"), torch::tensor({-1}, torch::kLong)));
+  EXPECT_TRUE(torch::allclose(out->at(Output::kLayerGates), torch::full({1, 1, 1, 2}, 1.1f)));
+  EXPECT_TRUE(torch::equal(out->head_index, torch::tensor({-1}, torch::kLong)));
 }
 
 TEST(ModelForwardTest, OutputsThatContradictTheManifestAreAnInternalError) {
   std::unique_ptr<FakeModel> model = FakeModel::Create("fake", 16, /*bad_from_batch=*/3);
   auto [ids, mask] = Batch({{2}, {3}, {4}});
-  absl::StatusOr<std::map<std::string, torch::Tensor>> out = model->Forward(ids, mask, {"logits"});
+  absl::StatusOr<ModelOutputs> out = model->Forward(ids, mask, testing::Named({"logits"}));
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInternal);
   EXPECT_NE(out.status().message().find("returned logits of shape [3,1]"), std::string::npos) << out.status();
   auto [two, two_mask] = Batch({{2}, {3}});
-  EXPECT_TRUE(model->Forward(two, two_mask, {"logits"}).ok());
+  EXPECT_TRUE(model->Forward(two, two_mask, testing::Named({"logits"})).ok());
 }
 
 TEST(ViterbiTest, FindsTheBestPathAndMarksPadding) {
@@ -100,7 +101,7 @@ class ModelLoadTest : public ::testing::Test {
     ASSERT_TRUE(fs::exists(demo_ / "sentiment" / "1" / "model.pt")) << "run scripts/setup.sh first";
     ASSERT_TRUE(fs::exists(demo_ / "sentiment" / "1" / "model.cpu.pt2"))
         << "run scripts/setup.sh first (it compiles the demo packages)";
-    dir_ = fs::path(testing::TempDir()) / ("model_load_" + std::to_string(getpid()));
+    dir_ = fs::path(::testing::TempDir()) / ("model_load_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -180,16 +181,17 @@ void ExpectParity(const fs::path& version, const std::vector<std::string>& outpu
     torch::Tensor mask = torch::arange(t).unsqueeze(0) < lengths.unsqueeze(1);
     torch::Tensor ids = torch::randint(2, vocab, {b, t}, torch::kLong) * mask;
     for (bool maps : {true, false}) {
-      std::vector<std::string> wanted = outputs;
-      if (maps) wanted.push_back("layer_attention");
+      OutputSet wanted = testing::Named(outputs);
+      if (maps) wanted.set(static_cast<size_t>(Output::kLayerAttention));
       auto a = (*script)->Forward(ids, mask, wanted);
       auto c = (*compiled)->Forward(ids, mask, wanted);
       ASSERT_TRUE(a.ok()) << a.status();
       ASSERT_TRUE(c.ok()) << c.status();
-      ASSERT_EQ(a->size(), c->size());
-      for (const auto& [name, want] : *a) {
-        ASSERT_TRUE(c->count(name)) << name;
-        const torch::Tensor& got = c->at(name);
+      ASSERT_EQ(a->present(), c->present());
+      for (Output output : InOrder(a->present())) {
+        const char* name = OutputName(output);
+        const torch::Tensor& want = a->at(output);
+        const torch::Tensor& got = c->at(output);
         ASSERT_EQ(got.sizes(), want.sizes()) << name << " at batch " << b << "x" << t;
         if (want.is_floating_point()) {
           EXPECT_LE((got - want).abs().max().item<float>(), 1e-5) << name << " at batch " << b << "x" << t;

@@ -68,7 +68,7 @@ std::string Error(const absl::StatusOr<InferPlan>& plan) {
 
 std::vector<std::string> Names(const InferPlan& plan) {
   std::vector<std::string> names;
-  for (const RequestedOutput& o : plan.outputs) names.push_back(o.name);
+  for (const RequestedOutput& o : plan.outputs) names.push_back(o.name());
   return names;
 }
 
@@ -174,8 +174,8 @@ TEST(OipConvertTest, ParametersSetTheOptionsAndAreChecked) {
   const OutputOptions& o = plan->request.options;
   EXPECT_EQ(plan->top_k, 3);
   EXPECT_EQ(o.top_k, 3);  // every label's probability is read
-  EXPECT_TRUE(o.attention);
-  EXPECT_FALSE(o.gates);
+  EXPECT_TRUE(o.Asks(OutputSwitch::kAttention));
+  EXPECT_FALSE(o.Asks(OutputSwitch::kGates));
   EXPECT_TRUE(o.error_on_truncation);
   EXPECT_EQ(o.layers.layers, (std::vector<int>{0, 2}));
   EXPECT_EQ(o.layers.heads, (std::vector<int>{1}));
@@ -220,9 +220,9 @@ TEST(OipConvertTest, TheOutputsAskedForDecideWhatIsComputed) {
   auto plan = FromModelInfer(r, Classifier());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(Names(*plan), (std::vector<std::string>{"gates", "label"}));
-  EXPECT_TRUE(plan->request.options.gates);
-  EXPECT_FALSE(plan->request.options.attention);
-  EXPECT_FALSE(plan->request.options.tokens);
+  EXPECT_TRUE(plan->request.options.Asks(OutputSwitch::kGates));
+  EXPECT_FALSE(plan->request.options.Asks(OutputSwitch::kAttention));
+  EXPECT_FALSE(plan->request.options.Asks(OutputSwitch::kTokens));
 
   r = Request({"a"});
   auto* ranked = r.add_outputs();
@@ -251,8 +251,8 @@ TEST(OipConvertTest, TheOutputsAskedForDecideWhatIsComputed) {
   t.add_outputs()->set_name("layer_attention");
   plan = FromModelInfer(t, Tagger());
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_TRUE(plan->request.options.layers.attention_maps);
-  EXPECT_FALSE(plan->request.options.layers.gates);
+  EXPECT_TRUE(plan->request.options.Asks(OutputSwitch::kLayerAttention));
+  EXPECT_FALSE(plan->request.options.Asks(OutputSwitch::kLayerGates));
 }
 
 // Reads element i of a raw FP32 / INT32 tensor.
@@ -349,7 +349,7 @@ TEST(OipConvertTest, AnswersAreRowMajorPaddedTensorsInTheOrderAsked) {
   EXPECT_EQ(out.raw_output_contents(7), std::string("\x01\x00", 2));
 
   InferPlan classes;
-  classes.outputs = {{"probabilities", 2}};
+  classes.outputs = {{Output::kProbabilities, 2}};
   ModelInferResponse c;
   ToModelInfer(answer, classes, "", &c);
   EXPECT_EQ(c.outputs(0).datatype(), "BYTES");
@@ -378,7 +378,7 @@ TEST(OipConvertTest, LayerMapsArePaddedToTheLongestTextAndSizedBeforeTheyAreBuil
     answer.results[text].spans.push_back(span);
   }
   InferPlan plan;
-  plan.outputs = {{"layer_index", 0}, {"layer_attention", 0}, {"spans", 0}};
+  plan.outputs = {{Output::kLayerIndex, 0}, {Output::kLayerAttention, 0}, {Output::kSpans, 0}};
   ModelInferResponse out;
   ToModelInfer(answer, plan, "", &out);
   EXPECT_EQ(At<int32_t>(out.raw_output_contents(0), 0), 1);

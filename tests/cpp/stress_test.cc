@@ -68,7 +68,7 @@ InferenceRequest Request(std::vector<std::string> texts) {
   r.model = "sentiment";
   r.texts = std::move(texts);
   r.options.top_k = 2;
-  r.options.attention = true;
+  r.options.Ask(OutputSwitch::kAttention);
   return r;
 }
 

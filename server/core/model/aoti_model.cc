@@ -155,8 +155,7 @@ class AotiModel final : public Model {
   using Model::WarmUp;
 
  protected:
-  std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids_in, const torch::Tensor& mask_in,
-                                           bool maps) const override {
+  ModelOutputs Run(const torch::Tensor& ids_in, const torch::Tensor& mask_in, bool maps) const override {
     // The package's CPU kernels open OpenMP teams as large as the calling thread's OpenMP setting
     // (they are compiled with dynamic threads, pt2.py). A thread starts with OpenMP's default, every
     // core; give each instance thread torch's intra-op count once, as torch's own kernels do.
@@ -188,8 +187,11 @@ class AotiModel final : public Model {
       }
       chunks.push_back(std::move(outs));
     }
-    std::map<std::string, torch::Tensor> out;
+    ModelOutputs out;
     for (size_t i = 0; i < method.names.size(); ++i) {
+      // Names the catalogue has no model tensor for cannot be asked for: left out.
+      const std::optional<Output> output = OutputNamed(method.names[i]);
+      if (!output || Row(*output).model_shape == nullptr) continue;
       torch::Tensor t;
       if (chunks.size() == 1) {
         t = std::move(chunks[0][i]);
@@ -198,18 +200,18 @@ class AotiModel final : public Model {
         for (auto& c : chunks) parts.push_back(std::move(c[i]));
         t = torch::cat(parts, 0);
       }
-      if (pad > 0) t = NarrowTokens(method.names[i], t, tokens);
-      out[method.names[i]] = std::move(t);
+      if (pad > 0) t = NarrowTokens(*output, t, tokens);
+      out[*output] = std::move(t);
     }
     return out;
   }
 
   // The tags, decoded on the host from the emissions (the package stops there: see model_store).
-  void Finish(std::map<std::string, torch::Tensor>& out, const torch::Tensor& mask) const override {
-    if (!info_.crf || !out.count("emissions")) return;
-    absl::StatusOr<torch::Tensor> tags = ViterbiDecode(*info_.crf, out["emissions"], mask);
+  void Finish(ModelOutputs& out, const torch::Tensor& mask) const override {
+    if (!info_.crf || !out.has(Output::kEmissions)) return;
+    absl::StatusOr<torch::Tensor> tags = ViterbiDecode(*info_.crf, out[Output::kEmissions], mask);
     if (!tags.ok()) throw std::runtime_error(std::string(tags.status().message()));
-    out["tags"] = *std::move(tags);
+    out[Output::kTags] = *std::move(tags);
   }
 
  private:

@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/model/model_outputs.h"
 
 namespace qvi {
 
 // A model's forward on ids and mask already on its device: what a graph captures.
-using DeviceForward =
-    std::function<std::map<std::string, torch::Tensor>(const torch::Tensor& ids, const torch::Tensor& mask)>;
+using DeviceForward = std::function<ModelOutputs(const torch::Tensor& ids, const torch::Tensor& mask)>;
 
 // One forward captured at one shape, with its static inputs and outputs on the device.
 class CapturedForward {
@@ -33,7 +33,7 @@ class CapturedForward {
   // Copies ids and mask (the captured shape; on the CPU or the device) into the static inputs and
   // replays the graph on the calling thread's current stream. The outputs are the graph's own
   // buffers: read (copy) them before the next Replay of any graph of the same pool.
-  virtual const std::map<std::string, torch::Tensor>& Replay(const torch::Tensor& ids, const torch::Tensor& mask) = 0;
+  virtual const ModelOutputs& Replay(const torch::Tensor& ids, const torch::Tensor& mask) = 0;
 };
 
 // Memory shared by the graphs one model instance replays, one at a time.

@@ -18,48 +18,42 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "server/core/model/aoti_model.h"
 #include "server/core/model/torchscript_model.h"
 
 namespace qvi {
 namespace {
 
-// A model file is untrusted input too: its outputs must have the shapes its manifest promises
-// before post-processing indexes into them.
-absl::Status CheckOutputs(const Manifest& m, const std::map<std::string, torch::Tensor>& out, int64_t batch,
-                          int64_t width) {
-  auto bad = [&](const std::string& name, const torch::Tensor& t, const std::string& want) {
+// A model file is untrusted input too: its outputs must have the shapes and types the catalogue
+// gives them before post-processing indexes into them. B is the batch, T its width, C the labels, K
+// the tags; L and H (layers, heads) may be any size.
+absl::Status CheckOutputs(const Manifest& m, const ModelOutputs& out, int64_t batch, int64_t width) {
+  absl::Status status;
+  out.ForEach([&](Output output, const torch::Tensor& t) {
+    if (!status.ok()) return;
+    const OutputRow& row = Row(output);
+    const std::vector<std::string> dims = absl::StrSplit(row.model_shape, ',');
+    bool ok = t.dim() == static_cast<int64_t>(dims.size()) &&
+              (row.model_int64 ? t.scalar_type() == torch::kLong : t.is_floating_point());
+    std::string want;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      int64_t size = -1;
+      if (dims[d] == "B") size = batch;
+      if (dims[d] == "T") size = width;
+      if (dims[d] == "C") size = static_cast<int64_t>(m.labels.size());
+      if (dims[d] == "K") size = static_cast<int64_t>(m.tags.size());
+      if (ok && size >= 0 && t.size(static_cast<int64_t>(d)) != size) ok = false;
+      absl::StrAppend(&want, d == 0 ? "" : ",", size >= 0 ? std::to_string(size) : dims[d]);
+    }
+    if (ok) return;
     std::string got;
     for (int64_t d : t.sizes()) got += (got.empty() ? "" : ",") + std::to_string(d);
-    return absl::InternalError(absl::StrCat("model '", m.name, "' returned ", name, " of shape [", got, "] and type ",
-                                            std::string(c10::toString(t.scalar_type())), "; expected ", want));
-  };
-  for (const auto& [name, t] : out) {
-    const bool per_token = t.dim() >= 2 && t.size(0) == batch && t.size(-1) == width;
-    if (name == "logits") {
-      if (t.dim() != 2 || t.size(0) != batch || t.size(1) != static_cast<int64_t>(m.labels.size()) ||
-          !t.is_floating_point()) {
-        return bad(name, t, absl::StrCat("float [", batch, ",", m.labels.size(), "]"));
-      }
-    } else if (name == "tags") {
-      if (t.dim() != 2 || !per_token || t.scalar_type() != torch::kLong)
-        return bad(name, t, absl::StrCat("int64 [", batch, ",", width, "]"));
-    } else if (name == "emissions") {
-      if (t.dim() != 3 || t.size(0) != batch || t.size(1) != width ||
-          t.size(2) != static_cast<int64_t>(m.tags.size()) || !t.is_floating_point()) {
-        return bad(name, t, absl::StrCat("float [", batch, ",", width, ",", m.tags.size(), "]"));
-      }
-    } else if (name == "layer_attention") {
-      if (t.dim() != 5 || t.size(0) != batch || t.size(3) != width || t.size(4) != width || !t.is_floating_point()) {
-        return bad(name, t, "float [B,L,H,T,T]");
-      }
-    } else if (name.rfind("layer_", 0) == 0) {
-      if (t.dim() != 4 || !per_token || !t.is_floating_point()) return bad(name, t, "float [B,L,H,T]");
-    } else if (t.dim() != 2 || !per_token || !t.is_floating_point()) {
-      return bad(name, t, absl::StrCat("float [", batch, ",", width, "]"));
-    }
-  }
-  return absl::OkStatus();
+    status = absl::InternalError(absl::StrCat("model '", m.name, "' returned ", row.name, " of shape [", got,
+                                              "] and type ", std::string(c10::toString(t.scalar_type())), "; expected ",
+                                              row.model_int64 ? "int64" : "float", " [", want, "]"));
+  });
+  return status;
 }
 
 }  // namespace
@@ -220,43 +214,46 @@ absl::Status Model::WarmUp() {
   torch::Tensor ids = torch::full({2, 4}, Vocabulary::kUnkId, torch::kLong);
   torch::Tensor mask = torch::ones({2, 4}, torch::kBool);
   mask.index_put_({1, torch::indexing::Slice(2)}, false);
-  std::vector<std::string> all, lean_wanted;
-  for (const auto& [name, _] : manifest_->outputs) {
-    all.push_back(name);
-    if (name != "layer_attention") lean_wanted.push_back(name);
-  }
-  std::set<std::string> full, lean;
+  const OutputSet all = manifest_->ModelOutputs();
+  OutputSet lean_wanted = all;
+  lean_wanted.reset(static_cast<size_t>(Output::kLayerAttention));
+  OutputSet full, lean;
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::map<std::string, torch::Tensor>> out = Forward(ids, mask, all);
+    absl::StatusOr<ModelOutputs> out = Forward(ids, mask, all);
     if (!out.ok()) return absl::InvalidArgumentError(absl::StrCat("warm-up failed: ", out.status().message()));
-    full.clear();
-    for (const auto& [name, _] : *out) full.insert(name);
+    full = out->present();
   }
   if (!has_forward_without_maps()) return absl::OkStatus();
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::map<std::string, torch::Tensor>> out = Forward(ids, mask, lean_wanted);
+    absl::StatusOr<ModelOutputs> out = Forward(ids, mask, lean_wanted);
     if (!out.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("warm-up of the forward without maps failed: ", out.status().message()));
     }
-    lean.clear();
-    for (const auto& [name, _] : *out) lean.insert(name);
+    lean = out->present();
   }
-  full.erase("layer_attention");
+  full.reset(static_cast<size_t>(Output::kLayerAttention));
   if (full != lean) {
-    return absl::InvalidArgumentError(absl::StrCat("the forward without maps returns [", absl::StrJoin(lean, ","),
-                                                   "] but forward returns [", absl::StrJoin(full, ","),
+    auto names = [](const OutputSet& set) {
+      std::vector<std::string> out;
+      for (Output o : InOrder(set)) out.push_back(OutputName(o));
+      return absl::StrJoin(out, ",");
+    };
+    return absl::InvalidArgumentError(absl::StrCat("the forward without maps returns [", names(lean),
+                                                   "] but forward returns [", names(full),
                                                    "] besides layer_attention; they must agree"));
   }
   return absl::OkStatus();
 }
 
-torch::Tensor Model::NarrowTokens(const std::string& name, torch::Tensor t, int64_t tokens) const {
-  auto it = manifest_->outputs.find(name);
-  if (it == manifest_->outputs.end()) return t;
-  for (size_t d = 0; d < it->second.size() && static_cast<int64_t>(d) < t.dim(); ++d) {
-    if (it->second[d] == "T" && t.size(static_cast<int64_t>(d)) > tokens)
-      t = t.narrow(static_cast<int64_t>(d), 0, tokens);
+torch::Tensor Model::NarrowTokens(Output output, torch::Tensor t, int64_t tokens) {
+  const char* shape = Row(output).model_shape;
+  if (shape == nullptr) return t;
+  int64_t d = 0;
+  for (absl::string_view dim : absl::StrSplit(shape, ',')) {
+    if (d >= t.dim()) break;
+    if (dim == "T" && t.size(d) > tokens) t = t.narrow(d, 0, tokens);
+    ++d;
   }
   return t;
 }
@@ -339,8 +336,8 @@ Model::GraphSlot* Model::AcquireGraphSlot() const {
   return nullptr;
 }
 
-std::map<std::string, torch::Tensor> Model::Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
-                                                   const torch::Tensor& mask) const {
+ModelOutputs Model::Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
+                           const torch::Tensor& mask) const {
   const int64_t batch = ids.size(0), tokens = ids.size(1);
   torch::Tensor padded_ids = ids, padded_mask = mask;
   if (bucket.batch > batch || bucket.tokens > tokens) {
@@ -354,16 +351,36 @@ std::map<std::string, torch::Tensor> Model::Replay(GraphSlot& slot, const ShapeB
       padded_mask.slice(0, batch).select(1, 0).fill_(true);
     }
   }
-  const std::map<std::string, torch::Tensor>& outputs = slot.graphs.at(bucket)->Replay(padded_ids, padded_mask);
-  std::map<std::string, torch::Tensor> result;
-  for (const auto& [name, t] : outputs) result[name] = NarrowTokens(name, t.narrow(0, 0, batch), tokens);
+  ModelOutputs result;
+  slot.graphs.at(bucket)->Replay(padded_ids, padded_mask).ForEach([&](Output o, const torch::Tensor& t) {
+    result[o] = NarrowTokens(o, t.narrow(0, 0, batch), tokens);
+  });
   return result;
 }
 
-absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch::Tensor& ids, const torch::Tensor& mask,
-                                                                    const std::vector<std::string>& wanted,
-                                                                    const OutputSelection& selection) const {
-  std::map<std::string, torch::Tensor> out;
+namespace {
+
+// Only the selected layers and heads of the per-layer outputs leave the device: the index tensors,
+// made once per batch (on the CPU for the answer, on the device for index_select).
+struct LayerPick {
+  torch::Tensor layers, heads, layers_on_device, heads_on_device;
+  LayerPick(const OutputSelection& selection, const torch::Device& device) {
+    if (!selection.layers.empty()) {
+      layers = torch::tensor(selection.layers, torch::kLong);
+      layers_on_device = layers.to(device);
+    }
+    if (!selection.heads.empty()) {
+      heads = torch::tensor(selection.heads, torch::kLong);
+      heads_on_device = heads.to(device);
+    }
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<ModelOutputs> Model::Forward(const torch::Tensor& ids, const torch::Tensor& mask,
+                                            const OutputSet& wanted, const OutputSelection& selection) const {
+  ModelOutputs out;
   // A graph slot is held until its outputs have been copied out, and let go on every path.
   GraphSlot* slot = nullptr;
   struct ReleaseSlot {
@@ -375,61 +392,61 @@ absl::StatusOr<std::map<std::string, torch::Tensor>> Model::Forward(const torch:
   try {
     c10::InferenceMode guard;
     const bool cuda = device_.is_cuda();
-    const bool maps_wanted = std::find(wanted.begin(), wanted.end(), "layer_attention") != wanted.end();
-    const bool maps = maps_wanted || !has_forward_without_maps();
+    const bool maps = wanted.test(static_cast<size_t>(Output::kLayerAttention)) || !has_forward_without_maps();
     std::optional<ShapeBucket> bucket;
     if (!maps && !graph_slots_.empty()) bucket = buckets_.Fit(ids.size(0), ids.size(1));
     if (bucket) slot = AcquireGraphSlot();
-    std::map<std::string, torch::Tensor> result =
-        slot != nullptr ? Replay(*slot, *bucket, ids, mask)
-                        : Run(cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids,
-                              cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask, maps);
+    ModelOutputs result = slot != nullptr
+                              ? Replay(*slot, *bucket, ids, mask)
+                              : Run(cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids,
+                                    cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask, maps);
     Finish(result, mask);
-    for (const std::string& name : wanted) {
-      auto it = result.find(name);
-      if (it != result.end()) out[name] = std::move(it->second);
+    for (Output o : InOrder(wanted)) {
+      if (result.has(o)) out[o] = std::move(result[o]);
     }
     if (absl::Status s = CheckOutputs(*manifest_, out, ids.size(0), ids.size(1)); !s.ok()) return s;
-    // Only the selected layers and heads of the per-layer outputs are copied off the device.
-    torch::Tensor layer_index, head_index;
-    for (auto& [name, t] : out) {
-      if (name.rfind("layer_", 0) == 0) {
-        if (!selection.layers.empty()) {
-          if (selection.layers.back() >= t.size(1)) return absl::InternalError("layer selection out of range");
-          layer_index = torch::tensor(selection.layers, torch::kLong);
-          t = t.index_select(1, layer_index.to(t.device()));
+    std::optional<LayerPick> pick;
+    absl::Status picked;
+    out.ForEach([&](Output o, torch::Tensor& t) {
+      const OutputKind kind = Row(o).kind;
+      if (kind == OutputKind::kPerLayer || kind == OutputKind::kPerLayerMap) {
+        if (!pick) pick.emplace(selection, t.device());
+        if (pick->layers.defined()) {
+          if (selection.layers.back() >= t.size(1)) picked = absl::InternalError("layer selection out of range");
+          if (!picked.ok()) return;
+          t = t.index_select(1, pick->layers_on_device);
         }
-        if (!selection.heads.empty()) {
-          if (selection.heads.back() >= t.size(2)) return absl::InternalError("head selection out of range");
-          head_index = torch::tensor(selection.heads, torch::kLong);
-          t = t.index_select(2, head_index.to(t.device()));
+        if (pick->heads.defined()) {
+          if (selection.heads.back() >= t.size(2)) picked = absl::InternalError("head selection out of range");
+          if (!picked.ok()) return;
+          t = t.index_select(2, pick->heads_on_device);
         }
-        if (selection.mean_heads) {
-          t = t.mean(2, /*keepdim=*/true);
-          head_index = torch::tensor(std::vector<int64_t>{-1}, torch::kLong);
-        }
+        if (selection.mean_heads) t = t.mean(2, /*keepdim=*/true);
       }
       // On a GPU each copy is queued without waiting, into pinned memory from torch's host cache
       // (non-blocking copies to the CPU allocate it so); one event below waits for them all: one
       // synchronisation of the instance's stream per batch, not one per output, and none of the device.
       if (cuda) t = t.to(t.options().device(torch::kCPU), /*non_blocking=*/true);
-    }
+    });
+    if (!picked.ok()) return picked;
     if (cuda) {
       c10::impl::VirtualGuardImpl impl(device_.type());
       c10::Event copied(device_.type());
       copied.record(impl.getStream(device_));
       copied.synchronize();
     }
-    for (auto& [name, t] : out) {
+    out.ForEach([&](Output, torch::Tensor& t) {
       // A half-precision model (bf16, fp16) answers in float32 like any other: converted after the
       // copy, which then moves half the bytes.
       if (t.is_floating_point() && t.scalar_type() != torch::kFloat) t = t.to(torch::kFloat);
       // On the CPU (the tests' emulated graphs) nothing was copied: the answer must not be the
       // graph's buffer, which the next replay overwrites.
       if (slot != nullptr && !cuda) t = t.clone();
+    });
+    if (pick) {
+      out.layer_index = pick->layers;
+      out.head_index = selection.mean_heads ? torch::tensor(std::vector<int64_t>{-1}, torch::kLong) : pick->heads;
     }
-    if (layer_index.defined()) out["layer_index"] = layer_index;
-    if (head_index.defined()) out["head_index"] = head_index;
   } catch (const std::exception& e) {
     std::string what = e.what();
     return absl::InternalError(absl::StrCat("model failed: ", what.substr(0, what.find('\n'))));

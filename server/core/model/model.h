@@ -19,6 +19,7 @@ struct StreamGuard;
 
 #include "absl/status/statusor.h"
 #include "server/core/model/graphs.h"
+#include "server/core/model/model_outputs.h"
 #include "server/core/spec/manifest.h"
 #include "server/core/spec/serving_config.h"
 #include "server/core/spec/shape_buckets.h"
@@ -106,16 +107,15 @@ class Model {
   // than on a request. When "auto" passed over a package, fallback_reason() says why.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, const LoadOptions& options);
 
-  // Runs the model on a padded batch (ids and mask [B,T] on the CPU) and returns the outputs named
-  // in `wanted` that the model produces, copied to the CPU. Other outputs never leave the device.
+  // Runs the model on a padded batch (ids and mask [B,T] on the CPU) and returns the outputs in
+  // `wanted` that the model produces, copied to the CPU. Other outputs never leave the device.
   // When `wanted` has no layer_attention and the model has a forward without maps, that runs
   // instead: same outputs but the maps, which it never forms (see models.py).
   // Work goes to the calling thread's current stream (see DeviceStreamScope); the result is on the
   // CPU and complete when this returns. Outputs whose shape or type contradicts the manifest are an
   // INTERNAL error: a model file is untrusted input too.
-  absl::StatusOr<std::map<std::string, torch::Tensor>> Forward(const torch::Tensor& ids, const torch::Tensor& mask,
-                                                               const std::vector<std::string>& wanted,
-                                                               const OutputSelection& selection = {}) const;
+  absl::StatusOr<ModelOutputs> Forward(const torch::Tensor& ids, const torch::Tensor& mask, const OutputSet& wanted,
+                                       const OutputSelection& selection = {}) const;
 
   const Manifest& manifest() const { return *manifest_; }
   // The same manifest, shareable beyond the model's life: an answer carries it without holding the
@@ -149,16 +149,15 @@ class Model {
   // The backend: runs forward (maps = true) or the forward without maps on ids and mask already
   // on the device, under InferenceMode, and returns every output it has, by name, on the device.
   // May throw; Forward() turns that into a status.
-  virtual std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids, const torch::Tensor& mask,
-                                                   bool maps) const = 0;
+  virtual ModelOutputs Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const = 0;
 
   // Host work after Run (or a graph's replay) on outputs already cut to the batch's shape, with the
   // batch's own mask (on the CPU): the AOTInductor tagger decodes its tags here. A graph captures Run
   // only, so nothing here may be captured.
-  virtual void Finish(std::map<std::string, torch::Tensor>& /*out*/, const torch::Tensor& /*mask*/) const {}
+  virtual void Finish(ModelOutputs& /*out*/, const torch::Tensor& /*mask*/) const {}
 
-  // Narrows every dimension the manifest names "T" in output `name` to `tokens`.
-  torch::Tensor NarrowTokens(const std::string& name, torch::Tensor t, int64_t tokens) const;
+  // Narrows every dimension the catalogue names "T" in `output`'s tensor to `tokens`.
+  static torch::Tensor NarrowTokens(Output output, torch::Tensor t, int64_t tokens);
 
   // Two warm-up batches through every method, checking that the forward without maps returns what
   // forward does, maps aside: the server picks between them per batch, and an output missing from
@@ -185,8 +184,8 @@ class Model {
   static absl::StatusOr<std::unique_ptr<Model>> LoadArtifact(const std::string& dir, const LoadOptions& options);
   // Runs the batch (ids and mask on the CPU, `bucket` fits it) through `slot`'s graph: pads to the
   // bucket, replays, and cuts the outputs back to the batch. They alias the graph's buffers.
-  std::map<std::string, torch::Tensor> Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
-                                              const torch::Tensor& mask) const;
+  ModelOutputs Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
+                      const torch::Tensor& mask) const;
   std::vector<std::unique_ptr<GraphSlot>> graph_slots_;
   ShapeBuckets buckets_;
   GraphReport graph_report_;

@@ -25,13 +25,16 @@ class TorchScriptModel final : public Model {
   using Model::WarmUp;
 
  protected:
-  std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids, const torch::Tensor& mask,
-                                           bool maps) const override {
+  ModelOutputs Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const override {
     std::vector<torch::jit::IValue> inputs{ids, mask};
     c10::Dict<c10::IValue, c10::IValue> result =
         (maps || !without_maps_ ? module_.forward(inputs) : (*without_maps_)(inputs)).toGenericDict();
-    std::map<std::string, torch::Tensor> out;
-    for (const auto& kv : result) out[kv.key().toStringRef()] = kv.value().toTensor();
+    ModelOutputs out;
+    for (const auto& kv : result) {
+      // Names the catalogue has no model tensor for cannot be asked for: left out.
+      const std::optional<Output> output = OutputNamed(kv.key().toStringRef());
+      if (output && Row(*output).model_shape != nullptr) out[*output] = kv.value().toTensor();
+    }
     return out;
   }
 

@@ -12,6 +12,13 @@ namespace {
 
 const char* MethodName(Method m) { return m == Method::kClassify ? "Classify" : "Tag"; }
 
+// A switch the request turned on whose outputs the model has none of.
+absl::Status CheckSwitch(const InferenceRequest& r, const Manifest& m, OutputSwitch on, const char* why) {
+  if (!r.options.Asks(on) || m.HasAny(SwitchedBy(on))) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(NamesOf(on).option, ": model '", m.name, "' (", m.display_name, ") ", why));
+}
+
 absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const Model& model) {
   const Manifest& m = model.manifest();
   const bool tagging = m.task == Task::kTagging;
@@ -20,21 +27,20 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
                                                    " model; call ", tagging ? "Tag" : "Classify", ", not ",
                                                    MethodName(method)));
   }
-  if (r.options.attention && !m.HasOutput("attention")) {
-    return absl::InvalidArgumentError(absl::StrCat("options.attention: model '", m.name, "' (", m.display_name,
-                                                   ") has no attention to explain its answer with"));
+  if (absl::Status s = CheckSwitch(r, m, OutputSwitch::kAttention, "has no attention to explain its answer with");
+      !s.ok()) {
+    return s;
   }
-  if (r.options.gates && !m.HasOutput("gates") && !m.HasOutput("lambda_q")) {
-    return absl::InvalidArgumentError(absl::StrCat("options.gates: model '", m.name, "' (", m.display_name,
-                                                   ") has no gates; it was trained without QVI"));
+  if (absl::Status s = CheckSwitch(r, m, OutputSwitch::kGates, "has no gates; it was trained without QVI"); !s.ok()) {
+    return s;
   }
   const LayerSelection& l = r.options.layers;
-  if (l.any() || !l.layers.empty() || !l.heads.empty()) {
-    if (!m.HasOutput("layer_attention")) {
+  if (r.options.AsksLayers() || !l.layers.empty() || !l.heads.empty()) {
+    if (!m.HasOutput(Output::kLayerAttention)) {
       return absl::InvalidArgumentError(
           absl::StrCat("options.layers: model '", m.name, "' (", m.display_name, ") has no per-layer outputs"));
     }
-    if (l.gates && !m.HasOutput("layer_gates") && !m.HasOutput("layer_lambda_q")) {
+    if (r.options.Asks(OutputSwitch::kLayerGates) && !m.HasAny(SwitchedBy(OutputSwitch::kLayerGates))) {
       return absl::InvalidArgumentError(
           absl::StrCat("options.layers.gates: model '", m.name, "' has no per-layer gates"));
     }
@@ -44,17 +50,13 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
   return absl::OkStatus();
 }
 
-std::vector<std::string> WantedOutputs(const Manifest& m, const OutputOptions& o) {
-  std::vector<std::string> wanted;
-  if (m.task == Task::kClassification) {
-    wanted = {"logits"};
-  } else {
-    wanted = {"tags", "emissions"};
+// The model tensors a request needs: its task's answer and what its switches turn on.
+OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o) {
+  OutputSet wanted = AnswerTensors(m.task);
+  for (OutputSwitch on :
+       {OutputSwitch::kAttention, OutputSwitch::kGates, OutputSwitch::kLayerGates, OutputSwitch::kLayerAttention}) {
+    if (o.Asks(on)) wanted |= ModelTensors(SwitchedBy(on));
   }
-  if (o.attention) wanted.insert(wanted.end(), {"attention", "sentence_attention"});
-  if (o.gates) wanted.insert(wanted.end(), {"gates", "sentence_gates", "lambda_q", "lambda_k"});
-  if (o.layers.gates) wanted.insert(wanted.end(), {"layer_gates", "layer_lambda_q", "layer_lambda_k"});
-  if (o.layers.attention_maps) wanted.push_back("layer_attention");
   return wanted;
 }
 
@@ -207,14 +209,13 @@ void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done d
 void InferenceService::PostProcessRow(Method method, const Manifest& m, const OutputOptions& o, const std::string& text,
                                       const ModelOutputs& outputs, int64_t row, TextResult& result) {
   if (method == Method::kClassify) {
-    result.labels = TopK(outputs.at("logits")[row], m.labels, o.top_k);
+    result.labels = TopK(outputs.at(Output::kLogits)[row], m.labels, o.top_k);
   } else {
-    DecodeTagging(m, outputs.at("tags"), outputs.at("emissions"), row, text, result);
+    DecodeTagging(m, outputs.at(Output::kTags), outputs.at(Output::kEmissions), row, text, result);
   }
   FillTokenExplanations(outputs, o, row, result);
-  if (o.layers.any()) result.layers = LayerMaps(outputs, o.layers, row, static_cast<int64_t>(result.tokens.size()));
-  const bool keep_tokens = method == Method::kTag || o.attention || o.gates || o.tokens || o.layers.any();
-  if (!keep_tokens) result.tokens.clear();
+  if (o.AsksLayers()) result.layers = LayerMaps(outputs, o, row, static_cast<int64_t>(result.tokens.size()));
+  if (method != Method::kTag && !o.AsksPerToken()) result.tokens.clear();
 }
 
 }  // namespace qvi

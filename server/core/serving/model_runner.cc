@@ -8,16 +8,15 @@
 
 namespace qvi {
 
-RunnableRequest::RunnableRequest(std::vector<std::vector<int64_t>> ids, std::vector<std::string> wanted,
-                                 absl::Time deadline, std::function<bool()> is_cancelled, RowHandler on_row,
+RunnableRequest::RunnableRequest(std::vector<std::vector<int64_t>> ids, OutputSet wanted, absl::Time deadline,
+                                 std::function<bool()> is_cancelled, RowHandler on_row,
                                  std::function<void(absl::Status)> on_done, OutputSelection selection)
     : BatchRequest(Counts(ids), deadline, std::move(is_cancelled), std::move(on_done)),
       ids_(std::move(ids)),
       wanted_(std::move(wanted)),
       on_row_(std::move(on_row)),
       selection_(std::move(selection)),
-      wants_layers_(std::any_of(wanted_.begin(), wanted_.end(),
-                                [](const std::string& w) { return w.rfind("layer_", 0) == 0; })) {}
+      wants_layers_((wanted_ & (OfKind(OutputKind::kPerLayer) | OfKind(OutputKind::kPerLayerMap))).any()) {}
 
 std::vector<int> RunnableRequest::Counts(const std::vector<std::vector<int64_t>>& ids) {
   std::vector<int> counts;
@@ -168,7 +167,7 @@ PackedBatch PackTokenIds(const std::vector<const std::vector<int64_t>*>& texts) 
 }
 
 ModelRunner::Wanted ModelRunner::MergeWanted(const Batch& batch) {
-  std::set<std::string> outputs;
+  OutputSet outputs;
   // The layers and heads any text of the batch wants: the union, or all when one wants all.
   bool all_layers = false, all_heads = false, any_layers = false;
   // Heads are averaged on the device when every text that wants per-layer outputs wants the same
@@ -178,7 +177,7 @@ ModelRunner::Wanted ModelRunner::MergeWanted(const Batch& batch) {
   std::set<int64_t> layers, heads;
   for (const QueuedText<RunnableRequest>& t : batch) {
     const RunnableRequest& r = *t.request;
-    outputs.insert(r.wanted().begin(), r.wanted().end());
+    outputs |= r.wanted();
     if (!r.wants_layers()) continue;
     any_layers = true;
     all_layers = all_layers || r.selection().layers.empty();
@@ -190,7 +189,7 @@ ModelRunner::Wanted ModelRunner::MergeWanted(const Batch& batch) {
     heads.insert(r.selection().heads.begin(), r.selection().heads.end());
   }
   Wanted wanted;
-  wanted.outputs.assign(outputs.begin(), outputs.end());
+  wanted.outputs = outputs;
   if (any_layers && !all_layers) wanted.selection.layers.assign(layers.begin(), layers.end());
   if (any_layers && !all_heads) wanted.selection.heads.assign(heads.begin(), heads.end());
   wanted.selection.mean_heads = any_layers && mean_heads;

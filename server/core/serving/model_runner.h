@@ -33,20 +33,19 @@
 
 namespace qvi {
 
-using ModelOutputs = std::map<std::string, torch::Tensor>;
-
 // A request's texts as token ids, the outputs it needs, and what to do with each text's row.
 class RunnableRequest final : public BatchRequest {
  public:
   using RowHandler = std::function<absl::Status(int index, const ModelOutputs& outputs, int64_t row)>;
 
-  // `selection`: the layers and heads it wants of the per-layer outputs (empty = all).
-  RunnableRequest(std::vector<std::vector<int64_t>> ids, std::vector<std::string> wanted, absl::Time deadline,
+  // `wanted`: the model tensors it needs (outputs.h); `selection`: the layers and heads it wants of
+  // the per-layer outputs (empty = all).
+  RunnableRequest(std::vector<std::vector<int64_t>> ids, OutputSet wanted, absl::Time deadline,
                   std::function<bool()> is_cancelled, RowHandler on_row, std::function<void(absl::Status)> on_done,
                   OutputSelection selection = {});
 
   const std::vector<int64_t>& ids(int index) const { return ids_[index]; }
-  const std::vector<std::string>& wanted() const { return wanted_; }
+  const OutputSet& wanted() const { return wanted_; }
   const OutputSelection& selection() const { return selection_; }
   bool wants_layers() const { return wants_layers_; }
 
@@ -66,7 +65,7 @@ class RunnableRequest final : public BatchRequest {
   static std::vector<int> Counts(const std::vector<std::vector<int64_t>>& ids);
 
   const std::vector<std::vector<int64_t>> ids_;
-  const std::vector<std::string> wanted_;
+  const OutputSet wanted_;
   const RowHandler on_row_;
   const OutputSelection selection_;
   const bool wants_layers_;
@@ -118,7 +117,7 @@ class ModelRunner {
   void Run(Batch& batch) const;
   // The outputs any text of the batch wants, and the layers and heads of the per-layer ones.
   struct Wanted {
-    std::vector<std::string> outputs;
+    OutputSet outputs;
     OutputSelection selection;
   };
   static Wanted MergeWanted(const Batch& batch);

@@ -55,30 +55,13 @@ void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const to
   }
 }
 
-namespace {
-
-void Fill(const std::map<std::string, torch::Tensor>& outputs, const char* name, int64_t row,
-          std::vector<TokenOutput>& tokens, std::optional<float> TokenOutput::*field) {
-  auto it = outputs.find(name);
-  if (it == outputs.end()) return;
-  const torch::Tensor values = it->second[row].to(torch::kFloat).contiguous();
-  const float* v = values.data_ptr<float>();
-  for (size_t t = 0; t < tokens.size(); ++t) tokens[t].*field = v[t];
-}
-
-}  // namespace
-
-void FillTokenExplanations(const std::map<std::string, torch::Tensor>& outputs, const OutputOptions& options,
-                           int64_t row, TextResult& result) {
-  if (options.attention) {
-    Fill(outputs, "attention", row, result.tokens, &TokenOutput::attention);
-    Fill(outputs, "sentence_attention", row, result.tokens, &TokenOutput::sentence_attention);
-  }
-  if (options.gates) {
-    Fill(outputs, "gates", row, result.tokens, &TokenOutput::gate);
-    Fill(outputs, "sentence_gates", row, result.tokens, &TokenOutput::sentence_gate);
-    Fill(outputs, "lambda_q", row, result.tokens, &TokenOutput::lambda_q);
-    Fill(outputs, "lambda_k", row, result.tokens, &TokenOutput::lambda_k);
+void FillTokenExplanations(const ModelOutputs& outputs, const OutputOptions& options, int64_t row, TextResult& result) {
+  // Every per-token value of a switch the request turned on, that the batch computed.
+  for (const OutputRow& r : OutputCatalogue()) {
+    if (r.token_field == nullptr || !options.Asks(r.on) || !outputs.has(r.id)) continue;
+    const torch::Tensor values = outputs.at(r.id)[row].to(torch::kFloat).contiguous();
+    const float* v = values.data_ptr<float>();
+    for (size_t t = 0; t < result.tokens.size(); ++t) result.tokens[t].*r.token_field = v[t];
   }
 }
 
@@ -101,29 +84,30 @@ std::vector<float> ToVector(const torch::Tensor& t) {
 
 }  // namespace
 
-std::vector<LayerMapOutput> LayerMaps(const std::map<std::string, torch::Tensor>& outputs,
-                                      const LayerSelection& selection, int64_t row, int64_t n) {
-  // Each present output, for this row, cut to the text's tokens: [L,H,n] or [L,H,n,n].
-  std::map<std::string, torch::Tensor> parts;
+std::vector<LayerMapOutput> LayerMaps(const ModelOutputs& outputs, const OutputOptions& options, int64_t row,
+                                      int64_t n) {
+  const LayerSelection& selection = options.layers;
+  // Each per-layer output present, for this row, cut to the text's tokens: [L,H,n] or [L,H,n,n].
+  std::vector<std::pair<const OutputRow*, torch::Tensor>> parts;
   int64_t layers = 0, heads = 0;
-  for (const char* name : {"layer_gates", "layer_lambda_q", "layer_lambda_k", "layer_attention"}) {
-    auto it = outputs.find(name);
-    if (it == outputs.end()) continue;
-    torch::Tensor t = it->second[row].slice(2, 0, n);
+  outputs.ForEach([&](Output output, const torch::Tensor& all) {
+    const OutputRow& r = Row(output);
+    if (r.layer_field == nullptr) return;
+    torch::Tensor t = all[row].slice(2, 0, n);
     if (t.dim() == 4) t = t.slice(3, 0, n);
     layers = t.size(0);
     heads = t.size(1);
-    parts[name] = t;
-  }
+    parts.emplace_back(&r, t);
+  });
   // The batch may carry only some layers and heads (Model::Forward's OutputSelection): the original
   // index of each position is in layer_index / head_index.
-  auto present = [&outputs](const char* name, int64_t count) {
-    auto it = outputs.find(name);
-    if (it == outputs.end()) return Indices({}, count);
-    const torch::Tensor c = it->second.contiguous();
+  auto present = [](const torch::Tensor& index, int64_t count) {
+    if (!index.defined()) return Indices({}, count);
+    const torch::Tensor c = index.contiguous();
     return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
   };
-  const std::vector<int64_t> have_layers = present("layer_index", layers), have_heads = present("head_index", heads);
+  const std::vector<int64_t> have_layers = present(outputs.layer_index, layers),
+                             have_heads = present(outputs.head_index, heads);
   // {-1}: the heads this request asked for were averaged on the device (Model::Forward).
   const bool averaged = have_heads == std::vector<int64_t>{-1};
   const std::vector<int64_t> ls = selection.layers.empty() ? have_layers : Indices(selection.layers, layers);
@@ -134,20 +118,16 @@ std::vector<LayerMapOutput> LayerMaps(const std::map<std::string, torch::Tensor>
     return torch::tensor(pos, torch::kLong);
   };
   const torch::Tensor li = positions(ls, have_layers), hi = positions(hs, have_heads);
-  for (auto& [name, t] : parts) t = t.index_select(0, li).index_select(1, hi);  // [l,h,...]
+  for (auto& [r, t] : parts) t = t.index_select(0, li).index_select(1, hi);  // [l,h,...]
 
   std::vector<LayerMapOutput> out;
   auto emit = [&](int layer, int head, const std::function<torch::Tensor(const torch::Tensor&)>& pick) {
     LayerMapOutput m;
     m.layer = layer;
     m.head = head;
-    if (selection.gates) {
-      if (parts.count("layer_gates")) m.gates = ToVector(pick(parts["layer_gates"]));
-      if (parts.count("layer_lambda_q")) m.lambda_q = ToVector(pick(parts["layer_lambda_q"]));
-      if (parts.count("layer_lambda_k")) m.lambda_k = ToVector(pick(parts["layer_lambda_k"]));
+    for (const auto& [r, t] : parts) {
+      if (options.Asks(r->on)) m.*(r->layer_field) = ToVector(pick(t));
     }
-    if (selection.attention_maps && parts.count("layer_attention"))
-      m.attention = ToVector(pick(parts["layer_attention"]));
     out.push_back(std::move(m));
   };
   using R = LayerSelection::Reduction;

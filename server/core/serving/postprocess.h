@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/core/model/model_outputs.h"
 #include "server/core/spec/manifest.h"
 #include "server/core/spec/request.h"
 
@@ -25,12 +26,12 @@ void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const to
                    const std::string& text, TextResult& result);
 
 // Fills the per-token explanations asked for from the [B,T] outputs present in `outputs`.
-void FillTokenExplanations(const std::map<std::string, torch::Tensor>& outputs, const OutputOptions& options,
-                           int64_t row, TextResult& result);
+void FillTokenExplanations(const ModelOutputs& outputs, const OutputOptions& options, int64_t row, TextResult& result);
 
-// Per-layer maps of row `row` for its first `n` tokens, selected and reduced as asked.
-std::vector<LayerMapOutput> LayerMaps(const std::map<std::string, torch::Tensor>& outputs,
-                                      const LayerSelection& selection, int64_t row, int64_t n);
+// Per-layer maps of row `row` for its first `n` tokens: the per-layer outputs `options` asks for,
+// selected and reduced as it says.
+std::vector<LayerMapOutput> LayerMaps(const ModelOutputs& outputs, const OutputOptions& options, int64_t row,
+                                      int64_t n);
 
 }  // namespace qvi
 

@@ -137,4 +137,15 @@ absl::StatusOr<Manifest> Manifest::Parse(std::string_view text) {
   return m;
 }
 
+bool Manifest::HasAny(const OutputSet& set) const { return (ModelOutputs() & set).any(); }
+
+OutputSet Manifest::ModelOutputs() const {
+  OutputSet set;
+  for (const auto& [name, shape] : outputs) {
+    if (std::optional<Output> o = OutputNamed(name); o && Row(*o).model_shape != nullptr)
+      set.set(static_cast<size_t>(*o));
+  }
+  return set;
+}
+
 }  // namespace qvi

@@ -9,11 +9,10 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/spec/defaults.h"
+#include "server/core/spec/outputs.h"
 #include "server/core/text/tokenizer.h"
 
 namespace qvi {
-
-enum class Task { kClassification, kTagging };
 
 // A manifest's `serving` block: the batching its exporter suggests (defaults.h when it says nothing).
 struct BatchingDefaults {
@@ -45,6 +44,11 @@ struct Manifest {
   std::string model_card_json;
 
   bool HasOutput(const std::string& name) const { return outputs.count(name) > 0; }
+  bool HasOutput(Output output) const { return HasOutput(OutputName(output)); }
+  // Whether it has any of `set`'s outputs.
+  bool HasAny(const OutputSet& set) const;
+  // The catalogue's outputs it computes.
+  OutputSet ModelOutputs() const;
 
   // Parses and checks a manifest; errors name the field and what was wrong with it.
   static absl::StatusOr<Manifest> Parse(std::string_view json);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "server/core/spec/outputs.h"
 #include "server/core/text/tokenizer.h"
 
 namespace qvi {
@@ -20,23 +21,32 @@ struct Manifest;
 
 enum class Method { kClassify, kTag };
 
+// Which layers and heads of the per-layer outputs an answer carries, and how they are reduced.
 struct LayerSelection {
   enum class Reduction { kNone, kMeanHeads, kMeanAll };
-  bool gates = false;
-  bool attention_maps = false;
   std::vector<int> layers;  // empty = all
   std::vector<int> heads;   // empty = all
   Reduction reduction = Reduction::kNone;
-  bool any() const { return gates || attention_maps; }
 };
 
 struct OutputOptions {
   int top_k = 0;  // 0 = the best label only
-  bool attention = false;
-  bool gates = false;
-  bool tokens = false;
+  // The outputs asked for beyond the task's answer (the catalogue's, outputs.h): the native API's
+  // switches (Ask) or the outputs an OIP request names. The one form they keep to the answer.
+  OutputSet outputs;
   bool error_on_truncation = false;
   LayerSelection layers;
+
+  // Asks for every output `on` turns on (options.attention: α and the sentence α, say).
+  void Ask(OutputSwitch on) { outputs |= SwitchedBy(on); }
+  bool Asks(OutputSwitch on) const { return AnySwitchedBy(outputs, on); }
+  bool Asks(Output output) const { return outputs.test(static_cast<size_t>(output)); }
+  // Whether per-layer gates or maps are asked for.
+  bool AsksLayers() const { return Asks(OutputSwitch::kLayerGates) || Asks(OutputSwitch::kLayerAttention); }
+  // Whether anything per token is asked for (the answer then keeps its tokens).
+  bool AsksPerToken() const {
+    return Asks(OutputSwitch::kTokens) || Asks(OutputSwitch::kAttention) || Asks(OutputSwitch::kGates) || AsksLayers();
+  }
 };
 
 struct InferenceRequest {

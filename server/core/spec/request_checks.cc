@@ -81,18 +81,18 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
   for (const std::string& label : method == Method::kClassify ? m.labels : m.tags) {
     longest_label = std::max(longest_label, label.size());
   }
-  const bool keep_tokens = method == Method::kTag || o.attention || o.gates || o.tokens || l.any();
+  const bool keep_tokens = method == Method::kTag || o.AsksPerToken();
   // Per-layer maps per text: one per selected layer and head (one per layer when the heads are
   // averaged, one in all when everything is), each T gates per gate output and T x T attention.
   int64_t maps = 0, gate_outputs = 0;
-  if (l.any()) {
+  if (o.AsksLayers()) {
     const int64_t layers = l.layers.empty() ? m.layers : static_cast<int64_t>(l.layers.size());
     const int64_t heads = l.heads.empty() ? m.heads : static_cast<int64_t>(l.heads.size());
     maps = l.reduction == LayerSelection::Reduction::kMeanAll     ? 1
            : l.reduction == LayerSelection::Reduction::kMeanHeads ? layers
                                                                   : layers * heads;
-    if (l.gates) {
-      for (const char* name : {"layer_gates", "layer_lambda_q", "layer_lambda_k"}) gate_outputs += m.HasOutput(name);
+    if (o.Asks(OutputSwitch::kLayerGates)) {
+      gate_outputs = static_cast<int64_t>((m.ModelOutputs() & SwitchedBy(OutputSwitch::kLayerGates)).count());
     }
   }
   int64_t bytes = 64 + static_cast<int64_t>(r.model.size() + r.request_id.size());
@@ -110,10 +110,13 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
     if (keep_tokens) {
       for (const TokenOutput& token : t.tokens) {
         bytes += 32 + static_cast<int64_t>(token.token.text.size() + token.token.normalized.size() + longest_label);
-        bytes += 5 * ((o.attention ? 2 : 0) + (o.gates ? 4 : 0));
+        // 5 bytes (tag and float) for each per-token value of the switches turned on.
+        for (OutputSwitch on : {OutputSwitch::kAttention, OutputSwitch::kGates}) {
+          if (o.Asks(on)) bytes += 5 * static_cast<int64_t>(SwitchedBy(on).count());
+        }
       }
     }
-    bytes += maps * (8 + gate_outputs * (4 * n + 4) + (l.attention_maps ? 4 * n * n + 4 : 0));
+    bytes += maps * (8 + gate_outputs * (4 * n + 4) + (o.Asks(OutputSwitch::kLayerAttention) ? 4 * n * n + 4 : 0));
   }
   return bytes;
 }

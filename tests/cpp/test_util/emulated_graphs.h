@@ -33,7 +33,7 @@ class EmulatedGraphBackend final : public GraphBackend {
       return absl::FailedPreconditionError("operation not permitted when stream is capturing");
     }
     auto graph = std::make_unique<Graph>(this, forward, ids.clone(), mask.clone());
-    for (auto& [name, t] : graph->outputs) bytes_ += static_cast<int64_t>(t.nbytes());
+    graph->outputs.ForEach([&](Output, const torch::Tensor& t) { bytes_ += static_cast<int64_t>(t.nbytes()); });
     ++captures_;
     return graph;
   }
@@ -47,23 +47,22 @@ class EmulatedGraphBackend final : public GraphBackend {
   struct Graph final : CapturedForward {
     Graph(EmulatedGraphBackend* backend, DeviceForward forward, torch::Tensor ids, torch::Tensor mask)
         : backend(backend), forward(std::move(forward)), ids(std::move(ids)), mask(std::move(mask)) {
-      for (auto& [name, t] : this->forward(this->ids, this->mask)) outputs[name] = t.clone();
+      this->forward(this->ids, this->mask).ForEach([&](Output o, const torch::Tensor& t) { outputs[o] = t.clone(); });
     }
-    const std::map<std::string, torch::Tensor>& Replay(const torch::Tensor& new_ids,
-                                                       const torch::Tensor& new_mask) override {
+    const ModelOutputs& Replay(const torch::Tensor& new_ids, const torch::Tensor& new_mask) override {
       if (!new_ids.sizes().equals(ids.sizes()) || !new_mask.sizes().equals(mask.sizes())) {
         throw std::runtime_error(absl::StrCat("replayed at another shape than captured"));
       }
       ids.copy_(new_ids);
       mask.copy_(new_mask);
-      for (auto& [name, t] : forward(ids, mask)) outputs.at(name).copy_(t);
+      forward(ids, mask).ForEach([&](Output o, const torch::Tensor& t) { outputs[o].copy_(t); });
       ++backend->replays_;
       return outputs;
     }
     EmulatedGraphBackend* backend;
     DeviceForward forward;
     torch::Tensor ids, mask;
-    std::map<std::string, torch::Tensor> outputs;
+    ModelOutputs outputs;
   };
 
   std::atomic<int> captures_{0}, replays_{0};

@@ -54,22 +54,21 @@ class FakeModel final : public Model {
   int runs_without_maps() const { return without_maps_; }
 
  protected:
-  std::map<std::string, torch::Tensor> Run(const torch::Tensor& ids, const torch::Tensor& mask,
-                                           bool maps) const override {
+  ModelOutputs Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const override {
     ++(maps ? with_maps_ : without_maps_);
     const torch::Tensor real = mask.to(torch::kFloat);
     const torch::Tensor n = real.sum(1, /*keepdim=*/true).clamp_min(1.0);
-    std::map<std::string, torch::Tensor> out;
-    out["logits"] = torch::cat({(ids.to(torch::kFloat) * real).sum(1, true), real.sum(1, true)}, 1);
-    out["attention"] = real / n;
-    out["gates"] = ids.to(torch::kFloat) / 100.0 * real;
+    ModelOutputs out;
+    out[Output::kLogits] = torch::cat({(ids.to(torch::kFloat) * real).sum(1, true), real.sum(1, true)}, 1);
+    out[Output::kAttention] = real / n;
+    out[Output::kGates] = ids.to(torch::kFloat) / 100.0 * real;
     const int64_t b = ids.size(0), t = ids.size(1);
     torch::Tensor lh = torch::arange(kLayers, torch::kFloat).view({1, kLayers, 1, 1}) +
                        torch::arange(kHeads, torch::kFloat).view({1, 1, kHeads, 1}) / 10.0;
-    out["layer_gates"] = lh.expand({b, kLayers, kHeads, t}) * real.view({b, 1, 1, t});
-    if (bad_from_batch_ > 0 && b >= bad_from_batch_) out["logits"] = out["logits"].slice(1, 0, 1);
+    out[Output::kLayerGates] = lh.expand({b, kLayers, kHeads, t}) * real.view({b, 1, 1, t});
+    if (bad_from_batch_ > 0 && b >= bad_from_batch_) out[Output::kLogits] = out[Output::kLogits].slice(1, 0, 1);
     if (maps) {
-      out["layer_attention"] = (real / n).view({b, 1, 1, 1, t}).expand({b, kLayers, kHeads, t, t}).contiguous();
+      out[Output::kLayerAttention] = (real / n).view({b, 1, 1, 1, t}).expand({b, kLayers, kHeads, t, t}).contiguous();
     }
     return out;
   }

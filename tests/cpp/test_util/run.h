@@ -7,6 +7,10 @@
 
 namespace qvi::testing {
 
+// The catalogue's outputs of these names (outputs.h); a name it lacks fails the test at once.
+OutputSet Named(std::initializer_list<std::string_view> names);
+OutputSet Named(const std::vector<std::string>& names);
+
 absl::StatusOr<InferenceResponse> RunAndWait(InferenceService& service, Method method, InferenceRequest request);
 
 }  // namespace qvi::testing

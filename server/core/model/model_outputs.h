@@ -1,0 +1,66 @@
+// A forward pass's outputs, one tensor per catalogue entry (outputs.h) the model computed.
+#ifndef QVI_SERVER_CORE_MODEL_MODEL_OUTPUTS_H_
+#define QVI_SERVER_CORE_MODEL_MODEL_OUTPUTS_H_
+
+#include <torch/script.h>
+
+#include <array>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "server/core/spec/outputs.h"
+
+namespace qvi {
+
+class ModelOutputs {
+ public:
+  bool has(Output output) const { return tensors_[Index(output)].defined(); }
+  // The tensor of `output`; std::out_of_range when it was not computed.
+  const torch::Tensor& at(Output output) const {
+    if (!has(output)) throw std::out_of_range(std::string("no output ") + OutputName(output));
+    return tensors_[Index(output)];
+  }
+  torch::Tensor& operator[](Output output) { return tensors_[Index(output)]; }
+  void erase(Output output) { tensors_[Index(output)] = torch::Tensor(); }
+  OutputSet present() const {
+    OutputSet set;
+    for (size_t i = 0; i < kOutputCount; ++i) set[i] = tensors_[i].defined();
+    return set;
+  }
+  // Calls f(output, tensor) for every output computed, in the catalogue's order.
+  template <typename F>
+  void ForEach(F&& f) {
+    for (size_t i = 0; i < kOutputCount; ++i) {
+      if (tensors_[i].defined()) f(static_cast<Output>(i), tensors_[i]);
+    }
+  }
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (size_t i = 0; i < kOutputCount; ++i) {
+      if (tensors_[i].defined()) f(static_cast<Output>(i), tensors_[i]);
+    }
+  }
+
+  // The backends' outputs by name (a TorchScript dict, an AOTInductor package's list): names the
+  // catalogue has no model tensor for are left out, since nothing can ask for them.
+  static ModelOutputs FromNamed(const std::map<std::string, torch::Tensor>& named) {
+    ModelOutputs out;
+    for (const auto& [name, t] : named) {
+      if (std::optional<Output> o = OutputNamed(name); o && Row(*o).model_shape != nullptr) out[*o] = t;
+    }
+    return out;
+  }
+
+  // After a selection of layers and heads (OutputSelection), the original layer and head at each
+  // position of the per-layer outputs (int64); head_index is {-1} when the heads were averaged.
+  torch::Tensor layer_index, head_index;
+
+ private:
+  static size_t Index(Output output) { return static_cast<size_t>(output); }
+  std::array<torch::Tensor, kOutputCount> tensors_;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_MODEL_MODEL_OUTPUTS_H_

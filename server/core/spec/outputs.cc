@@ -1,0 +1,169 @@
+#include "server/core/spec/outputs.h"
+
+#include <cstdlib>
+
+#include "server/core/spec/answer_tensors.h"
+#include "server/core/spec/request.h"
+
+namespace qvi {
+namespace {
+
+using K = OutputKind;
+using S = OutputSwitch;
+using F = TaskFilter;
+namespace t = tensors;
+
+std::vector<OutputRow> MakeCatalogue() {
+  // clang-format off
+  // id, name, kind, switch, task, model shape, int64, wire datatype, wire shape, requires,
+  // token field, layer field, proto field, writer, bytes
+  std::vector<OutputRow> rows = {
+    {Output::kLogits, "logits", K::kAnswer, S::kAnswer, F::kClassification, "B,C", false, nullptr, nullptr,
+     std::nullopt, nullptr, nullptr, nullptr, nullptr, nullptr},
+    {Output::kEmissions, "emissions", K::kAnswer, S::kAnswer, F::kTagging, "B,T,K", false, nullptr, nullptr,
+     std::nullopt, nullptr, nullptr, nullptr, nullptr, nullptr},
+    {Output::kLabel, "label", K::kAnswer, S::kAnswer, F::kClassification, nullptr, false, "BYTES", "N",
+     std::nullopt, nullptr, nullptr, nullptr, t::Label, t::LabelBytes},
+    {Output::kProbabilities, "probabilities", K::kAnswer, S::kAnswer, F::kClassification, nullptr, false, "FP32",
+     "N,C", std::nullopt, nullptr, nullptr, nullptr, t::Probabilities, t::ProbabilitiesBytes},
+    {Output::kLabels, "labels", K::kAnswer, S::kNamed, F::kClassification, nullptr, false, "BYTES", "N,K",
+     std::nullopt, nullptr, nullptr, nullptr, t::TopLabels, t::TopLabelsBytes},
+    {Output::kScores, "scores", K::kAnswer, S::kNamed, F::kClassification, nullptr, false, "FP32", "N,K",
+     std::nullopt, nullptr, nullptr, nullptr, t::TopScores, t::TopScoresBytes},
+    {Output::kSpans, "spans", K::kAnswer, S::kAnswer, F::kTagging, nullptr, false, "BYTES", "N",
+     std::nullopt, nullptr, nullptr, nullptr, t::Spans, t::SpansBytes},
+    {Output::kTags, "tags", K::kPerToken, S::kAnswer, F::kTagging, "B,T", true, "BYTES", "N,T",
+     std::nullopt, nullptr, nullptr, nullptr, t::TagNames, t::TagNamesBytes},
+    {Output::kTokens, "tokens", K::kPerToken, S::kTokens, F::kBoth, nullptr, false, "BYTES", "N,T",
+     std::nullopt, nullptr, nullptr, nullptr, t::TokenTexts, t::TokenTextsBytes},
+    {Output::kTokenCount, "token_count", K::kAnswer, S::kAnyToken, F::kBoth, nullptr, false, "INT32", "N",
+     std::nullopt, nullptr, nullptr, nullptr, t::TokenCount, t::PerTextBytes4},
+    {Output::kTruncated, "truncated", K::kAnswer, S::kNamed, F::kBoth, nullptr, false, "BOOL", "N",
+     std::nullopt, nullptr, nullptr, nullptr, t::Truncated, t::PerTextBytes1},
+    {Output::kAttention, "attention", K::kPerToken, S::kAttention, F::kBoth, "B,T", false, "FP32", "N,T",
+     Output::kAttention, &TokenOutput::attention, nullptr, "attention", t::PerToken, t::PerTokenBytes},
+    {Output::kSentenceAttention, "sentence_attention", K::kPerToken, S::kAttention, F::kBoth, "B,T", false, "FP32",
+     "N,T", Output::kSentenceAttention, &TokenOutput::sentence_attention, nullptr, "sentence_attention",
+     t::PerToken, t::PerTokenBytes},
+    {Output::kGates, "gates", K::kPerToken, S::kGates, F::kBoth, "B,T", false, "FP32", "N,T",
+     Output::kGates, &TokenOutput::gate, nullptr, "gate", t::PerToken, t::PerTokenBytes},
+    {Output::kSentenceGates, "sentence_gates", K::kPerToken, S::kGates, F::kBoth, "B,T", false, "FP32", "N,T",
+     Output::kSentenceGates, &TokenOutput::sentence_gate, nullptr, "sentence_gate", t::PerToken, t::PerTokenBytes},
+    {Output::kLambdaQ, "lambda_q", K::kPerToken, S::kGates, F::kBoth, "B,T", false, "FP32", "N,T",
+     Output::kLambdaQ, &TokenOutput::lambda_q, nullptr, "lambda_q", t::PerToken, t::PerTokenBytes},
+    {Output::kLambdaK, "lambda_k", K::kPerToken, S::kGates, F::kBoth, "B,T", false, "FP32", "N,T",
+     Output::kLambdaK, &TokenOutput::lambda_k, nullptr, "lambda_k", t::PerToken, t::PerTokenBytes},
+    {Output::kLayerIndex, "layer_index", K::kPerLayer, S::kAnyLayer, F::kBoth, nullptr, false, "INT32", "M,2",
+     Output::kLayerAttention, nullptr, nullptr, nullptr, t::LayerIndex, t::LayerIndexBytes},
+    {Output::kLayerGates, "layer_gates", K::kPerLayer, S::kLayerGates, F::kBoth, "B,L,H,T", false, "FP32", "N,M,T",
+     Output::kLayerGates, nullptr, &LayerMapOutput::gates, "gates", t::PerLayer, t::PerLayerBytes},
+    {Output::kLayerLambdaQ, "layer_lambda_q", K::kPerLayer, S::kLayerGates, F::kBoth, "B,L,H,T", false, "FP32",
+     "N,M,T", Output::kLayerLambdaQ, nullptr, &LayerMapOutput::lambda_q, "lambda_q", t::PerLayer, t::PerLayerBytes},
+    {Output::kLayerLambdaK, "layer_lambda_k", K::kPerLayer, S::kLayerGates, F::kBoth, "B,L,H,T", false, "FP32",
+     "N,M,T", Output::kLayerLambdaK, nullptr, &LayerMapOutput::lambda_k, "lambda_k", t::PerLayer, t::PerLayerBytes},
+    {Output::kLayerAttention, "layer_attention", K::kPerLayerMap, S::kLayerAttention, F::kBoth, "B,L,H,T,T", false,
+     "FP32", "N,M,T,T", Output::kLayerAttention, nullptr, &LayerMapOutput::attention, "attention", t::PerLayerMap,
+     t::PerLayerMapBytes},
+  };
+  // clang-format on
+  // The enum and the table agree row for row: a row out of place is a programming error.
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (static_cast<size_t>(rows[i].id) != i) std::abort();
+  }
+  if (rows.size() != kOutputCount) std::abort();
+  return rows;
+}
+
+OutputSet Where(bool (*keep)(const OutputRow&, int), int arg) {
+  OutputSet set;
+  for (const OutputRow& row : OutputCatalogue()) set[static_cast<size_t>(row.id)] = keep(row, arg);
+  return set;
+}
+
+}  // namespace
+
+const std::vector<OutputRow>& OutputCatalogue() {
+  static const std::vector<OutputRow> rows = MakeCatalogue();
+  return rows;
+}
+
+const OutputRow& Row(Output output) { return OutputCatalogue()[static_cast<size_t>(output)]; }
+
+std::optional<Output> OutputNamed(std::string_view name) {
+  for (const OutputRow& row : OutputCatalogue()) {
+    if (name == row.name) return row.id;
+  }
+  return std::nullopt;
+}
+
+OutputSet SwitchedBy(OutputSwitch on) {
+  static const auto sets = [] {
+    std::vector<OutputSet> out(static_cast<size_t>(OutputSwitch::kLayerAttention) + 1);
+    for (const OutputRow& row : OutputCatalogue()) out[static_cast<size_t>(row.on)].set(static_cast<size_t>(row.id));
+    return out;
+  }();
+  return sets[static_cast<size_t>(on)];
+}
+
+OutputSet OfKind(OutputKind kind) {
+  return Where([](const OutputRow& row, int k) { return static_cast<int>(row.kind) == k; }, static_cast<int>(kind));
+}
+
+bool ForTask(const OutputRow& row, Task task) {
+  return row.task == TaskFilter::kBoth ||
+         (row.task == TaskFilter::kClassification) == (task == Task::kClassification);
+}
+
+OutputSet AnswerTensors(Task task) {
+  return Where(
+      [](const OutputRow& row, int task) {
+        return row.on == OutputSwitch::kAnswer && row.model_shape != nullptr && ForTask(row, static_cast<Task>(task));
+      },
+      static_cast<int>(task));
+}
+
+OutputSet ModelTensors(const OutputSet& set) {
+  static const OutputSet model = Where([](const OutputRow& row, int) { return row.model_shape != nullptr; }, 0);
+  return set & model;
+}
+
+SwitchNames NamesOf(OutputSwitch on) {
+  switch (on) {
+    case OutputSwitch::kTokens:
+      return {"tokens", "options.tokens"};
+    case OutputSwitch::kAttention:
+      return {"attention", "options.attention"};
+    case OutputSwitch::kGates:
+      return {"gates", "options.gates"};
+    case OutputSwitch::kLayerGates:
+      return {"layer_gates", "options.layers.gates"};
+    case OutputSwitch::kLayerAttention:
+      return {"layer_attention", "options.layers.attention_maps"};
+    default:
+      return {nullptr, nullptr};
+  }
+}
+
+std::optional<OutputSwitch> SwitchParameter(std::string_view name) {
+  for (OutputSwitch on : {OutputSwitch::kTokens, OutputSwitch::kAttention, OutputSwitch::kGates,
+                          OutputSwitch::kLayerGates, OutputSwitch::kLayerAttention}) {
+    if (name == NamesOf(on).parameter) return on;
+  }
+  return std::nullopt;
+}
+
+OutputSet OutputsOf(std::initializer_list<Output> outputs) {
+  OutputSet set;
+  for (Output o : outputs) set.set(static_cast<size_t>(o));
+  return set;
+}
+
+std::vector<Output> InOrder(const OutputSet& set) {
+  std::vector<Output> out;
+  for (size_t i = 0; i < kOutputCount; ++i) {
+    if (set[i]) out.push_back(static_cast<Output>(i));
+  }
+  return out;
+}
+
+}  // namespace qvi
