@@ -160,7 +160,6 @@ absl::Status ReadInput(const inference::ModelInferRequest& in, const Manifest& m
   if (!texts.ok()) return texts.status();
   r.texts = std::move(*texts);
   return absl::OkStatus();
-
 }
 
 // The request-level parameters.
@@ -214,7 +213,6 @@ absl::Status ReadParameters(const inference::ModelInferRequest& in, const Manife
     }
   }
   return absl::OkStatus();
-
 }
 
 // The outputs asked for (or the defaults), in the answer's order; what is asked decides what is computed.

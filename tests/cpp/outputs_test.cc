@@ -38,8 +38,8 @@ TEST(OutputCatalogueTest, EveryAnswerFieldHasItsNativeApiField) {
     const bool has_field = row.token_field != nullptr || row.layer_field != nullptr;
     EXPECT_EQ(has_field, row.proto_field != nullptr) << row.name;
     if (!has_field) continue;
-    const google::protobuf::Descriptor* message = row.token_field != nullptr ? serving::v1::Token::descriptor()
-                                                                             : serving::v1::LayerMap::descriptor();
+    const google::protobuf::Descriptor* message =
+        row.token_field != nullptr ? serving::v1::Token::descriptor() : serving::v1::LayerMap::descriptor();
     EXPECT_NE(message->FindFieldByName(row.proto_field), nullptr) << row.name << " -> " << row.proto_field;
     EXPECT_NE(std::find(bound.begin(), bound.end(), row.id), bound.end())
         << row.name << " has an answer field but convert.cc does not copy it into the native API";
@@ -74,22 +74,23 @@ TEST(OutputCatalogueTest, WireOutputsAndDefaultsFollowTheModelAndTheSwitches) {
   m.name = "han";
   m.task = Task::kClassification;
   m.labels = {"a", "b", "c"};
-  m.outputs = {{"logits", {"B", "C"}},         {"attention", {"B", "T"}},     {"gates", {"B", "T"}},
-               {"sentence_attention", {"B", "T"}}, {"sentence_gates", {"B", "T"}}, {"unknown", {"B"}}};
+  m.outputs = {{"logits", {"B", "C"}},         {"attention", {"B", "T"}},
+               {"gates", {"B", "T"}},          {"sentence_attention", {"B", "T"}},
+               {"sentence_gates", {"B", "T"}}, {"unknown", {"B"}}};
   std::vector<std::string> names;
   for (const TensorSpec& s : WireOutputs(m)) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"label", "probabilities", "labels", "scores", "tokens", "token_count",
-                                             "truncated", "attention", "sentence_attention", "gates",
-                                             "sentence_gates"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"label", "probabilities", "labels", "scores", "tokens", "token_count",
+                                      "truncated", "attention", "sentence_attention", "gates", "sentence_gates"}));
   EXPECT_EQ(WireOutputs(m)[1].shape, (std::vector<int64_t>{-1, 3}));
   EXPECT_EQ(m.ModelOutputs(), OutputsOf({Output::kLogits, Output::kAttention, Output::kGates,
                                          Output::kSentenceAttention, Output::kSentenceGates}));
   OutputOptions o;
   EXPECT_EQ(DefaultWireOutputs(m, o.outputs), (std::vector<Output>{Output::kLabel, Output::kProbabilities}));
   o.Ask(OutputSwitch::kGates);
-  EXPECT_EQ(DefaultWireOutputs(m, o.outputs), (std::vector<Output>{Output::kLabel, Output::kProbabilities,
-                                                                    Output::kTokenCount, Output::kGates,
-                                                                    Output::kSentenceGates}));
+  EXPECT_EQ(DefaultWireOutputs(m, o.outputs),
+            (std::vector<Output>{Output::kLabel, Output::kProbabilities, Output::kTokenCount, Output::kGates,
+                                 Output::kSentenceGates}));
 }
 
 }  // namespace

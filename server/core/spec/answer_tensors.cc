@@ -111,7 +111,8 @@ AnswerView::AnswerView(const InferenceResponse& a, int k) : answer(a), manifest(
       token_bytes += static_cast<int64_t>(t.token.text.size());
       tag_bytes += static_cast<int64_t>(t.tag.size());
     }
-    for (const auto& label : r.labels) label_bytes = std::max<int64_t>(label_bytes, static_cast<int64_t>(label.first.size()));
+    for (const auto& label : r.labels)
+      label_bytes = std::max<int64_t>(label_bytes, static_cast<int64_t>(label.first.size()));
     // A span's JSON: its text and label (escaped, at most 6 bytes a byte) and the numbers and keys.
     for (const SpanOutput& sp : r.spans) span_bytes += 6 * static_cast<int64_t>(sp.text.size() + sp.label.size()) + 200;
   }
@@ -213,13 +214,15 @@ int64_t SpansBytes(const AnswerView& v, const OutputRow&, int) { return v.texts 
 
 void TagNames(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
   out.SetShape({v.texts, v.max_tokens});
-  ForEachTokenCell(v, [&](const TokenOutput& t) { out.Bytes(t.tag); }, [&] { out.Bytes(""); });
+  ForEachTokenCell(
+      v, [&](const TokenOutput& t) { out.Bytes(t.tag); }, [&] { out.Bytes(""); });
 }
 int64_t TagNamesBytes(const AnswerView& v, const OutputRow&, int) { return v.texts * v.max_tokens * 4 + v.tag_bytes; }
 
 void TokenTexts(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
   out.SetShape({v.texts, v.max_tokens});
-  ForEachTokenCell(v, [&](const TokenOutput& t) { out.Bytes(t.token.text); }, [&] { out.Bytes(""); });
+  ForEachTokenCell(
+      v, [&](const TokenOutput& t) { out.Bytes(t.token.text); }, [&] { out.Bytes(""); });
 }
 int64_t TokenTextsBytes(const AnswerView& v, const OutputRow&, int) {
   return v.texts * v.max_tokens * 4 + v.token_bytes;
@@ -240,8 +243,8 @@ int64_t PerTextBytes1(const AnswerView& v, const OutputRow&, int) { return v.tex
 
 void PerToken(const AnswerView& v, const OutputRow& row, int, TensorWriter& out) {
   out.SetShape({v.texts, v.max_tokens});
-  ForEachTokenCell(v, [&](const TokenOutput& t) { out.Float((t.*row.token_field).value_or(0.0f)); },
-                   [&] { out.Float(0.0f); });
+  ForEachTokenCell(
+      v, [&](const TokenOutput& t) { out.Float((t.*row.token_field).value_or(0.0f)); }, [&] { out.Float(0.0f); });
 }
 int64_t PerTokenBytes(const AnswerView& v, const OutputRow&, int) { return v.texts * v.max_tokens * 4; }
 

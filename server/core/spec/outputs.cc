@@ -110,8 +110,7 @@ OutputSet OfKind(OutputKind kind) {
 }
 
 bool ForTask(const OutputRow& row, Task task) {
-  return row.task == TaskFilter::kBoth ||
-         (row.task == TaskFilter::kClassification) == (task == Task::kClassification);
+  return row.task == TaskFilter::kBoth || (row.task == TaskFilter::kClassification) == (task == Task::kClassification);
 }
 
 OutputSet AnswerTensors(Task task) {
