@@ -71,16 +71,19 @@ int main(int argc, char** argv) {
       if ((with_graphs && graphs == "off") || (!with_graphs && graphs == "on")) continue;
       qvi::LoadOptions options;
       options.device = device;
-      options.format = f;
-      options.graphs.enabled = with_graphs;
-      if (with_graphs) {
-        options.graph_backend = *graph_backend;
-        // Buckets up to the largest batch measured (the lengths: up to the model's max_tokens).
-        options.max_batch_size = *std::max_element(batch_sizes.begin(), batch_sizes.end());
-      }
+      options.format = *qvi::ParseModelFormat(f);
       absl::StatusOr<std::unique_ptr<qvi::Model>> loaded = qvi::Model::Load(path, options);
       if (!loaded.ok()) {
         std::cerr << f << ": " << loaded.status() << "\n";
+        return 1;
+      }
+      qvi::ServingConfig serving;
+      serving.cuda_graphs.enabled = with_graphs;
+      // Buckets up to the largest batch measured (the lengths: up to the model's max_tokens).
+      serving.max_batch_size = *std::max_element(batch_sizes.begin(), batch_sizes.end());
+      qvi::GraphBackend* backend = graph_backend.ok() ? *graph_backend : nullptr;
+      if (absl::Status s = (*loaded)->PrepareGraphs(serving, backend); !s.ok()) {
+        std::cerr << f << ": " << s << "\n";
         return 1;
       }
       const qvi::GraphReport& r = (*loaded)->graphs();

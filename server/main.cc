@@ -177,7 +177,7 @@ int Run(ServerOptions options, const sigset_t& signals) {
   ConfigureThreads(options);
   ServingConfig defaults;
   defaults.device = options.models.device;
-  defaults.format = options.models.format;
+  defaults.format = *ParseModelFormat(options.models.format);  // checked by the flag
   defaults.instances = options.threads.instances;
   defaults.max_queued_texts = options.limits.max_queued_texts;
   defaults.cuda_graphs.enabled = options.models.cuda_graphs;

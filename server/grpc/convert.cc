@@ -170,7 +170,7 @@ void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
     b->set_max_batch_tokens(v.serving.max_batch_tokens);
     b->set_max_queue_delay_ms(v.serving.max_queue_delay_ms);
     b->set_instances(v.serving.instances);
-    b->set_batch_when_idle(v.serving.batch_when_idle);
+    b->set_batch_when_idle(v.serving.batching == BatchingMode::kWhenIdle);
     b->set_max_queued_texts(v.serving.max_queued_texts);
     b->set_max_queued_tokens(v.serving.max_queued_tokens);
     md->set_model_card_json(m.model_card_json);

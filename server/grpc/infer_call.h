@@ -2,6 +2,10 @@
 // Inference Protocol): the memory admitted by request bytes, the request ids made up for calls
 // without one, the send limit, and the counting of each call once it is over (metrics, access log).
 //
+// StartInferCall() is the skeleton both APIs' inference methods share: admission, the API's own
+// parsing and planning, the request id, the deadline, Submit, and the catch that keeps a failure
+// (std::bad_alloc, say) to its own call.
+//
 // InferCall is the reactor of one such call, from its arrival to gRPC's OnDone. Answer() finishes
 // it once (a second answer is ignored) and releases its request bytes; OnDone() counts it with the
 // status the client really got, and deletes it: an answer that never reached the client (cut by a
@@ -12,11 +16,14 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/core/serving/inference_service.h"
 #include "server/core/serving/model_repository.h"
 #include "server/core/spec/request.h"
 #include "server/grpc/convert.h"
@@ -108,6 +115,61 @@ class InferCall final : public grpc::ServerUnaryReactor {
 // The call's deadline as gRPC gives it, in wall time (InfiniteFuture when it has none); the core takes it
 // through MonotonicDeadline.
 absl::Time Deadline(const grpc::CallbackServerContext* ctx);
+
+// What an API makes of one call once it has parsed and checked it.
+template <typename Message>
+struct PlannedCall {
+  Method method = Method::kClassify;
+  InferenceRequest request;  // request_id: the client's, or empty for one made up here
+  // The version the plan was checked against (OIP reads its manifest to plan the tensors): the
+  // core answers from it. Null: the core resolves the request's model and version, once.
+  ServableHandle servable;
+  absl::Duration timeout = absl::InfiniteDuration();  // the API's own timeout, beside gRPC's deadline
+  // Fills the API's message from the core's answer; a non-OK status refuses the answer.
+  std::function<grpc::Status(const InferenceResponse&, Message*)> build;
+};
+
+// Starts one inference call: admission by request bytes; then `plan(raw, call)`, which parses and
+// checks the request and returns a PlannedCall<Message> or the error to answer (it may set
+// call->model as soon as it knows the name, so that a refusal is counted against it); then the
+// request id, the deadline (the sooner of gRPC's and the plan's timeout), cancellation, and Submit.
+// The call answers exactly once, whatever fails.
+template <typename Message, typename Plan>
+grpc::ServerUnaryReactor* StartInferCall(InferCalls* calls, InferenceService* core, const char* method,
+                                         grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
+                                         grpc::ByteBuffer* raw_response, Plan&& plan) {
+  auto* call = new InferCall(calls, ctx, method, static_cast<int64_t>(raw->Length()));
+  if (grpc::Status admitted = call->Admission(); !admitted.ok()) {
+    call->Answer(admitted);
+    return call;
+  }
+  try {
+    absl::StatusOr<PlannedCall<Message>> planned = plan(*raw, call);
+    if (!planned.ok()) {
+      call->Answer(ToGrpcStatus(planned.status()));
+      return call;
+    }
+    InferenceRequest& r = planned->request;
+    if (r.request_id.empty()) r.request_id = calls->NextRequestId();
+    call->model = r.model;
+    call->request_id = r.request_id;
+    call->texts = static_cast<int64_t>(r.texts.size());
+    const Env& env = core->env();
+    r.deadline = MonotonicDeadline(env, Deadline(ctx));
+    if (planned->timeout != absl::InfiniteDuration()) r.deadline = std::min(r.deadline, env.Now() + planned->timeout);
+    r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
+    core->Submit(
+        planned->method, std::move(r),
+        [call, raw_response, build = std::move(planned->build)](absl::StatusOr<InferenceResponse> out) {
+          call->AnswerWith<Message>(out, raw_response, build);
+        },
+        std::move(planned->servable));
+  } catch (...) {  // bad_alloc parsing or planning: this call fails, the server goes on
+    call->Answer(grpc::Status(grpc::StatusCode::INTERNAL,
+                              absl::StrCat("accepting the request failed: ", CurrentExceptionText())));
+  }
+  return call;
+}
 
 template <typename Message, typename Build>
 void InferCall::AnswerWith(const absl::StatusOr<InferenceResponse>& answer, grpc::ByteBuffer* raw, Build&& build) {

@@ -48,40 +48,23 @@ absl::Status ExplainParseFailure(const grpc::ByteBuffer& buffer) {
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::CallbackServerContext* ctx,
                                                       const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response) {
-  auto* call =
-      new InferCall(calls_, ctx, method == Method::kClassify ? "Classify" : "Tag", static_cast<int64_t>(raw->Length()));
-  if (grpc::Status admitted = call->Admission(); !admitted.ok()) {
-    call->Answer(admitted);
-    return call;
-  }
-  try {
-    Request request;
-    {
-      grpc::ByteBuffer copy(*raw);
-      grpc::ProtoBufferReader reader(&copy);
-      if (!request.ParseFromZeroCopyStream(&reader)) {
-        call->Answer(ToGrpcStatus(ExplainParseFailure(*raw)));
-        return call;
-      }
-    }
-    InferenceRequest r = FromProto(request.model(), request.texts(), request.options(), request.request_id());
-    if (r.request_id.empty()) r.request_id = calls_->NextRequestId();
-    r.deadline = MonotonicDeadline(core_->env(), Deadline(ctx));
-    r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
-    call->model = r.model;
-    call->texts = static_cast<int64_t>(r.texts.size());
-    call->request_id = r.request_id;
-    core_->Submit(method, std::move(r), [call, raw_response](absl::StatusOr<InferenceResponse> out) {
-      call->AnswerWith<Response>(out, raw_response, [](const InferenceResponse& answer, Response* response) {
-        ToProto(answer, response);
-        return grpc::Status::OK;
+  const char* name = method == Method::kClassify ? "Classify" : "Tag";
+  return StartInferCall<Response>(
+      calls_, core_, name, ctx, raw, raw_response,
+      [method](const grpc::ByteBuffer& bytes, InferCall*) -> absl::StatusOr<PlannedCall<Response>> {
+        Request request;
+        grpc::ByteBuffer copy(bytes);
+        grpc::ProtoBufferReader reader(&copy);
+        if (!request.ParseFromZeroCopyStream(&reader)) return ExplainParseFailure(bytes);
+        PlannedCall<Response> planned;
+        planned.method = method;
+        planned.request = FromProto(request.model(), request.texts(), request.options(), request.request_id());
+        planned.build = [](const InferenceResponse& answer, Response* response) {
+          ToProto(answer, response);
+          return grpc::Status::OK;
+        };
+        return planned;
       });
-    });
-  } catch (...) {  // bad_alloc parsing or preparing: this call fails, the server goes on
-    call->Answer(grpc::Status(grpc::StatusCode::INTERNAL,
-                              absl::StrCat("accepting the request failed: ", CurrentExceptionText())));
-  }
-  return call;
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::Classify(grpc::CallbackServerContext* ctx,

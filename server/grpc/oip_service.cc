@@ -123,77 +123,50 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelMetadata(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
                                                      grpc::ByteBuffer* raw_response) {
-  auto* call = new InferCall(calls_, ctx, "ModelInfer", static_cast<int64_t>(raw->Length()));
-  if (grpc::Status admitted = call->Admission(); !admitted.ok()) {
-    call->Answer(admitted);
-    return call;
-  }
-  try {
-    inference::ModelInferRequest request;
-    {
-      grpc::ByteBuffer copy(*raw);
-      grpc::ProtoBufferReader reader(&copy);
-      if (!request.ParseFromZeroCopyStream(&reader)) {
-        call->Answer(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                  "the request is not a valid inference.ModelInferRequest (names must be UTF-8)"));
-        return call;
-      }
-    }
-    call->model = request.model_name();
-    call->request_id = request.id().empty() ? calls_->NextRequestId() : request.id();
-    // The model's task decides Classify or Tag, and its manifest which outputs exist. The answer is
-    // built from the manifest of the version that answered, which the core hands back with it.
-    absl::Status checked = CheckModelNameBytes("model_name", request.model_name(), core_->limits());
-    absl::StatusOr<int64_t> version = oip::ParseVersion("model_version", request.model_version());
-    if (checked.ok() && !version.ok()) checked = version.status();
-    absl::StatusOr<ServableHandle> servable = absl::UnknownError("");
-    if (checked.ok()) {
-      servable = repository_->Resolve(request.model_name(), *version);
-      if (!servable.ok()) checked = servable.status();
-    }
-    absl::StatusOr<oip::InferPlan> plan = absl::UnknownError("");
-    if (checked.ok()) {
-      plan = oip::FromModelInfer(request, (*servable)->model->manifest());
-      if (!plan.ok()) checked = plan.status();
-    }
-    servable = absl::UnknownError("");  // the core resolves the version again, as for Classify
-    if (!checked.ok()) {
-      call->Answer(ToGrpcStatus(checked));
-      return call;
-    }
-    InferenceRequest r = std::move(plan->request);
-    r.request_id = call->request_id;
-    const Env& env = core_->env();
-    r.deadline =
-        std::min(MonotonicDeadline(env, Deadline(ctx)),
-                 plan->timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : env.Now() + plan->timeout);
-    r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
-    call->texts = static_cast<int64_t>(r.texts.size());
-    const Method method = plan->method;
-    auto shared_plan = std::make_shared<oip::InferPlan>(std::move(*plan));
-    const int64_t limit = calls_->options().max_response_bytes;
-    core_->Submit(method, std::move(r),
-                  [call, raw_response, shared_plan, limit, id = request.id()](absl::StatusOr<InferenceResponse> out) {
-                    call->AnswerWith<inference::ModelInferResponse>(
-                        out, raw_response,
-                        [&](const InferenceResponse& answer, inference::ModelInferResponse* response) {
-                          // Padded tensors can be far larger than the texts: sized before they are built.
-                          const int64_t bytes = oip::AnswerBytes(answer, *shared_plan);
-                          if (limit > 0 && bytes > limit) {
-                            return grpc::Status(
-                                grpc::StatusCode::RESOURCE_EXHAUSTED,
+  using Planned = PlannedCall<inference::ModelInferResponse>;
+  return StartInferCall<inference::ModelInferResponse>(
+      calls_, core_, "ModelInfer", ctx, raw, raw_response,
+      [this](const grpc::ByteBuffer& bytes, InferCall* call) -> absl::StatusOr<Planned> {
+        inference::ModelInferRequest request;
+        grpc::ByteBuffer copy(bytes);
+        grpc::ProtoBufferReader reader(&copy);
+        if (!request.ParseFromZeroCopyStream(&reader)) {
+          return absl::InvalidArgumentError(
+              "the request is not a valid inference.ModelInferRequest (names must be UTF-8)");
+        }
+        call->model = request.model_name();
+        // The model's task decides Classify or Tag, and its manifest which outputs exist: the plan
+        // is checked against one version, and the core answers from that same version.
+        if (absl::Status s = CheckModelNameBytes("model_name", request.model_name(), core_->limits()); !s.ok()) {
+          return s;
+        }
+        absl::StatusOr<int64_t> version = oip::ParseVersion("model_version", request.model_version());
+        if (!version.ok()) return version.status();
+        absl::StatusOr<ServableHandle> servable = repository_->Resolve(request.model_name(), *version);
+        if (!servable.ok()) return servable.status();
+        absl::StatusOr<oip::InferPlan> plan = oip::FromModelInfer(request, (*servable)->model->manifest());
+        if (!plan.ok()) return plan.status();
+        Planned planned;
+        planned.method = plan->method;
+        planned.request = std::move(plan->request);
+        planned.servable = std::move(*servable);
+        planned.timeout = plan->timeout;
+        auto answer_plan = std::make_shared<oip::InferPlan>(std::move(*plan));
+        const int64_t limit = calls_->options().max_response_bytes;
+        planned.build = [answer_plan, limit, id = request.id()](const InferenceResponse& answer,
+                                                                inference::ModelInferResponse* response) {
+          // Padded tensors can be far larger than the texts: sized before they are built.
+          const int64_t bytes = oip::AnswerBytes(answer, *answer_plan);
+          if (limit > 0 && bytes > limit) {
+            return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                 absl::StrCat("the answer would be at least ", bytes, " bytes, over the limit of ",
                                              limit, " bytes (--max-message-bytes); ask for fewer texts or outputs"));
-                          }
-                          oip::ToModelInfer(answer, *shared_plan, id, response);
-                          return grpc::Status::OK;
-                        });
-                  });
-  } catch (...) {  // bad_alloc parsing or preparing: this call fails, the server goes on
-    call->Answer(grpc::Status(grpc::StatusCode::INTERNAL,
-                              absl::StrCat("accepting the request failed: ", CurrentExceptionText())));
-  }
-  return call;
+          }
+          oip::ToModelInfer(answer, *answer_plan, id, response);
+          return grpc::Status::OK;
+        };
+        return planned;
+      });
 }
 
 }  // namespace qvi

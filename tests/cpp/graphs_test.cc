@@ -107,21 +107,21 @@ void ExpectSameAnswers(const ModelOutputs& got, const ModelOutputs& want, const 
   }
 }
 
-LoadOptions GraphOptions(GraphBackend* backend, int instances, std::vector<int64_t> batch_sizes = {},
-                         std::vector<int64_t> lengths = {}) {
-  LoadOptions o;
+// A version's serving settings as far as its graphs read them: instances and bucket lists (the
+// default max_batch_size, graphs on).
+ServingConfig GraphOptions(int instances, std::vector<int64_t> batch_sizes = {}, std::vector<int64_t> lengths = {}) {
+  ServingConfig o;
   o.device = "cpu";
   o.instances = instances;
-  o.graphs.batch_sizes = std::move(batch_sizes);
-  o.graphs.lengths = std::move(lengths);
-  o.graph_backend = backend;
+  o.cuda_graphs.batch_sizes = std::move(batch_sizes);
+  o.cuda_graphs.lengths = std::move(lengths);
   return o;
 }
 
 TEST(ModelGraphsTest, CapturesEveryBucketPerInstanceAndReports) {
   EmulatedGraphBackend backend;
   std::unique_ptr<FakeModel> model = FakeModel::Create("fake", /*max_tokens=*/16);
-  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(&backend, /*instances=*/2, {}, {})).ok());
+  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(/*instances=*/2, {}, {}), &backend).ok());
   const GraphReport& r = model->graphs();
   EXPECT_TRUE(r.active) << r.note;
   // Defaults: batch sizes 1..max_batch_size (the manifest's, 32) and lengths 8..max_tokens (16).
@@ -131,10 +131,10 @@ TEST(ModelGraphsTest, CapturesEveryBucketPerInstanceAndReports) {
   EXPECT_EQ(backend.captures(), 24);
   EXPECT_GT(r.memory_bytes, 0);
   EXPECT_EQ(r.note, "24 graphs (2 instance(s) × 12 shapes) of the forward without maps");
-  // serving.json's max_batch_size bounds the default batch sizes.
-  LoadOptions o = GraphOptions(&backend, 1);
+  // The version's max_batch_size bounds the default batch sizes.
+  ServingConfig o = GraphOptions(1);
   o.max_batch_size = 5;
-  ASSERT_TRUE(model->PrepareGraphs(o).ok());
+  ASSERT_TRUE(model->PrepareGraphs(o, &backend).ok());
   EXPECT_EQ(model->graphs().batch_sizes, (std::vector<int64_t>{1, 2, 4, 5}));
 }
 
@@ -142,7 +142,7 @@ TEST(ModelGraphsTest, AnswersAreThoseOfTheForwardWithoutAGraphAtEveryShape) {
   EmulatedGraphBackend backend;
   std::unique_ptr<FakeModel> eager = FakeModel::Create("fake", 16);
   std::unique_ptr<FakeModel> graphed = FakeModel::Create("fake", 16);
-  ASSERT_TRUE(graphed->PrepareGraphs(GraphOptions(&backend, 1, {1, 4, 8}, {4, 16})).ok());
+  ASSERT_TRUE(graphed->PrepareGraphs(GraphOptions(1, {1, 4, 8}, {4, 16}), &backend).ok());
   const OutputSet wanted = testing::Named({"logits", "attention", "gates", "layer_gates"});
   int replays = 0;
   // Exactly a bucket, padded in length, padded in batch, both, and one text too many for any bucket.
@@ -167,7 +167,7 @@ TEST(ModelGraphsTest, AnswersAreThoseOfTheForwardWithoutAGraphAtEveryShape) {
 TEST(ModelGraphsTest, AnAnswerIsNotOverwrittenByTheNextReplay) {
   EmulatedGraphBackend backend;
   std::unique_ptr<FakeModel> model = FakeModel::Create("fake", 16);
-  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(&backend, 1, {2}, {4})).ok());
+  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(1, {2}, {4}), &backend).ok());
   auto [a_ids, a_mask] = RandomBatch(2, 4, 5, 1);
   auto [b_ids, b_mask] = RandomBatch(2, 4, 5, 2);
   auto first = model->Forward(a_ids, a_mask, testing::Named({"logits", "gates"}));
@@ -182,7 +182,7 @@ TEST(ModelGraphsTest, AnAnswerIsNotOverwrittenByTheNextReplay) {
 TEST(ModelGraphsTest, ConcurrentCallersGetTheirOwnAnswers) {
   EmulatedGraphBackend backend;
   std::unique_ptr<FakeModel> model = FakeModel::Create("fake", 16);
-  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(&backend, 2, {1, 4}, {8})).ok());
+  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(2, {1, 4}, {8}), &backend).ok());
   // Four callers on two instances' graphs: two replay, the others find no free slot and run without.
   std::vector<std::thread> callers;
   std::atomic<int> wrong{0};
@@ -203,18 +203,17 @@ TEST(ModelGraphsTest, ConcurrentCallersGetTheirOwnAnswers) {
 
 TEST(ModelGraphsTest, ReasonsForRunningWithoutGraphs) {
   std::unique_ptr<FakeModel> model = FakeModel::Create("fake", 16);
-  LoadOptions o = GraphOptions(nullptr, 1);
-  ASSERT_TRUE(model->PrepareGraphs(o).ok());
+  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(1), nullptr).ok());
   EXPECT_FALSE(model->graphs().active);
   EXPECT_EQ(model->graphs().note, "none on the CPU");
   EmulatedGraphBackend backend;
-  o = GraphOptions(&backend, 1);
-  o.graphs.enabled = false;
-  ASSERT_TRUE(model->PrepareGraphs(o).ok());
+  ServingConfig off = GraphOptions(1);
+  off.cuda_graphs.enabled = false;
+  ASSERT_TRUE(model->PrepareGraphs(off, &backend).ok());
   EXPECT_EQ(model->graphs().note, "off (--cuda-graphs=false or serving.json \"cuda_graphs\")");
   // A forward that cannot be captured at some shape: served without graphs, the reason reported.
   backend.fail_at = ShapeBucket{4, 16};
-  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(&backend, 1, {1, 4}, {8, 16})).ok());
+  ASSERT_TRUE(model->PrepareGraphs(GraphOptions(1, {1, 4}, {8, 16}), &backend).ok());
   EXPECT_FALSE(model->graphs().active);
   EXPECT_NE(model->graphs().note.find("capture failed at 4 texts × 16 tokens, so it runs without graphs: operation "
                                       "not permitted when stream is capturing"),
@@ -225,7 +224,7 @@ TEST(ModelGraphsTest, ReasonsForRunningWithoutGraphs) {
   ASSERT_TRUE(model->Forward(ids, mask, testing::Named({"logits"})).ok());
   EXPECT_EQ(backend.replays(), replays);
   // Buckets the model cannot run are an error that fails the load, naming the file and the limit.
-  absl::Status s = model->PrepareGraphs(GraphOptions(&backend, 1, {1}, {8, 32}));
+  absl::Status s = model->PrepareGraphs(GraphOptions(1, {1}, {8, 32}), &backend);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("serving.json: 'cuda_graphs' 'lengths' has 32; each must be in 1..16"), std::string::npos)
       << s;
@@ -242,15 +241,13 @@ void ExpectGraphParity(const fs::path& version, const std::string& format,
   GraphBackend* backend = real_backend != nullptr ? real_backend : &emulated;
   LoadOptions plain;
   plain.device = device;
-  plain.format = format;
+  plain.format = *ParseModelFormat(format);
   auto eager = Model::Load(version.string(), plain);
   ASSERT_TRUE(eager.ok()) << eager.status();
   const int64_t max_tokens = (*eager)->manifest().tokenizer.max_tokens;
-  LoadOptions o = GraphOptions(backend, 1, {1, 4, 8}, {8, 32, max_tokens});
-  o.device = device;
-  o.format = format;
-  auto graphed = Model::Load(version.string(), o);
+  auto graphed = Model::Load(version.string(), plain);
   ASSERT_TRUE(graphed.ok()) << graphed.status();
+  ASSERT_TRUE((*graphed)->PrepareGraphs(GraphOptions(1, {1, 4, 8}, {8, 32, max_tokens}), backend).ok());
   ASSERT_TRUE((*graphed)->graphs().active) << (*graphed)->graphs().note;
   const int64_t vocab = static_cast<int64_t>((*eager)->vocabulary().size());
   for (auto [b, t] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 17}, {8, max_tokens}, {5, 40}, {2, 8}}) {

@@ -35,12 +35,12 @@ class ModelRunnerTest : public ::testing::Test {
  protected:
   void SetUp() override { model_ = FakeModel::Create(); }
 
-  void Start(ServingObserver* observer = nullptr, bool batch_when_idle = true,
+  void Start(ServingObserver* observer = nullptr, BatchingMode batching = BatchingMode::kWhenIdle,
              absl::Duration max_queue_delay = absl::ZeroDuration()) {
     BatchSchedulerOptions o;
     o.max_queue_delay = max_queue_delay;
     runner_ = std::make_unique<ModelRunner>(model_, 1, *ModelRunner::Scheduler::Create(o, &env_), &env_, 1, observer,
-                                            batch_when_idle);
+                                            batching);
   }
 
   // One text; `on_done` sees its status. `deadline` in the past makes it expire in the queue.
@@ -73,7 +73,7 @@ class ModelRunnerTest : public ::testing::Test {
 TEST_F(ModelRunnerTest, ATextWaitsForTheQueueDelayOnTheEnvironmentsClock) {
   // An instance that does not batch when idle waits max_queue_delay for more texts. The clock is
   // fake: the instance thread sleeps until the test moves it past the text's due time.
-  Start(nullptr, /*batch_when_idle=*/false, absl::Milliseconds(5));
+  Start(nullptr, BatchingMode::kFillOrDelay, absl::Milliseconds(5));
   Notification done;
   absl::Status status = absl::UnknownError("not run");
   std::shared_ptr<RunnableRequest> text = Text([&](absl::Status s) {

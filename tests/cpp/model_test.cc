@@ -110,7 +110,7 @@ class ModelLoadTest : public ::testing::Test {
   absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& format, int instances = 1) {
     LoadOptions o;
     o.device = "cpu";
-    o.format = format;
+    o.format = *ParseModelFormat(format);
     o.instances = instances;
     return Model::Load(dir_.string(), o);
   }
@@ -163,10 +163,10 @@ TEST_F(ModelLoadTest, ACorruptPackageFallsBackToTorchScriptWithTheReasonOrFailsW
 void ExpectParity(const fs::path& version, const std::vector<std::string>& outputs) {
   LoadOptions o;
   o.device = "cpu";
-  o.format = "torchscript";
+  o.format = ModelFormat::kTorchScript;
   absl::StatusOr<std::unique_ptr<Model>> script = Model::Load(version.string(), o);
   ASSERT_TRUE(script.ok()) << script.status();
-  o.format = "pt2";
+  o.format = ModelFormat::kPt2;
   o.instances = 2;
   absl::StatusOr<std::unique_ptr<Model>> compiled = Model::Load(version.string(), o);
   ASSERT_TRUE(compiled.ok()) << compiled.status();

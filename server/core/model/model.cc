@@ -171,14 +171,6 @@ Model::Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std
       file_(std::move(file)) {}
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOptions& options) {
-  absl::StatusOr<std::unique_ptr<Model>> model = LoadArtifact(dir, options);
-  if (!model.ok()) return model;
-  if (absl::Status s = (*model)->PrepareGraphs(options); !s.ok()) return s;
-  return model;
-}
-
-absl::StatusOr<std::unique_ptr<Model>> Model::LoadArtifact(const std::string& dir, const LoadOptions& options) {
-  if (absl::Status s = CheckModelFormat(options.format); !s.ok()) return s;
   absl::StatusOr<torch::Device> device = ResolveDevice(options.device);
   if (!device.ok()) return device.status();
   const std::filesystem::path folder(dir);
@@ -187,17 +179,19 @@ absl::StatusOr<std::unique_ptr<Model>> Model::LoadArtifact(const std::string& di
   std::error_code ec;
   const bool have_script = std::filesystem::exists(script, ec);
   const bool have_package = std::filesystem::exists(package, ec);
-  if (options.format == "torchscript" || (options.format == "auto" && !have_package)) {
+  const ModelFormat format = options.format;
+  if (format == ModelFormat::kTorchScript || (format == ModelFormat::kAuto && !have_package)) {
     if (!have_script) {
       return absl::NotFoundError(
-          options.format == "auto" ? absl::StrCat(dir, " has neither ", kTorchScriptFile, " nor ", Pt2FileName(*device))
-                                   : absl::StrCat(script, " does not exist (format torchscript)"));
+          format == ModelFormat::kAuto
+              ? absl::StrCat(dir, " has neither ", kTorchScriptFile, " nor ", Pt2FileName(*device))
+              : absl::StrCat(script, " does not exist (format torchscript)"));
     }
     return LoadTorchScript(script, *device);
   }
   if (!have_package) return absl::NotFoundError(absl::StrCat(package, " does not exist (format pt2)"));
   absl::StatusOr<std::unique_ptr<Model>> compiled = LoadAotInductor(package, *device, options.instances);
-  if (compiled.ok() || options.format == "pt2" || !have_script) return compiled;
+  if (compiled.ok() || format == ModelFormat::kPt2 || !have_script) return compiled;
   // "auto": a package that cannot run here (another device, CPU or torch) leaves the TorchScript
   // file to serve; the reason stays visible in the log and in GetModel.
   absl::StatusOr<std::unique_ptr<Model>> script_model = LoadTorchScript(script, *device);
@@ -258,23 +252,24 @@ torch::Tensor Model::NarrowTokens(Output output, torch::Tensor t, int64_t tokens
   return t;
 }
 
-absl::Status Model::PrepareGraphs(const LoadOptions& options) {
+absl::Status Model::PrepareGraphs(const ServingConfig& serving, GraphBackend* backend,
+                                  const std::string& backend_note) {
   graph_slots_.clear();
   graph_report_ = GraphReport{};
-  if (!options.graphs.enabled) {
+  const GraphSettings& settings = serving.cuda_graphs;
+  if (!settings.enabled) {
     graph_report_.note = "off (--cuda-graphs=false or serving.json \"cuda_graphs\")";
     return absl::OkStatus();
   }
-  if (options.graph_backend == nullptr || !options.graph_backend->Supports(device_)) {
-    graph_report_.note = device_.is_cuda() ? options.graph_backend_note : "none on the CPU";
+  if (backend == nullptr || !backend->Supports(device_)) {
+    graph_report_.note = device_.is_cuda() ? backend_note : "none on the CPU";
     return absl::OkStatus();
   }
-  const int64_t max_batch = options.max_batch_size.value_or(manifest_->serving.max_batch_size);
+  const int64_t max_batch = serving.max_batch_size;
   const int64_t max_tokens = manifest_->tokenizer.max_tokens;
   std::vector<int64_t> batch_sizes =
-      options.graphs.batch_sizes.empty() ? PowersOfTwoUpTo(1, max_batch) : options.graphs.batch_sizes;
-  std::vector<int64_t> lengths =
-      options.graphs.lengths.empty() ? PowersOfTwoUpTo(8, max_tokens) : options.graphs.lengths;
+      settings.batch_sizes.empty() ? PowersOfTwoUpTo(1, max_batch) : settings.batch_sizes;
+  std::vector<int64_t> lengths = settings.lengths.empty() ? PowersOfTwoUpTo(8, max_tokens) : settings.lengths;
   if (absl::Status s = ShapeBuckets::Check(batch_sizes, lengths, max_batch, max_tokens, "serving.json: 'cuda_graphs'");
       !s.ok()) {
     return s;
@@ -288,21 +283,20 @@ absl::Status Model::PrepareGraphs(const LoadOptions& options) {
   const DeviceForward forward = [this, maps](const torch::Tensor& ids, const torch::Tensor& mask) {
     return Run(ids, mask, maps);
   };
-  GraphBackend& backend = *options.graph_backend;
   const absl::Time start = absl::Now();
-  const int64_t reserved_before = backend.ReservedBytes(device_);
+  const int64_t reserved_before = backend->ReservedBytes(device_);
   std::vector<std::unique_ptr<GraphSlot>> slots;
   try {
     c10::InferenceMode guard;
-    for (int i = 0; i < std::max(options.instances, 1); ++i) {
+    for (int i = 0; i < std::max(serving.instances, 1); ++i) {
       auto slot = std::make_unique<GraphSlot>();
-      slot->pool = backend.NewPool(device_);
+      slot->pool = backend->NewPool(device_);
       for (const ShapeBucket& bucket : buckets.All()) {
         const torch::Tensor ids = torch::full({bucket.batch, bucket.tokens}, Vocabulary::kUnkId,
                                               torch::TensorOptions().dtype(torch::kLong).device(device_));
         const torch::Tensor mask =
             torch::ones({bucket.batch, bucket.tokens}, torch::TensorOptions().dtype(torch::kBool).device(device_));
-        absl::StatusOr<std::unique_ptr<CapturedForward>> graph = backend.Capture(forward, ids, mask, *slot->pool);
+        absl::StatusOr<std::unique_ptr<CapturedForward>> graph = backend->Capture(forward, ids, mask, *slot->pool);
         if (!graph.ok()) {
           graph_report_.note = absl::StrCat("capture failed at ", bucket.batch, " texts × ", bucket.tokens,
                                             " tokens, so it runs without graphs: ", graph.status().message());
@@ -320,7 +314,7 @@ absl::Status Model::PrepareGraphs(const LoadOptions& options) {
   graph_report_.active = true;
   graph_report_.graphs = static_cast<int64_t>(slots.size() * buckets.size());
   graph_report_.capture_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
-  graph_report_.memory_bytes = std::max<int64_t>(backend.ReservedBytes(device_) - reserved_before, 0);
+  graph_report_.memory_bytes = std::max<int64_t>(backend->ReservedBytes(device_) - reserved_before, 0);
   graph_report_.note = absl::StrCat(graph_report_.graphs, " graphs (", slots.size(), " instance(s) × ", buckets.size(),
                                     " shapes) of the forward ", maps ? "with" : "without", " maps");
   graph_slots_ = std::move(slots);

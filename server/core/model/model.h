@@ -67,23 +67,10 @@ struct OutputSelection {
   bool mean_heads = false;
 };
 
-// How to load a version folder. `format`: "auto" prefers the AOTInductor package compiled for the
-// device kind in use (model.cpu.pt2 / model.cuda.pt2) and falls back to model.pt when there is none
-// or it cannot run here; "torchscript" and "pt2" load only that format.
-struct LoadOptions {
-  std::string device = "auto";
-  std::string format = "auto";
-  // Model instances that will call Forward() at once: an AOTInductor package keeps one set of
-  // activation buffers per concurrent call.
-  int instances = 1;
-  // CUDA graphs (graphs.h): what the flag and serving.json say, the max_batch_size serving.json sets
-  // (else the manifest's) for the default batch buckets, and the backend, null when this process has
-  // none (`graph_backend_note` says why).
-  GraphSettings graphs;
-  std::optional<int> max_batch_size;
-  GraphBackend* graph_backend = nullptr;
-  std::string graph_backend_note = "no CUDA graph backend in this process";
-};
+// How to load a version folder: its device, format and instances (serving_config.h). The rest of
+// how it is served is resolved once its manifest is read (ResolveServingConfig) and handed to
+// PrepareGraphs and the runner.
+using LoadOptions = Placement;
 
 inline constexpr char kTorchScriptFile[] = "model.pt";
 // model.cpu.pt2 or model.cuda.pt2.
@@ -102,7 +89,7 @@ class Model {
  public:
   virtual ~Model() = default;
 
-  // Loads the version folder `dir` in the format `options` picks (see LoadOptions), checks its
+  // Loads the version folder `dir` in the format `options` picks (see ModelFormat), checks its
   // manifest and vocabulary and warms it up, so that a model that cannot run fails here rather
   // than on a request. When "auto" passed over a package, fallback_reason() says why.
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& dir, const LoadOptions& options);
@@ -137,11 +124,14 @@ class Model {
   const GraphReport& graphs() const { return graph_report_; }
 
   // Captures the forward that batches without maps run (the forward without maps when the model has
-  // one) at every bucket, once per instance, when `options` turn graphs on and its backend supports
-  // this model's device; otherwise notes why not. A forward that cannot be captured leaves the model
-  // serving without graphs (the note says why); bucket lists that do not fit the model are an error.
-  // Load() calls it after the warm-up; tests call it on their fakes. Not thread-safe: before serving.
-  absl::Status PrepareGraphs(const LoadOptions& options);
+  // one) at every bucket, once per instance, when `serving` turns graphs on and `backend` (null when
+  // this process has none: `backend_note` says why) supports this model's device; otherwise notes
+  // why not. The buckets: serving.cuda_graphs's lists, else powers of two up to max_batch_size and
+  // the model's max_tokens. A forward that cannot be captured leaves the model serving without
+  // graphs (the note says why); bucket lists that do not fit the model are an error. The repository
+  // calls it after Load() with the version's resolved ServingConfig. Not thread-safe: before serving.
+  absl::Status PrepareGraphs(const ServingConfig& serving, GraphBackend* backend,
+                             const std::string& backend_note = "no CUDA graph backend in this process");
 
  protected:
   Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file);
@@ -180,8 +170,6 @@ class Model {
     std::map<ShapeBucket, std::unique_ptr<CapturedForward>> graphs;
   };
   GraphSlot* AcquireGraphSlot() const;
-  // Load() before the graphs: the artifact in the chosen format, warmed up.
-  static absl::StatusOr<std::unique_ptr<Model>> LoadArtifact(const std::string& dir, const LoadOptions& options);
   // Runs the batch (ids and mask on the CPU, `bucket` fits it) through `slot`'s graph: pads to the
   // bucket, replays, and cuts the outputs back to the batch. They alias the graph's buffers.
   ModelOutputs Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,

@@ -68,9 +68,16 @@ absl::Status CheckLive(const InferenceRequest& r, const Env& env) {
 
 }  // namespace
 
-absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method method, const InferenceRequest& r) const {
+absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method method, const InferenceRequest& r,
+                                                                     ServableHandle servable) const {
   if (absl::Status s = CheckRequest(r, limits_); !s.ok()) return s;
-  absl::StatusOr<ServableHandle> handle = repository_->Resolve(r.model, r.version);
+  absl::StatusOr<ServableHandle> handle = std::move(servable);
+  if (*handle == nullptr) {
+    handle = repository_->Resolve(r.model, r.version);
+  } else if ((*handle)->name != r.model || (r.version != 0 && (*handle)->version != r.version)) {
+    return absl::InternalError(absl::StrCat("the request for '", r.model, "' version ", r.version, " was resolved to '",
+                                            (*handle)->name, "' version ", (*handle)->version));
+  }
   if (!handle.ok()) return handle.status();
   const Model& model = *(*handle)->model;
   const Manifest& m = model.manifest();
@@ -138,27 +145,30 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
   return p;
 }
 
-void InferenceService::Submit(Method method, InferenceRequest request, Done done) {
+void InferenceService::Submit(Method method, InferenceRequest request, Done done, ServableHandle servable) {
   if (limits_.inline_prepare_bytes > 0) {
     int64_t bytes = 0;
     for (const std::string& t : request.texts) bytes += static_cast<int64_t>(t.size());
     if (bytes < limits_.inline_prepare_bytes) {
-      Dispatch(method, request, std::move(done));
+      Dispatch(method, request, std::move(done), std::move(servable));
       return;
     }
   }
-  auto shared = std::make_shared<std::pair<InferenceRequest, Done>>(std::move(request), std::move(done));
-  const bool queued =
-      executor_->TrySubmit([this, method, shared] { Dispatch(method, shared->first, std::move(shared->second)); });
-  if (!queued) {
-    shared->second(absl::ResourceExhaustedError("the server's request queue is full; retry with backoff"));
-  }
+  struct Work {
+    InferenceRequest request;
+    Done done;
+    ServableHandle servable;
+  };
+  auto work = std::make_shared<Work>(Work{std::move(request), std::move(done), std::move(servable)});
+  const bool queued = executor_->TrySubmit(
+      [this, method, work] { Dispatch(method, work->request, std::move(work->done), std::move(work->servable)); });
+  if (!queued) work->done(absl::ResourceExhaustedError("the server's request queue is full; retry with backoff"));
 }
 
-void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done done) {
+void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done done, ServableHandle resolved) {
   absl::StatusOr<Prepared> prepared;
   try {
-    prepared = Prepare(method, r);
+    prepared = Prepare(method, r, std::move(resolved));
   } catch (...) {  // std::bad_alloc tokenizing, say: this request fails, nothing else
     prepared = absl::InternalError(absl::StrCat("preparing the request failed: ", CurrentExceptionText()));
   }

@@ -6,7 +6,10 @@
 // Contract:
 //  1. Submit() calls `done` exactly once: from a model instance thread with the answer, from a
 //     request thread with an error, or at once with RESOURCE_EXHAUSTED when a queue is full.
-//  2. Errors name the field and the limit: INVALID_ARGUMENT for bad requests, NOT_FOUND for unknown
+//  2. A request runs on one version from its checks to its answer: the `servable` the caller
+//     resolved (and checked its own plan against: OIP reads the manifest to plan its tensors), or,
+//     when the caller passes none, the version its model and version resolve to once, here.
+//  3. Errors name the field and the limit: INVALID_ARGUMENT for bad requests, NOT_FOUND for unknown
 //     models, UNAVAILABLE for versions that cannot serve, DEADLINE_EXCEEDED / CANCELLED when the
 //     request expired or was cancelled before the model ran, INTERNAL when the model failed.
 #ifndef QVI_SERVER_CORE_SERVING_INFERENCE_SERVICE_H_
@@ -37,7 +40,7 @@ class InferenceService {
   InferenceService(const ModelRepository* repository, Executor* executor, RequestLimits limits)
       : repository_(repository), executor_(executor), limits_(limits) {}
 
-  void Submit(Method method, InferenceRequest request, Done done);
+  void Submit(Method method, InferenceRequest request, Done done, ServableHandle servable = nullptr);
 
   const RequestLimits& limits() const { return limits_; }
   // The clock of InferenceRequest::deadline (the repository's environment).
@@ -49,8 +52,8 @@ class InferenceService {
     InferenceResponse response;  // tokens filled in, results to come
     std::vector<std::vector<int64_t>> ids;
   };
-  absl::StatusOr<Prepared> Prepare(Method method, const InferenceRequest& request) const;
-  void Dispatch(Method method, const InferenceRequest& request, Done done);
+  absl::StatusOr<Prepared> Prepare(Method method, const InferenceRequest& request, ServableHandle servable) const;
+  void Dispatch(Method method, const InferenceRequest& request, Done done, ServableHandle servable);
   // One text's answer from its row of checked outputs. May throw c10::Error.
   static void PostProcessRow(Method method, const Manifest& manifest, const OutputOptions& options,
                              const std::string& text, const ModelOutputs& outputs, int64_t row, TextResult& result);

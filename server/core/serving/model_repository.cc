@@ -212,28 +212,17 @@ ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64
 
 absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& name, int64_t version,
                                                              const ServingOverrides& overrides, uint64_t generation) {
-  LoadOptions load;
-  load.device = overrides.device.value_or(options_.defaults.device);
-  load.format = overrides.format.value_or(options_.defaults.format);
-  load.instances = overrides.instances.value_or(options_.defaults.instances);
-  load.graphs = overrides.cuda_graphs.value_or(options_.defaults.cuda_graphs);
-  load.max_batch_size = overrides.max_batch_size;
-  load.graph_backend = options_.graph_backend;
-  load.graph_backend_note = options_.graph_backend_note;
-  absl::StatusOr<std::unique_ptr<Model>> loaded = LoadModel(source_.VersionDir(name, version), load);
+  absl::StatusOr<LoadedModel> loaded = LoadModel(source_.VersionDir(name, version), overrides);
   if (!loaded.ok()) return loaded.status();
-  if ((*loaded)->manifest().name != name) {
-    return absl::InvalidArgumentError(absl::StrCat("manifest.json names the model '", (*loaded)->manifest().name,
+  if (loaded->model->manifest().name != name) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest.json names the model '", loaded->model->manifest().name,
                                                    "' but it sits in the folder '", name, "'"));
   }
-  std::shared_ptr<const Model> model(std::move(*loaded));
-  ServingConfig serving = ResolveServingConfig(options_.defaults, model->manifest(), overrides);
-  serving.device = model->device();
-  serving.format = model->format();
+  std::shared_ptr<const Model> model(std::move(loaded->model));
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
-      ModelRunner::Create(model, version, serving, env_, options_.observer);
+      ModelRunner::Create(model, version, loaded->serving, env_, options_.observer);
   if (!runner.ok()) return runner.status();
-  auto* servable = new Servable{name, version, model, serving, *std::move(runner)};
+  auto* servable = new Servable{name, version, model, std::move(loaded->serving), *std::move(runner)};
   {
     MutexLock lock(&retire_mu_);
     ++live_servables_;
@@ -241,35 +230,42 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
   return ServableHandle(servable, [this, generation](Servable* s) { Retire(s, generation); });
 }
 
-absl::StatusOr<std::unique_ptr<Model>> ModelRepository::LoadModel(const std::string& path,
-                                                                  const LoadOptions& load_options) const {
+absl::StatusOr<ModelRepository::LoadedModel> ModelRepository::LoadModel(const std::string& path,
+                                                                        const ServingOverrides& overrides) const {
   // Shared by this thread and the loader thread; whichever lets go last frees it (and the model,
   // when the load finished after it was abandoned).
   struct Attempt {
     Mutex mu;
     CondVar finished_cv;
     bool finished ABSL_GUARDED_BY(mu) = false;
-    absl::StatusOr<std::unique_ptr<Model>> result ABSL_GUARDED_BY(mu);
+    absl::StatusOr<LoadedModel> result ABSL_GUARDED_BY(mu);
   };
   auto attempt = std::make_shared<Attempt>();
   // Before the thread starts: the load's time counts from here, whatever the clock does meanwhile.
   const absl::Time until = env_->Now() + options_.load_timeout;
   auto load =
       options_.load ? options_.load : [](const std::string& p, const LoadOptions& o) { return Model::Load(p, o); };
-  env_->StartThread("qvi-load",
-                    [attempt, load = std::move(load), path, load_options] {
-                      absl::StatusOr<std::unique_ptr<Model>> result;
-                      try {
-                        result = load(path, load_options);
-                      } catch (...) {
-                        result =
-                            absl::InternalError(absl::StrCat("loading ", path, " failed: ", CurrentExceptionText()));
-                      }
-                      MutexLock lock(&attempt->mu);
-                      attempt->result = std::move(result);
-                      attempt->finished = true;
-                      attempt->finished_cv.SignalAll();
-                    })
+  env_->StartThread(
+          "qvi-load",
+          [attempt, load = std::move(load), path, defaults = options_.defaults, overrides,
+           backend = options_.graph_backend, note = options_.graph_backend_note] {
+            absl::StatusOr<LoadedModel> result;
+            try {
+              result = [&]() -> absl::StatusOr<LoadedModel> {
+                absl::StatusOr<std::unique_ptr<Model>> model = load(path, ResolvePlacement(defaults, overrides));
+                if (!model.ok()) return model.status();
+                ServingConfig serving = ResolveServingConfig(defaults, (*model)->manifest(), overrides);
+                if (absl::Status s = (*model)->PrepareGraphs(serving, backend, note); !s.ok()) return s;
+                return LoadedModel{*std::move(model), std::move(serving)};
+              }();
+            } catch (...) {
+              result = absl::InternalError(absl::StrCat("loading ", path, " failed: ", CurrentExceptionText()));
+            }
+            MutexLock lock(&attempt->mu);
+            attempt->result = std::move(result);
+            attempt->finished = true;
+            attempt->finished_cv.SignalAll();
+          })
       .detach();
   MutexLock lock(&attempt->mu);
   while (!attempt->finished && env_->Now() < until) env_->WaitUntil(&attempt->finished_cv, &attempt->mu, until);

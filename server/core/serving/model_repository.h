@@ -149,8 +149,14 @@ class ModelRepository {
       ABSL_LOCKS_EXCLUDED(mu_);
   enum class LoadResult { kReady, kFailed, kShuttingDown };
   LoadResult Load(const std::string& name, int64_t version, const StoreModel& found);
-  // options_.load on a thread of its own, waited for at most options_.load_timeout.
-  absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& dir, const LoadOptions& options) const;
+  // A version read, warmed up and its graphs captured, with the serving settings it was resolved to.
+  struct LoadedModel {
+    std::unique_ptr<Model> model;
+    ServingConfig serving;
+  };
+  // On a thread of its own, waited for at most options_.load_timeout: options_.load, then the one
+  // resolution of the version's serving settings (its manifest is known now), then its graphs.
+  absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const ServingOverrides& overrides) const;
   absl::StatusOr<ServableHandle> MakeServable(const std::string& name, int64_t version,
                                               const ServingOverrides& overrides, uint64_t generation);
   // The shared_ptr deleter of every servable: hands it to the unloader thread, never blocks.

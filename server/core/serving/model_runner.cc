@@ -53,16 +53,16 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr
     return absl::InvalidArgumentError(absl::StrCat("invalid batching settings: ", scheduler.status().message()));
   }
   return std::make_unique<ModelRunner>(std::move(model), version, *std::move(scheduler), env, serving.instances,
-                                       observer, serving.batch_when_idle);
+                                       observer, serving.batching);
 }
 
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<Scheduler> scheduler,
-                         const Env* env, int instances, ServingObserver* observer, bool batch_when_idle)
+                         const Env* env, int instances, ServingObserver* observer, BatchingMode batching)
     : model_(std::move(model)),
       version_(version),
       scheduler_(std::move(scheduler)),
       observer_(observer),
-      batch_when_idle_(batch_when_idle),
+      batching_(batching),
       env_(env) {
   for (int i = 0; i < instances; ++i) threads_.push_back(env_->StartThread("qvi-instance", [this] { Loop(); }));
 }
@@ -118,7 +118,7 @@ void ModelRunner::Loop() {
     {
       MutexLock lock(&mu_);
       seen = work_seq_;
-      if (stopping_ || batch_when_idle_) when = Take::kNow;
+      if (stopping_ || batching_ == BatchingMode::kWhenIdle) when = Take::kNow;
     }
     // Outside the runner's lock: forming a batch fails the expired and cancelled requests, and their
     // done-callbacks (serialising, logging, Finish) may take any time.

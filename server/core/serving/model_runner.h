@@ -93,17 +93,16 @@ class ModelRunner {
   using Batch = Scheduler::Batch;
 
   // The runner of one version as `serving` sets it: its batching (BatchingOptions), instances and
-  // batch_when_idle. INVALID_ARGUMENT when the batch queue refuses the settings.
+  // batching mode. INVALID_ARGUMENT when the batch queue refuses the settings.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(std::shared_ptr<const Model> model, int64_t version,
                                                              const ServingConfig& serving, const Env* env,
                                                              ServingObserver* observer);
 
-  // `observer` (may be null) hears of every batch and queue change of this version. With
-  // `batch_when_idle`, an idle instance takes the next batch at once instead of waiting for the
-  // scheduler's max_queue_delay (see ServingConfig::batch_when_idle; no default here: the caller
-  // passes the version's effective setting).
+  // `observer` (may be null) hears of every batch and queue change of this version. `batching`
+  // says whether an idle instance takes the next batch at once or waits for the scheduler's
+  // max_queue_delay (BatchingMode; no default here: the caller passes the version's setting).
   ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<Scheduler> scheduler, const Env* env,
-              int instances, ServingObserver* observer, bool batch_when_idle);
+              int instances, ServingObserver* observer, BatchingMode batching);
   ~ModelRunner();
 
   absl::Status Enqueue(std::shared_ptr<RunnableRequest> request) ABSL_LOCKS_EXCLUDED(mu_);
@@ -136,7 +135,7 @@ class ModelRunner {
   const int64_t version_;
   const std::unique_ptr<Scheduler> scheduler_;
   ServingObserver* const observer_;
-  const bool batch_when_idle_;
+  const BatchingMode batching_;
   const Env* env_;
   Mutex mu_;
   CondVar work_;

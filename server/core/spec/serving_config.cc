@@ -140,13 +140,14 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
       o.device = value.get<std::string>();
     } else if (key == "format") {
       if (!value.is_string()) return Bad(key, "must be a string: \"auto\", \"torchscript\" or \"pt2\"");
-      if (!CheckModelFormat(value.get<std::string>()).ok()) {
+      absl::StatusOr<ModelFormat> format = ParseModelFormat(value.get<std::string>());
+      if (!format.ok()) {
         return Bad(key, absl::StrCat("is '", value.get<std::string>(), "'; allowed: auto, torchscript, pt2"));
       }
-      o.format = value.get<std::string>();
+      o.format = *format;
     } else if (key == "batch_when_idle") {
       if (!value.is_boolean()) return Bad(key, "must be true or false");
-      o.batch_when_idle = value.get<bool>();
+      o.batching = value.get<bool>() ? BatchingMode::kWhenIdle : BatchingMode::kFillOrDelay;
     } else if (key == "cuda_graphs") {
       absl::StatusOr<GraphSettings> graphs = ParseGraphSettings(value);
       if (!graphs.ok()) return graphs.status();
@@ -178,24 +179,43 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Read(const std::string& model
   return Parse(text.str());
 }
 
+Placement ResolvePlacement(const ServingConfig& d, const ServingOverrides& o) {
+  return Placement{o.device.value_or(d.device), o.format.value_or(d.format), o.instances.value_or(d.instances)};
+}
+
 ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, const ServingOverrides& o) {
   ServingConfig c = d;
+  const Placement p = ResolvePlacement(d, o);
+  c.device = p.device;
+  c.format = p.format;
+  c.instances = p.instances;
   c.max_batch_size = o.max_batch_size.value_or(m.serving.max_batch_size);
   c.max_batch_tokens = o.max_batch_tokens.value_or(m.serving.max_batch_tokens);
   c.max_queue_delay_ms = o.max_queue_delay_ms.value_or(m.serving.max_queue_delay_ms);
   c.max_queued_texts = o.max_queued_texts.value_or(d.max_queued_texts);
   c.max_queued_tokens = o.max_queued_tokens.value_or(d.max_queued_tokens);
-  c.instances = o.instances.value_or(d.instances);
-  c.batch_when_idle = o.batch_when_idle.value_or(d.batch_when_idle);
-  c.device = o.device.value_or(d.device);
-  c.format = o.format.value_or(d.format);
+  c.batching = o.batching.value_or(d.batching);
   c.cuda_graphs = o.cuda_graphs.value_or(d.cuda_graphs);
   return c;
 }
 
-absl::Status CheckModelFormat(const std::string& format) {
-  if (format == "auto" || format == "torchscript" || format == "pt2") return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("model format '", format, "' is not auto, torchscript or pt2"));
+const char* ModelFormatName(ModelFormat format) {
+  switch (format) {
+    case ModelFormat::kAuto:
+      return "auto";
+    case ModelFormat::kTorchScript:
+      return "torchscript";
+    case ModelFormat::kPt2:
+      return "pt2";
+  }
+  return "?";
+}
+
+absl::StatusOr<ModelFormat> ParseModelFormat(const std::string& name) {
+  for (ModelFormat f : {ModelFormat::kAuto, ModelFormat::kTorchScript, ModelFormat::kPt2}) {
+    if (name == ModelFormatName(f)) return f;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("model format '", name, "' is not auto, torchscript or pt2"));
 }
 
 }  // namespace qvi

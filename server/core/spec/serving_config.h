@@ -49,6 +49,22 @@ struct GraphSettings {
   }
 };
 
+// Which artifact of a version folder to load: kAuto takes the .pt2 compiled for the device kind when
+// there is one that runs here, else model.pt; the others load only that format.
+enum class ModelFormat { kAuto, kTorchScript, kPt2 };
+// "auto", "torchscript" or "pt2".
+const char* ModelFormatName(ModelFormat format);
+// The format of that name; INVALID_ARGUMENT naming the allowed ones otherwise.
+absl::StatusOr<ModelFormat> ParseModelFormat(const std::string& name);
+
+// When a model instance takes a batch. kWhenIdle: an idle instance takes what is queued at once (no
+// max_queue_delay_ms wait), so batches form from the texts that arrive while instances are busy.
+// kFillOrDelay: it waits up to max_queue_delay_ms for a batch to fill (serving.json's
+// "batch_when_idle": false).
+enum class BatchingMode { kWhenIdle, kFillOrDelay };
+
+// How one version is served: resolved once per load (ResolveServingConfig) into this one value,
+// which the runner, its batch queue (BatchingOptions) and the CUDA graphs read.
 struct ServingConfig {
   int max_batch_size = defaults::kMaxBatchSize;
   int max_batch_tokens = defaults::kMaxBatchTokens;
@@ -57,12 +73,8 @@ struct ServingConfig {
   int64_t max_queued_tokens = defaults::kMaxQueuedTokens;
   int instances = 1;
   std::string device = "auto";
-  // Which artifact of a version folder to load: "auto" (the .pt2 compiled for the device kind when
-  // there is one that runs here, else model.pt), "torchscript" or "pt2" (see LoadOptions, model.h).
-  std::string format = "auto";
-  // An idle instance takes what is queued at once (no max_queue_delay wait); batches form from the
-  // texts that arrive while instances are busy. False: wait up to max_queue_delay_ms to fill.
-  bool batch_when_idle = defaults::kBatchWhenIdle;
+  ModelFormat format = ModelFormat::kAuto;
+  BatchingMode batching = defaults::kBatchWhenIdle ? BatchingMode::kWhenIdle : BatchingMode::kFillOrDelay;
   GraphSettings cuda_graphs;
 };
 
@@ -72,9 +84,9 @@ struct ServingOverrides {
   std::optional<int64_t> max_queued_tokens;
   std::optional<double> max_queue_delay_ms;
   std::optional<std::string> device;
-  std::optional<std::string> format;
+  std::optional<ModelFormat> format;
   std::optional<VersionPolicy> version_policy;
-  std::optional<bool> batch_when_idle;
+  std::optional<BatchingMode> batching;  // "batch_when_idle": true or false
   std::optional<GraphSettings> cuda_graphs;
 
   static absl::StatusOr<ServingOverrides> Parse(const std::string& json);
@@ -82,10 +94,18 @@ struct ServingOverrides {
   static absl::StatusOr<ServingOverrides> Read(const std::string& model_dir);
 };
 
-// Whether `format` names a model format: auto, torchscript or pt2.
-absl::Status CheckModelFormat(const std::string& format);
+// Where a version runs and from which artifact: what reading it needs before its manifest is known.
+// The manifest cannot set these, so they are the server's defaults with serving.json's applied.
+struct Placement {
+  std::string device = "auto";  // "auto", "cpu", "cuda" or "cuda:N"
+  ModelFormat format = ModelFormat::kAuto;
+  int instances = 1;  // model instances that will run at once (a .pt2 keeps buffers per instance)
+};
+Placement ResolvePlacement(const ServingConfig& server_defaults, const ServingOverrides& overrides);
 
-// The effective config: server defaults, then the manifest's batching, then the overrides.
+// The effective config, each setting decided here once: the placement, then the server's defaults,
+// the manifest's batching and serving.json's settings, later ones winning. The repository calls it
+// once per load, as soon as the artifact's manifest is read, before graphs and runner.
 ServingConfig ResolveServingConfig(const ServingConfig& server_defaults, const Manifest& manifest,
                                    const ServingOverrides& overrides);
 

@@ -26,13 +26,17 @@ OutputSet Named(const std::vector<std::string>& names) {
   return set;
 }
 
-absl::StatusOr<InferenceResponse> RunAndWait(InferenceService& service, Method method, InferenceRequest request) {
+absl::StatusOr<InferenceResponse> RunAndWait(InferenceService& service, Method method, InferenceRequest request,
+                                             ServableHandle servable) {
   Notification finished;
   absl::StatusOr<InferenceResponse> result = absl::UnknownError("unanswered");
-  service.Submit(method, std::move(request), [&](absl::StatusOr<InferenceResponse> out) {
-    result = std::move(out);
-    finished.Notify();
-  });
+  service.Submit(
+      method, std::move(request),
+      [&](absl::StatusOr<InferenceResponse> out) {
+        result = std::move(out);
+        finished.Notify();
+      },
+      std::move(servable));
   finished.WaitForNotification();
   return result;
 }

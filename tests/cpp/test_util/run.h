@@ -11,7 +11,9 @@ namespace qvi::testing {
 OutputSet Named(std::initializer_list<std::string_view> names);
 OutputSet Named(const std::vector<std::string>& names);
 
-absl::StatusOr<InferenceResponse> RunAndWait(InferenceService& service, Method method, InferenceRequest request);
+// `servable`: the version the caller resolved (see InferenceService::Submit); null: the core resolves.
+absl::StatusOr<InferenceResponse> RunAndWait(InferenceService& service, Method method, InferenceRequest request,
+                                             ServableHandle servable = nullptr);
 
 }  // namespace qvi::testing
 
