@@ -98,7 +98,7 @@ for stage in "$@"; do
         # The AOTInductor packages for CUDA are compiled here (Triton needs the GPU), then measured
         # against TorchScript, and the real-capture test checks the package's parity too.
         for m in sentiment ner; do
-          (cd model_store && timeout 240 python3 -c "from qvi import pt2; print(pt2.package_artifact('store/$m/1/model.pt', 'cuda'))") ||
+          (cd model_store && timeout 240 python3 -c "from qvi import artifact; print(artifact.package_artifact('store/$m/1/model.pt', 'cuda'))") ||
             echo "pt2 compile of $m failed"
         done
         QVI_SOURCE_DIR=$PWD timeout 120 build/core_test --gtest_filter='DemoGraphs*Gpu*'

@@ -451,11 +451,7 @@ void PrintRow(const nlohmann::json& j) {
   std::fflush(stdout);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"qvi-perf: load generator for qvi-server (closed-loop sweeps, open-loop rates)", "qvi-perf"};
-  Options o;
+void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--server", o.server, "host:port of a qvi.serving.v1.Inference server")->capture_default_str();
   qvi::AddTlsOptions(app, o.tls);
   app.add_option("--http", o.http, "instead: an HTTP endpoint taking one text per POST (TorchServe's inference API)");
@@ -492,6 +488,14 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", o.metrics, "the server's Prometheus URL, for its queue/compute split");
   app.add_option("--json", o.json, "also write the results as JSON to this file");
   app.add_option("--label", o.label, "the system's name in the JSON");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"qvi-perf: load generator for qvi-server (closed-loop sweeps, open-loop rates)", "qvi-perf"};
+  Options o;
+  AddOptions(app, o);
   CLI11_PARSE(app, argc, argv);
   try {
     qvi::MakeChannel(o.server, o.tls, grpc::ChannelArguments());  // unreadable TLS files fail here, with their name

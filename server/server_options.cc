@@ -8,29 +8,10 @@
 #include "server/core/spec/serving_config.h"
 
 namespace qvi {
+namespace {
 
-absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
-  ServerOptions o;
-  CLI::App app{
-      "qvi-server: gRPC inference for attention models with query-value interaction.\n"
-      "Serves the model versions under --model-store (<name>/<version>/model.pt or .pt2) through the\n"
-      "qvi.serving.v1.Inference service, with grpc.health.v1 health checks and server reflection.\n"
-      "Flags may also come from a TOML or INI file given with --config (keys are the long flag names).",
-      "qvi-server"};
-  app.set_config("--config", "", "read options from this TOML/INI file; flags on the command line win");
-  app.set_version_flag("--version", "qvi-server 0.1.0");
-  app.option_defaults()->always_capture_default();
-  // The per-version defaults that are not flags (server/core/spec/defaults.h); GetModel shows each
-  // version's effective values.
-  app.footer(absl::StrCat(
-      "Each model version is served with these batching defaults unless its manifest's `serving` block or\n"
-      "<model-store>/<model>/serving.json sets them (docs/serving.md, \"Batching knobs\"):\n"
-      "  max_batch_size=",
-      defaults::kMaxBatchSize, " max_batch_tokens=", defaults::kMaxBatchTokens,
-      " max_queue_delay_ms=", defaults::kMaxQueueDelayMs, " max_queued_texts=", defaults::kMaxQueuedTexts,
-      " max_queued_tokens=", defaults::kMaxQueuedTokens,
-      " batch_when_idle=", defaults::kBatchWhenIdle ? "true" : "false"));
-
+// The model store: where versions come from, how they load, which are served.
+void AddModelOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--model-store", o.models.store,
                  "folder of <model>/<version>/ artifacts (model.pt, model.cpu.pt2, model.cuda.pt2)")
       ->group("Models");
@@ -63,7 +44,10 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
                  "models loaded at once, so that one slow or stuck model holds up no other")
       ->check(CLI::Range(1, 64))
       ->group("Models");
+}
 
+// The gRPC and metrics ports, message sizes and connection management.
+void AddNetworkOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--host", o.network.host, "address to listen on")->group("Network");
   app.add_option("--port", o.network.port, "gRPC port; 0 picks a free port and logs it")
       ->check(CLI::Range(0, 65535))
@@ -116,7 +100,10 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
                  "a client that pings more often than this gets GOAWAY (too_many_pings) after two such pings")
       ->check(CLI::Range(0.0, 86400.0))
       ->group("Network");
+}
 
+// TLS and mutual TLS on the gRPC port.
+void AddTlsOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--tls-cert", o.tls.cert,
                  "PEM certificate (chain) of the gRPC port; with --tls-key it speaks TLS only")
       ->check(CLI::ExistingFile)
@@ -131,7 +118,10 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
                  "for new connections without a restart")
       ->check(CLI::Range(1, 86400))
       ->group("TLS");
+}
 
+// Request and queue limits.
+void AddLimitOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-texts-per-request", o.limits.max_texts, "texts in one Classify/Tag request")
       ->check(CLI::Range(1, 1 << 20))
       ->group("Limits");
@@ -151,7 +141,10 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
                  "texts waiting in one model version's batch queue; beyond it RESOURCE_EXHAUSTED")
       ->check(CLI::Range(1, 1 << 24))
       ->group("Limits");
+}
 
+// Request threads, model instances and torch threads.
+void AddThreadOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--inference-threads", o.threads.inference,
                  "request threads: check and tokenise requests, then queue their texts for the model")
       ->check(CLI::Range(1, 256))
@@ -173,7 +166,10 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   app.add_option("--torch-inter-op-threads", o.threads.torch_inter, "torch inter-op threads")
       ->check(CLI::Range(1, 256))
       ->group("Threads");
+}
 
+// Logs, the access log, and shutdown.
+void AddLoggingAndLifecycleOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--log-level", o.logging.level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}))
       ->group("Logging");
@@ -199,6 +195,36 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
                  "ends the delay")
       ->check(CLI::Range(0.0, 3600.0))
       ->group("Lifecycle");
+}
+
+}  // namespace
+
+absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
+  ServerOptions o;
+  CLI::App app{
+      "qvi-server: gRPC inference for attention models with query-value interaction.\n"
+      "Serves the model versions under --model-store (<name>/<version>/model.pt or .pt2) through the\n"
+      "qvi.serving.v1.Inference service, with grpc.health.v1 health checks and server reflection.\n"
+      "Flags may also come from a TOML or INI file given with --config (keys are the long flag names).",
+      "qvi-server"};
+  app.set_config("--config", "", "read options from this TOML/INI file; flags on the command line win");
+  app.set_version_flag("--version", "qvi-server 0.1.0");
+  app.option_defaults()->always_capture_default();
+  // The per-version defaults that are not flags (server/core/spec/defaults.h); GetModel shows each
+  // version's effective values.
+  app.footer(absl::StrCat(
+      "Each model version is served with these batching defaults unless its manifest's `serving` block or\n"
+      "<model-store>/<model>/serving.json sets them (docs/serving.md, \"Batching knobs\"):\n"
+      "  max_batch_size=",
+      defaults::kMaxBatchSize, " max_batch_tokens=", defaults::kMaxBatchTokens,
+      " max_queue_delay_ms=", defaults::kMaxQueueDelayMs, " max_queued_texts=", defaults::kMaxQueuedTexts,
+      " max_queued_tokens=", defaults::kMaxQueuedTokens,
+      " batch_when_idle=", defaults::kBatchWhenIdle ? "true" : "false"));
+
+  for (auto* add : {&AddModelOptions, &AddNetworkOptions, &AddTlsOptions, &AddLimitOptions, &AddThreadOptions,
+                    &AddLoggingAndLifecycleOptions}) {
+    add(app, o);
+  }
 
   try {
     app.parse(argc, argv);

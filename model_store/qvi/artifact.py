@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from qvi import __version__
-from qvi.models import ModelConfig, output_spec
-from qvi.pt2 import export_status
+from qvi import pt2
+from qvi.models import ModelConfig, build_model, output_spec
 from qvi.tokenizer import TokenizerConfig, Vocabulary, config_to_json
 
 FORMAT_VERSION = 1
@@ -47,7 +47,7 @@ def build_manifest(name: str, config: ModelConfig, tokenizer: TokenizerConfig, v
         "outputs": outputs,
         "explanations": [k for k in outputs if k not in PREDICTIONS],
         "serving": dict(DEFAULT_SERVING, **(serving or {})),
-        "pt2": export_status(config.arch),
+        "pt2": pt2.export_status(config.arch),
         "model_card": dict(model_card),
     }
     if config.task == "classification":
@@ -102,3 +102,14 @@ def load(path: str, device: str = "cpu") -> Tuple[torch.jit.ScriptModule, Dict[s
     vocab = Vocabulary.from_text(extra[VOCAB] if isinstance(extra[VOCAB], str) else extra[VOCAB].decode("utf-8"))
     module.eval()
     return module, manifest, vocab
+
+
+def package_artifact(model_pt: str, device: str = "cpu", cpu_target: str = pt2.DEFAULT_CPU_TARGET,
+                     cache: Optional[str] = None) -> str:
+    """Compiles the model of a TorchScript artifact (its weights, manifest and vocabulary) into the
+    .pt2 beside it (see write_cached)."""
+    module, manifest, vocab = load(model_pt)
+    model = build_model(ModelConfig(**manifest["architecture"]["config"])).eval()  # type: ignore[index]
+    model.load_state_dict(module.state_dict())
+    folder = os.path.dirname(os.path.abspath(model_pt))
+    return pt2.write_cached(model, manifest, vocab.to_text(), folder, device, cpu_target, cache)

@@ -16,6 +16,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from qvi.models import BASELINES, DISPLAY, TAGGERS, ModelConfig
 from qvi.nn import check_interaction
+from qvi.workflow import add_train_args, export_checkpoint, run_training
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CORPORA = os.path.join(HERE, "data")
@@ -53,7 +54,6 @@ def train_argv(corpora: str, corpus: str, arch: str, g: str, seed: int) -> List[
 
 
 def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    from qvi.cli import add_train_args
     ap = argparse.ArgumentParser()
     add_train_args(ap)
     return ap.parse_args(list(argv))
@@ -61,7 +61,6 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def cmd_demo(args: argparse.Namespace) -> None:
     import torch
-    from qvi.cli import export_checkpoint, run_training
     work = os.path.join(HERE, "work")
     os.makedirs(work, exist_ok=True)
     for name, corpus, arch, description, extra in DEMO:
@@ -102,12 +101,12 @@ def _current_package(package: str) -> bool:
 def _demo_package(model_pt: str, args: argparse.Namespace, force: bool) -> None:
     """The demo's AOTInductor package beside model.pt, compiled from it (same weights, manifest and
     vocabulary) for the CPU's portable target; reused from the cache when compiled before."""
-    from qvi import pt2
+    from qvi import artifact, pt2
     package = os.path.join(os.path.dirname(model_pt), pt2.FILES["cpu"])
     if args.no_pt2 or (os.path.exists(package) and not force and _current_package(package)):
         return
     t0 = time.time()
-    pt2.package_artifact(model_pt, "cpu", pt2.DEFAULT_CPU_TARGET, cache=args.pt2_cache)
+    artifact.package_artifact(model_pt, "cpu", pt2.DEFAULT_CPU_TARGET, cache=args.pt2_cache)
     print(f"{package} ({time.time() - t0:.0f} s)")
 
 
@@ -128,7 +127,6 @@ def _mean_std(values: Sequence[float]) -> str:
 
 
 def cmd_results(args: argparse.Namespace) -> None:
-    from qvi.cli import run_training
     rows: List[Dict[str, object]] = []
     corpora = [c for c in CORPORA if not args.corpus or c in args.corpus]
     for corpus in corpora:

@@ -271,19 +271,6 @@ def repackage(source: str, path: str, extra: Dict[str, str]) -> None:
             writer.write_string(f"extra/{name}", text)
 
 
-def package_artifact(model_pt: str, device: str = "cpu", cpu_target: str = DEFAULT_CPU_TARGET,
-                     cache: Optional[str] = None) -> str:
-    """Compiles the model of a TorchScript artifact (its weights, manifest and vocabulary) into the
-    .pt2 beside it (see write_cached)."""
-    from qvi import artifact
-    from qvi.models import ModelConfig, build_model
-    module, manifest, vocab = artifact.load(model_pt)
-    model = build_model(ModelConfig(**manifest["architecture"]["config"])).eval()  # type: ignore[index]
-    model.load_state_dict(module.state_dict())
-    folder = os.path.dirname(os.path.abspath(model_pt))
-    return write_cached(model, manifest, vocab.to_text(), folder, device, cpu_target, cache)
-
-
 CACHE_DAYS = 30
 
 

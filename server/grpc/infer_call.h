@@ -131,9 +131,9 @@ struct PlannedCall {
 
 // Starts one inference call: admission by request bytes; then `plan(raw, call)`, which parses and
 // checks the request and returns a PlannedCall<Message> or the error to answer (it may set
-// call->model as soon as it knows the name, so that a refusal is counted against it); then the
-// request id, the deadline (the sooner of gRPC's and the plan's timeout), cancellation, and Submit.
-// The call answers exactly once, whatever fails.
+// call->model and call->request_id as soon as it knows them, so that a refusal is logged and
+// counted with them); then the request id, the deadline (the sooner of gRPC's and the plan's
+// timeout), cancellation, and Submit. The call answers exactly once, whatever fails.
 template <typename Message, typename Plan>
 grpc::ServerUnaryReactor* StartInferCall(InferCalls* calls, InferenceService* core, const char* method,
                                          grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
@@ -150,7 +150,7 @@ grpc::ServerUnaryReactor* StartInferCall(InferCalls* calls, InferenceService* co
       return call;
     }
     InferenceRequest& r = planned->request;
-    if (r.request_id.empty()) r.request_id = calls->NextRequestId();
+    if (r.request_id.empty()) r.request_id = call->request_id.empty() ? calls->NextRequestId() : call->request_id;
     call->model = r.model;
     call->request_id = r.request_id;
     call->texts = static_cast<int64_t>(r.texts.size());

@@ -135,6 +135,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext
               "the request is not a valid inference.ModelInferRequest (names must be UTF-8)");
         }
         call->model = request.model_name();
+        call->request_id = request.id().empty() ? calls_->NextRequestId() : request.id();
         // The model's task decides Classify or Tag, and its manifest which outputs exist: the plan
         // is checked against one version, and the core answers from that same version.
         if (absl::Status s = CheckModelNameBytes("model_name", request.model_name(), core_->limits()); !s.ok()) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 
 #include "tests/cpp/test_util/fake_env.h"
 
@@ -189,6 +190,58 @@ TEST_F(BatchSchedulerTest, AFinishedRequestIsNotAskedWhetherItWasCancelled) {
   EXPECT_EQ(asked, before);
   EXPECT_EQ(s->queued_texts(), 0u);
   EXPECT_EQ(probe_.calls, 1);
+}
+
+// The batch chosen as it was chosen before the scheduler stopped sorting the whole queue: every
+// other text in a stable sort by distance from the seed's length, added while the limits allow.
+std::vector<size_t> ReferenceBatch(const std::vector<int>& tokens, const BatchSchedulerOptions& o, bool& full) {
+  full = false;
+  std::vector<size_t> order;
+  for (size_t i = 1; i < tokens.size(); ++i) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::abs(tokens[a] - tokens[0]) < std::abs(tokens[b] - tokens[0]);
+  });
+  std::vector<size_t> batch{0};
+  int longest = std::max(tokens[0], 1);
+  for (size_t i : order) {
+    if (static_cast<int>(batch.size()) >= o.max_batch_size) break;
+    const int len = std::max(longest, tokens[i]);
+    if (static_cast<int64_t>(batch.size() + 1) * len > o.max_batch_tokens) {
+      full = true;
+      break;
+    }
+    longest = len;
+    batch.push_back(i);
+  }
+  if (static_cast<int>(batch.size()) >= o.max_batch_size) full = true;
+  if (static_cast<int64_t>(batch.size()) * longest >= o.max_batch_tokens) full = true;
+  return batch;
+}
+
+// Random queues and limits: the batch is the reference's, and "is a batch due by a limit" decided
+// before choosing (BatchWouldBeFull) agrees with the choice itself.
+TEST(ChooseBatchTest, MatchesTheReferenceAndTheDueCheckAgreesWithIt) {
+  std::mt19937 rng(11);
+  std::vector<size_t> order, chosen;
+  for (int round = 0; round < 5000; ++round) {
+    BatchSchedulerOptions o;
+    o.max_batch_size = std::uniform_int_distribution<int>(1, 40)(rng);
+    o.max_batch_tokens = std::uniform_int_distribution<int>(1, 3000)(rng);
+    const int n = std::uniform_int_distribution<int>(1, 60)(rng);
+    const int max_len = std::uniform_int_distribution<int>(0, 120)(rng);
+    std::vector<int> tokens;
+    int longest = 0;
+    for (int i = 0; i < n; ++i) {
+      tokens.push_back(std::uniform_int_distribution<int>(0, max_len)(rng));
+      longest = std::max(longest, tokens.back());
+    }
+    bool want_full = false, full = false;
+    const std::vector<size_t> want = ReferenceBatch(tokens, o, want_full);
+    ChooseBatch(tokens, o, order, chosen, full);
+    ASSERT_EQ(chosen, want) << "round " << round;
+    ASSERT_EQ(full, want_full) << "round " << round;
+    ASSERT_EQ(BatchWouldBeFull(tokens.size(), longest, o), want_full) << "round " << round;
+  }
 }
 
 TEST_F(BatchSchedulerTest, OptionsAreChecked) {

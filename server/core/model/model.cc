@@ -12,15 +12,12 @@
 #include <filesystem>
 #include <set>
 
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "server/core/model/aoti_model.h"
-#include "server/core/model/torchscript_model.h"
 
 namespace qvi {
 namespace {
@@ -58,151 +55,12 @@ absl::Status CheckOutputs(const Manifest& m, const ModelOutputs& out, int64_t ba
 
 }  // namespace
 
-std::string TorchLibraryDir() {
-  void* cpu = dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD);
-  struct link_map* map = nullptr;
-  if (cpu == nullptr || dlinfo(cpu, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) return "";
-  std::string dir = std::filesystem::path(map->l_name).parent_path().string();
-  dlclose(cpu);
-  return dir;
-}
-
-std::string LoadCudaSupport() {
-  const std::string dir = TorchLibraryDir();
-  if (dir.empty()) return "CUDA: off (cannot locate libtorch_cpu.so in this process)";
-  const std::filesystem::path cuda = std::filesystem::path(dir) / "libtorch_cuda.so";
-  std::error_code ec;
-  if (!std::filesystem::exists(cuda, ec)) return "CUDA: off (this LibTorch is CPU-only: no libtorch_cuda.so)";
-  if (dlopen(cuda.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
-    const char* error = dlerror();
-    return absl::StrCat("CUDA: off (cannot load ", cuda.string(), ": ", error != nullptr ? error : "unknown error",
-                        ")");
-  }
-  const size_t devices = torch::cuda::device_count();
-  return absl::StrCat("CUDA: backend loaded, ", devices, " device(s) visible");
-}
-
-absl::StatusOr<GraphBackend*> LoadCudaGraphBackend() {
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("cannot locate this executable: ", ec.message()));
-  const std::filesystem::path plugin = exe.parent_path() / kGraphPluginFile;
-  if (!std::filesystem::exists(plugin, ec)) {
-    return absl::UnavailableError(absl::StrCat("no ", kGraphPluginFile, " beside ", exe.string(),
-                                               " (built only where the CUDA headers are found: see CMakeLists.txt)"));
-  }
-  absl::StatusOr<GraphBackend*> backend = LoadGraphPlugin(plugin.string());
-  if (backend.ok() && !torch::cuda::is_available()) {
-    return absl::UnavailableError(absl::StrCat(kGraphPluginFile, " loaded, but this process has no CUDA device"));
-  }
-  return backend;
-}
-
-absl::StatusOr<GraphBackend*> LoadGraphPlugin(const std::string& path) {
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* error = dlerror();
-    return absl::UnavailableError(absl::StrCat("cannot load ", path, ": ", error != nullptr ? error : "unknown error"));
-  }
-  auto entry = reinterpret_cast<GraphBackend* (*)()>(dlsym(handle, kGraphBackendSymbol));
-  if (entry == nullptr) return absl::UnavailableError(absl::StrCat(path, " has no ", kGraphBackendSymbol));
-  return entry();  // the plugin stays loaded for the life of the process
-}
-
-absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec) {
-  if (spec == "auto") {
-    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  }
-  if (spec == "cpu") return torch::Device(torch::kCPU);
-  if (spec == "cuda" || spec.rfind("cuda:", 0) == 0) {
-    int index = 0;
-    if (spec.size() > 5) {
-      try {
-        size_t used = 0;
-        index = std::stoi(spec.substr(5), &used);
-        if (used != spec.size() - 5 || index < 0) throw std::invalid_argument(spec);
-      } catch (const std::exception&) {
-        return absl::InvalidArgumentError(absl::StrCat("device '", spec, "' is not auto, cpu, cuda or cuda:N"));
-      }
-    }
-    const int count = static_cast<int>(torch::cuda::device_count());
-    if (index >= count) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("device '", spec, "' was asked for but this machine has ", count, " CUDA device(s)"));
-    }
-    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
-  }
-  return absl::InvalidArgumentError(absl::StrCat("device '", spec, "' is not auto, cpu, cuda or cuda:N"));
-}
-
-DeviceStreamScope::DeviceStreamScope(torch::Device device) {
-  if (device.is_cuda()) {
-    c10::impl::VirtualGuardImpl impl(device.type());
-    guard_ = std::make_unique<c10::StreamGuard>(impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false));
-  }
-}
-
-DeviceStreamScope::~DeviceStreamScope() = default;
-
-std::string Pt2FileName(const torch::Device& device) { return device.is_cuda() ? "model.cuda.pt2" : "model.cpu.pt2"; }
-
-std::vector<std::string> ModelFileNames() { return {kTorchScriptFile, "model.cpu.pt2", "model.cuda.pt2"}; }
-
-absl::StatusOr<std::pair<Manifest, Vocabulary>> ParseArtifactFiles(const std::string& manifest_json,
-                                                                   const std::string& vocab_txt,
-                                                                   const std::string& where) {
-  if (manifest_json.empty()) return absl::InvalidArgumentError(absl::StrCat(where, " has no manifest.json"));
-  absl::StatusOr<Manifest> manifest = Manifest::Parse(manifest_json);
-  if (!manifest.ok()) return manifest.status();
-  absl::StatusOr<Vocabulary> vocab = Vocabulary::Parse(vocab_txt);
-  if (!vocab.ok()) return vocab.status();
-  if (static_cast<int>(vocab->size()) != manifest->vocab_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("vocab.txt has ", vocab->size(), " tokens but manifest.json says ", manifest->vocab_size));
-  }
-  return std::make_pair(*std::move(manifest), *std::move(vocab));
-}
-
 Model::Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file)
     : manifest_(std::make_shared<const Manifest>(std::move(manifest))),
       vocabulary_(std::move(vocabulary)),
       tokenizer_(manifest_->tokenizer),
       device_(device),
       file_(std::move(file)) {}
-
-absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOptions& options) {
-  absl::StatusOr<torch::Device> device = ResolveDevice(options.device);
-  if (!device.ok()) return device.status();
-  const std::filesystem::path folder(dir);
-  const std::string script = (folder / kTorchScriptFile).string();
-  const std::string package = (folder / Pt2FileName(*device)).string();
-  std::error_code ec;
-  const bool have_script = std::filesystem::exists(script, ec);
-  const bool have_package = std::filesystem::exists(package, ec);
-  const ModelFormat format = options.format;
-  if (format == ModelFormat::kTorchScript || (format == ModelFormat::kAuto && !have_package)) {
-    if (!have_script) {
-      return absl::NotFoundError(
-          format == ModelFormat::kAuto
-              ? absl::StrCat(dir, " has neither ", kTorchScriptFile, " nor ", Pt2FileName(*device))
-              : absl::StrCat(script, " does not exist (format torchscript)"));
-    }
-    return LoadTorchScript(script, *device);
-  }
-  if (!have_package) return absl::NotFoundError(absl::StrCat(package, " does not exist (format pt2)"));
-  absl::StatusOr<std::unique_ptr<Model>> compiled = LoadAotInductor(package, *device, options.instances);
-  if (compiled.ok() || format == ModelFormat::kPt2 || !have_script) return compiled;
-  // "auto": a package that cannot run here (another device, CPU or torch) leaves the TorchScript
-  // file to serve; the reason stays visible in the log and in GetModel.
-  absl::StatusOr<std::unique_ptr<Model>> script_model = LoadTorchScript(script, *device);
-  if (!script_model.ok()) {
-    return absl::Status(script_model.status().code(),
-                        absl::StrCat(script_model.status().message(), "; and ", Pt2FileName(*device),
-                                     " did not load either: ", compiled.status().message()));
-  }
-  (*script_model)->fallback_reason_ = absl::StrCat(Pt2FileName(*device), " not used: ", compiled.status().message());
-  return script_model;
-}
 
 absl::Status Model::WarmUp() {
   torch::Tensor ids = torch::full({2, 4}, Vocabulary::kUnkId, torch::kLong);
@@ -252,8 +110,8 @@ torch::Tensor Model::NarrowTokens(Output output, torch::Tensor t, int64_t tokens
   return t;
 }
 
-absl::Status Model::PrepareGraphs(const ServingConfig& serving, GraphBackend* backend,
-                                  const std::string& backend_note) {
+absl::Status Model::PrepareGraphs(const ServingConfig& serving, GraphBackend* backend, const std::string& backend_note,
+                                  const Env* env) {
   graph_slots_.clear();
   graph_report_ = GraphReport{};
   const GraphSettings& settings = serving.cuda_graphs;
@@ -283,7 +141,7 @@ absl::Status Model::PrepareGraphs(const ServingConfig& serving, GraphBackend* ba
   const DeviceForward forward = [this, maps](const torch::Tensor& ids, const torch::Tensor& mask) {
     return Run(ids, mask, maps);
   };
-  const absl::Time start = absl::Now();
+  const absl::Time start = env->Now();
   const int64_t reserved_before = backend->ReservedBytes(device_);
   std::vector<std::unique_ptr<GraphSlot>> slots;
   try {
@@ -313,7 +171,7 @@ absl::Status Model::PrepareGraphs(const ServingConfig& serving, GraphBackend* ba
   }
   graph_report_.active = true;
   graph_report_.graphs = static_cast<int64_t>(slots.size() * buckets.size());
-  graph_report_.capture_ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  graph_report_.capture_ms = absl::ToDoubleMilliseconds(env->Now() - start);
   graph_report_.memory_bytes = std::max<int64_t>(backend->ReservedBytes(device_) - reserved_before, 0);
   graph_report_.note = absl::StrCat(graph_report_.graphs, " graphs (", slots.size(), " instance(s) × ", buckets.size(),
                                     " shapes) of the forward ", maps ? "with" : "without", " maps");
@@ -372,6 +230,62 @@ struct LayerPick {
 
 }  // namespace
 
+namespace {
+
+// Cuts the per-layer outputs to the layers and heads selected (and averages the heads when asked),
+// on their device.
+absl::Status SelectLayers(ModelOutputs& out, const OutputSelection& selection, std::optional<LayerPick>& pick) {
+  absl::Status picked;
+  out.ForEach([&](Output o, torch::Tensor& t) {
+    const OutputKind kind = Row(o).kind;
+    if (!picked.ok() || (kind != OutputKind::kPerLayer && kind != OutputKind::kPerLayerMap)) return;
+    if (!pick) pick.emplace(selection, t.device());
+    if (pick->layers.defined()) {
+      if (selection.layers.back() >= t.size(1)) picked = absl::InternalError("layer selection out of range");
+      if (!picked.ok()) return;
+      t = t.index_select(1, pick->layers_on_device);
+    }
+    if (pick->heads.defined()) {
+      if (selection.heads.back() >= t.size(2)) picked = absl::InternalError("head selection out of range");
+      if (!picked.ok()) return;
+      t = t.index_select(2, pick->heads_on_device);
+    }
+    if (selection.mean_heads) t = t.mean(2, /*keepdim=*/true);
+  });
+  return picked;
+}
+
+// On a GPU each copy is queued without waiting, into pinned memory from torch's host cache
+// (non-blocking copies to the CPU allocate it so); one event then waits for them all: one
+// synchronisation of the instance's stream per batch, not one per output, and none of the device.
+void CopyToHost(ModelOutputs& out, const torch::Device& device) {
+  out.ForEach([](Output, torch::Tensor& t) { t = t.to(t.options().device(torch::kCPU), /*non_blocking=*/true); });
+  c10::impl::VirtualGuardImpl impl(device.type());
+  c10::Event copied(device.type());
+  copied.record(impl.getStream(device));
+  copied.synchronize();
+}
+
+}  // namespace
+
+ModelOutputs Model::RunBatch(const torch::Tensor& ids, const torch::Tensor& mask, const OutputSet& wanted,
+                             GraphSlot*& slot) const {
+  const bool cuda = device_.is_cuda();
+  const bool maps = wanted.test(static_cast<size_t>(Output::kLayerAttention)) || !has_forward_without_maps();
+  std::optional<ShapeBucket> bucket;
+  if (!maps && !graph_slots_.empty()) bucket = buckets_.Fit(ids.size(0), ids.size(1));
+  if (bucket) slot = AcquireGraphSlot();
+  ModelOutputs result = slot != nullptr ? Replay(*slot, *bucket, ids, mask)
+                                        : Run(cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids,
+                                              cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask, maps);
+  Finish(result, mask);
+  ModelOutputs out;
+  for (Output o : InOrder(wanted)) {
+    if (result.has(o)) out[o] = std::move(result[o]);
+  }
+  return out;
+}
+
 absl::StatusOr<ModelOutputs> Model::Forward(const torch::Tensor& ids, const torch::Tensor& mask,
                                             const OutputSet& wanted, const OutputSelection& selection) const {
   ModelOutputs out;
@@ -385,57 +299,18 @@ absl::StatusOr<ModelOutputs> Model::Forward(const torch::Tensor& ids, const torc
   } release{slot};
   try {
     c10::InferenceMode guard;
-    const bool cuda = device_.is_cuda();
-    const bool maps = wanted.test(static_cast<size_t>(Output::kLayerAttention)) || !has_forward_without_maps();
-    std::optional<ShapeBucket> bucket;
-    if (!maps && !graph_slots_.empty()) bucket = buckets_.Fit(ids.size(0), ids.size(1));
-    if (bucket) slot = AcquireGraphSlot();
-    ModelOutputs result = slot != nullptr
-                              ? Replay(*slot, *bucket, ids, mask)
-                              : Run(cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids,
-                                    cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask, maps);
-    Finish(result, mask);
-    for (Output o : InOrder(wanted)) {
-      if (result.has(o)) out[o] = std::move(result[o]);
-    }
+    out = RunBatch(ids, mask, wanted, slot);
     if (absl::Status s = CheckOutputs(*manifest_, out, ids.size(0), ids.size(1)); !s.ok()) return s;
     std::optional<LayerPick> pick;
-    absl::Status picked;
-    out.ForEach([&](Output o, torch::Tensor& t) {
-      const OutputKind kind = Row(o).kind;
-      if (kind == OutputKind::kPerLayer || kind == OutputKind::kPerLayerMap) {
-        if (!pick) pick.emplace(selection, t.device());
-        if (pick->layers.defined()) {
-          if (selection.layers.back() >= t.size(1)) picked = absl::InternalError("layer selection out of range");
-          if (!picked.ok()) return;
-          t = t.index_select(1, pick->layers_on_device);
-        }
-        if (pick->heads.defined()) {
-          if (selection.heads.back() >= t.size(2)) picked = absl::InternalError("head selection out of range");
-          if (!picked.ok()) return;
-          t = t.index_select(2, pick->heads_on_device);
-        }
-        if (selection.mean_heads) t = t.mean(2, /*keepdim=*/true);
-      }
-      // On a GPU each copy is queued without waiting, into pinned memory from torch's host cache
-      // (non-blocking copies to the CPU allocate it so); one event below waits for them all: one
-      // synchronisation of the instance's stream per batch, not one per output, and none of the device.
-      if (cuda) t = t.to(t.options().device(torch::kCPU), /*non_blocking=*/true);
-    });
-    if (!picked.ok()) return picked;
-    if (cuda) {
-      c10::impl::VirtualGuardImpl impl(device_.type());
-      c10::Event copied(device_.type());
-      copied.record(impl.getStream(device_));
-      copied.synchronize();
-    }
+    if (absl::Status s = SelectLayers(out, selection, pick); !s.ok()) return s;
+    if (device_.is_cuda()) CopyToHost(out, device_);
     out.ForEach([&](Output, torch::Tensor& t) {
       // A half-precision model (bf16, fp16) answers in float32 like any other: converted after the
       // copy, which then moves half the bytes.
       if (t.is_floating_point() && t.scalar_type() != torch::kFloat) t = t.to(torch::kFloat);
       // On the CPU (the tests' emulated graphs) nothing was copied: the answer must not be the
       // graph's buffer, which the next replay overwrites.
-      if (slot != nullptr && !cuda) t = t.clone();
+      if (slot != nullptr && !device_.is_cuda()) t = t.clone();
     });
     if (pick) {
       out.layer_index = pick->layers;

@@ -5,10 +5,6 @@
 
 #include <torch/script.h>
 
-namespace c10 {
-struct StreamGuard;
-}
-
 #include <atomic>
 #include <map>
 #include <memory>
@@ -18,8 +14,10 @@ struct StreamGuard;
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/model/cuda_support.h"
 #include "server/core/model/graphs.h"
 #include "server/core/model/model_outputs.h"
+#include "server/core/sched/env.h"
 #include "server/core/spec/manifest.h"
 #include "server/core/spec/serving_config.h"
 #include "server/core/spec/shape_buckets.h"
@@ -27,34 +25,6 @@ struct StreamGuard;
 #include "server/core/text/vocabulary.h"
 
 namespace qvi {
-
-// Loads LibTorch's CUDA backend, libtorch_cuda.so from the folder of libtorch_cpu.so, when the torch
-// in use ships one (the CUDA wheel and the cuda image do; the cpu image does not). Loading it
-// registers torch's CUDA hooks and kernels, as linking it would. Call it once at start-up, before
-// anything asks torch about CUDA: torch decides on the first question, for the life of the
-// process, whether CUDA exists. Returns a line for the start-up log saying what it found.
-std::string LoadCudaSupport();
-
-// The folder of the libtorch_cpu.so this process runs (the wheel's torch/lib); empty if unknown.
-std::string TorchLibraryDir();
-
-// "auto" (the first GPU when one is present, else the CPU), "cpu", "cuda" or "cuda:N".
-absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec);
-
-// Gives the calling thread a stream of its own on `device` while it lives: a CUDA stream from
-// torch's pool on a GPU, nothing on the CPU. Each model instance thread holds one, so instances
-// overlap their copies and kernels instead of queueing on the default stream. Uses the
-// device-generic c10 API, so the same code builds against the CPU and the CUDA torch.
-class DeviceStreamScope {
- public:
-  explicit DeviceStreamScope(torch::Device device);
-  ~DeviceStreamScope();
-  DeviceStreamScope(const DeviceStreamScope&) = delete;
-  DeviceStreamScope& operator=(const DeviceStreamScope&) = delete;
-
- private:
-  std::unique_ptr<c10::StreamGuard> guard_;
-};
 
 // Which layers and heads of the per-layer outputs (layer_*) leave the device; empty = all. The
 // model's outputs keep their order; Forward() adds "layer_index" and "head_index" (int64) naming
@@ -130,8 +100,10 @@ class Model {
   // the model's max_tokens. A forward that cannot be captured leaves the model serving without
   // graphs (the note says why); bucket lists that do not fit the model are an error. The repository
   // calls it after Load() with the version's resolved ServingConfig. Not thread-safe: before serving.
+  // Capture time is measured on `env`'s clock.
   absl::Status PrepareGraphs(const ServingConfig& serving, GraphBackend* backend,
-                             const std::string& backend_note = "no CUDA graph backend in this process");
+                             const std::string& backend_note = "no CUDA graph backend in this process",
+                             const Env* env = Env::Default());
 
  protected:
   Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file);
@@ -174,6 +146,10 @@ class Model {
   // bucket, replays, and cuts the outputs back to the batch. They alias the graph's buffers.
   ModelOutputs Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
                       const torch::Tensor& mask) const;
+  // Forward's device work: the batch through a free graph slot (held in `slot`) or Run, Finish, and
+  // only the outputs `wanted` kept, still on the device.
+  ModelOutputs RunBatch(const torch::Tensor& ids, const torch::Tensor& mask, const OutputSet& wanted,
+                        GraphSlot*& slot) const;
   std::vector<std::unique_ptr<GraphSlot>> graph_slots_;
   ShapeBuckets buckets_;
   GraphReport graph_report_;

@@ -88,19 +88,25 @@ absl::Status BatchExpiredWhileQueued() {
   return absl::DeadlineExceededError("the deadline passed while the request waited for the model");
 }
 
-std::vector<size_t> ChooseBatch(const std::vector<int>& tokens, const BatchSchedulerOptions& options, bool& full) {
+void ChooseBatch(const std::vector<int>& tokens, const BatchSchedulerOptions& options, std::vector<size_t>& order,
+                 std::vector<size_t>& batch, bool& full) {
   full = false;
   const int seed_len = tokens.front();
-  std::vector<size_t> order(tokens.size() - 1);
-  for (size_t i = 1; i < tokens.size(); ++i) order[i - 1] = i;
-  // Closest in length to the seed first; among equals, the one that came first.
-  std::stable_sort(order.begin(), order.end(), [&tokens, seed_len](size_t a, size_t b) {
-    return std::abs(tokens[a] - seed_len) < std::abs(tokens[b] - seed_len);
-  });
-  std::vector<size_t> batch{0};
+  order.clear();
+  for (size_t i = 1; i < tokens.size(); ++i) order.push_back(i);
+  // Closest in length to the seed first; among equals, the one that came first. Only the first
+  // max_batch_size - 1 of that order can join the batch, so only they are put in order.
+  const auto closer = [&tokens, seed_len](size_t a, size_t b) {
+    const int da = std::abs(tokens[a] - seed_len), db = std::abs(tokens[b] - seed_len);
+    return da != db ? da < db : a < b;
+  };
+  const size_t wanted = std::min(order.size(), static_cast<size_t>(std::max(options.max_batch_size - 1, 0)));
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(wanted), order.end(), closer);
+  batch.clear();
+  batch.push_back(0);
   int longest = std::max(seed_len, 1);
-  for (size_t i : order) {
-    if (static_cast<int>(batch.size()) >= options.max_batch_size) break;
+  for (size_t k = 0; k < wanted; ++k) {
+    const size_t i = order[k];
     const int len = std::max(longest, tokens[i]);
     if (static_cast<int64_t>(batch.size() + 1) * len > options.max_batch_tokens) {
       full = true;
@@ -111,7 +117,14 @@ std::vector<size_t> ChooseBatch(const std::vector<int>& tokens, const BatchSched
   }
   if (static_cast<int>(batch.size()) >= options.max_batch_size) full = true;
   if (static_cast<int64_t>(batch.size()) * longest >= options.max_batch_tokens) full = true;
-  return batch;
+}
+
+bool BatchWouldBeFull(size_t texts, int longest, const BatchSchedulerOptions& options) {
+  // ChooseBatch closes a batch by a limit exactly when the queue holds max_batch_size texts (it
+  // stops at that many, or earlier at the token limit), or when all of them padded to the longest
+  // reach max_batch_tokens (it takes them all and reaches it, or stops earlier at it).
+  return texts >= static_cast<size_t>(options.max_batch_size) ||
+         static_cast<int64_t>(texts) * std::max(longest, 1) >= options.max_batch_tokens;
 }
 
 }  // namespace qvi

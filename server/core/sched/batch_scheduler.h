@@ -23,6 +23,8 @@
 #ifndef QVI_SERVER_CORE_SCHED_BATCH_SCHEDULER_H_
 #define QVI_SERVER_CORE_SCHED_BATCH_SCHEDULER_H_
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -91,8 +93,14 @@ absl::Status CheckBatchSchedulerOptions(const BatchSchedulerOptions& options);
 // Which texts of a queue (arrival order) form the batch seeded by the oldest, queue[0]: the ones
 // closest to it in length (among equals, the earlier), while the batch stays within max_batch_size
 // texts and max_batch_tokens padded tokens. `full` says a limit, rather than running out of texts,
-// closed it. Returns indices into `tokens`, the seed first.
-std::vector<size_t> ChooseBatch(const std::vector<int>& tokens, const BatchSchedulerOptions& options, bool& full);
+// closed it. Writes indices into `tokens` to `batch`, the seed first; `order` is scratch space.
+// Both vectors keep their capacity, so a caller that reuses them allocates nothing once they grew.
+void ChooseBatch(const std::vector<int>& tokens, const BatchSchedulerOptions& options, std::vector<size_t>& order,
+                 std::vector<size_t>& batch, bool& full);
+
+// Whether the batch ChooseBatch would form from `texts` texts, the longest `longest` tokens, is
+// closed by a limit (its `full`), decided without choosing it.
+bool BatchWouldBeFull(size_t texts, int longest, const BatchSchedulerOptions& options);
 
 // The refusal and failures every scheduler gives, worded once.
 absl::Status BatchQueueFull(size_t queued_texts, int64_t queued_tokens);
@@ -169,17 +177,17 @@ class BatchScheduler {
 
   using DeadRequest = std::pair<std::shared_ptr<Request>, absl::Status>;
 
-  // Removes the texts of finished, cancelled and expired requests; the last two are added to `dead`
-  // and failed by the caller once the lock is released.
-  void DropDeadLocked(absl::Time now, std::vector<DeadRequest>& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Batch alive;
-    alive.reserve(queue_.size());
-    for (QueuedText<Request>& t : queue_) {
+  // Removes the texts of finished, cancelled and expired requests in one pass, in place; the last
+  // two are added to `dead` and failed by the caller once the lock is released. Returns the longest
+  // text left (0 when none). A request's texts sit together in the queue (Enqueue adds them at once
+  // and removals keep the order), so a request already found dead is the last one in `dead`.
+  int DropDeadLocked(absl::Time now, std::vector<DeadRequest>& dead) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int longest = 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < queue_.size(); ++i) {
+      QueuedText<Request>& t = queue_[i];
       const BatchRequest* r = t.request.get();
-      bool drop = r->finished();
-      if (!drop) {
-        for (const DeadRequest& d : dead) drop = drop || d.first.get() == r;
-      }
+      bool drop = r->finished() || (!dead.empty() && dead.back().first.get() == r);
       if (!drop && r->IsCancelled()) {
         dead.emplace_back(t.request, BatchCancelledWhileQueued());
         drop = true;
@@ -189,39 +197,46 @@ class BatchScheduler {
       }
       if (drop) {
         queued_tokens_ -= t.tokens;
-      } else {
-        alive.push_back(std::move(t));
+        continue;
       }
+      longest = std::max(longest, t.tokens);
+      if (kept != i) queue_[kept] = std::move(t);
+      ++kept;
     }
-    queue_ = std::move(alive);
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(kept), queue_.end());
+    return longest;
   }
 
+  // Decides whether a batch is due before choosing one: nothing is sorted or allocated when none is.
+  // A batch that forms is taken out of the queue in one pass, keeping the rest in order.
   Batch FormBatchAndCollectDead(Take when, std::vector<DeadRequest>& dead) ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
     const absl::Time now = env_->Now();
-    DropDeadLocked(now, dead);
+    const int longest = DropDeadLocked(now, dead);
     if (queue_.empty()) return {};
-    std::vector<int> tokens;
-    tokens.reserve(queue_.size());
-    for (const QueuedText<Request>& t : queue_) tokens.push_back(t.tokens);
+    if (when == Take::kWhenDue && now < queue_.front().arrival + options_.max_queue_delay &&
+        !BatchWouldBeFull(queue_.size(), longest, options_)) {
+      return {};
+    }
+    tokens_.clear();
+    for (const QueuedText<Request>& t : queue_) tokens_.push_back(t.tokens);
     bool full = false;
-    const std::vector<size_t> chosen = ChooseBatch(tokens, options_, full);
-    if (!full && when == Take::kWhenDue && now < queue_.front().arrival + options_.max_queue_delay) return {};
+    ChooseBatch(tokens_, options_, order_, chosen_, full);
+    take_.assign(queue_.size(), 0);
+    for (size_t i : chosen_) take_[i] = 1;
     Batch batch;
-    batch.reserve(chosen.size());
-    std::vector<bool> take(queue_.size(), false);
-    for (size_t i : chosen) take[i] = true;
-    Batch rest;
-    rest.reserve(queue_.size() - chosen.size());
+    batch.reserve(chosen_.size());
+    size_t kept = 0;
     for (size_t i = 0; i < queue_.size(); ++i) {
-      if (take[i]) {
+      if (take_[i]) {
         queued_tokens_ -= queue_[i].tokens;
         batch.push_back(std::move(queue_[i]));
       } else {
-        rest.push_back(std::move(queue_[i]));
+        if (kept != i) queue_[kept] = std::move(queue_[i]);
+        ++kept;
       }
     }
-    queue_ = std::move(rest);
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(kept), queue_.end());
     return batch;
   }
 
@@ -230,6 +245,11 @@ class BatchScheduler {
   mutable Mutex mu_;
   Batch queue_ ABSL_GUARDED_BY(mu_);  // arrival order
   int64_t queued_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  // Scratch space of FormBatchAndCollectDead, kept between batches so that it stops allocating.
+  std::vector<int> tokens_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> order_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> chosen_ ABSL_GUARDED_BY(mu_);
+  std::vector<char> take_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace qvi

@@ -248,14 +248,14 @@ absl::StatusOr<ModelRepository::LoadedModel> ModelRepository::LoadModel(const st
   env_->StartThread(
           "qvi-load",
           [attempt, load = std::move(load), path, defaults = options_.defaults, overrides,
-           backend = options_.graph_backend, note = options_.graph_backend_note] {
+           backend = options_.graph_backend, note = options_.graph_backend_note, env = env_] {
             absl::StatusOr<LoadedModel> result;
             try {
               result = [&]() -> absl::StatusOr<LoadedModel> {
                 absl::StatusOr<std::unique_ptr<Model>> model = load(path, ResolvePlacement(defaults, overrides));
                 if (!model.ok()) return model.status();
                 ServingConfig serving = ResolveServingConfig(defaults, (*model)->manifest(), overrides);
-                if (absl::Status s = (*model)->PrepareGraphs(serving, backend, note); !s.ok()) return s;
+                if (absl::Status s = (*model)->PrepareGraphs(serving, backend, note, env); !s.ok()) return s;
                 return LoadedModel{*std::move(model), std::move(serving)};
               }();
             } catch (...) {

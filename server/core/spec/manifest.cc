@@ -35,61 +35,58 @@ absl::Status Get(const json& j, const char* key, const std::string& path, T& out
 
 }  // namespace
 
-absl::StatusOr<Manifest> Manifest::Parse(std::string_view text) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError("manifest.json is not a JSON object");
-  }
-  Manifest m;
-  int format = 0;
-  QVI_RETURN_IF_ERROR(Get(j, "format_version", "", format));
-  if (format != kFormatVersion) {
-    return Bad("format_version", absl::StrCat("is ", format, "; this server reads version ", kFormatVersion));
-  }
-  QVI_RETURN_IF_ERROR(Get(j, "name", "", m.name));
+namespace {
+
+// The task and what it brings: labels, or tags in a scheme with their entity types.
+absl::Status ParseTask(const json& j, Manifest& m) {
   std::string task;
   QVI_RETURN_IF_ERROR(Get(j, "task", "", task));
   if (task == "classification") {
     m.task = Task::kClassification;
     QVI_RETURN_IF_ERROR(Get(j, "labels", "", m.labels));
     if (m.labels.empty()) return Bad("labels", "is empty");
-  } else if (task == "tagging") {
-    m.task = Task::kTagging;
-    QVI_RETURN_IF_ERROR(Get(j, "tags", "", m.tags));
-    QVI_RETURN_IF_ERROR(Get(j, "tag_scheme", "", m.tag_scheme));
-    if (m.tag_scheme != "BIO" && m.tag_scheme != "BIOES") {
-      return Bad("tag_scheme", absl::StrCat("must be BIO or BIOES, got '", m.tag_scheme, "'"));
-    }
-    if (m.tags.empty()) return Bad("tags", "is empty");
-    // Each tag is O or PREFIX-TYPE with a prefix of the scheme and a type: a tag such as "I-" would
-    // make spans without a label (found by fuzz/fuzz_spans.cc).
-    const std::string prefixes = m.tag_scheme == "BIO" ? "BI" : "BIES";
-    for (size_t i = 0; i < m.tags.size(); ++i) {
-      const std::string& t = m.tags[i];
-      if (t == "O") continue;
-      if (t.size() < 3 || t[1] != '-' || prefixes.find(t[0]) == std::string::npos) {
-        return Bad(absl::StrCat("tags[", i, "]"),
-                   absl::StrCat("is not O or one of ", m.tag_scheme, "'s ", prefixes, " prefixes, a dash and a type"));
-      }
-    }
-    if (j.contains("entity_types")) QVI_RETURN_IF_ERROR(Get(j, "entity_types", "", m.entity_types));
-  } else {
-    return Bad("task", absl::StrCat("must be 'classification' or 'tagging', got '", task, "'"));
+    return absl::OkStatus();
   }
+  if (task != "tagging") return Bad("task", absl::StrCat("must be 'classification' or 'tagging', got '", task, "'"));
+  m.task = Task::kTagging;
+  QVI_RETURN_IF_ERROR(Get(j, "tags", "", m.tags));
+  QVI_RETURN_IF_ERROR(Get(j, "tag_scheme", "", m.tag_scheme));
+  if (m.tag_scheme != "BIO" && m.tag_scheme != "BIOES") {
+    return Bad("tag_scheme", absl::StrCat("must be BIO or BIOES, got '", m.tag_scheme, "'"));
+  }
+  if (m.tags.empty()) return Bad("tags", "is empty");
+  // Each tag is O or PREFIX-TYPE with a prefix of the scheme and a type: a tag such as "I-" would
+  // make spans without a label (found by fuzz/fuzz_spans.cc).
+  const std::string prefixes = m.tag_scheme == "BIO" ? "BI" : "BIES";
+  for (size_t i = 0; i < m.tags.size(); ++i) {
+    const std::string& t = m.tags[i];
+    if (t == "O") continue;
+    if (t.size() < 3 || t[1] != '-' || prefixes.find(t[0]) == std::string::npos) {
+      return Bad(absl::StrCat("tags[", i, "]"),
+                 absl::StrCat("is not O or one of ", m.tag_scheme, "'s ", prefixes, " prefixes, a dash and a type"));
+    }
+  }
+  if (j.contains("entity_types")) QVI_RETURN_IF_ERROR(Get(j, "entity_types", "", m.entity_types));
+  return absl::OkStatus();
+}
 
+// architecture: its names, and the layers and heads of a Transformer.
+absl::Status ParseArchitecture(const json& j, Manifest& m) {
   const json* arch = j.contains("architecture") ? &j["architecture"] : nullptr;
   if (arch == nullptr || !arch->is_object()) return Bad("architecture", "is missing or not an object");
   QVI_RETURN_IF_ERROR(Get(*arch, "name", "architecture.", m.architecture));
   QVI_RETURN_IF_ERROR(Get(*arch, "display_name", "architecture.", m.display_name));
   QVI_RETURN_IF_ERROR(Get(*arch, "interaction", "architecture.", m.interaction));
-  if (arch->contains("config") && (*arch)["config"].is_object()) {
-    const json& c = (*arch)["config"];
-    if (c.contains("layers") && c.contains("heads") && (m.architecture.find("transformer") != std::string::npos)) {
-      QVI_RETURN_IF_ERROR(Get(c, "layers", "architecture.config.", m.layers));
-      QVI_RETURN_IF_ERROR(Get(c, "heads", "architecture.config.", m.heads));
-    }
+  if (!arch->contains("config") || !(*arch)["config"].is_object()) return absl::OkStatus();
+  const json& c = (*arch)["config"];
+  if (c.contains("layers") && c.contains("heads") && (m.architecture.find("transformer") != std::string::npos)) {
+    QVI_RETURN_IF_ERROR(Get(c, "layers", "architecture.config.", m.layers));
+    QVI_RETURN_IF_ERROR(Get(c, "heads", "architecture.config.", m.heads));
   }
+  return absl::OkStatus();
+}
 
+absl::Status ParseTokenizer(const json& j, Manifest& m) {
   const json* tok = j.contains("tokenizer") ? &j["tokenizer"] : nullptr;
   if (tok == nullptr || !tok->is_object()) return Bad("tokenizer", "is missing or not an object");
   std::string level;
@@ -104,8 +101,11 @@ absl::StatusOr<Manifest> Manifest::Parse(std::string_view text) {
   QVI_RETURN_IF_ERROR(Get(*tok, "lowercase", "tokenizer.", m.tokenizer.lowercase));
   QVI_RETURN_IF_ERROR(Get(*tok, "max_tokens", "tokenizer.", m.tokenizer.max_tokens));
   if (m.tokenizer.max_tokens < 1) return Bad("tokenizer.max_tokens", "must be at least 1");
-  QVI_RETURN_IF_ERROR(Get(*tok, "vocab_size", "tokenizer.", m.vocab_size));
+  return Get(*tok, "vocab_size", "tokenizer.", m.vocab_size);
+}
 
+// outputs (with the ones its task cannot do without) and explanations.
+absl::Status ParseOutputs(const json& j, Manifest& m) {
   const json* outputs = j.contains("outputs") ? &j["outputs"] : nullptr;
   if (outputs == nullptr || !outputs->is_object()) return Bad("outputs", "is missing or not an object");
   for (const auto& [name, spec] : outputs->items()) {
@@ -117,7 +117,11 @@ absl::StatusOr<Manifest> Manifest::Parse(std::string_view text) {
   if (!m.HasOutput(required)) return Bad("outputs", absl::StrCat("lacks '", required, "'"));
   if (m.task == Task::kTagging && !m.HasOutput("emissions")) return Bad("outputs", "lacks 'emissions'");
   if (j.contains("explanations")) QVI_RETURN_IF_ERROR(Get(j, "explanations", "", m.explanations));
+  return absl::OkStatus();
+}
 
+// The optional parts: the batching the model suggests, and its model card.
+absl::Status ParseServingAndCard(const json& j, Manifest& m) {
   if (j.contains("serving") && j["serving"].is_object()) {
     const json& s = j["serving"];
     if (s.contains("max_batch_size"))
@@ -133,6 +137,27 @@ absl::StatusOr<Manifest> Manifest::Parse(std::string_view text) {
     if (card.is_object() && card.contains("description") && card["description"].is_string()) {
       m.description = card["description"].get<std::string>();
     }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Manifest> Manifest::Parse(std::string_view text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("manifest.json is not a JSON object");
+  }
+  Manifest m;
+  int format = 0;
+  QVI_RETURN_IF_ERROR(Get(j, "format_version", "", format));
+  if (format != kFormatVersion) {
+    return Bad("format_version", absl::StrCat("is ", format, "; this server reads version ", kFormatVersion));
+  }
+  QVI_RETURN_IF_ERROR(Get(j, "name", "", m.name));
+  // In the order the checks always ran: the first problem found is the one reported.
+  for (auto* part : {&ParseTask, &ParseArchitecture, &ParseTokenizer, &ParseOutputs, &ParseServingAndCard}) {
+    QVI_RETURN_IF_ERROR(part(j, m));
   }
   return m;
 }

@@ -1,0 +1,138 @@
+"""The steps `python -m qvi` and the demo share: read a corpus, train from arguments, load a
+checkpoint, export it into a model store, score an exported artifact. Below both cli.py (the
+commands) and demo.py (the demo store), so that neither imports the other back."""
+import argparse
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from qvi import artifact, pt2
+from qvi.data import Example, build_vocab, encode_examples, read_classification, read_conll, tag_set
+from qvi.models import ARCHITECTURES, CONTEXT_KINDS, ModelConfig, build_model
+from qvi.nn import INTERACTIONS, SCORES
+from qvi.tokenizer import TokenizerConfig, Vocabulary, config_from_json, config_to_json
+from qvi.train import TrainOptions, evaluate, options_to_json, train
+
+BOUNDARIES = (".", "!", "?", "。", "！", "？", "…")
+
+
+def read_corpus(path: str, task: str, join: str) -> List[Example]:
+    return read_classification(path) if task == "classification" else read_conll(path, join=join)
+
+
+def label_list(task: str, examples: Sequence[Example], scheme: str) -> List[str]:
+    if task == "classification":
+        return sorted({e.label for e in examples})
+    return tag_set(sorted({s[2] for e in examples for s in e.spans}), scheme)
+
+
+def add_train_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--task", choices=("classification", "tagging"), required=True)
+    ap.add_argument("--arch", choices=ARCHITECTURES, required=True)
+    ap.add_argument("--g", default="qvi", choices=INTERACTIONS + ("g1",),
+                    help="attention values: qvi (gated, eq. 4-5/8-9), none = g1 (values only), g2, g3")
+    ap.add_argument("--score", default="additive", choices=SCORES,
+                    help="h(q, v) of the additive attention pooling (survey eq. 6-9; scaled_dot divides by √D)")
+    ap.add_argument("--context", choices=CONTEXT_KINDS,
+                    help="context of the context-aware gates (ctx_* architectures; default global): the mean "
+                         "of the layer's input, every layer's output below it, or their means")
+    ap.add_argument("--train", required=True, help="training corpus (TSV for classification, CoNLL for tagging)")
+    ap.add_argument("--dev", required=True, help="development corpus, picks the best epoch")
+    ap.add_argument("--test", help="test corpus, evaluated once at the end")
+    ap.add_argument("--conll-join", default=" ", help="string that joins CoNLL tokens into the text")
+    ap.add_argument("--level", default="word", choices=("word", "char"))
+    ap.add_argument("--no-lowercase", action="store_true")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--scheme", default="BIO", choices=("BIO", "BIOES"))
+    ap.add_argument("--min-count", type=int, default=1)
+    ap.add_argument("--max-vocab", type=int, default=30000)
+    for name, default in (("emb-dim", 64), ("hidden", 64), ("heads", 4), ("layers", 1), ("ffn", 128)):
+        ap.add_argument(f"--{name}", type=int, default=default)
+    ap.add_argument("--dropout", type=float, default=0.1)
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def run_training(args: argparse.Namespace) -> Dict[str, object]:
+    """Trains from parsed arguments; returns the checkpoint dictionary."""
+    tok = TokenizerConfig(level=args.level, lowercase=not args.no_lowercase, max_tokens=args.max_tokens)
+    train_ex = read_corpus(args.train, args.task, args.conll_join)
+    dev_ex = read_corpus(args.dev, args.task, args.conll_join)
+    labels = label_list(args.task, train_ex, args.scheme)
+    vocab = build_vocab(train_ex, tok, args.min_count, args.max_vocab)
+    config = ModelConfig(arch=args.arch, vocab_size=len(vocab), num_outputs=len(labels), g=args.g,
+                         score=args.score, context=args.context or "", emb_dim=args.emb_dim, hidden=args.hidden,
+                         heads=args.heads, layers=args.layers, ffn=args.ffn, dropout=args.dropout, max_tokens=args.max_tokens,
+                         boundary_ids=sorted({vocab.id(b) for b in BOUNDARIES} - {1}))
+    tagging = args.task == "tagging"
+    enc = lambda ex: encode_examples(ex, tok, vocab, labels, args.scheme, tagging)  # noqa: E731
+    options = TrainOptions(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
+                           threads=args.threads, progress=not args.quiet)
+    model, history = train(config, enc(train_ex), enc(dev_ex), labels, options)
+    best = max(history, key=lambda h: h["dev_accuracy" if not tagging else "dev_f1"])  # the epoch kept
+    metrics: Dict[str, object] = {"dev": {k[4:]: v for k, v in best.items() if k.startswith("dev_")}}
+    if args.test:
+        metrics["test"] = evaluate(model, config, enc(read_corpus(args.test, args.task, args.conll_join)), labels)
+    return {
+        "config": config.to_json(), "tokenizer": config_to_json(tok), "vocab": vocab.tokens,
+        "labels": labels, "scheme": args.scheme if tagging else "", "state_dict": model.state_dict(),
+        "train_options": options_to_json(options), "history": history, "best_epoch": best["epoch"], "metrics": metrics,
+        "data": {"train": os.path.basename(args.train), "dev": os.path.basename(args.dev),
+                 "test": os.path.basename(args.test) if args.test else None,
+                 "train_size": len(train_ex), "dev_size": len(dev_ex)},
+    }
+
+
+def load_checkpoint(path: str) -> Tuple[torch.nn.Module, Dict[str, object]]:
+    ckpt = torch.load(path, weights_only=False)
+    config = ModelConfig(**ckpt["config"])
+    model = build_model(config)
+    model.load_state_dict(ckpt["state_dict"])
+    return model.eval(), ckpt
+
+
+FORMATS = ("torchscript", "pt2", "both")
+
+
+def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card: Dict[str, object],
+                      fmt: str = "torchscript", device: str = "cpu", cpu_target: str = pt2.DEFAULT_CPU_TARGET,
+                      pt2_cache: Optional[str] = None) -> List[str]:
+    """Writes the formats `fmt` asks for into <store>/<name>/<version>/; returns the paths written.
+    With "both", an architecture that cannot be exported to a .pt2 gets model.pt alone (its manifest
+    says why); asked for "pt2" alone, it is an error."""
+    model, ckpt = load_checkpoint(ckpt_path)
+    config = ModelConfig(**ckpt["config"])
+    vocab = Vocabulary(ckpt["vocab"])
+    tok = config_from_json(ckpt["tokenizer"])
+    card = dict(card)
+    card.setdefault("metrics", ckpt["metrics"])
+    card.setdefault("seed", ckpt["train_options"]["seed"])
+    card.setdefault("training", {"options": ckpt["train_options"], "data": ckpt["data"]})
+    manifest = artifact.build_manifest(name, config, tok, vocab, ckpt["labels"], ckpt["scheme"], card)
+    written = []
+    if fmt in ("torchscript", "both"):
+        written.append(artifact.export(model, manifest, vocab, store, version))
+    status = pt2.export_status(config.arch)
+    if fmt == "pt2" and not status["exportable"]:
+        raise SystemExit(f"{config.arch} cannot be exported to a .pt2: {status['reason']}")
+    if fmt in ("pt2", "both") and status["exportable"]:
+        folder = os.path.join(store, name, str(version))
+        written.append(pt2.write_cached(model, manifest, vocab.to_text(), folder, device, cpu_target, pt2_cache))
+    return written
+
+
+def evaluate_artifact(path: str, test: str, join: str) -> Dict[str, float]:
+    """Scores an exported model.pt on a corpus through its manifest, vocabulary and TorchScript."""
+    module, manifest, vocab = artifact.load(path)
+    task = str(manifest["task"])
+    tok = config_from_json(manifest["tokenizer"])  # type: ignore[arg-type]
+    labels = manifest["labels"] if task == "classification" else manifest["tags"]
+    config = ModelConfig(**manifest["architecture"]["config"])  # type: ignore[index]
+    data = encode_examples(read_corpus(test, task, join), tok, vocab, labels,  # type: ignore[arg-type]
+                           str(manifest.get("tag_scheme", "")), task == "tagging")
+    return evaluate(module, config, data, labels)  # type: ignore[arg-type]

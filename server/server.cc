@@ -1,0 +1,326 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "grpc/health/v1/health.pb.h"
+#include "server/core/alloc/allocator.h"
+#include "server/core/model/model.h"
+#include "server/core/sched/env.h"
+#include "server/core/serving/cpu_budget.h"
+#include "server/logging.h"
+
+namespace qvi {
+namespace {
+
+// Plain text, or TLS from files that gRPC reads again every reload_seconds (a renewed certificate
+// takes effect for new connections); with a client CA, clients must present a certificate it signed.
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerOptions::Tls& tls) {
+  if (tls.cert.empty()) return grpc::InsecureServerCredentials();
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      tls.key, tls.cert, tls.client_ca, static_cast<unsigned int>(tls.reload_seconds));
+  grpc::experimental::TlsServerCredentialsOptions credentials(provider);
+  credentials.watch_identity_key_cert_pairs();
+  if (!tls.client_ca.empty()) {
+    credentials.watch_root_certs();
+    credentials.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    credentials.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  return grpc::experimental::TlsServerCredentials(credentials);
+}
+
+// Fills in the instance and torch thread counts left at 0 (the defaults) from the CPUs this process
+// may use, logs the choice, and sets torch's thread counts.
+void ConfigureThreads(ServerOptions& options) {
+  ServerOptions::Threads& t = options.threads;
+  if (t.instances == 0 || t.torch_intra == 0) {
+    const CpuBudget budget = UsableCpus();
+    const auto device = ResolveDevice(options.models.device);
+    const bool on_gpu = device.ok() && device->is_cuda();
+    const ThreadPlan plan = PlanThreads(budget.cpus, on_gpu);
+    if (t.instances == 0) t.instances = plan.instances;
+    if (t.torch_intra == 0) t.torch_intra = plan.torch_intra;
+    spdlog::info("{} usable CPU(s) ({}), models on the {}: {} instance(s) per model, {} torch thread(s) each",
+                 budget.cpus, budget.why, on_gpu ? "GPU" : "CPU", t.instances, t.torch_intra);
+  }
+  torch::set_num_threads(t.torch_intra);
+  torch::set_num_interop_threads(t.torch_inter);
+  spdlog::info("memory allocator: {}", ReadAllocatorStats().allocator);
+}
+
+void LogModelEvent(const std::string& name, const VersionStatus& v) {
+  if (v.state == ModelState::kLoading) {
+    spdlog::info("model {}@{} loading", name, v.version);
+  } else if (v.state == ModelState::kUnloading) {
+    spdlog::info("model {}@{} UNLOADING ({}): finishing its requests", name, v.version, v.reason);
+  } else if (v.state == ModelState::kUnloaded) {
+    spdlog::info("model {}@{} unloaded", name, v.version);
+  } else if (v.state == ModelState::kReady) {
+    const Manifest& m = v.model->manifest();
+    const ServingConfig& c = v.serving;
+    spdlog::info(
+        "model {}@{} READY: {} ({}) on {} from {} ({}), {} labels/tags, max_tokens {}; batches of up to {} "
+        "texts / {} tokens / {} ms, {} instance(s){}",
+        name, v.version, m.display_name, m.task == Task::kClassification ? "classification" : "tagging",
+        v.model->device(), std::filesystem::path(v.model->file()).filename().string(), v.model->format(),
+        m.task == Task::kClassification ? m.labels.size() : m.tags.size(), m.tokenizer.max_tokens, c.max_batch_size,
+        c.max_batch_tokens, c.max_queue_delay_ms, c.instances,
+        v.model->has_forward_without_maps() ? "; batches that ask for no attention maps skip them" : "");
+    if (!v.model->fallback_reason().empty())
+      spdlog::warn("model {}@{}: {}", name, v.version, v.model->fallback_reason());
+    const GraphReport& g = v.model->graphs();
+    if (g.active) {
+      spdlog::info("model {}@{} CUDA graphs: {}; batch sizes [{}], lengths [{}]; captured in {:.0f} ms, {:.1f} MiB",
+                   name, v.version, g.note, absl::StrJoin(g.batch_sizes, ","), absl::StrJoin(g.lengths, ","),
+                   g.capture_ms, g.memory_bytes / 1048576.0);
+    } else if (v.model->torch_device().is_cuda()) {
+      spdlog::warn("model {}@{} runs without CUDA graphs: {}", name, v.version, g.note);
+    }
+  } else {
+    spdlog::error("model {}@{} {}: {}", name, v.version, ModelStateName(v.state), v.reason);
+  }
+}
+
+// Health: overall SERVING once the store is loaded; per model (service name = model name)
+// SERVING while it has a ready version. Updated on every model event; after the health service's
+// Shutdown() (on SIGTERM) gRPC ignores further updates and everything reads NOT_SERVING.
+void PublishModelHealth(grpc::HealthCheckServiceInterface* health, const ModelRepository& repository,
+                        const std::string& name) {
+  absl::StatusOr<ModelStatus> m = repository.Get(name);
+  bool ready = false;
+  if (m.ok()) {
+    for (const VersionStatus& v : m->versions) ready = ready || v.state == ModelState::kReady;
+  }
+  health->SetServingStatus(name, ready);
+}
+
+void PublishHealth(grpc::HealthCheckServiceInterface* health, const ModelRepository& repository) {
+  // The server as a whole ("" service). Not SetServingStatus(bool): that one sets every service,
+  // which would mark models without a ready version SERVING.
+  health->SetServingStatus("", true);
+  for (const ModelStatus& m : repository.List()) PublishModelHealth(health, repository, m.name);
+}
+
+// Written whole or not at all (rename), so a reader never sees a partial number.
+void WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << port << "\n";
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+// Waits `seconds` or until the next signal, whichever comes first.
+void WaitForSignalOrTimeout(const sigset_t& signals, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (auto now = std::chrono::steady_clock::now(); now < end; now = std::chrono::steady_clock::now()) {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(end - now).count();
+    const timespec timeout{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
+    if (sigtimedwait(&signals, nullptr, &timeout) > 0) return;  // EINTR and EAGAIN: look at the clock again
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
+  std::unique_ptr<Server> s(new Server(std::move(options)));
+  if (absl::Status st = s->StartMetrics(); !st.ok()) return st;
+  if (absl::Status st = s->StartModels(); !st.ok()) return st;
+  if (absl::Status st = s->StartGrpc(); !st.ok()) return st;
+  s->LogServing();
+  if (!s->options_.network.port_file.empty()) WritePortFile(s->options_.network.port_file, s->port_);
+  return s;
+}
+
+Server::~Server() = default;
+
+absl::Status Server::StartMetrics() {
+  const ServerOptions::Network& net = options_.network;
+  if (net.metrics_port < 0) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<Metrics>> served = Metrics::Serve(net.host, net.metrics_port);
+  if (!served.ok()) return served.status();
+  metrics_ = *std::move(served);
+  metrics_->AddScrapedCounter("qvi_access_log_dropped_lines_total",
+                              "Access-log lines dropped because stderr fell behind the calls (see --access-log-queue)",
+                              [] { return static_cast<double>(AccessLinesDropped()); });
+  spdlog::info("Prometheus metrics on http://{}:{}/metrics", net.host, metrics_->port());
+  if (!net.metrics_port_file.empty()) WritePortFile(net.metrics_port_file, metrics_->port());
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartModels() {
+  spdlog::info("{}", LoadCudaSupport());
+  graph_backend_ = LoadCudaGraphBackend();
+  spdlog::info("CUDA graphs: {}", !options_.models.cuda_graphs ? std::string("off (--cuda-graphs=false)")
+                                  : graph_backend_.ok()
+                                      ? std::string("backend loaded")
+                                      : absl::StrCat("none (", graph_backend_.status().message(), ")"));
+  ConfigureThreads(options_);
+  ModelRepository::Options o;
+  o.root = options_.models.store;
+  o.defaults.device = options_.models.device;
+  o.defaults.format = *ParseModelFormat(options_.models.format);  // checked by the flag
+  o.defaults.instances = options_.threads.instances;
+  o.defaults.max_queued_texts = options_.limits.max_queued_texts;
+  o.defaults.cuda_graphs.enabled = options_.models.cuda_graphs;
+  o.version_policy = *VersionPolicy::Parse(options_.models.version_policy);  // checked by the flag
+  o.observer = metrics_.get();
+  o.load_timeout = absl::Seconds(options_.models.load_timeout_seconds);
+  o.load_threads = options_.models.load_threads;
+  if (graph_backend_.ok()) {
+    o.graph_backend = *graph_backend_;
+  } else {
+    o.graph_backend_note = std::string(graph_backend_.status().message());
+  }
+  o.listener = [this](const std::string& name, const VersionStatus& v) {
+    LogModelEvent(name, v);
+    if (metrics_) metrics_->OnModelEvent(name, v);
+    const ModelRepository* repo = repository_ptr_.load();
+    grpc::HealthCheckServiceInterface* health = health_ptr_.load();
+    if (repo != nullptr && health != nullptr) PublishModelHealth(health, *repo, name);
+  };
+  absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Create(o);
+  if (!repository.ok()) return repository.status();
+  repository_ = *std::move(repository);
+  repository_ptr_ = repository_.get();
+  spdlog::info("loading models from {} (device {}, version policy {})", options_.models.store, options_.models.device,
+               options_.models.version_policy);
+  repository_->Poll();
+
+  executor_ = std::make_unique<Executor>(options_.threads.inference, options_.limits.max_queued);
+  RequestLimits limits;
+  limits.max_texts = options_.limits.max_texts;
+  limits.max_text_bytes = options_.limits.max_text_bytes;
+  limits.inline_prepare_bytes = options_.threads.inline_prepare_bytes;
+  limits.max_response_bytes = options_.network.max_message_bytes;
+  core_ = std::make_unique<InferenceService>(repository_.get(), executor_.get(), limits);
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartGrpc() {
+  const ServerOptions::Network& net = options_.network;
+  calls_ = std::make_unique<InferCalls>(
+      repository_.get(), InferCalls::Options{options_.logging.access_log, metrics_.get(),
+                                             options_.limits.max_inflight_request_bytes, net.max_message_bytes});
+  service_ = std::make_unique<InferenceServiceImpl>(core_.get(), repository_.get(), calls_.get());
+  oip_ = std::make_unique<OipServiceImpl>(core_.get(), repository_.get(), calls_.get(), &serving_);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // gRPC's built-in health service carries no descriptor of its own, so reflection lists
+  // grpc.health.v1.Health but cannot describe it and grpcurl refuses to call it. Touching the
+  // generated health.proto links its descriptor into the server, where reflection finds it.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
+  grpc::ServerBuilder builder;
+  const std::string address = net.host + ":" + std::to_string(net.port);
+  builder.AddListeningPort(address, ServerCredentials(options_.tls), &port_);
+  builder.SetMaxReceiveMessageSize(net.max_message_bytes);
+  builder.SetMaxSendMessageSize(net.max_message_bytes);
+  const auto ms = [](double seconds) { return static_cast<int>(seconds * 1000); };
+  grpc::ResourceQuota quota("qvi-server");
+  quota.Resize(static_cast<size_t>(net.grpc_memory_quota_bytes));
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, net.max_concurrent_streams);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, ms(net.keepalive_time_seconds));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, ms(net.keepalive_timeout_seconds));
+  // Keepalive enforcement: clients may ping without calls, but not more often than the interval; the
+  // second ping too early ends their connection (GOAWAY too_many_pings).
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             ms(net.min_client_ping_interval_seconds));
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
+  if (net.max_connection_idle_seconds > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, ms(net.max_connection_idle_seconds));
+  }
+  if (net.max_connection_age_seconds > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, ms(net.max_connection_age_seconds));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, ms(net.max_connection_age_grace_seconds));
+  }
+  builder.RegisterService(service_.get());
+  builder.RegisterService(oip_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  health_ptr_ = server_->GetHealthCheckService();
+  PublishHealth(server_->GetHealthCheckService(), *repository_);
+  serving_ = true;
+  if (options_.models.poll_seconds > 0) {
+    repository_->StartPolling(absl::Milliseconds(static_cast<int64_t>(options_.models.poll_seconds * 1000)));
+  }
+  return absl::OkStatus();
+}
+
+void Server::LogServing() const {
+  size_t ready = 0, total = 0;
+  for (const ModelStatus& m : repository_->List()) {
+    for (const VersionStatus& v : m.versions) {
+      ++total;
+      ready += v.state == ModelState::kReady;
+    }
+  }
+  const std::string transport = options_.tls.cert.empty()        ? "plain text"
+                                : options_.tls.client_ca.empty() ? "TLS"
+                                                                 : "mutual TLS";
+  spdlog::info(
+      "serving qvi.serving.v1.Inference and inference.GRPCInferenceService (OIP v2) on {}:{} over {} ({} of {} model "
+      "versions ready, {} request threads, {} instance(s) per model, torch {} intra-op thread(s))",
+      options_.network.host, port_, transport, ready, total, options_.threads.inference, options_.threads.instances,
+      options_.threads.torch_intra);
+}
+
+int Server::Drain(int signal, const sigset_t& signals) {
+  spdlog::info("received signal {}: reporting NOT_SERVING, finishing accepted requests (grace {} s)", signal,
+               options_.shutdown_grace_seconds);
+  serving_ = false;
+  server_->GetHealthCheckService()->Shutdown();
+  if (options_.shutdown_delay_seconds > 0) {
+    spdlog::info("NOT_SERVING for {} s while still taking calls", options_.shutdown_delay_seconds);
+    WaitForSignalOrTimeout(signals, options_.shutdown_delay_seconds);
+  }
+  const auto grace = std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(static_cast<int64_t>(options_.shutdown_grace_seconds * 1000));
+  // gRPC stops accepting and gives the calls in flight until the grace period ends; then the request
+  // threads and every version's batch queue drain. gRPC's callback server waits for every call to be
+  // answered, and a call is answered when its batch ends, so a forward pass that never ends (a hung
+  // model or device) would keep the process alive: the whole sequence gets until kDrainAllowance
+  // after the grace period, then the caller exits 1 without it.
+  constexpr auto kDrainAllowance = std::chrono::seconds(2);
+  auto drained = std::make_shared<std::promise<void>>();
+  std::future<void> drained_future = drained->get_future();
+  std::thread drain = Env::Default()->StartThread("qvi-drain", [this, grace, drained] {
+    server_->Shutdown(grace);
+    spdlog::debug("gRPC server shut down");
+    executor_->Shutdown();
+    spdlog::debug("request threads drained");
+    repository_->Shutdown();
+    spdlog::debug("model queues drained, models unloaded");
+    drained->set_value();
+  });
+  if (drained_future.wait_until(grace + kDrainAllowance) != std::future_status::ready) {
+    spdlog::error(
+        "shutdown had not finished {} s after the grace period ended (a call or a batch still "
+        "running: a hung model?); exiting without it",
+        std::chrono::duration_cast<std::chrono::seconds>(kDrainAllowance).count());
+    drain.detach();
+    return 1;
+  }
+  drain.join();
+  server_->Wait();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace qvi

@@ -1,0 +1,68 @@
+// The server as one object that owns its parts, started and drained in named steps: metrics, the
+// CUDA backend and the model store (the first poll), the request threads and the core, the gRPC
+// server with both APIs, health; then, on the signal main() waits for, NOT_SERVING, the grace
+// period and the drain. main.cc only parses options, blocks signals and calls these.
+#ifndef QVI_SERVER_SERVER_H_
+#define QVI_SERVER_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <atomic>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "server/core/model/graphs.h"
+#include "server/core/sched/executor.h"
+#include "server/core/serving/inference_service.h"
+#include "server/core/serving/model_repository.h"
+#include "server/grpc/inference_service_impl.h"
+#include "server/grpc/oip_service.h"
+#include "server/metrics/metrics.h"
+#include "server/server_options.h"
+
+namespace qvi {
+
+class Server {
+ public:
+  // Starts every part and returns once the server listens and the store's first poll is done; the
+  // error says which part could not start.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options);
+  ~Server();
+
+  int port() const { return port_; }
+
+  // After SIGTERM/SIGINT: reports NOT_SERVING, keeps taking calls for --shutdown-delay-seconds (or
+  // until the next of `signals`), then lets the calls in flight finish within the grace period and
+  // drains the request threads and the models' queues. Returns the exit code: 0, or 1 when a call
+  // or batch was still running kDrainAllowance after the grace period (the process must then exit
+  // at once, without destructors: this object is left as it is).
+  int Drain(int signal, const sigset_t& signals);
+
+ private:
+  explicit Server(ServerOptions options) : options_(std::move(options)) {}
+  absl::Status StartMetrics();
+  absl::Status StartModels();
+  absl::Status StartGrpc();
+  void LogServing() const;
+
+  ServerOptions options_;
+  std::unique_ptr<Metrics> metrics_;
+  absl::StatusOr<GraphBackend*> graph_backend_ = nullptr;
+  // Set once the repository and then the gRPC server exist; the repository's threads read them.
+  std::atomic<const ModelRepository*> repository_ptr_{nullptr};
+  std::atomic<grpc::HealthCheckServiceInterface*> health_ptr_{nullptr};
+  std::unique_ptr<ModelRepository> repository_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<InferenceService> core_;
+  std::unique_ptr<InferCalls> calls_;
+  std::unique_ptr<InferenceServiceImpl> service_;
+  std::unique_ptr<OipServiceImpl> oip_;
+  std::atomic<bool> serving_{false};  // OIP's ServerReady follows the overall health status
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_SERVER_H_
