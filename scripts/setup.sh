@@ -60,9 +60,26 @@ if [[ ! -f $DATA/sentiment/test.tsv || ! -f $DATA/wnut16/test.conll ]]; then
   rm -rf "$WHEELS"
 fi
 
-# 4. Demo models.
+# 4. Demo models. Training them takes about half an hour on two cores, so what it makes is kept in a
+# cache outside the checkout, keyed by everything that decides it: the model zoo's code, the corpora,
+# the pinned packages and the Python version. A fresh clone (CI) with the same key copies the store
+# instead of training; any change to those trains anew. QVI_MODEL_CACHE= (empty) turns it off.
 if ((BUILD_MODELS)); then
+  MODEL_CACHE=${QVI_MODEL_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/qvi-serve/demo-models}
+  key=$( (cd model_store && find qvi corpora -type f \( -name '*.py' -o -name '*.txt' -o -name '*.json' \) -print0 |
+    sort -z | xargs -0 sha256sum; find data -type f -print0 | sort -z | xargs -0 sha256sum
+    cat ../requirements.lock; "$VPY" --version) | sha256sum | cut -c1-16)
+  if [[ -n $MODEL_CACHE && ! -d model_store/store && -d $MODEL_CACHE/$key/store ]]; then
+    log "demo models from the cache ($MODEL_CACHE/$key)"
+    cp -a "$MODEL_CACHE/$key/store" model_store/store
+  fi
   (cd model_store && "$VPY" -m qvi demo --store store)
+  if [[ -n $MODEL_CACHE && ! -d $MODEL_CACHE/$key/store ]]; then
+    mkdir -p "$MODEL_CACHE" && tmp=$(mktemp -d "$MODEL_CACHE/.new.XXXXXX")
+    cp -a model_store/store "$tmp/store" && mv -T "$tmp" "$MODEL_CACHE/$key" 2>/dev/null || rm -rf "$tmp"
+    # Older keys' stores are left for a week, then removed.
+    find "$MODEL_CACHE" -mindepth 1 -maxdepth 1 -type d -mtime +7 -exec rm -rf {} + 2>/dev/null || true
+  fi
 fi
 # 5. C++ build.
 if [[ ! -f build/build.ninja ]]; then
