@@ -1,5 +1,7 @@
-// A whole ModelInfer request of the Open Inference Protocol from the wire: the bytes parsed as a
-// ModelInferRequest (as the server's raw handler does) and read against a classifier's manifest
+// A whole ModelInfer request of the Open Inference Protocol from the wire: the bytes walked and parsed
+// as a ModelInferRequest (as the server's raw handler does, server/grpc/wire_scan.h), which must
+// refuse with a bounded message or hold at most 4 times the wire size plus the caps' elements
+// (SpaceUsedLong), and read against a classifier's manifest
 // with per-layer outputs. Whatever the bytes, the reading answers OK or INVALID_ARGUMENT with a
 // message of bounded length. When it answers OK, an answer is made up for the texts it read, and
 // AnswerBytes must bound the size of what ToModelInfer then builds (the server refuses answers over
@@ -11,6 +13,7 @@
 #include <string>
 
 #include "server/grpc/oip_convert.h"
+#include "server/grpc/wire_scan.h"
 
 namespace {
 void Check(bool ok) {
@@ -32,8 +35,14 @@ std::shared_ptr<const qvi::Manifest> MakeManifest() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::shared_ptr<const qvi::Manifest> manifest = MakeManifest();
+  static const qvi::WireCaps caps = qvi::DefaultWireCaps(qvi::RequestLimits{});
   inference::ModelInferRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  if (absl::Status d = qvi::DecodeRequest(data, size, caps, &request); !d.ok()) {
+    Check(d.code() == absl::StatusCode::kInvalidArgument && d.message().size() < 600);
+    return 0;
+  }
+  // The caps' elements at their most (16 inputs, 64 outputs, 3 x 64 parameters, 256 texts...) fit in 512 KiB.
+  Check(request.SpaceUsedLong() <= 4 * size + (512 << 10));
   absl::StatusOr<qvi::oip::InferPlan> plan = qvi::oip::FromModelInfer(request, *manifest);
   if (!plan.ok()) {
     Check(plan.status().code() == absl::StatusCode::kInvalidArgument);

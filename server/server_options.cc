@@ -122,7 +122,8 @@ void AddTlsOptions(CLI::App& app, ServerOptions& o) {
 
 // Request and queue limits.
 void AddLimitOptions(CLI::App& app, ServerOptions& o) {
-  app.add_option("--max-texts-per-request", o.limits.max_texts, "texts in one Classify/Tag request")
+  app.add_option("--max-texts-per-request", o.limits.max_texts,
+                 "texts in one Classify, Tag or ModelInfer request (also the cap on their repeated texts on the wire)")
       ->check(CLI::Range(1, 1 << 20))
       ->group("Limits");
   app.add_option("--max-text-bytes", o.limits.max_text_bytes, "UTF-8 bytes in one text")
@@ -132,9 +133,10 @@ void AddLimitOptions(CLI::App& app, ServerOptions& o) {
                  "requests waiting for a request thread; beyond it RESOURCE_EXHAUSTED")
       ->check(CLI::Range(1, 1 << 24))
       ->group("Limits");
-  app.add_option("--max-inflight-request-bytes", o.limits.max_inflight_request_bytes,
-                 "bytes of Classify/Tag requests received and not yet answered; a call beyond it gets "
-                 "RESOURCE_EXHAUSTED at once. 0: no limit")
+  app.add_option(
+         "--max-inflight-request-bytes", o.limits.max_inflight_request_bytes,
+         "bytes of inference requests (Classify, Tag, ModelInfer) received and not yet answered; a call beyond it gets "
+         "RESOURCE_EXHAUSTED at once. 0: no limit")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->group("Limits");
   app.add_option("--max-queued-texts", o.limits.max_queued_texts,

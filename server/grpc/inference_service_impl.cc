@@ -1,8 +1,5 @@
 #include "server/grpc/inference_service_impl.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/wire_format_lite.h>
-#include <grpcpp/support/proto_buffer_reader.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -11,39 +8,12 @@
 #include "absl/time/clock.h"
 #include "server/core/text/tokenizer.h"
 #include "server/grpc/convert.h"
+#include "server/grpc/raw_unary.h"
 #include "server/logging.h"
 
 namespace qvi {
 
 namespace v1 = ::qvi::serving::v1;
-
-namespace {
-
-// Why a request that protobuf could not parse was bad: the first text (field 2 of ClassifyRequest and
-// TagRequest) that is not UTF-8, found by walking the top-level fields with protobuf's wire readers.
-absl::Status ExplainParseFailure(const grpc::ByteBuffer& buffer) {
-  grpc::ByteBuffer copy(buffer);
-  grpc::ProtoBufferReader reader(&copy);
-  google::protobuf::io::CodedInputStream in(&reader);
-  using google::protobuf::internal::WireFormatLite;
-  int index = 0;
-  while (uint32_t tag = in.ReadTag()) {
-    if (WireFormatLite::GetTagFieldNumber(tag) == 2 &&
-        WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
-      std::string text;
-      if (!WireFormatLite::ReadBytes(&in, &text)) break;
-      if (absl::Status s = ValidateUtf8(text); !s.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("texts[", index, "]: ", s.message()));
-      }
-      ++index;
-    } else if (!WireFormatLite::SkipField(&in, tag)) {
-      break;
-    }
-  }
-  return absl::InvalidArgumentError("the request is not a valid protobuf message");
-}
-
-}  // namespace
 
 template <typename Request, typename Response>
 grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::CallbackServerContext* ctx,
@@ -51,11 +21,9 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::Callb
   const char* name = method == Method::kClassify ? "Classify" : "Tag";
   return StartInferCall<Response>(
       calls_, core_, name, ctx, raw, raw_response,
-      [method](const grpc::ByteBuffer& bytes, InferCall*) -> absl::StatusOr<PlannedCall<Response>> {
+      [this, method](const grpc::ByteBuffer& bytes, InferCall*) -> absl::StatusOr<PlannedCall<Response>> {
         Request request;
-        grpc::ByteBuffer copy(bytes);
-        grpc::ProtoBufferReader reader(&copy);
-        if (!request.ParseFromZeroCopyStream(&reader)) return ExplainParseFailure(bytes);
+        if (absl::Status s = DecodeRequest(bytes, caps_, &request); !s.ok()) return s;
         PlannedCall<Response> planned;
         planned.method = method;
         planned.request = FromProto(request.model(), request.texts(), request.options(), request.request_id());
@@ -78,39 +46,37 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Tag(grpc::CallbackServerContext*
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::ListModels(grpc::CallbackServerContext* ctx,
-                                                           const v1::ListModelsRequest*,
-                                                           v1::ListModelsResponse* response) {
-  for (const ModelStatus& m : repository_->List()) ToProto(m, response->add_models());
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return RawUnary<v1::ListModelsRequest, v1::ListModelsResponse>(
+      ctx, request, response, caps_, [this](const v1::ListModelsRequest&, v1::ListModelsResponse* out) {
+        for (const ModelStatus& m : repository_->List()) ToProto(m, out->add_models());
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* InferenceServiceImpl::GetModel(grpc::CallbackServerContext* ctx,
-                                                         const v1::GetModelRequest* request,
-                                                         v1::GetModelResponse* response) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const std::string& name = request->model().name();
-  if (absl::Status s = CheckModelNameBytes("model.name", name, core_->limits()); !s.ok()) {
-    reactor->Finish(ToGrpcStatus(s));
-    return reactor;
-  }
+                                                         const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  return RawUnary<v1::GetModelRequest, v1::GetModelResponse>(
+      ctx, request, response, caps_,
+      [this](const v1::GetModelRequest& r, v1::GetModelResponse* out) { return GetModel(r, out); });
+}
+
+absl::Status InferenceServiceImpl::GetModel(const v1::GetModelRequest& request, v1::GetModelResponse* response) const {
+  const std::string& name = request.model().name();
+  if (absl::Status s = CheckModelNameBytes("model.name", name, core_->limits()); !s.ok()) return s;
   absl::StatusOr<ModelStatus> m = repository_->Get(name);
-  if (m.ok() && request->model().version() != 0) {
-    const int64_t want = request->model().version();
+  if (!m.ok()) return m.status();
+  if (const int64_t want = request.model().version(); want != 0) {
     std::vector<VersionStatus> keep;
     for (VersionStatus& v : m->versions) {
       if (v.version == want) keep.push_back(std::move(v));
     }
-    if (keep.empty()) {
-      m = absl::NotFoundError(absl::StrCat("model '", m->name, "' has no version ", want));
-    } else {
-      m->versions = std::move(keep);
-    }
+    if (keep.empty()) return absl::NotFoundError(absl::StrCat("model '", m->name, "' has no version ", want));
+    m->versions = std::move(keep);
   }
-  if (m.ok()) ToProto(*m, response->mutable_model());
-  reactor->Finish(ToGrpcStatus(m.status()));
-  return reactor;
+  ToProto(*m, response->mutable_model());
+  return absl::OkStatus();
 }
 
 }  // namespace qvi

@@ -16,31 +16,35 @@
 #include "server/core/serving/inference_service.h"
 #include "server/core/serving/model_repository.h"
 #include "server/grpc/infer_call.h"
+#include "server/grpc/wire_scan.h"
 
 namespace qvi {
 
-// Classify and Tag are taken as raw bytes and parsed here, because protobuf rejects a proto3
-// string that is not UTF-8 before any handler runs, and the client must learn which text was bad
-// (INVALID_ARGUMENT naming texts[i]) rather than get an opaque parse failure.
+// Every method is taken as raw bytes: the request is walked on the wire and bounded before it is
+// parsed (wire_scan.h), and a request that does not decode is INVALID_ARGUMENT naming the field
+// (texts[i] that is not UTF-8, say) rather than an opaque failure. Classify's and Tag's bytes count
+// against the in-flight limit before that.
 using InferenceBase = serving::v1::Inference::WithRawCallbackMethod_Classify<
-    serving::v1::Inference::WithRawCallbackMethod_Tag<serving::v1::Inference::CallbackService>>;
+    serving::v1::Inference::WithRawCallbackMethod_Tag<serving::v1::Inference::WithRawCallbackMethod_ListModels<
+        serving::v1::Inference::WithRawCallbackMethod_GetModel<serving::v1::Inference::CallbackService>>>>;
 
 class InferenceServiceImpl final : public InferenceBase {
  public:
   // `calls` is shared with the other inference API (memory admitted by bytes, counting).
   InferenceServiceImpl(InferenceService* core, const ModelRepository* repository, InferCalls* calls)
-      : core_(core), repository_(repository), calls_(calls) {}
+      : core_(core), repository_(repository), calls_(calls), caps_(DefaultWireCaps(core->limits())) {}
 
   grpc::ServerUnaryReactor* Classify(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Tag(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                 grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx, const serving::v1::ListModelsRequest* request,
-                                       serving::v1::ListModelsResponse* response) override;
-  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* ctx, const serving::v1::GetModelRequest* request,
-                                     serving::v1::GetModelResponse* response) override;
+  grpc::ServerUnaryReactor* ListModels(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
 
  private:
+  absl::Status GetModel(const serving::v1::GetModelRequest& request, serving::v1::GetModelResponse* response) const;
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* Infer(Method method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response);
@@ -48,6 +52,7 @@ class InferenceServiceImpl final : public InferenceBase {
   InferenceService* core_;
   const ModelRepository* repository_;
   InferCalls* calls_;
+  const WireCaps caps_;
 };
 
 }  // namespace qvi

@@ -63,6 +63,11 @@ absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in,
 // computed without building it: an answer over the send limit is refused before it is built.
 int64_t AnswerBytes(const InferenceResponse& answer, const InferPlan& plan);
 
+// The same, at most, for the texts of `request` once tokenised, before the model runs (AnswerView::Before):
+// what the core checks against the send limit, so that an answer too big to send is refused as
+// INVALID_ARGUMENT before any work, padding included.
+int64_t AnswerBytesBefore(const InferenceRequest& request, const InferenceResponse& tokenised, const InferPlan& plan);
+
 // The answer's tensors, raw (raw_output_contents), in the order of `plan.outputs`. May throw
 // std::bad_alloc.
 void ToModelInfer(const InferenceResponse& answer, const InferPlan& plan, const std::string& id,

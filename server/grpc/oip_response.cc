@@ -1,13 +1,25 @@
 #include "absl/strings/str_cat.h"
 #include "server/grpc/oip_convert.h"
 
+#include "server/core/spec/request_checks.h"
+
 namespace qvi::oip {
 
-int64_t AnswerBytes(const InferenceResponse& answer, const InferPlan& plan) {
-  const AnswerView view(answer, plan.top_k);
+namespace {
+int64_t TensorsBytes(const AnswerView& view, const InferPlan& plan) {
   int64_t total = 0;
   for (const RequestedOutput& want : plan.outputs) total += AnswerTensorBytes(view, want.output, want.classification);
   return total;
+}
+}  // namespace
+
+int64_t AnswerBytes(const InferenceResponse& answer, const InferPlan& plan) {
+  return TensorsBytes(AnswerView(answer, plan.top_k), plan);
+}
+
+int64_t AnswerBytesBefore(const InferenceRequest& request, const InferenceResponse& tokenised, const InferPlan& plan) {
+  const int64_t maps = LayerMapsPerText(*tokenised.manifest, request.options);
+  return TensorsBytes(AnswerView::Before(tokenised, plan.top_k, maps), plan);
 }
 
 void ToModelInfer(const InferenceResponse& answer, const InferPlan& plan, const std::string& id,

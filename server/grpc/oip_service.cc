@@ -1,13 +1,12 @@
 #include "server/grpc/oip_service.h"
 
-#include <grpcpp/support/proto_buffer_reader.h>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/grpc/convert.h"
 #include "server/grpc/oip_convert.h"
+#include "server/grpc/raw_unary.h"
 #include "server/logging.h"
 
 #ifndef QVI_VERSION
@@ -17,12 +16,6 @@
 namespace qvi {
 namespace {
 
-grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
 void AddTensor(const TensorSpec& spec, inference::ModelMetadataResponse::TensorMetadata* out) {
   out->set_name(spec.name);
   out->set_datatype(spec.datatype);
@@ -31,28 +24,62 @@ void AddTensor(const TensorSpec& spec, inference::ModelMetadataResponse::TensorM
 
 }  // namespace
 
-grpc::ServerUnaryReactor* OipServiceImpl::ServerLive(grpc::CallbackServerContext* ctx,
-                                                     const inference::ServerLiveRequest*,
-                                                     inference::ServerLiveResponse* response) {
-  response->set_live(true);
-  return Finish(ctx, absl::OkStatus());
+grpc::ServerUnaryReactor* OipServiceImpl::ServerLive(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
+                                                     grpc::ByteBuffer* raw_response) {
+  return RawUnary<inference::ServerLiveRequest, inference::ServerLiveResponse>(
+      ctx, raw, raw_response, caps_, [](const inference::ServerLiveRequest&, inference::ServerLiveResponse* response) {
+        response->set_live(true);
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* OipServiceImpl::ServerReady(grpc::CallbackServerContext* ctx,
-                                                      const inference::ServerReadyRequest*,
-                                                      inference::ServerReadyResponse* response) {
-  response->set_ready(ready_->load());
-  return Finish(ctx, absl::OkStatus());
+grpc::ServerUnaryReactor* OipServiceImpl::ServerReady(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
+                                                      grpc::ByteBuffer* raw_response) {
+  return RawUnary<inference::ServerReadyRequest, inference::ServerReadyResponse>(
+      ctx, raw, raw_response, caps_,
+      [this](const inference::ServerReadyRequest&, inference::ServerReadyResponse* response) {
+        response->set_ready(ready_->load());
+        return absl::OkStatus();
+      });
 }
 
-grpc::ServerUnaryReactor* OipServiceImpl::ModelReady(grpc::CallbackServerContext* ctx,
-                                                     const inference::ModelReadyRequest* request,
-                                                     inference::ModelReadyResponse* response) {
-  if (absl::Status s = CheckModelNameBytes("name", request->name(), core_->limits()); !s.ok()) return Finish(ctx, s);
-  absl::StatusOr<int64_t> version = oip::ParseVersion("version", request->version());
-  if (!version.ok()) return Finish(ctx, version.status());
-  absl::StatusOr<ModelStatus> model = repository_->Get(request->name());
-  if (!model.ok()) return Finish(ctx, model.status());
+grpc::ServerUnaryReactor* OipServiceImpl::ModelReady(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
+                                                     grpc::ByteBuffer* raw_response) {
+  return RawUnary<inference::ModelReadyRequest, inference::ModelReadyResponse>(
+      ctx, raw, raw_response, caps_,
+      [this](const inference::ModelReadyRequest& request, inference::ModelReadyResponse* response) {
+        return ModelReady(request, response);
+      });
+}
+
+grpc::ServerUnaryReactor* OipServiceImpl::ServerMetadata(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
+                                                         grpc::ByteBuffer* raw_response) {
+  return RawUnary<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
+      ctx, raw, raw_response, caps_,
+      [](const inference::ServerMetadataRequest&, inference::ServerMetadataResponse* response) {
+        response->set_name("qvi-serve");
+        response->set_version(QVI_VERSION);
+        response->add_extensions("classification");
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* OipServiceImpl::ModelMetadata(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
+                                                        grpc::ByteBuffer* raw_response) {
+  return RawUnary<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
+      ctx, raw, raw_response, caps_,
+      [this](const inference::ModelMetadataRequest& request, inference::ModelMetadataResponse* response) {
+        return ModelMetadata(request, response);
+      });
+}
+
+absl::Status OipServiceImpl::ModelReady(const inference::ModelReadyRequest& request,
+                                        inference::ModelReadyResponse* response) const {
+  if (absl::Status s = CheckModelNameBytes("name", request.name(), core_->limits()); !s.ok()) return s;
+  absl::StatusOr<int64_t> version = oip::ParseVersion("version", request.version());
+  if (!version.ok()) return version.status();
+  absl::StatusOr<ModelStatus> model = repository_->Get(request.name());
+  if (!model.ok()) return model.status();
   bool ready = false;
   bool known = *version == 0;
   for (const VersionStatus& v : model->versions) {
@@ -61,32 +88,22 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelReady(grpc::CallbackServerContext
     ready = ready || v.state == ModelState::kReady;
   }
   if (!known) {
-    return Finish(ctx, absl::NotFoundError(absl::StrCat("model '", model->name, "' has no version ", *version)));
+    return absl::NotFoundError(absl::StrCat("model '", model->name, "' has no version ", *version));
   }
   response->set_ready(ready && ready_->load());
-  return Finish(ctx, absl::OkStatus());
+  return absl::OkStatus();
 }
 
-grpc::ServerUnaryReactor* OipServiceImpl::ServerMetadata(grpc::CallbackServerContext* ctx,
-                                                         const inference::ServerMetadataRequest*,
-                                                         inference::ServerMetadataResponse* response) {
-  response->set_name("qvi-serve");
-  response->set_version(QVI_VERSION);
-  response->add_extensions("classification");
-  return Finish(ctx, absl::OkStatus());
-}
-
-grpc::ServerUnaryReactor* OipServiceImpl::ModelMetadata(grpc::CallbackServerContext* ctx,
-                                                        const inference::ModelMetadataRequest* request,
-                                                        inference::ModelMetadataResponse* response) {
-  if (absl::Status s = CheckModelNameBytes("name", request->name(), core_->limits()); !s.ok()) return Finish(ctx, s);
-  absl::StatusOr<int64_t> version = oip::ParseVersion("version", request->version());
-  if (!version.ok()) return Finish(ctx, version.status());
+absl::Status OipServiceImpl::ModelMetadata(const inference::ModelMetadataRequest& request,
+                                           inference::ModelMetadataResponse* response) const {
+  if (absl::Status s = CheckModelNameBytes("name", request.name(), core_->limits()); !s.ok()) return s;
+  absl::StatusOr<int64_t> version = oip::ParseVersion("version", request.version());
+  if (!version.ok()) return version.status();
   // The version described: the one asked for, or the newest ready one.
-  absl::StatusOr<ServableHandle> servable = repository_->Resolve(request->name(), *version);
-  if (!servable.ok()) return Finish(ctx, servable.status());
-  absl::StatusOr<ModelStatus> model = repository_->Get(request->name());
-  if (!model.ok()) return Finish(ctx, model.status());
+  absl::StatusOr<ServableHandle> servable = repository_->Resolve(request.name(), *version);
+  if (!servable.ok()) return servable.status();
+  absl::StatusOr<ModelStatus> model = repository_->Get(request.name());
+  if (!model.ok()) return model.status();
   const Model& m = *(*servable)->model;
   const Manifest& manifest = m.manifest();
   response->set_name(model->name);
@@ -118,7 +135,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelMetadata(grpc::CallbackServerCont
     p["heads"] = absl::StrCat(manifest.heads);
   }
   if (!manifest.model_card_json.empty()) p["model_card"] = manifest.model_card_json;
-  return Finish(ctx, absl::OkStatus());
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
@@ -128,12 +145,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext
       calls_, core_, "ModelInfer", ctx, raw, raw_response,
       [this](const grpc::ByteBuffer& bytes, InferCall* call) -> absl::StatusOr<Planned> {
         inference::ModelInferRequest request;
-        grpc::ByteBuffer copy(bytes);
-        grpc::ProtoBufferReader reader(&copy);
-        if (!request.ParseFromZeroCopyStream(&reader)) {
-          return absl::InvalidArgumentError(
-              "the request is not a valid inference.ModelInferRequest (names must be UTF-8)");
-        }
+        if (absl::Status s = DecodeRequest(bytes, caps_, &request); !s.ok()) return s;
         call->model = request.model_name();
         call->request_id = request.id().empty() ? calls_->NextRequestId() : request.id();
         // The model's task decides Classify or Tag, and its manifest which outputs exist: the plan
@@ -149,14 +161,20 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext
         if (!plan.ok()) return plan.status();
         Planned planned;
         planned.method = plan->method;
-        planned.request = std::move(plan->request);
         planned.servable = std::move(*servable);
         planned.timeout = plan->timeout;
         auto answer_plan = std::make_shared<oip::InferPlan>(std::move(*plan));
+        planned.request = std::move(answer_plan->request);
+        // Padded tensors can be far larger than the texts: the core sizes the answer before the model
+        // runs (INVALID_ARGUMENT, as for the native API) from this bound.
+        planned.request.estimate_response_bytes = [answer_plan](const InferenceRequest& r,
+                                                                const InferenceResponse& tokenised) {
+          return oip::AnswerBytesBefore(r, tokenised, *answer_plan);
+        };
         const int64_t limit = calls_->options().max_response_bytes;
         planned.build = [answer_plan, limit, id = request.id()](const InferenceResponse& answer,
                                                                 inference::ModelInferResponse* response) {
-          // Padded tensors can be far larger than the texts: sized before they are built.
+          // The bound above was checked before the model ran; this is the exact size, kept as a guard.
           const int64_t bytes = oip::AnswerBytes(answer, *answer_plan);
           if (limit > 0 && bytes > limit) {
             return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,

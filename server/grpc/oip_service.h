@@ -22,42 +22,50 @@
 #include "server/core/serving/inference_service.h"
 #include "server/core/serving/model_repository.h"
 #include "server/grpc/infer_call.h"
+#include "server/grpc/wire_scan.h"
 
 namespace qvi {
 
-// ModelInfer is taken as raw bytes: its bytes count against the in-flight limit before it is parsed.
-using OipBase =
-    inference::GRPCInferenceService::WithRawCallbackMethod_ModelInfer<inference::GRPCInferenceService::CallbackService>;
+// Every method is taken as raw bytes, walked on the wire and bounded before it is parsed (wire_scan.h);
+// ModelInfer's bytes count against the in-flight limit before that.
+namespace oip_base {
+using S = inference::GRPCInferenceService;
+using OipBase = S::WithRawCallbackMethod_ModelInfer<
+    S::WithRawCallbackMethod_ServerLive<S::WithRawCallbackMethod_ServerReady<S::WithRawCallbackMethod_ModelReady<
+        S::WithRawCallbackMethod_ServerMetadata<S::WithRawCallbackMethod_ModelMetadata<S::CallbackService>>>>>>;
+}  // namespace oip_base
+using oip_base::OipBase;
 
 class OipServiceImpl final : public OipBase {
  public:
   // `ready` is read by ServerReady; `calls` is shared with qvi.serving.v1.Inference.
   OipServiceImpl(InferenceService* core, const ModelRepository* repository, InferCalls* calls,
                  const std::atomic<bool>* ready)
-      : core_(core), repository_(repository), calls_(calls), ready_(ready) {}
+      : core_(core), repository_(repository), calls_(calls), ready_(ready), caps_(DefaultWireCaps(core->limits())) {}
 
-  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx, const inference::ServerLiveRequest* request,
-                                       inference::ServerLiveResponse* response) override;
-  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx, const inference::ServerReadyRequest* request,
-                                        inference::ServerReadyResponse* response) override;
-  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx, const inference::ModelReadyRequest* request,
-                                       inference::ModelReadyResponse* response) override;
-  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx,
-                                           const inference::ServerMetadataRequest* request,
-                                           inference::ServerMetadataResponse* response) override;
-  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx,
-                                          const inference::ModelMetadataRequest* request,
-                                          inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ServerLive(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ServerReady(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                        grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ModelReady(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ServerMetadata(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                           grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ModelMetadata(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
 
  private:
-  // INVALID_ARGUMENT when `name` is longer than the server takes.
+  absl::Status ModelReady(const inference::ModelReadyRequest& request, inference::ModelReadyResponse* response) const;
+  absl::Status ModelMetadata(const inference::ModelMetadataRequest& request,
+                             inference::ModelMetadataResponse* response) const;
 
   InferenceService* core_;
   const ModelRepository* repository_;
   InferCalls* calls_;
   const std::atomic<bool>* ready_;
+  const WireCaps caps_;
 };
 
 }  // namespace qvi

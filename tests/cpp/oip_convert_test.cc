@@ -402,6 +402,61 @@ TEST(OipConvertTest, LayerMapsArePaddedToTheLongestTextAndSizedBeforeTheyAreBuil
   EXPECT_GT(AnswerBytes(answer, plan), int64_t{256} * 503 * 503 * 4);
 }
 
+TEST(OipConvertTest, TheSizeBeforeTheModelRunsBoundsTheAnswer) {
+  // A tagger's answer with every token a span, the longest tag on each, and one map per layer and
+  // head: what AnswerBytesBefore sees of it is its tokens alone.
+  const auto manifest = std::make_shared<const Manifest>(Tagger());
+  InferenceRequest request;
+  request.texts = {"Ann met Bob in Rome", "Zed"};
+  request.options.Ask(OutputSwitch::kLayerAttention);
+  request.options.layers.layers = {0, 1};
+  request.options.layers.heads = {0};
+  InferenceResponse tokenised;
+  tokenised.model = "ner";
+  tokenised.manifest = manifest;
+  for (const std::string& text : request.texts) {
+    TextResult r;
+    size_t at = 0;
+    while (at < text.size()) {
+      const size_t end = std::min(text.find(' ', at), text.size());
+      TokenOutput t;
+      t.token.text = text.substr(at, end - at);
+      t.token.byte_start = static_cast<uint32_t>(at);
+      t.token.byte_end = static_cast<uint32_t>(end);
+      r.tokens.push_back(t);
+      at = end + 1;
+    }
+    tokenised.results.push_back(r);
+  }
+  InferenceResponse answer = tokenised;
+  for (TextResult& r : answer.results) {
+    const size_t t = r.tokens.size();
+    for (TokenOutput& token : r.tokens) {
+      token.tag = "B-PER";
+      r.spans.push_back(
+          SpanOutput{"PER", 0, 0, token.token.byte_start, token.token.byte_end, 0, 1, token.token.text, 0.5f});
+    }
+    for (int layer = 0; layer < 2; ++layer) {
+      LayerMapOutput map;
+      map.layer = layer;
+      map.attention.assign(t * t, 0.5f);
+      r.layers.push_back(map);
+    }
+  }
+  InferPlan plan;
+  plan.outputs = {{Output::kSpans, 0},
+                  {Output::kTags, 0},
+                  {Output::kTokens, 0},
+                  {Output::kLayerAttention, 0},
+                  {Output::kLayerIndex, 0}};
+  ModelInferResponse out;
+  ToModelInfer(answer, plan, "", &out);
+  int64_t raw_bytes = 0;
+  for (const std::string& raw : out.raw_output_contents()) raw_bytes += static_cast<int64_t>(raw.size());
+  EXPECT_GE(AnswerBytesBefore(request, tokenised, plan), raw_bytes);
+  EXPECT_GE(AnswerBytesBefore(request, tokenised, plan), AnswerBytes(answer, plan));
+}
+
 TEST(OipConvertTest, VersionsAreEmptyOrPositiveIntegers) {
   EXPECT_EQ(*ParseVersion("version", ""), 0);
   EXPECT_EQ(*ParseVersion("version", "12"), 12);

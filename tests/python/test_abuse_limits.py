@@ -212,3 +212,123 @@ def test_grpc_memory_quota_refuses_what_does_not_fit(api):
     finally:
         proc.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _flood(field, size):
+    """`field` as an empty length-delimited element, repeated to `size` bytes: 2 wire bytes each."""
+    tag = bytes([(field << 3) | 2]) if field < 16 else bytes([((field << 3) | 2) & 0x7F | 0x80, (field << 3) >> 7])
+    return (tag + b"\x00") * (size // (len(tag) + 1))
+
+
+def _wrap(field, inner):
+    """`inner` as the value of message field `field` (a varint length, then the bytes)."""
+    n, length = len(inner), b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        length += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            return bytes([(field << 3) | 2]) + length + inner
+
+
+FLOOD_BYTES = (16 << 20) - 1024  # within the default message limit (16 MiB)
+# What the floods cost before they were counted on the wire: one 16 MiB ModelInfer of empty inputs
+# grew the server by 1.64 GB. Each is now refused after the walk, before protobuf builds anything.
+FLOODS = [
+    ("/qvi.serving.v1.Inference/Classify", _flood(2, FLOOD_BYTES), "texts exceed the limit of 256 per request"),
+    ("/qvi.serving.v1.Inference/Tag", _flood(2, FLOOD_BYTES), "texts exceed the limit of 256 per request"),
+    ("/inference.GRPCInferenceService/ModelInfer", _flood(5, FLOOD_BYTES), "inputs exceed the limit of 16 per request"),
+    ("/inference.GRPCInferenceService/ModelInfer", _flood(6, FLOOD_BYTES), "outputs exceed the limit of 64 per request"),
+    ("/inference.GRPCInferenceService/ModelInfer", _flood(7, FLOOD_BYTES),
+     "raw input buffers exceed the limit of 16 per request"),
+    ("/inference.GRPCInferenceService/ModelInfer", _flood(4, FLOOD_BYTES), "parameters exceed the limit of 64 per request"),
+    ("/inference.GRPCInferenceService/ModelInfer", _wrap(5, _wrap(5, _flood(8, FLOOD_BYTES - 16))),
+     "inputs[0].contents.bytes_contents: "),
+    # Fields the schema does not have are kept by protobuf one object each: capped alike, on every RPC.
+    ("/inference.GRPCInferenceService/ModelMetadata", _flood(99, FLOOD_BYTES),
+     "fields this server does not know"),
+    ("/inference.GRPCInferenceService/ServerLive", _flood(99, FLOOD_BYTES), "fields this server does not know"),
+    ("/qvi.serving.v1.Inference/GetModel", _flood(99, FLOOD_BYTES), "fields this server does not know"),
+]
+
+
+def test_floods_of_empty_elements_are_refused_before_parsing(api):
+    """Each flood, 16 at once as the issue measured them, at the server's defaults (16 MiB messages,
+    256 MiB in flight): INVALID_ARGUMENT naming the field and its cap, and the server grows by
+    megabytes, not the gigabytes the floods once cost."""
+    work = tempfile.mkdtemp(prefix="qvi_flood_py_")
+    proc = ServerProcess(STORE, work)
+    try:
+        pb, pb_grpc = api
+        pb_grpc.InferenceStub(proc.channel).Classify(
+            pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine"]), timeout=30)
+        start_rss = rss_bytes(proc.proc.pid)
+        before = batches(proc)
+        for method, body, part in FLOODS:
+            call = proc.channel.unary_unary(method)  # raw bytes both ways
+            futures = [call.future(body, timeout=60) for _ in range(16)]
+            for f in futures:
+                with pytest.raises(grpc.RpcError) as e:
+                    f.result()
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, e.value.details())
+                assert part in e.value.details(), (method, e.value.details())
+                assert len(e.value.details()) < 400
+        grown = rss_bytes(proc.proc.pid) - start_rss
+        # 16 requests of 16 MiB are 256 MiB of wire bytes in gRPC's buffers at most, at once.
+        assert grown < (320 << 20) * (4 if "ASAN_OPTIONS" in os.environ else 1), f"grew by {grown >> 20} MiB"
+        assert batches(proc) == before
+    finally:
+        proc.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_requests_that_do_not_decode_are_invalid_argument_on_every_rpc(api):
+    """A name that is not UTF-8 on the typed RPCs was UNIMPLEMENTED with no message; a truncated
+    ModelInfer said "names must be UTF-8". Each now says what was wrong. An empty model name is
+    INVALID_ARGUMENT on both APIs."""
+    pb, pb_grpc = api
+    work = tempfile.mkdtemp(prefix="qvi_decode_py_")
+    proc = ServerProcess(STORE, work)
+    try:
+        bad_name = _wrap(1, b"\xc3")  # field 1: name / model_name / model
+        cases = [
+            ("/inference.GRPCInferenceService/ModelMetadata", bad_name, "name: invalid UTF-8 at byte 0"),
+            ("/inference.GRPCInferenceService/ModelReady", bad_name, "name: invalid UTF-8 at byte 0"),
+            ("/qvi.serving.v1.Inference/GetModel", _wrap(1, bad_name), "model.name: invalid UTF-8 at byte 0"),
+            ("/inference.GRPCInferenceService/ModelInfer", _wrap(1, b"sentiment")[:-3],
+             "not a valid inference.ModelInferRequest: truncated or malformed at byte"),
+            ("/inference.GRPCInferenceService/ModelInfer", b"", "model_name: empty"),
+            ("/inference.GRPCInferenceService/ModelMetadata", b"", "name: empty"),
+            ("/qvi.serving.v1.Inference/Classify", _wrap(2, b"x"), "model.name: empty"),
+        ]
+        for method, body, part in cases:
+            with pytest.raises(grpc.RpcError) as e:
+                proc.channel.unary_unary(method)(body, timeout=30)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (method, e.value.details())
+            assert part in e.value.details(), (method, e.value.details())
+        # A NOT_FOUND echoes at most 64 bytes of the name.
+        with pytest.raises(grpc.RpcError) as e:
+            pb_grpc.InferenceStub(proc.channel).GetModel(pb.GetModelRequest(model=pb.ModelSpec(name="n" * 200)),
+                                                         timeout=30)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND and "n" * 65 not in e.value.details()
+    finally:
+        proc.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_oip_answer_over_the_send_limit_is_refused_before_the_model_runs(limited, oip_api):
+    """OIP's padded tensors are sized before the model runs, as the native API's answers are: every
+    layer's attention maps for 64 long texts against a 4 MiB send limit is INVALID_ARGUMENT with the
+    estimate, and no batch runs (it was RESOURCE_EXHAUSTED after the model had run)."""
+    proc, _ = limited
+    pb, pb_grpc = oip_api
+    stub = pb_grpc.GRPCInferenceServiceStub(proc.channel)
+    request = pb.ModelInferRequest(model_name="sentiment")
+    text = request.inputs.add(name="text", datatype="BYTES", shape=[64])
+    text.contents.bytes_contents.extend([LONG_TEXT.encode()] * 64)
+    request.outputs.add(name="layer_attention")
+    refused(proc, stub.ModelInfer, request, grpc.StatusCode.INVALID_ARGUMENT,
+            "the answer would be about", f"over the limit of {4 << 20} bytes")
+    # One text's maps fit, and are answered.
+    del text.contents.bytes_contents[1:]
+    text.shape[0] = 1
+    assert stub.ModelInfer(request, timeout=30).outputs[0].name == "layer_attention"

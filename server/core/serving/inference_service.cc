@@ -68,6 +68,16 @@ absl::Status CheckLive(const InferenceRequest& r, const Env& env) {
 
 }  // namespace
 
+namespace {
+// The answer's size as the request's API will send it: its own estimate (OIP's padded tensors), or
+// the native answer's.
+int64_t AnswerEstimate(Method method, const Manifest& m, const InferenceRequest& r,
+                       const InferenceResponse& tokenised) {
+  return r.estimate_response_bytes ? r.estimate_response_bytes(r, tokenised)
+                                   : EstimateResponseBytes(method, m, r, tokenised);
+}
+}  // namespace
+
 absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method method, const InferenceRequest& r,
                                                                      ServableHandle servable) const {
   if (absl::Status s = CheckRequest(r, limits_); !s.ok()) return s;
@@ -135,7 +145,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
                                                    " tokens (max_queued_tokens); send fewer per request"));
   }
   if (limits_.max_response_bytes > 0) {
-    const int64_t estimate = EstimateResponseBytes(method, m, r, response);
+    const int64_t estimate = AnswerEstimate(method, m, r, response);
     if (estimate > limits_.max_response_bytes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "options: the answer would be about ", estimate, " bytes, over the limit of ", limits_.max_response_bytes,

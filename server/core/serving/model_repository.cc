@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/alloc/allocator.h"
+#include "server/core/spec/request_checks.h"
 
 namespace qvi {
 
@@ -18,8 +19,8 @@ namespace fs = std::filesystem;
 namespace {
 
 absl::Status UnknownModel(const std::string& name, const std::vector<std::string>& names) {
-  return absl::NotFoundError(
-      absl::StrCat("model '", name, "' not found; models: ", names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
+  return absl::NotFoundError(absl::StrCat(
+      "model '", Capped(name), "' not found; models: ", names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
 }
 
 }  // namespace

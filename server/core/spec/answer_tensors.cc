@@ -120,6 +120,23 @@ AnswerView::AnswerView(const InferenceResponse& a, int k) : answer(a), manifest(
   for (size_t i = 0; i < manifest.labels.size(); ++i) label_index.emplace(manifest.labels[i], static_cast<int64_t>(i));
 }
 
+AnswerView AnswerView::Before(const InferenceResponse& tokenised, int top_k, int64_t layer_maps) {
+  AnswerView v(tokenised, top_k);
+  int64_t longest_tag = 0;
+  for (const std::string& label : v.manifest.labels) v.label_bytes = std::max<int64_t>(v.label_bytes, label.size());
+  for (const std::string& tag : v.manifest.tags) longest_tag = std::max<int64_t>(longest_tag, tag.size());
+  v.tag_bytes = 0;
+  v.span_bytes = 0;
+  for (const TextResult& r : tokenised.results) {
+    const auto n = static_cast<int64_t>(r.tokens.size());
+    v.tag_bytes += n * longest_tag;
+    const int64_t covered = n == 0 ? 0 : r.tokens.back().token.byte_end - r.tokens.front().token.byte_start;
+    v.span_bytes += 6 * (covered + n * longest_tag) + 200 * n;  // as the constructor counts spans
+  }
+  v.layer_maps = layer_maps;
+  return v;
+}
+
 void TensorWriter::Bytes(std::string_view element) {
   const uint32_t n = static_cast<uint32_t>(element.size());
   for (int b = 0; b < 4; ++b) raw_->push_back(static_cast<char>((n >> (8 * b)) & 0xff));

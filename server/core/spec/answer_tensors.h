@@ -41,6 +41,10 @@ std::vector<Output> DefaultWireOutputs(const Manifest& manifest, const OutputSet
 // What writing an answer's tensors needs, worked out once per answer.
 struct AnswerView {
   explicit AnswerView(const InferenceResponse& answer, int top_k);
+  // A view whose sizes bound those of the answer to come, before the model runs: `tokenised` holds
+  // each text's tokens and nothing else yet. Labels and tags are taken at their longest, a span per
+  // token (their texts together at most the text's), `layer_maps` maps per text.
+  static AnswerView Before(const InferenceResponse& tokenised, int top_k, int64_t layer_maps);
 
   const InferenceResponse& answer;
   const Manifest& manifest;

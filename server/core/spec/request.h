@@ -49,6 +49,8 @@ struct OutputOptions {
   }
 };
 
+struct InferenceResponse;
+
 struct InferenceRequest {
   std::string model;
   int64_t version = 0;  // 0 = newest ready
@@ -59,6 +61,11 @@ struct InferenceRequest {
   // of the core's monotonic clock (InferenceService::env(); MonotonicDeadline converts gRPC's).
   absl::Time deadline = absl::InfiniteFuture();
   std::function<bool()> is_cancelled;
+  // The size of the API's answer, at most, from the texts once tokenised (`tokenised`: tokens filled
+  // in, outputs not yet), for an API whose answer is not the native one (OIP's padded tensors). The
+  // core refuses a request whose answer would exceed the send limit before the model runs. Null:
+  // the native answer's estimate (EstimateResponseBytes).
+  std::function<int64_t(const InferenceRequest& request, const InferenceResponse& tokenised)> estimate_response_bytes;
 };
 
 struct TokenOutput {

@@ -8,13 +8,13 @@
 namespace qvi {
 
 absl::Status CheckModelNameBytes(const char* field, const std::string& name, const RequestLimits& limits) {
+  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": empty; name the model to use"));
   if (static_cast<int64_t>(name.size()) <= limits.max_model_name_bytes) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat(field, ": ", name.size(), " bytes exceed the limit of ", limits.max_model_name_bytes, " bytes"));
 }
 
 absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits) {
-  if (r.model.empty()) return absl::InvalidArgumentError("model.name: empty; name the model to use (see ListModels)");
   if (absl::Status s = CheckModelNameBytes("model.name", r.model, limits); !s.ok()) return s;
   if (static_cast<int64_t>(r.request_id.size()) > limits.max_request_id_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("request_id: ", r.request_id.size(), " bytes exceed the limit of ",
@@ -73,28 +73,30 @@ std::string Capped(const std::string& s, size_t max) {
   return absl::StrCat(s.substr(0, cut), "...(", s.size(), " bytes)");
 }
 
+int64_t LayerMapsPerText(const Manifest& m, const OutputOptions& o) {
+  if (!o.AsksLayers()) return 0;
+  const LayerSelection& l = o.layers;
+  const int64_t layers = l.layers.empty() ? m.layers : static_cast<int64_t>(l.layers.size());
+  const int64_t heads = l.heads.empty() ? m.heads : static_cast<int64_t>(l.heads.size());
+  return l.reduction == LayerSelection::Reduction::kMeanAll     ? 1
+         : l.reduction == LayerSelection::Reduction::kMeanHeads ? layers
+                                                                : layers * heads;
+}
+
 int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceRequest& r,
                               const InferenceResponse& response) {
   const OutputOptions& o = r.options;
-  const LayerSelection& l = o.layers;
   size_t longest_label = 0;
   for (const std::string& label : method == Method::kClassify ? m.labels : m.tags) {
     longest_label = std::max(longest_label, label.size());
   }
   const bool keep_tokens = method == Method::kTag || o.AsksPerToken();
-  // Per-layer maps per text: one per selected layer and head (one per layer when the heads are
-  // averaged, one in all when everything is), each T gates per gate output and T x T attention.
-  int64_t maps = 0, gate_outputs = 0;
-  if (o.AsksLayers()) {
-    const int64_t layers = l.layers.empty() ? m.layers : static_cast<int64_t>(l.layers.size());
-    const int64_t heads = l.heads.empty() ? m.heads : static_cast<int64_t>(l.heads.size());
-    maps = l.reduction == LayerSelection::Reduction::kMeanAll     ? 1
-           : l.reduction == LayerSelection::Reduction::kMeanHeads ? layers
-                                                                  : layers * heads;
-    if (o.Asks(OutputSwitch::kLayerGates)) {
-      gate_outputs = static_cast<int64_t>((m.ModelOutputs() & SwitchedBy(OutputSwitch::kLayerGates)).count());
-    }
-  }
+  // Per-layer maps per text, each T gates per gate output and T x T attention.
+  const int64_t maps = LayerMapsPerText(m, o);
+  const int64_t gate_outputs =
+      o.AsksLayers() && o.Asks(OutputSwitch::kLayerGates)
+          ? static_cast<int64_t>((m.ModelOutputs() & SwitchedBy(OutputSwitch::kLayerGates)).count())
+          : 0;
   int64_t bytes = 64 + static_cast<int64_t>(r.model.size() + r.request_id.size());
   for (size_t i = 0; i < response.results.size(); ++i) {
     const TextResult& t = response.results[i];

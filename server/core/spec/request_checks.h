@@ -37,11 +37,16 @@ struct RequestLimits {
 int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceRequest& request,
                               const InferenceResponse& response);
 
+// The per-layer maps each text's answer holds for these options: one per selected layer and head,
+// one per layer when the heads are averaged, one when everything is; 0 when none are asked for.
+int64_t LayerMapsPerText(const Manifest& m, const OutputOptions& o);
+
 // `s`, or its first bytes and its length when it is longer than `max`: for logs and errors.
 std::string Capped(const std::string& s, size_t max = 64);
 
-// A model name from a client against max_model_name_bytes; INVALID_ARGUMENT naming `field` (the
-// field as the caller's API spells it: model.name, name, model_name).
+// A model name from a client: not empty, and within max_model_name_bytes; INVALID_ARGUMENT naming
+// `field` (the field as the caller's API spells it: model.name, name, model_name). Both APIs answer
+// an empty or long name alike.
 absl::Status CheckModelNameBytes(const char* field, const std::string& name, const RequestLimits& limits);
 
 // The request's own fields against the limits: model name, version, request id, texts (count,
