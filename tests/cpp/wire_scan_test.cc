@@ -86,16 +86,17 @@ TEST(WireScanTest, FloodsOfEmptyElementsAreRefusedBeforeParsing) {
   ExpectRefused(Flood(ClassifyRequest::kTextsFieldNumber, kFloodBytes), &classify,
                 "texts: 8388604 texts exceed the limit of 256 per request");
   ModelInferRequest infer;
-  ExpectRefused(Flood(ModelInferRequest::kInputsFieldNumber, kFloodBytes), &infer, "inputs exceed the limit of 16 per request");
-  ExpectRefused(Flood(ModelInferRequest::kOutputsFieldNumber, kFloodBytes), &infer, "outputs exceed the limit of 64 per request");
+  ExpectRefused(Flood(ModelInferRequest::kInputsFieldNumber, kFloodBytes), &infer,
+                "inputs exceed the limit of 16 per request");
+  ExpectRefused(Flood(ModelInferRequest::kOutputsFieldNumber, kFloodBytes), &infer,
+                "outputs exceed the limit of 64 per request");
   ExpectRefused(Flood(ModelInferRequest::kRawInputContentsFieldNumber, kFloodBytes), &infer,
                 "raw_input_contents: 8388604 raw input buffers exceed the limit of 16 per request");
   ExpectRefused(Flood(ModelInferRequest::kParametersFieldNumber, kFloodBytes), &infer,
                 "parameters exceed the limit of 64 per request");
   // Deep inside: inputs[0].contents.bytes_contents.
-  const std::string contents =
-      Wrap(ModelInferRequest::InferInputTensor::kContentsFieldNumber,
-           Flood(inference::InferTensorContents::kBytesContentsFieldNumber, kFloodBytes - 64));
+  const std::string contents = Wrap(ModelInferRequest::InferInputTensor::kContentsFieldNumber,
+                                    Flood(inference::InferTensorContents::kBytesContentsFieldNumber, kFloodBytes - 64));
   ExpectRefused(Wrap(ModelInferRequest::kInputsFieldNumber, contents), &infer,
                 "inputs[0].contents.bytes_contents: 8388572 texts exceed the limit of 256 per request");
 }
@@ -104,7 +105,8 @@ TEST(WireScanTest, PackedScalarsAreCountedElementByElement) {
   ClassifyRequest request;
   for (int i = 0; i < 2000; ++i) request.mutable_options()->mutable_layers()->add_layers(i % 3);
   ClassifyRequest out;
-  ExpectRefused(request.SerializeAsString(), &out, "options.layers.layers: 2000 layer indices exceed the limit of 1024 per request");
+  ExpectRefused(request.SerializeAsString(), &out,
+                "options.layers.layers: 2000 layer indices exceed the limit of 1024 per request");
   ModelInferRequest infer;
   for (int i = 0; i < 100; ++i) infer.add_inputs()->add_shape(1);
   ModelInferRequest infer_out;
@@ -116,7 +118,8 @@ TEST(WireScanTest, PackedScalarsAreCountedElementByElement) {
     auto* input = infer.add_inputs();
     for (int d = 0; d < 3; ++d) input->add_shape(1);
   }
-  ExpectRefused(infer.SerializeAsString(), &infer_out, "inputs[5].shape: 18 dimensions exceed the limit of 16 per request");
+  ExpectRefused(infer.SerializeAsString(), &infer_out,
+                "inputs[5].shape: 18 dimensions exceed the limit of 16 per request");
 }
 
 TEST(WireScanTest, UnknownFieldsAndGroupsAreCapped) {
