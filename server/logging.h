@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace qvi {
@@ -35,6 +36,34 @@ void FlushLogsNow();
 // Access lines dropped so far because the queue was full (stderr slower than the calls).
 uint64_t AccessLinesDropped();
 
+// Routes what gRPC (gpr_log) and protobuf (GOOGLE_LOG) write into the server's logger, in its
+// format, instead of their own plain-text lines on stderr. Clients can provoke those lines (a
+// malformed message to a service protobuf parses, a plain-text connection to a TLS port), so each
+// library writes at most LineBudget's burst at once and its rate after that; the lines refused are
+// counted (LibraryLinesSuppressed) and the next line written says how many. gRPC's lines about a
+// failed TLS handshake are not logged at all (debug level aside) but counted, one per connection
+// (TlsHandshakeFailures). Call once, after ConfigureLogging and before any gRPC or protobuf use.
+void RouteLibraryLogs();
+uint64_t LibraryLinesSuppressed();
+uint64_t TlsHandshakeFailures();
+
+// A token bucket of log lines: `burst` at once, then `per_second`. Thread-safe; time is passed in.
+class LineBudget {
+ public:
+  LineBudget(double burst, double per_second) : burst_(burst), per_second_(per_second), tokens_(burst) {}
+  // Whether a line may be written at `now_seconds` (any monotonic clock). When it may, *refused is
+  // set to the lines refused since the last one allowed.
+  bool Take(double now_seconds, uint64_t* refused);
+
+ private:
+  const double burst_, per_second_;
+  std::mutex mu_;
+  double tokens_;
+  double last_ = 0;
+  bool started_ = false;
+  uint64_t refused_ = 0;
+};
+
 struct AccessRecord {
   std::string method;
   std::string peer;
@@ -48,6 +77,12 @@ struct AccessRecord {
   double ms = 0;          // arrival to answer
   double queue_ms = 0;    // the longest wait of its texts in the batch queue
   double compute_ms = 0;  // the longest batch it was in
+  // Trace context (server/grpc/trace_context.h): the trace id, "" for none; and, when `traced`, where
+  // the time went: arrival to the batch queue (parse, check, tokenise), the longest batch's forward
+  // pass and post-processing, and building and serialising the answer.
+  std::string trace_id;
+  bool traced = false;
+  double prepare_ms = 0, forward_ms = 0, postprocess_ms = 0, serialize_ms = 0;
 };
 
 // Writes one access line to the "access" logger.

@@ -4,9 +4,16 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <future>
 #include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
 
+#include "absl/strings/str_join.h"
+#include "server/core/sched/env.h"
 #include "server/logging.h"
 #include "server/server.h"
 #include "server/server_options.h"
@@ -20,20 +27,57 @@ int WaitForSignal(const sigset_t& signals) {
   return sig;
 }
 
+// Waits until start-up has ended or a signal came, whichever is first; returns the signal, or 0.
+// Start-up runs on a thread of its own so that a signal is acted on from the first second, not
+// after every model has loaded (minutes, or never for a hung load).
+int WaitForStartOrSignal(const std::future<absl::Status>& started, const sigset_t& signals) {
+  const timespec tick{0, 100 * 1000 * 1000};  // how often to look at the start-up thread
+  while (started.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig > 0) return sig;
+  }
+  return 0;
+}
+
+// The process's way out when abandoned model loads still run: their threads may be inside torch,
+// and exit()'s destructors must not run under them. Logs are flushed first.
+int ExitWithoutWaitingForLoads(const Server& server, int code) {
+  const std::vector<std::string> running = server.LoadsStillRunning();
+  if (running.empty()) return code;
+  spdlog::warn("not waiting for {} abandoned model load(s) still running: {}", running.size(),
+               absl::StrJoin(running, ", "));
+  ShutdownLogging();
+  std::_Exit(code);
+}
+
 int Run(ServerOptions options, const sigset_t& signals) {
   ConfigureLogging(options.logging.level, options.logging.format == "json" ? LogFormat::kJson : LogFormat::kText,
                    static_cast<size_t>(options.logging.access_log_queue));
-  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(std::move(options));
-  if (!server.ok()) {
-    spdlog::critical("{}", std::string(server.status().message()));
-    return 1;
+  RouteLibraryLogs();
+  auto server = std::make_unique<Server>(std::move(options));
+  std::promise<absl::Status> start;
+  std::future<absl::Status> started = start.get_future();
+  std::thread starter = Env::Default()->StartThread("qvi-start", [&] { start.set_value(server->Start()); });
+  int sig = WaitForStartOrSignal(started, signals);
+  if (sig != 0 && started.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    spdlog::info("received signal {} during start-up: abandoning model loads, not serving", sig);
+    server->Abort();
   }
-  const int sig = WaitForSignal(signals);
-  if ((*server)->Drain(sig, signals) != 0) {
+  starter.join();
+  if (absl::Status status = started.get(); !status.ok()) {
+    if (sig != 0) {
+      spdlog::info("stopped during start-up");
+      return ExitWithoutWaitingForLoads(*server, 0);
+    }
+    spdlog::critical("{}", std::string(status.message()));
+    return ExitWithoutWaitingForLoads(*server, 1);
+  }
+  if (sig == 0) sig = WaitForSignal(signals);
+  if (server->Drain(sig, signals) != 0) {
     FlushLogsNow();  // not the access queue: stderr may be what is stuck
     std::_Exit(1);   // a call or batch still runs: no destructor may wait for it
   }
-  return 0;
+  return ExitWithoutWaitingForLoads(*server, 0);
 }
 
 }  // namespace

@@ -4,8 +4,6 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
-#include <grpcpp/security/tls_certificate_provider.h>
-#include <grpcpp/security/tls_credentials_options.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -28,21 +26,9 @@
 namespace qvi {
 namespace {
 
-// Plain text, or TLS from files that gRPC reads again every reload_seconds (a renewed certificate
-// takes effect for new connections); with a client CA, clients must present a certificate it signed.
-std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const ServerOptions::Tls& tls) {
-  if (tls.cert.empty()) return grpc::InsecureServerCredentials();
-  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
-      tls.key, tls.cert, tls.client_ca, static_cast<unsigned int>(tls.reload_seconds));
-  grpc::experimental::TlsServerCredentialsOptions credentials(provider);
-  credentials.watch_identity_key_cert_pairs();
-  if (!tls.client_ca.empty()) {
-    credentials.watch_root_certs();
-    credentials.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  } else {
-    credentials.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  }
-  return grpc::experimental::TlsServerCredentials(credentials);
+std::string DescribeCertificate(const TlsSet& set) {
+  return absl::StrCat("certificate sha256:", set.fingerprint.substr(0, 16), " valid until ",
+                      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", set.not_after, absl::UTCTimeZone()));
 }
 
 // Fills in the instance and torch thread counts left at 0 (the defaults) from the CPUs this process
@@ -136,14 +122,28 @@ void WaitForSignalOrTimeout(const sigset_t& signals, double seconds) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options) {
-  std::unique_ptr<Server> s(new Server(std::move(options)));
-  if (absl::Status st = s->StartMetrics(); !st.ok()) return st;
-  if (absl::Status st = s->StartModels(); !st.ok()) return st;
-  if (absl::Status st = s->StartGrpc(); !st.ok()) return st;
-  s->LogServing();
-  if (!s->options_.network.port_file.empty()) WritePortFile(s->options_.network.port_file, s->port_);
-  return s;
+absl::Status Server::Start() {
+  const auto aborted = [this] { return absl::CancelledError("start-up abandoned: the server was told to stop"); };
+  if (absl::Status st = StartMetrics(); !st.ok()) return st;
+  if (absl::Status st = StartModels(); !st.ok()) return st;
+  // Abort() may have come while the models loaded: their loads were abandoned, the store shut down.
+  if (aborted_) return aborted();
+  if (absl::Status st = StartGrpc(); !st.ok()) return st;
+  LogServing();
+  if (!options_.network.port_file.empty()) WritePortFile(options_.network.port_file, port_);
+  return absl::OkStatus();
+}
+
+void Server::Abort() {
+  // Either StartModels() sees aborted_ before its first poll, or this sees the repository and shuts
+  // it down, which ends that poll at once (both atomics are sequentially consistent).
+  aborted_ = true;
+  if (ModelRepository* repository = repository_ptr_.load(); repository != nullptr) repository->Shutdown();
+}
+
+std::vector<std::string> Server::LoadsStillRunning() const {
+  const ModelRepository* repository = repository_ptr_.load();
+  return repository == nullptr ? std::vector<std::string>{} : repository->LoadsStillRunning();
 }
 
 Server::~Server() = default;
@@ -157,6 +157,12 @@ absl::Status Server::StartMetrics() {
   metrics_->AddScrapedCounter("qvi_access_log_dropped_lines_total",
                               "Access-log lines dropped because stderr fell behind the calls (see --access-log-queue)",
                               [] { return static_cast<double>(AccessLinesDropped()); });
+  metrics_->AddScrapedCounter("qvi_log_lines_suppressed_total",
+                              "Lines of gRPC's and protobuf's own logs not written because they came too fast",
+                              [] { return static_cast<double>(LibraryLinesSuppressed()); });
+  metrics_->AddScrapedCounter("qvi_tls_handshake_failures_total",
+                              "TLS handshakes that failed (plain-text clients, clients without a trusted certificate)",
+                              [] { return static_cast<double>(TlsHandshakeFailures()); });
   spdlog::info("Prometheus metrics on http://{}:{}/metrics", net.host, metrics_->port());
   if (!net.metrics_port_file.empty()) WritePortFile(net.metrics_port_file, metrics_->port());
   return absl::OkStatus();
@@ -193,10 +199,25 @@ absl::Status Server::StartModels() {
     grpc::HealthCheckServiceInterface* health = health_ptr_.load();
     if (repo != nullptr && health != nullptr) PublishModelHealth(health, *repo, name);
   };
+  o.files_changed = [this](const std::string& name, int64_t version, const absl::Status& reload) {
+    if (reload.ok()) {
+      spdlog::warn(
+          "model {}@{}: its model files changed in place; loaded again, the new files serve now (a new "
+          "version folder is the safe way to roll out)",
+          name, version);
+    } else {
+      spdlog::error(
+          "model {}@{}: its model files changed in place and did not load ({}); the files loaded before "
+          "still serve",
+          name, version, std::string(reload.message()));
+    }
+    if (metrics_) metrics_->OnModelFilesChanged(name, reload.ok());
+  };
   absl::StatusOr<std::unique_ptr<ModelRepository>> repository = ModelRepository::Create(o);
   if (!repository.ok()) return repository.status();
   repository_ = *std::move(repository);
   repository_ptr_ = repository_.get();
+  if (aborted_) return absl::CancelledError("start-up abandoned: the server was told to stop");
   spdlog::info("loading models from {} (device {}, version policy {})", options_.models.store, options_.models.device,
                options_.models.version_policy);
   repository_->Poll();
@@ -211,11 +232,44 @@ absl::Status Server::StartModels() {
   return absl::OkStatus();
 }
 
+absl::Status Server::StartTls() {
+  const ServerOptions::Tls& tls = options_.tls;
+  if (tls.cert.empty()) return absl::OkStatus();
+  const TlsFiles files{tls.cert, tls.key, tls.client_ca};
+  absl::StatusOr<TlsSet> set = LoadTlsSet(files, absl::Now());  // checked with the flags; the files may change
+  if (!set.ok()) return set.status();
+  spdlog::info("TLS {}; the files are checked for changes every {} s", DescribeCertificate(*set), tls.reload_seconds);
+  tls_ = std::make_shared<ReloadingTlsCredentials>(
+      files, *set, absl::Seconds(tls.reload_seconds), [](const absl::StatusOr<TlsSet>& reload, const TlsSet& in_use) {
+        if (reload.ok()) {
+          spdlog::info("TLS files reloaded: {} serves new connections", DescribeCertificate(in_use));
+        } else {
+          // One line per change of the files, not per connection: the watcher looks again only
+          // once they change again.
+          spdlog::error("TLS files changed and were refused ({}); the {} still serves",
+                        std::string(reload.status().message()), DescribeCertificate(in_use));
+        }
+      });
+  if (metrics_) {
+    // The scrapes hold the credentials: /metrics may be read while the server is torn down.
+    metrics_->AddScrapedCounter("qvi_tls_reload_failures_total",
+                                "Changes of the TLS files refused (bad PEM, key not the certificate's, expired); the "
+                                "last good set kept serving",
+                                [tls = tls_] { return static_cast<double>(tls->reload_failures()); });
+    metrics_->AddScrapedGauge("qvi_tls_certificate_expiry_timestamp_seconds",
+                              "Expiry of the TLS certificate in use, in seconds since the epoch",
+                              [tls = tls_] { return tls->expiry_seconds(); });
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Server::StartGrpc() {
+  if (absl::Status st = StartTls(); !st.ok()) return st;
   const ServerOptions::Network& net = options_.network;
   calls_ = std::make_unique<InferCalls>(
-      repository_.get(), InferCalls::Options{options_.logging.access_log, metrics_.get(),
-                                             options_.limits.max_inflight_request_bytes, net.max_message_bytes});
+      repository_.get(),
+      InferCalls::Options{options_.logging.access_log, metrics_.get(), options_.limits.max_inflight_request_bytes,
+                          net.max_message_bytes, options_.logging.trace_rate});
   service_ = std::make_unique<InferenceServiceImpl>(core_.get(), repository_.get(), calls_.get());
   oip_ = std::make_unique<OipServiceImpl>(core_.get(), repository_.get(), calls_.get(), &serving_);
 
@@ -227,7 +281,7 @@ absl::Status Server::StartGrpc() {
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::ServerBuilder builder;
   const std::string address = net.host + ":" + std::to_string(net.port);
-  builder.AddListeningPort(address, ServerCredentials(options_.tls), &port_);
+  builder.AddListeningPort(address, tls_ ? tls_->credentials() : grpc::InsecureServerCredentials(), &port_);
   builder.SetMaxReceiveMessageSize(net.max_message_bytes);
   builder.SetMaxSendMessageSize(net.max_message_bytes);
   const auto ms = [](double seconds) { return static_cast<int>(seconds * 1000); };

@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/core/model/graphs.h"
@@ -20,15 +22,27 @@
 #include "server/grpc/oip_service.h"
 #include "server/metrics/metrics.h"
 #include "server/server_options.h"
+#include "server/tls/tls_credentials.h"
 
 namespace qvi {
 
 class Server {
  public:
-  // Starts every part and returns once the server listens and the store's first poll is done; the
-  // error says which part could not start.
-  static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options);
+  explicit Server(ServerOptions options) : options_(std::move(options)) {}
   ~Server();
+
+  // Starts every part and returns once the server listens and the store's first poll is done; the
+  // error says which part could not start, or CANCELLED after Abort().
+  absl::Status Start();
+
+  // From another thread while Start() runs (a signal during start-up): abandons the loads in
+  // progress and makes Start() return CANCELLED soon, whatever part it is in; the models already
+  // loaded are unloaded. Call once; Drain() is not called afterwards.
+  void Abort();
+
+  // The model loads abandoned whose threads still run ("name@version (running for 3s)"); the
+  // process must not wait for them on its way out.
+  std::vector<std::string> LoadsStillRunning() const;
 
   int port() const { return port_; }
 
@@ -40,9 +54,9 @@ class Server {
   int Drain(int signal, const sigset_t& signals);
 
  private:
-  explicit Server(ServerOptions options) : options_(std::move(options)) {}
   absl::Status StartMetrics();
   absl::Status StartModels();
+  absl::Status StartTls();
   absl::Status StartGrpc();
   void LogServing() const;
 
@@ -50,7 +64,8 @@ class Server {
   std::unique_ptr<Metrics> metrics_;
   absl::StatusOr<GraphBackend*> graph_backend_ = nullptr;
   // Set once the repository and then the gRPC server exist; the repository's threads read them.
-  std::atomic<const ModelRepository*> repository_ptr_{nullptr};
+  std::atomic<ModelRepository*> repository_ptr_{nullptr};
+  std::atomic<bool> aborted_{false};
   std::atomic<grpc::HealthCheckServiceInterface*> health_ptr_{nullptr};
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<Executor> executor_;
@@ -58,7 +73,8 @@ class Server {
   std::unique_ptr<InferCalls> calls_;
   std::unique_ptr<InferenceServiceImpl> service_;
   std::unique_ptr<OipServiceImpl> oip_;
-  std::atomic<bool> serving_{false};  // OIP's ServerReady follows the overall health status
+  std::atomic<bool> serving_{false};              // OIP's ServerReady follows the overall health status
+  std::shared_ptr<ReloadingTlsCredentials> tls_;  // before server_: gRPC asks it until server_ is gone
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/core/spec/defaults.h"
 #include "server/core/spec/serving_config.h"
+#include "server/tls/tls_credentials.h"
 
 namespace qvi {
 namespace {
@@ -187,6 +188,11 @@ void AddLoggingAndLifecycleOptions(CLI::App& app, ServerOptions& o) {
                  "(counted in qvi_access_log_dropped_lines_total) rather than holding up calls")
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 20))
       ->group("Logging");
+  app.add_option("--trace-rate", o.logging.trace_rate,
+                 "share of calls (0 to 1) whose access line also gets where their time went (prepare, queue, "
+                 "forward, post-process, serialise ms) and a trace id; calls with a W3C traceparent always do")
+      ->check(CLI::Range(0.0, 1.0))
+      ->group("Logging");
   app.add_option("--shutdown-grace-seconds", o.shutdown_grace_seconds,
                  "on SIGTERM/SIGINT, time given to accepted requests to finish")
       ->check(CLI::Range(0.0, 3600.0))
@@ -235,6 +241,11 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
     }
     if (!o.tls.client_ca.empty() && o.tls.cert.empty()) {
       throw CLI::ValidationError("--tls-client-ca", "needs --tls-cert and --tls-key (mutual TLS is TLS first)");
+    }
+    if (!o.tls.cert.empty()) {
+      // A set that cannot serve stops the server here (exit 2), not at the first handshake.
+      absl::StatusOr<TlsSet> set = LoadTlsSet({o.tls.cert, o.tls.key, o.tls.client_ca}, absl::Now());
+      if (!set.ok()) return absl::InvalidArgumentError(absl::StrCat(set.status().message(), "\n"));
     }
   } catch (const CLI::CallForHelp&) {
     return absl::CancelledError(app.help());

@@ -67,6 +67,7 @@ struct ServerOptions {
     std::string format = "text";  // or "json": one JSON object per line
     bool access_log = false;
     int64_t access_log_queue = 8192;  // lines queued for stderr; beyond it the oldest are dropped
+    double trace_rate = 0;            // calls without a traceparent whose timings are logged (0 to 1)
   } logging;
   double shutdown_grace_seconds = 30;
   // On SIGTERM/SIGINT: health reads NOT_SERVING this long while calls are still taken, so that a

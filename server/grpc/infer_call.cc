@@ -22,7 +22,7 @@ std::string InferCalls::NextRequestId() { return absl::StrCat("req-", next_id_.f
 
 void InferCalls::Record(const char* method, const std::string& peer, const std::string& model,
                         const std::string& request_id, int64_t texts, const grpc::Status& status, absl::Time start,
-                        const AnswerSummary* answer) const {
+                        const AnswerSummary* answer, const CallTrace& trace) const {
   const absl::Duration latency = repository_->env()->Now() - start;
   const int64_t version = answer != nullptr ? answer->version : 0;
   const std::string code = StatusCodeName(status.error_code());
@@ -42,10 +42,18 @@ void InferCalls::Record(const char* method, const std::string& peer, const std::
     a.code = static_cast<int>(status.error_code());
     a.code_name = code;
     a.ms = absl::ToDoubleMilliseconds(latency);
+    a.trace_id = trace.trace_id;
+    a.traced = trace.traced;
     if (answer != nullptr) {
       a.tokens = answer->tokens;
       a.queue_ms = absl::ToDoubleMilliseconds(answer->queue);
       a.compute_ms = absl::ToDoubleMilliseconds(answer->compute);
+      if (answer->queued_at != absl::InfiniteFuture()) {
+        a.prepare_ms = absl::ToDoubleMilliseconds(answer->queued_at - start);
+      }
+      a.forward_ms = absl::ToDoubleMilliseconds(answer->forward);
+      a.postprocess_ms = absl::ToDoubleMilliseconds(answer->postprocess);
+      a.serialize_ms = absl::ToDoubleMilliseconds(answer->serialize);
     }
     LogAccess(a);
   }
@@ -65,7 +73,21 @@ grpc::Status InferCalls::CheckResponseSize(grpc::ByteBuffer* response) const {
 
 InferCall::InferCall(InferCalls* calls, grpc::CallbackServerContext* ctx, const char* method, int64_t request_bytes)
     : calls_(calls), ctx_(ctx), method_(method), start_(calls->repository_->env()->Now()), bytes_(request_bytes) {
-  if (calls_->options_.access_log) peer_ = ctx->peer();
+  if (calls_->options_.access_log) {
+    peer_ = ctx->peer();
+    // A caller's valid traceparent traces the call under its trace id; otherwise the draw decides.
+    const auto& metadata = ctx->client_metadata();
+    if (auto header = metadata.find("traceparent"); header != metadata.end()) {
+      if (std::optional<TraceParent> parent =
+              ParseTraceParent(std::string_view(header->second.data(), header->second.size()))) {
+        trace_ = CallTrace{parent->trace_id, true};
+      }
+    }
+    if (!trace_.traced) {
+      trace_.trace_id = calls_->tracer_.Draw();
+      trace_.traced = !trace_.trace_id.empty();
+    }
+  }
   if (calls_->options_.metrics != nullptr) calls_->options_.metrics->OnRequestStart();
   // Memory admitted by bytes: the request's bytes count against the limit until it is answered.
   held_ = calls_->inflight_bytes_.fetch_add(bytes_) + bytes_;
@@ -101,9 +123,10 @@ void InferCall::OnDone() {
   }
   try {
     calls_->Record(method_, peer_, model, request_id, texts, seen, start_,
-                   answer_valid_ && seen.ok() ? &answer_ : nullptr);
+                   answer_valid_ && seen.ok() ? &answer_ : nullptr, trace_);
   } catch (...) {
-    spdlog::error("counting a finished {} call failed: {}", method_, CurrentExceptionText());
+    spdlog::error("counting a finished {} call (request_id {}, trace_id {}) failed: {}", method_, Capped(request_id),
+                  trace_.trace_id.empty() ? "none" : trace_.trace_id, CurrentExceptionText());
   }
   delete this;
 }

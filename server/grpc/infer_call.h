@@ -27,6 +27,7 @@
 #include "server/core/serving/model_repository.h"
 #include "server/core/spec/request.h"
 #include "server/grpc/convert.h"
+#include "server/grpc/trace_context.h"
 #include "server/logging.h"
 #include "server/metrics/metrics.h"
 
@@ -37,6 +38,16 @@ struct AnswerSummary {
   int64_t version = 0;
   int64_t tokens = 0;
   absl::Duration queue, compute;
+  // For traced calls (trace_context.h): when its first text joined the batch queue, the split of
+  // `compute`, and the time to build and serialise the API's answer.
+  absl::Time queued_at = absl::InfiniteFuture();
+  absl::Duration forward, postprocess, serialize;
+};
+
+// A call's trace (trace_context.h): its trace id ("" for none) and whether its timings are logged.
+struct CallTrace {
+  std::string trace_id;
+  bool traced = false;
 };
 
 class InferCalls {
@@ -49,9 +60,12 @@ class InferCalls {
     int64_t max_inflight_request_bytes = 0;
     // The largest answer sent (the server's send limit, --max-message-bytes). 0: no limit.
     int64_t max_response_bytes = 0;
+    // The share of calls without a traceparent whose timings the access log gets (--trace-rate).
+    double trace_rate = 0;
   };
 
-  InferCalls(const ModelRepository* repository, Options options) : repository_(repository), options_(options) {}
+  InferCalls(const ModelRepository* repository, Options options)
+      : repository_(repository), options_(options), tracer_(options.trace_rate) {}
 
   const Options& options() const { return options_; }
 
@@ -60,7 +74,8 @@ class InferCalls {
 
   // Counts and logs one finished call. `method` is the metric's and the access log's method label.
   void Record(const char* method, const std::string& peer, const std::string& model, const std::string& request_id,
-              int64_t texts, const grpc::Status& status, absl::Time start, const AnswerSummary* answer) const;
+              int64_t texts, const grpc::Status& status, absl::Time start, const AnswerSummary* answer,
+              const CallTrace& trace = {}) const;
 
   // OK, or RESOURCE_EXHAUSTED saying so when a serialised answer is over the send limit (and then
   // the buffer is cleared).
@@ -70,6 +85,7 @@ class InferCalls {
   friend class InferCall;
   const ModelRepository* repository_;
   const Options options_;
+  const Tracer tracer_;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<int64_t> inflight_bytes_{0};
 };
@@ -105,6 +121,7 @@ class InferCall final : public grpc::ServerUnaryReactor {
   const int64_t bytes_;
   int64_t held_ = 0;  // the bytes in flight with this call's
   std::string peer_;
+  CallTrace trace_;  // read when the access log is on
   std::atomic<bool> answered_{false};
   // Written by Answer() before Finish(); read in OnDone(), which gRPC runs after it.
   grpc::Status status_;
@@ -178,6 +195,8 @@ void InferCall::AnswerWith(const absl::StatusOr<InferenceResponse>& answer, grpc
     return;
   }
   grpc::Status status;
+  const Env* env = calls_->repository_->env();
+  const absl::Time building = env->Now();
   try {
     Message message;
     status = build(*answer, &message);
@@ -190,7 +209,8 @@ void InferCall::AnswerWith(const absl::StatusOr<InferenceResponse>& answer, grpc
     status =
         grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("building the answer failed: ", CurrentExceptionText()));
   }
-  const AnswerSummary summary{answer->version, answer->tokens, answer->queue_time, answer->compute_time};
+  const AnswerSummary summary{answer->version,   answer->tokens,       answer->queue_time,       answer->compute_time,
+                              answer->queued_at, answer->forward_time, answer->postprocess_time, env->Now() - building};
   Answer(status, status.ok() ? &summary : nullptr);
 }
 

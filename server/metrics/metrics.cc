@@ -113,7 +113,12 @@ Metrics::Metrics()
       model_info_(BuildGauge()
                       .Name("qvi_model_info")
                       .Help("1 for each loaded model version, with its device, artifact format and architecture")
-                      .Register(*registry_)) {}
+                      .Register(*registry_)),
+      file_changes_(BuildCounter()
+                        .Name("qvi_model_file_changes_total")
+                        .Help("READY versions whose model files changed in place, by model and result: reloaded "
+                              "(the new files serve) or failed (the files loaded before still serve)")
+                        .Register(*registry_)) {}
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Serve(const std::string& host, int port) {
   auto metrics = std::make_unique<Metrics>();
@@ -213,7 +218,12 @@ static std::vector<prometheus::MetricFamily> ProcessMetrics() {
 
 void Metrics::AddScrapedCounter(const std::string& name, const std::string& help, std::function<double()> read) {
   MutexLock lock(&mu_);
-  scraped_.push_back({name, help, std::move(read)});
+  scraped_.push_back({name, help, std::move(read), false});
+}
+
+void Metrics::AddScrapedGauge(const std::string& name, const std::string& help, std::function<double()> read) {
+  MutexLock lock(&mu_);
+  scraped_.push_back({name, help, std::move(read), true});
 }
 
 std::string Metrics::Serialize() const {
@@ -222,7 +232,8 @@ std::string Metrics::Serialize() const {
   {
     MutexLock lock(&mu_);
     for (const ScrapedCounter& c : scraped_) {
-      families.push_back(OneValueFamily(c.name, c.help, prometheus::MetricType::Counter, c.read()));
+      families.push_back(OneValueFamily(
+          c.name, c.help, c.gauge ? prometheus::MetricType::Gauge : prometheus::MetricType::Counter, c.read()));
     }
   }
   return prometheus::TextSerializer().Serialize(families);
@@ -291,6 +302,11 @@ void Metrics::OnQueueDepth(const std::string& model, int64_t version, size_t tex
     gauge = SeriesFor(model, version).queue_texts;
   }
   gauge->Set(static_cast<double>(texts));
+}
+
+void Metrics::OnModelFilesChanged(const std::string& model, bool reloaded) {
+  // Family::Add finds the series when it exists; one series per model and result, models are few.
+  file_changes_.Add({{"model", model}, {"result", reloaded ? "reloaded" : "failed"}}).Increment();
 }
 
 void Metrics::OnModelEvent(const std::string& model, const VersionStatus& status) {

@@ -61,10 +61,15 @@ class Metrics final : public ServingObserver {
   // A counter read at each scrape from `read` (for counts kept elsewhere, such as the access log's
   // dropped lines). Call before the first scrape.
   void AddScrapedCounter(const std::string& name, const std::string& help, std::function<double()> read);
+  // The same for a gauge (a value that goes up and down, such as a certificate's expiry time).
+  void AddScrapedGauge(const std::string& name, const std::string& help, std::function<double()> read);
 
   // The repository's events: qvi_model_state{model,version,state} is 1 for a version's current
   // state; an unloaded version's series are removed.
   void OnModelEvent(const std::string& model, const VersionStatus& status);
+  // A READY version's model files changed in place: qvi_model_file_changes_total{model,result}, the
+  // result "reloaded" (the new files serve) or "failed" (the files loaded before still serve).
+  void OnModelFilesChanged(const std::string& model, bool reloaded);
 
  private:
   struct VersionSeries {
@@ -95,10 +100,12 @@ class Metrics final : public ServingObserver {
   prometheus::Family<prometheus::Gauge>& queue_texts_;
   prometheus::Family<prometheus::Gauge>& model_state_;
   prometheus::Family<prometheus::Gauge>& model_info_;
+  prometheus::Family<prometheus::Counter>& file_changes_;
 
   struct ScrapedCounter {
     std::string name, help;
     std::function<double()> read;
+    bool gauge = false;
   };
 
   mutable Mutex mu_;

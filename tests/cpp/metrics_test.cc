@@ -90,6 +90,16 @@ TEST(MetricsTest, AScrapedCounterIsReadAtEachScrape) {
   EXPECT_NE(text.find("# TYPE qvi_access_log_dropped_lines_total counter"), std::string::npos);
 }
 
+TEST(MetricsTest, FilesChangedInPlaceAreCountedByModelAndResult) {
+  Metrics m;
+  m.OnModelFilesChanged("sentiment", true);
+  m.OnModelFilesChanged("sentiment", false);
+  m.OnModelFilesChanged("sentiment", false);
+  const std::string text = m.Serialize();
+  EXPECT_EQ(Sample(text, R"(qvi_model_file_changes_total{model="sentiment",result="reloaded"})"), 1);
+  EXPECT_EQ(Sample(text, R"(qvi_model_file_changes_total{model="sentiment",result="failed"})"), 2);
+}
+
 TEST(MetricsTest, BatchesReportSizeTokensPaddingQueueAndCompute) {
   Metrics m;
   BatchReport b;

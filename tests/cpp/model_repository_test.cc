@@ -401,6 +401,142 @@ TEST_F(ModelRepositoryTest, AStuckLoadIsAbandonedAndHoldsUpNoOtherModel) {
   EXPECT_EQ(States("stuck"), (Versions{{1, S::kFailed}}));
 }
 
+// A load for the model "stuck" that hangs until the test lets it go; other models load normally.
+struct StuckLoad {
+  std::shared_ptr<Notification> release = std::make_shared<Notification>();
+  std::shared_ptr<Notification> started = std::make_shared<Notification>();
+  std::shared_ptr<Notification> finished = std::make_shared<Notification>();
+  std::function<absl::StatusOr<std::unique_ptr<Model>>(const std::string&, const LoadOptions&)> Load() const {
+    return [release = release, started = started, finished = finished](const std::string& path,
+                                                                       const LoadOptions& options) {
+      if (path.find("/stuck") == std::string::npos) return Model::Load(path, options);
+      started->Notify();
+      release->WaitForNotification();
+      absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(path, options);
+      finished->Notify();
+      return model;
+    };
+  }
+  // Lets the load go and waits until its thread is done with torch (before the files go).
+  void Finish() const {
+    release->Notify();
+    ASSERT_TRUE(finished->WaitForNotificationWithTimeout(absl::Seconds(60)));
+  }
+};
+
+TEST_F(ModelRepositoryTest, ShutdownAbandonsALoadThatNeverReturnsAndWaitsForNone) {
+  AddVersion(1, "stuck");
+  StuckLoad stuck;
+  Open(
+      "latest:1",
+      [&](ModelRepository::Options& o) {
+        o.load_timeout = absl::Minutes(10);  // of the fake clock, which does not move here
+        o.load = stuck.Load();
+      },
+      /*poll=*/false);
+  std::thread first_poll([this] { repo_->Poll(); });  // start-up's poll, waiting for both models
+  ASSERT_TRUE(stuck.started->WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(events_.WaitFor("sentiment", 1, S::kReady));
+  // Shutdown (a signal during start-up) returns although the load never does, and so does the poll.
+  repo_->Shutdown();
+  first_poll.join();
+  EXPECT_EQ(events_.Count("stuck", 1, S::kReady), 0);
+  EXPECT_NE(events_.Reason("stuck", 1, S::kFailed)
+                .find("loading abandoned: the server is shutting down (it had run for 0 s)"),
+            std::string::npos)
+      << events_.Reason("stuck", 1, S::kFailed);
+  EXPECT_TRUE(events_.WaitFor("sentiment", 1, S::kUnloaded)) << "what had loaded is unloaded";
+  EXPECT_EQ(repo_->LoadsStillRunning(), std::vector<std::string>{"stuck@1 (running for 0 s)"});
+  repo_->Poll();  // after Shutdown: nothing happens
+  EXPECT_EQ(events_.Count("stuck", 1, S::kLoading), 1);
+  stuck.Finish();
+  EXPECT_EQ(events_.Count("stuck", 1, S::kReady), 0) << "a load returning after shutdown is never served";
+}
+
+TEST_F(ModelRepositoryTest, TheBackgroundPollerGoesOnWithOtherModelsWhileALoadHangs) {
+  AddVersion(1, "stuck");
+  StuckLoad stuck;
+  Open(
+      "latest:1",
+      [&](ModelRepository::Options& o) {
+        o.load_timeout = absl::Minutes(10);
+        o.load = stuck.Load();
+      },
+      /*poll=*/false);
+  repo_->StartPolling(absl::Seconds(30));
+  env_.Advance(absl::Seconds(30));
+  ASSERT_TRUE(stuck.started->WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(events_.WaitFor("sentiment", 1, S::kReady));
+  // The next polls pass over "stuck" (still loading) and roll out the other model's new version
+  // long before the stuck load's timeout.
+  AddVersion(2);
+  env_.Advance(absl::Seconds(30));
+  ASSERT_TRUE(events_.WaitFor("sentiment", 2, S::kReady));
+  EXPECT_EQ(ServingVersion(), 2);
+  EXPECT_EQ(events_.Count("stuck", 1, S::kLoading), 1) << "a busy model is not polled twice at once";
+  EXPECT_EQ(events_.Count("stuck", 1, S::kFailed), 0);
+  stuck.Finish();
+  // A slow load that returns in time is taken as it is: this one then fails on its manifest, which
+  // names "sentiment" (the folder holds a copy of it), not on a timeout.
+  ASSERT_TRUE(events_.WaitFor("stuck", 1, S::kFailed));
+  EXPECT_NE(events_.Reason("stuck", 1, S::kFailed).find("manifest.json names the model 'sentiment'"), std::string::npos)
+      << events_.Reason("stuck", 1, S::kFailed);
+}
+
+TEST_F(ModelRepositoryTest, FilesChangedUnderAReadyVersionAreLoadedAgainOrLeaveTheLoadedOnesServing) {
+  Mutex mu;
+  std::vector<std::string> changes;  // what files_changed heard, in order
+  Open("latest:1", [&](ModelRepository::Options& o) {
+    o.files_changed = [&](const std::string& name, int64_t version, const absl::Status& reload) {
+      MutexLock lock(&mu);
+      changes.push_back(absl::StrCat(name, "@", version, reload.ok() ? " reloaded" : " failed"));
+    };
+  });
+  const auto heard = [&] {
+    MutexLock lock(&mu);
+    return changes;
+  };
+  // Overwritten in place (a new file renamed over the old: what `cp` to a temp name and `mv` do).
+  const auto overwrite = [&](const std::string& content) {
+    const fs::path file = root_ / "sentiment" / "1" / "model.pt";
+    const fs::path tmp = root_ / "sentiment" / "1" / ".model.pt.tmp";
+    if (content.empty()) {
+      fs::copy_file(demo_, tmp);
+    } else {
+      std::ofstream(tmp) << content;
+    }
+    fs::rename(tmp, file);
+  };
+  ServableHandle before = *repo_->Resolve("sentiment", 0);
+  repo_->Poll();
+  EXPECT_TRUE(heard().empty()) << "unchanged files are not loaded again";
+
+  overwrite("");
+  repo_->Poll();
+  EXPECT_EQ(heard(), std::vector<std::string>{"sentiment@1 reloaded"});
+  ServableHandle after = *repo_->Resolve("sentiment", 0);
+  EXPECT_NE(after.get(), before.get()) << "the new files serve under the same version";
+  EXPECT_EQ(after->version, 1);
+  EXPECT_TRUE(RunThrough(before).ok()) << "requests holding the replaced servable still finish";
+  before.reset();
+
+  overwrite("not a TorchScript archive");
+  repo_->Poll();
+  EXPECT_EQ(heard(), (std::vector<std::string>{"sentiment@1 reloaded", "sentiment@1 failed"}));
+  EXPECT_EQ((*repo_->Resolve("sentiment", 0)).get(), after.get()) << "the loaded files keep serving";
+  EXPECT_EQ(States(), (Versions{{1, S::kReady}}));
+  EXPECT_NE(repo_->Get("sentiment")->versions[0].reason.find("model files changed and did not load"),
+            std::string::npos);
+  repo_->Poll();
+  EXPECT_EQ(heard().size(), 2u) << "files that failed are not tried again until they change";
+
+  overwrite("");
+  repo_->Poll();
+  EXPECT_EQ(heard().back(), "sentiment@1 reloaded");
+  EXPECT_NE((*repo_->Resolve("sentiment", 0)).get(), after.get());
+  EXPECT_EQ(repo_->Get("sentiment")->versions[0].reason, "");
+}
+
 TEST_F(ModelRepositoryTest, PollingFollowsTheEnvironmentsClock) {
   Open();
   repo_->StartPolling(absl::Seconds(30));

@@ -5,6 +5,7 @@ else changes, and removed versions drain before they unload. The server polls it
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -12,7 +13,7 @@ import time
 import grpc
 import pytest
 
-from conftest import STORE, ServerProcess, Traffic, wait_until
+from conftest import SERVER, STORE, ServerProcess, Traffic, wait_until
 
 WAIT_S = 60
 
@@ -220,6 +221,101 @@ def test_shutdown_does_not_wait_for_a_hung_model_beyond_the_grace_period(api):
         assert took < 15, f"exit took {took:.1f} s"
         assert "shutdown had not finished 2 s after the grace period ended" in proc.log()
         assert outcome["code"] in (grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE), outcome
+    finally:
+        if proc.proc.poll() is None:
+            proc.proc.kill()
+            proc.proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _add_hanging_model(store, name="hang"):
+    """A model whose model.pt is a FIFO nobody writes to: opening it blocks for ever, as a load from a
+    stuck network file system would. Staged and renamed into place like any version."""
+    staging = os.path.join(store, name, ".1.tmp")
+    os.makedirs(staging)
+    os.mkfifo(os.path.join(staging, "model.pt"))
+    os.rename(staging, os.path.join(store, name, "1"))
+
+
+def _store_with_sentiment(work):
+    store = os.path.join(work, "store")
+    os.makedirs(os.path.join(store, "sentiment"))
+    shutil.copytree(os.path.join(STORE, "sentiment", "1"), os.path.join(store, "sentiment", "1"))
+    return store
+
+
+def _states(api, channel, model):
+    """[(version, state)] of a model, [] while the server does not know it yet."""
+    try:
+        return [(v, s) for v, s, _ in versions_of(api, channel, model)]
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.NOT_FOUND:
+            return []
+        raise
+
+
+def _sigterm_and_time(proc):
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=60)
+    return code, time.monotonic() - start
+
+
+def test_sigterm_during_startup_exits_at_once_abandoning_a_hung_load():
+    """A load that never returns holds start-up (until --model-load-timeout-seconds); SIGTERM then
+    ends the process in seconds, exit 0, naming the abandoned load, instead of after the timeout."""
+    work = tempfile.mkdtemp(prefix="qvi_hung_start_py_")
+    try:
+        store = _store_with_sentiment(work)
+        _add_hanging_model(store)
+        log_path = os.path.join(work, "server.log")
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([SERVER, "--model-store", store, "--port", "0", "--host", "127.0.0.1",
+                                     "--port-file", os.path.join(work, "port"), "--device", "cpu",
+                                     "--metrics-port", "-1"], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            def read_log():
+                with open(log_path, encoding="utf-8") as f:
+                    return f.read()
+            wait_until(lambda: "model hang@1 loading" in read_log() and "model sentiment@1 READY" in read_log(),
+                       "the hung load to begin and the other model to load")
+            code, took = _sigterm_and_time(proc)
+            text = read_log()
+            assert code == 0, text
+            assert took < 10, f"exit took {took:.1f} s: {text}"
+            assert "received signal 15 during start-up: abandoning model loads, not serving" in text
+            assert "model hang@1 FAILED: loading abandoned: the server is shutting down" in text
+            assert "not waiting for 1 abandoned model load(s) still running: hang@1 (running for" in text
+            assert not os.path.exists(os.path.join(work, "port")), "it never served"
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_hung_load_holds_up_no_rollout_and_shutdown_does_not_wait_for_it(api):
+    """While one model's load hangs, another model's new version rolls out within the poll interval;
+    SIGTERM then drains and exits 0 in seconds, naming the load it did not wait for."""
+    work = tempfile.mkdtemp(prefix="qvi_hung_load_py_")
+    store = _store_with_sentiment(work)
+    proc = ServerProcess(store, work, "--poll-store-seconds", "0.1")
+    try:
+        _add_hanging_model(store)
+        wait_until(lambda: _states(api, proc.channel, "hang") == [(1, "MODEL_STATE_LOADING")],
+                   "the hung load to begin")
+        add_version(store, 2)
+        wait_until(lambda: (2, "MODEL_STATE_READY") in _states(api, proc.channel, "sentiment"),
+                   "version 2 of the other model to be READY while the load hangs")
+        assert _states(api, proc.channel, "hang") == [(1, "MODEL_STATE_LOADING")]
+        proc.channel.close()
+        code, took = _sigterm_and_time(proc.proc)
+        log = proc.log()
+        assert code == 0, log
+        assert took < 10, f"exit took {took:.1f} s: {log}"
+        assert "not waiting for 1 abandoned model load(s) still running: hang@1 (running for" in log
+        assert "a hung model?" not in log, "no call or batch was hung"
     finally:
         if proc.proc.poll() is None:
             proc.proc.kill()

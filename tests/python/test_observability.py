@@ -197,6 +197,69 @@ def test_json_logs_are_one_object_per_line(served, api):
     assert a["tokens"] >= 5 and a["ms"] >= a["compute_ms"] > 0 and a["queue_ms"] >= 0
 
 
+def _access_records(proc, request_ids):
+    deadline = time.monotonic() + WAIT_S
+    while not all(f'"{r}"' in proc.log() for r in request_ids):
+        assert time.monotonic() < deadline, request_ids
+        time.sleep(0.05)
+    records = [json.loads(line) for line in proc.log().splitlines() if line.strip()]
+    return {r["request_id"]: r for r in records if r.get("request_id") in request_ids}
+
+
+TIMINGS = ("prepare_ms", "forward_ms", "postprocess_ms", "serialize_ms")
+
+
+def test_a_traceparent_puts_its_trace_id_and_the_timings_in_the_access_line(served, api, oip_api):
+    """W3C Trace Context over gRPC metadata: a call with a valid traceparent is logged under its
+    trace id with where its time went, on both APIs; an invalid one is ignored, as the
+    specification says; without one (and --trace-rate 0) the line has neither."""
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(served.channel)
+    trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine", "a dull film"],
+                                     request_id="trace-1"),
+                  metadata=[("traceparent", f"00-{trace}-00f067aa0ba902b7-01")], timeout=30)
+    stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=["Ada Lovelace lived in London"],
+                           request_id="trace-2"),
+             metadata=[("traceparent", f"00-{trace.upper()}-00f067aa0ba902b7-01")], timeout=30)
+    stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine"], request_id="trace-3"),
+                  timeout=30)
+    opb, opbg = oip_api
+    opbg.GRPCInferenceServiceStub(served.channel).ModelInfer(opb.ModelInferRequest(
+        model_name="sentiment", id="trace-4", inputs=[opb.ModelInferRequest.InferInputTensor(
+            name="text", datatype="BYTES", shape=[1], contents=opb.InferTensorContents(bytes_contents=[b"fine"]))]),
+        metadata=[("traceparent", f"00-{trace}-00f067aa0ba902b7-00")], timeout=30)
+    records = _access_records(served, ["trace-1", "trace-2", "trace-3", "trace-4"])
+    for traced in ("trace-1", "trace-4"):
+        a = records[traced]
+        assert a["trace_id"] == trace, a
+        assert all(a[k] >= 0 for k in TIMINGS), a
+        assert a["forward_ms"] > 0 and a["forward_ms"] + a["postprocess_ms"] == pytest.approx(a["compute_ms"], abs=0.01)
+    # One text, one batch: its phases follow one another inside the call's time.
+    a = records["trace-4"]
+    assert a["prepare_ms"] + a["queue_ms"] + a["compute_ms"] + a["serialize_ms"] <= a["ms"] + 0.01, a
+    for untraced in ("trace-2", "trace-3"):  # an invalid header (upper case), and none
+        assert "trace_id" not in records[untraced] and "forward_ms" not in records[untraced], records[untraced]
+
+
+def test_trace_rate_one_traces_every_call_under_a_fresh_trace_id(api):
+    pb, pb_grpc = api
+    work = tempfile.mkdtemp(prefix="qvi_trace_py_")
+    proc = ServerProcess(STORE, work, "--access-log", "--log-format", "json", "--trace-rate", "1")
+    try:
+        stub = pb_grpc.InferenceStub(proc.channel)
+        for i in range(3):
+            stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine"],
+                                             request_id=f"rate-{i}"), timeout=30)
+        records = _access_records(proc, ["rate-0", "rate-1", "rate-2"])
+        ids = {r["trace_id"] for r in records.values()}
+        assert len(ids) == 3 and all(len(i) == 32 and int(i, 16) for i in ids), ids
+        assert all(all(k in r for k in TIMINGS) for r in records.values()), records
+    finally:
+        proc.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def test_modelinfer_is_logged_and_counted_like_classify(served, oip_api):
     """The Open Inference Protocol's ModelInfer has its access-log line and its metrics, under
     method "ModelInfer", with the version that answered; a refused one is logged with its code."""

@@ -4,13 +4,16 @@ one from another CA, is refused; a renewed server certificate (from a new CA) ta
 connections without a restart; qvi-client and qvi-perf connect with TLS."""
 import json
 import os
+import shutil
+import socket
+import ssl
 import subprocess
 import time
 
 import grpc
 import pytest
 
-from conftest import REPO, STORE, ServerProcess
+from conftest import REPO, STORE, ServerProcess, wait_until
 
 CLIENT = os.path.join(REPO, "build", "qvi-client")
 PERF = os.path.join(REPO, "build", "qvi-perf")
@@ -154,3 +157,124 @@ def test_tls_flags_are_checked(tmp_path, pki):
     out = subprocess.run([os.path.join(REPO, "build", "qvi-server"), "--tls-cert", "/nonexistent.pem",
                           "--tls-key", pki["server_key"]], capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and "/nonexistent.pem" in out.stderr, out.stderr
+
+
+def test_handshake_failures_and_library_errors_are_counted_not_flooded_into_the_log(api, pki, tmp_path):
+    """Plain-text clients knocking on a TLS port and malformed messages to a service protobuf parses
+    (reflection) used to write gRPC's and protobuf's own plain-text lines, several per attempt. Now
+    every line of a JSON log is one JSON object, handshake failures are a metric, and what the
+    libraries say is rate-limited with the rest counted."""
+    proc = start(str(tmp_path), "--tls-cert", pki["server_cert"], "--tls-key", pki["server_key"],
+                 "--log-format", "json")
+    try:
+        assert wait_ready(api, lambda: tls_channel(proc.address, pki["ca"])).results
+        refused(api, grpc.insecure_channel(proc.address))
+        # A scanner: 30 connections that speak plain HTTP/2 to the TLS port, each its own handshake.
+        host, port = proc.address.rsplit(":", 1)
+        for _ in range(30):
+            with socket.create_connection((host, int(port)), timeout=10) as s:
+                s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                try:
+                    while s.recv(4096):
+                        pass  # until the server closes the connection
+                except OSError:
+                    pass
+        # ServerReflectionRequest.file_containing_symbol (field 4) holding bytes that are not UTF-8:
+        # protobuf refuses to parse it and logs why, once per message.
+        channel = tls_channel(proc.address, pki["ca"])
+        info = channel.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
+        for _ in range(60):
+            try:
+                list(info(iter([b"\x22\x02\xff\xfe"]), timeout=10))
+            except grpc.RpcError:
+                pass  # the stream ends with an error: what matters is what the log got
+        channel.close()
+        # Counted as gRPC reports each failure, which may come a moment after the client gave up.
+        wait_until(lambda: proc.metrics()["qvi_tls_handshake_failures_total"] >= 30, "30 failed handshakes counted")
+        values = proc.metrics()
+        log = proc.log().splitlines()
+        for line in log:
+            json.loads(line)  # one JSON object per line: nothing of the libraries' own format
+        assert not [line for line in log if "Handshake failed" in line], "handshake failures are counted, not logged"
+        protobuf = [json.loads(line) for line in log if '"protobuf: ' in line]
+        assert protobuf and protobuf[0]["level"] == "error" and "invalid UTF-8" in protobuf[0]["msg"], protobuf[:1]
+        assert len(protobuf) <= 21, f"{len(protobuf)} protobuf lines: not rate-limited"
+        assert values["qvi_log_lines_suppressed_total"] >= 60 - 21, values
+    finally:
+        proc.stop()
+
+
+def served_certificate(address):
+    """The DER certificate the server presents now (no verification: only which one it is)."""
+    host, port = address.rsplit(":", 1)
+    return ssl.PEM_cert_to_DER_cert(ssl.get_server_certificate((host, int(port)), timeout=10))
+
+
+def der(path):
+    return ssl.PEM_cert_to_DER_cert(read(path).decode())
+
+
+def test_a_set_that_cannot_serve_stops_the_server_at_start_naming_the_file(tmp_path, pki):
+    garbage = os.path.join(str(tmp_path), "garbage.pem")
+    with open(garbage, "w") as f:
+        f.write("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n")
+    server = os.path.join(REPO, "build", "qvi-server")
+    cases = [
+        (["--tls-cert", garbage, "--tls-key", pki["server_key"]], f"--tls-cert {garbage}: not a PEM certificate"),
+        (["--tls-cert", pki["server_cert"], "--tls-key", garbage], f"--tls-key {garbage}: not an unencrypted PEM"),
+        (["--tls-cert", pki["server_cert"], "--tls-key", pki["client_key"]],
+         f"--tls-key {pki['client_key']} is not the key of the certificate in --tls-cert {pki['server_cert']}"),
+        (["--tls-cert", pki["server_cert"], "--tls-key", pki["server_key"], "--tls-client-ca", garbage],
+         f"--tls-client-ca {garbage}: not a PEM certificate"),
+    ]
+    for flags, message in cases:
+        out = subprocess.run([server, "--model-store", STORE, *flags], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 2 and message in out.stderr, (flags, out.stderr)
+
+
+def test_a_two_step_renewal_and_a_bad_write_never_lock_clients_out(api, pki, tmp_path):
+    """The certificate written first and its key a moment later (a renewal in two steps), then garbage
+    written over the certificate: each refused set is counted and logged once, the last good set keeps
+    serving new connections, and the renewed one serves once both files match."""
+    work = str(tmp_path)
+    cert, key = os.path.join(work, "tls.crt"), os.path.join(work, "tls.key")
+    shutil.copy(pki["server_cert"], cert)
+    shutil.copy(pki["server_key"], key)
+    new_cert, new_key = make_cert(pki["folder"], "ca", "renewed", server=True)
+    proc = start(work, "--tls-cert", cert, "--tls-key", key, "--tls-reload-seconds", "1")
+
+    def failures():
+        return proc.metrics()["qvi_tls_reload_failures_total"]
+
+    def replace(source, target):
+        shutil.copy(source, target + ".tmp")
+        os.replace(target + ".tmp", target)  # as a Secret's volume or an ACME client swaps files
+
+    try:
+        assert wait_ready(api, lambda: tls_channel(proc.address, pki["ca"])).results
+        assert served_certificate(proc.address) == der(pki["server_cert"])
+        assert failures() == 0
+        expiry = proc.metrics()["qvi_tls_certificate_expiry_timestamp_seconds"]
+        assert time.time() < expiry < time.time() + 3 * 86400, expiry
+
+        replace(new_cert, cert)  # step one: the new certificate beside the old key
+        wait_until(lambda: failures() == 1, "the half-renewed set to be refused")
+        assert classify(api, tls_channel(proc.address, pki["ca"])).results, "the old set still serves"
+        assert served_certificate(proc.address) == der(pki["server_cert"])
+
+        replace(new_key, key)  # step two: the set matches again
+        wait_until(lambda: served_certificate(proc.address) == der(new_cert), "the renewed certificate to serve")
+        assert classify(api, tls_channel(proc.address, pki["ca"])).results
+
+        with open(cert + ".tmp", "w") as f:
+            f.write("garbage\n")
+        os.replace(cert + ".tmp", cert)
+        wait_until(lambda: failures() == 2, "the garbage certificate to be refused")
+        assert classify(api, tls_channel(proc.address, pki["ca"])).results
+        assert served_certificate(proc.address) == der(new_cert)
+        log = proc.log()
+        assert log.count("TLS files changed and were refused") == 2, log
+        assert "is not the key of the certificate in --tls-cert" in log
+        assert log.count("TLS files reloaded") == 1, log
+    finally:
+        proc.stop()

@@ -210,8 +210,11 @@ void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done d
       [state, servable](absl::Status status) {
         if (std::shared_ptr<RunnableRequest> self = state->request.lock()) {
           const RunnableRequest::Timing timing = self->timing();
+          state->response.queued_at = timing.queued;
           state->response.queue_time = timing.queue;
           state->response.compute_time = timing.compute;
+          state->response.forward_time = timing.forward;
+          state->response.postprocess_time = timing.postprocess;
         }
         if (status.ok()) {
           state->done(std::move(state->response));

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 #include <system_error>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -51,11 +52,28 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(Options
   return std::unique_ptr<ModelRepository>(new ModelRepository(std::move(options)));
 }
 
+// One load on a thread of its own, shared by that thread, the poll worker waiting for it and
+// loads_; whoever lets go last frees it.
+struct ModelRepository::LoadAttempt {
+  LoadAttempt(std::string what, absl::Time started) : what(std::move(what)), started(started) {}
+  const std::string what;  // "name@version"
+  const absl::Time started;
+  Mutex mu;
+  CondVar finished_cv;  // finished, or cancelled by Shutdown()
+  bool finished ABSL_GUARDED_BY(mu) = false;
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  bool abandoned ABSL_GUARDED_BY(mu) = false;  // nobody waits for the result: the thread frees it
+  absl::StatusOr<LoadedModel> result ABSL_GUARDED_BY(mu);
+};
+
 ModelRepository::ModelRepository(Options options)
     : options_(std::move(options)),
       source_(options_.root, ModelFileNames()),
       env_(options_.env != nullptr ? options_.env : Env::Default()) {
   unloader_ = env_->StartThread("qvi-unloader", [this] { UnloaderLoop(); });
+  for (int i = 0; i < std::max(options_.load_threads, 1); ++i) {
+    workers_.push_back(env_->StartThread("qvi-poll-worker", [this] { WorkerLoop(); }));
+  }
 }
 
 ModelRepository::~ModelRepository() { Shutdown(); }
@@ -71,39 +89,59 @@ void ModelRepository::StartPolling(absl::Duration interval) {
     for (absl::Time due = first;; due = env_->Now() + interval) {
       {
         MutexLock lock(&mu_);
-        while (!polling_stopped_ && env_->Now() < due) env_->WaitUntil(&poll_wake_, &mu_, due);
-        if (polling_stopped_) return;
+        while (!stopped_ && env_->Now() < due) env_->WaitUntil(&poll_wake_, &mu_, due);
+        if (stopped_) return;
       }
-      Poll();
+      Dispatch();  // not waited for: a stuck load must not hold up the next poll of the others
     }
   });
 }
 
 void ModelRepository::Poll() {
-  MutexLock poll(&poll_mu_);
-  const std::map<std::string, StoreModel> disk = source_.Scan();
+  const std::vector<std::string> queued = Dispatch();
+  MutexLock lock(&mu_);
+  while (!stopped_) {
+    bool pending = false;
+    for (const std::string& name : queued) pending = pending || busy_.count(name) > 0;
+    if (!pending) return;
+    jobs_changed_.Wait(&mu_);
+  }
+}
+
+std::vector<std::string> ModelRepository::Dispatch() {
+  std::map<std::string, StoreModel> disk = source_.Scan();
+  MutexLock lock(&mu_);
+  if (stopped_) return {};
   std::set<std::string> names;
   for (const auto& [name, _] : disk) names.insert(name);
-  {
-    MutexLock lock(&mu_);
-    if (stopped_) return;
-    for (const auto& [name, _] : models_) names.insert(name);
+  for (const auto& [name, _] : models_) names.insert(name);
+  std::vector<std::string> queued;
+  for (const std::string& name : names) {
+    // Still being polled (a load in progress, perhaps stuck): the next poll looks at it again.
+    if (!busy_.insert(name).second) continue;
+    auto it = disk.find(name);
+    jobs_.push_back(Job{name, it == disk.end() ? std::nullopt : std::make_optional(std::move(it->second))});
+    queued.push_back(name);
   }
-  // Each model on one of up to load_threads workers: a model whose load is slow or stuck delays no
-  // other model's rollout, nor start-up beyond its own timeout.
-  const std::vector<std::string> todo(names.begin(), names.end());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < todo.size(); i = next++) {
-      auto it = disk.find(todo[i]);
-      PollModel(todo[i], it == disk.end() ? nullptr : &it->second);
+  jobs_changed_.SignalAll();
+  return queued;
+}
+
+void ModelRepository::WorkerLoop() {
+  while (true) {
+    Job job;
+    {
+      MutexLock lock(&mu_);
+      while (jobs_.empty() && !stopped_) jobs_changed_.Wait(&mu_);
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
     }
-  };
-  const size_t workers = std::min<size_t>(std::max(options_.load_threads, 1), todo.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 1; i < workers; ++i) threads.push_back(env_->StartThread("qvi-poll-worker", work));
-  work();
-  for (std::thread& t : threads) t.join();
+    PollModel(job.name, job.found ? &*job.found : nullptr);
+    MutexLock lock(&mu_);
+    busy_.erase(job.name);
+    jobs_changed_.SignalAll();
+  }
 }
 
 std::map<int64_t, KnownVersion> ModelRepository::Known(const std::string& name, const StoreModel* found) const {
@@ -126,7 +164,7 @@ std::map<int64_t, KnownVersion> ModelRepository::Known(const std::string& name, 
         known[version] = changed ? KnownVersion::kFailedFilesChanged : KnownVersion::kFailed;
         break;
       }
-      case ModelState::kLoading:  // loads happen under poll_mu_, which the caller holds: not seen here
+      case ModelState::kLoading:  // loads happen in PollModel, which the caller is: not seen here
       case ModelState::kUnloading:
       case ModelState::kUnloaded:
         known[version] = KnownVersion::kUnloading;
@@ -140,6 +178,7 @@ void ModelRepository::PollModel(const std::string& name, const StoreModel* found
   VersionPolicy policy;
   {
     MutexLock lock(&mu_);
+    if (stopped_) return;
     auto [entry, created] = models_.try_emplace(name);
     if (created) entry->second.policy = options_.version_policy;
     // A serving.json that cannot be read keeps the policy in force; versions loaded from now on
@@ -160,6 +199,15 @@ void ModelRepository::PollModel(const std::string& name, const StoreModel* found
     if (actions.load.empty()) break;
     for (int64_t version : actions.load) {
       if (Load(name, version, *found) == LoadResult::kShuttingDown) return;
+    }
+  }
+
+  // READY versions whose files changed in place and that the policy keeps are loaded again.
+  if (found != nullptr) {
+    for (int64_t version : ChangedReadyVersions(name, *found)) {
+      const bool leaving = std::any_of(actions.unload.begin(), actions.unload.end(),
+                                       [&](const VersionActions::Unload& u) { return u.version == version; });
+      if (!leaving && Reload(name, version, *found) == LoadResult::kShuttingDown) return;
     }
   }
 
@@ -196,24 +244,89 @@ ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64
   absl::StatusOr<ServableHandle> servable =
       found.overrides.ok() ? MakeServable(name, version, *found.overrides, generation) : found.overrides.status();
   VersionStatus result;
+  ServableHandle unused;  // loaded after Shutdown() began: let go outside the lock, never served
+  bool stopped = false;
   {
     MutexLock lock(&mu_);
+    stopped = stopped_;
     Record& r = models_[name].versions[version];
-    if (servable.ok()) {
+    if (servable.ok() && !stopped) {
       r.status = VersionStatus{version, ModelState::kReady, "", (*servable)->model, (*servable)->serving};
       r.servable = *servable;  // from here on Resolve() hands it out
     } else {
-      r.status = VersionStatus{version, ModelState::kFailed, std::string(servable.status().message()), nullptr, {}};
+      const std::string why =
+          servable.ok() ? "loaded after the server began shutting down" : std::string(servable.status().message());
+      r.status = VersionStatus{version, ModelState::kFailed, why, nullptr, {}};
+      if (servable.ok()) unused = *std::move(servable);
     }
     result = r.status;
   }
+  unused.reset();
   Notify(name, result);
+  if (stopped) return LoadResult::kShuttingDown;
+  return servable.ok() ? LoadResult::kReady : LoadResult::kFailed;
+}
+
+std::vector<int64_t> ModelRepository::ChangedReadyVersions(const std::string& name, const StoreModel& found) const {
+  std::vector<int64_t> changed;
+  MutexLock lock(&mu_);
+  auto entry = models_.find(name);
+  if (entry == models_.end()) return changed;
+  for (const auto& [version, r] : entry->second.versions) {
+    if (r.status.state != ModelState::kReady) continue;
+    auto stamp = found.stamps.find(version);
+    if (stamp != found.stamps.end() && stamp->second.model_files != r.stamp.model_files) changed.push_back(version);
+  }
+  return changed;
+}
+
+ModelRepository::LoadResult ModelRepository::Reload(const std::string& name, int64_t version, const StoreModel& found) {
+  uint64_t generation = 0;
+  {
+    MutexLock lock(&mu_);
+    if (stopped_) return LoadResult::kShuttingDown;
+    generation = next_generation_++;
+  }
+  absl::StatusOr<ServableHandle> servable =
+      found.overrides.ok() ? MakeServable(name, version, *found.overrides, generation) : found.overrides.status();
+  ServableHandle replaced;  // let go outside the lock: the servable it was drains and unloads
+  std::optional<VersionStatus> ready;
+  bool stopped = false;
+  {
+    MutexLock lock(&mu_);
+    stopped = stopped_;
+    auto entry = models_.find(name);
+    Record* r = nullptr;
+    if (entry != models_.end()) {
+      auto it = entry->second.versions.find(version);
+      if (it != entry->second.versions.end() && it->second.status.state == ModelState::kReady) r = &it->second;
+    }
+    if (stopped || r == nullptr) {
+      if (servable.ok()) replaced = *std::move(servable);
+    } else {
+      r->stamp = found.stamps.at(version);  // these files were tried: again only once they change
+      if (servable.ok()) {
+        r->status = VersionStatus{version, ModelState::kReady, "", (*servable)->model, (*servable)->serving};
+        replaced = std::exchange(r->servable, *servable);  // the atomic switch, as for a new version
+        r->generation = generation;
+        ready = r->status;
+      } else {
+        r->status.reason = absl::StrCat("its model files changed and did not load (", servable.status().message(),
+                                        "); the files loaded before still serve");
+      }
+    }
+  }
+  replaced.reset();
+  if (stopped) return LoadResult::kShuttingDown;
+  if (ready) Notify(name, *ready);
+  if (options_.files_changed) options_.files_changed(name, version, servable.status());
   return servable.ok() ? LoadResult::kReady : LoadResult::kFailed;
 }
 
 absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& name, int64_t version,
                                                              const ServingOverrides& overrides, uint64_t generation) {
-  absl::StatusOr<LoadedModel> loaded = LoadModel(source_.VersionDir(name, version), overrides);
+  absl::StatusOr<LoadedModel> loaded =
+      LoadModel(absl::StrCat(name, "@", version), source_.VersionDir(name, version), overrides);
   if (!loaded.ok()) return loaded.status();
   if (loaded->model->manifest().name != name) {
     return absl::InvalidArgumentError(absl::StrCat("manifest.json names the model '", loaded->model->manifest().name,
@@ -231,19 +344,24 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
   return ServableHandle(servable, [this, generation](Servable* s) { Retire(s, generation); });
 }
 
-absl::StatusOr<ModelRepository::LoadedModel> ModelRepository::LoadModel(const std::string& path,
-                                                                        const ServingOverrides& overrides) const {
-  // Shared by this thread and the loader thread; whichever lets go last frees it (and the model,
-  // when the load finished after it was abandoned).
-  struct Attempt {
-    Mutex mu;
-    CondVar finished_cv;
-    bool finished ABSL_GUARDED_BY(mu) = false;
-    absl::StatusOr<LoadedModel> result ABSL_GUARDED_BY(mu);
-  };
-  auto attempt = std::make_shared<Attempt>();
+absl::StatusOr<ModelRepository::LoadedModel> ModelRepository::LoadModel(const std::string& what,
+                                                                        const std::string& path,
+                                                                        const ServingOverrides& overrides) {
   // Before the thread starts: the load's time counts from here, whatever the clock does meanwhile.
-  const absl::Time until = env_->Now() + options_.load_timeout;
+  auto attempt = std::make_shared<LoadAttempt>(what, env_->Now());
+  const absl::Time until = attempt->started + options_.load_timeout;
+  {
+    MutexLock lock(&loads_mu_);
+    if (loads_cancelled_) return absl::CancelledError("not loaded: the server is shutting down");
+    // Forget the loads that have returned; the abandoned ones still running stay listed.
+    loads_.erase(std::remove_if(loads_.begin(), loads_.end(),
+                                [](const std::shared_ptr<LoadAttempt>& a) {
+                                  MutexLock l(&a->mu);
+                                  return a->finished;
+                                }),
+                 loads_.end());
+    loads_.push_back(attempt);
+  }
   auto load =
       options_.load ? options_.load : [](const std::string& p, const LoadOptions& o) { return Model::Load(p, o); };
   env_->StartThread(
@@ -262,20 +380,53 @@ absl::StatusOr<ModelRepository::LoadedModel> ModelRepository::LoadModel(const st
             } catch (...) {
               result = absl::InternalError(absl::StrCat("loading ", path, " failed: ", CurrentExceptionText()));
             }
-            MutexLock lock(&attempt->mu);
-            attempt->result = std::move(result);
-            attempt->finished = true;
-            attempt->finished_cv.SignalAll();
+            absl::StatusOr<LoadedModel> late;  // nobody waits for it: freed here, on this thread
+            {
+              MutexLock lock(&attempt->mu);
+              (attempt->abandoned ? late : attempt->result) = std::move(result);
+              attempt->finished = true;
+              attempt->finished_cv.SignalAll();
+            }
           })
       .detach();
   MutexLock lock(&attempt->mu);
-  while (!attempt->finished && env_->Now() < until) env_->WaitUntil(&attempt->finished_cv, &attempt->mu, until);
-  if (!attempt->finished) {
-    return absl::DeadlineExceededError(absl::StrCat("loading and warming up did not finish within ",
-                                                    absl::FormatDuration(options_.load_timeout),
-                                                    " (--model-load-timeout-seconds); abandoned"));
+  while (!attempt->finished && !attempt->cancelled && env_->Now() < until) {
+    env_->WaitUntil(&attempt->finished_cv, &attempt->mu, until);
   }
-  return std::move(attempt->result);
+  if (attempt->finished) return std::move(attempt->result);
+  attempt->abandoned = true;
+  if (attempt->cancelled) {
+    return absl::CancelledError(absl::StrCat("loading abandoned: the server is shutting down (it had run for ",
+                                             RunningFor(*attempt, env_->Now()), ")"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat("loading and warming up did not finish within ",
+                                                  absl::FormatDuration(options_.load_timeout),
+                                                  " (--model-load-timeout-seconds); abandoned"));
+}
+
+std::string ModelRepository::RunningFor(const LoadAttempt& attempt, absl::Time now) {
+  return absl::StrCat(absl::ToInt64Seconds(now - attempt.started), " s");
+}
+
+void ModelRepository::CancelLoads() {
+  MutexLock lock(&loads_mu_);
+  loads_cancelled_ = true;
+  for (const std::shared_ptr<LoadAttempt>& a : loads_) {
+    MutexLock l(&a->mu);
+    a->cancelled = true;
+    a->finished_cv.SignalAll();
+  }
+}
+
+std::vector<std::string> ModelRepository::LoadsStillRunning() const {
+  std::vector<std::string> running;
+  MutexLock lock(&loads_mu_);
+  for (const std::shared_ptr<LoadAttempt>& a : loads_) {
+    MutexLock l(&a->mu);
+    if (a->finished) continue;
+    running.push_back(absl::StrCat(a->what, " (running for ", RunningFor(*a, env_->Now()), ")"));
+  }
+  return running;
 }
 
 void ModelRepository::Retire(Servable* servable, uint64_t generation) {
@@ -328,16 +479,20 @@ void ModelRepository::UnloaderLoop() {
 void ModelRepository::Shutdown() {
   {
     MutexLock lock(&mu_);
-    polling_stopped_ = true;
+    stopped_ = true;
     poll_wake_.SignalAll();
+    jobs_changed_.SignalAll();
   }
+  // The workers wait for loads at most until these are cancelled: joining them waits for no load.
+  CancelLoads();
   if (poller_.joinable()) poller_.join();
+  for (std::thread& worker : workers_) {
+    if (worker.joinable()) worker.join();
+  }
   std::vector<ServableHandle> release;
   std::vector<std::pair<std::string, VersionStatus>> unloading;
   {
-    MutexLock poll(&poll_mu_);
     MutexLock lock(&mu_);
-    stopped_ = true;
     for (auto& [name, entry] : models_) {
       for (auto& [v, r] : entry.versions) {
         if (r.status.state != ModelState::kReady) continue;

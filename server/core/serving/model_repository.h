@@ -17,18 +17,30 @@
 //     FAILED with the reason and nothing else changes. It is tried again only when one of its
 //     model files or the model's serving.json changes, so a half-copied file heals once the copy completes.
 //  5. Every state change is reported to the listener (to log it and to update health).
-//  6. Models are polled in parallel (Options::load_threads), so one slow or stuck model holds up
-//     no other. A load (reading the model file and the warm-up) that has not finished after
-//     Options::load_timeout is abandoned: the version is FAILED with that reason and is retried
-//     when its files change, like any failure. The stuck load runs on in a thread of its own that
-//     touches nothing of the repository; if it ever returns, its model is freed there.
+//  6. Models are polled on Options::load_threads workers, one model per worker at a time, and a
+//     poll passes over a model whose previous poll is still loading: one slow or stuck model holds
+//     up no other model's rollout, and the background poller never waits for a load. A load
+//     (reading the model file and the warm-up) that has not finished after Options::load_timeout,
+//     or that is still running at Shutdown(), is abandoned: the version is FAILED with that reason
+//     and is retried when its files change, like any failure. The stuck load runs on in a thread
+//     of its own that touches nothing of the repository; if it ever returns, its model is freed
+//     there. LoadsStillRunning() names the abandoned loads that have not returned.
+//  7. A READY version whose model files change in place (same version number, other bytes) is
+//     loaded again from the new files, like a new version: the loaded one serves until the reload
+//     is READY, then is switched out atomically and drains. A reload that fails leaves the loaded
+//     files serving (the reason shows in ListModels) and is tried again when the files change
+//     again. Either way Options::files_changed hears of it. A changed serving.json alone reloads
+//     nothing: it applies to versions loaded from then on.
 #ifndef QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
 #define QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,16 +113,21 @@ class ModelRepository {
     std::string graph_backend_note = "no CUDA graph backend in this process";
     // Reads and warms up one version; Model::Load unless a test puts a fake here.
     std::function<absl::StatusOr<std::unique_ptr<Model>>(const std::string& dir, const LoadOptions& options)> load;
+    // After each reload of a READY version whose model files changed (guarantee 7): OK when the new
+    // files serve, else why the loaded files still do. From a poll worker, outside the lock.
+    std::function<void(const std::string& name, int64_t version, const absl::Status& reload)> files_changed;
   };
 
   static absl::StatusOr<std::unique_ptr<ModelRepository>> Create(Options options);
   ~ModelRepository();
 
   // Scans the store once and applies every model's version policy: loads, retries and takes out of
-  // service as needed. Returns once every load it started has finished.
-  void Poll() ABSL_LOCKS_EXCLUDED(poll_mu_, mu_);
+  // service as needed, each model on a poll worker. A model still busy with an earlier poll is
+  // passed over. Returns once every model it handed out is done, or once Shutdown() begins.
+  void Poll() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Calls Poll() every `interval` on a background thread until Shutdown().
+  // Scans and hands models out like Poll() every `interval` on a background thread until
+  // Shutdown(), without waiting for their loads.
   void StartPolling(absl::Duration interval) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The servable for a request: version 0 = the newest READY version. NOT_FOUND names what exists;
@@ -123,9 +140,15 @@ class ModelRepository {
   bool Has(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<ModelStatus> Get(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Stops polling, takes every version out of service and returns once each has finished the
-  // requests that hold it and is unloaded. Later Resolve() calls get UNAVAILABLE.
-  void Shutdown() ABSL_LOCKS_EXCLUDED(poll_mu_, mu_);
+  // Stops polling, abandons the loads in progress (their versions FAILED), takes every version out
+  // of service and returns once each has finished the requests that hold it and is unloaded. Never
+  // waits for a load. Later Resolve() calls get UNAVAILABLE. May be called from any thread, also
+  // while another thread is in Poll(), and more than once.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_, loads_mu_);
+
+  // The loads abandoned (timed out or at Shutdown()) whose threads have not returned: "name@version
+  // (running for 12s)". What a process must not wait for when it exits.
+  std::vector<std::string> LoadsStillRunning() const ABSL_LOCKS_EXCLUDED(loads_mu_);
 
  private:
   struct Record {
@@ -138,25 +161,44 @@ class ModelRepository {
     std::map<int64_t, Record> versions;
     VersionPolicy policy;
   };
+  // One model for a poll worker: what the scan found of it, none when its folder (or its last
+  // version) is gone.
+  struct Job {
+    std::string name;
+    std::optional<StoreModel> found;
+  };
+  struct LoadAttempt;  // one load on its own thread (model_repository.cc)
 
   explicit ModelRepository(Options options);
 
-  // Run by Poll()'s workers while Poll() holds poll_mu_, one worker per model name at a time.
-  // `found`: what the scan found of the model; null when its folder (or its last version) is gone.
+  // Scans the store and queues every model not busy for the workers; returns the names queued.
+  std::vector<std::string> Dispatch() ABSL_LOCKS_EXCLUDED(mu_);
+  void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Run by a poll worker, one worker per model name at a time (busy_).
   void PollModel(const std::string& name, const StoreModel* found);
+  // READY versions whose model files on disk are no longer those they were loaded from.
+  std::vector<int64_t> ChangedReadyVersions(const std::string& name, const StoreModel& found) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // What SelectVersions needs of the model's records.
   std::map<int64_t, KnownVersion> Known(const std::string& name, const StoreModel* found) const
       ABSL_LOCKS_EXCLUDED(mu_);
   enum class LoadResult { kReady, kFailed, kShuttingDown };
   LoadResult Load(const std::string& name, int64_t version, const StoreModel& found);
+  // Guarantee 7: loads a READY version again from its changed files and swaps it in.
+  LoadResult Reload(const std::string& name, int64_t version, const StoreModel& found);
   // A version read, warmed up and its graphs captured, with the serving settings it was resolved to.
   struct LoadedModel {
     std::unique_ptr<Model> model;
     ServingConfig serving;
   };
-  // On a thread of its own, waited for at most options_.load_timeout: options_.load, then the one
-  // resolution of the version's serving settings (its manifest is known now), then its graphs.
-  absl::StatusOr<LoadedModel> LoadModel(const std::string& dir, const ServingOverrides& overrides) const;
+  // On a thread of its own, waited for at most options_.load_timeout and not past Shutdown():
+  // options_.load, then the one resolution of the version's serving settings (its manifest is known
+  // now), then its graphs. `what` names the load ("name@version").
+  absl::StatusOr<LoadedModel> LoadModel(const std::string& what, const std::string& dir,
+                                        const ServingOverrides& overrides) ABSL_LOCKS_EXCLUDED(loads_mu_);
+  static std::string RunningFor(const LoadAttempt& attempt, absl::Time now);  // "12 s"
+  // Wakes every load waiting in LoadModel, and refuses new ones: Shutdown()'s first step.
+  void CancelLoads() ABSL_LOCKS_EXCLUDED(loads_mu_);
   absl::StatusOr<ServableHandle> MakeServable(const std::string& name, int64_t version,
                                               const ServingOverrides& overrides, uint64_t generation);
   // The shared_ptr deleter of every servable: hands it to the unloader thread, never blocks.
@@ -168,14 +210,23 @@ class ModelRepository {
   const StoreSource source_;
   const Env* env_;
 
-  Mutex poll_mu_;  // one Poll() at a time; held across loads, never while taking mu_ first
   mutable Mutex mu_;
   std::map<std::string, Entry> models_ ABSL_GUARDED_BY(mu_);
   uint64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  bool polling_stopped_ ABSL_GUARDED_BY(mu_) = false;
   CondVar poll_wake_;
   std::thread poller_;
+  // The poll workers: models queued for them, and the models queued or being polled.
+  std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> busy_ ABSL_GUARDED_BY(mu_);
+  CondVar jobs_changed_;  // a job queued, a model no longer busy, or the stop
+  std::vector<std::thread> workers_;
+
+  // The loads in progress and the abandoned ones not yet returned. Taken before an attempt's own
+  // mutex, never with mu_.
+  mutable Mutex loads_mu_;
+  std::vector<std::shared_ptr<LoadAttempt>> loads_ ABSL_GUARDED_BY(loads_mu_);
+  bool loads_cancelled_ ABSL_GUARDED_BY(loads_mu_) = false;
 
   Mutex retire_mu_;
   CondVar retire_changed_;

@@ -24,10 +24,16 @@ std::vector<int> RunnableRequest::Counts(const std::vector<std::vector<int64_t>>
   return counts;
 }
 
-void RunnableRequest::RecordTiming(absl::Duration queue, absl::Duration compute) {
+void RunnableRequest::RecordTiming(absl::Time queued, absl::Duration queue, absl::Duration forward,
+                                   absl::Duration postprocess) {
   MutexLock lock(&timing_mu_);
+  timing_.queued = std::min(timing_.queued, queued);
   timing_.queue = std::max(timing_.queue, queue);
-  timing_.compute = std::max(timing_.compute, compute);
+  if (forward + postprocess > timing_.compute) {  // the longest batch's, as one pair
+    timing_.compute = forward + postprocess;
+    timing_.forward = forward;
+    timing_.postprocess = postprocess;
+  }
 }
 
 RunnableRequest::Timing RunnableRequest::timing() const {
@@ -215,17 +221,19 @@ std::vector<absl::Status> ModelRunner::DeliverRows(const Batch& batch, const Mod
   return statuses;
 }
 
-absl::Status ModelRunner::Report(const Batch& batch, const PackedBatch& packed, absl::Time start, bool ok) const {
+absl::Status ModelRunner::Report(const Batch& batch, const PackedBatch& packed, absl::Time start,
+                                 absl::Time forward_end, bool ok) const {
   BatchReport report;
   report.texts = static_cast<int>(batch.size());
   report.tokens = packed.tokens;
   report.padded_tokens = packed.ids.numel();
-  report.compute = env_->Now() - start;
+  const absl::Time end = env_->Now();
+  report.compute = end - start;
   report.ok = ok;
   for (const QueuedText<RunnableRequest>& t : batch) {
     const absl::Duration wait = start - t.arrival;
     report.queue_waits.push_back(wait);
-    t.request->RecordTiming(wait, report.compute);
+    t.request->RecordTiming(t.arrival, wait, forward_end - start, end - forward_end);
   }
   return Observe("OnBatch", [&] { observer_->OnBatch(model_->manifest().name, version_, report); });
 }
@@ -235,9 +243,10 @@ void ModelRunner::Run(Batch& batch) const {
   const Wanted wanted = MergeWanted(batch);
   const PackedBatch packed = Pack(batch);
   absl::StatusOr<ModelOutputs> out = model_->Forward(packed.ids, packed.mask, wanted.outputs, wanted.selection);
+  const absl::Time forward_end = env_->Now();
   std::vector<absl::Status> statuses =
       out.ok() ? DeliverRows(batch, *out) : std::vector<absl::Status>(batch.size(), out.status());
-  if (absl::Status s = Report(batch, packed, start, out.ok()); !s.ok()) statuses.assign(batch.size(), s);
+  if (absl::Status s = Report(batch, packed, start, forward_end, out.ok()); !s.ok()) statuses.assign(batch.size(), s);
   for (size_t b = 0; b < batch.size(); ++b) batch[b].request->Complete(batch[b].index, statuses[b]);
 }
 

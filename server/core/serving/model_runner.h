@@ -49,13 +49,20 @@ class RunnableRequest final : public BatchRequest {
   const OutputSelection& selection() const { return selection_; }
   bool wants_layers() const { return wants_layers_; }
 
-  // Where its time went: the longest wait of its texts in the queue and the longest batch it was
-  // in (forward and post-processing). Recorded before each text completes; read in on_done.
+  // Where its time went: when its first text joined the queue, the longest wait of its texts in
+  // the queue, and the longest batch it was in (forward and post-processing, and each of the two).
+  // Recorded before each text completes; read in on_done.
   struct Timing {
+    absl::Time queued = absl::InfiniteFuture();
     absl::Duration queue;
     absl::Duration compute;
+    absl::Duration forward;
+    absl::Duration postprocess;
   };
-  void RecordTiming(absl::Duration queue, absl::Duration compute) ABSL_LOCKS_EXCLUDED(timing_mu_);
+  // One text's share: it joined the queue at `queued` and waited `queue`; its batch ran its
+  // forward pass for `forward`, then the rows' post-processing for `postprocess`.
+  void RecordTiming(absl::Time queued, absl::Duration queue, absl::Duration forward, absl::Duration postprocess)
+      ABSL_LOCKS_EXCLUDED(timing_mu_);
   Timing timing() const ABSL_LOCKS_EXCLUDED(timing_mu_);
   absl::Status HandleRow(int index, const ModelOutputs& outputs, int64_t row) const {
     return on_row_(index, outputs, row);
@@ -125,7 +132,8 @@ class ModelRunner {
   static std::vector<absl::Status> DeliverRows(const Batch& batch, const ModelOutputs& outputs);
   // Records where each request's time went and tells the observer; an observer that throws fails
   // the whole batch (INTERNAL naming the hook).
-  absl::Status Report(const Batch& batch, const PackedBatch& packed, absl::Time start, bool ok) const;
+  absl::Status Report(const Batch& batch, const PackedBatch& packed, absl::Time start, absl::Time forward_end,
+                      bool ok) const;
 
   // Calls the observer (when there is one); an exception becomes INTERNAL naming the hook.
   absl::Status Observe(const char* hook, const std::function<void()>& call) const;

@@ -112,11 +112,15 @@ struct InferenceResponse {
   std::shared_ptr<const Manifest> manifest;
   std::vector<TextResult> results;
   std::string request_id;
-  // For the access log and metrics: tokens fed to the model (after truncation), the longest wait
-  // of its texts in the batch queue, and the longest batch it was in.
+  // For the access log and metrics: tokens fed to the model (after truncation), when its first text
+  // joined the batch queue (the core's clock), the longest wait of its texts there, and the longest
+  // batch it was in, whole and split into the forward pass and the post-processing of the rows.
   int64_t tokens = 0;
+  absl::Time queued_at = absl::InfiniteFuture();
   absl::Duration queue_time;
   absl::Duration compute_time;
+  absl::Duration forward_time;
+  absl::Duration postprocess_time;
 };
 
 }  // namespace qvi
