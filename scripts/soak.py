@@ -9,15 +9,22 @@ by the client soon after it is sent. Every --rollout-seconds a new version of on
 staged and renamed into the store (the server polls it every second), and the version before the one
 it replaces is deleted, so the store stays two versions deep.
 
+With --floods N, N more threads send, one after another, requests of 16 MiB made of nothing but empty
+repeated elements (Classify texts, ModelInfer inputs, outputs, raw contents, parameters) — what cost
+the server ~100x their size before the wire walk refused them — each to be answered INVALID_ARGUMENT
+(or RESOURCE_EXHAUSTED when the bytes in flight are over their limit); any other code fails the soak.
+
 Reported at the start (after a warm-up) and at the end: the server's RSS, open file descriptors,
-threads, and the number of series on /metrics (and the same before each rollout, in the JSON's
-"samples"); and every status code the clients saw. Exits 1 when a
+threads, and the number of series on /metrics (and the same before each rollout, or every
+--sample-seconds, in the JSON's "samples"); and every status code the clients saw. Exits 1 when a
 client saw a code other than OK, DEADLINE_EXCEEDED or CANCELLED, when the server died or did not
 exit cleanly on SIGTERM, or (with --max-growth) when RSS, descriptors, threads or series grew more
 than that fraction. Timings are printed, never gated.
 
   scripts/soak.py                      # 30 minutes, the issue-13 soak
   scripts/soak.py --seconds 60 --rollout-seconds 15   # the test command's short run
+  scripts/soak.py --seconds 3600 --rollout-seconds 1e9 --clients 12 --floods 2 --sample-seconds 60 \
+      --warmup-seconds 300 --max-growth 0.05          # issue 29: its mix and the floods, an hour
 """
 import argparse
 import json
@@ -37,6 +44,17 @@ from collections import Counter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALLOWED = {"OK", "DEADLINE_EXCEEDED", "CANCELLED"}
+FLOOD_ALLOWED = {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"}
+FLOOD_BYTES = (16 << 20) - 1024  # within the default message limit
+
+
+def flood(field, size=FLOOD_BYTES):
+    """Message field `field` (< 16) as empty length-delimited elements, repeated to `size` bytes."""
+    return (bytes([(field << 3) | 2]) + b"\x00") * (size // 2)
+
+
+FLOODS = [("/qvi.serving.v1.Inference/Classify", flood(2)), ("/qvi.serving.v1.Inference/Tag", flood(2))] + [
+    ("/inference.GRPCInferenceService/ModelInfer", flood(f)) for f in (4, 5, 6, 7)]
 WORDS = ("the film was great and the cast was wonderful but the plot dragged in the middle while "
          "Alice met Bob in Paris at the United Nations on Monday and nobody liked the ending at all").split()
 
@@ -120,6 +138,9 @@ def main():
     ap.add_argument("--max-growth", type=float, default=None, help="fail when a figure grows by more (0.05 = 5%%)")
     ap.add_argument("--json", help="write the report here too")
     ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--floods", type=int, default=0, help="threads sending 16 MiB floods of empty elements")
+    ap.add_argument("--sample-seconds", type=float, default=None,
+                    help="take the figures this often (default: before each rollout)")
     args = ap.parse_args()
     import grpc
     pb, pb_grpc = stubs()
@@ -182,7 +203,27 @@ def main():
                 codes[code] += 1
         channel.close()
 
+    flood_codes = Counter()
+
+    def flooder(i):
+        channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 32 << 20)])
+        n = i
+        while not stop.is_set():
+            method, body = FLOODS[n % len(FLOODS)]
+            n += 1
+            try:
+                channel.unary_unary(method)(body, timeout=60)
+                code = "OK"
+            except grpc.RpcError as e:
+                code = e.code().name
+                if code not in FLOOD_ALLOWED:
+                    print(f"soak: flood {method}: {code}: {e.details()}", file=sys.stderr)
+            with codes_mu:
+                flood_codes[code] += 1
+        channel.close()
+
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(args.clients)]
+    threads += [threading.Thread(target=flooder, args=(i,), daemon=True) for i in range(args.floods)]
     for t in threads:
         t.start()
     warmup = args.warmup_seconds if args.warmup_seconds is not None else args.seconds * 0.1
@@ -190,6 +231,7 @@ def main():
     samples = []  # the figures just before each rollout: shows whether growth levels off
     begin = time.monotonic()
     next_roll = begin + args.rollout_seconds
+    next_sample = begin + (args.sample_seconds or float("inf"))
     start_figures = None
     while time.monotonic() - begin < args.seconds and server.poll() is None:
         now = time.monotonic()
@@ -197,8 +239,15 @@ def main():
             start_figures = {**proc_stats(server.pid), **metric_figures(metrics_address),
                              "at_s": round(now - begin, 1)}
             print(f"soak: start {start_figures}", flush=True)
-        if now >= next_roll:
+        if now >= next_sample:
             samples.append({**proc_stats(server.pid), **metric_figures(metrics_address), "at_s": round(now - begin, 1)})
+            print(f"soak: {now - begin:7.1f} s  rss {samples[-1]['rss_mib']} MiB  codes so far {dict(codes)}"
+                  f"{f'  floods {dict(flood_codes)}' if args.floods else ''}", flush=True)
+            next_sample += args.sample_seconds
+        if now >= next_roll:
+            if not args.sample_seconds:
+                samples.append({**proc_stats(server.pid), **metric_figures(metrics_address),
+                                "at_s": round(now - begin, 1)})
             rollouts.append(store.roll())
             print(f"soak: {now - begin:7.1f} s  rollout {rollouts[-1]}  codes so far {dict(codes)}", flush=True)
             next_roll += args.rollout_seconds
@@ -227,7 +276,9 @@ def main():
             first, last = statistics.median(x[k] for x in samples[:5]), statistics.median(x[k] for x in samples[-5:])
             trend[k] = {"first5": first, "last5": last, "growth": round((last - first) / max(first, 1), 4)}
     bad = {c: n for c, n in codes.items() if c not in ALLOWED}
+    bad.update({f"flood {c}": n for c, n in flood_codes.items() if c not in FLOOD_ALLOWED})
     report = {"seconds": args.seconds, "clients": args.clients, "rollouts": len(rollouts), "codes": dict(codes),
+              "floods": args.floods, "flood_codes": dict(flood_codes),
               "start": start_figures, "end": end_figures, "growth": growth, "median_trend": trend, "server_exit": exit_code,
               "samples": samples}
     print(json.dumps(report, indent=2))
@@ -247,6 +298,8 @@ def main():
         for k, g in growth.items():
             if g > args.max_growth:
                 failures.append(f"{k} grew by {g:.1%}, over {args.max_growth:.0%}")
+    if args.floods and sum(flood_codes.values()) == 0:
+        failures.append("no flood was answered")
     if failures:
         print(f"soak: FAILED: {'; '.join(failures)}; server log: {os.path.join(work, 'server.log')}", file=sys.stderr)
         sys.exit(1)
