@@ -161,9 +161,16 @@ def main():
     address = f"127.0.0.1:{int(open(port_file).read())}"
     metrics_address = f"127.0.0.1:{int(open(metrics_file).read())}"
 
-    codes = Counter()
+    codes, flood_codes = Counter(), Counter()
     codes_mu = threading.Lock()
     stop = threading.Event()
+
+    def count(counter, allowed, who, code, details=""):
+        """Counts one answer; one the soak does not allow is also printed."""
+        if code not in allowed:
+            print(f"soak: {who}: {code}: {details}", file=sys.stderr)
+        with codes_mu:
+            counter[code] += 1
 
     def client(i):
         rng = random.Random(args.seed * 1000 + i)
@@ -192,18 +199,12 @@ def main():
                 future.cancel()
             try:
                 future.result()
-                code = "OK"
+                count(codes, ALLOWED, f"client {i}", "OK")
             except grpc.FutureCancelledError:
-                code = "CANCELLED"
+                count(codes, ALLOWED, f"client {i}", "CANCELLED")
             except grpc.RpcError as e:
-                code = e.code().name
-                if code not in ALLOWED:
-                    print(f"soak: client {i}: {code}: {e.details()}", file=sys.stderr)
-            with codes_mu:
-                codes[code] += 1
+                count(codes, ALLOWED, f"client {i}", e.code().name, e.details())
         channel.close()
-
-    flood_codes = Counter()
 
     def flooder(i):
         channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 32 << 20)])
@@ -213,13 +214,9 @@ def main():
             n += 1
             try:
                 channel.unary_unary(method)(body, timeout=60)
-                code = "OK"
+                count(flood_codes, FLOOD_ALLOWED, f"flood {method}", "OK", "a flood was accepted")
             except grpc.RpcError as e:
-                code = e.code().name
-                if code not in FLOOD_ALLOWED:
-                    print(f"soak: flood {method}: {code}: {e.details()}", file=sys.stderr)
-            with codes_mu:
-                flood_codes[code] += 1
+                count(flood_codes, FLOOD_ALLOWED, f"flood {method}", e.code().name, e.details())
         channel.close()
 
     threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(args.clients)]

@@ -79,9 +79,7 @@ void GrpcLog(gpr_log_func_args* args) {
                          message.find("andshak") != std::string_view::npos;
   if (handshake) {
     if (message.find("Handshake failed") != std::string_view::npos) ++g_handshake_failures;
-    if (auto logger = spdlog::default_logger(); logger && logger->should_log(spdlog::level::debug)) {
-      WriteLibraryLine(g_grpc_budget, "grpc", spdlog::level::debug, args->file, args->line, message);
-    }
+    WriteLibraryLine(g_grpc_budget, "grpc", spdlog::level::debug, args->file, args->line, message);
     return;
   }
   const spdlog::level::level_enum level = args->severity == GPR_LOG_SEVERITY_ERROR  ? spdlog::level::err

@@ -7,7 +7,6 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
-#include <sys/stat.h>
 
 #include <fstream>
 #include <sstream>
@@ -15,6 +14,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/sched/env.h"
+#include "server/core/store/store_source.h"
 
 namespace qvi {
 namespace {
@@ -85,17 +85,9 @@ std::string Fingerprint(X509* cert) {
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), size));
 }
 
-// Identity, size and time of each file: what tells the watcher that something was written.
+// What tells the watcher that one of the files was written (store_source.h).
 std::string Stamp(const TlsFiles& files) {
-  std::string stamp;
-  for (const std::string* path : {&files.cert, &files.key, &files.client_ca}) {
-    struct stat st {};
-    if (!path->empty() && stat(path->c_str(), &st) == 0) {
-      absl::StrAppend(&stamp, st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
-    }
-    stamp += ";";
-  }
-  return stamp;
+  return absl::StrCat(FileIdentity(files.cert), ";", FileIdentity(files.key), ";", FileIdentity(files.client_ca));
 }
 
 // Our credentials object around gRPC's C one (what grpc::SslServerCredentials does inside gRPC).

@@ -241,8 +241,7 @@ ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64
     models_[name].versions[version] = Record{loading, nullptr, found.stamps.at(version), generation};
   }
   Notify(name, loading);
-  absl::StatusOr<ServableHandle> servable =
-      found.overrides.ok() ? MakeServable(name, version, *found.overrides, generation) : found.overrides.status();
+  absl::StatusOr<ServableHandle> servable = MakeServable(name, version, found, generation);
   VersionStatus result;
   ServableHandle unused;  // loaded after Shutdown() began: let go outside the lock, never served
   bool stopped = false;
@@ -287,8 +286,7 @@ ModelRepository::LoadResult ModelRepository::Reload(const std::string& name, int
     if (stopped_) return LoadResult::kShuttingDown;
     generation = next_generation_++;
   }
-  absl::StatusOr<ServableHandle> servable =
-      found.overrides.ok() ? MakeServable(name, version, *found.overrides, generation) : found.overrides.status();
+  absl::StatusOr<ServableHandle> servable = MakeServable(name, version, found, generation);
   ServableHandle replaced;  // let go outside the lock: the servable it was drains and unloads
   std::optional<VersionStatus> ready;
   bool stopped = false;
@@ -324,9 +322,10 @@ ModelRepository::LoadResult ModelRepository::Reload(const std::string& name, int
 }
 
 absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& name, int64_t version,
-                                                             const ServingOverrides& overrides, uint64_t generation) {
+                                                             const StoreModel& found, uint64_t generation) {
+  if (!found.overrides.ok()) return found.overrides.status();  // a serving.json that cannot be read
   absl::StatusOr<LoadedModel> loaded =
-      LoadModel(absl::StrCat(name, "@", version), source_.VersionDir(name, version), overrides);
+      LoadModel(absl::StrCat(name, "@", version), source_.VersionDir(name, version), *found.overrides);
   if (!loaded.ok()) return loaded.status();
   if (loaded->model->manifest().name != name) {
     return absl::InvalidArgumentError(absl::StrCat("manifest.json names the model '", loaded->model->manifest().name,

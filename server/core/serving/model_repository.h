@@ -143,7 +143,7 @@ class ModelRepository {
   // Stops polling, abandons the loads in progress (their versions FAILED), takes every version out
   // of service and returns once each has finished the requests that hold it and is unloaded. Never
   // waits for a load. Later Resolve() calls get UNAVAILABLE. May be called from any thread, also
-  // while another thread is in Poll(), and more than once.
+  // while another thread is in Poll(), and more than once, but not from two threads at once.
   void Shutdown() ABSL_LOCKS_EXCLUDED(mu_, loads_mu_);
 
   // The loads abandoned (timed out or at Shutdown()) whose threads have not returned: "name@version
@@ -199,8 +199,9 @@ class ModelRepository {
   static std::string RunningFor(const LoadAttempt& attempt, absl::Time now);  // "12 s"
   // Wakes every load waiting in LoadModel, and refuses new ones: Shutdown()'s first step.
   void CancelLoads() ABSL_LOCKS_EXCLUDED(loads_mu_);
-  absl::StatusOr<ServableHandle> MakeServable(const std::string& name, int64_t version,
-                                              const ServingOverrides& overrides, uint64_t generation);
+  // The version read with the scan's serving.json (its error when that could not be read).
+  absl::StatusOr<ServableHandle> MakeServable(const std::string& name, int64_t version, const StoreModel& found,
+                                              uint64_t generation);
   // The shared_ptr deleter of every servable: hands it to the unloader thread, never blocks.
   void Retire(Servable* servable, uint64_t generation) ABSL_LOCKS_EXCLUDED(retire_mu_);
   void UnloaderLoop() ABSL_LOCKS_EXCLUDED(retire_mu_, mu_);

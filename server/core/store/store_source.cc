@@ -13,17 +13,11 @@ namespace qvi {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// Identity, size and time of a file ("" when absent). The inode catches a file replaced by rename
-// even when its size and time are kept.
-std::string Stamp(const fs::path& path) {
+std::string FileIdentity(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return "";
   return absl::StrCat(st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec);
 }
-
-}  // namespace
 
 StoreSource::StoreSource(std::string root, std::vector<std::string> model_files)
     : root_(std::move(root)), model_files_(std::move(model_files)) {}
@@ -51,13 +45,13 @@ std::map<std::string, StoreModel> StoreSource::Scan() const {
     model.dir = folder.path().string();
     // The stamp of serving.json is taken before reading it: a file that changes while it is read
     // leaves a stamp that differs from the next scan's, so a failure it caused is retried.
-    const std::string serving_stamp = Stamp(folder.path() / "serving.json");
+    const std::string serving_stamp = FileIdentity(folder.path() / "serving.json");
     model.overrides = ServingOverrides::Read(model.dir);
     for (int64_t version : model.versions) {
       FileStamp& stamp = model.stamps[version];
       stamp.serving_json = serving_stamp;
       for (const std::string& file : model_files_)
-        absl::StrAppend(&stamp.model_files, Stamp(folder.path() / std::to_string(version) / file), ";");
+        absl::StrAppend(&stamp.model_files, FileIdentity(folder.path() / std::to_string(version) / file), ";");
     }
     found.emplace(name, std::move(model));
   }

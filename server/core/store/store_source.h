@@ -29,6 +29,10 @@ struct FileStamp {
   bool operator!=(const FileStamp& o) const { return !(*this == o); }
 };
 
+// Identity, size and time of a file ("" when absent): what tells a poll that it was written. The
+// inode catches a file replaced by rename (a Secret volume's swap, `mv`) even when size and time are kept.
+std::string FileIdentity(const std::string& path);
+
 // One model folder as one scan found it.
 struct StoreModel {
   std::string dir;                             // <root>/<name>
