@@ -1,6 +1,5 @@
 #include "server/server.h"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
@@ -274,11 +273,17 @@ absl::Status Server::StartGrpc() {
   oip_ = std::make_unique<OipServiceImpl>(core_.get(), repository_.get(), calls_.get(), &serving_);
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  // gRPC's built-in health service carries no descriptor of its own, so reflection lists
-  // grpc.health.v1.Health but cannot describe it and grpcurl refuses to call it. Touching the
+  // gRPC's built-in health service carries no descriptor of its own, so reflection would list
+  // grpc.health.v1.Health but could not describe it, and grpcurl would refuse to call it. Touching the
   // generated health.proto links its descriptor into the server, where reflection finds it.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
+  // Reflection of our own (reflection_service.h): gRPC's plugin parses what it is sent unbounded.
+  const std::vector<std::string> services = {
+      qvi::serving::v1::Inference::service_full_name(), inference::GRPCInferenceService::service_full_name(),
+      "grpc.health.v1.Health", reflection_v1::ServerReflection::service_full_name(),
+      reflection_v1alpha::ServerReflection::service_full_name()};
+  reflection_ = std::make_unique<ReflectionV1>(services);
+  reflection_alpha_ = std::make_unique<ReflectionV1Alpha>(services);
   grpc::ServerBuilder builder;
   const std::string address = net.host + ":" + std::to_string(net.port);
   builder.AddListeningPort(address, tls_ ? tls_->credentials() : grpc::InsecureServerCredentials(), &port_);
@@ -306,6 +311,8 @@ absl::Status Server::StartGrpc() {
   }
   builder.RegisterService(service_.get());
   builder.RegisterService(oip_.get());
+  builder.RegisterService(reflection_.get());
+  builder.RegisterService(reflection_alpha_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port_ == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   health_ptr_ = server_->GetHealthCheckService();

@@ -20,6 +20,7 @@
 #include "server/core/serving/model_repository.h"
 #include "server/grpc/inference_service_impl.h"
 #include "server/grpc/oip_service.h"
+#include "server/grpc/reflection_service.h"
 #include "server/metrics/metrics.h"
 #include "server/server_options.h"
 #include "server/tls/tls_credentials.h"
@@ -73,6 +74,8 @@ class Server {
   std::unique_ptr<InferCalls> calls_;
   std::unique_ptr<InferenceServiceImpl> service_;
   std::unique_ptr<OipServiceImpl> oip_;
+  std::unique_ptr<ReflectionV1> reflection_;
+  std::unique_ptr<ReflectionV1Alpha> reflection_alpha_;
   std::atomic<bool> serving_{false};              // OIP's ServerReady follows the overall health status
   std::shared_ptr<ReloadingTlsCredentials> tls_;  // before server_: gRPC asks it until server_ is gone
   std::unique_ptr<grpc::Server> server_;

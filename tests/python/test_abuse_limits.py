@@ -281,6 +281,40 @@ def test_floods_of_empty_elements_are_refused_before_parsing(api):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def test_reflection_and_health_floods_are_bounded(api):
+    """gRPC's reflection plugin parsed each message of its stream as it came and echoed it whole:
+    four 16 MiB messages of unknown fields on one stream grew the server by ~300 MiB. The server's own
+    reflection holds a message to 64 KiB and walks it first; 16 streams of such floods are refused and
+    the server stays where it was. gRPC's health service keeps unknown fields as bytes, not objects:
+    16 floods at once cost it their wire size, no more."""
+    work = tempfile.mkdtemp(prefix="qvi_flood_reflection_py_")
+    proc = ServerProcess(STORE, work)
+    try:
+        start_rss = rss_bytes(proc.proc.pid)
+        body = _flood(99, FLOOD_BYTES)
+        for version in ("v1", "v1alpha"):
+            info = proc.channel.stream_stream(f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo")
+            futures = [info(iter([body] * 4), timeout=60) for _ in range(16)]
+            for f in futures:
+                with pytest.raises(grpc.RpcError) as e:
+                    list(f)
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, e.value.details()
+                assert f"reflection request of {len(body)} bytes over the limit of 65536 bytes" in e.value.details()
+            # Within the size cap, the walk's cap on unknown fields.
+            with pytest.raises(grpc.RpcError) as e:
+                list(info(iter([_flood(99, 60000)]), timeout=60))
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "fields this server does not know" in e.value.details(), e.value.details()
+        health = proc.channel.unary_unary("/grpc.health.v1.Health/Check")
+        for f in [health.future(body, timeout=60) for _ in range(16)]:
+            f.result()  # unknown fields are no error to the health protocol: SERVING
+        grown = rss_bytes(proc.proc.pid) - start_rss
+        assert grown < (320 << 20) * (4 if "ASAN_OPTIONS" in os.environ else 1), f"grew by {grown >> 20} MiB"
+    finally:
+        proc.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def test_requests_that_do_not_decode_are_invalid_argument_on_every_rpc(api):
     """A name that is not UTF-8 on the typed RPCs was UNIMPLEMENTED with no message; a truncated
     ModelInfer said "names must be UTF-8". Each now says what was wrong. An empty model name is

@@ -151,6 +151,43 @@ def test_health_and_reflection(server):
     assert {"qvi.serving.v1.Inference", "grpc.health.v1.Health"} <= services
     method = db.FindFileContainingSymbol("qvi.serving.v1.Inference")
     assert method.package == "qvi.serving.v1"
+    assert "grpc.reflection.v1.ServerReflection" in services
+
+
+def test_reflection_answers_both_versions_on_one_stream_and_goes_on_after_not_found(server):
+    """The server's own reflection (reflection_service.h) on grpc.reflection.v1 (which newer grpcurl
+    asks first) and v1alpha: the two share their messages' layout, so v1alpha's Python classes read
+    both. A file comes with its dependencies once a stream; a name that is nothing is an error
+    answer, and the stream goes on."""
+    from google.protobuf import descriptor_pb2
+    from grpc_reflection.v1alpha import reflection_pb2 as r
+    for version in ("v1", "v1alpha"):
+        info = server.stream_stream(f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo",
+                                    request_serializer=r.ServerReflectionRequest.SerializeToString,
+                                    response_deserializer=r.ServerReflectionResponse.FromString)
+        requests = [r.ServerReflectionRequest(host="h", list_services=""),
+                    r.ServerReflectionRequest(file_containing_symbol="inference.GRPCInferenceService.ModelInfer"),
+                    r.ServerReflectionRequest(file_containing_symbol="no.such.Symbol" + "x" * 200),
+                    r.ServerReflectionRequest(file_by_filename="qvi/serving/v1/inference.proto"),
+                    r.ServerReflectionRequest(file_by_filename="qvi/serving/v1/inference.proto"),
+                    r.ServerReflectionRequest(all_extension_numbers_of_type="qvi.serving.v1.ModelSpec")]
+        answers = list(info(iter(requests), timeout=30))
+        assert len(answers) == len(requests)
+        assert answers[0].valid_host == "h" and answers[0].original_request == requests[0]
+        assert {s.name for s in answers[0].list_services_response.service} == {
+            "qvi.serving.v1.Inference", "inference.GRPCInferenceService", "grpc.health.v1.Health",
+            "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"}
+        files = [descriptor_pb2.FileDescriptorProto.FromString(b)
+                 for b in answers[1].file_descriptor_response.file_descriptor_proto]
+        assert files[0].name == "inference/open_inference_grpc.proto"
+        assert answers[2].error_response.error_code == grpc.StatusCode.NOT_FOUND.value[0]
+        assert "x" * 65 not in answers[2].error_response.error_message  # names echoed to 64 bytes
+        first = [descriptor_pb2.FileDescriptorProto.FromString(b).name
+                 for b in answers[3].file_descriptor_response.file_descriptor_proto]
+        again = [descriptor_pb2.FileDescriptorProto.FromString(b).name
+                 for b in answers[4].file_descriptor_response.file_descriptor_proto]
+        assert first[0] == "qvi/serving/v1/inference.proto" and again == first[:1], (first, again)
+        assert answers[5].all_extension_numbers_response.base_type_name == "qvi.serving.v1.ModelSpec"
 
 
 def test_concurrent_requests_share_batches_invisibly(server, api):
