@@ -29,8 +29,8 @@ inline constexpr size_t kMaxReflectionRequestBytes = 64 << 10;
 
 // One reflection service, for the generated service class `Generated` of either version and its messages.
 template <typename Generated, typename Request, typename Response>
-class ReflectionService final : public Generated::template WithRawCallbackMethod_ServerReflectionInfo<
-                                    typename Generated::Service> {
+class ReflectionService final
+    : public Generated::template WithRawCallbackMethod_ServerReflectionInfo<typename Generated::Service> {
  public:
   // `services`: the full names of the services the server registered, listed by list_services.
   explicit ReflectionService(std::vector<std::string> services);
