@@ -10,7 +10,7 @@ tokenised the way the model tokenises.
 """
 import random
 from dataclasses import dataclass
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 import torch
 
@@ -95,12 +95,17 @@ def tag_set(entity_types: Sequence[str], scheme: str) -> List[str]:
     return ["O"] + [f"{p}-{t}" for t in sorted(entity_types) for p in prefixes]
 
 
-def build_vocab(examples: Sequence[Example], config: TokenizerConfig, min_count: int, max_size: int) -> Vocabulary:
+def build_vocab(examples: Sequence[Example], config: TokenizerConfig, min_count: int, max_size: int,
+                extra: Callable[[Sequence[str], int], List[str]] = lambda have, size: []) -> Vocabulary:
+    """The training data's tokens (most frequent first), then what `extra(tokens so far, max_size)`
+    adds (pretrained vector words: qvi.vectors.extra_words)."""
     counts: Dict[str, int] = {}
     for ex in examples:
         for tok in tokenize(ex.text, config):
             counts[tok.norm] = counts.get(tok.norm, 0) + 1
-    return Vocabulary.build(counts, min_count=min_count, max_size=max_size)
+    vocab = Vocabulary.build(counts, min_count=min_count, max_size=max_size)
+    more = extra(vocab.tokens, max_size)
+    return Vocabulary(vocab.tokens + more) if more else vocab
 
 
 @dataclass

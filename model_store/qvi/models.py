@@ -31,6 +31,7 @@ from torch import nn
 from qvi.nn import (CRF, AdditiveAttention, MaskedBiRNN, MaskedConv1d, TransformerEncoder,
                     check_interaction, sinusoidal_positions)
 from qvi.nn.self_attention import CONTEXTS
+from qvi.tokenizer import CASE_CLASSES
 
 CLASSIFIERS = ("cnn_att", "lstm_att", "han", "transformer", "ctx_transformer")
 # Table 1's plain baselines: classifiers without attention, so no explanations (and no QVI).
@@ -67,6 +68,12 @@ class ModelConfig:
     max_tokens: int = 128
     boundary_ids: List[int] = field(default_factory=list)  # HAN: sentence-ending token ids
     context: str = ""                # context-aware architectures: CONTEXT_KINDS ("" = global)
+    case_dim: int = 0                # > 0: ids fold in a case class (tokenizer rule 7), embedded in case_dim
+
+    @property
+    def token_dim(self) -> int:
+        """What a token's embedding is wide: the word vector and, with casing, its case feature."""
+        return self.emb_dim + self.case_dim
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHITECTURES:
@@ -102,6 +109,35 @@ class ModelConfig:
         return dict(asdict(self))
 
 
+class TokenEmbedding(nn.Module):
+    """Word vectors (row 0, [PAD], zero) and, with `case_dim`, the case feature of tokenizer rule 7
+    concatenated: the server feeds id = word + vocab_size x case class, which is split here, so the
+    serving interface stays forward(token_ids, mask). Pretrained vectors go into `weight`."""
+
+    def __init__(self, c: ModelConfig):
+        super().__init__()
+        self.num_embeddings = c.vocab_size
+        self.weight = nn.Parameter(torch.empty(c.vocab_size, c.emb_dim))
+        nn.init.normal_(self.weight)
+        with torch.no_grad():
+            self.weight[0].zero_()
+        # Row 0 of the case table is [PAD]'s; real tokens use 1 + their class.
+        self.cases = nn.Embedding(CASE_CLASSES + 1, c.case_dim, padding_idx=0) if c.case_dim > 0 else None
+
+    def forward(self, token_ids: torch.Tensor) -> torch.Tensor:
+        if self.cases is None:
+            return nn.functional.embedding(token_ids, self.weight, 0)
+        words = torch.remainder(token_ids, self.num_embeddings)
+        case = torch.div(token_ids, self.num_embeddings, rounding_mode="floor") + 1
+        case = torch.where(token_ids == 0, torch.zeros_like(case), case)
+        return torch.cat([nn.functional.embedding(words, self.weight, 0), self.cases(case)], dim=-1)
+
+
+def token_embedding(model: nn.Module) -> TokenEmbedding:
+    """The model's TokenEmbedding (every architecture has one)."""
+    return next(m for m in model.modules() if isinstance(m, TokenEmbedding))
+
+
 def _mean_over_layers_heads(x: torch.Tensor) -> torch.Tensor:
     return x.mean(dim=(1, 2))
 
@@ -112,9 +148,9 @@ class CNN(nn.Module):
 
     def __init__(self, c: ModelConfig):
         super().__init__()
-        self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+        self.emb = TokenEmbedding(c)
         self.drop = nn.Dropout(c.dropout)
-        self.cnn = MaskedConv1d(c.emb_dim, c.hidden, c.window)
+        self.cnn = MaskedConv1d(c.token_dim, c.hidden, c.window)
         self.out = nn.Linear(c.hidden, c.num_outputs)
 
     def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
@@ -131,10 +167,10 @@ class LSTM(nn.Module):
 
     def __init__(self, c: ModelConfig):
         super().__init__()
-        self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+        self.emb = TokenEmbedding(c)
         self.drop = nn.Dropout(c.dropout)
         self.hidden = c.hidden
-        self.rnn = MaskedBiRNN("lstm", c.emb_dim, c.hidden)
+        self.rnn = MaskedBiRNN("lstm", c.token_dim, c.hidden)
         self.out = nn.Linear(2 * c.hidden, c.num_outputs)
 
     def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
@@ -150,9 +186,9 @@ class CNNAtt(nn.Module):
 
     def __init__(self, c: ModelConfig):
         super().__init__()
-        self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+        self.emb = TokenEmbedding(c)
         self.drop = nn.Dropout(c.dropout)
-        self.cnn = MaskedConv1d(c.emb_dim, c.hidden, c.window)
+        self.cnn = MaskedConv1d(c.token_dim, c.hidden, c.window)
         self.pool = AdditiveAttention(c.hidden, c.score, c.g)
         self.out = nn.Linear(c.hidden, c.num_outputs)
 
@@ -170,9 +206,9 @@ class LSTMAtt(nn.Module):
 
     def __init__(self, c: ModelConfig):
         super().__init__()
-        self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+        self.emb = TokenEmbedding(c)
         self.drop = nn.Dropout(c.dropout)
-        self.rnn = MaskedBiRNN("lstm", c.emb_dim, c.hidden)
+        self.rnn = MaskedBiRNN("lstm", c.token_dim, c.hidden)
         self.pool = AdditiveAttention(2 * c.hidden, c.score, c.g)
         self.out = nn.Linear(2 * c.hidden, c.num_outputs)
 
@@ -197,9 +233,9 @@ class HAN(nn.Module):
 
     def __init__(self, c: ModelConfig):
         super().__init__()
-        self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+        self.emb = TokenEmbedding(c)
         self.drop = nn.Dropout(c.dropout)
-        self.word_rnn = MaskedBiRNN("gru", c.emb_dim, c.hidden)
+        self.word_rnn = MaskedBiRNN("gru", c.token_dim, c.hidden)
         self.word_pool = AdditiveAttention(2 * c.hidden, c.score, c.g)
         self.sent_rnn = MaskedBiRNN("gru", 2 * c.hidden, c.hidden)
         self.sent_pool = AdditiveAttention(2 * c.hidden, c.score, c.g)
@@ -257,10 +293,10 @@ class _TransformerBody(nn.Module):
 
     def __init__(self, c: ModelConfig, cnn: bool):
         super().__init__()
-        self.emb = nn.Embedding(c.vocab_size, c.emb_dim, padding_idx=0)
+        self.emb = TokenEmbedding(c)
         self.drop = nn.Dropout(c.dropout)
-        self.cnn = MaskedConv1d(c.emb_dim, c.hidden, c.window) if cnn else None
-        self.proj = nn.Linear(c.emb_dim, c.hidden) if (not cnn and c.emb_dim != c.hidden) else None
+        self.cnn = MaskedConv1d(c.token_dim, c.hidden, c.window) if cnn else None
+        self.proj = nn.Linear(c.token_dim, c.hidden) if (not cnn and c.token_dim != c.hidden) else None
         self.register_buffer("positions", sinusoidal_positions(c.max_tokens, c.hidden))
         context = c.context if c.arch in CONTEXT_AWARE else "none"
         self.encoder = TransformerEncoder(c.hidden, c.heads, c.layers, c.ffn, c.g, context, c.dropout)

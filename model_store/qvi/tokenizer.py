@@ -23,6 +23,13 @@ Rules (all positions are Unicode code points of the original text, half-open [st
    context (a final 'Σ' becomes 'σ').
 6. Ids. [PAD] = 0, [UNK] = 1, then the vocabulary in order. Texts longer than max_tokens keep the
    first max_tokens tokens and are reported as truncated.
+7. Casing (with `casing`, for models that look words up lower-cased but still see their case). A
+   token's case class comes from the cased letters of its original text — upper: categories Lu and
+   Lt; lower: Ll; every other code point is ignored: 0 none (no cased letter: numbers, punctuation,
+   CJK, emoji), 1 lower (lower letters only), 2 title (exactly one upper letter, and it is the first
+   cased letter: "Paris", "A", "ǅemal"), 3 upper (two or more upper letters, no lower: "EU"),
+   4 mixed (anything else: "iPhone", "McDonald"). The token's id is then the vocabulary id plus
+   vocabulary size x case class, so one id still names one token and [PAD] stays 0.
 """
 import json
 import unicodedata
@@ -104,6 +111,7 @@ class TokenizerConfig:
     level: str = "word"          # "word" or "char"
     lowercase: bool = True
     max_tokens: int = 128
+    casing: bool = False         # rule 7: the case class folded into each id
 
     def __post_init__(self) -> None:
         if self.level not in ("word", "char"):
@@ -117,6 +125,28 @@ def normalise(s: str, lowercase: bool) -> str:
     if not lowercase:
         return s
     return "".join(c.lower()[0] for c in s)
+
+
+CASE_CLASSES = 5  # rule 7: none, lower, title, upper, mixed
+
+
+def case_class(text: str) -> int:
+    """Rule 7."""
+    upper = lower = 0
+    first_upper = False
+    for c in text:
+        cat = unicodedata.category(c)
+        if cat in ("Lu", "Lt"):
+            if upper == 0 and lower == 0:
+                first_upper = True
+            upper += 1
+        elif cat == "Ll":
+            lower += 1
+    if upper == 0:
+        return 1 if lower else 0
+    if upper == 1 and first_upper:
+        return 2
+    return 3 if lower == 0 else 4
 
 
 def tokenize(text: str, config: TokenizerConfig) -> List[Token]:
@@ -198,6 +228,8 @@ def encode(text: str, config: TokenizerConfig, vocab: Vocabulary) -> Encoding:
     toks = tokenize(text, config)
     truncated = len(toks) > config.max_tokens
     toks = toks[: config.max_tokens]
+    if config.casing:
+        return Encoding([vocab.id(t.norm) + len(vocab) * case_class(t.text) for t in toks], toks, truncated)
     return Encoding([vocab.id(t.norm) for t in toks], toks, truncated)
 
 
@@ -208,7 +240,8 @@ def config_to_json(config: TokenizerConfig) -> Dict[str, object]:
 
 
 def config_from_json(d: Dict[str, object]) -> TokenizerConfig:
-    return TokenizerConfig(level=str(d["level"]), lowercase=bool(d["lowercase"]), max_tokens=int(d["max_tokens"]))  # type: ignore[arg-type]
+    return TokenizerConfig(level=str(d["level"]), lowercase=bool(d["lowercase"]), max_tokens=int(d["max_tokens"]),  # type: ignore[arg-type]
+                           casing=bool(d.get("casing", False)))
 
 
 if __name__ == "__main__":  # pragma: no cover - a quick look at a text's tokens

@@ -13,7 +13,7 @@ import sys
 import unicodedata
 from typing import Dict, List
 
-from qvi.tokenizer import PAD, UNK, TokenizerConfig, Vocabulary, encode
+from qvi.tokenizer import PAD, UNK, TokenizerConfig, Vocabulary, case_class, encode
 
 VOCAB = [PAD, UNK, "hello", ",", "world", "!", "the", "quick", "北", "京", "café", ".", "istanbul", "οδοσ",
          "👨\u200d👩\u200d👧\u200d👦", "🇯🇵", "'", "t", "don", "_", "snake_case_name", "3", "14", "?"]
@@ -52,6 +52,9 @@ CASES: List[Dict[str, object]] = [
     {"name": "lone combining mark", "text": "\u0301abc \u0301"},
     {"name": "trailing zwj", "text": "a\u200d"},
     {"name": "zwj before separator", "text": "a\u200d b \u200d. c\u200d\u200d😀"},
+    {"name": "casing", "text": "The EU said iPhone McDonald A i 3.14 ǅemal ΟΔΟΣ İstanbul 北京 O'Neil x2 X2 É", "casing": True},
+    {"name": "casing without lowercasing", "text": "The QUICK Fox", "lowercase": False, "casing": True},
+    {"name": "casing at char level", "text": "Ab1", "level": "char", "casing": True},
 ]
 
 
@@ -60,17 +63,21 @@ def build() -> Dict[str, object]:
     cases = []
     for case in CASES:
         cfg = TokenizerConfig(level=str(case.get("level", "word")), lowercase=bool(case.get("lowercase", True)),
-                              max_tokens=int(case.get("max_tokens", 128)))  # type: ignore[arg-type]
+                              max_tokens=int(case.get("max_tokens", 128)),  # type: ignore[arg-type]
+                              casing=bool(case.get("casing", False)))
         text = str(case["text"])
         enc = encode(text, cfg, vocab)
         cases.append({
             "name": case["name"], "text": text,
-            "config": {"level": cfg.level, "lowercase": cfg.lowercase, "max_tokens": cfg.max_tokens},
+            "config": {"level": cfg.level, "lowercase": cfg.lowercase, "max_tokens": cfg.max_tokens,
+                       "casing": cfg.casing},
             "tokens": [[t.text, t.start, t.end, t.norm] for t in enc.tokens],
+            "case_classes": [case_class(t.text) for t in enc.tokens],
             "ids": enc.ids, "truncated": enc.truncated,
         })
     return {"unicode_version": unicodedata.unidata_version, "vocab": VOCAB, "cases": cases,
-            "about": "token = [text, start, end, norm]; offsets count code points, half-open; "
+            "about": "token = [text, start, end, norm]; offsets count code points, half-open; case_classes: "
+                     "rule 7 of each token, whether or not the case's config folds it into the ids; "
                      "written by python -m qvi.tokenizer_vectors"}
 
 

@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from qvi.data import Encoded, batches
 from qvi.metrics import accuracy, entity_prf, macro_f1
-from qvi.models import ModelConfig, build_model
+from qvi.models import ModelConfig, build_model, token_embedding
 
 
 @dataclass
@@ -71,11 +71,16 @@ def main_metric(config: ModelConfig) -> str:
 
 
 def train(config: ModelConfig, train_data: Sequence[Encoded], dev_data: Sequence[Encoded],
-          labels: Sequence[str], options: TrainOptions) -> Tuple[nn.Module, List[Dict[str, float]]]:
-    """Trains with AdamW; keeps the weights of the epoch with the best dev score.
+          labels: Sequence[str], options: TrainOptions,
+          embedding: Optional[torch.Tensor] = None) -> Tuple[nn.Module, List[Dict[str, float]]]:
+    """Trains with AdamW; keeps the weights of the epoch with the best dev score. `embedding`: the
+    word vectors' initial rows [vocab_size, emb_dim] (qvi.vectors), else random.
     Returns (model in eval mode, per-epoch history)."""
     seed_everything(options.seed, options.threads)
     model = build_model(config)
+    if embedding is not None:
+        with torch.no_grad():
+            token_embedding(model).weight.copy_(embedding)
     opt = torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=options.weight_decay)
     tagging = config.task == "tagging"
     history: List[Dict[str, float]] = []

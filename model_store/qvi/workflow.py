@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from qvi import artifact, pt2
+from qvi import artifact, pt2, vectors
 from qvi.data import Example, build_vocab, encode_examples, read_classification, read_conll, tag_set
 from qvi.models import ARCHITECTURES, CONTEXT_KINDS, ModelConfig, build_model
 from qvi.nn import INTERACTIONS, SCORES
@@ -43,6 +43,12 @@ def add_train_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--conll-join", default=" ", help="string that joins CoNLL tokens into the text")
     ap.add_argument("--level", default="word", choices=("word", "char"))
     ap.add_argument("--no-lowercase", action="store_true")
+    ap.add_argument("--casing", action="store_true",
+                    help="fold each token's case class into its id (tokenizer rule 7) and embed it: for lower-cased "
+                         "vocabularies (and vectors) that should still see 'Paris' apart from 'paris'")
+    ap.add_argument("--case-dim", type=int, default=8, help="width of the case feature with --casing")
+    ap.add_argument("--vectors", help="pretrained word vectors for the embedding: glove-6b-50d (built by set-up) or "
+                                      "a folder with words.txt and vectors.npy; --emb-dim must match")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--scheme", default="BIO", choices=("BIO", "BIOES"))
     ap.add_argument("--min-count", type=int, default=1)
@@ -60,20 +66,27 @@ def add_train_args(ap: argparse.ArgumentParser) -> None:
 
 def run_training(args: argparse.Namespace) -> Dict[str, object]:
     """Trains from parsed arguments; returns the checkpoint dictionary."""
-    tok = TokenizerConfig(level=args.level, lowercase=not args.no_lowercase, max_tokens=args.max_tokens)
+    tok = TokenizerConfig(level=args.level, lowercase=not args.no_lowercase, max_tokens=args.max_tokens,
+                          casing=args.casing)
+    pretrained = vectors.load(args.vectors) if args.vectors else None
+    if pretrained is not None:
+        vectors.check_dim(pretrained, args.emb_dim)  # before reading any corpus
     train_ex = read_corpus(args.train, args.task, args.conll_join)
     dev_ex = read_corpus(args.dev, args.task, args.conll_join)
     labels = label_list(args.task, train_ex, args.scheme)
-    vocab = build_vocab(train_ex, tok, args.min_count, args.max_vocab)
+    vocab = build_vocab(train_ex, tok, args.min_count, args.max_vocab,
+                        lambda have, size: vectors.extra_words(pretrained, have, size))
     config = ModelConfig(arch=args.arch, vocab_size=len(vocab), num_outputs=len(labels), g=args.g,
                          score=args.score, context=args.context or "", emb_dim=args.emb_dim, hidden=args.hidden,
                          heads=args.heads, layers=args.layers, ffn=args.ffn, dropout=args.dropout, max_tokens=args.max_tokens,
-                         boundary_ids=sorted({vocab.id(b) for b in BOUNDARIES} - {1}))
+                         boundary_ids=sorted({vocab.id(b) for b in BOUNDARIES} - {1}),
+                         case_dim=args.case_dim if args.casing else 0)
+    embedding, found = vectors.embedding_init(pretrained, vocab.tokens, args.seed) if pretrained else (None, 0)
     tagging = args.task == "tagging"
     enc = lambda ex: encode_examples(ex, tok, vocab, labels, args.scheme, tagging)  # noqa: E731
     options = TrainOptions(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed,
                            threads=args.threads, progress=not args.quiet)
-    model, history = train(config, enc(train_ex), enc(dev_ex), labels, options)
+    model, history = train(config, enc(train_ex), enc(dev_ex), labels, options, embedding)
     best = max(history, key=lambda h: h["dev_accuracy" if not tagging else "dev_f1"])  # the epoch kept
     metrics: Dict[str, object] = {"dev": {k[4:]: v for k, v in best.items() if k.startswith("dev_")}}
     if args.test:
@@ -84,7 +97,9 @@ def run_training(args: argparse.Namespace) -> Dict[str, object]:
         "train_options": options_to_json(options), "history": history, "best_epoch": best["epoch"], "metrics": metrics,
         "data": {"train": os.path.basename(args.train), "dev": os.path.basename(args.dev),
                  "test": os.path.basename(args.test) if args.test else None,
-                 "train_size": len(train_ex), "dev_size": len(dev_ex)},
+                 "train_size": len(train_ex), "dev_size": len(dev_ex),
+                 "vectors": {"name": args.vectors, "dim": pretrained.dim, "words_with_vectors": found}
+                 if pretrained else None},
     }
 
 

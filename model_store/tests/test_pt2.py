@@ -24,12 +24,13 @@ EXPORTABLE = [a for a in ARCHITECTURES if a not in pt2.UNEXPORTABLE]
 
 
 def make(arch, tmp_path, score="additive"):
-    """`arch` may name a context too: "ctx_transformer:deep"."""
+    """`arch` may name a context too: "ctx_transformer:deep"; "+casing" folds case classes into the ids."""
+    arch, casing = arch.split("+")[0], arch.endswith("+casing")
     arch, _, context = arch.partition(":")
     torch.manual_seed(11)
     num = 5 if arch in TAGGERS else 3
     cfg = ModelConfig(arch, VOCAB, num, g="none" if arch in BASELINES else "qvi", score=score, emb_dim=16, hidden=16, heads=2, layers=2, ffn=32,
-                      max_tokens=32, context=context)
+                      max_tokens=32, context=context, case_dim=4 if casing else 0)
     model = build_model(cfg).eval()
     # Trained-looking CRF scores, so that Viterbi's choices are not all ties.
     if isinstance(model, TransformerCRF):
@@ -39,7 +40,7 @@ def make(arch, tmp_path, score="additive"):
             model.crf.end.normal_(0, 1)
     vocab = Vocabulary(["[PAD]", "[UNK]"] + [f"w{i}" for i in range(VOCAB - 2)])
     labels = ["O", "B-x", "I-x", "B-y", "I-y"] if arch in TAGGERS else ["a", "b", "c"]
-    manifest = artifact.build_manifest("m", cfg, TokenizerConfig(max_tokens=32), vocab, labels, "BIO", {})
+    manifest = artifact.build_manifest("m", cfg, TokenizerConfig(max_tokens=32, casing=casing), vocab, labels, "BIO", {})
     return model, manifest, vocab
 
 
@@ -55,7 +56,8 @@ def padded_batch(b, t, seed):
 # the deep and deep-global contexts once each.
 @pytest.mark.parametrize("arch,score", [(a, "additive") for a in EXPORTABLE] +
                          [("cnn_att", "mlp"), ("transformer", "scaled_dot"),
-                          ("ctx_transformer:deep", "additive"), ("ctx_transformer_crf:deep_global", "additive")])
+                          ("ctx_transformer:deep", "additive"), ("ctx_transformer_crf:deep_global", "additive"),
+                          ("cnn_transformer_crf+casing", "additive")])
 def test_the_package_answers_like_the_eager_model_and_torchscript(arch, score, tmp_path):
     model, manifest, vocab = make(arch, tmp_path, score)
     path = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE)
@@ -67,6 +69,8 @@ def test_the_package_answers_like_the_eager_model_and_torchscript(arch, score, t
     with torch.no_grad():
         for b, t in [(1, 2), (3, 17), (8, 32), (2, 5)]:
             ids, mask = padded_batch(b, t, seed=b * 100 + t)
+            if manifest["tokenizer"]["casing"]:
+                ids = ids + VOCAB * (ids % 5) * mask  # every case class (tokenizer rule 7)
             eager = model(ids, mask)
             scripted = script(ids, mask)
             got = compiled["model"](ids, mask)

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import VECTORS
 from qvi import tokenizer_vectors
-from qvi.tokenizer import PAD, UNK, TokenizerConfig, Vocabulary, encode, tokenize
+from qvi.tokenizer import PAD, UNK, TokenizerConfig, Vocabulary, case_class, encode, tokenize
 
 with open(VECTORS, encoding="utf-8") as _f:
     DATA = json.load(_f)
@@ -26,6 +26,19 @@ def test_matches_shared_vectors(case):
     assert [[t.text, t.start, t.end, t.norm] for t in enc.tokens] == case["tokens"]
     assert enc.ids == case["ids"]
     assert enc.truncated == case["truncated"]
+    assert [case_class(t.text) for t in enc.tokens] == case["case_classes"]
+
+
+def test_case_classes_by_hand():
+    """Rule 7, written out: none, lower, title, upper, mixed."""
+    expected = {"3.14": 0, "!": 0, "北京": 0, "": 0, "said": 1, "x2": 1, "The": 2, "A": 2, "X2": 2, "ǅemal": 2,
+                "Émile": 2, "EU": 3, "ΟΔΟΣ": 3, "NATO2": 3, "iPhone": 4, "McDonald": 4, "aB": 4, "ǅA": 3}
+    assert {text: case_class(text) for text in expected} == expected
+    vocab = Vocabulary([PAD, UNK, "paris"])
+    cased = TokenizerConfig(casing=True)
+    # The id folds the class in: vocabulary id + vocabulary size x class; [UNK] keeps its class too.
+    assert encode("Paris paris PARIS Lyon", cased, vocab).ids == [2 + 3 * 2, 2 + 3 * 1, 2 + 3 * 3, 1 + 3 * 2]
+    assert encode("Paris paris", TokenizerConfig(), vocab).ids == [2, 2]
 
 
 def test_handwritten_expectations():

@@ -154,6 +154,7 @@ void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
     v1::TokenizerInfo* tok = md->mutable_tokenizer();
     tok->set_level(m.tokenizer.level == TokenLevel::kChar ? "char" : "word");
     tok->set_lowercase(m.tokenizer.lowercase);
+    tok->set_casing(m.tokenizer.casing);
     tok->set_max_tokens(m.tokenizer.max_tokens);
     tok->set_vocab_size(m.vocab_size);
     for (const std::string& name : m.explanations) {

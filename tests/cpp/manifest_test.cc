@@ -36,6 +36,12 @@ TEST(ManifestTest, ParsesEveryField) {
   EXPECT_DOUBLE_EQ(m->serving.max_queue_delay_ms, 1.5);
   EXPECT_EQ(m->description, "test model");
   EXPECT_TRUE(m->HasOutput("layer_attention"));
+  EXPECT_FALSE(m->tokenizer.casing) << "a manifest without casing (all before issue 30) has none";
+  nlohmann::json cased = Valid();
+  cased["tokenizer"]["casing"] = true;
+  absl::StatusOr<Manifest> c = Manifest::Parse(cased.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->tokenizer.casing);
 }
 
 struct BadCase {
@@ -64,6 +70,7 @@ TEST(ManifestTest, ErrorsNameTheField) {
       {"max tokens", [](auto& j) { j["tokenizer"]["max_tokens"] = 0; },
        "field 'tokenizer.max_tokens' must be at least 1"},
       {"type", [](auto& j) { j["tokenizer"]["lowercase"] = "yes"; }, "field 'tokenizer.lowercase' has the wrong type"},
+      {"casing", [](auto& j) { j["tokenizer"]["casing"] = 1; }, "field 'tokenizer.casing' has the wrong type"},
       {"outputs", [](auto& j) { j["outputs"].erase("tags"); }, "field 'outputs' lacks 'tags'"},
       {"layers", [](auto& j) { j["architecture"]["config"]["layers"] = "two"; },
        "field 'architecture.config.layers' has the wrong type"},

@@ -32,6 +32,7 @@ TEST(TokenizerTest, MatchesSharedVectors) {
     o.level = c["config"]["level"] == "char" ? TokenLevel::kChar : TokenLevel::kWord;
     o.lowercase = c["config"]["lowercase"].get<bool>();
     o.max_tokens = c["config"]["max_tokens"].get<int>();
+    o.casing = c["config"]["casing"].get<bool>();
     const std::string text = c["text"].get<std::string>();
     absl::StatusOr<std::vector<TextToken>> tokens = Tokenizer(o).Tokenize(text);
     ASSERT_TRUE(tokens.ok()) << tokens.status();
@@ -46,7 +47,8 @@ TEST(TokenizerTest, MatchesSharedVectors) {
       EXPECT_EQ(t.end, want[2].get<uint32_t>()) << "token " << i;
       EXPECT_EQ(t.normalized, want[3].get<std::string>()) << "token " << i;
       EXPECT_EQ(text.substr(t.byte_start, t.byte_end - t.byte_start), t.text);
-      EXPECT_EQ(vocab->Id(t.normalized), c["ids"][i].get<int64_t>()) << "token " << i;
+      EXPECT_EQ(TokenId(*vocab, o, t), c["ids"][i].get<int64_t>()) << "token " << i;
+      EXPECT_EQ(CaseClass(t.text), c["case_classes"][i].get<int>()) << "token " << i;
     }
   }
 }

@@ -25,8 +25,8 @@ def corpus_texts(name, n):
     return [e.text for e in read_conll(path)][:n]
 
 
-def python_outputs(model_name, texts):
-    module, manifest, vocab = artifact.load(os.path.join(STORE, model_name, "1", "model.pt"))
+def python_outputs(model_name, texts, store=STORE):
+    module, manifest, vocab = artifact.load(os.path.join(store, model_name, "1", "model.pt"))
     cfg = config_from_json(manifest["tokenizer"])
     encs = [encode(t, cfg, vocab) for t in texts]
     width = max(1, max(len(e.ids) for e in encs))
@@ -81,6 +81,36 @@ def test_tag_equals_the_python_model(server, api):
             assert texts[i][s.start:s.end] == s.text and 0 <= s.score <= 1
         found += len(res.spans)
     assert found > 0, "the demo tagger should find some entity in 30 test tweets"
+
+
+def test_a_cased_model_gets_the_ids_the_zoo_gives_it(api, tmp_path):
+    """Tokenizer rule 7 on both sides: a tagger whose manifest folds case classes into the ids is fed
+    by the server exactly the ids the zoo's encoder makes (word id + vocabulary size x case class),
+    and tags as the zoo's model does."""
+    from qvi.models import ModelConfig, build_model
+    from qvi.tokenizer import TokenizerConfig, Vocabulary
+    pb, pb_grpc = api
+    torch.manual_seed(3)
+    vocab = Vocabulary(["[PAD]", "[UNK]", "paris", "is", "in", "france", "the", "eu", "iphone"])
+    cfg = ModelConfig("cnn_transformer_crf", len(vocab), 5, emb_dim=8, hidden=8, heads=2, ffn=16, case_dim=4)
+    model = build_model(cfg).eval()
+    with torch.no_grad():
+        model.crf.trans.normal_(0, 1)
+    tags = ["O", "B-LOC", "B-MISC", "I-LOC", "I-MISC"]
+    manifest = artifact.build_manifest("cased", cfg, TokenizerConfig(casing=True), vocab, tags, "BIO", {})
+    artifact.export(model, manifest, vocab, str(tmp_path / "store"), 1)
+    proc = ServerProcess(str(tmp_path / "store"), str(tmp_path))
+    try:
+        texts = ["Paris is in France", "PARIS paris Paris pARIS", "the EU and the iPhone 3 EU"]
+        resp = pb_grpc.InferenceStub(proc.channel).Tag(pb.TagRequest(model=pb.ModelSpec(name="cased"), texts=texts),
+                                                        timeout=60)
+        _, encs, out = python_outputs("cased", texts, str(tmp_path / "store"))
+        assert [t.id for t in resp.results[1].tokens] == [2 + 9 * 3, 2 + 9 * 1, 2 + 9 * 2, 2 + 9 * 4]
+        for i, (res, enc) in enumerate(zip(resp.results, encs)):
+            assert [t.id for t in res.tokens] == enc.ids, texts[i]
+            assert [t.tag for t in res.tokens] == [tags[int(k)] for k in out["tags"][i, :len(enc.ids)]], texts[i]
+    finally:
+        proc.stop()
 
 
 def code_of(call):

@@ -131,7 +131,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
     result.tokens.reserve(tokens->size());
     for (TextToken& t : *tokens) {
       TokenOutput out;
-      out.id = model.vocabulary().Id(t.normalized);
+      out.id = TokenId(model.vocabulary(), m.tokenizer, t);
       out.token = std::move(t);
       p.ids[i].push_back(out.id);
       result.tokens.push_back(std::move(out));

@@ -101,6 +101,7 @@ absl::Status ParseTokenizer(const json& j, Manifest& m) {
   QVI_RETURN_IF_ERROR(Get(*tok, "lowercase", "tokenizer.", m.tokenizer.lowercase));
   QVI_RETURN_IF_ERROR(Get(*tok, "max_tokens", "tokenizer.", m.tokenizer.max_tokens));
   if (m.tokenizer.max_tokens < 1) return Bad("tokenizer.max_tokens", "must be at least 1");
+  if (tok->contains("casing")) QVI_RETURN_IF_ERROR(Get(*tok, "casing", "tokenizer.", m.tokenizer.casing));
   return Get(*tok, "vocab_size", "tokenizer.", m.vocab_size);
 }
 

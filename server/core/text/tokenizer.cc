@@ -103,6 +103,24 @@ absl::Status ValidateUtf8(std::string_view text) {
   return ForEachCodePoint(text, [](int32_t, size_t, size_t) {});
 }
 
+int CaseClass(std::string_view text) {
+  int upper = 0, lower = 0;
+  bool first_upper = false;
+  // A token's text is valid UTF-8 (Tokenize checked it); a bad byte would only end the walk early.
+  (void)ForEachCodePoint(text, [&](int32_t cp, size_t, size_t) {
+    const utf8proc_category_t c = utf8proc_category(cp);
+    if (c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LT) {
+      if (upper == 0 && lower == 0) first_upper = true;
+      ++upper;
+    } else if (c == UTF8PROC_CATEGORY_LL) {
+      ++lower;
+    }
+  });
+  if (upper == 0) return lower > 0 ? 1 : 0;
+  if (upper == 1 && first_upper) return 2;
+  return lower == 0 ? 3 : 4;
+}
+
 absl::StatusOr<std::vector<TextToken>> Tokenizer::Tokenize(std::string_view text) const {
   absl::StatusOr<std::vector<CodePoint>> decoded = Decode(text);
   if (!decoded.ok()) return decoded.status();

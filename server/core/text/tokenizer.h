@@ -33,7 +33,14 @@ struct TokenizerOptions {
   TokenLevel level = TokenLevel::kWord;
   bool lowercase = true;
   int max_tokens = 128;
+  bool casing = false;  // rule 7: each id folds in the token's case class (TokenId in vocabulary.h)
 };
+
+// Rule 7's case class of a token's original UTF-8 text (which the tokenizer has validated): from its
+// cased letters, upper (Lu, Lt) and lower (Ll): 0 none, 1 lower, 2 title (one upper letter, the first
+// cased one), 3 upper (two or more upper, no lower), 4 mixed.
+inline constexpr int kCaseClasses = 5;
+int CaseClass(std::string_view text);
 
 class Tokenizer {
  public:

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/text/tokenizer.h"
 
 namespace qvi {
 
@@ -30,6 +31,13 @@ class Vocabulary {
   std::vector<std::string> tokens_;
   std::unordered_map<std::string, int64_t> index_;
 };
+
+// The id a model is fed for `token`: its vocabulary id, plus vocabulary size x its case class when the
+// tokenizer folds casing in (rule 7), so that [PAD] stays 0 and one id still names one token.
+inline int64_t TokenId(const Vocabulary& vocab, const TokenizerOptions& options, const TextToken& token) {
+  const int64_t id = vocab.Id(token.normalized);
+  return options.casing ? id + static_cast<int64_t>(vocab.size()) * CaseClass(token.text) : id;
+}
 
 }  // namespace qvi
 
