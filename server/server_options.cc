@@ -136,8 +136,9 @@ void AddLimitOptions(CLI::App& app, ServerOptions& o) {
       ->group("Limits");
   app.add_option(
          "--max-inflight-request-bytes", o.limits.max_inflight_request_bytes,
-         "bytes of inference requests (Classify, Tag, ModelInfer) received and not yet answered; a call beyond it gets "
-         "RESOURCE_EXHAUSTED at once. 0: no limit")
+         "bytes of inference requests (Classify, Tag, ModelInfer) received and not yet answered, with their answers' "
+         "estimated sizes; a call beyond it gets RESOURCE_EXHAUSTED, before it is parsed (its request) or queued "
+         "(its answer). 0: no limit")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->group("Limits");
   app.add_option("--max-queued-texts", o.limits.max_queued_texts,

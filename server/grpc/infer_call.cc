@@ -101,12 +101,25 @@ grpc::Status InferCall::Admission() const {
                                    " bytes (--max-inflight-request-bytes); retry with backoff"));
 }
 
+absl::Status InferCall::HoldAnswer(int64_t answer_bytes) {
+  int64_t none = 0;
+  if (answered_.load() || answer_bytes <= 0 || !answer_bytes_.compare_exchange_strong(none, answer_bytes)) {
+    return absl::OkStatus();  // answered already, nothing to hold, or held once already
+  }
+  const int64_t held = calls_->inflight_bytes_.fetch_add(answer_bytes) + answer_bytes;
+  const int64_t limit = calls_->options_.max_inflight_request_bytes;
+  if (limit <= 0 || held <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat("requests in flight and their answers would hold ", held,
+                                                   " bytes (this answer about ", answer_bytes, "), over the limit of ",
+                                                   limit, " bytes (--max-inflight-request-bytes); retry with backoff"));
+}
+
 void InferCall::Answer(const grpc::Status& status, const AnswerSummary* answer) {
   if (answered_.exchange(true)) return;
-  // The request's bytes stop counting against --max-inflight-request-bytes once its answer is
-  // handed over: a client that has its answer (a refusal included) may send the next request at
-  // once, and gRPC's own buffers until OnDone are bounded by its resource quota.
-  calls_->inflight_bytes_.fetch_sub(bytes_);
+  // The request's bytes, and its answer's estimate, stop counting against --max-inflight-request-bytes
+  // once its answer is handed over: a client that has its answer (a refusal included) may send the
+  // next request at once, and gRPC's own buffers until OnDone are bounded by its resource quota.
+  calls_->inflight_bytes_.fetch_sub(bytes_ + answer_bytes_.load());
   status_ = status;
   if (answer != nullptr) answer_ = *answer;
   answer_valid_ = answer != nullptr;

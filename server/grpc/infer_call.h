@@ -55,8 +55,10 @@ class InferCalls {
   struct Options {
     bool access_log = false;
     Metrics* metrics = nullptr;  // may be null
-    // Bytes of inference requests received and not yet answered, at most, over both APIs; a call
-    // that would go over is refused at once with RESOURCE_EXHAUSTED, before it is parsed. 0: no limit.
+    // Bytes of inference requests received and not yet answered, with their answers' estimated sizes,
+    // at most, over both APIs. A call whose request would go over is refused at once with
+    // RESOURCE_EXHAUSTED, before it is parsed; one whose answer would, once its answer is estimated,
+    // before it is queued. 0: no limit.
     int64_t max_inflight_request_bytes = 0;
     // The largest answer sent (the server's send limit, --max-message-bytes). 0: no limit.
     int64_t max_response_bytes = 0;
@@ -98,6 +100,11 @@ class InferCall final : public grpc::ServerUnaryReactor {
   // RESOURCE_EXHAUSTED when this call's bytes took the bytes in flight over the limit: answer that.
   grpc::Status Admission() const;
 
+  // Counts the answer's estimated bytes as held with the request's until the call is answered;
+  // RESOURCE_EXHAUSTED when they take the bytes in flight over the limit (InferenceRequest::
+  // hold_answer_bytes). Called at most once, before the call is answered.
+  absl::Status HoldAnswer(int64_t answer_bytes);
+
   void Answer(const grpc::Status& status, const AnswerSummary* answer = nullptr);
 
   // Answers with the core's answer, or its error. `build(answer, &message)` fills the API's
@@ -119,7 +126,8 @@ class InferCall final : public grpc::ServerUnaryReactor {
   const char* const method_;
   const absl::Time start_;
   const int64_t bytes_;
-  int64_t held_ = 0;  // the bytes in flight with this call's
+  int64_t held_ = 0;                      // the bytes in flight with this call's
+  std::atomic<int64_t> answer_bytes_{0};  // the answer's estimate, held since HoldAnswer
   std::string peer_;
   CallTrace trace_;  // read when the access log is on
   std::atomic<bool> answered_{false};
@@ -175,6 +183,7 @@ grpc::ServerUnaryReactor* StartInferCall(InferCalls* calls, InferenceService* co
     r.deadline = MonotonicDeadline(env, Deadline(ctx));
     if (planned->timeout != absl::InfiniteDuration()) r.deadline = std::min(r.deadline, env.Now() + planned->timeout);
     r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
+    r.hold_answer_bytes = [call](int64_t bytes) { return call->HoldAnswer(bytes); };
     core->Submit(
         planned->method, std::move(r),
         [call, raw_response, build = std::move(planned->build)](absl::StatusOr<InferenceResponse> out) {

@@ -95,12 +95,31 @@ def test_answer_over_the_send_limit(limited, api):
                                  options=pb.OutputOptions(layers=pb.LayerOptions(attention_maps=True, gates=True)))
     details = refused(proc, stub.Classify, request, grpc.StatusCode.INVALID_ARGUMENT,
                       "the answer would be about", f"over the limit of {4 << 20} bytes")
-    # Averaging the heads of one layer for a few texts fits, and is answered.
-    request = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=[LONG_TEXT] * 4,
+    # Averaging the heads of one layer for two texts fits (the send limit, and the bytes in flight with
+    # the answer's estimate), and is answered.
+    request = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=[LONG_TEXT] * 2,
                                  options=pb.OutputOptions(layers=pb.LayerOptions(
                                      attention_maps=True, layers=[1], reduction=pb.LAYER_REDUCTION_MEAN_HEADS)))
     reply = stub.Classify(request, timeout=30)
     assert len(reply.results[0].layers) == 1, details
+
+
+def test_answers_count_against_the_bytes_in_flight(limited, api):
+    """A 2 KB request can ask for an answer of a megabyte: the answer's estimate joins the request's
+    bytes against --max-inflight-request-bytes (256 KiB here) before the request is queued, so small
+    requests cannot make the server hold answers without bound. Refused as RESOURCE_EXHAUSTED (a load
+    limit, not a bad request: the same call fits a server with room), before any batch runs; the
+    held bytes are released, so a call with a small answer right after is answered."""
+    proc, stub = limited
+    pb, _ = api
+    request = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=[LONG_TEXT] * 2,
+                                 options=pb.OutputOptions(layers=pb.LayerOptions(attention_maps=True)))
+    assert request.ByteSize() < 3000
+    refused(proc, stub.Classify, request, grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "requests in flight and their answers would hold", f"over the limit of {256 << 10} bytes")
+    del request.texts[1:]
+    request.texts[0] = " ".join(LONG_TEXT.split()[:30])
+    assert len(stub.Classify(request, timeout=30).results[0].layers) == 8  # 2 layers x 4 heads
 
 
 def test_long_model_name_and_request_id(limited, api):
@@ -362,7 +381,8 @@ def test_oip_answer_over_the_send_limit_is_refused_before_the_model_runs(limited
     request.outputs.add(name="layer_attention")
     refused(proc, stub.ModelInfer, request, grpc.StatusCode.INVALID_ARGUMENT,
             "the answer would be about", f"over the limit of {4 << 20} bytes")
-    # One text's maps fit, and are answered.
+    # One short text's maps fit (the send limit, and the bytes in flight with the answer's), and are answered.
     del text.contents.bytes_contents[1:]
+    text.contents.bytes_contents[0] = " ".join(LONG_TEXT.split()[:30]).encode()
     text.shape[0] = 1
     assert stub.ModelInfer(request, timeout=30).outputs[0].name == "layer_attention"

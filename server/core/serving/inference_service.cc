@@ -76,6 +76,21 @@ int64_t AnswerEstimate(Method method, const Manifest& m, const InferenceRequest&
   return r.estimate_response_bytes ? r.estimate_response_bytes(r, tokenised)
                                    : EstimateResponseBytes(method, m, r, tokenised);
 }
+
+// Refuses, before the model runs, an answer larger than the send limit (INVALID_ARGUMENT: the same
+// request can never be answered) and one the bytes in flight have no room for (the caller's
+// hold_answer_bytes: RESOURCE_EXHAUSTED, a load limit).
+absl::Status CheckAnswerSize(Method method, const Manifest& m, const InferenceRequest& r,
+                             const InferenceResponse& tokenised, int64_t max_response_bytes) {
+  if (max_response_bytes <= 0 && !r.hold_answer_bytes) return absl::OkStatus();
+  const int64_t estimate = AnswerEstimate(method, m, r, tokenised);
+  if (max_response_bytes > 0 && estimate > max_response_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options: the answer would be about ", estimate, " bytes, over the limit of ", max_response_bytes,
+        " bytes (--max-message-bytes); ask for fewer texts, layers, heads or attention maps, or average the heads"));
+  }
+  return r.hold_answer_bytes ? r.hold_answer_bytes(estimate) : absl::OkStatus();
+}
 }  // namespace
 
 absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method method, const InferenceRequest& r,
@@ -144,14 +159,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
                                                    "''s queue of ", serving.max_queued_tokens,
                                                    " tokens (max_queued_tokens); send fewer per request"));
   }
-  if (limits_.max_response_bytes > 0) {
-    const int64_t estimate = AnswerEstimate(method, m, r, response);
-    if (estimate > limits_.max_response_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "options: the answer would be about ", estimate, " bytes, over the limit of ", limits_.max_response_bytes,
-          " bytes (--max-message-bytes); ask for fewer texts, layers, heads or attention maps, or average the heads"));
-    }
-  }
+  if (absl::Status s = CheckAnswerSize(method, m, r, response, limits_.max_response_bytes); !s.ok()) return s;
   return p;
 }
 

@@ -66,6 +66,10 @@ struct InferenceRequest {
   // core refuses a request whose answer would exceed the send limit before the model runs. Null:
   // the native answer's estimate (EstimateResponseBytes).
   std::function<int64_t(const InferenceRequest& request, const InferenceResponse& tokenised)> estimate_response_bytes;
+  // Called once with the answer's estimated size, after the checks and before the request is queued:
+  // the caller counts those bytes as held until the call is answered (the in-flight limit, which
+  // bounds requests and their answers together), and a non-OK status refuses the request. Null: none.
+  std::function<absl::Status(int64_t answer_bytes)> hold_answer_bytes;
 };
 
 struct TokenOutput {
