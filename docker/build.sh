@@ -19,7 +19,7 @@ BASE=localhost/qvi-base:bookworm
 IMAGE=localhost/qvi-serve
 VERSION=$(sed -n 's/^project(qvi_serve VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 
-for m in sentiment ner; do
+for m in sentiment ner topics; do
   compgen -G "model_store/store/$m/*/model.pt" > /dev/null ||
     { echo "docker/build.sh: no demo model model_store/store/$m; run scripts/setup.sh first" >&2; exit 1; }
 done

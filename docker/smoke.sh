@@ -22,7 +22,8 @@ until "$client" --server "$address" --timeout 2 --color never health > /dev/null
 done
 echo "[smoke] $image SERVING after $((SECONDS - start)) s"
 "$client" --server "$address" --color never classify --model sentiment "A smart, funny and moving film."
-"$client" --server "$address" --color never tag --model ner "Justin Bieber flew to New York"
+"$client" --server "$address" --color never tag --model ner "German chancellor Angela Merkel met Siemens executives in Munich"
+"$client" --server "$address" --color never classify --model topics "Shares rose after record profits."
 # Read the log whole first: grep -m1 on a pipe would stop podman with SIGPIPE, which pipefail reports.
 logs=$("${QVI_PODMAN[@]}" logs "$name" 2>&1)
 grep -m1 "CUDA:" <<< "$logs" || { echo "$logs"; echo "no CUDA: line in the log" >&2; exit 1; }

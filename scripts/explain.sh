@@ -5,6 +5,7 @@
 # browser, and stops the server.
 # Usage: scripts/explain.sh ["text" ...]        (default: a sample review)
 #        MODEL=ner METHOD=tag scripts/explain.sh "Barack Obama flew to Paris"
+#        MODEL=topics scripts/explain.sh "Shares in the carmaker rose after record profits."
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >&2
@@ -19,7 +20,7 @@ build/qvi-server --model-store model_store/store --port 0 --port-file "$work/por
 server=$!
 for _ in $(seq 600); do [[ -s $work/port ]] && break; kill -0 "$server" || exit 1; sleep 0.1; done
 [[ -s $work/port ]] || { echo "qvi-server did not start" >&2; exit 1; }
-extra=(); [[ $METHOD == classify ]] && extra=(--top-k 2)
+extra=(); [[ $METHOD == classify ]] && extra=(--top-k 3)
 build/qvi-client --server "127.0.0.1:$(cat "$work/port")" "$METHOD" --model "$MODEL" "${extra[@]}" \
   --html "$OUT" "$@"
 echo "open $OUT in a browser for the full report" >&2

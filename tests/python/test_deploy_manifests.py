@@ -204,7 +204,7 @@ def test_qvi_server_serves_with_the_shipped_config(rendered, api, config_file):
     try:
         _, pb_grpc = api
         reply = pb_grpc.InferenceStub(proc.channel).ListModels(api[0].ListModelsRequest(), timeout=30)
-        assert {m.name for m in reply.models} == {"sentiment", "ner"}
+        assert {m.name for m in reply.models} == {"sentiment", "ner", "topics"}
         proc.stop()
         # The file's settings took effect where no flag overrode them: the ConfigMap's JSON logs.
         messages = [json.loads(line)["msg"] if config_file == "base" else line

@@ -17,8 +17,9 @@ torch.set_num_threads(1)
 
 
 def corpus_texts(name, n):
-    path = os.path.join(REPO, "model_store", "data", name, "test.tsv" if name == "sentiment" else "test.conll")
-    if name == "sentiment":
+    tsv = name in ("sentiment", "bbc")
+    path = os.path.join(REPO, "model_store", "data", name, "test.tsv" if tsv else "test.conll")
+    if tsv:
         with open(path, encoding="utf-8") as f:
             return [line.rstrip("\n").split("\t", 1)[1] for line in f][:n]
     from qvi.data import read_conll
@@ -66,7 +67,7 @@ def test_classify_equals_the_python_model(server, api):
 
 def test_tag_equals_the_python_model(server, api):
     pb, pb_grpc = api
-    texts = corpus_texts("wnut16", 30) + EXTRA[:2]
+    texts = corpus_texts("conll2003", 30) + EXTRA[:2]
     resp = pb_grpc.InferenceStub(server).Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=texts), timeout=60)
     manifest, encs, out = python_outputs("ner", texts)
     found = 0
@@ -80,7 +81,7 @@ def test_tag_equals_the_python_model(server, api):
         for s in res.spans:
             assert texts[i][s.start:s.end] == s.text and 0 <= s.score <= 1
         found += len(res.spans)
-    assert found > 0, "the demo tagger should find some entity in 30 test tweets"
+    assert found > 0, "the demo tagger should find some entity in 30 test sentences"
 
 
 def test_a_cased_model_gets_the_ids_the_zoo_gives_it(api, tmp_path):
@@ -123,7 +124,7 @@ def test_errors(server, api):
     pb, pb_grpc = api
     stub = pb_grpc.InferenceStub(server)
     c, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="missing"), texts=["x"])))
-    assert c == grpc.StatusCode.NOT_FOUND and "models: inconsistent, misconfigured, ner, sentiment" in msg
+    assert c == grpc.StatusCode.NOT_FOUND and "models: inconsistent, misconfigured, ner, sentiment, topics" in msg
     c, msg = code_of(lambda: stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner", version=3), texts=["x"])))
     assert c == grpc.StatusCode.UNAVAILABLE and "FAILED" in msg
     c, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"))))
@@ -150,13 +151,13 @@ def test_discovery(server, api):
     pb, pb_grpc = api
     stub = pb_grpc.InferenceStub(server)
     models = {m.name: m for m in stub.ListModels(pb.ListModelsRequest()).models}
-    assert set(models) == {"inconsistent", "misconfigured", "ner", "sentiment"}
+    assert set(models) == {"inconsistent", "misconfigured", "ner", "sentiment", "topics"}
     bad = models["misconfigured"].versions[0]
     assert bad.state == pb.MODEL_STATE_FAILED and "'max_batch_szie' is not a serving setting" in bad.reason
     ner = models["ner"]
     assert [(v.version, v.state) for v in ner.versions] == [(3, pb.MODEL_STATE_FAILED), (1, pb.MODEL_STATE_READY)]
     md = ner.versions[1].metadata
-    assert md.task == "tagging" and md.tag_scheme == "BIO" and "person" in md.entity_types
+    assert md.task == "tagging" and md.tag_scheme == "BIO" and set(md.entity_types) == {"LOC", "MISC", "ORG", "PER"}
     assert {o.name for o in md.outputs} >= {"attention", "gates", "layer_gates", "layer_attention"}
     assert json.loads(md.model_card_json)["metrics"]["test"]["f1"] >= 0
     one = stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name="sentiment", version=1))).model
