@@ -263,15 +263,17 @@ def plot_ablation(rows: Sequence[Dict[str, object]], path: str) -> Dict[str, Dic
 
 def differences(rows: Sequence[Dict[str, object]], reference: str = "none") -> str:
     """Per corpus and architecture, each interaction's mean test score minus the `reference` one's
-    (accuracy for classifiers, entity F1 for taggers; points), with Welch's t = Δ / √(s₁²/n₁ + s₂²/n₂).
-    With five seeds a side, |t| must exceed about 2.3 for a difference to be significant at 5%."""
+    (accuracy for classifiers, entity F1 for taggers; points), with Welch's t = Δ / √(s₁²/n₁ + s₂²/n₂)
+    and the paired t over seeds = mean(d) / (sd(d) / √n), d the per-seed differences (the same seed
+    trains both on the same batches in the same order). With five seeds a side, |t| must exceed about
+    2.3 (Welch, ~8 degrees of freedom) or 2.78 (paired, 4) for a difference to be significant at 5%."""
     reference = check_interaction(reference)
     groups: Dict[Tuple[str, str, str], Dict[str, List[float]]] = {}
     for r in rows:
         group = (str(r["corpus"]), str(r["arch"]), str(r.get("train_args") or ""))
         groups.setdefault(group, {})[check_interaction(str(r["g"]))] = _headline(r)
-    lines = [f"| corpus | model | Δ vs {'g1' if reference == 'none' else reference} (points) | Welch t |",
-             "|---|---|---|---|"]
+    lines = [f"| corpus | model | Δ vs {'g1' if reference == 'none' else reference} (points) | Welch t | paired t |",
+             "|---|---|---|---|---|"]
     for (corpus, arch, extra), by_g in groups.items():
         if reference not in by_g:
             continue
@@ -283,8 +285,17 @@ def differences(rows: Sequence[Dict[str, object]], reference: str = "none") -> s
             se = (statistics.variance(values) / len(values) + statistics.variance(base) / len(base)) ** 0.5
             name = ModelConfig(arch, 2, 2, g=g).display_name() + (f" `{extra}`" if extra else "")
             t = f"{delta / se:+.2f}" if se > 0 else "n/a"
-            lines.append(f"| {corpus} | {name} | {delta:+.2f} | {t} |")
+            lines.append(f"| {corpus} | {name} | {delta:+.2f} | {t} | {_paired_t(values, base)} |")
     return "\n".join(lines)
+
+
+def _paired_t(values: Sequence[float], base: Sequence[float]) -> str:
+    """The paired t of two rows' per-seed scores (seeds 1..n in order), "n/a" when it is undefined."""
+    if len(values) != len(base) or len(values) < 2:
+        return "n/a"
+    d = [a - b for a, b in zip(values, base)]
+    sd = statistics.stdev(d)
+    return f"{statistics.mean(d) / (sd / len(d) ** 0.5):+.2f}" if sd > 0 else "n/a"
 
 
 def cmd_table(args: argparse.Namespace) -> None:

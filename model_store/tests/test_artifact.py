@@ -192,9 +192,21 @@ def test_results_runs_the_ablation_and_draws_it(tmp_path, capsys):
         delta = statistics.mean(acc[g]) - statistics.mean(acc["g1"])
         se = (statistics.variance(acc[g]) / 2 + statistics.variance(acc["g1"]) / 2) ** 0.5
         t = f"{delta / se:+.2f}" if se > 0 else "n/a"
-        assert f"| sentiment | {name} `--epochs 2 --emb-dim 8 --hidden 8 --min-count 1` | {delta:+.2f} | {t} |" in table, table
+        d = [a - b for a, b in zip(acc[g], acc["g1"])]
+        sd = statistics.stdev(d)
+        paired = f"{statistics.mean(d) / (sd / 2 ** 0.5):+.2f}" if sd > 0 else "n/a"
+        assert (f"| sentiment | {name} `--epochs 2 --emb-dim 8 --hidden 8 --min-count 1` | {delta:+.2f} | {t} | "
+                f"{paired} |") in table, table
     with open(tmp_path / "ablation.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     drawn = demo.plot_ablation(rows, str(tmp_path / "again.png"))
     assert drawn == {"cnn_att": {g: [100 * t["accuracy"] for t in r["test"]]
                                  for g, r in zip(("none", "g2", "g3", "qvi"), rows)}}
+
+
+def test_the_paired_t_pairs_seeds_in_order():
+    # d = 1, 2, 3: mean 2, sd 1, t = 2 / (1 / √3)
+    assert demo._paired_t([2.0, 3.0, 4.0], [1.0, 1.0, 1.0]) == "+3.46"
+    assert demo._paired_t([1.0, 1.0, 1.0], [2.0, 3.0, 4.0]) == "-3.46"
+    assert demo._paired_t([2.0, 3.0], [1.0, 2.0]) == "n/a"  # no spread in the differences
+    assert demo._paired_t([2.0, 3.0, 4.0], [1.0, 1.0]) == "n/a"  # seeds do not pair
