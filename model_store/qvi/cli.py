@@ -5,6 +5,7 @@
     python -m qvi export   --checkpoint ckpt.pt --store model_store/store --name NAME --version 1 [--format both]
     python -m qvi demo     --store model_store/store               (the demo models the server serves)
     python -m qvi results  --seeds 5                               (model_store/README.md's table)
+    python -m qvi faithfulness --artifact model.pt --test TEST --out f.json   (how faithful α, β and peers are)
     python -m qvi bench-model --dtype bfloat16                     (UNTRAINED BERT-base size, benchmarks only)
 """
 import argparse
@@ -46,7 +47,14 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> None:
-    card = {"description": args.description} if args.description else {}
+    card: dict = {"description": args.description} if args.description else {}
+    if args.faithfulness:
+        from qvi.faithfulness import card_summary
+        with open(args.faithfulness) as f:
+            report = json.load(f)
+        if report.get("model") != args.name:
+            raise SystemExit(f"{args.faithfulness} measured the model {report.get('model')!r}, not {args.name!r}")
+        card["faithfulness"] = card_summary(report)
     for path in export_checkpoint(args.checkpoint, args.store, args.name, args.version, card, args.format,
                                   args.device, args.cpu_target, args.pt2_cache):
         print(path)
@@ -74,6 +82,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--name", required=True)
     p.add_argument("--version", type=int, required=True)
     p.add_argument("--description", default="")
+    p.add_argument("--faithfulness", help="a `python -m qvi faithfulness` report of this model to put in its card")
     p.add_argument("--format", choices=FORMATS, default="both",
                    help="model.pt (TorchScript), model.<device>.pt2 (AOTInductor), or both")
     p.add_argument("--device", choices=tuple(pt2.FILES), default="cpu", help="the device a .pt2 is compiled for")
@@ -83,7 +92,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--pt2-cache", help="reuse packages compiled before from the same weights, code and target")
     p.set_defaults(func=cmd_export)
     demo.add_commands(sub)
-    from qvi import bench_model
+    from qvi import bench_model, faithfulness
+    faithfulness.add_commands(sub)
     bench_model.add_commands(sub)
     args = ap.parse_args(argv)
     args.func(args)

@@ -88,8 +88,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
         if args.models and name not in args.models:
             continue
         target = os.path.join(args.store, name, "1", "model.pt")
-        path = os.path.join(work, f"{name}.ckpt")
-        argv = train_argv(args.corpora, corpus, arch, "qvi", args.seed) + extra
+        path = os.path.join(work, f"{name}.ckpt" if args.g == "qvi" else f"{name}.{args.g}.ckpt")
+        argv = train_argv(args.corpora, corpus, arch, args.g, args.seed) + extra
         t0 = time.time()
         if args.reexport:
             if not os.path.exists(path):
@@ -102,6 +102,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
                 continue
             ckpt = run_training(_parse(argv))
             torch.save(ckpt, path)
+        if args.g != "qvi":
+            description += f" Trained with --g {args.g} instead of QVI, as its twin for comparisons."
         card = {"description": description,
                 "training_data": CORPUS_CARDS[corpus],
                 "intended_use": USE_CARD,
@@ -110,7 +112,27 @@ def cmd_demo(args: argparse.Namespace) -> None:
             card["pretrained_vectors"] = VECTORS_CARD
         out = export_checkpoint(path, args.store, name, 1, card)[0]
         print(f"{out}: test {json.dumps(ckpt['metrics'].get('test'))} ({time.time() - t0:.0f} s)")
+        if not args.no_faithfulness:
+            card["faithfulness"] = _demo_faithfulness(name, out, os.path.join(
+                args.corpora, corpus, f"test.{EXTENSIONS[corpus]}"))
+            export_checkpoint(path, args.store, name, 1, card)
         _demo_package(target, args, force=True)
+
+
+# The faithfulness figures each demo card carries (qvi/faithfulness.py over the test split, as served):
+# every answer, except for the tagger, whose 5,552 entities take about 9 minutes on one core; its card
+# measures a seeded 1,500 of them (model_store/README.md's table has them all).
+DEMO_FAITHFULNESS = {"ner": {"max_answers": 1500}}
+
+
+def _demo_faithfulness(name: str, model_pt: str, test: str) -> Dict[str, object]:
+    from qvi import faithfulness
+    t0 = time.time()
+    options = faithfulness.Options(progress=False, **DEMO_FAITHFULNESS.get(name, {}))  # type: ignore[arg-type]
+    summary = faithfulness.card_summary(faithfulness.run(model_pt, test, options))
+    summary["split"] = os.path.relpath(test, HERE)  # data/<corpus>/test.<ext>, wherever the store is built
+    print(f"{name}: faithfulness of its explanations on {summary['answers']} answers ({time.time() - t0:.0f} s)")
+    return summary
 
 
 def _current_package(package: str) -> bool:
@@ -327,9 +349,14 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--store", default=DEFAULT_STORE)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--force", action="store_true", help="rebuild models that exist")
+    p.add_argument("--g", default="qvi", choices=("qvi", "none", "g2", "g3"),
+                   help="the attention values (qvi for the demo; none builds the same models without QVI, for "
+                        "comparisons, into another --store)")
     p.add_argument("--models", nargs="*", default=[], choices=[d[0] for d in DEMO],
                    help="build only these demo models (default: all)")
     p.add_argument("--no-pt2", action="store_true", help="TorchScript only: compile no model.cpu.pt2")
+    p.add_argument("--no-faithfulness", action="store_true",
+                   help="leave the faithfulness figures out of the cards (they take about 4 minutes)")
     p.add_argument("--pt2-cache", default=os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2")),
                    help="compiled packages by weights, code and target, reused across set-ups (env QVI_PT2_CACHE)")
     p.add_argument("--reexport", action="store_true",

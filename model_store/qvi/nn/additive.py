@@ -70,26 +70,26 @@ class AdditiveAttention(nn.Module):
         h = w_2(torch.tanh(w_1(torch.cat([q_rep, values], dim=-1)))).squeeze(-1)
         return torch.sigmoid(h) if self.score == "mlp" else h
 
+    def gated(self, values: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The values the weights α average, g(q, v_i) [B,T,D] (v_i itself for g1), and β [B,T] or None.
+        The output is Σ α_i g(q, v_i), so a token's share of it is α_i g(q, v_i) (qvi.faithfulness)."""
+        if self.g == "none":
+            return values, None
+        w = self.w
+        assert w is not None
+        inter = self.query * w(values)  # q ∗ W v_i
+        if self.g == "g2":
+            return inter, None
+        if self.g == "g3":
+            return inter + values, None
+        u = self.u
+        assert u is not None
+        beta = torch.sigmoid(u(torch.cat([inter, values], dim=-1)).squeeze(-1)).masked_fill(~mask, 0.0)
+        bb = beta.unsqueeze(-1)
+        return (1.0 - bb) * inter + bb * values, beta
+
     def forward(self, values: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
         alpha = masked_softmax(self.scores(values), mask, dim=-1)
-        beta: Optional[torch.Tensor] = None
-        if self.g == "none":
-            gv = values
-        else:
-            w = self.w
-            assert w is not None
-            inter = self.query * w(values)  # q ∗ W v_i
-            if self.g == "qvi":
-                u = self.u
-                assert u is not None
-                b = torch.sigmoid(u(torch.cat([inter, values], dim=-1)).squeeze(-1))
-                b = b.masked_fill(~mask, 0.0)
-                beta = b
-                bb = b.unsqueeze(-1)
-                gv = (1.0 - bb) * inter + bb * values
-            elif self.g == "g2":
-                gv = inter
-            else:
-                gv = inter + values
+        gv, beta = self.gated(values, mask)
         out = torch.bmm(alpha.unsqueeze(1), gv).squeeze(1)
         return out, alpha, beta
