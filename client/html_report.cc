@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <sstream>
 
+#include "client/faithfulness.h"
+
 namespace qvi::client {
 namespace v1 = serving::v1;
 
@@ -33,6 +35,7 @@ table.map th { font-weight: normal; padding: 0 0.3em; white-space: nowrap; }
 table.map th.col { writing-mode: vertical-rl; transform: rotate(180deg); text-align: left; }
 #status { position: sticky; bottom: 0; background: #fafafa; border-top: 1px solid #ddd; padding: 0.4em; font-family: monospace; }
 #errors { color: #b00; }
+.faithfulness { color: #444; font-size: 0.9em; } .faithfulness ul { margin: 0.3em 0; }
 )";
 
 // Runs before anything else, so that any script error is on the page (the browser test reads it).
@@ -168,8 +171,12 @@ std::string Header(const v1::ModelVersion& model, const std::string& name, const
       << "<p class=\"meta\">" << HtmlEscape(name) << " version " << model.version() << " · "
       << HtmlEscape(md.display_name()) << " (" << HtmlEscape(md.architecture()) << ", interaction "
       << HtmlEscape(md.interaction()) << ") · " << HtmlEscape(md.task())
-      << ". The weights below come from the same forward pass that produced the answer.</p>\n"
-      << "<pre id=\"errors\"></pre>\n";
+      << ". The weights below come from the same forward pass that produced the answer.</p>\n";
+  // How far to trust them: the card's faithfulness figures, one line per method (docs/serving.md).
+  out << "<details class=\"faithfulness\"><summary>" << HtmlEscape(FaithfulnessHeading(md.faithfulness()))
+      << "</summary><ul>";
+  for (const std::string& line : FaithfulnessLines(md.faithfulness())) out << "<li>" << HtmlEscape(line) << "</li>";
+  out << "</ul></details>\n<pre id=\"errors\"></pre>\n";
   return out.str();
 }
 

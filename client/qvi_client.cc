@@ -20,6 +20,7 @@
 #include <fstream>
 
 #include "client/channel.h"
+#include "client/faithfulness.h"
 #include "client/html_report.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "qvi/serving/v1/inference.grpc.pb.h"
@@ -133,16 +134,21 @@ void Fill(v1::OutputOptions* o, const Explain& e) {
   }
 }
 
-// For --html: the model's version as GetModel describes it, and every explanation it can give.
-// Transformers' maps come one per layer (mean of heads) unless the user chose layer options.
-bool PrepareReport(v1::Inference::Stub& stub, const Common& c, Explain& e, v1::ModelVersion& model) {
+// GetModel of --model (and --version, 0 = every version).
+grpc::Status GetModel(v1::Inference::Stub& stub, const Common& c, v1::GetModelResponse& resp) {
   v1::GetModelRequest req;
   req.mutable_model()->set_name(c.model);
   req.mutable_model()->set_version(c.version);
-  v1::GetModelResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(ctx, c);
-  grpc::Status s = stub.GetModel(&ctx, req, &resp);
+  return stub.GetModel(&ctx, req, &resp);
+}
+
+// For --html: the model's version as GetModel describes it, and every explanation it can give.
+// Transformers' maps come one per layer (mean of heads) unless the user chose layer options.
+bool PrepareReport(v1::Inference::Stub& stub, const Common& c, Explain& e, v1::ModelVersion& model) {
+  v1::GetModelResponse resp;
+  grpc::Status s = GetModel(stub, c, resp);
   if (!s.ok()) {
     Fail(s);
     return false;
@@ -268,7 +274,43 @@ const char* StateName(v1::ModelState s) {
   }
 }
 
+// One line per version; with `details`, under each READY one its faithfulness heading and lines.
+void PrintVersions(const v1::ModelInfo& m, bool details) {
+  for (const auto& v : m.versions()) {
+    const auto& md = v.metadata();
+    std::printf("%-16s v%-4lld %-9s %s", m.name().c_str(), static_cast<long long>(v.version()), StateName(v.state()),
+                md.display_name().c_str());
+    if (v.state() == v1::MODEL_STATE_READY) {
+      std::printf(" (%s, %s, %d %s)", md.task().c_str(), md.device().c_str(),
+                  md.task() == "classification" ? md.labels_size() : md.entity_types_size(),
+                  md.task() == "classification" ? "labels" : "entity types");
+    } else {
+      std::printf(" %s", v.reason().c_str());
+    }
+    std::printf("\n");
+    if (!details || v.state() != v1::MODEL_STATE_READY) continue;
+    std::printf("  %s\n", qvi::client::FaithfulnessHeading(md.faithfulness()).c_str());
+    for (const std::string& line : qvi::client::FaithfulnessLines(md.faithfulness())) {
+      std::printf("    %s\n", line.c_str());
+    }
+  }
+}
+
+// With --model, GetModel of that model: its versions, each READY one with its faithfulness figures.
+int Model(v1::Inference::Stub& stub, const Common& c) {
+  v1::GetModelResponse resp;
+  grpc::Status s = GetModel(stub, c, resp);
+  if (!s.ok()) return Fail(s);
+  if (c.json) {
+    std::cout << Json(resp);
+    return 0;
+  }
+  PrintVersions(resp.model(), /*details=*/true);
+  return 0;
+}
+
 int Models(v1::Inference::Stub& stub, const Common& c) {
+  if (!c.model.empty()) return Model(stub, c);
   v1::ListModelsResponse resp;
   grpc::ClientContext ctx;
   SetDeadline(ctx, c);
@@ -278,21 +320,7 @@ int Models(v1::Inference::Stub& stub, const Common& c) {
     std::cout << Json(resp);
     return 0;
   }
-  for (const auto& m : resp.models()) {
-    for (const auto& v : m.versions()) {
-      const auto& md = v.metadata();
-      std::printf("%-16s v%-4lld %-9s %s", m.name().c_str(), static_cast<long long>(v.version()), StateName(v.state()),
-                  md.display_name().c_str());
-      if (v.state() == v1::MODEL_STATE_READY) {
-        std::printf(" (%s, %s, %d %s)", md.task().c_str(), md.device().c_str(),
-                    md.task() == "classification" ? md.labels_size() : md.entity_types_size(),
-                    md.task() == "classification" ? "labels" : "entity types");
-      } else {
-        std::printf(" %s", v.reason().c_str());
-      }
-      std::printf("\n");
-    }
-  }
+  for (const auto& m : resp.models()) PrintVersions(m, /*details=*/false);
   return 0;
 }
 
@@ -354,7 +382,12 @@ int main(int argc, char** argv) {
   add_infer(classify);
   CLI::App* tag = app.add_subcommand("tag", "entity spans for each text");
   add_infer(tag);
-  CLI::App* models = app.add_subcommand("models", "the models and the state of each version");
+  CLI::App* models = app.add_subcommand(
+      "models",
+      "the models and the state of each version; with --model, one model's versions and how faithful its "
+      "explanations were measured to be");
+  models->add_option("--model", common.model, "model name: show its details");
+  models->add_option("--version", common.version, "with --model: this version only (0 = all)");
   CLI::App* health = app.add_subcommand("health", "grpc.health.v1 status, of the server or of one model");
   health->add_option("--model", common.model, "model name (empty: the whole server)");
   qvi::TlsClientOptions tls;

@@ -62,6 +62,40 @@ void LayersToProto(const std::vector<LayerMapOutput>& layers, google::protobuf::
   }
 }
 
+void SetEstimate(const Estimate& e, v1::Estimate* out) {
+  out->set_mean(e.mean);
+  out->set_low(e.low);
+  out->set_high(e.high);
+}
+
+// The model card's faithfulness figures, or "not measured" where it has none.
+void SetFaithfulness(const std::optional<FaithfulnessCard>& card, v1::Faithfulness* out) {
+  if (!card) {
+    out->set_note("not measured: the model card has no faithfulness figures (python -m qvi faithfulness)");
+    return;
+  }
+  out->set_measured(true);
+  out->set_split(card->split);
+  out->set_answers(card->answers);
+  out->set_texts(card->texts);
+  out->set_removal(card->removal);
+  out->set_target(card->target);
+  out->mutable_ks()->Add(card->ks.begin(), card->ks.end());
+  for (const MethodFaithfulness& m : card->methods) {
+    v1::MethodFaithfulness* p = out->add_methods();
+    p->set_method(m.method);
+    p->set_name(m.name);
+    SetEstimate(m.comprehensiveness, p->mutable_comprehensiveness());
+    SetEstimate(m.sufficiency, p->mutable_sufficiency());
+    SetEstimate(m.normalised_comprehensiveness, p->mutable_normalised_comprehensiveness());
+    if (m.loo_spearman) SetEstimate(*m.loo_spearman, p->mutable_loo_spearman());
+    if (m.vs_random) {
+      SetEstimate(*m.vs_random, p->mutable_vs_random());
+      p->set_vs_random_p(m.vs_random_p);
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<Output> OutputsWithProtoFields() {
@@ -175,6 +209,7 @@ void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
     b->set_max_queued_texts(v.serving.max_queued_texts);
     b->set_max_queued_tokens(v.serving.max_queued_tokens);
     md->set_model_card_json(m.model_card_json);
+    SetFaithfulness(m.faithfulness, md->mutable_faithfulness());
     md->set_format(v.model->format());
     md->set_format_note(v.model->fallback_reason());
     const GraphReport& g = v.model->graphs();

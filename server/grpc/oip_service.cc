@@ -135,6 +135,10 @@ absl::Status OipServiceImpl::ModelMetadata(const inference::ModelMetadataRequest
     p["heads"] = absl::StrCat(manifest.heads);
   }
   if (!manifest.model_card_json.empty()) p["model_card"] = manifest.model_card_json;
+  // The card's faithfulness figures on their own (the same JSON as model_card.faithfulness), so that a
+  // client need not dig them out of the card; GetModel carries them typed.
+  p["faithfulness"] = manifest.faithfulness ? nlohmann::json::parse(manifest.model_card_json)["faithfulness"].dump()
+                                            : std::string("not measured");
   return absl::OkStatus();
 }
 

@@ -44,6 +44,47 @@ TEST(ManifestTest, ParsesEveryField) {
   EXPECT_TRUE(c->tokenizer.casing);
 }
 
+// A card's faithfulness block as model_store/qvi/faithfulness.py's card_summary writes it.
+nlohmann::json Faithfulness() {
+  return nlohmann::json::parse(R"({
+    "split": "data/conll2003/test.conll", "answers": 5648, "texts": 3453, "removal": "delete",
+    "target": "mean CRF marginal of the predicted entity's tags", "ks": [1, 5, 10, 20, 50],
+    "methods": [
+      {"method": "random", "name": "random", "comprehensiveness": {"mean": 0.05, "low": 0.04, "high": 0.06},
+       "sufficiency": {"mean": 0.17, "low": 0.16, "high": 0.18},
+       "normalised_comprehensiveness": {"mean": 0.2, "low": 0.19, "high": 0.21},
+       "loo_spearman": {"mean": 0.01, "low": -0.01, "high": 0.03}},
+      {"method": "alpha", "name": "α", "comprehensiveness": {"mean": 0.31, "low": 0.28, "high": 0.34},
+       "sufficiency": {"mean": 0.1, "low": 0.09, "high": 0.11},
+       "normalised_comprehensiveness": {"mean": 0.6, "low": 0.58, "high": 0.62},
+       "vs_random": {"mean": 0.26, "low": 0.23, "high": 0.29, "p": 1e-30}}]})");
+}
+
+TEST(ManifestTest, ReadsTheCardsFaithfulnessFigures) {
+  absl::StatusOr<Manifest> none = Manifest::Parse(Valid().dump());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->faithfulness.has_value()) << "a card without figures: not measured";
+  nlohmann::json j = Valid();
+  j["model_card"]["faithfulness"] = Faithfulness();
+  absl::StatusOr<Manifest> m = Manifest::Parse(j.dump());
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(m->faithfulness.has_value());
+  const FaithfulnessCard& f = *m->faithfulness;
+  EXPECT_EQ(f.answers, 5648);
+  EXPECT_EQ(f.texts, 3453);
+  EXPECT_EQ(f.ks, (std::vector<int>{1, 5, 10, 20, 50}));
+  ASSERT_EQ(f.methods.size(), 2u);
+  EXPECT_EQ(f.methods[0].method, "random");
+  EXPECT_FALSE(f.methods[0].vs_random.has_value());
+  ASSERT_TRUE(f.methods[0].loo_spearman.has_value());
+  EXPECT_EQ(f.methods[1].name, "α");
+  EXPECT_DOUBLE_EQ(f.methods[1].comprehensiveness.low, 0.28);
+  ASSERT_TRUE(f.methods[1].vs_random.has_value());
+  EXPECT_DOUBLE_EQ(f.methods[1].vs_random->mean, 0.26);
+  EXPECT_DOUBLE_EQ(f.methods[1].vs_random_p, 1e-30);
+  EXPECT_FALSE(f.methods[1].loo_spearman.has_value());
+}
+
 struct BadCase {
   const char* name;
   std::function<void(nlohmann::json&)> edit;
@@ -74,6 +115,18 @@ TEST(ManifestTest, ErrorsNameTheField) {
       {"outputs", [](auto& j) { j["outputs"].erase("tags"); }, "field 'outputs' lacks 'tags'"},
       {"layers", [](auto& j) { j["architecture"]["config"]["layers"] = "two"; },
        "field 'architecture.config.layers' has the wrong type"},
+      {"faithfulness",
+       [](auto& j) {
+         j["model_card"]["faithfulness"] = Faithfulness();
+         j["model_card"]["faithfulness"]["methods"][1]["comprehensiveness"].erase("low");
+       },
+       "field 'model_card.faithfulness.methods[1].comprehensiveness.low' is missing"},
+      {"faithfulness methods",
+       [](auto& j) {
+         j["model_card"]["faithfulness"] = Faithfulness();
+         j["model_card"]["faithfulness"]["methods"] = "alpha";
+       },
+       "field 'model_card.faithfulness.methods' is missing or not a list"},
   };
   for (const BadCase& c : cases) {
     nlohmann::json j = Valid();

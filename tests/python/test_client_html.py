@@ -61,20 +61,38 @@ def test_classify_report_renders_with_highlighted_tokens(server_process, work):
     stdout = client(server_process, "classify", "--model", "sentiment", "--top-k", "2", "--html", page,
                     "A gorgeous, moving film.", hostile)
     assert "positive" in stdout or "negative" in stdout
-    html = open(page, encoding="utf-8").read()
-    assert "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt; dull &amp; long" in html
-    assert "http://" not in html and "https://" not in html  # self-contained: nothing fetched
+    written = open(page, encoding="utf-8").read()
+    assert "&lt;script&gt;document.title=&#39;pwned&#39;&lt;/script&gt; dull &amp; long" in written
+    assert "http://" not in written and "https://" not in written  # self-contained: nothing fetched
     dom, img = render(page, os.path.join(work, "why.png"))
     assert 'data-ready="yes"' in dom, "the page's script did not finish"
     assert 'data-script-errors="yes"' not in dom and '<pre id="errors"></pre>' in dom, "the page had script errors"
     assert "pwned" not in dom.split("<title>")[1].split("</title>")[0]
     assert dom.count('class="tok"') >= 2 * 6  # α and β rows of the first text at least
     assert "Self-attention maps" in dom and "layer 1, mean of heads" in dom
+    # How far to trust them: the card's figures, one line per method, under the heading.
+    faith = re.search(r'<details class="faithfulness"><summary>(.*?)</summary><ul>(.*?)</ul>', dom, re.S)
+    assert faith and faith.group(1).startswith("faithfulness on test.tsv: "), dom[:3000]
+    lines = re.findall(r"<li>(.*?)</li>", faith.group(2))
+    assert lines[0].startswith("random: comprehensiveness AOPC ") and "(the floor)" in lines[0]
+    assert any(re.match(r"α: comprehensiveness AOPC 0\.\d{3} \[0\.\d{3}, 0\.\d{3}\], random 0\.\d{3}; "
+                        r"sufficiency -?0\.\d{3}; leave-one-out agreement ρ -?0\.\d\d$", html.unescape(x))
+               for x in lines), lines
     # The most attended token of each text is drawn at full red; β boxes are blue.
     red = count(img, lambda p: near(p, (220, 38, 38)))
     blue = count(img, lambda p: p[2] > 200 and p[2] - p[0] > 90 and p[2] - p[1] > 50)
     assert red > 300, f"{red} red pixels: the α highlight is missing"
     assert blue > 300, f"{blue} blue pixels: the β highlight is missing"
+
+
+def test_the_client_prints_a_models_faithfulness_one_line_per_method(server_process):
+    out = client(server_process, "models", "--model", "topics")
+    lines = out.splitlines()
+    assert re.match(r"topics +v1 +READY +CNN-Att-QVI \(classification, cpu, 5 labels\)$", lines[0]), out
+    assert lines[1] == "  faithfulness on test.tsv: 223 answers in 223 texts, tokens deleted, p(predicted label)", out
+    names = [line.strip().split(":")[0] for line in lines[2:]]
+    assert names == ["random", "α", "α·g", "gradient × input", "integrated gradients", "leave-one-out"], out
+    assert "leave-one-out agreement ρ" in lines[3] and "leave-one-out agreement" not in lines[-1]
 
 
 def test_tag_report_highlights_the_entity(server_process, work):

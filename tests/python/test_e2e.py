@@ -110,6 +110,11 @@ def test_a_cased_model_gets_the_ids_the_zoo_gives_it(api, tmp_path):
         for i, (res, enc) in enumerate(zip(resp.results, encs)):
             assert [t.id for t in res.tokens] == enc.ids, texts[i]
             assert [t.tag for t in res.tokens] == [tags[int(k)] for k in out["tags"][i, :len(enc.ids)]], texts[i]
+        # Its card has no faithfulness figures: GetModel says so rather than leaving them blank.
+        info = pb_grpc.InferenceStub(proc.channel).GetModel(pb.GetModelRequest(model=pb.ModelSpec(name="cased")),
+                                                             timeout=30)
+        f = info.model.versions[0].metadata.faithfulness
+        assert not f.measured and f.note.startswith("not measured") and not f.methods
     finally:
         proc.stop()
 
@@ -162,6 +167,34 @@ def test_discovery(server, api):
     assert json.loads(md.model_card_json)["metrics"]["test"]["f1"] >= 0
     one = stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name="sentiment", version=1))).model
     assert [v.version for v in one.versions] == [1]
+
+
+def test_get_model_carries_the_cards_faithfulness_figures(server, api):
+    """Typed, equal to the card's figures, for each demo model; "not measured" for a card without."""
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(server)
+    for name in ("ner", "sentiment", "topics"):
+        md = stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name=name, version=1))).model.versions[0].metadata
+        card = json.loads(md.model_card_json)["faithfulness"]
+        f = md.faithfulness
+        assert f.measured and not f.note, name
+        assert (f.split, f.answers, f.texts, f.removal, f.target, list(f.ks)) == (
+            card["split"], card["answers"], card["texts"], card["removal"], card["target"], card["ks"])
+        assert [m.method for m in f.methods] == [m["method"] for m in card["methods"]]
+        assert f.methods[0].method == "random" and not f.methods[0].HasField("vs_random")
+        for got, want in zip(f.methods, card["methods"]):
+            assert got.name == want["name"]
+            for key in ("comprehensiveness", "sufficiency", "normalised_comprehensiveness", "loo_spearman"):
+                if key in want:
+                    e = getattr(got, key)
+                    assert (e.mean, e.low, e.high) == (want[key]["mean"], want[key]["low"], want[key]["high"])
+                else:
+                    assert not got.HasField(key)
+            if "vs_random" in want:
+                assert got.vs_random.mean == want["vs_random"]["mean"] and got.vs_random_p == want["vs_random"]["p"]
+        by = {m.method: m for m in f.methods}
+        if md.task == "classification":  # issue 31's target: α significantly above random
+            assert by["alpha"].comprehensiveness.low > by["random"].comprehensiveness.high, name
 
 
 def test_health_and_reflection(server):

@@ -107,6 +107,10 @@ def test_model_metadata_properties_carry_the_manifest(oip_api, api, server):
     assert p["display_name"] == meta.display_name and p["architecture"] == meta.architecture
     ner = stub.ModelMetadata(pb.ModelMetadataRequest(name="ner"), timeout=10).properties
     assert ner["task"] == "tagging" and json.loads(ner["tags"])[0] == "O" and ner["tag_scheme"] in ("BIO", "BIOES")
+    # the card's faithfulness figures as their own property, the same numbers GetModel types
+    faith = json.loads(p["faithfulness"])
+    assert faith == json.loads(meta.model_card_json)["faithfulness"]
+    assert [m["method"] for m in faith["methods"]] == [m.method for m in meta.faithfulness.methods]
 
 
 def test_classify_through_modelinfer_equals_classify(oip, api, server):

@@ -121,6 +121,51 @@ absl::Status ParseOutputs(const json& j, Manifest& m) {
   return absl::OkStatus();
 }
 
+absl::Status ParseEstimate(const json& j, const std::string& path, Estimate& e) {
+  if (!j.is_object()) return Bad(path, "is not an object");
+  QVI_RETURN_IF_ERROR(Get(j, "mean", path + ".", e.mean));
+  QVI_RETURN_IF_ERROR(Get(j, "low", path + ".", e.low));
+  return Get(j, "high", path + ".", e.high);
+}
+
+absl::Status ParseMethodFaithfulness(const json& j, const std::string& path, MethodFaithfulness& m) {
+  if (!j.is_object()) return Bad(path, "is not an object");
+  QVI_RETURN_IF_ERROR(Get(j, "method", path + ".", m.method));
+  QVI_RETURN_IF_ERROR(Get(j, "name", path + ".", m.name));
+  for (auto [key, out] :
+       {std::pair{"comprehensiveness", &m.comprehensiveness}, std::pair{"sufficiency", &m.sufficiency},
+        std::pair{"normalised_comprehensiveness", &m.normalised_comprehensiveness}}) {
+    if (!j.contains(key)) return Bad(absl::StrCat(path, ".", key), "is missing");
+    QVI_RETURN_IF_ERROR(ParseEstimate(j[key], absl::StrCat(path, ".", key), *out));
+  }
+  if (j.contains("loo_spearman")) {
+    QVI_RETURN_IF_ERROR(ParseEstimate(j["loo_spearman"], path + ".loo_spearman", m.loo_spearman.emplace()));
+  }
+  if (j.contains("vs_random")) {
+    QVI_RETURN_IF_ERROR(ParseEstimate(j["vs_random"], path + ".vs_random", m.vs_random.emplace()));
+    QVI_RETURN_IF_ERROR(Get(j["vs_random"], "p", path + ".vs_random.", m.vs_random_p));
+  }
+  return absl::OkStatus();
+}
+
+// model_card.faithfulness: a card written by an exporter without it simply has none.
+absl::Status ParseFaithfulness(const json& j, FaithfulnessCard& f) {
+  const std::string path = "model_card.faithfulness";
+  if (!j.is_object()) return Bad(path, "is not an object");
+  QVI_RETURN_IF_ERROR(Get(j, "split", path + ".", f.split));
+  QVI_RETURN_IF_ERROR(Get(j, "answers", path + ".", f.answers));
+  QVI_RETURN_IF_ERROR(Get(j, "texts", path + ".", f.texts));
+  QVI_RETURN_IF_ERROR(Get(j, "removal", path + ".", f.removal));
+  QVI_RETURN_IF_ERROR(Get(j, "target", path + ".", f.target));
+  QVI_RETURN_IF_ERROR(Get(j, "ks", path + ".", f.ks));
+  if (!j.contains("methods") || !j["methods"].is_array()) return Bad(path + ".methods", "is missing or not a list");
+  for (size_t i = 0; i < j["methods"].size(); ++i) {
+    QVI_RETURN_IF_ERROR(
+        ParseMethodFaithfulness(j["methods"][i], absl::StrCat(path, ".methods[", i, "]"), f.methods.emplace_back()));
+  }
+  return absl::OkStatus();
+}
+
 // The optional parts: the batching the model suggests, and its model card.
 absl::Status ParseServingAndCard(const json& j, Manifest& m) {
   if (j.contains("serving") && j["serving"].is_object()) {
@@ -137,6 +182,9 @@ absl::Status ParseServingAndCard(const json& j, Manifest& m) {
     const json& card = j["model_card"];
     if (card.is_object() && card.contains("description") && card["description"].is_string()) {
       m.description = card["description"].get<std::string>();
+    }
+    if (card.is_object() && card.contains("faithfulness")) {
+      QVI_RETURN_IF_ERROR(ParseFaithfulness(card["faithfulness"], m.faithfulness.emplace()));
     }
   }
   return absl::OkStatus();

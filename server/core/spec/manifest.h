@@ -3,6 +3,7 @@
 #define QVI_SERVER_CORE_SPEC_MANIFEST_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,36 @@ struct BatchingDefaults {
   int max_batch_size = defaults::kMaxBatchSize;
   int max_batch_tokens = defaults::kMaxBatchTokens;
   double max_queue_delay_ms = defaults::kMaxQueueDelayMs;
+};
+
+// A mean over a model's test answers with its 95 % bootstrap interval.
+struct Estimate {
+  double mean = 0;
+  double low = 0;
+  double high = 0;
+};
+
+// One explanation method's faithfulness figures (ERASER; model_store/qvi/faithfulness.py).
+struct MethodFaithfulness {
+  std::string method;  // "alpha", "random", ...
+  std::string name;    // "α", ...
+  Estimate comprehensiveness;
+  Estimate sufficiency;
+  Estimate normalised_comprehensiveness;
+  std::optional<Estimate> loo_spearman;
+  std::optional<Estimate> vs_random;
+  double vs_random_p = 1.0;
+};
+
+// model_card.faithfulness, written at export by `python -m qvi faithfulness`.
+struct FaithfulnessCard {
+  std::string split;
+  int answers = 0;
+  int texts = 0;
+  std::string removal;
+  std::string target;
+  std::vector<int> ks;
+  std::vector<MethodFaithfulness> methods;
 };
 
 struct Manifest {
@@ -42,6 +73,7 @@ struct Manifest {
   int heads = 0;
   BatchingDefaults serving;
   std::string model_card_json;
+  std::optional<FaithfulnessCard> faithfulness;  // absent: not measured
 
   bool HasOutput(const std::string& name) const { return outputs.count(name) > 0; }
   bool HasOutput(Output output) const { return HasOutput(OutputName(output)); }

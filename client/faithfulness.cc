@@ -1,0 +1,51 @@
+#include "client/faithfulness.h"
+
+#include <cstdio>
+#include <string>
+
+namespace qvi::client {
+namespace {
+
+std::string Fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string Basename(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+std::string FaithfulnessHeading(const serving::v1::Faithfulness& f) {
+  if (!f.measured()) return "faithfulness: " + (f.note().empty() ? std::string("not measured") : f.note());
+  return "faithfulness on " + Basename(f.split()) + ": " + std::to_string(f.answers()) + " answers in " +
+         std::to_string(f.texts()) + " texts, tokens " + (f.removal() == "pad" ? "replaced by [PAD]" : "deleted") +
+         ", " + f.target();
+}
+
+std::vector<std::string> FaithfulnessLines(const serving::v1::Faithfulness& f) {
+  std::vector<std::string> lines;
+  if (!f.measured()) return lines;
+  double random = -1;
+  for (const auto& m : f.methods())
+    if (m.method() == "random") random = m.comprehensiveness().mean();
+  for (const auto& m : f.methods()) {
+    const auto& c = m.comprehensiveness();
+    std::string line = m.name() + ": comprehensiveness AOPC " + Fixed(c.mean(), 3) + " [" + Fixed(c.low(), 3) + ", " +
+                       Fixed(c.high(), 3) + "]";
+    if (m.method() == "random") {
+      line += " (the floor)";
+    } else if (random >= 0) {
+      line += ", random " + Fixed(random, 3);
+    }
+    line += "; sufficiency " + Fixed(m.sufficiency().mean(), 3);
+    if (m.has_loo_spearman()) line += "; leave-one-out agreement ρ " + Fixed(m.loo_spearman().mean(), 2);
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+}  // namespace qvi::client

@@ -1,0 +1,23 @@
+// The model card's faithfulness figures (GetModel's Faithfulness) as people read them: a heading
+// and one line per explanation method, for qvi-client's terminal and its HTML report.
+#ifndef QVI_CLIENT_FAITHFULNESS_H_
+#define QVI_CLIENT_FAITHFULNESS_H_
+
+#include <string>
+#include <vector>
+
+#include "qvi/serving/v1/inference.pb.h"
+
+namespace qvi::client {
+
+// "faithfulness on test.tsv: 1066 answers in 1066 texts, tokens deleted, p(predicted label)", or
+// "faithfulness: not measured ..." (the server's note) when the card has no figures.
+std::string FaithfulnessHeading(const serving::v1::Faithfulness& f);
+
+// One line per method, e.g. "α: comprehensiveness AOPC 0.120 [0.084, 0.153], random 0.038;
+// sufficiency 0.127; leave-one-out agreement ρ 0.25". Empty when not measured.
+std::vector<std::string> FaithfulnessLines(const serving::v1::Faithfulness& f);
+
+}  // namespace qvi::client
+
+#endif  // QVI_CLIENT_FAITHFULNESS_H_
