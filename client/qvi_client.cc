@@ -48,7 +48,8 @@ struct Explain {
   bool attention_maps = false;
   std::vector<int> layers, heads;
   std::string reduce = "none";
-  std::string html;  // write an HTML report here
+  std::string html;            // write an HTML report here
+  int faithfulness_top_k = 0;  // Classify: options.faithfulness.top_k
 };
 
 bool UseColor(const Common& c) {
@@ -120,8 +121,9 @@ void Fill(v1::OutputOptions* o, const Explain& e) {
   o->set_top_k(e.top_k);
   o->set_attention(e.attention);
   o->set_gates(e.gates);
-  o->set_tokens(e.tokens);
+  o->set_tokens(e.tokens || e.faithfulness_top_k > 0);  // the check names the tokens it deleted
   if (e.error_on_truncation) o->set_truncation(v1::TRUNCATION_POLICY_ERROR);
+  if (e.faithfulness_top_k > 0) o->mutable_faithfulness()->set_top_k(e.faithfulness_top_k);
   if (e.layer_gates || e.attention_maps) {
     v1::LayerOptions* l = o->mutable_layers();
     l->set_gates(e.layer_gates);
@@ -227,6 +229,15 @@ int Classify(v1::Inference::Stub& stub, const Common& c, Explain e, const std::v
     std::cout << texts[i] << "\n";
     for (const auto& l : r.labels()) std::printf("  %-12s %.4f\n", l.label().c_str(), l.score());
     if (r.truncated()) std::cout << "  (truncated: " << r.num_tokens() << " tokens, the model reads fewer)\n";
+    if (r.has_faithfulness()) {
+      const v1::FaithfulnessCheck& f = r.faithfulness();
+      std::string removed;
+      for (uint32_t t : f.removed()) {
+        removed += (removed.empty() ? "" : " ") + (static_cast<int>(t) < r.tokens_size() ? r.tokens(t).text() : "?");
+      }
+      std::printf("  check: %s %.4f -> %.4f without α's top %d (%s)\n", f.label().c_str(), f.score(), f.score_without(),
+                  f.removed_size(), removed.c_str());
+    }
     if (r.tokens_size() > 0) PrintTokens(r.tokens(), color);
   }
   std::cout << "(" << resp.model().name() << "@" << resp.model().version() << ")\n";
@@ -367,6 +378,8 @@ int main(int argc, char** argv) {
     sub->add_flag("--gates", explain.gates, "per-token QVI gates β");
     sub->add_flag("--tokens", explain.tokens, "list the tokens");
     sub->add_flag("--error-on-truncation", explain.error_on_truncation, "fail instead of truncating long texts");
+    sub->add_option("--faithfulness-top-k", explain.faithfulness_top_k,
+                    "Classify: also check α by deleting its top K tokens and running the rest again");
     sub->add_flag("--layer-gates", explain.layer_gates, "Transformers: gates of each layer and head");
     sub->add_flag("--attention-maps", explain.attention_maps, "Transformers: T x T self-attention maps");
     sub->add_option("--layers", explain.layers, "layers to return (default all)")->delimiter(',');

@@ -66,8 +66,9 @@ struct Options {
   double words = 20, words_stddev = 5;
   uint32_t seed = 1;
   bool attention = false, gates = false;
-  int channels = 4;  // connections: one HTTP/2 connection serialises its streams' frames
-  int threads = 2;   // completion-queue threads that take answers and send the next calls
+  int faithfulness_top_k = 0;  // Classify: options.faithfulness.top_k
+  int channels = 4;            // connections: one HTTP/2 connection serialises its streams' frames
+  int threads = 2;             // completion-queue threads that take answers and send the next calls
   std::string metrics;
   std::string json;
   std::string label;  // names the system in the JSON (the benchmark harness sets it)
@@ -231,6 +232,7 @@ class GrpcTarget {
       }
       c.mutable_options()->set_attention(o.attention);
       c.mutable_options()->set_gates(o.gates);
+      if (o.faithfulness_top_k > 0) c.mutable_options()->mutable_faithfulness()->set_top_k(o.faithfulness_top_k);
       t.mutable_options()->set_attention(o.attention);
       t.mutable_options()->set_gates(o.gates);
       classify_.push_back(std::move(c));
@@ -479,6 +481,8 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--seed", o.seed, "generated texts: seed")->capture_default_str();
   app.add_flag("--attention", o.attention, "ask for α");
   app.add_flag("--gates", o.gates, "ask for β");
+  app.add_option("--faithfulness-top-k", o.faithfulness_top_k,
+                 "Classify: ask for the faithfulness check of α's top k tokens (a second forward per text)");
   app.add_option("--channels", o.channels, "gRPC connections to spread the calls over")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

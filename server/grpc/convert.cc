@@ -120,6 +120,13 @@ void ToProto(const InferenceResponse& in, v1::ClassifyResponse* out) {
     c->set_truncated(r.truncated);
     c->set_num_tokens(r.num_tokens);
     LayersToProto(r.layers, c->mutable_layers());
+    if (r.faithfulness) {
+      v1::FaithfulnessCheck* f = c->mutable_faithfulness();
+      f->set_label(r.faithfulness->label);
+      f->set_score(r.faithfulness->score);
+      f->set_score_without(r.faithfulness->score_without);
+      f->mutable_removed()->Add(r.faithfulness->removed.begin(), r.faithfulness->removed.end());
+    }
   }
 }
 

@@ -327,3 +327,40 @@ def test_instances_follow_the_cpus_the_server_may_use(api, tmp_path, cpus, flags
         assert f"models on the CPU: {want} instance(s) per model" in log
     finally:
         proc.stop()
+
+
+def test_the_faithfulness_check_deletes_alphas_top_tokens_and_runs_the_rest_again(server, api):
+    """options.faithfulness: the answer's top label's probability with α's top-k tokens deleted, from a
+    second forward in the same batch step, equals the zoo's model run on the same ids without them."""
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(server)
+    texts = corpus_texts("sentiment", 12) + ["Great.", "a b"]
+    options = pb.OutputOptions(attention=True, faithfulness=pb.FaithfulnessOptions(top_k=3))
+    resp = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts, options=options),
+                         timeout=60)
+    module, manifest, _ = artifact.load(os.path.join(STORE, "sentiment", "1", "model.pt"))
+    for text, res in zip(texts, resp.results):
+        f = res.faithfulness
+        alphas = [t.attention for t in res.tokens]
+        n = len(alphas)
+        assert list(f.removed) == sorted(f.removed) and len(f.removed) == min(3, n), text
+        top = sorted(range(n), key=lambda i: -alphas[i])[:len(f.removed)]
+        assert sorted(top) == list(f.removed), (text, alphas)  # α's top tokens (no ties in these texts)
+        assert f.label == res.labels[0].label and abs(f.score - res.labels[0].score) < 1e-6
+        kept = [t.id for i, t in enumerate(res.tokens) if i not in set(f.removed)]
+        ids = torch.tensor([kept or [0]], dtype=torch.long)
+        mask = torch.tensor([[bool(kept)] * max(1, len(kept))])
+        with torch.no_grad():
+            p = torch.softmax(module(ids, mask)["logits"][0], -1)[manifest["labels"].index(f.label)]
+        assert abs(f.score_without - float(p)) < 1e-4, text
+    # texts that did not ask get no check; the default path stays as it was
+    plain = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts[:2]), timeout=60)
+    assert not any(r.HasField("faithfulness") for r in plain.results)
+    for bad, message in ((pb.FaithfulnessOptions(top_k=-1), "options.faithfulness.top_k: -1 is outside [0, 32]"),
+                         (pb.FaithfulnessOptions(top_k=33), "options.faithfulness.top_k: 33 is outside [0, 32]")):
+        code, msg = code_of(lambda: stub.Classify(pb.ClassifyRequest(
+            model=pb.ModelSpec(name="sentiment"), texts=["x"], options=pb.OutputOptions(faithfulness=bad)), timeout=30))
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and message in msg, msg
+    code, msg = code_of(lambda: stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=["Anna"], options=pb.OutputOptions(
+        faithfulness=pb.FaithfulnessOptions(top_k=2))), timeout=30))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "options.faithfulness: the check is for Classify" in msg, msg

@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "server/core/spec/outputs.h"
 
@@ -55,6 +56,13 @@ class ModelOutputs {
   // After a selection of layers and heads (OutputSelection), the original layer and head at each
   // position of the per-layer outputs (int64); head_index is {-1} when the heads were averaged.
   torch::Tensor layer_index, head_index;
+
+  // options.faithfulness (ModelRunner::RunChecks): per batch row, its row of check_logits (-1 when
+  // the text did not ask) and the token positions deleted for it, ascending; check_logits holds the
+  // logits of the texts that asked, with those tokens deleted.
+  std::vector<int64_t> check_row;
+  std::vector<std::vector<int64_t>> check_removed;
+  torch::Tensor check_logits;
 
  private:
   static size_t Index(Output output) { return static_cast<size_t>(output); }

@@ -34,6 +34,15 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
   if (absl::Status s = CheckSwitch(r, m, OutputSwitch::kGates, "has no gates; it was trained without QVI"); !s.ok()) {
     return s;
   }
+  if (r.options.faithfulness_top_k > 0) {
+    if (method != Method::kClassify) {
+      return absl::InvalidArgumentError("options.faithfulness: the check is for Classify; Tag does not take it");
+    }
+    if (!m.HasOutput(Output::kAttention)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("options.faithfulness: model '", m.name, "' (", m.display_name, ") has no attention to check"));
+    }
+  }
   const LayerSelection& l = r.options.layers;
   if (r.options.AsksLayers() || !l.layers.empty() || !l.heads.empty()) {
     if (!m.HasOutput(Output::kLayerAttention)) {
@@ -50,6 +59,21 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
   return absl::OkStatus();
 }
 
+// options.faithfulness's answer from the runner's second forward (ModelRunner::RunChecks).
+FaithfulnessCheckOutput CheckOutput(const Manifest& m, const ModelOutputs& outputs, int64_t row) {
+  const int64_t check = outputs.check_row.at(static_cast<size_t>(row));
+  if (check < 0) throw std::logic_error("a text that asked for the faithfulness check has no check row");
+  const torch::Tensor before = torch::softmax(outputs.at(Output::kLogits)[row].to(torch::kFloat), 0);
+  const torch::Tensor after = torch::softmax(outputs.check_logits[check].to(torch::kFloat), 0);
+  const int64_t best = before.argmax().item<int64_t>();
+  FaithfulnessCheckOutput f;
+  f.label = m.labels.at(static_cast<size_t>(best));
+  f.score = before[best].item<float>();
+  f.score_without = after[best].item<float>();
+  for (int64_t i : outputs.check_removed.at(static_cast<size_t>(row))) f.removed.push_back(static_cast<uint32_t>(i));
+  return f;
+}
+
 // The model tensors a request needs: its task's answer and what its switches turn on.
 OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o) {
   OutputSet wanted = AnswerTensors(m.task);
@@ -57,6 +81,7 @@ OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o) {
        {OutputSwitch::kAttention, OutputSwitch::kGates, OutputSwitch::kLayerGates, OutputSwitch::kLayerAttention}) {
     if (o.Asks(on)) wanted |= ModelTensors(SwitchedBy(on));
   }
+  if (o.faithfulness_top_k > 0) wanted.set(static_cast<size_t>(Output::kAttention));  // the check ranks by α
   return wanted;
 }
 
@@ -233,6 +258,7 @@ void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done d
       OutputSelection{std::vector<int64_t>(r.options.layers.layers.begin(), r.options.layers.layers.end()),
                       std::vector<int64_t>(r.options.layers.heads.begin(), r.options.layers.heads.end()),
                       r.options.layers.reduction != LayerSelection::Reduction::kNone});
+  request->set_faithfulness_top_k(r.options.faithfulness_top_k);
   state->request = request;
   if (absl::Status s = servable->runner->Enqueue(std::move(request)); !s.ok()) state->done(s);
 }
@@ -244,6 +270,7 @@ void InferenceService::PostProcessRow(Method method, const Manifest& m, const Ou
   } else {
     DecodeTagging(m, outputs.at(Output::kTags), outputs.at(Output::kEmissions), row, text, result);
   }
+  if (o.faithfulness_top_k > 0) result.faithfulness = CheckOutput(m, outputs, row);
   FillTokenExplanations(outputs, o, row, result);
   if (o.AsksLayers()) result.layers = LayerMaps(outputs, o, row, static_cast<int64_t>(result.tokens.size()));
   if (method != Method::kTag && !o.AsksPerToken()) result.tokens.clear();

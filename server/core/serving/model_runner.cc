@@ -238,14 +238,66 @@ absl::Status ModelRunner::Report(const Batch& batch, const PackedBatch& packed, 
   return Observe("OnBatch", [&] { observer_->OnBatch(model_->manifest().name, version_, report); });
 }
 
+absl::Status ModelRunner::RunChecks(const Batch& batch, ModelOutputs& outputs) const {
+  outputs.check_row.assign(batch.size(), -1);
+  outputs.check_removed.assign(batch.size(), {});
+  std::vector<std::vector<int64_t>> texts;
+  torch::Tensor alpha;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const int k = batch[b].request->faithfulness_top_k();
+    if (k <= 0) continue;
+    if (!alpha.defined()) alpha = outputs.at(Output::kAttention).to(torch::kCPU, torch::kFloat);
+    const std::vector<int64_t>& ids = batch[b].request->ids(batch[b].index);
+    const int64_t n = static_cast<int64_t>(ids.size());
+    std::vector<int64_t>& removed = outputs.check_removed[b];
+    if (const int64_t take = std::min<int64_t>(k, n); take > 0) {
+      const torch::Tensor top = std::get<1>(alpha[static_cast<int64_t>(b)].slice(0, 0, n).topk(take)).contiguous();
+      removed.assign(top.data_ptr<int64_t>(), top.data_ptr<int64_t>() + take);
+      std::sort(removed.begin(), removed.end());
+    }
+    std::vector<int64_t> kept;
+    kept.reserve(static_cast<size_t>(n) - removed.size());
+    for (int64_t i = 0, r = 0; i < n; ++i) {
+      if (r < static_cast<int64_t>(removed.size()) && removed[static_cast<size_t>(r)] == i) {
+        ++r;
+      } else {
+        kept.push_back(ids[static_cast<size_t>(i)]);
+      }
+    }
+    outputs.check_row[b] = static_cast<int64_t>(texts.size());
+    texts.push_back(std::move(kept));
+  }
+  if (texts.empty()) return absl::OkStatus();
+  std::vector<const std::vector<int64_t>*> rows;
+  for (const std::vector<int64_t>& t : texts) rows.push_back(&t);
+  const PackedBatch packed = PackTokenIds(rows);
+  OutputSet logits;
+  logits.set(static_cast<size_t>(Output::kLogits));
+  absl::StatusOr<ModelOutputs> again = model_->Forward(packed.ids, packed.mask, logits, OutputSelection{});
+  if (!again.ok()) return again.status();
+  outputs.check_logits = again->at(Output::kLogits);
+  return absl::OkStatus();
+}
+
 void ModelRunner::Run(Batch& batch) const {
   const absl::Time start = env_->Now();
   const Wanted wanted = MergeWanted(batch);
   const PackedBatch packed = Pack(batch);
   absl::StatusOr<ModelOutputs> out = model_->Forward(packed.ids, packed.mask, wanted.outputs, wanted.selection);
+  absl::Status checks;
+  if (out.ok()) {
+    try {
+      checks = RunChecks(batch, *out);
+    } catch (...) {  // torch errors the model's own checks did not foresee
+      checks = absl::InternalError(absl::StrCat("the faithfulness check failed: ", CurrentExceptionText()));
+    }
+  }
   const absl::Time forward_end = env_->Now();
   std::vector<absl::Status> statuses =
       out.ok() ? DeliverRows(batch, *out) : std::vector<absl::Status>(batch.size(), out.status());
+  for (size_t b = 0; b < batch.size() && !checks.ok(); ++b) {
+    if (batch[b].request->faithfulness_top_k() > 0) statuses[b] = checks;
+  }
   if (absl::Status s = Report(batch, packed, start, forward_end, out.ok()); !s.ok()) statuses.assign(batch.size(), s);
   for (size_t b = 0; b < batch.size(); ++b) batch[b].request->Complete(batch[b].index, statuses[b]);
 }

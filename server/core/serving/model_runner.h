@@ -47,6 +47,9 @@ class RunnableRequest final : public BatchRequest {
   const std::vector<int64_t>& ids(int index) const { return ids_[index]; }
   const OutputSet& wanted() const { return wanted_; }
   const OutputSelection& selection() const { return selection_; }
+  // options.faithfulness.top_k (0: no check); set once, before the request is enqueued.
+  int faithfulness_top_k() const { return faithfulness_top_k_; }
+  void set_faithfulness_top_k(int k) { faithfulness_top_k_ = k; }
   bool wants_layers() const { return wants_layers_; }
 
   // Where its time went: when its first text joined the queue, the longest wait of its texts in
@@ -76,6 +79,7 @@ class RunnableRequest final : public BatchRequest {
   const RowHandler on_row_;
   const OutputSelection selection_;
   const bool wants_layers_;
+  int faithfulness_top_k_ = 0;
   mutable Mutex timing_mu_;
   Timing timing_ ABSL_GUARDED_BY(timing_mu_);
 };
@@ -130,6 +134,9 @@ class ModelRunner {
   static PackedBatch Pack(const Batch& batch);
   // Hands each text its row of `outputs`; a handler's failure (or exception) fails its text only.
   static std::vector<absl::Status> DeliverRows(const Batch& batch, const ModelOutputs& outputs);
+  // options.faithfulness: each asking text with α's top-k tokens deleted, run as one more forward
+  // (logits only) into outputs.check_*. Its error fails the asking texts only.
+  absl::Status RunChecks(const Batch& batch, ModelOutputs& outputs) const;
   // Records where each request's time went and tells the observer; an observer that throws fails
   // the whole batch (INTERNAL naming the hook).
   absl::Status Report(const Batch& batch, const PackedBatch& packed, absl::Time start, absl::Time forward_end,

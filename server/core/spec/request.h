@@ -36,6 +36,8 @@ struct OutputOptions {
   OutputSet outputs;
   bool error_on_truncation = false;
   LayerSelection layers;
+  // Classify: delete α's top `faithfulness_top_k` tokens and run the rest again (0 = no check).
+  int faithfulness_top_k = 0;
 
   // Asks for every output `on` turns on (options.attention: α and the sentence α, say).
   void Ask(OutputSwitch on) { outputs |= SwitchedBy(on); }
@@ -100,6 +102,14 @@ struct LayerMapOutput {
   std::vector<float> attention;  // T x T, row-major
 };
 
+// options.faithfulness's answer: the top label's probability as answered and without α's top tokens.
+struct FaithfulnessCheckOutput {
+  std::string label;
+  float score = 0;
+  float score_without = 0;
+  std::vector<uint32_t> removed;  // token indices, ascending
+};
+
 struct TextResult {
   std::vector<std::pair<std::string, float>> labels;  // classification, best first
   std::vector<SpanOutput> spans;                      // tagging
@@ -107,6 +117,7 @@ struct TextResult {
   bool truncated = false;
   uint32_t num_tokens = 0;
   std::vector<LayerMapOutput> layers;
+  std::optional<FaithfulnessCheckOutput> faithfulness;
 };
 
 struct InferenceResponse {

@@ -41,6 +41,10 @@ absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits
     return absl::InvalidArgumentError(
         absl::StrCat("options.top_k: ", r.options.top_k, " is negative; 0 returns the best label"));
   }
+  if (r.options.faithfulness_top_k < 0 || r.options.faithfulness_top_k > kMaxFaithfulnessTopK) {
+    return absl::InvalidArgumentError(absl::StrCat("options.faithfulness.top_k: ", r.options.faithfulness_top_k,
+                                                   " is outside [0, ", kMaxFaithfulnessTopK, "]; 0 = no check"));
+  }
   return absl::OkStatus();
 }
 
@@ -105,6 +109,8 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
     if (method == Method::kClassify) {
       const int64_t labels = std::min<int64_t>(std::max(o.top_k, 1), static_cast<int64_t>(m.labels.size()));
       bytes += labels * static_cast<int64_t>(longest_label + 8);
+      // options.faithfulness: the label, two floats and at most top_k indices of up to 5 bytes.
+      if (o.faithfulness_top_k > 0) bytes += static_cast<int64_t>(longest_label) + 16 + 5 * o.faithfulness_top_k;
     } else {
       // Spans: at most one per token, each with its label, offsets, score and text.
       bytes += n * static_cast<int64_t>(longest_label + 32) + static_cast<int64_t>(r.texts[i].size());

@@ -52,6 +52,8 @@ absl::Status CheckModelNameBytes(const char* field, const std::string& name, con
 // The request's own fields against the limits: model name, version, request id, texts (count,
 // bytes, UTF-8), top_k. INVALID_ARGUMENT naming the field and the limit.
 absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits);
+// options.faithfulness.top_k's largest value: the check deletes at most this many tokens per text.
+inline constexpr int kMaxFaithfulnessTopK = 32;
 
 // Layer or head indices against a model with `count` of them. INVALID_ARGUMENT naming `field`.
 absl::Status CheckIndices(const char* field, const std::vector<int>& indices, int count, const char* what);
