@@ -6,6 +6,7 @@
 #   source .gpu/env.sh && bash bench/gpu_session.sh graphs bert   # real captures; in-process limits, demo + BERT-base
 #   source .gpu/env.sh && bash bench/gpu_session.sh server        # qvi-server under qvi-perf, four configurations
 #   source .gpu/env.sh && bash bench/gpu_session.sh pt2           # AOTInductor packages compiled there and measured
+#   source .gpu/env.sh && bash bench/gpu_session.sh probe         # what limits one text per request
 # A dry run on a machine without a GPU (every stage but bert, short steps, nothing measured):
 #   OUT=/tmp/dry QVI_GPU_SESSION_DEVICE=cpu QVI_GPU_SESSION_SECONDS=0.3 QVI_GPU_SESSION_PERF_SECONDS=1 \
 #     bash bench/gpu_session.sh graphs server
@@ -21,6 +22,20 @@ graphs=both
 # Seconds per measured step (the dry run shortens them).
 secs=${QVI_GPU_SESSION_SECONDS:-2}
 perf_secs=${QVI_GPU_SESSION_PERF_SECONDS:-5}
+# Which server configurations (server stage) and BERT dtypes (bert stage) to run: a short device lease
+# may afford only some.
+servers=${QVI_GPU_SESSION_SERVERS:-default nographs b128 b256_i2}
+bert_dtypes=${QVI_GPU_SESSION_BERT_DTYPES:-float32 bfloat16}
+pt2_models=${QVI_GPU_SESSION_PT2_MODELS:-sentiment ner}
+# The probe stage's lines: the default store with the default server under more client threads and
+# channels, more request threads, larger batches, the hand-off to request threads forced, and two
+# load generators at once (each half the load): which of them moves the one-text-per-request limit.
+probes=${QVI_GPU_SESSION_PROBES:-"base|$store||1|--threads 8 --channels 16 --concurrency 256
+client16|$store||1|--threads 16 --channels 64 --concurrency 256,1024
+req8|$store|--inference-threads 8|1|--threads 16 --channels 64 --concurrency 1024
+b128_req8|/tmp/qvi_store_b128|--inference-threads 8 --inline-prepare-bytes 0|1|--threads 16 --channels 64 --concurrency 1024
+two_clients|$store||2|--threads 8 --channels 32 --concurrency 512
+two_clients_req8|/tmp/qvi_store_b128|--inference-threads 8|2|--threads 8 --channels 32 --concurrency 512"}
 
 bench_limit() {  # model-dir label words batch-sizes [extra qvi-bench-model flags...]
   local dir=$1 label=$2 words=$3 sizes=$4
@@ -29,24 +44,37 @@ bench_limit() {  # model-dir label words batch-sizes [extra qvi-bench-model flag
     --batch-sizes "$sizes" --seconds "$secs" --words "$words" --json "$dir_out/limit_${label}_${words}.json" "$@"
 }
 
-# One qvi-server under qvi-perf: start it on a store, sweep, stop it. Extra args go to qvi-server.
-serve_and_load() {  # name store [qvi-server flags...]
+# Starts qvi-server on a store (extra args go to it) and waits until it is healthy: sets srv_pid,
+# address and metrics.
+start_server() {  # name store [qvi-server flags...]
   local name=$1 srv_store=$2
   shift 2
   local port_file metrics_file
   port_file=$(mktemp -u) metrics_file=$(mktemp -u)
   build/qvi-server --model-store "$srv_store" --device "$device" --host 127.0.0.1 --port 0 --port-file "$port_file" \
     --metrics-port 0 --metrics-port-file "$metrics_file" "$@" > "$dir_out/server_$name.log" 2>&1 &
-  local pid=$!
+  srv_pid=$!
   for _ in $(seq 120); do [[ -s $port_file && -s $metrics_file ]] && break; sleep 0.5; done
-  local address=127.0.0.1:$(cat "$port_file")
+  address=127.0.0.1:$(cat "$port_file")
   until build/qvi-client --server "$address" --timeout 2 --color never health > /dev/null 2>&1; do
-    kill -0 $pid 2> /dev/null || { echo "qvi-server ($name) exited"; tail -20 "$dir_out/server_$name.log"; return 1; }
+    kill -0 $srv_pid 2> /dev/null || { echo "qvi-server ($name) exited"; tail -20 "$dir_out/server_$name.log"; return 1; }
     sleep 0.5
   done
   echo "== server $name: $*"
   grep -E "CUDA|instance|graphs" "$dir_out/server_$name.log" | head -8
-  local metrics=http://127.0.0.1:$(cat "$metrics_file")/metrics
+  metrics=http://127.0.0.1:$(cat "$metrics_file")/metrics
+}
+
+stop_server() {  # name
+  kill -TERM $srv_pid
+  wait $srv_pid
+  echo "qvi-server ($1) exit $?"
+}
+
+# One qvi-server under qvi-perf: start it on a store, sweep, stop it. Extra args go to qvi-server.
+serve_and_load() {  # name store [qvi-server flags...]
+  local name=$1
+  start_server "$@" || return 1
   local common=(--server "$address" --metrics "$metrics" --duration "$perf_secs" --warmup 2 --threads 8 --channels 16)
   nvidia-smi dmon -s u -d 1 > "$dir_out/dmon_$name.txt" 2>&1 &
   local dmon=$!
@@ -54,9 +82,28 @@ serve_and_load() {  # name store [qvi-server flags...]
   build/qvi-perf "${common[@]}" --concurrency 1,256 --attention --gates --json "$dir_out/perf_${name}_1text_explain.json"
   build/qvi-perf "${common[@]}" --concurrency 8,64 --texts-per-request 32 --json "$dir_out/perf_${name}_32texts.json"
   kill $dmon 2> /dev/null
-  kill -TERM $pid
-  wait $pid
-  echo "qvi-server ($name) exit $?"
+  stop_server "$name"
+}
+
+# Where one text per request stops scaling: one short qvi-perf step per line of $probes
+# ("name|store|qvi-server flags|clients|qvi-perf flags"); clients > 1 runs that many qvi-perf processes at once.
+probe() {
+  local name srv_store flags clients perf_flags
+  while IFS='|' read -r name srv_store flags clients perf_flags; do
+    [[ -z $name ]] && continue
+    # shellcheck disable=SC2086  # the flags are words
+    start_server "$name" "$srv_store" $flags || continue
+    local pids=()
+    for c in $(seq "$clients"); do
+      # shellcheck disable=SC2086
+      build/qvi-perf --server "$address" --metrics "$metrics" --duration 3 --warmup 1 $perf_flags \
+        --json "$dir_out/probe_${name}_$c.json" > "$dir_out/probe_${name}_$c.txt" 2>&1 &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+    for c in $(seq "$clients"); do echo "-- $name client $c: $perf_flags"; cat "$dir_out/probe_${name}_$c.txt"; done
+    stop_server "$name"
+  done <<< "$probes"
 }
 
 # A copy of the demo store whose serving.json sets batching for a GPU.
@@ -87,34 +134,43 @@ for stage in "$@"; do
       bert)
         # The UNTRAINED BERT-base-sized bench models, exported here (about 660 MB: they do not travel).
         models=/tmp/qvi_bench_models
-        for dtype in float32 bfloat16; do
-          (cd model_store && python3 -m qvi bench-model --store $models --dtype $dtype) || echo "export $dtype failed"
-        done
-        for name in bert_base_qvi bert_base_qvi_bf16; do
+        for dtype in $bert_dtypes; do
+          (cd model_store && python3 -m qvi bench-model --store $models --dtype "$dtype") || echo "export $dtype failed"
+          name=bert_base_qvi
+          [[ $dtype == bfloat16 ]] && name=bert_base_qvi_bf16
           bench_limit $models/$name/1 $name 128 1,8,32,64,128 --words-stddev 0
         done
         ;;
       pt2)
         # The AOTInductor packages for CUDA are compiled here (Triton needs the GPU), then measured
         # against TorchScript, and the real-capture test checks the package's parity too.
-        for m in sentiment ner; do
+        for m in $pt2_models; do
           (cd model_store && timeout 240 python3 -c "from qvi import artifact; print(artifact.package_artifact('store/$m/1/model.pt', 'cuda'))") ||
             echo "pt2 compile of $m failed"
         done
         QVI_SOURCE_DIR=$PWD timeout 120 build/core_test --gtest_filter='DemoGraphs*Gpu*'
-        for m in sentiment ner; do
+        for m in $pt2_models; do
           [[ -f $store/$m/1/model.cuda.pt2 ]] &&
-            timeout 240 build/qvi-bench-model --model $store/$m/1 --device "$device" --format both --cuda-graphs $graphs \
+            timeout 240 build/qvi-bench-model --model "$store/$m/1" --device "$device" --format both --cuda-graphs $graphs \
               --batch-sizes 1,8,32,128 --seconds "$secs" --words 20 --explain --json "$dir_out/limit_pt2_$m.json"
         done
+        ;;
+      probe)
+        gpu_store /tmp/qvi_store_b128 128
+        probe
         ;;
       server)
         gpu_store /tmp/qvi_store_b128 128
         gpu_store /tmp/qvi_store_b256 256
-        serve_and_load default "$store"
-        serve_and_load nographs "$store" --cuda-graphs=false
-        serve_and_load b128 /tmp/qvi_store_b128
-        serve_and_load b256_i2 /tmp/qvi_store_b256 --instances-per-model 2
+        for name in $servers; do
+          case $name in
+            default) serve_and_load default "$store" ;;
+            nographs) serve_and_load nographs "$store" --cuda-graphs=false ;;
+            b128) serve_and_load b128 /tmp/qvi_store_b128 ;;
+            b256_i2) serve_and_load b256_i2 /tmp/qvi_store_b256 --instances-per-model 2 ;;
+            *) echo "unknown server configuration $name" ;;
+          esac
+        done
         ;;
       *) echo "unknown stage $stage" ;;
     esac

@@ -441,6 +441,12 @@ def markdown(results, info, command):
         lines.append("")
     lines += ["Raw results: `bench/results/results.json`. What the profile shows and what stands in the way of the "
               "targets: [docs/performance.md](docs/performance.md).", ""]
+    # The GPU session's figures (bench/gpu_session.sh, bench/gpu_report.py) come from another machine:
+    # kept as they are whenever this run rewrites the file.
+    gpu = os.path.join(REPO, "bench", "results", "gpu.md")
+    if os.path.exists(gpu):
+        with open(gpu) as f:
+            lines += [f.read()]
     return "\n".join(lines)
 
 

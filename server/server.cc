@@ -180,7 +180,8 @@ absl::Status Server::StartModels() {
   o.defaults.device = options_.models.device;
   o.defaults.format = *ParseModelFormat(options_.models.format);  // checked by the flag
   o.defaults.instances = options_.threads.instances;
-  o.defaults.max_queued_texts = options_.limits.max_queued_texts;
+  o.defaults.max_queued_texts = options_.limits.max_queued_texts;  // 0: by device
+  o.defaults.max_queued_tokens = 0;                                // by device
   o.defaults.cuda_graphs.enabled = options_.models.cuda_graphs;
   o.version_policy = *VersionPolicy::Parse(options_.models.version_policy);  // checked by the flag
   o.observer = metrics_.get();

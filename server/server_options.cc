@@ -142,8 +142,10 @@ void AddLimitOptions(CLI::App& app, ServerOptions& o) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->group("Limits");
   app.add_option("--max-queued-texts", o.limits.max_queued_texts,
-                 "texts waiting in one model version's batch queue; beyond it RESOURCE_EXHAUSTED")
-      ->check(CLI::Range(1, 1 << 24))
+                 absl::StrCat("texts waiting in one model version's batch queue; beyond it RESOURCE_EXHAUSTED. 0: by "
+                              "the version's device, ",
+                              defaults::kMaxQueuedTexts, " on the CPU and ", defaults::kGpuMaxQueuedTexts, " on a GPU"))
+      ->check(CLI::Range(0, 1 << 24))
       ->group("Limits");
 }
 
@@ -228,7 +230,10 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
       defaults::kMaxBatchSize, " max_batch_tokens=", defaults::kMaxBatchTokens,
       " max_queue_delay_ms=", defaults::kMaxQueueDelayMs, " max_queued_texts=", defaults::kMaxQueuedTexts,
       " max_queued_tokens=", defaults::kMaxQueuedTokens,
-      " batch_when_idle=", defaults::kBatchWhenIdle ? "true" : "false"));
+      " batch_when_idle=", defaults::kBatchWhenIdle ? "true" : "false",
+      "\nand on a GPU, unless the manifest's `serving.cuda` block or serving.json sets them:\n  max_batch_size=",
+      defaults::kGpuMaxBatchSize, " max_batch_tokens=", defaults::kGpuMaxBatchTokens,
+      " max_queued_texts=", defaults::kGpuMaxQueuedTexts, " max_queued_tokens=", defaults::kGpuMaxQueuedTokens));
 
   for (auto* add : {&AddModelOptions, &AddNetworkOptions, &AddTlsOptions, &AddLimitOptions, &AddThreadOptions,
                     &AddLoggingAndLifecycleOptions}) {

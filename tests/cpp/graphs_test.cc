@@ -92,7 +92,13 @@ std::pair<torch::Tensor, torch::Tensor> RandomBatch(int64_t batch, int64_t token
   return {ids, mask};
 }
 
-void ExpectSameAnswers(const ModelOutputs& got, const ModelOutputs& want, const std::string& where) {
+// `tolerance`: the largest difference allowed, relative to the largest magnitude of the expected
+// output (at least 1). On the CPU a graph replays the same kernels (1e-5). On a GPU a padded bucket
+// runs other kernels than the unpadded shape (cuBLAS and cuDNN pick by shape, and cuDNN's convolutions
+// use TF32 by default), so sums are ordered differently: measured on an H200, up to 1.6e-4 on the
+// tagger's emissions. Labels and tags must still be equal.
+void ExpectSameAnswers(const ModelOutputs& got, const ModelOutputs& want, const std::string& where,
+                       double tolerance = 1e-5) {
   ASSERT_EQ(got.present(), want.present()) << where;
   for (Output output : InOrder(want.present())) {
     const char* name = OutputName(output);
@@ -100,7 +106,8 @@ void ExpectSameAnswers(const ModelOutputs& got, const ModelOutputs& want, const 
     const torch::Tensor& g = got.at(output);
     ASSERT_EQ(g.sizes(), w.sizes()) << name << " " << where;
     if (w.is_floating_point()) {
-      EXPECT_LE((g - w).abs().max().item<float>(), 1e-5) << name << " " << where;
+      const double scale = std::max(1.0, w.abs().max().item<double>());
+      EXPECT_LE((g - w).abs().max().item<double>(), tolerance * scale) << name << " " << where;
     } else {
       EXPECT_TRUE(torch::equal(g, w)) << name << " " << where;
     }
@@ -256,7 +263,11 @@ void ExpectGraphParity(const fs::path& version, const std::string& format,
     auto got = (*graphed)->Forward(ids, mask, wanted);
     ASSERT_TRUE(want.ok()) << want.status();
     ASSERT_TRUE(got.ok()) << got.status();
-    ExpectSameAnswers(*got, *want, absl::StrCat(format, " ", b, "x", t));
+    ExpectSameAnswers(*got, *want, absl::StrCat(format, " ", b, "x", t), device == "cpu" ? 1e-5 : 1e-3);
+    if (want->has(Output::kLogits)) {
+      EXPECT_TRUE(torch::equal(got->at(Output::kLogits).argmax(-1), want->at(Output::kLogits).argmax(-1)))
+          << "labels " << format << " " << b << "x" << t;
+    }
   }
   if (real_backend == nullptr) EXPECT_EQ(emulated.replays(), 5);
 }
@@ -267,7 +278,8 @@ class DemoGraphsTest : public ::testing::Test {
     // QVI_SOURCE_DIR in the environment: a copy of the checkout elsewhere (a GPU machine's).
     const char* root = std::getenv("QVI_SOURCE_DIR");
     demo_ = fs::path(root != nullptr ? root : QVI_SOURCE_DIR) / "model_store" / "store";
-    ASSERT_TRUE(fs::exists(demo_ / "ner" / "1" / "model.cpu.pt2")) << "run scripts/setup.sh first";
+    // TorchScript only: a GPU bundle carries no CPU packages; the test that needs one checks for it.
+    ASSERT_TRUE(fs::exists(demo_ / "ner" / "1" / "model.pt")) << "run scripts/setup.sh first";
   }
   fs::path demo_;
 };
@@ -278,6 +290,8 @@ TEST_F(DemoGraphsTest, TheClassifierAnswersTheSameThroughAPaddedGraph) {
 
 TEST_F(DemoGraphsTest, TheTaggerAnswersTheSameThroughAPaddedGraphInBothFormats) {
   ExpectGraphParity(demo_ / "ner" / "1", "torchscript", {"tags", "emissions", "attention", "gates", "layer_gates"});
+  ASSERT_TRUE(fs::exists(demo_ / "ner" / "1" / "model.cpu.pt2"))
+      << "run scripts/setup.sh first (it compiles the package)";
   ExpectGraphParity(demo_ / "ner" / "1", "pt2", {"tags", "emissions", "attention", "gates", "layer_gates"});
 }
 

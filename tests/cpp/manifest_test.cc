@@ -34,6 +34,7 @@ TEST(ManifestTest, ParsesEveryField) {
   EXPECT_EQ(m->heads, 4);
   EXPECT_EQ(m->serving.max_batch_size, 8);
   EXPECT_DOUBLE_EQ(m->serving.max_queue_delay_ms, 1.5);
+  EXPECT_FALSE(m->serving_cuda.has_value()) << "no serving.cuda: the GPU defaults apply";
   EXPECT_EQ(m->description, "test model");
   EXPECT_TRUE(m->HasOutput("layer_attention"));
   EXPECT_FALSE(m->tokenizer.casing) << "a manifest without casing (all before issue 30) has none";
@@ -42,6 +43,14 @@ TEST(ManifestTest, ParsesEveryField) {
   absl::StatusOr<Manifest> c = Manifest::Parse(cased.dump());
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->tokenizer.casing);
+  nlohmann::json gpu = Valid();
+  gpu["serving"]["cuda"] = {{"max_batch_size", 128}};
+  absl::StatusOr<Manifest> g = Manifest::Parse(gpu.dump());
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE(g->serving_cuda.has_value());
+  EXPECT_EQ(g->serving_cuda->max_batch_size, 128);
+  EXPECT_EQ(g->serving_cuda->max_batch_tokens, defaults::kGpuMaxBatchTokens) << "unset keys: the GPU defaults";
+  EXPECT_EQ(g->serving.max_batch_size, 8) << "the CPU's stays";
 }
 
 // A card's faithfulness block as model_store/qvi/faithfulness.py's card_summary writes it.
@@ -113,6 +122,12 @@ TEST(ManifestTest, ErrorsNameTheField) {
       {"type", [](auto& j) { j["tokenizer"]["lowercase"] = "yes"; }, "field 'tokenizer.lowercase' has the wrong type"},
       {"casing", [](auto& j) { j["tokenizer"]["casing"] = 1; }, "field 'tokenizer.casing' has the wrong type"},
       {"outputs", [](auto& j) { j["outputs"].erase("tags"); }, "field 'outputs' lacks 'tags'"},
+      {"serving.cuda", [](auto& j) { j["serving"]["cuda"] = 256; }, "field 'serving.cuda' must be an object"},
+      {"serving.cuda key",
+       [](auto& j) {
+         j["serving"]["cuda"] = {{"max_batch_size", "big"}};
+       },
+       "field 'serving.cuda.max_batch_size' has the wrong type"},
       {"layers", [](auto& j) { j["architecture"]["config"]["layers"] = "two"; },
        "field 'architecture.config.layers' has the wrong type"},
       {"faithfulness",

@@ -29,6 +29,38 @@ TEST(ServingConfigTest, OverridesWinOverTheManifestWhichWinsOverDefaults) {
   EXPECT_EQ(plain.instances, 3);
 }
 
+// On a GPU the manifest's `serving.cuda` batching (else the GPU defaults) is taken instead of its
+// `serving`, the queues left "by device" (0) hold more, and serving.json still wins.
+TEST(ServingConfigTest, AVersionOnAGpuTakesTheGpuBatchingAndQueues) {
+  ServingConfig by_device;
+  by_device.max_queued_texts = 0;
+  by_device.max_queued_tokens = 0;
+  Manifest m;
+  m.serving.max_batch_size = 16;
+  ServingConfig cpu = ResolveServingConfig(by_device, m, ServingOverrides{}, /*on_gpu=*/false);
+  EXPECT_EQ(cpu.max_batch_size, 16);
+  EXPECT_EQ(cpu.max_batch_tokens, defaults::kMaxBatchTokens);
+  EXPECT_EQ(cpu.max_queued_texts, defaults::kMaxQueuedTexts);
+  EXPECT_EQ(cpu.max_queued_tokens, defaults::kMaxQueuedTokens);
+  ServingConfig gpu = ResolveServingConfig(by_device, m, ServingOverrides{}, /*on_gpu=*/true);
+  EXPECT_EQ(gpu.max_batch_size, defaults::kGpuMaxBatchSize);
+  EXPECT_EQ(gpu.max_batch_tokens, defaults::kGpuMaxBatchTokens);
+  EXPECT_EQ(gpu.max_queued_texts, defaults::kGpuMaxQueuedTexts);
+  EXPECT_EQ(gpu.max_queued_tokens, defaults::kGpuMaxQueuedTokens);
+
+  m.serving_cuda = BatchingDefaults{64, 8192, 1.0};
+  absl::StatusOr<ServingOverrides> o = ServingOverrides::Parse(R"({"max_batch_tokens": 1000})");
+  ASSERT_TRUE(o.ok()) << o.status();
+  ServingConfig gpu_manifest = ResolveServingConfig(by_device, m, *o, /*on_gpu=*/true);
+  EXPECT_EQ(gpu_manifest.max_batch_size, 64);      // the manifest's serving.cuda
+  EXPECT_EQ(gpu_manifest.max_batch_tokens, 1000);  // serving.json
+  EXPECT_DOUBLE_EQ(gpu_manifest.max_queue_delay_ms, 1.0);
+
+  ServingConfig flag = by_device;
+  flag.max_queued_texts = 500;  // --max-queued-texts applies on every device
+  EXPECT_EQ(ResolveServingConfig(flag, m, ServingOverrides{}, true).max_queued_texts, 500);
+}
+
 TEST(ServingConfigTest, ErrorsNameTheKey) {
   struct Case {
     const char* json;

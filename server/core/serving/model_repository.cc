@@ -372,7 +372,8 @@ absl::StatusOr<ModelRepository::LoadedModel> ModelRepository::LoadModel(const st
               result = [&]() -> absl::StatusOr<LoadedModel> {
                 absl::StatusOr<std::unique_ptr<Model>> model = load(path, ResolvePlacement(defaults, overrides));
                 if (!model.ok()) return model.status();
-                ServingConfig serving = ResolveServingConfig(defaults, (*model)->manifest(), overrides);
+                ServingConfig serving =
+                    ResolveServingConfig(defaults, (*model)->manifest(), overrides, (*model)->torch_device().is_cuda());
                 if (absl::Status s = (*model)->PrepareGraphs(serving, backend, note, env); !s.ok()) return s;
                 return LoadedModel{*std::move(model), std::move(serving)};
               }();

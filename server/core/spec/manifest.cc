@@ -166,16 +166,23 @@ absl::Status ParseFaithfulness(const json& j, FaithfulnessCard& f) {
   return absl::OkStatus();
 }
 
+// One batching block (the manifest's `serving`, or its `cuda`): the keys it has, over `b`'s values.
+absl::Status ParseBatching(const json& s, const char* prefix, BatchingDefaults& b) {
+  if (s.contains("max_batch_size")) QVI_RETURN_IF_ERROR(Get(s, "max_batch_size", prefix, b.max_batch_size));
+  if (s.contains("max_batch_tokens")) QVI_RETURN_IF_ERROR(Get(s, "max_batch_tokens", prefix, b.max_batch_tokens));
+  if (s.contains("max_queue_delay_ms")) QVI_RETURN_IF_ERROR(Get(s, "max_queue_delay_ms", prefix, b.max_queue_delay_ms));
+  return absl::OkStatus();
+}
+
 // The optional parts: the batching the model suggests, and its model card.
 absl::Status ParseServingAndCard(const json& j, Manifest& m) {
   if (j.contains("serving") && j["serving"].is_object()) {
     const json& s = j["serving"];
-    if (s.contains("max_batch_size"))
-      QVI_RETURN_IF_ERROR(Get(s, "max_batch_size", "serving.", m.serving.max_batch_size));
-    if (s.contains("max_batch_tokens"))
-      QVI_RETURN_IF_ERROR(Get(s, "max_batch_tokens", "serving.", m.serving.max_batch_tokens));
-    if (s.contains("max_queue_delay_ms"))
-      QVI_RETURN_IF_ERROR(Get(s, "max_queue_delay_ms", "serving.", m.serving.max_queue_delay_ms));
+    QVI_RETURN_IF_ERROR(ParseBatching(s, "serving.", m.serving));
+    if (s.contains("cuda")) {
+      if (!s["cuda"].is_object()) return Bad("serving.cuda", "must be an object");
+      QVI_RETURN_IF_ERROR(ParseBatching(s["cuda"], "serving.cuda.", m.serving_cuda.emplace(GpuBatchingDefaults())));
+    }
   }
   if (j.contains("model_card")) {
     m.model_card_json = j["model_card"].dump();

@@ -15,12 +15,18 @@
 
 namespace qvi {
 
-// A manifest's `serving` block: the batching its exporter suggests (defaults.h when it says nothing).
+// A manifest's `serving` block: the batching its exporter suggests (defaults.h when it says nothing);
+// its `cuda` block, the batching on a GPU.
 struct BatchingDefaults {
   int max_batch_size = defaults::kMaxBatchSize;
   int max_batch_tokens = defaults::kMaxBatchTokens;
   double max_queue_delay_ms = defaults::kMaxQueueDelayMs;
 };
+
+// The batching a version on a GPU starts from when its manifest has no `serving.cuda` block.
+inline BatchingDefaults GpuBatchingDefaults() {
+  return {defaults::kGpuMaxBatchSize, defaults::kGpuMaxBatchTokens, defaults::kMaxQueueDelayMs};
+}
 
 // A mean over a model's test answers with its 95 % bootstrap interval.
 struct Estimate {
@@ -71,7 +77,8 @@ struct Manifest {
   std::vector<std::string> explanations;
   int layers = 0;  // Transformer layers and heads (0 without self-attention)
   int heads = 0;
-  BatchingDefaults serving;
+  BatchingDefaults serving;                      // on the CPU
+  std::optional<BatchingDefaults> serving_cuda;  // on a GPU; absent: GpuBatchingDefaults()
   std::string model_card_json;
   std::optional<FaithfulnessCard> faithfulness;  // absent: not measured
 

@@ -183,17 +183,20 @@ Placement ResolvePlacement(const ServingConfig& d, const ServingOverrides& o) {
   return Placement{o.device.value_or(d.device), o.format.value_or(d.format), o.instances.value_or(d.instances)};
 }
 
-ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, const ServingOverrides& o) {
+ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, const ServingOverrides& o, bool on_gpu) {
   ServingConfig c = d;
   const Placement p = ResolvePlacement(d, o);
   c.device = p.device;
   c.format = p.format;
   c.instances = p.instances;
-  c.max_batch_size = o.max_batch_size.value_or(m.serving.max_batch_size);
-  c.max_batch_tokens = o.max_batch_tokens.value_or(m.serving.max_batch_tokens);
-  c.max_queue_delay_ms = o.max_queue_delay_ms.value_or(m.serving.max_queue_delay_ms);
-  c.max_queued_texts = o.max_queued_texts.value_or(d.max_queued_texts);
-  c.max_queued_tokens = o.max_queued_tokens.value_or(d.max_queued_tokens);
+  const BatchingDefaults suggested = on_gpu ? m.serving_cuda.value_or(GpuBatchingDefaults()) : m.serving;
+  c.max_batch_size = o.max_batch_size.value_or(suggested.max_batch_size);
+  c.max_batch_tokens = o.max_batch_tokens.value_or(suggested.max_batch_tokens);
+  c.max_queue_delay_ms = o.max_queue_delay_ms.value_or(suggested.max_queue_delay_ms);
+  const int queued_texts = on_gpu ? defaults::kGpuMaxQueuedTexts : defaults::kMaxQueuedTexts;
+  const int64_t queued_tokens = on_gpu ? defaults::kGpuMaxQueuedTokens : defaults::kMaxQueuedTokens;
+  c.max_queued_texts = o.max_queued_texts.value_or(d.max_queued_texts > 0 ? d.max_queued_texts : queued_texts);
+  c.max_queued_tokens = o.max_queued_tokens.value_or(d.max_queued_tokens > 0 ? d.max_queued_tokens : queued_tokens);
   c.batching = o.batching.value_or(d.batching);
   c.cuda_graphs = o.cuda_graphs.value_or(d.cuda_graphs);
   return c;

@@ -69,6 +69,8 @@ struct ServingConfig {
   int max_batch_size = defaults::kMaxBatchSize;
   int max_batch_tokens = defaults::kMaxBatchTokens;
   double max_queue_delay_ms = defaults::kMaxQueueDelayMs;
+  // As the server's defaults (ResolveServingConfig's first argument), 0 means by device: the CPU's
+  // kMaxQueued* or the GPU's kGpuMaxQueued*. A resolved config always holds the number.
   int max_queued_texts = defaults::kMaxQueuedTexts;
   int64_t max_queued_tokens = defaults::kMaxQueuedTokens;
   int instances = 1;
@@ -104,10 +106,13 @@ struct Placement {
 Placement ResolvePlacement(const ServingConfig& server_defaults, const ServingOverrides& overrides);
 
 // The effective config, each setting decided here once: the placement, then the server's defaults,
-// the manifest's batching and serving.json's settings, later ones winning. The repository calls it
-// once per load, as soon as the artifact's manifest is read, before graphs and runner.
+// the manifest's batching and serving.json's settings, later ones winning. `on_gpu`: the version was
+// placed on a CUDA device, so the manifest's `serving.cuda` batching (else defaults.h's kGpu*) is
+// taken instead of its `serving`, and the queue limits the server leaves at 0 ("by device") are the
+// GPU's. The repository calls it once per load, as soon as the artifact's manifest is read, before
+// graphs and runner.
 ServingConfig ResolveServingConfig(const ServingConfig& server_defaults, const Manifest& manifest,
-                                   const ServingOverrides& overrides);
+                                   const ServingOverrides& overrides, bool on_gpu = false);
 
 }  // namespace qvi
 
