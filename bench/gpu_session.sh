@@ -52,7 +52,7 @@ start_server() {  # name store [qvi-server flags...]
   local port_file metrics_file
   port_file=$(mktemp -u) metrics_file=$(mktemp -u)
   build/qvi-server --model-store "$srv_store" --device "$device" --host 127.0.0.1 --port 0 --port-file "$port_file" \
-    --metrics-port 0 --metrics-port-file "$metrics_file" "$@" > "$dir_out/server_$name.log" 2>&1 &
+    --metrics-port 0 --metrics-port-file "$metrics_file" --http-port -1 "$@" > "$dir_out/server_$name.log" 2>&1 &
   srv_pid=$!
   for _ in $(seq 120); do [[ -s $port_file && -s $metrics_file ]] && break; sleep 0.5; done
   address=127.0.0.1:$(cat "$port_file")

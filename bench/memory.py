@@ -86,7 +86,7 @@ def main():
     log = open(os.path.join(work, "server.log"), "w")
     proc = subprocess.Popen([args.server, "--model-store", args.store, "--port", "0", "--host", "127.0.0.1",
                              "--port-file", port_file, "--metrics-port", "0", "--metrics-port-file", metrics_file,
-                             "--device", "cpu", "--max-message-bytes", str(64 << 20)] + args.server_args.split(),
+                             "--http-port", "-1", "--device", "cpu", "--max-message-bytes", str(64 << 20)] + args.server_args.split(),
                             stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180

@@ -151,7 +151,8 @@ def run_qvi_server(work, a, common, run):
     with open(log_path, "w") as log_file:
         proc = subprocess.Popen([os.path.join(BUILD, "qvi-server"), "--model-store", store,
                                  "--port", "0", "--port-file", port_file, "--metrics-port", "0",
-                                 "--metrics-port-file", metrics_file, "--host", "127.0.0.1", "--device", a.device],
+                                 "--metrics-port-file", metrics_file, "--host", "127.0.0.1", "--device", a.device,
+                                 "--http-port", "-1"],
                                 stdout=log_file, stderr=subprocess.STDOUT)
     try:
         port = wait_for_file(port_file, proc, "qvi-server")

@@ -15,7 +15,7 @@ OUT=${OUT:-explain.html}
 [[ $# -gt 0 ]] || set -- "A smart, funny and moving film."
 work=$(mktemp -d)
 trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; rm -rf "$work"' EXIT
-build/qvi-server --model-store model_store/store --port 0 --port-file "$work/port" --metrics-port -1 \
+build/qvi-server --model-store model_store/store --port 0 --port-file "$work/port" --metrics-port -1 --http-port -1 \
   --log-level warn &
 server=$!
 for _ in $(seq 600); do [[ -s $work/port ]] && break; kill -0 "$server" || exit 1; sleep 0.1; done

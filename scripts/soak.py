@@ -151,7 +151,7 @@ def main():
     log = open(os.path.join(work, "server.log"), "w")
     server = subprocess.Popen([args.server, "--model-store", store.root, "--host", "127.0.0.1", "--port", "0",
                                "--port-file", port_file, "--metrics-port", "0", "--metrics-port-file", metrics_file,
-                               "--device", "cpu", "--poll-store-seconds", "1"],
+                               "--http-port", "-1", "--device", "cpu", "--poll-store-seconds", "1"],
                               stdout=log, stderr=subprocess.STDOUT)
     started = time.monotonic()
     while not (os.path.exists(port_file) and os.path.exists(metrics_file)):

@@ -128,6 +128,7 @@ absl::Status Server::Start() {
   // Abort() may have come while the models loaded: their loads were abandoned, the store shut down.
   if (aborted_) return aborted();
   if (absl::Status st = StartGrpc(); !st.ok()) return st;
+  if (absl::Status st = StartHttp(); !st.ok()) return st;
   LogServing();
   if (!options_.network.port_file.empty()) WritePortFile(options_.network.port_file, port_);
   return absl::OkStatus();
@@ -325,6 +326,34 @@ absl::Status Server::StartGrpc() {
   return absl::OkStatus();
 }
 
+absl::Status Server::StartHttp() {
+  const ServerOptions::Network& net = options_.network;
+  if (net.http_port < 0) return absl::OkStatus();
+  if (tls_) {
+    // Never plain text beside a TLS gRPC port: HTTPS is not built yet (issue 32).
+    spdlog::warn("HTTP port off: --tls-cert is set and the HTTP port speaks plain HTTP only");
+    return absl::OkStatus();
+  }
+  http_api_ = std::make_unique<HttpApi>(core_.get(), repository_.get(), calls_.get(), service_.get(), &serving_);
+  HttpServer::Options o;
+  o.host = net.host;
+  o.port = net.http_port;
+  o.threads = net.http_threads;
+  o.header_timeout_seconds = net.http_header_timeout_seconds;
+  o.idle_timeout_seconds = net.http_idle_timeout_seconds;
+  o.max_header_bytes = static_cast<uint32_t>(net.http_max_header_bytes);
+  o.max_body_bytes = static_cast<uint64_t>(net.max_message_bytes);
+  http_ = std::make_unique<HttpServer>(o, [api = http_api_.get()](HttpRequest request, HttpServer::Reply reply) {
+    api->Handle(std::move(request), std::move(reply));
+  });
+  absl::StatusOr<int> port = http_->Start();
+  if (!port.ok()) return port.status();
+  http_port_ = *port;
+  if (!net.http_port_file.empty()) WritePortFile(net.http_port_file, http_port_);
+  spdlog::info("serving HTTP/JSON on {}:{} ({} thread(s))", net.host, http_port_, net.http_threads);
+  return absl::OkStatus();
+}
+
 void Server::LogServing() const {
   size_t ready = 0, total = 0;
   for (const ModelStatus& m : repository_->List()) {
@@ -363,6 +392,7 @@ int Server::Drain(int signal, const sigset_t& signals) {
   auto drained = std::make_shared<std::promise<void>>();
   std::future<void> drained_future = drained->get_future();
   std::thread drain = Env::Default()->StartThread("qvi-drain", [this, grace, drained] {
+    if (http_) http_->Shutdown(grace);  // stops accepting; its requests in flight get the grace too
     server_->Shutdown(grace);
     spdlog::debug("gRPC server shut down");
     executor_->Shutdown();

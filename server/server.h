@@ -21,6 +21,8 @@
 #include "server/grpc/inference_service_impl.h"
 #include "server/grpc/oip_service.h"
 #include "server/grpc/reflection_service.h"
+#include "server/http/http_api.h"
+#include "server/http/http_server.h"
 #include "server/metrics/metrics.h"
 #include "server/server_options.h"
 #include "server/tls/tls_credentials.h"
@@ -46,6 +48,7 @@ class Server {
   std::vector<std::string> LoadsStillRunning() const;
 
   int port() const { return port_; }
+  int http_port() const { return http_port_; }  // 0 when the HTTP port is off
 
   // After SIGTERM/SIGINT: reports NOT_SERVING, keeps taking calls for --shutdown-delay-seconds (or
   // until the next of `signals`), then lets the calls in flight finish within the grace period and
@@ -59,6 +62,7 @@ class Server {
   absl::Status StartModels();
   absl::Status StartTls();
   absl::Status StartGrpc();
+  absl::Status StartHttp();
   void LogServing() const;
 
   ServerOptions options_;
@@ -80,6 +84,10 @@ class Server {
   std::shared_ptr<ReloadingTlsCredentials> tls_;  // before server_: gRPC asks it until server_ is gone
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  // Last: destroyed first, while the core its calls answer through still exists.
+  std::unique_ptr<HttpApi> http_api_;
+  std::unique_ptr<HttpServer> http_;
+  int http_port_ = 0;
 };
 
 }  // namespace qvi

@@ -61,6 +61,29 @@ void AddNetworkOptions(CLI::App& app, ServerOptions& o) {
       ->group("Network");
   app.add_option("--metrics-port-file", o.network.metrics_port_file, "write the bound metrics port to this file")
       ->group("Network");
+  app.add_option("--http-port", o.network.http_port,
+                 "HTTP/JSON port (health, models, :classify and :tag; docs/serving.md); 0 picks a free port, -1 "
+                 "turns it off. Plain HTTP only: with --tls-cert it stays off")
+      ->check(CLI::Range(-1, 65535))
+      ->group("Network");
+  app.add_option("--http-port-file", o.network.http_port_file, "write the bound HTTP port to this file")
+      ->group("Network");
+  app.add_option("--http-threads", o.network.http_threads,
+                 "threads running every HTTP connection; an idle keep-alive connection holds none")
+      ->check(CLI::Range(1, 64))
+      ->group("Network");
+  app.add_option("--http-header-timeout-seconds", o.network.http_header_timeout_seconds,
+                 "a request's header must arrive within this long of its first byte, else the connection is closed")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->group("Network");
+  app.add_option("--http-idle-timeout-seconds", o.network.http_idle_timeout_seconds,
+                 "an HTTP keep-alive connection without a request for this long is closed")
+      ->check(CLI::Range(0.1, 86400.0))
+      ->group("Network");
+  app.add_option("--http-max-header-bytes", o.network.http_max_header_bytes,
+                 "largest HTTP request header (431 beyond); the body's limit is --max-message-bytes (413)")
+      ->check(CLI::Range(1024, 1 << 20))
+      ->group("Network");
   app.add_option("--max-message-bytes", o.network.max_message_bytes, "largest request or response message")
       ->check(CLI::Range(1024, 1 << 30))
       ->group("Network");

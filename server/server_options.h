@@ -29,6 +29,13 @@ struct ServerOptions {
     int max_message_bytes = 16 * 1024 * 1024;
     int metrics_port = 8502;        // Prometheus /metrics; 0 picks a free port, -1 turns metrics off
     std::string metrics_port_file;  // written with the bound metrics port
+    // HTTP/JSON (server/http/http_api.h); 0 picks a free port, -1 turns it off.
+    int http_port = 8501;
+    std::string http_port_file;  // written with the bound HTTP port
+    int http_threads = 2;        // threads running every HTTP connection (event-driven)
+    double http_header_timeout_seconds = 10;
+    double http_idle_timeout_seconds = 75;
+    int http_max_header_bytes = 16384;
     // A connection older than this is sent GOAWAY (its calls in flight get the grace to finish), so
     // that long-lived clients reconnect and spread over replicas added since. 0: no limit.
     double max_connection_age_seconds = 0;

@@ -59,6 +59,21 @@ void InferCalls::Record(const char* method, const std::string& peer, const std::
   }
 }
 
+void InferCalls::OnCallStart() const {
+  if (options_.metrics != nullptr) options_.metrics->OnRequestStart();
+}
+
+absl::Status InferCalls::CheckHeld(int64_t held, int64_t answer_bytes) const {
+  const int64_t limit = options_.max_inflight_request_bytes;
+  if (limit <= 0 || held <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      answer_bytes > 0 ? absl::StrCat("requests in flight and their answers would hold ", held,
+                                      " bytes (this answer about ", answer_bytes, "), over the limit of ", limit,
+                                      " bytes (--max-inflight-request-bytes); retry with backoff")
+                       : absl::StrCat("requests in flight would hold ", held, " bytes, over the limit of ", limit,
+                                      " bytes (--max-inflight-request-bytes); retry with backoff"));
+}
+
 grpc::Status InferCalls::CheckResponseSize(grpc::ByteBuffer* response) const {
   if (options_.max_response_bytes <= 0 || static_cast<int64_t>(response->Length()) <= options_.max_response_bytes) {
     return grpc::Status::OK;
@@ -93,25 +108,14 @@ InferCall::InferCall(InferCalls* calls, grpc::CallbackServerContext* ctx, const 
   held_ = calls_->inflight_bytes_.fetch_add(bytes_) + bytes_;
 }
 
-grpc::Status InferCall::Admission() const {
-  const int64_t limit = calls_->options_.max_inflight_request_bytes;
-  if (limit <= 0 || held_ <= limit) return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                      absl::StrCat("requests in flight would hold ", held_, " bytes, over the limit of ", limit,
-                                   " bytes (--max-inflight-request-bytes); retry with backoff"));
-}
+grpc::Status InferCall::Admission() const { return ToGrpcStatus(calls_->CheckHeld(held_, 0)); }
 
 absl::Status InferCall::HoldAnswer(int64_t answer_bytes) {
   int64_t none = 0;
   if (answered_.load() || answer_bytes <= 0 || !answer_bytes_.compare_exchange_strong(none, answer_bytes)) {
     return absl::OkStatus();  // answered already, nothing to hold, or held once already
   }
-  const int64_t held = calls_->inflight_bytes_.fetch_add(answer_bytes) + answer_bytes;
-  const int64_t limit = calls_->options_.max_inflight_request_bytes;
-  if (limit <= 0 || held <= limit) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat("requests in flight and their answers would hold ", held,
-                                                   " bytes (this answer about ", answer_bytes, "), over the limit of ",
-                                                   limit, " bytes (--max-inflight-request-bytes); retry with backoff"));
+  return calls_->CheckHeld(calls_->HoldBytes(answer_bytes), answer_bytes);
 }
 
 void InferCall::Answer(const grpc::Status& status, const AnswerSummary* answer) {

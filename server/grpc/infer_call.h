@@ -79,6 +79,16 @@ class InferCalls {
               int64_t texts, const grpc::Status& status, absl::Time start, const AnswerSummary* answer,
               const CallTrace& trace = {}) const;
 
+  // For an API outside gRPC (HTTP, http_api.cc), what InferCall does for a gRPC call: counts the
+  // call as started; holds bytes against --max-inflight-request-bytes (returning the total held)
+  // and releases them; and says whether a total held, `answer_bytes` of it an answer's estimate,
+  // is over the limit (RESOURCE_EXHAUSTED).
+  void OnCallStart() const;
+  int64_t HoldBytes(int64_t bytes) { return inflight_bytes_.fetch_add(bytes) + bytes; }
+  void ReleaseBytes(int64_t bytes) { inflight_bytes_.fetch_sub(bytes); }
+  absl::Status CheckHeld(int64_t held, int64_t answer_bytes) const;
+  const Env& env() const { return *repository_->env(); }
+
   // OK, or RESOURCE_EXHAUSTED saying so when a serialised answer is over the send limit (and then
   // the buffer is cleared).
   grpc::Status CheckResponseSize(grpc::ByteBuffer* response) const;

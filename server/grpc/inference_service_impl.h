@@ -42,9 +42,10 @@ class InferenceServiceImpl final : public InferenceBase {
                                        grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetModel(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
+  // GetModel's answer, for the HTTP route too.
+  absl::Status GetModel(const serving::v1::GetModelRequest& request, serving::v1::GetModelResponse* response) const;
 
  private:
-  absl::Status GetModel(const serving::v1::GetModelRequest& request, serving::v1::GetModelResponse* response) const;
   template <typename Request, typename Response>
   grpc::ServerUnaryReactor* Infer(Method method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                   grpc::ByteBuffer* response);

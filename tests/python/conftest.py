@@ -3,6 +3,7 @@ the virtual environment of the Open Inference Protocol clients."""
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,23 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, "model_store"))
 SERVER = os.environ.get("QVI_SERVER", os.path.join(REPO, "build", "qvi-server"))
 STORE = os.path.join(REPO, "model_store", "store")
+
+
+def doc_commands(doc, heading, program):
+    """The commands of the first ```sh block after `heading` in `doc` (a path under the repo): a line
+    starting with `program` starts one, the lines after it (a quoted JSON body or a backslash
+    continuation) belong to it; comment lines are left out."""
+    with open(os.path.join(REPO, doc), encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index(heading):]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    commands = []
+    for line in block.splitlines():
+        if line.startswith(program + " "):
+            commands.append(line)
+        elif line.strip() and not line.startswith("#"):
+            commands[-1] += "\n" + line
+    return commands
 
 
 def wait_until(predicate, what, seconds=60):
@@ -209,11 +227,13 @@ class ServerProcess:
         self.work = work
         port_file = os.path.join(work, "port")
         metrics_port_file = os.path.join(work, "metrics_port")
+        http_port_file = os.path.join(work, "http_port")
         self.log_path = os.path.join(work, "server.log")
         self._log = open(self.log_path, "w")
         self.proc = subprocess.Popen([SERVER, "--model-store", store, "--port", str(port), "--host", "127.0.0.1",
                                       "--port-file", port_file, "--device", "cpu", "--metrics-port", "0",
-                                      "--metrics-port-file", metrics_port_file, *extra_args],
+                                      "--metrics-port-file", metrics_port_file, "--http-port", "0", "--http-port-file",
+                                      http_port_file, *extra_args],
                                      stdout=subprocess.PIPE if log_pipe else self._log, stderr=subprocess.STDOUT,
                                      preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         deadline = time.monotonic() + 120
@@ -225,6 +245,11 @@ class ServerProcess:
             self.address = f"127.0.0.1:{int(f.read())}"
         with open(metrics_port_file) as f:
             self.metrics_address = f"127.0.0.1:{int(f.read())}"
+        # The HTTP port's file is written before the gRPC port's; none when a test turns HTTP off.
+        self.http_address = None
+        if os.path.exists(http_port_file):
+            with open(http_port_file) as f:
+                self.http_address = f"127.0.0.1:{int(f.read())}"
         self.channel = None
         if plaintext_ready:  # a TLS server's test makes its own channels
             self.channel = grpc.insecure_channel(self.address)

@@ -4,34 +4,17 @@ reflection lists and describes the API without proto files, Classify and Tag ans
 explanations, and the health service answers per model."""
 import json
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO, wait_until
+from conftest import doc_commands, wait_until
 
 GRPCURL = os.path.join(os.path.dirname(sys.executable), "grpcurl")
 
 
-def readme_commands():
-    """The commands of the README's grpcurl block: a line starting with `grpcurl` starts one, the lines
-    after it (a quoted JSON body or a backslash continuation) belong to it."""
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        text = f.read()
-    section = text[text.index("### From grpcurl"):]
-    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
-    commands = []
-    for line in block.splitlines():
-        if line.startswith("grpcurl "):
-            commands.append(line)
-        elif line.strip():
-            commands[-1] += "\n" + line
-    return commands
-
-
-COMMANDS = readme_commands()
+COMMANDS = doc_commands("README.md", "### From grpcurl", "grpcurl")
 
 
 def run(command, address):

@@ -272,7 +272,7 @@ def test_sigterm_during_startup_exits_at_once_abandoning_a_hung_load():
         with open(log_path, "w") as log:
             proc = subprocess.Popen([SERVER, "--model-store", store, "--port", "0", "--host", "127.0.0.1",
                                      "--port-file", os.path.join(work, "port"), "--device", "cpu",
-                                     "--metrics-port", "-1"], stdout=log, stderr=subprocess.STDOUT)
+                                     "--metrics-port", "-1", "--http-port", "-1"], stdout=log, stderr=subprocess.STDOUT)
         try:
             def read_log():
                 with open(log_path, encoding="utf-8") as f:

@@ -33,7 +33,7 @@ void ServerProcess::Start(const std::string& name) {
     execl(QVI_SERVER_BINARY, QVI_SERVER_BINARY, "--model-store", store.c_str(), "--port", "0", "--host", "127.0.0.1",
           "--port-file", port_file.c_str(), "--device", "cpu", "--access-log", "--max-texts-per-request", "8",
           "--max-text-bytes", "1000", "--log-level", "debug", "--metrics-port", "0", "--shutdown-delay-seconds", "2",
-          nullptr);
+          "--http-port", "-1", nullptr);
     _exit(127);
   }
   for (int i = 0; i < 1200 && !fs::exists(port_file); ++i) {

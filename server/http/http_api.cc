@@ -1,0 +1,340 @@
+#include "server/http/http_api.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <spdlog/spdlog.h>
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "nlohmann/json.hpp"
+#include "server/core/spec/request_checks.h"
+#include "server/grpc/convert.h"
+#include "server/grpc/request_from_proto.h"
+#include "server/logging.h"
+
+namespace qvi {
+
+namespace v1 = ::qvi::serving::v1;
+
+namespace {
+
+HttpResponse JsonError(int status, absl::string_view message) {
+  return HttpResponse{
+      status,
+      "application/json",
+      nlohmann::json{{"error", std::string(message)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+      {}};
+}
+
+HttpResponse ErrorResponse(const absl::Status& status) {
+  return JsonError(HttpStatus(status.code()), status.message());
+}
+
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;  // a token at offset 0 says "start": 0
+  const auto status = google::protobuf::util::MessageToJsonString(message, &out, options);
+  if (!status.ok()) return absl::InternalError(absl::StrCat("writing the answer as JSON failed: ", status.ToString()));
+  return out;
+}
+
+// The deepest a request body may nest: a Classify or Tag body nests 4 deep.
+constexpr int kMaxJsonDepth = 16;
+
+// Walks a body once without building anything, before protobuf parses it: malformed JSON (named by
+// byte), invalid UTF-8 or lone surrogates, nesting past kMaxJsonDepth, and more texts than a request
+// may hold are refused here, so that no body costs more than its bytes to refuse.
+class BodyScan : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit BodyScan(int max_texts) : max_texts_(max_texts) {}
+  absl::Status status = absl::OkStatus();
+
+  bool null() override { return Value(); }
+  bool boolean(bool) override { return Value(); }
+  bool number_integer(number_integer_t) override { return Value(); }
+  bool number_unsigned(number_unsigned_t) override { return Value(); }
+  bool number_float(number_float_t, const string_t&) override { return Value(); }
+  bool string(string_t&) override { return Value(); }
+  bool binary(binary_t&) override { return Value(); }
+  bool start_object(std::size_t) override { return Open(false); }
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override { return Open(true); }
+  bool end_array() override { return Close(); }
+  bool key(string_t& k) override {
+    key_ = k;
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    // nlohmann's message names the line and column; the byte is what a client can look up.
+    std::string what = e.what();
+    if (const size_t colon = what.find(": syntax error"); colon != std::string::npos) what = what.substr(colon + 2);
+    status = absl::InvalidArgumentError(absl::StrCat("request body: not valid JSON at byte ", position, ": ", what));
+    return false;
+  }
+
+ private:
+  bool Value() {
+    if (in_texts_depth_ > 0 && depth_ == in_texts_depth_ && ++texts_ > max_texts_) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("texts: more than ", max_texts_, " texts; the limit is ", max_texts_, " per request"));
+      return false;
+    }
+    return true;
+  }
+  bool Open(bool array) {
+    if (!Value()) return false;
+    if (++depth_ > kMaxJsonDepth) {
+      status =
+          absl::InvalidArgumentError(absl::StrCat("request body: JSON nested deeper than ", kMaxJsonDepth, " levels"));
+      return false;
+    }
+    if (array && depth_ == 2 && key_ == "texts") in_texts_depth_ = depth_;
+    return true;
+  }
+  bool Close() {
+    if (depth_ == in_texts_depth_) in_texts_depth_ = 0;
+    --depth_;
+    return true;
+  }
+
+  const int max_texts_;
+  int depth_ = 0;
+  int in_texts_depth_ = 0;
+  int texts_ = 0;
+  std::string key_;
+};
+
+template <typename Message>
+absl::Status ParseBody(const std::string& body, int max_texts, Message* message) {
+  BodyScan scan(max_texts);
+  nlohmann::json::sax_parse(body, &scan, nlohmann::json::input_format_t::json, /*strict=*/true);
+  if (!scan.status.ok()) return scan.status;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status = google::protobuf::util::JsonStringToMessage(body, message, options);
+  if (!status.ok()) return absl::InvalidArgumentError(absl::StrCat("request body: ", status.message().as_string()));
+  return absl::OkStatus();
+}
+
+// One Classify or Tag call over HTTP, from its arrival to its answer: the bytes it holds against
+// --max-inflight-request-bytes, and its count in the metrics and the access log, as a gRPC call's.
+struct HttpCall {
+  HttpCall(InferCalls* c, const char* m, std::string p, int64_t b, HttpServer::Reply r)
+      : calls(c), method(m), peer(std::move(p)), start(c->env().Now()), bytes(b), reply(std::move(r)) {
+    c->OnCallStart();
+    held = c->HoldBytes(bytes);
+  }
+
+  absl::Status HoldAnswer(int64_t answer) {
+    int64_t none = 0;
+    if (answered.load() || answer <= 0 || !answer_bytes.compare_exchange_strong(none, answer)) return absl::OkStatus();
+    return calls->CheckHeld(calls->HoldBytes(answer), answer);
+  }
+
+  void Finish(const absl::Status& status, HttpResponse response, const AnswerSummary* summary = nullptr) {
+    if (answered.exchange(true)) return;
+    calls->ReleaseBytes(bytes + answer_bytes.load());
+    try {
+      calls->Record(method, peer, model, request_id, texts, ToGrpcStatus(status), start,
+                    status.ok() ? summary : nullptr);
+    } catch (...) {
+      spdlog::error("counting a finished HTTP {} call (request_id {}) failed: {}", method, Capped(request_id),
+                    CurrentExceptionText());
+    }
+    if (!request_id.empty()) response.headers.emplace_back("X-Request-Id", request_id);
+    reply(std::move(response));
+  }
+
+  InferCalls* const calls;
+  const char* const method;
+  const std::string peer;
+  const absl::Time start;
+  const int64_t bytes;
+  int64_t held = 0;
+  std::atomic<int64_t> answer_bytes{0};
+  std::atomic<bool> answered{false};
+  std::string model, request_id;
+  int64_t texts = 0;
+  HttpServer::Reply reply;
+};
+
+template <typename Request, typename Response>
+void Serve(InferenceService* core, InferCalls* calls, Method method, const HttpRoute& route, HttpRequest request,
+           HttpServer::Reply reply) {
+  auto call = std::make_shared<HttpCall>(calls, method == Method::kClassify ? "Classify" : "Tag", request.peer,
+                                         static_cast<int64_t>(request.body.size()), std::move(reply));
+  call->model = route.model;
+  if (absl::Status admitted = calls->CheckHeld(call->held, 0); !admitted.ok()) {
+    return call->Finish(admitted, ErrorResponse(admitted));
+  }
+  Request message;
+  if (absl::Status parsed = ParseBody(request.body, core->limits().max_texts, &message); !parsed.ok()) {
+    return call->Finish(parsed, ErrorResponse(parsed));
+  }
+  request.body.clear();
+  if (message.has_model() && ((!message.model().name().empty() && message.model().name() != route.model) ||
+                              (message.model().version() != 0 && message.model().version() != route.version))) {
+    const absl::Status conflict = absl::InvalidArgumentError(
+        "model: the body names another model or version than the path; leave it out of the body");
+    return call->Finish(conflict, ErrorResponse(conflict));
+  }
+  message.mutable_model()->set_name(route.model);
+  message.mutable_model()->set_version(route.version);
+  InferenceRequest r = FromProto(message.model(), message.texts(), message.options(), message.request_id());
+  if (r.request_id.empty()) r.request_id = request.Header("X-Request-Id");  // the core checks its length
+  if (r.request_id.empty()) r.request_id = calls->NextRequestId();
+  if (static_cast<int>(r.request_id.size()) <= core->limits().max_request_id_bytes) call->request_id = r.request_id;
+  call->texts = static_cast<int64_t>(r.texts.size());
+  r.hold_answer_bytes = [call](int64_t bytes) { return call->HoldAnswer(bytes); };
+  const Env* env = &core->env();
+  core->Submit(method, std::move(r), [call, calls, env](absl::StatusOr<InferenceResponse> answer) {
+    if (!answer.ok()) return call->Finish(answer.status(), ErrorResponse(answer.status()));
+    const absl::Time building = env->Now();
+    absl::StatusOr<std::string> json;
+    try {
+      Response out;
+      ToProto(*answer, &out);
+      json = ToJson(out);
+    } catch (...) {
+      json = absl::InternalError(absl::StrCat("building the answer failed: ", CurrentExceptionText()));
+    }
+    if (json.ok() && calls->options().max_response_bytes > 0 &&
+        static_cast<int64_t>(json->size()) > calls->options().max_response_bytes) {
+      json = absl::ResourceExhaustedError(absl::StrCat("the answer is ", json->size(), " bytes, over the limit of ",
+                                                       calls->options().max_response_bytes,
+                                                       " bytes (--max-message-bytes); ask for fewer texts or outputs"));
+    }
+    if (!json.ok()) return call->Finish(json.status(), ErrorResponse(json.status()));
+    const AnswerSummary summary{answer->version,          answer->tokens,       answer->queue_time,
+                                answer->compute_time,     answer->queued_at,    answer->forward_time,
+                                answer->postprocess_time, env->Now() - building};
+    call->Finish(absl::OkStatus(), HttpResponse{200, "application/json", *std::move(json), {}}, &summary);
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_view target_sv) {
+  using Kind = HttpRoute::Kind;
+  const absl::string_view method(method_sv.data(), method_sv.size());
+  const absl::string_view target(target_sv.data(), target_sv.size());
+  const absl::string_view full_path = target.substr(0, target.find('?'));
+  absl::string_view path = full_path;
+  HttpRoute route;
+  const auto want = [&](Kind kind, const char* allowed) -> absl::StatusOr<HttpRoute> {
+    route.kind = kind;
+    route.allow = allowed;
+    if (method != absl::string_view(allowed)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("method ", method, " is not allowed on ", full_path, "; use ", allowed));
+    }
+    return route;
+  };
+  if (path == "/v2/health/live") return want(Kind::kLive, "GET");
+  if (path == "/v2/health/ready") return want(Kind::kReady, "GET");
+  if (path == "/v1/models") return want(Kind::kListModels, "GET");
+  if (absl::ConsumePrefix(&path, "/v1/models/")) {
+    // {m}[/versions/{v}][:classify|:tag]; a model name holds no '/' or ':' here.
+    absl::string_view verb;
+    if (const size_t colon = path.rfind(':'); colon != absl::string_view::npos) {
+      verb = path.substr(colon + 1);
+      path = path.substr(0, colon);
+    }
+    std::vector<absl::string_view> parts = absl::StrSplit(path, '/');
+    if (parts.empty() || parts[0].empty() || (parts.size() != 1 && parts.size() != 3) ||
+        (parts.size() == 3 && parts[1] != "versions")) {
+      return absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
+    }
+    route.model = std::string(parts[0]);
+    if (parts.size() == 3 && (!absl::SimpleAtoi(parts[2], &route.version) || route.version < 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("version: '", parts[2].substr(0, 40), "' is not a positive integer"));
+    }
+    if (verb.empty()) return want(Kind::kGetModel, "GET");
+    if (verb == "classify") return want(Kind::kClassify, "POST");
+    if (verb == "tag") return want(Kind::kTag, "POST");
+    return absl::NotFoundError(
+        absl::StrCat("no route for ", target.substr(0, 200), ": the verbs are :classify and :tag"));
+  }
+  return absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
+}
+
+int HttpStatus(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
+  absl::StatusOr<HttpRoute> route = ParseRoute(request.method, request.target);
+  if (!route.ok()) {
+    HttpResponse r = ErrorResponse(route.status());
+    if (route.status().code() == absl::StatusCode::kFailedPrecondition) {
+      r.status = 405;
+      r.headers.emplace_back("Allow", ParseRoute("GET", request.target).ok() ? "GET" : "POST");
+    }
+    return reply(std::move(r));
+  }
+  using Kind = HttpRoute::Kind;
+  switch (route->kind) {
+    case Kind::kLive:
+      return reply(HttpResponse{200, "application/json", R"({"live":true})", {}});
+    case Kind::kReady:
+      return serving_->load() ? reply(HttpResponse{200, "application/json", R"({"ready":true})", {}})
+                              : reply(HttpResponse{503, "application/json", R"({"ready":false})", {}});
+    case Kind::kListModels: {
+      v1::ListModelsResponse out;
+      for (const ModelStatus& m : repository_->List()) ToProto(m, out.add_models());
+      absl::StatusOr<std::string> json = ToJson(out);
+      return reply(json.ok() ? HttpResponse{200, "application/json", *json, {}} : ErrorResponse(json.status()));
+    }
+    case Kind::kGetModel: {
+      v1::GetModelRequest in;
+      in.mutable_model()->set_name(route->model);
+      in.mutable_model()->set_version(route->version);
+      v1::GetModelResponse out;
+      if (absl::Status s = rpc_->GetModel(in, &out); !s.ok()) return reply(ErrorResponse(s));
+      absl::StatusOr<std::string> json = ToJson(out);
+      return reply(json.ok() ? HttpResponse{200, "application/json", *json, {}} : ErrorResponse(json.status()));
+    }
+    case Kind::kClassify:
+      return Serve<v1::ClassifyRequest, v1::ClassifyResponse>(core_, calls_, Method::kClassify, *route,
+                                                              std::move(request), std::move(reply));
+    case Kind::kTag:
+      return Serve<v1::TagRequest, v1::TagResponse>(core_, calls_, Method::kTag, *route, std::move(request),
+                                                    std::move(reply));
+  }
+}
+
+}  // namespace qvi

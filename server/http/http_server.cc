@@ -1,0 +1,269 @@
+#include "server/http/http_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace qvi {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+std::string HttpRequest::Header(std::string_view name) const {
+  for (const auto& [key, value] : headers) {
+    if (absl::EqualsIgnoreCase(key, absl::string_view(name.data(), name.size()))) return value;
+  }
+  return "";
+}
+
+struct HttpServer::State {
+  State(Options o, Handler h) : options(std::move(o)), handler(std::move(h)), acceptor(ioc) {}
+  const Options options;
+  const Handler handler;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  std::atomic<int64_t> in_flight{0};
+  std::atomic<bool> stopping{false};
+};
+
+namespace {
+
+std::chrono::steady_clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::string PeerName(const tcp::socket& socket) {
+  beast::error_code ec;
+  const tcp::endpoint e = socket.remote_endpoint(ec);
+  if (ec) return "unknown";
+  const std::string address = e.address().to_string();
+  return e.address().is_v4() ? absl::StrCat("ipv4:", address, ":", e.port())
+                             : absl::StrCat("ipv6:[", address, "]:", e.port());
+}
+
+HttpResponse JsonError(int status, const std::string& message) {
+  return HttpResponse{status,
+                      "application/json",
+                      nlohmann::json{{"error", message}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                      {}};
+}
+
+// One connection: reads a request, hands it to the handler, writes the answer, and reads the next
+// one if the connection is kept alive. Every step runs on the connection's strand.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, HttpServer::State* state) : stream_(std::move(socket)), state_(state) {
+    peer_ = PeerName(stream_.socket());
+  }
+
+  void Start() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->WaitForRequest(); });
+  }
+
+ private:
+  const HttpServer::Options& options() const { return state_->options; }
+
+  // An idle connection waits up to idle_timeout for the first byte of its next request.
+  void WaitForRequest() {
+    if (state_->stopping) return Close();
+    if (buffer_.size() > 0) return ReadHeader();
+    stream_.expires_after(Seconds(options().idle_timeout_seconds));
+    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec) return self->Close();  // closed by the client, or idle too long
+      self->buffer_.commit(n);
+      self->ReadHeader();
+    });
+  }
+
+  // From its first byte, a request's header has header_timeout to arrive.
+  void ReadHeader() {
+    parser_.emplace();
+    parser_->header_limit(options().max_header_bytes);
+    parser_->body_limit(options().max_body_bytes);
+    stream_.expires_after(Seconds(options().header_timeout_seconds));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // Refuses what a header alone decides (431, 413 by Content-Length, a malformed request); then reads
+  // the body, after a 100 Continue when the client waits for one.
+  void OnHeader(beast::error_code ec) {
+    if (ec) return Refuse(ec, "header");
+    const auto& header = parser_->get();
+    if (absl::EqualsIgnoreCase(std::string(header[http::field::expect]), "100-continue")) {
+      auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
+      stream_.expires_after(Seconds(options().body_timeout_seconds));
+      http::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code ec2, size_t) {
+        if (ec2) return self->Close();
+        self->ReadBody();
+      });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    stream_.expires_after(Seconds(options().body_timeout_seconds));
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+  }
+
+  void OnBody(beast::error_code ec) {
+    if (ec) return Refuse(ec, "body");
+    http::request<http::string_body> req = parser_->release();
+    parser_.reset();
+    keep_alive_ = req.keep_alive();
+    HttpRequest request;
+    request.method = std::string(req.method_string());
+    request.target = std::string(req.target());
+    request.peer = peer_;
+    for (const auto& field : req) request.headers.emplace_back(field.name_string(), field.value());
+    request.body = std::move(req.body());
+    stream_.expires_never();
+    state_->in_flight.fetch_add(1);
+    auto replied = std::make_shared<std::atomic<bool>>(false);
+    Reply reply = [self = shared_from_this(), replied](HttpResponse response) {
+      if (replied->exchange(true)) return;
+      net::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {
+        self->Write(std::move(response), /*counted=*/true);
+      });
+    };
+    try {
+      state_->handler(std::move(request), reply);
+    } catch (const std::exception& e) {
+      reply(JsonError(500, absl::StrCat("handling the request failed: ", e.what())));
+    }
+  }
+
+  // A request refused before the handler saw it: the answer says why, and the connection closes
+  // (what is left of the request is not read).
+  void Refuse(beast::error_code ec, const char* part) {
+    keep_alive_ = false;
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::connection_reset ||
+        ec == net::error::operation_aborted) {
+      return Close();
+    }
+    if (ec == http::error::header_limit) {
+      return Write(JsonError(431, absl::StrCat("the request's header is over ", options().max_header_bytes,
+                                               " bytes (--http-max-header-bytes)")),
+                   false);
+    }
+    if (ec == http::error::body_limit) {
+      return Write(JsonError(413, absl::StrCat("the request's body is over the limit of ", options().max_body_bytes,
+                                               " bytes (--max-message-bytes)")),
+                   false);
+    }
+    // A header or body that did not arrive in time: Beast has closed the socket already, so there
+    // is no one to answer (a 408 cannot be sent).
+    if (ec == beast::error::timeout) return Close();
+    Write(JsonError(400, absl::StrCat("the request's ", part, " is not valid HTTP/1.1: ", ec.message())), false);
+  }
+
+  void Write(HttpResponse r, bool counted) {
+    const bool close = !keep_alive_ || state_->stopping;
+    response_ = {};
+    response_.version(11);
+    response_.result(static_cast<unsigned>(r.status));
+    response_.set(http::field::server, "qvi-server");
+    response_.set(http::field::content_type, r.content_type);
+    for (auto& [name, value] : r.headers) response_.set(name, value);
+    response_.body() = std::move(r.body);
+    response_.keep_alive(!close);
+    response_.prepare_payload();
+    stream_.expires_after(Seconds(options().body_timeout_seconds));
+    http::async_write(stream_, response_, [self = shared_from_this(), close, counted](beast::error_code ec, size_t) {
+      if (counted) self->state_->in_flight.fetch_sub(1);
+      if (ec || close) return self->Close();
+      self->WaitForRequest();
+    });
+  }
+
+  void Close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.close();
+  }
+
+  using Reply = HttpServer::Reply;
+  beast::tcp_stream stream_;
+  HttpServer::State* const state_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::response<http::string_body> response_;
+  std::string peer_;
+  bool keep_alive_ = true;
+};
+
+void Accept(HttpServer::State* state) {
+  state->acceptor.async_accept(net::make_strand(state->ioc), [state](beast::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !state->acceptor.is_open()) return;
+    if (!ec) {
+      std::make_shared<Session>(std::move(socket), state)->Start();
+      return Accept(state);
+    }
+    // Out of descriptors, say: try again shortly rather than spin.
+    spdlog::warn("HTTP: accepting a connection failed: {}", ec.message());
+    auto timer = std::make_shared<net::steady_timer>(state->ioc, std::chrono::milliseconds(50));
+    timer->async_wait([state, timer](beast::error_code) { Accept(state); });
+  });
+}
+
+}  // namespace
+
+HttpServer::HttpServer(Options options, Handler handler)
+    : state_(std::make_shared<State>(std::move(options), std::move(handler))) {}
+
+HttpServer::~HttpServer() {
+  if (!threads_.empty()) Shutdown(std::chrono::system_clock::now());
+}
+
+absl::StatusOr<int> HttpServer::Start() {
+  beast::error_code ec;
+  const net::ip::address address = net::ip::make_address(state_->options.host, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--host '", state_->options.host, "': ", ec.message()));
+  const tcp::endpoint endpoint(address, static_cast<uint16_t>(state_->options.port));
+  tcp::acceptor& a = state_->acceptor;
+  a.open(endpoint.protocol(), ec);
+  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(endpoint, ec);
+  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("HTTP: cannot listen on ", state_->options.host, ":", state_->options.port, ": ", ec.message()));
+  }
+  const int port = a.local_endpoint().port();
+  Accept(state_.get());
+  for (int i = 0; i < std::max(1, state_->options.threads); ++i) {
+    threads_.emplace_back([state = state_.get()] { state->ioc.run(); });
+  }
+  return port;
+}
+
+void HttpServer::Shutdown(std::chrono::system_clock::time_point deadline) {
+  if (threads_.empty()) return;
+  state_->stopping = true;
+  net::post(state_->ioc, [state = state_.get()] {
+    beast::error_code ec;
+    state->acceptor.close(ec);
+  });
+  while (state_->in_flight.load() > 0 && std::chrono::system_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  state_->ioc.stop();
+  for (std::thread& t : threads_) t.join();
+  threads_.clear();
+}
+
+int64_t HttpServer::in_flight() const { return state_->in_flight.load(); }
+
+}  // namespace qvi

@@ -1,0 +1,133 @@
+// The HTTP port's routing, its status mapping, and the server itself with a handler of the test's:
+// answers from another thread, keep-alive, and a shutdown that lets a request in flight finish.
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <future>
+#include <thread>
+
+#include "server/http/http_api.h"
+#include "server/http/http_server.h"
+
+namespace qvi {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = boost::asio::ip::tcp;
+
+TEST(HttpRouteTest, PathsAndMethodsPickTheRoute) {
+  using Kind = HttpRoute::Kind;
+  struct Case {
+    const char* method;
+    const char* target;
+    Kind kind;
+    const char* model;
+    int64_t version;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"GET", "/v2/health/live", Kind::kLive, "", 0},
+           {"GET", "/v2/health/ready?verbose=1", Kind::kReady, "", 0},
+           {"GET", "/v1/models", Kind::kListModels, "", 0},
+           {"GET", "/v1/models/sentiment", Kind::kGetModel, "sentiment", 0},
+           {"GET", "/v1/models/sentiment/versions/3", Kind::kGetModel, "sentiment", 3},
+           {"POST", "/v1/models/sentiment:classify", Kind::kClassify, "sentiment", 0},
+           {"POST", "/v1/models/ner/versions/12:tag", Kind::kTag, "ner", 12},
+       }) {
+    absl::StatusOr<HttpRoute> r = ParseRoute(c.method, c.target);
+    ASSERT_TRUE(r.ok()) << c.target << ": " << r.status();
+    EXPECT_EQ(r->kind, c.kind) << c.target;
+    EXPECT_EQ(r->model, c.model) << c.target;
+    EXPECT_EQ(r->version, c.version) << c.target;
+  }
+}
+
+TEST(HttpRouteTest, RefusalsSayWhy) {
+  struct Case {
+    const char* method;
+    const char* target;
+    absl::StatusCode code;
+    const char* message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"GET", "/", absl::StatusCode::kNotFound, "no route for /"},
+           {"GET", "/v1/models/", absl::StatusCode::kNotFound, "no route for /v1/models/"},
+           {"GET", "/v1/models/a/b", absl::StatusCode::kNotFound, "no route"},
+           {"POST", "/v1/models/a:predict", absl::StatusCode::kNotFound, "the verbs are :classify and :tag"},
+           {"GET", "/v1/models/a:classify", absl::StatusCode::kFailedPrecondition,
+            "method GET is not allowed on /v1/models/a:classify; use POST"},
+           {"POST", "/v2/health/live", absl::StatusCode::kFailedPrecondition, "use GET"},
+           {"POST", "/v1/models/a/versions/0:tag", absl::StatusCode::kInvalidArgument,
+            "version: '0' is not a positive integer"},
+           {"POST", "/v1/models/a/versions/-1:tag", absl::StatusCode::kInvalidArgument, "not a positive integer"},
+       }) {
+    absl::StatusOr<HttpRoute> r = ParseRoute(c.method, c.target);
+    ASSERT_FALSE(r.ok()) << c.target;
+    EXPECT_EQ(r.status().code(), c.code) << c.target << ": " << r.status();
+    EXPECT_NE(r.status().message().find(c.message), std::string::npos) << r.status();
+  }
+}
+
+TEST(HttpRouteTest, StatusCodesFollowTheGrpcCodes) {
+  EXPECT_EQ(HttpStatus(absl::StatusCode::kInvalidArgument), 400);
+  EXPECT_EQ(HttpStatus(absl::StatusCode::kNotFound), 404);
+  EXPECT_EQ(HttpStatus(absl::StatusCode::kResourceExhausted), 429);
+  EXPECT_EQ(HttpStatus(absl::StatusCode::kUnavailable), 503);
+  EXPECT_EQ(HttpStatus(absl::StatusCode::kDeadlineExceeded), 504);
+  EXPECT_EQ(HttpStatus(absl::StatusCode::kCancelled), 499);
+  EXPECT_EQ(HttpStatus(absl::StatusCode::kInternal), 500);
+}
+
+// A request on a connection the test holds; the answer's status and body.
+std::pair<int, std::string> Exchange(beast::tcp_stream& stream, const std::string& target) {
+  http::request<http::string_body> req{http::verb::get, target, 11};
+  req.set(http::field::host, "test");
+  req.keep_alive(true);
+  http::write(stream, req);
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(stream, buffer, res);
+  return {static_cast<int>(res.result_int()), res.body()};
+}
+
+TEST(HttpServerTest, AnswersFromOtherThreadsOverOneConnectionAndDrainsOnShutdown) {
+  std::promise<HttpServer::Reply> held;  // the request to /slow, answered by the test later
+  std::vector<std::thread> repliers;
+  HttpServer::Options options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  HttpServer server(options, [&](HttpRequest request, HttpServer::Reply reply) {
+    if (request.target == "/slow") {
+      held.set_value(std::move(reply));
+      return;
+    }
+    // Answered from a thread of its own, as the core answers from a model instance's thread.
+    repliers.emplace_back([reply = std::move(reply), target = request.target] {
+      reply(HttpResponse{200, "text/plain", "answer to " + target, {}});
+    });
+  });
+  absl::StatusOr<int> port = server.Start();
+  ASSERT_TRUE(port.ok()) << port.status();
+
+  boost::asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.connect(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(*port)));
+  EXPECT_EQ(Exchange(stream, "/a"), std::make_pair(200, std::string("answer to /a")));
+  EXPECT_EQ(Exchange(stream, "/b"), std::make_pair(200, std::string("answer to /b"))) << "the same connection";
+
+  // A request in flight when the shutdown starts is still answered, within the deadline.
+  auto slow = std::async(std::launch::async, [&] { return Exchange(stream, "/slow"); });
+  HttpServer::Reply reply = held.get_future().get();
+  EXPECT_EQ(server.in_flight(), 1);
+  std::thread shutdown([&] { server.Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(30)); });
+  reply(HttpResponse{200, "text/plain", "late", {}});
+  EXPECT_EQ(slow.get(), std::make_pair(200, std::string("late")));
+  shutdown.join();
+  EXPECT_EQ(server.in_flight(), 0);
+  for (std::thread& t : repliers) t.join();
+}
+
+}  // namespace
+}  // namespace qvi

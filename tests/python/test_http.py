@@ -1,0 +1,244 @@
+"""The HTTP/JSON port (server/http/): health, models, :classify and :tag against the gRPC answers of the
+same server, errors with the HTTP status of their gRPC code, the limits decided before the work they
+guard (413 from Content-Length alone, 431, nesting, too many texts, bad UTF-8), keep-alive, a header
+sent too slowly, readiness during a drain, metrics, and the curl lines of docs/serving.md run as written."""
+import http.client
+import json
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import ServerProcess, STORE, doc_commands, wait_until
+
+
+@pytest.fixture(scope="module")
+def http_address(server_process):
+    assert server_process.http_address, "the session's server has no HTTP port"
+    return server_process.http_address
+
+
+def call(address, method, path, body=None, headers=None):
+    """(status, parsed JSON or None, headers) of one request on a new connection."""
+    host, port = address.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        conn.request(method, path, body=data, headers=headers or {})
+        r = conn.getresponse()
+        raw = r.read()
+        return r.status, (json.loads(raw) if raw else None), dict(r.getheaders())
+    finally:
+        conn.close()
+
+
+def test_health_routes_answer_for_kubernetes_probes(http_address):
+    assert call(http_address, "GET", "/v2/health/live")[:2] == (200, {"live": True})
+    assert call(http_address, "GET", "/v2/health/ready")[:2] == (200, {"ready": True})
+
+
+def test_models_are_listed_and_described(http_address):
+    status, body, _ = call(http_address, "GET", "/v1/models")
+    assert status == 200
+    names = {m["name"] for m in body["models"]}
+    assert {"sentiment", "ner"} <= names
+    status, body, _ = call(http_address, "GET", "/v1/models/sentiment")
+    assert status == 200 and body["model"]["name"] == "sentiment"
+    assert body["model"]["versions"][0]["metadata"]["labels"] == ["negative", "positive"]
+    status, body, _ = call(http_address, "GET", "/v1/models/sentiment/versions/99")
+    assert (status, body) == (404, {"error": "model 'sentiment' has no version 99"})
+
+
+TEXTS = ["a wonderful, moving film", "dull, lifeless and far too long", "Angela Merkel visited Paris on Monday"]
+
+
+def test_classify_answers_what_grpc_answers(http_address, server, api):
+    pb, pb_grpc = api
+    options = {"topK": 2, "attention": True, "gates": True, "tokens": True}
+    status, body, headers = call(http_address, "POST", "/v1/models/sentiment:classify",
+                                 {"texts": TEXTS, "options": options, "requestId": "http-1"})
+    assert status == 200, body
+    assert headers["X-Request-Id"] == "http-1" and body["requestId"] == "http-1"
+    want = pb_grpc.InferenceStub(server).Classify(pb.ClassifyRequest(
+        model=pb.ModelSpec(name="sentiment"), texts=TEXTS,
+        options=pb.OutputOptions(top_k=2, attention=True, gates=True, tokens=True)), timeout=30)
+    assert len(body["results"]) == len(want.results)
+    for got, w in zip(body["results"], want.results):
+        assert [(s["label"], pytest.approx(s["score"], abs=1e-6)) for s in got["labels"]] == \
+            [(s.label, s.score) for s in w.labels]
+        assert [t["text"] for t in got["tokens"]] == [t.text for t in w.tokens]
+        assert [t["start"] for t in got["tokens"]] == [t.start for t in w.tokens], "zero offsets are written too"
+        assert [t["attention"] for t in got["tokens"]] == pytest.approx([t.attention for t in w.tokens], abs=1e-6)
+        assert [t["gate"] for t in got["tokens"]] == pytest.approx([t.gate for t in w.tokens], abs=1e-6)
+
+
+def test_tag_answers_what_grpc_answers(http_address, server, api):
+    pb, pb_grpc = api
+    status, body, _ = call(http_address, "POST", "/v1/models/ner/versions/1:tag", {"texts": TEXTS[2:]})
+    assert status == 200, body
+    want = pb_grpc.InferenceStub(server).Tag(pb.TagRequest(model=pb.ModelSpec(name="ner", version=1),
+                                                           texts=TEXTS[2:]), timeout=30)
+    assert [(s["label"], s["start"], s["end"], s["text"]) for s in body["results"][0]["spans"]] == \
+        [(s.label, s.start, s.end, s.text) for s in want.results[0].spans]
+    assert body["model"] == {"name": "ner", "version": "1"}
+
+
+@pytest.mark.parametrize("method,path,body,status,error", [
+    ("GET", "/nope", None, 404, "no route for /nope"),
+    ("DELETE", "/v1/models", None, 405, "method DELETE is not allowed on /v1/models; use GET"),
+    ("GET", "/v1/models/sentiment:classify", None, 405, "use POST"),
+    ("POST", "/v1/models/sentiment:predict", b"{}", 404, "the verbs are :classify and :tag"),
+    ("POST", "/v1/models/sentiment/versions/x:classify", b"{}", 400, "version: 'x' is not a positive integer"),
+    ("POST", "/v1/models/sentiment:classify", b"{bad", 400, "request body: not valid JSON at byte 2"),
+    ("POST", "/v1/models/sentiment:classify", b'{"texts": ["a"', 400, "request body: not valid JSON at byte"),
+    ("POST", "/v1/models/sentiment:classify", b'{"textz": ["a"]}', 400, "request body: textz"),
+    ("POST", "/v1/models/sentiment:classify", b'{"texts": ["a"], "options": {"topK": 1e99}}', 400,
+     "request body: (options.top_k): invalid value 1e+99"),
+    ("POST", "/v1/models/sentiment:classify", b'{"texts": []}', 400, "texts: empty"),
+    ("POST", "/v1/models/sentiment:classify", b'{"texts": ["\xff\xfe"]}', 400, "ill-formed UTF-8"),
+    ("POST", "/v1/models/sentiment:classify", b'{"texts": ["\\ud800"]}', 400, "surrogate"),
+    ("POST", "/v1/models/sentiment:classify", b"[" * 10000, 400, "JSON nested deeper than 16 levels"),
+    ("POST", "/v1/models/sentiment:classify", json.dumps({"texts": [""] * 257}).encode(), 400,
+     "texts: more than 256 texts"),
+    ("POST", "/v1/models/nope:classify", b'{"texts": ["a"]}', 404, "model 'nope' not found"),
+    ("POST", "/v1/models/ner:classify", b'{"texts": ["a"]}', 400, "call Tag, not Classify"),
+    ("POST", "/v1/models/sentiment:classify", b'{"texts": ["a"], "model": {"name": "ner"}}', 400,
+     "the body names another model"),
+])
+def test_errors_are_json_with_the_status_of_their_code(http_address, method, path, body, status, error):
+    got, answer, headers = call(http_address, method, path, body)
+    assert got == status, answer
+    assert error in answer["error"], answer
+    if status == 405:
+        assert headers["Allow"] in ("GET", "POST")
+
+
+def raw_exchange(address, data, read_timeout=10):
+    """Sends `data` on a new connection and returns what comes back until the server closes it."""
+    host, port = address.split(":")
+    with socket.create_connection((host, int(port)), timeout=read_timeout) as s:
+        s.sendall(data)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+
+
+def test_a_body_over_the_limit_is_refused_from_its_content_length_before_it_is_sent(http_address):
+    # Only the header goes out: the 413 comes without a byte of the body, and the connection closes.
+    answer = raw_exchange(http_address, b"POST /v1/models/sentiment:classify HTTP/1.1\r\nHost: x\r\n"
+                                        b"Content-Length: 999999999\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    assert b"over the limit of 16777216 bytes (--max-message-bytes)" in answer
+
+
+def test_a_chunked_body_over_the_limit_is_cut_off(http_address):
+    chunk = b"a" * (1 << 20)
+    host, port = http_address.split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(b"POST /v1/models/sentiment:classify HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+        answer = b""
+        try:
+            for _ in range(20):  # 20 MiB, over the 16 MiB limit
+                s.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server answered and closed while the rest was on its way
+        try:
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                answer += data
+        except ConnectionResetError:
+            pass
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+
+
+def test_a_header_over_the_limit_is_431(http_address):
+    status, body, _ = call(http_address, "GET", "/v2/health/live", headers={"X-Big": "a" * 20000})
+    assert status == 431 and "16384 bytes (--http-max-header-bytes)" in body["error"]
+    many = b"".join(b"X-H%d: v\r\n" % i for i in range(10000))
+    answer = raw_exchange(http_address, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+    assert answer.startswith(b"HTTP/1.1 431 "), answer[:200]
+
+
+def test_malformed_http_is_400_and_the_server_stays_up(http_address):
+    answer = raw_exchange(http_address, b"NOT HTTP AT ALL\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+    assert call(http_address, "GET", "/v2/health/live")[0] == 200
+
+
+def test_a_keep_alive_connection_answers_request_after_request(http_address):
+    host, port = http_address.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        for i in range(5):
+            conn.request("POST", "/v1/models/sentiment:classify", body=json.dumps({"texts": [f"text {i}"]}))
+            r = conn.getresponse()
+            assert r.status == 200 and r.getheader("Connection", "keep-alive").lower() != "close"
+            assert json.loads(r.read())["results"][0]["labels"]
+            if i == 0:
+                first = conn.sock.getsockname()
+            assert conn.sock.getsockname() == first, "the same connection answered"
+    finally:
+        conn.close()
+
+
+def test_http_calls_are_counted_in_the_metrics(server_process, http_address):
+    def count():
+        return sum(v for k, v in server_process.metrics().items()
+                   if k.startswith("qvi_requests_total{") and 'method="Classify"' in k and 'model="sentiment"' in k
+                   and 'code="INVALID_ARGUMENT"' in k)
+    before = count()
+    assert call(http_address, "POST", "/v1/models/sentiment:classify", {"texts": []})[0] == 400
+    wait_until(lambda: count() == before + 1, "the refused HTTP call in qvi_requests_total", seconds=10)
+
+
+def test_a_slow_header_is_cut_off_and_readiness_follows_the_drain(tmp_path):
+    """A header sent a byte at a time is cut off (the connection closed) once
+    --http-header-timeout-seconds passed; during the shutdown delay /v2/health/ready says 503 while
+    live stays 200."""
+    proc = ServerProcess(STORE, str(tmp_path), "--http-header-timeout-seconds", "0.5",
+                         "--shutdown-delay-seconds", "30", "--shutdown-grace-seconds", "1")
+    try:
+        host, port = proc.http_address.split(":")
+        request = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.settimeout(0.1)
+            sent, closed = 0, False
+            for byte in request:  # one byte each 0.1 s: the whole header would take 4 s
+                try:
+                    s.sendall(bytes([byte]))
+                    sent += 1
+                    closed = s.recv(4096) == b""
+                except socket.timeout:
+                    continue  # nothing from the server yet
+                except (BrokenPipeError, ConnectionResetError):
+                    closed = True
+                if closed:
+                    break
+        assert closed, "the server kept a header trickling for its whole length"
+        assert sent < len(request), "cut off before the header was complete"
+        assert call(proc.http_address, "GET", "/v2/health/live")[0] == 200, "the server goes on"
+        proc.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: call(proc.http_address, "GET", "/v2/health/ready")[0] == 503, "ready 503 in the drain",
+                   seconds=20)
+        assert call(proc.http_address, "GET", "/v2/health/live")[0] == 200
+    finally:
+        proc.proc.send_signal(signal.SIGTERM)  # the second signal ends the delay
+        assert proc.proc.wait(timeout=60) == 0, proc.log()
+
+
+@pytest.mark.parametrize("command", doc_commands("docs/serving.md", "## HTTP/JSON", "curl") +
+                         doc_commands("README.md", "### From curl", "curl"))
+def test_the_docs_curl_lines_run_as_written(http_address, command):
+    assert "localhost:8501" in command, command
+    out = subprocess.run(["bash", "-c", command.replace("localhost:8501", http_address)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    assert "error" not in answer, answer
