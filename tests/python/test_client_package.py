@@ -54,13 +54,18 @@ def test_the_package_installs_with_generated_stubs_and_types(client_python):
     assert info["stub"] == "qvi/serving/v1/inference.proto"
 
 
-def test_classify_and_tag_answer_as_the_native_api(client_python, server_process, api, server):
+def address_of(server_process, protocol):
+    return server_process.address if protocol == "grpc" else server_process.http_address
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_classify_and_tag_answer_as_the_native_api(client_python, server_process, api, server, protocol):
     texts = ["A gorgeous, moving film.", "What a waste of time."]
     got, _ = run(client_python, """
         import dataclasses, json, sys
         from qvi_client import Client
-        with Client(sys.argv[1]) as c:
-            a = c.classify("sentiment", sys.argv[2:], top_k=2, attention=True, gates=True, request_id="py-1")
+        with Client(sys.argv[1], protocol=sys.argv[2]) as c:
+            a = c.classify("sentiment", sys.argv[3:], top_k=2, attention=True, gates=True, request_id="py-1")
             t = c.tag("ner", "Barack Obama went to Paris and Berlin .", attention=True)
             models = c.list_models()
         print(json.dumps({"model": a.model, "version": a.version, "request_id": a.request_id, "n": len(a),
@@ -68,7 +73,7 @@ def test_classify_and_tag_answer_as_the_native_api(client_python, server_process
                           "results": [dataclasses.asdict(r) for r in a],
                           "tag": dataclasses.asdict(t[0]),
                           "models": [dataclasses.asdict(m) for m in models]}))
-    """, server_process.address, *texts)
+    """, address_of(server_process, protocol), protocol, *texts)
     pb, pbg = api
     stub = pbg.InferenceStub(server)
     want = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts, options=pb.OutputOptions(
@@ -91,13 +96,15 @@ def test_classify_and_tag_answer_as_the_native_api(client_python, server_process
     assert states["sentiment"] == {1: "READY"} and states["ner"][3] == "FAILED"
 
 
-def test_errors_raise_qvierror_with_the_code_and_the_servers_message(client_python, server_process, api, server):
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_errors_raise_qvierror_with_the_code_and_the_servers_message(client_python, server_process, api, server,
+                                                                     protocol):
     import grpc
     got, _ = run(client_python, """
         import json, sys
         from qvi_client import Client, QviError
         out = []
-        with Client(sys.argv[1]) as c:
+        with Client(sys.argv[1], protocol=sys.argv[2]) as c:
             for call in (lambda: c.classify("sentiment", ["a film", "   "]),
                          lambda: c.classify("nope", ["a film"]),
                          lambda: c.classify("sentiment", ["a film"], version=9),
@@ -108,7 +115,7 @@ def test_errors_raise_qvierror_with_the_code_and_the_servers_message(client_pyth
                 except QviError as e:
                     out.append([e.code.name, e.message, e.attempts, str(e)])
         print(json.dumps(out))
-    """, server_process.address)
+    """, address_of(server_process, protocol), protocol)
     pb, pbg = api
     stub = pbg.InferenceStub(server)
     with pytest.raises(grpc.RpcError) as e:

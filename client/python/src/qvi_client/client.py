@@ -6,20 +6,29 @@
         result = client.classify("sentiment", ["A gorgeous, moving film."], attention=True, gates=True)
         print(result[0].label, [(t.text, t.attention, t.gate) for t in result[0].tokens])
 
+The same calls go over HTTP/JSON with protocol="http" and the server's HTTP port:
+
+    with Client("localhost:8501", protocol="http") as client: ...
+
 Every call has a deadline (`timeout`, seconds). A call that gets UNAVAILABLE (the server is starting,
 draining, or the version is loading) is tried again with exponential backoff, `retries` times, within
 the same deadline. Any other error, and UNAVAILABLE once the retries are spent, raises QviError with
-the gRPC code and the server's message (which names the field and the limit).
+the gRPC code and the server's message (which names the field and the limit); over HTTP the code is the
+one the HTTP status stands for (404 NOT_FOUND, 429 RESOURCE_EXHAUSTED, 503 UNAVAILABLE, ...).
 """
 from __future__ import annotations
 
+import http.client
+import json
 import logging
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import grpc
+from google.protobuf import json_format
 
 from qvi_client._proto.qvi.serving.v1 import inference_pb2 as pb
 from qvi_client._proto.qvi.serving.v1 import inference_pb2_grpc as pb_grpc
@@ -160,6 +169,107 @@ def _layers(layers) -> List[LayerMap]:
             for m in layers]
 
 
+# The gRPC code an HTTP status of qvi-server's stands for (its HTTP port maps codes to statuses).
+_HTTP_CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTICATED,
+               403: grpc.StatusCode.PERMISSION_DENIED, 404: grpc.StatusCode.NOT_FOUND,
+               405: grpc.StatusCode.UNIMPLEMENTED, 409: grpc.StatusCode.ABORTED, 413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+               429: grpc.StatusCode.RESOURCE_EXHAUSTED, 431: grpc.StatusCode.RESOURCE_EXHAUSTED,
+               499: grpc.StatusCode.CANCELLED, 501: grpc.StatusCode.UNIMPLEMENTED, 503: grpc.StatusCode.UNAVAILABLE,
+               504: grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+class _HttpError(grpc.RpcError):
+    """An HTTP answer that is not 200, in the shape of a gRPC error (code(), details())."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class _HttpStub:
+    """Classify, Tag and ListModels over qvi-server's HTTP/JSON port, called as the gRPC stub's methods
+    are: the same request messages, sent in protobuf's JSON mapping. One keep-alive connection per
+    thread."""
+
+    def __init__(self, target: str):
+        host, _, port = target.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"target: {target!r}; want host:port")
+        self._host, self._port = host, int(port)
+        self._local = threading.local()
+        self._connections: List[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
+        return conn
+
+    def _request(self, method: str, path: str, body: Optional[bytes], timeout: float) -> bytes:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        for attempt in (1, 2):  # a keep-alive connection the server closed meanwhile is opened again, once
+            conn = self._connection(timeout)
+            try:
+                conn.request(method, path, body=body, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+                break
+            except TimeoutError:
+                conn.close()
+                raise _HttpError(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed") from None
+            except (ConnectionError, http.client.HTTPException) as e:
+                conn.close()
+                if attempt == 2:
+                    raise _HttpError(grpc.StatusCode.UNAVAILABLE, f"HTTP: {e}") from None
+        if response.status != 200:
+            try:
+                message = json.loads(data)["error"]
+            except (ValueError, KeyError, TypeError):
+                message = data.decode("utf-8", "replace")[:500]
+            raise _HttpError(_HTTP_CODES.get(response.status, grpc.StatusCode.UNKNOWN),
+                             message) from None
+        return data
+
+    def _infer(self, verb: str, request, reply, timeout: float):
+        path = f"/v1/models/{request.model.name}"
+        if request.model.version:
+            path += f"/versions/{request.model.version}"
+        body = pb.ClassifyRequest() if verb == "classify" else pb.TagRequest()
+        body.CopyFrom(request)
+        body.ClearField("model")  # the path names it
+        data = self._request("POST", f"{path}:{verb}", json_format.MessageToJson(body).encode(), timeout)
+        return json_format.Parse(data, reply, ignore_unknown_fields=True)
+
+    def Classify(self, request, timeout: float):
+        return self._infer("classify", request, pb.ClassifyResponse(), timeout)
+
+    def Tag(self, request, timeout: float):
+        return self._infer("tag", request, pb.TagResponse(), timeout)
+
+    def ListModels(self, request, timeout: float):
+        return json_format.Parse(self._request("GET", "/v1/models", None, timeout), pb.ListModelsResponse(),
+                                 ignore_unknown_fields=True)
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+
+
 def _read(data: Union[bytes, str, None]) -> Optional[bytes]:
     """PEM given as bytes, or as the path of a file."""
     if data is None or isinstance(data, bytes):
@@ -171,9 +281,10 @@ def _read(data: Union[bytes, str, None]) -> Optional[bytes]:
 class Client:
     """A connection to qvi-server. `target` is host:port. tls=True speaks TLS (root_certificates: the
     server's CA, PEM bytes or a path; None = the system's roots); certificate_chain and private_key
-    add a client certificate (mutual TLS)."""
+    add a client certificate (mutual TLS). protocol="http" calls the server's HTTP/JSON port (plain
+    HTTP only) instead of gRPC, with the same methods, answers and errors."""
 
-    def __init__(self, target: str, *, tls: bool = False, root_certificates: Union[bytes, str, None] = None,
+    def __init__(self, target: str, *, protocol: str = "grpc", tls: bool = False, root_certificates: Union[bytes, str, None] = None,
                  certificate_chain: Union[bytes, str, None] = None, private_key: Union[bytes, str, None] = None,
                  timeout: float = 10.0, retries: int = 3, backoff: float = 0.1, max_backoff: float = 2.0,
                  options: Sequence[Tuple[str, object]] = (), sleep: Callable[[float], None] = time.sleep):
@@ -181,7 +292,14 @@ class Client:
             raise ValueError("timeout must be positive")
         if retries < 0:
             raise ValueError("retries must not be negative")
-        if tls:
+        if protocol not in ("grpc", "http"):
+            raise ValueError(f"protocol: {protocol!r}; want 'grpc' or 'http'")
+        self._channel = None
+        if protocol == "http":
+            if tls or root_certificates or certificate_chain or private_key or options:
+                raise ValueError("protocol='http' takes no TLS or channel options: the HTTP port speaks plain HTTP")
+            self._stub = _HttpStub(target)
+        elif tls:
             creds = grpc.ssl_channel_credentials(_read(root_certificates), _read(private_key),
                                                  _read(certificate_chain))
             self._channel = grpc.secure_channel(target, creds, options=list(options))
@@ -189,7 +307,8 @@ class Client:
             if root_certificates or certificate_chain or private_key:
                 raise ValueError("certificates given without tls=True")
             self._channel = grpc.insecure_channel(target, options=list(options))
-        self._stub = pb_grpc.InferenceStub(self._channel)
+        if self._channel is not None:
+            self._stub = pb_grpc.InferenceStub(self._channel)
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
@@ -197,7 +316,10 @@ class Client:
         self._sleep = sleep
 
     def close(self) -> None:
-        self._channel.close()
+        if self._channel is not None:
+            self._channel.close()
+        else:
+            self._stub.close()
 
     def __enter__(self) -> "Client":
         return self
