@@ -57,11 +57,49 @@ grpc::ServerUnaryReactor* OipServiceImpl::ServerMetadata(grpc::CallbackServerCon
   return RawUnary<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
       ctx, raw, raw_response, caps_,
       [](const inference::ServerMetadataRequest&, inference::ServerMetadataResponse* response) {
-        response->set_name("qvi-serve");
-        response->set_version(QVI_VERSION);
-        response->add_extensions("classification");
+        ServerMetadata(response);
         return absl::OkStatus();
       });
+}
+
+void OipServiceImpl::ServerMetadata(inference::ServerMetadataResponse* response) {
+  response->set_name("qvi-serve");
+  response->set_version(QVI_VERSION);
+  response->add_extensions("classification");
+}
+
+absl::StatusOr<OipServiceImpl::Planned> OipServiceImpl::Plan(const inference::ModelInferRequest& request) const {
+  // The model's task decides Classify or Tag, and its manifest which outputs exist: the plan is
+  // checked against one version, and the core answers from that same version.
+  if (absl::Status s = CheckModelNameBytes("model_name", request.model_name(), core_->limits()); !s.ok()) return s;
+  absl::StatusOr<int64_t> version = oip::ParseVersion("model_version", request.model_version());
+  if (!version.ok()) return version.status();
+  absl::StatusOr<ServableHandle> servable = repository_->Resolve(request.model_name(), *version);
+  if (!servable.ok()) return servable.status();
+  absl::StatusOr<oip::InferPlan> plan = oip::FromModelInfer(request, (*servable)->model->manifest());
+  if (!plan.ok()) return plan.status();
+  Planned planned{std::move(*servable), std::make_shared<oip::InferPlan>(std::move(*plan))};
+  // Padded tensors can be far larger than the texts: the core sizes the answer before the model
+  // runs (INVALID_ARGUMENT, as for the native API) from this bound.
+  planned.plan->request.estimate_response_bytes = [plan = planned.plan.get()](const InferenceRequest& r,
+                                                                              const InferenceResponse& tokenised) {
+    return oip::AnswerBytesBefore(r, tokenised, *plan);
+  };
+  return planned;
+}
+
+absl::Status OipServiceImpl::BuildAnswer(const InferenceResponse& answer, const oip::InferPlan& plan,
+                                         const std::string& id, inference::ModelInferResponse* response) const {
+  // The bound was checked before the model ran; this is the exact size, kept as a guard.
+  const int64_t bytes = oip::AnswerBytes(answer, plan);
+  const int64_t limit = calls_->options().max_response_bytes;
+  if (limit > 0 && bytes > limit) {
+    return absl::ResourceExhaustedError(absl::StrCat("the answer would be at least ", bytes,
+                                                     " bytes, over the limit of ", limit,
+                                                     " bytes (--max-message-bytes); ask for fewer texts or outputs"));
+  }
+  oip::ToModelInfer(answer, plan, id, response);
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* OipServiceImpl::ModelMetadata(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
@@ -152,41 +190,16 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext
         if (absl::Status s = DecodeRequest(bytes, caps_, &request); !s.ok()) return s;
         call->model = request.model_name();
         call->request_id = request.id().empty() ? calls_->NextRequestId() : request.id();
-        // The model's task decides Classify or Tag, and its manifest which outputs exist: the plan
-        // is checked against one version, and the core answers from that same version.
-        if (absl::Status s = CheckModelNameBytes("model_name", request.model_name(), core_->limits()); !s.ok()) {
-          return s;
-        }
-        absl::StatusOr<int64_t> version = oip::ParseVersion("model_version", request.model_version());
-        if (!version.ok()) return version.status();
-        absl::StatusOr<ServableHandle> servable = repository_->Resolve(request.model_name(), *version);
-        if (!servable.ok()) return servable.status();
-        absl::StatusOr<oip::InferPlan> plan = oip::FromModelInfer(request, (*servable)->model->manifest());
+        absl::StatusOr<OipServiceImpl::Planned> plan = Plan(request);
         if (!plan.ok()) return plan.status();
         Planned planned;
-        planned.method = plan->method;
-        planned.servable = std::move(*servable);
-        planned.timeout = plan->timeout;
-        auto answer_plan = std::make_shared<oip::InferPlan>(std::move(*plan));
-        planned.request = std::move(answer_plan->request);
-        // Padded tensors can be far larger than the texts: the core sizes the answer before the model
-        // runs (INVALID_ARGUMENT, as for the native API) from this bound.
-        planned.request.estimate_response_bytes = [answer_plan](const InferenceRequest& r,
-                                                                const InferenceResponse& tokenised) {
-          return oip::AnswerBytesBefore(r, tokenised, *answer_plan);
-        };
-        const int64_t limit = calls_->options().max_response_bytes;
-        planned.build = [answer_plan, limit, id = request.id()](const InferenceResponse& answer,
-                                                                inference::ModelInferResponse* response) {
-          // The bound above was checked before the model ran; this is the exact size, kept as a guard.
-          const int64_t bytes = oip::AnswerBytes(answer, *answer_plan);
-          if (limit > 0 && bytes > limit) {
-            return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                absl::StrCat("the answer would be at least ", bytes, " bytes, over the limit of ",
-                                             limit, " bytes (--max-message-bytes); ask for fewer texts or outputs"));
-          }
-          oip::ToModelInfer(answer, *answer_plan, id, response);
-          return grpc::Status::OK;
+        planned.method = plan->plan->method;
+        planned.servable = std::move(plan->servable);
+        planned.timeout = plan->plan->timeout;
+        planned.request = std::move(plan->plan->request);  // its estimate reads the plan, which `build` keeps
+        planned.build = [this, answer_plan = plan->plan, id = request.id()](const InferenceResponse& answer,
+                                                                            inference::ModelInferResponse* response) {
+          return ToGrpcStatus(BuildAnswer(answer, *answer_plan, id, response));
         };
         return planned;
       });

@@ -22,6 +22,7 @@
 #include "server/core/serving/inference_service.h"
 #include "server/core/serving/model_repository.h"
 #include "server/grpc/infer_call.h"
+#include "server/grpc/oip_convert.h"
 #include "server/grpc/wire_scan.h"
 
 namespace qvi {
@@ -56,11 +57,25 @@ class OipServiceImpl final : public OipBase {
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
 
- private:
+  // The answers of ModelReady, ModelMetadata and ServerMetadata, for KServe v2's REST routes too.
   absl::Status ModelReady(const inference::ModelReadyRequest& request, inference::ModelReadyResponse* response) const;
   absl::Status ModelMetadata(const inference::ModelMetadataRequest& request,
                              inference::ModelMetadataResponse* response) const;
+  static void ServerMetadata(inference::ServerMetadataResponse* response);
 
+  // A ModelInfer request checked against the version it resolves to: that version, and the plan
+  // of the call (oip_convert.h), whose `request` the caller hands to the core. The request's
+  // estimate_response_bytes reads the plan: the caller keeps `plan` until the core has answered.
+  struct Planned {
+    ServableHandle servable;
+    std::shared_ptr<oip::InferPlan> plan;
+  };
+  absl::StatusOr<Planned> Plan(const inference::ModelInferRequest& request) const;
+  // The exact size of the answer checked against the send limit, then the answer built.
+  absl::Status BuildAnswer(const InferenceResponse& answer, const oip::InferPlan& plan, const std::string& id,
+                           inference::ModelInferResponse* response) const;
+
+ private:
   InferenceService* core_;
   const ModelRepository* repository_;
   InferCalls* calls_;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -14,6 +15,7 @@
 #include "server/core/spec/request_checks.h"
 #include "server/grpc/convert.h"
 #include "server/grpc/request_from_proto.h"
+#include "server/http/kserve_rest.h"
 #include "server/logging.h"
 
 namespace qvi {
@@ -46,12 +48,13 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
 // The deepest a request body may nest: a Classify or Tag body nests 4 deep.
 constexpr int kMaxJsonDepth = 16;
 
-// Walks a body once without building anything, before protobuf parses it: malformed JSON (named by
-// byte), invalid UTF-8 or lone surrogates, nesting past kMaxJsonDepth, and more texts than a request
-// may hold are refused here, so that no body costs more than its bytes to refuse.
+// Walks a body once without building anything, before it is parsed: malformed JSON (named by byte),
+// invalid UTF-8 or lone surrogates, nesting past kMaxJsonDepth, more texts than a request may hold
+// (a Classify or Tag body's "texts") and more values than any request of that many texts needs are
+// refused here, so that no body costs more than its bytes to refuse.
 class BodyScan : public nlohmann::json_sax<nlohmann::json> {
  public:
-  explicit BodyScan(int max_texts) : max_texts_(max_texts) {}
+  explicit BodyScan(int max_texts) : max_texts_(max_texts), max_values_(4 * int64_t{max_texts} + 1024) {}
   absl::Status status = absl::OkStatus();
 
   bool null() override { return Value(); }
@@ -79,6 +82,11 @@ class BodyScan : public nlohmann::json_sax<nlohmann::json> {
 
  private:
   bool Value() {
+    if (++values_ > max_values_) {
+      status = absl::InvalidArgumentError(absl::StrCat("request body: more than ", max_values_,
+                                                       " JSON values; a request holds at most ", max_texts_, " texts"));
+      return false;
+    }
     if (in_texts_depth_ > 0 && depth_ == in_texts_depth_ && ++texts_ > max_texts_) {
       status = absl::InvalidArgumentError(
           absl::StrCat("texts: more than ", max_texts_, " texts; the limit is ", max_texts_, " per request"));
@@ -103,17 +111,23 @@ class BodyScan : public nlohmann::json_sax<nlohmann::json> {
   }
 
   const int max_texts_;
+  const int64_t max_values_;
+  int64_t values_ = 0;
   int depth_ = 0;
   int in_texts_depth_ = 0;
   int texts_ = 0;
   std::string key_;
 };
 
-template <typename Message>
-absl::Status ParseBody(const std::string& body, int max_texts, Message* message) {
+absl::Status ScanBody(const std::string& body, int max_texts) {
   BodyScan scan(max_texts);
   nlohmann::json::sax_parse(body, &scan, nlohmann::json::input_format_t::json, /*strict=*/true);
-  if (!scan.status.ok()) return scan.status;
+  return scan.status;
+}
+
+template <typename Message>
+absl::Status ParseBody(const std::string& body, int max_texts, Message* message) {
+  if (absl::Status s = ScanBody(body, max_texts); !s.ok()) return s;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
   const auto status = google::protobuf::util::JsonStringToMessage(body, message, options);
@@ -217,6 +231,134 @@ void Serve(InferenceService* core, InferCalls* calls, Method method, const HttpR
   });
 }
 
+// KServe v2's infer: the JSON tensors become an OIP ModelInfer request, planned and answered by the
+// OIP service's own code (oip_service.h), the answer's tensors written back as JSON.
+void ServeInfer(InferenceService* core, InferCalls* calls, const OipServiceImpl* oip, const HttpRoute& route,
+                HttpRequest request, HttpServer::Reply reply) {
+  auto call = std::make_shared<HttpCall>(calls, "ModelInfer", request.peer, static_cast<int64_t>(request.body.size()),
+                                         std::move(reply));
+  call->model = route.model;
+  const auto fail = [&call](const absl::Status& s) { call->Finish(s, ErrorResponse(s)); };
+  if (absl::Status admitted = calls->CheckHeld(call->held, 0); !admitted.ok()) return fail(admitted);
+  if (absl::Status scanned = ScanBody(request.body, core->limits().max_texts); !scanned.ok()) return fail(scanned);
+  const nlohmann::json body = nlohmann::json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  request.body.clear();
+  absl::StatusOr<inference::ModelInferRequest> infer =
+      rest::InferRequest(body, route.model, route.version > 0 ? absl::StrCat(route.version) : "");
+  if (!infer.ok()) return fail(infer.status());
+  absl::StatusOr<OipServiceImpl::Planned> planned = oip->Plan(*infer);
+  if (!planned.ok()) return fail(planned.status());
+  InferenceRequest r = std::move(planned->plan->request);
+  if (r.request_id.empty()) r.request_id = request.Header("X-Request-Id");
+  if (r.request_id.empty()) r.request_id = calls->NextRequestId();
+  if (static_cast<int>(r.request_id.size()) <= core->limits().max_request_id_bytes) call->request_id = r.request_id;
+  call->texts = static_cast<int64_t>(r.texts.size());
+  const Env* env = &core->env();
+  if (planned->plan->timeout != absl::InfiniteDuration()) r.deadline = env->Now() + planned->plan->timeout;
+  r.hold_answer_bytes = [call](int64_t bytes) { return call->HoldAnswer(bytes); };
+  core->Submit(
+      planned->plan->method, std::move(r),
+      [call, oip, env, plan = planned->plan, id = infer->id()](absl::StatusOr<InferenceResponse> answer) {
+        if (!answer.ok()) return call->Finish(answer.status(), ErrorResponse(answer.status()));
+        const absl::Time building = env->Now();
+        absl::StatusOr<std::string> json;
+        try {
+          inference::ModelInferResponse out;
+          absl::Status built = oip->BuildAnswer(*answer, *plan, id, &out);
+          absl::StatusOr<nlohmann::json> tensors =
+              built.ok() ? rest::InferResponse(out) : absl::StatusOr<nlohmann::json>(built);
+          json =
+              tensors.ok()
+                  ? absl::StatusOr<std::string>(tensors->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+                  : absl::StatusOr<std::string>(tensors.status());
+        } catch (...) {
+          json = absl::InternalError(absl::StrCat("building the answer failed: ", CurrentExceptionText()));
+        }
+        if (!json.ok()) return call->Finish(json.status(), ErrorResponse(json.status()));
+        const AnswerSummary summary{answer->version,          answer->tokens,       answer->queue_time,
+                                    answer->compute_time,     answer->queued_at,    answer->forward_time,
+                                    answer->postprocess_time, env->Now() - building};
+        call->Finish(absl::OkStatus(), HttpResponse{200, "application/json", *std::move(json), {}}, &summary);
+      },
+      std::move(planned->servable));
+}
+
+// GET /v2/models/{m}[/versions/{v}][/ready]: OIP's answers in the REST protocol's JSON.
+HttpResponse ModelRoute(const OipServiceImpl* oip, const HttpRoute& route) {
+  const std::string version = route.version > 0 ? absl::StrCat(route.version) : "";
+  if (route.kind == HttpRoute::Kind::kModelReady) {
+    inference::ModelReadyRequest in;
+    in.set_name(route.model);
+    in.set_version(version);
+    inference::ModelReadyResponse out;
+    if (absl::Status s = oip->ModelReady(in, &out); !s.ok()) return ErrorResponse(s);
+    const nlohmann::json body = {{"name", route.model}, {"ready", out.ready()}};
+    return HttpResponse{out.ready() ? 200 : 503, "application/json", body.dump(), {}};
+  }
+  inference::ModelMetadataRequest in;
+  in.set_name(route.model);
+  in.set_version(version);
+  inference::ModelMetadataResponse out;
+  if (absl::Status s = oip->ModelMetadata(in, &out); !s.ok()) return ErrorResponse(s);
+  return HttpResponse{200,
+                      "application/json",
+                      rest::ModelMetadata(out).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                      {}};
+}
+
+// "{m}" or "{m}/versions/{v}" into the route's model and version.
+absl::Status ParseModelPath(absl::string_view path, absl::string_view target, HttpRoute& route) {
+  std::vector<absl::string_view> parts = absl::StrSplit(path, '/');
+  if (parts.empty() || parts[0].empty() || (parts.size() != 1 && parts.size() != 3) ||
+      (parts.size() == 3 && parts[1] != "versions")) {
+    return absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
+  }
+  route.model = std::string(parts[0]);
+  if (parts.size() == 3 && (!absl::SimpleAtoi(parts[2], &route.version) || route.version < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("version: '", parts[2].substr(0, 40), "' is not a positive integer"));
+  }
+  return absl::OkStatus();
+}
+
+// /v2/models/{m}[/versions/{v}][/ready | /infer], with `path` after "/v2/models/".
+absl::StatusOr<HttpRoute> ParseV2ModelRoute(absl::string_view path, absl::string_view target) {
+  using Kind = HttpRoute::Kind;
+  HttpRoute route;
+  absl::string_view verb;
+  if (absl::EndsWith(path, "/ready") || absl::EndsWith(path, "/infer")) {
+    verb = path.substr(path.size() - 5);
+    path.remove_suffix(6);
+  }
+  if (absl::Status s = ParseModelPath(path, target, route); !s.ok()) return s;
+  route.kind = verb.empty() ? Kind::kModelMetadata : verb == "ready" ? Kind::kModelReady : Kind::kInfer;
+  route.allow = route.kind == Kind::kInfer ? "POST" : "GET";
+  return route;
+}
+
+// /v1/models/{m}[/versions/{v}][:classify | :tag], with `path` after "/v1/models/"; a model name
+// holds no '/' or ':' here.
+absl::StatusOr<HttpRoute> ParseV1ModelRoute(absl::string_view path, absl::string_view target) {
+  using Kind = HttpRoute::Kind;
+  HttpRoute route;
+  absl::string_view verb;
+  if (const size_t colon = path.rfind(':'); colon != absl::string_view::npos) {
+    verb = path.substr(colon + 1);
+    path = path.substr(0, colon);
+  }
+  if (absl::Status s = ParseModelPath(path, target, route); !s.ok()) return s;
+  if (verb.empty()) {
+    route.kind = Kind::kGetModel;
+  } else if (verb == "classify" || verb == "tag") {
+    route.kind = verb == "classify" ? Kind::kClassify : Kind::kTag;
+  } else {
+    return absl::NotFoundError(
+        absl::StrCat("no route for ", target.substr(0, 200), ": the verbs are :classify and :tag"));
+  }
+  route.allow = route.kind == Kind::kGetModel ? "GET" : "POST";
+  return route;
+}
+
 }  // namespace
 
 absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_view target_sv) {
@@ -238,30 +380,16 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_vie
   if (path == "/v2/health/live") return want(Kind::kLive, "GET");
   if (path == "/v2/health/ready") return want(Kind::kReady, "GET");
   if (path == "/v1/models") return want(Kind::kListModels, "GET");
-  if (absl::ConsumePrefix(&path, "/v1/models/")) {
-    // {m}[/versions/{v}][:classify|:tag]; a model name holds no '/' or ':' here.
-    absl::string_view verb;
-    if (const size_t colon = path.rfind(':'); colon != absl::string_view::npos) {
-      verb = path.substr(colon + 1);
-      path = path.substr(0, colon);
-    }
-    std::vector<absl::string_view> parts = absl::StrSplit(path, '/');
-    if (parts.empty() || parts[0].empty() || (parts.size() != 1 && parts.size() != 3) ||
-        (parts.size() == 3 && parts[1] != "versions")) {
-      return absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
-    }
-    route.model = std::string(parts[0]);
-    if (parts.size() == 3 && (!absl::SimpleAtoi(parts[2], &route.version) || route.version < 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("version: '", parts[2].substr(0, 40), "' is not a positive integer"));
-    }
-    if (verb.empty()) return want(Kind::kGetModel, "GET");
-    if (verb == "classify") return want(Kind::kClassify, "POST");
-    if (verb == "tag") return want(Kind::kTag, "POST");
-    return absl::NotFoundError(
-        absl::StrCat("no route for ", target.substr(0, 200), ": the verbs are :classify and :tag"));
+  if (path == "/v2") return want(Kind::kServerMetadata, "GET");
+  absl::StatusOr<HttpRoute> model = absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
+  if (absl::ConsumePrefix(&path, "/v2/models/")) {
+    model = ParseV2ModelRoute(path, target);
+  } else if (absl::ConsumePrefix(&path, "/v1/models/")) {
+    model = ParseV1ModelRoute(path, target);
   }
-  return absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
+  if (!model.ok()) return model.status();
+  route = *std::move(model);
+  return want(route.kind, route.allow == "POST" ? "POST" : "GET");
 }
 
 int HttpStatus(absl::StatusCode code) {
@@ -334,6 +462,20 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
     case Kind::kTag:
       return Serve<v1::TagRequest, v1::TagResponse>(core_, calls_, Method::kTag, *route, std::move(request),
                                                     std::move(reply));
+    case Kind::kServerMetadata: {
+      inference::ServerMetadataResponse out;
+      OipServiceImpl::ServerMetadata(&out);
+      const nlohmann::json body = {
+          {"name", out.name()},
+          {"version", out.version()},
+          {"extensions", std::vector<std::string>(out.extensions().begin(), out.extensions().end())}};
+      return reply(HttpResponse{200, "application/json", body.dump(), {}});
+    }
+    case Kind::kModelMetadata:
+    case Kind::kModelReady:
+      return reply(ModelRoute(oip_, *route));
+    case Kind::kInfer:
+      return ServeInfer(core_, calls_, oip_, *route, std::move(request), std::move(reply));
   }
 }
 

@@ -6,6 +6,9 @@
 //   POST /v1/models/{m}[/versions/{v}]:classify     Classify: the body is a ClassifyRequest in
 //   POST /v1/models/{m}[/versions/{v}]:tag          protobuf's JSON (what grpcurl -d takes), the model
 //                                                   from the path; the answer a ClassifyResponse
+//   GET  /v2                                        KServe v2 REST (kserve_rest.h): server metadata,
+//   GET  /v2/models/{m}[/versions/{v}][/ready]      model metadata and readiness,
+//   POST /v2/models/{m}[/versions/{v}]/infer        inference with JSON tensors, as OIP over gRPC
 // Errors are {"error": "..."} with the HTTP status of the gRPC code (HttpStatus).
 #ifndef QVI_SERVER_HTTP_HTTP_API_H_
 #define QVI_SERVER_HTTP_HTTP_API_H_
@@ -21,13 +24,25 @@
 #include "server/core/serving/model_repository.h"
 #include "server/grpc/infer_call.h"
 #include "server/grpc/inference_service_impl.h"
+#include "server/grpc/oip_service.h"
 #include "server/http/http_server.h"
 
 namespace qvi {
 
 // A request's route, from its method and target alone.
 struct HttpRoute {
-  enum class Kind { kLive, kReady, kListModels, kGetModel, kClassify, kTag };
+  enum class Kind {
+    kLive,
+    kReady,
+    kListModels,
+    kGetModel,
+    kClassify,
+    kTag,
+    kServerMetadata,
+    kModelMetadata,
+    kModelReady,
+    kInfer
+  };
   Kind kind = Kind::kLive;
   std::string model;    // kGetModel, kClassify, kTag
   int64_t version = 0;  // 0: the version policy's choice
@@ -44,10 +59,11 @@ int HttpStatus(absl::StatusCode code);
 
 class HttpApi {
  public:
-  // `serving` is the server's readiness (false from the start of a drain); `rpc` answers GetModel.
+  // `serving` is the server's readiness (false from the start of a drain); `rpc` answers GetModel,
+  // `oip` plans and answers KServe v2's routes as it does OIP's gRPC calls.
   HttpApi(InferenceService* core, const ModelRepository* repository, InferCalls* calls, const InferenceServiceImpl* rpc,
-          const std::atomic<bool>* serving)
-      : core_(core), repository_(repository), calls_(calls), rpc_(rpc), serving_(serving) {}
+          const OipServiceImpl* oip, const std::atomic<bool>* serving)
+      : core_(core), repository_(repository), calls_(calls), rpc_(rpc), oip_(oip), serving_(serving) {}
 
   void Handle(HttpRequest request, HttpServer::Reply reply);
 
@@ -56,6 +72,7 @@ class HttpApi {
   const ModelRepository* repository_;
   InferCalls* calls_;
   const InferenceServiceImpl* rpc_;
+  const OipServiceImpl* oip_;
   const std::atomic<bool>* serving_;
 };
 

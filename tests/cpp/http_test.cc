@@ -35,6 +35,13 @@ TEST(HttpRouteTest, PathsAndMethodsPickTheRoute) {
            {"GET", "/v1/models/sentiment/versions/3", Kind::kGetModel, "sentiment", 3},
            {"POST", "/v1/models/sentiment:classify", Kind::kClassify, "sentiment", 0},
            {"POST", "/v1/models/ner/versions/12:tag", Kind::kTag, "ner", 12},
+           {"GET", "/v2", Kind::kServerMetadata, "", 0},
+           {"GET", "/v2/models/sentiment", Kind::kModelMetadata, "sentiment", 0},
+           {"GET", "/v2/models/sentiment/versions/2", Kind::kModelMetadata, "sentiment", 2},
+           {"GET", "/v2/models/sentiment/ready", Kind::kModelReady, "sentiment", 0},
+           {"GET", "/v2/models/sentiment/versions/2/ready", Kind::kModelReady, "sentiment", 2},
+           {"POST", "/v2/models/sentiment/infer", Kind::kInfer, "sentiment", 0},
+           {"POST", "/v2/models/ner/versions/1/infer", Kind::kInfer, "ner", 1},
        }) {
     absl::StatusOr<HttpRoute> r = ParseRoute(c.method, c.target);
     ASSERT_TRUE(r.ok()) << c.target << ": " << r.status();
@@ -62,6 +69,10 @@ TEST(HttpRouteTest, RefusalsSayWhy) {
            {"POST", "/v1/models/a/versions/0:tag", absl::StatusCode::kInvalidArgument,
             "version: '0' is not a positive integer"},
            {"POST", "/v1/models/a/versions/-1:tag", absl::StatusCode::kInvalidArgument, "not a positive integer"},
+           {"GET", "/v2/models/a/infer", absl::StatusCode::kFailedPrecondition, "use POST"},
+           {"POST", "/v2/models/a/ready", absl::StatusCode::kFailedPrecondition, "use GET"},
+           {"POST", "/v2/models/a/predict", absl::StatusCode::kNotFound, "no route"},
+           {"GET", "/v2/models/a/versions/x", absl::StatusCode::kInvalidArgument, "'x' is not a positive integer"},
        }) {
     absl::StatusOr<HttpRoute> r = ParseRoute(c.method, c.target);
     ASSERT_FALSE(r.ok()) << c.target;

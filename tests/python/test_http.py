@@ -242,3 +242,82 @@ def test_the_docs_curl_lines_run_as_written(http_address, command):
     assert out.returncode == 0, out.stderr
     answer = json.loads(out.stdout)
     assert "error" not in answer, answer
+
+
+# KServe v2 REST: the Open Inference Protocol over HTTP/JSON, planned and answered by the same code as
+# OIP over gRPC (test_oip.py covers that code's outputs and parameters in depth).
+
+def infer_body(texts, outputs=None, **parameters):
+    body = {"inputs": [{"name": "text", "shape": [len(texts)], "datatype": "BYTES", "data": texts}]}
+    if outputs is not None:
+        body["outputs"] = outputs
+    if parameters:
+        body["parameters"] = parameters
+    return body
+
+
+def test_v2_server_and_model_metadata(http_address):
+    status, body, _ = call(http_address, "GET", "/v2")
+    assert status == 200 and body["name"] == "qvi-serve" and "classification" in body["extensions"]
+    status, body, _ = call(http_address, "GET", "/v2/models/sentiment")
+    assert status == 200, body
+    assert body["name"] == "sentiment" and body["versions"] == ["1"]
+    assert body["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
+    outputs = {o["name"]: o for o in body["outputs"]}
+    assert outputs["probabilities"] == {"name": "probabilities", "datatype": "FP32", "shape": [-1, 2]}
+    assert json.loads(body["parameters"]["labels"]) == ["negative", "positive"]
+    assert call(http_address, "GET", "/v2/models/sentiment/versions/1/ready")[:2] == \
+        (200, {"name": "sentiment", "ready": True})
+    status, body, _ = call(http_address, "GET", "/v2/models/sentiment/versions/9/ready")
+    assert status == 404 and "has no version 9" in body["error"]
+
+
+def test_v2_infer_answers_what_classify_answers(http_address):
+    texts = TEXTS[:2]
+    status, body, headers = call(http_address, "POST", "/v2/models/sentiment/infer",
+                                 dict(infer_body(texts, [{"name": "probabilities", "parameters": {"classification": 2}},
+                                                         {"name": "attention"}, {"name": "token_count"}]), id="v2-1"))
+    assert status == 200, body
+    assert (body["model_name"], body["model_version"], body["id"]) == ("sentiment", "1", "v2-1")
+    assert headers["X-Request-Id"] == "v2-1"
+    outputs = {o["name"]: o for o in body["outputs"]}
+    assert [o["name"] for o in body["outputs"]] == ["probabilities", "attention", "token_count"]
+    _, native, _ = call(http_address, "POST", "/v1/models/sentiment:classify",
+                        {"texts": texts, "options": {"topK": 2, "attention": True}})
+    probabilities = outputs["probabilities"]
+    assert probabilities["datatype"] == "BYTES" and probabilities["shape"] == [2, 2]
+    for row, result in enumerate(native["results"]):
+        got = [e.split(":") for e in probabilities["data"][2 * row:2 * row + 2]]
+        assert [g[2] for g in got] == [s["label"] for s in result["labels"]]
+        assert [float(g[0]) for g in got] == pytest.approx([s["score"] for s in result["labels"]], abs=1e-5)
+        width = outputs["attention"]["shape"][1]
+        n = outputs["token_count"]["data"][row]
+        assert n == len(result["tokens"])
+        assert outputs["attention"]["data"][row * width:row * width + n] == \
+            pytest.approx([t["attention"] for t in result["tokens"]], abs=1e-6)
+
+
+def test_v2_infer_tags_with_the_spans_tag_answers(http_address):
+    status, body, _ = call(http_address, "POST", "/v2/models/ner/infer", infer_body(TEXTS[2:]))
+    assert status == 200, body
+    spans = json.loads({o["name"]: o for o in body["outputs"]}["spans"]["data"][0])
+    _, native, _ = call(http_address, "POST", "/v1/models/ner:tag", {"texts": TEXTS[2:]})
+    assert [(s["label"], s["start"], s["end"], s["text"]) for s in spans] == \
+        [(s["label"], s["start"], s["end"], s["text"]) for s in native["results"][0]["spans"]]
+
+
+@pytest.mark.parametrize("body,status,error", [
+    ({"inputs": [{"name": "text", "shape": [1], "datatype": "FP32", "data": [1.0]}]}, 400,
+     "inputs[0].datatype: 'FP32'; the input \"text\" is BYTES"),
+    ({"inputs": [{"name": "txt", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}, 400, "'txt' is not an input"),
+    ({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [1]}]}, 400, "inputs[0].data[0]"),
+    ({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES"}]}, 400,
+     "inputs[0].data: is missing (the binary-data extension is not supported)"),
+    ({"inputz": []}, 400, "inputz: is not a field of an inference request"),
+    (dict(infer_body(["a"]), parameters={"top_k": 1.5}), 400, "parameters.top_k: must be a boolean, an integer"),
+    (infer_body(["a"], [{"name": "spans"}]), 400, "spans"),
+])
+def test_v2_infer_errors_name_the_field(http_address, body, status, error):
+    got, answer, _ = call(http_address, "POST", "/v2/models/sentiment/infer", body)
+    assert got == status, answer
+    assert error in answer["error"], answer

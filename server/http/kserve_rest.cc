@@ -1,0 +1,204 @@
+#include "server/http/kserve_rest.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace qvi::rest {
+
+namespace {
+
+using json = nlohmann::json;
+using Params = google::protobuf::Map<std::string, inference::InferParameter>;
+
+absl::Status Bad(const std::string& field, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+// {name: bool | integer | string}, as InferParameters.
+absl::Status ReadParameters(const json& j, const std::string& field, Params* out) {
+  if (!j.is_object()) return Bad(field, "must be an object");
+  for (const auto& [name, value] : j.items()) {
+    inference::InferParameter p;
+    if (value.is_boolean()) {
+      p.set_bool_param(value.get<bool>());
+    } else if (value.is_number_integer()) {
+      if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+        return Bad(field + "." + name, "out of the range of int64");
+      }
+      p.set_int64_param(value.get<int64_t>());
+    } else if (value.is_string()) {
+      p.set_string_param(value.get<std::string>());
+    } else {
+      return Bad(field + "." + name, "must be a boolean, an integer or a string");
+    }
+    (*out)[name] = p;
+  }
+  return absl::OkStatus();
+}
+
+// The elements of "data", nested as the shape or flat, into the tensor's BYTES contents.
+absl::Status ReadStrings(const json& data, const std::string& field, inference::InferTensorContents* out) {
+  if (data.is_string()) {
+    out->add_bytes_contents(data.get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!data.is_array()) return Bad(field, "must be a string or an array of them (the BYTES tensor's elements)");
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (absl::Status s = ReadStrings(data[i], absl::StrCat(field, "[", i, "]"), out); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadInput(const json& in, const std::string& field, inference::ModelInferRequest::InferInputTensor* out) {
+  if (!in.is_object()) return Bad(field, "must be an object");
+  for (const char* key : {"name", "datatype"}) {
+    if (!in.contains(key) || !in[key].is_string()) return Bad(absl::StrCat(field, ".", key), "must be a string");
+  }
+  out->set_name(in["name"].get<std::string>());
+  out->set_datatype(in["datatype"].get<std::string>());
+  if (!in.contains("shape") || !in["shape"].is_array()) return Bad(field + ".shape", "must be an array of integers");
+  for (size_t i = 0; i < in["shape"].size(); ++i) {
+    const json& d = in["shape"][i];
+    if (!d.is_number_integer()) return Bad(absl::StrCat(field, ".shape[", i, "]"), "must be an integer");
+    out->add_shape(d.get<int64_t>());
+  }
+  if (in.contains("parameters")) {
+    if (absl::Status s = ReadParameters(in["parameters"], field + ".parameters", out->mutable_parameters()); !s.ok()) {
+      return s;
+    }
+  }
+  if (!in.contains("data")) return Bad(field + ".data", "is missing (the binary-data extension is not supported)");
+  if (out->datatype() != "BYTES") {
+    return Bad(field + ".datatype", absl::StrCat("'", out->datatype().substr(0, 40), "'; the input \"text\" is BYTES"));
+  }
+  return ReadStrings(in["data"], field + ".data", out->mutable_contents());
+}
+
+template <typename T>
+json Numbers(const std::string& raw) {
+  json data = json::array();
+  const size_t n = raw.size() / sizeof(T);
+  for (size_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, raw.data() + i * sizeof(T), sizeof(T));
+    data.push_back(v);
+  }
+  return data;
+}
+
+// BYTES raw contents: each element a 4-byte little-endian length and its bytes.
+absl::StatusOr<json> Strings(const std::string& raw, const std::string& name) {
+  json data = json::array();
+  size_t at = 0;
+  while (at < raw.size()) {
+    if (raw.size() - at < 4) return absl::InternalError(absl::StrCat("output ", name, ": truncated BYTES element"));
+    uint32_t n = 0;
+    for (int b = 3; b >= 0; --b) n = (n << 8) | static_cast<unsigned char>(raw[at + b]);
+    at += 4;
+    if (raw.size() - at < n) return absl::InternalError(absl::StrCat("output ", name, ": truncated BYTES element"));
+    data.push_back(raw.substr(at, n));
+    at += n;
+  }
+  return data;
+}
+
+}  // namespace
+
+absl::StatusOr<inference::ModelInferRequest> InferRequest(const json& body, const std::string& model,
+                                                          const std::string& version) {
+  if (!body.is_object()) return Bad("request body", "must be a JSON object");
+  inference::ModelInferRequest out;
+  out.set_model_name(model);
+  out.set_model_version(version);
+  for (const auto& [key, value] : body.items()) {
+    if (key == "id") {
+      if (!value.is_string()) return Bad("id", "must be a string");
+      out.set_id(value.get<std::string>());
+    } else if (key == "parameters") {
+      if (absl::Status s = ReadParameters(value, "parameters", out.mutable_parameters()); !s.ok()) return s;
+    } else if (key == "inputs") {
+      if (!value.is_array()) return Bad("inputs", "must be an array");
+      for (size_t i = 0; i < value.size(); ++i) {
+        if (absl::Status s = ReadInput(value[i], absl::StrCat("inputs[", i, "]"), out.add_inputs()); !s.ok()) return s;
+      }
+    } else if (key == "outputs") {
+      if (!value.is_array()) return Bad("outputs", "must be an array");
+      for (size_t i = 0; i < value.size(); ++i) {
+        const json& o = value[i];
+        const std::string field = absl::StrCat("outputs[", i, "]");
+        if (!o.is_object() || !o.contains("name") || !o["name"].is_string()) {
+          return Bad(field + ".name", "must be a string");
+        }
+        auto* requested = out.add_outputs();
+        requested->set_name(o["name"].get<std::string>());
+        if (o.contains("parameters")) {
+          if (absl::Status s = ReadParameters(o["parameters"], field + ".parameters", requested->mutable_parameters());
+              !s.ok()) {
+            return s;
+          }
+        }
+      }
+    } else {
+      return Bad(key.substr(0, 64), "is not a field of an inference request (id, parameters, inputs, outputs)");
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<json> InferResponse(const inference::ModelInferResponse& response) {
+  json out = {{"model_name", response.model_name()},
+              {"model_version", response.model_version()},
+              {"id", response.id()},
+              {"outputs", json::array()}};
+  for (int i = 0; i < response.outputs_size(); ++i) {
+    const auto& tensor = response.outputs(i);
+    const std::string& raw = i < response.raw_output_contents_size() ? response.raw_output_contents(i) : "";
+    json data;
+    if (tensor.datatype() == "FP32") {
+      data = Numbers<float>(raw);
+    } else if (tensor.datatype() == "INT32") {
+      data = Numbers<int32_t>(raw);
+    } else if (tensor.datatype() == "INT64") {
+      data = Numbers<int64_t>(raw);
+    } else if (tensor.datatype() == "BOOL") {
+      data = json::array();
+      for (char c : raw) data.push_back(c != 0);
+    } else if (tensor.datatype() == "BYTES") {
+      absl::StatusOr<json> strings = Strings(raw, tensor.name());
+      if (!strings.ok()) return strings.status();
+      data = *std::move(strings);
+    } else {
+      return absl::InternalError(
+          absl::StrCat("output ", tensor.name(), ": datatype ", tensor.datatype(), " has no JSON form here"));
+    }
+    out["outputs"].push_back({{"name", tensor.name()},
+                              {"datatype", tensor.datatype()},
+                              {"shape", json(std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end()))},
+                              {"data", std::move(data)}});
+  }
+  return out;
+}
+
+json ModelMetadata(const inference::ModelMetadataResponse& response) {
+  const auto tensors = [](const auto& list) {
+    json out = json::array();
+    for (const auto& t : list) {
+      out.push_back({{"name", t.name()},
+                     {"datatype", t.datatype()},
+                     {"shape", json(std::vector<int64_t>(t.shape().begin(), t.shape().end()))}});
+    }
+    return out;
+  };
+  json parameters = json::object();
+  for (const auto& [key, value] : response.properties()) parameters[key] = value;
+  return {{"name", response.name()},
+          {"versions", json(std::vector<std::string>(response.versions().begin(), response.versions().end()))},
+          {"platform", response.platform()},
+          {"inputs", tensors(response.inputs())},
+          {"outputs", tensors(response.outputs())},
+          {"parameters", std::move(parameters)}};
+}
+
+}  // namespace qvi::rest
