@@ -13,7 +13,7 @@ export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 seconds=${1:-10}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(tokenizer manifest vocabulary serving_config version_policy spans request oip)
+[[ ${#targets[@]} -gt 0 ]] || targets=(tokenizer manifest vocabulary serving_config version_policy spans request oip http_json)
 dir=build-fuzz
 if [[ ! -f $dir/build.ninja ]]; then
   CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQVI_SANITIZE=fuzzer \

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "server/http/json_body.h"
 
 namespace qvi::rest {
 
@@ -25,13 +26,13 @@ absl::Status ReadParameters(const json& j, const std::string& field, Params* out
       p.set_bool_param(value.get<bool>());
     } else if (value.is_number_integer()) {
       if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-        return Bad(field + "." + name, "out of the range of int64");
+        return Bad(field + "." + Clip(name, 64), "out of the range of int64");
       }
       p.set_int64_param(value.get<int64_t>());
     } else if (value.is_string()) {
       p.set_string_param(value.get<std::string>());
     } else {
-      return Bad(field + "." + name, "must be a boolean, an integer or a string");
+      return Bad(field + "." + Clip(name, 64), "must be a boolean, an integer or a string");
     }
     (*out)[name] = p;
   }
@@ -71,7 +72,7 @@ absl::Status ReadInput(const json& in, const std::string& field, inference::Mode
   }
   if (!in.contains("data")) return Bad(field + ".data", "is missing (the binary-data extension is not supported)");
   if (out->datatype() != "BYTES") {
-    return Bad(field + ".datatype", absl::StrCat("'", out->datatype().substr(0, 40), "'; the input \"text\" is BYTES"));
+    return Bad(field + ".datatype", absl::StrCat("'", Clip(out->datatype(), 40), "'; the input \"text\" is BYTES"));
   }
   return ReadStrings(in["data"], field + ".data", out->mutable_contents());
 }
@@ -141,7 +142,7 @@ absl::StatusOr<inference::ModelInferRequest> InferRequest(const json& body, cons
         }
       }
     } else {
-      return Bad(key.substr(0, 64), "is not a field of an inference request (id, parameters, inputs, outputs)");
+      return Bad(Clip(key, 64), "is not a field of an inference request (id, parameters, inputs, outputs)");
     }
   }
   return out;

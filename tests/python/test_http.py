@@ -106,11 +106,15 @@ def test_tag_answers_what_grpc_answers(http_address, server, api):
     ("POST", "/v1/models/ner:classify", b'{"texts": ["a"]}', 400, "call Tag, not Classify"),
     ("POST", "/v1/models/sentiment:classify", b'{"texts": ["a"], "model": {"name": "ner"}}', 400,
      "the body names another model"),
+    # The client's own strings are quoted clipped, never whole.
+    ("POST", "/v1/models/sentiment:classify", b'{"' + b"k" * 100000 + b'": 1}', 400, "request body: "),
+    ("POST", "/v1/models/sentiment:classify", b'{"texts": ["a"' + b" " * 100000 + b"x", 400, "not valid JSON"),
 ])
 def test_errors_are_json_with_the_status_of_their_code(http_address, method, path, body, status, error):
     got, answer, headers = call(http_address, method, path, body)
     assert got == status, answer
     assert error in answer["error"], answer
+    assert len(answer["error"]) < 600, "an error quotes at most a little of the request"
     if status == 405:
         assert headers["Allow"] in ("GET", "POST")
 
@@ -316,8 +320,10 @@ def test_v2_infer_tags_with_the_spans_tag_answers(http_address):
     ({"inputz": []}, 400, "inputz: is not a field of an inference request"),
     (dict(infer_body(["a"]), parameters={"top_k": 1.5}), 400, "parameters.top_k: must be a boolean, an integer"),
     (infer_body(["a"], [{"name": "spans"}]), 400, "spans"),
+    (dict(infer_body(["a"]), parameters={"p" * 100000: 1.5}), 400, "must be a boolean, an integer"),
 ])
 def test_v2_infer_errors_name_the_field(http_address, body, status, error):
     got, answer, _ = call(http_address, "POST", "/v2/models/sentiment/infer", body)
     assert got == status, answer
     assert error in answer["error"], answer
+    assert len(answer["error"]) < 600, "an error quotes at most a little of the request"

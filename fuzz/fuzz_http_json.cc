@@ -1,0 +1,48 @@
+// An HTTP request body (server/http/json_body.h, kserve_rest.h), whatever its bytes: the scan refuses
+// it with a bounded message or lets it through, and a body it lets through parses (or is refused,
+// with a bounded message) as a Classify request in protobuf's JSON mapping and as a KServe v2
+// inference request, never holding more texts than the limit.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "nlohmann/json.hpp"
+#include "qvi/serving/v1/inference.pb.h"
+#include "server/http/json_body.h"
+#include "server/http/kserve_rest.h"
+
+namespace {
+#define Check(ok)                                                         \
+  do {                                                                    \
+    if (!(ok)) {                                                          \
+      std::fprintf(stderr, "check failed, line %d: %s\n", __LINE__, #ok); \
+      std::abort();                                                       \
+    }                                                                     \
+  } while (false)
+constexpr int kMaxTexts = 8;
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string body(reinterpret_cast<const char*>(data), size);
+  if (absl::Status s = qvi::ScanBody(body, kMaxTexts); !s.ok()) {
+    Check(s.code() == absl::StatusCode::kInvalidArgument && s.message().size() < 600);
+    return 0;
+  }
+  qvi::serving::v1::ClassifyRequest classify;
+  if (absl::Status s = qvi::ParseBody(body, kMaxTexts, &classify); s.ok()) {
+    Check(classify.texts_size() <= 4 * kMaxTexts + 1024);
+  } else {
+    Check(s.code() == absl::StatusCode::kInvalidArgument && s.message().size() < 600);
+  }
+  const nlohmann::json parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  Check(!parsed.is_discarded());  // the scan let only well-formed JSON through
+  absl::StatusOr<inference::ModelInferRequest> infer = qvi::rest::InferRequest(parsed, "m", "");
+  if (infer.ok()) {
+    for (const auto& input : infer->inputs()) Check(input.contents().bytes_contents_size() <= 4 * kMaxTexts + 1024);
+  } else {
+    Check(infer.status().code() == absl::StatusCode::kInvalidArgument && infer.status().message().size() < 600);
+  }
+  return 0;
+}
