@@ -9,6 +9,7 @@
 import copy
 import gzip
 import hashlib
+import json
 import os
 import shutil
 import tomllib
@@ -88,9 +89,21 @@ def isvc():
     return load("inference-service.yaml")
 
 
-def test_both_validate_against_kserves_crd_schemas(crds, runtime, isvc):
+@pytest.fixture(scope="module")
+def runtime_rest():
+    return load("cluster-serving-runtime-rest.yaml")
+
+
+@pytest.fixture(scope="module")
+def isvc_rest():
+    return load("inference-service-rest.yaml")
+
+
+def test_both_validate_against_kserves_crd_schemas(crds, runtime, isvc, runtime_rest, isvc_rest):
     validate(crds, runtime)
     validate(crds, isvc)
+    validate(crds, runtime_rest)
+    validate(crds, isvc_rest)
 
 
 def test_the_validation_catches_a_typo(crds, runtime, isvc):
@@ -167,5 +180,57 @@ def test_qvi_server_serves_with_the_runtimes_arguments(runtime, oip_api, tmp_pat
         answer = stub.ModelInfer(request, timeout=30)
         assert [o.name for o in answer.outputs] == ["label", "probabilities"]
         assert answer.raw_output_contents[0][4:] == b"positive"
+    finally:
+        proc.stop()
+
+
+def test_the_rest_inference_service_runs_on_the_rest_runtime_over_v2(runtime, runtime_rest, isvc_rest):
+    """The REST runtime is the gRPC one but for its protocol, its one port (http1, the image's HTTP port)
+    and HTTP probes on that port's health routes."""
+    model = isvc_rest["spec"]["predictor"]["model"]
+    assert model["runtime"] == runtime_rest["metadata"]["name"] == "qvi-serve-rest"
+    assert model["protocolVersion"] in runtime_rest["spec"]["protocolVersions"] == ["v2"]
+    [container] = runtime_rest["spec"]["containers"]
+    [port] = container["ports"]
+    with open(os.path.join(REPO, "docker", "qvi-server.toml"), "rb") as f:
+        image_config = tomllib.load(f)
+    assert (port["name"], port["containerPort"]) == ("http1", image_config["http-port"])
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": port["containerPort"]}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": port["containerPort"]}
+    [grpc_container] = runtime["spec"]["containers"]
+    same = {k: v for k, v in container.items() if k not in ("ports", "startupProbe", "readinessProbe", "livenessProbe")}
+    assert same == {k: v for k, v in grpc_container.items()
+                    if k not in ("ports", "startupProbe", "readinessProbe", "livenessProbe")}
+    assert runtime_rest["spec"]["supportedModelFormats"] == runtime["spec"]["supportedModelFormats"]
+
+
+def test_qvi_server_answers_the_rest_runtimes_probes_and_v2_rest(runtime_rest, tmp_path):
+    """The REST runtime's arguments after the image's config: its probes' paths answer on the HTTP port,
+    and KServe v2 REST inference answers there."""
+    import http.client
+    [container] = runtime_rest["spec"]["containers"]
+    store = os.path.join(str(tmp_path), "mnt-models")
+    shutil.copytree(STORE, store)
+    args = [a for a in container["args"] if not a.startswith("--model-store=")]
+    proc = ServerProcess(store, str(tmp_path), "--config", os.path.join(REPO, "docker", "qvi-server.toml"), *args)
+    try:
+        host, port = proc.http_address.split(":")
+
+        def get(method, path, body=None):
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            try:
+                conn.request(method, path, body=body)
+                r = conn.getresponse()
+                return r.status, json.loads(r.read())
+            finally:
+                conn.close()
+
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            assert get("GET", container[probe]["httpGet"]["path"])[0] == 200, probe
+        status, answer = get("POST", "/v2/models/sentiment/infer", json.dumps({"inputs": [
+            {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["A gorgeous, moving film."]}]}))
+        assert status == 200, answer
+        assert [o["name"] for o in answer["outputs"]] == ["label", "probabilities"]
+        assert answer["outputs"][0]["data"] == ["positive"]
     finally:
         proc.stop()

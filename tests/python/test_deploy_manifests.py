@@ -97,7 +97,7 @@ def test_probes_ports_and_services_agree(rendered, overlay):
     container = server_container(objects)
     config = server_config(objects)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"grpc": config["port"], "metrics": config["metrics-port"]}
+    assert ports == {"grpc": config["port"], "http": config["http-port"], "metrics": config["metrics-port"]}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["grpc"]["port"] == ports["grpc"], probe
     # The startup probe leaves at least a minute for model loading before the liveness probe counts.
@@ -109,7 +109,9 @@ def test_probes_ports_and_services_agree(rendered, overlay):
         grpc_port = next(p for p in service["spec"]["ports"] if p["name"] == "grpc")
         assert grpc_port["appProtocol"] == "kubernetes.io/h2c" and grpc_port["targetPort"] == "grpc"
     assert one(objects, "Service", "qvi-serve-headless")["spec"]["clusterIP"] == "None"
-    assert {p["name"] for p in one(objects, "Service", "qvi-serve")["spec"]["ports"]} == {"grpc", "metrics"}
+    assert {p["name"] for p in one(objects, "Service", "qvi-serve")["spec"]["ports"]} == {"grpc", "http", "metrics"}
+    http_port = next(p for p in one(objects, "Service", "qvi-serve")["spec"]["ports"] if p["name"] == "http")
+    assert (http_port["targetPort"], http_port["appProtocol"]) == ("http", "http")
     # Volumes: the model store at the server's --model-store, the config where the entrypoint reads it.
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert mounts[config["model-store"]]["readOnly"] is True
