@@ -334,8 +334,8 @@ absl::Status Server::StartHttp() {
     spdlog::warn("HTTP port off: --tls-cert is set and the HTTP port speaks plain HTTP only");
     return absl::OkStatus();
   }
-  http_api_ =
-      std::make_unique<HttpApi>(core_.get(), repository_.get(), calls_.get(), service_.get(), oip_.get(), &serving_);
+  http_api_ = std::make_unique<HttpApi>(core_.get(), repository_.get(), calls_.get(), service_.get(), oip_.get(),
+                                        &serving_, net.http_cors_allow_origins);
   HttpServer::Options o;
   o.host = net.host;
   o.port = net.http_port;

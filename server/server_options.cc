@@ -47,20 +47,8 @@ void AddModelOptions(CLI::App& app, ServerOptions& o) {
       ->group("Models");
 }
 
-// The gRPC and metrics ports, message sizes and connection management.
-void AddNetworkOptions(CLI::App& app, ServerOptions& o) {
-  app.add_option("--host", o.network.host, "address to listen on")->group("Network");
-  app.add_option("--port", o.network.port, "gRPC port; 0 picks a free port and logs it")
-      ->check(CLI::Range(0, 65535))
-      ->group("Network");
-  app.add_option("--port-file", o.network.port_file, "write the bound gRPC port to this file once serving")
-      ->group("Network");
-  app.add_option("--metrics-port", o.network.metrics_port,
-                 "Prometheus metrics at http://HOST:PORT/metrics; 0 picks a free port, -1 turns metrics off")
-      ->check(CLI::Range(-1, 65535))
-      ->group("Network");
-  app.add_option("--metrics-port-file", o.network.metrics_port_file, "write the bound metrics port to this file")
-      ->group("Network");
+// The HTTP/JSON port (server/http/).
+void AddHttpOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--http-port", o.network.http_port,
                  "HTTP/JSON port (health, models, :classify and :tag; docs/serving.md); 0 picks a free port, -1 "
                  "turns it off. Plain HTTP only: with --tls-cert it stays off")
@@ -83,6 +71,26 @@ void AddNetworkOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--http-max-header-bytes", o.network.http_max_header_bytes,
                  "largest HTTP request header (431 beyond); the body's limit is --max-message-bytes (413)")
       ->check(CLI::Range(1024, 1 << 20))
+      ->group("Network");
+  app.add_option("--http-cors-allow-origin", o.network.http_cors_allow_origins,
+                 "an origin (scheme://host[:port]) whose web pages may call the HTTP port (CORS); repeat for more, "
+                 "'*' for any. None: browsers' cross-origin calls are refused")
+      ->group("Network");
+}
+
+// The gRPC and metrics ports, message sizes and connection management.
+void AddNetworkOptions(CLI::App& app, ServerOptions& o) {
+  app.add_option("--host", o.network.host, "address to listen on")->group("Network");
+  app.add_option("--port", o.network.port, "gRPC port; 0 picks a free port and logs it")
+      ->check(CLI::Range(0, 65535))
+      ->group("Network");
+  app.add_option("--port-file", o.network.port_file, "write the bound gRPC port to this file once serving")
+      ->group("Network");
+  app.add_option("--metrics-port", o.network.metrics_port,
+                 "Prometheus metrics at http://HOST:PORT/metrics; 0 picks a free port, -1 turns metrics off")
+      ->check(CLI::Range(-1, 65535))
+      ->group("Network");
+  app.add_option("--metrics-port-file", o.network.metrics_port_file, "write the bound metrics port to this file")
       ->group("Network");
   app.add_option("--max-message-bytes", o.network.max_message_bytes, "largest request or response message")
       ->check(CLI::Range(1024, 1 << 30))
@@ -258,8 +266,8 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
       defaults::kGpuMaxBatchSize, " max_batch_tokens=", defaults::kGpuMaxBatchTokens,
       " max_queued_texts=", defaults::kGpuMaxQueuedTexts, " max_queued_tokens=", defaults::kGpuMaxQueuedTokens));
 
-  for (auto* add : {&AddModelOptions, &AddNetworkOptions, &AddTlsOptions, &AddLimitOptions, &AddThreadOptions,
-                    &AddLoggingAndLifecycleOptions}) {
+  for (auto* add : {&AddModelOptions, &AddNetworkOptions, &AddHttpOptions, &AddTlsOptions, &AddLimitOptions,
+                    &AddThreadOptions, &AddLoggingAndLifecycleOptions}) {
     add(app, o);
   }
 

@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -335,44 +336,68 @@ int HttpStatus(absl::StatusCode code) {
   }
 }
 
-void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
-  absl::StatusOr<HttpRoute> route = ParseRoute(request.method, request.target);
-  if (!route.ok()) {
-    HttpResponse r = ErrorResponse(route.status());
-    if (route.status().code() == absl::StatusCode::kFailedPrecondition) {
-      r.status = 405;
-      r.headers.emplace_back("Allow", ParseRoute("GET", request.target).ok() ? "GET" : "POST");
-    }
-    return reply(std::move(r));
+bool HttpApi::CorsAllows(const std::string& origin) const {
+  for (const std::string& allowed : cors_origins_) {
+    if (allowed == "*" || allowed == origin) return true;
   }
+  return false;
+}
+
+// A browser's preflight (OPTIONS with Origin and Access-Control-Request-Method) from an allowed
+// origin: 204 with what it may send. From another origin: 403. Without Origin: the route's methods.
+HttpResponse HttpApi::Preflight(const HttpRequest& request) const {
+  const bool get = ParseRoute("GET", request.target).ok(), post = ParseRoute("POST", request.target).ok();
+  if (!get && !post) return ErrorResponse(ParseRoute("GET", request.target).status());
+  const std::string methods = get ? "GET, OPTIONS" : "POST, OPTIONS";
+  HttpResponse r{204, "application/json", "", {{"Allow", methods}}};
+  const std::string origin = request.Header("Origin");
+  if (origin.empty()) return r;
+  if (!CorsAllows(origin)) {
+    return JsonError(403, absl::StrCat("origin '", Clip(origin, 100), "' is not allowed (--http-cors-allow-origin)"));
+  }
+  const std::string asked = request.Header("Access-Control-Request-Headers");
+  r.headers.emplace_back("Access-Control-Allow-Methods", methods);
+  r.headers.emplace_back("Access-Control-Allow-Headers", asked.empty() ? "Content-Type, X-Request-Id" : asked);
+  r.headers.emplace_back("Access-Control-Max-Age", "600");
+  return r;
+}
+
+HttpServer::Reply HttpApi::WithCors(const HttpRequest& request, HttpServer::Reply reply) const {
+  const std::string origin = request.Header("Origin");
+  if (origin.empty() || !CorsAllows(origin)) return reply;
+  const bool any = std::find(cors_origins_.begin(), cors_origins_.end(), "*") != cors_origins_.end();
+  return [reply = std::move(reply), value = any ? std::string("*") : origin, any](HttpResponse r) {
+    r.headers.emplace_back("Access-Control-Allow-Origin", value);
+    r.headers.emplace_back("Access-Control-Expose-Headers", "X-Request-Id");
+    if (!any) r.headers.emplace_back("Vary", "Origin");
+    reply(std::move(r));
+  };
+}
+
+// The routes that only read the server's state.
+HttpResponse HttpApi::Describe(const HttpRoute& route) const {
   using Kind = HttpRoute::Kind;
-  switch (route->kind) {
+  switch (route.kind) {
     case Kind::kLive:
-      return reply(HttpResponse{200, "application/json", R"({"live":true})", {}});
+      return HttpResponse{200, "application/json", R"({"live":true})", {}};
     case Kind::kReady:
-      return serving_->load() ? reply(HttpResponse{200, "application/json", R"({"ready":true})", {}})
-                              : reply(HttpResponse{503, "application/json", R"({"ready":false})", {}});
+      return serving_->load() ? HttpResponse{200, "application/json", R"({"ready":true})", {}}
+                              : HttpResponse{503, "application/json", R"({"ready":false})", {}};
     case Kind::kListModels: {
       v1::ListModelsResponse out;
       for (const ModelStatus& m : repository_->List()) ToProto(m, out.add_models());
       absl::StatusOr<std::string> json = ToJson(out);
-      return reply(json.ok() ? HttpResponse{200, "application/json", *json, {}} : ErrorResponse(json.status()));
+      return json.ok() ? HttpResponse{200, "application/json", *json, {}} : ErrorResponse(json.status());
     }
     case Kind::kGetModel: {
       v1::GetModelRequest in;
-      in.mutable_model()->set_name(route->model);
-      in.mutable_model()->set_version(route->version);
+      in.mutable_model()->set_name(route.model);
+      in.mutable_model()->set_version(route.version);
       v1::GetModelResponse out;
-      if (absl::Status s = rpc_->GetModel(in, &out); !s.ok()) return reply(ErrorResponse(s));
+      if (absl::Status s = rpc_->GetModel(in, &out); !s.ok()) return ErrorResponse(s);
       absl::StatusOr<std::string> json = ToJson(out);
-      return reply(json.ok() ? HttpResponse{200, "application/json", *json, {}} : ErrorResponse(json.status()));
+      return json.ok() ? HttpResponse{200, "application/json", *json, {}} : ErrorResponse(json.status());
     }
-    case Kind::kClassify:
-      return Serve<v1::ClassifyRequest, v1::ClassifyResponse>(core_, calls_, Method::kClassify, *route,
-                                                              std::move(request), std::move(reply));
-    case Kind::kTag:
-      return Serve<v1::TagRequest, v1::TagResponse>(core_, calls_, Method::kTag, *route, std::move(request),
-                                                    std::move(reply));
     case Kind::kServerMetadata: {
       inference::ServerMetadataResponse out;
       OipServiceImpl::ServerMetadata(&out);
@@ -380,13 +405,38 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
           {"name", out.name()},
           {"version", out.version()},
           {"extensions", std::vector<std::string>(out.extensions().begin(), out.extensions().end())}};
-      return reply(HttpResponse{200, "application/json", body.dump(), {}});
+      return HttpResponse{200, "application/json", body.dump(), {}};
     }
-    case Kind::kModelMetadata:
-    case Kind::kModelReady:
-      return reply(ModelRoute(oip_, *route));
+    default:
+      return ModelRoute(oip_, route);
+  }
+}
+
+void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
+  // CORS: an answer to an allowed origin says so (whichever thread writes it).
+  reply = WithCors(request, std::move(reply));
+  if (request.method == "OPTIONS") return reply(Preflight(request));
+  absl::StatusOr<HttpRoute> route = ParseRoute(request.method, request.target);
+  if (!route.ok()) {
+    HttpResponse r = ErrorResponse(route.status());
+    if (route.status().code() == absl::StatusCode::kFailedPrecondition) {
+      r.status = 405;
+      r.headers.emplace_back("Allow", ParseRoute("GET", request.target).ok() ? "GET, OPTIONS" : "POST, OPTIONS");
+    }
+    return reply(std::move(r));
+  }
+  using Kind = HttpRoute::Kind;
+  switch (route->kind) {
+    case Kind::kClassify:
+      return Serve<v1::ClassifyRequest, v1::ClassifyResponse>(core_, calls_, Method::kClassify, *route,
+                                                              std::move(request), std::move(reply));
+    case Kind::kTag:
+      return Serve<v1::TagRequest, v1::TagResponse>(core_, calls_, Method::kTag, *route, std::move(request),
+                                                    std::move(reply));
     case Kind::kInfer:
       return ServeInfer(core_, calls_, oip_, *route, std::move(request), std::move(reply));
+    default:
+      return reply(Describe(*route));
   }
 }
 

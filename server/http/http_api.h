@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -61,19 +62,34 @@ class HttpApi {
  public:
   // `serving` is the server's readiness (false from the start of a drain); `rpc` answers GetModel,
   // `oip` plans and answers KServe v2's routes as it does OIP's gRPC calls.
+  // `cors_origins`: the origins a browser may call from ("*": any); none: no CORS headers, and
+  // preflights from any origin are refused.
   HttpApi(InferenceService* core, const ModelRepository* repository, InferCalls* calls, const InferenceServiceImpl* rpc,
-          const OipServiceImpl* oip, const std::atomic<bool>* serving)
-      : core_(core), repository_(repository), calls_(calls), rpc_(rpc), oip_(oip), serving_(serving) {}
+          const OipServiceImpl* oip, const std::atomic<bool>* serving, std::vector<std::string> cors_origins = {})
+      : core_(core),
+        repository_(repository),
+        calls_(calls),
+        rpc_(rpc),
+        oip_(oip),
+        serving_(serving),
+        cors_origins_(std::move(cors_origins)) {}
 
   void Handle(HttpRequest request, HttpServer::Reply reply);
 
  private:
+  bool CorsAllows(const std::string& origin) const;
+  HttpResponse Preflight(const HttpRequest& request) const;
+  // `reply`, adding the CORS headers when the request's origin is allowed.
+  HttpServer::Reply WithCors(const HttpRequest& request, HttpServer::Reply reply) const;
+  HttpResponse Describe(const HttpRoute& route) const;
+
   InferenceService* core_;
   const ModelRepository* repository_;
   InferCalls* calls_;
   const InferenceServiceImpl* rpc_;
   const OipServiceImpl* oip_;
   const std::atomic<bool>* serving_;
+  const std::vector<std::string> cors_origins_;
 };
 
 }  // namespace qvi

@@ -4,6 +4,7 @@ guard (413 from Content-Length alone, 431, nesting, too many texts, bad UTF-8), 
 sent too slowly, readiness during a drain, metrics, and the curl lines of docs/serving.md run as written."""
 import http.client
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -116,7 +117,7 @@ def test_errors_are_json_with_the_status_of_their_code(http_address, method, pat
     assert error in answer["error"], answer
     assert len(answer["error"]) < 600, "an error quotes at most a little of the request"
     if status == 405:
-        assert headers["Allow"] in ("GET", "POST")
+        assert headers["Allow"] in ("GET, OPTIONS", "POST, OPTIONS")
 
 
 def raw_exchange(address, data, read_timeout=10):
@@ -327,3 +328,74 @@ def test_v2_infer_errors_name_the_field(http_address, body, status, error):
     assert got == status, answer
     assert error in answer["error"], answer
     assert len(answer["error"]) < 600, "an error quotes at most a little of the request"
+
+
+def proc_status(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return {k: v.strip() for k, v in (line.split(":", 1) for line in f if ":" in line)}
+
+
+def test_a_thousand_idle_keep_alive_connections_hold_no_threads(tmp_path):
+    """1,000 connections that opened and sent nothing (as idle keep-alive clients do): the server's
+    thread count does not move, its RSS stays under 100 MB more than before, and requests on a new
+    connection are still answered."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1000 + 200
+    if soft < want:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            pytest.skip(f"the descriptor limit ({hard}) is below {want}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # the server inherits it
+    proc = ServerProcess(STORE, str(tmp_path))
+    sockets = []
+    try:
+        host, port = proc.http_address.split(":")
+        assert call(proc.http_address, "GET", "/v2/health/ready")[0] == 200
+        before = proc_status(proc.proc.pid)
+        for _ in range(1000):
+            sockets.append(socket.create_connection((host, int(port)), timeout=10))
+        # The server has taken them all once a request behind them is answered.
+        status, body, _ = call(proc.http_address, "POST", "/v1/models/sentiment:classify", {"texts": ["a film"]})
+        assert status == 200, body
+        after = proc_status(proc.proc.pid)
+        assert int(after["Threads"]) == int(before["Threads"]), (before["Threads"], after["Threads"])
+        grown_kb = int(after["VmRSS"].split()[0]) - int(before["VmRSS"].split()[0])
+        assert grown_kb < 100 * 1024, f"RSS grew {grown_kb} kB for 1,000 idle connections"
+        fds = len(os.listdir(f"/proc/{proc.proc.pid}/fd"))
+        assert fds >= 1000, f"the server holds {fds} descriptors: the connections were not all accepted"
+    finally:
+        for s in sockets:
+            s.close()
+        proc.stop()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_cors_lets_the_allowed_origins_call_and_refuses_the_others_preflight(http_address, tmp_path):
+    # The session's server allows no origin: a browser's preflight is refused, and nothing says CORS.
+    status, body, headers = call(http_address, "OPTIONS", "/v1/models/sentiment:classify",
+                                 headers={"Origin": "http://app.example", "Access-Control-Request-Method": "POST"})
+    assert status == 403 and "origin 'http://app.example' is not allowed (--http-cors-allow-origin)" in body["error"]
+    assert "Access-Control-Allow-Origin" not in headers
+    proc = ServerProcess(STORE, str(tmp_path), "--http-cors-allow-origin", "http://app.example")
+    try:
+        address = proc.http_address
+        preflight = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST",
+                     "Access-Control-Request-Headers": "content-type"}
+        status, body, headers = call(address, "OPTIONS", "/v1/models/sentiment:classify", headers=preflight)
+        assert status == 204 and body is None
+        assert headers["Access-Control-Allow-Origin"] == "http://app.example" and headers["Vary"] == "Origin"
+        assert headers["Access-Control-Allow-Methods"] == "POST, OPTIONS"
+        assert headers["Access-Control-Allow-Headers"] == "content-type"
+        status, body, headers = call(address, "POST", "/v1/models/sentiment:classify", {"texts": ["a film"]},
+                                     headers={"Origin": "http://app.example"})
+        assert status == 200 and headers["Access-Control-Allow-Origin"] == "http://app.example"
+        assert headers["Access-Control-Expose-Headers"] == "X-Request-Id"
+        status, _, headers = call(address, "GET", "/v2/health/live", headers={"Origin": "http://evil.example"})
+        assert status == 200 and "Access-Control-Allow-Origin" not in headers, "no CORS for another origin"
+        status, body, _ = call(address, "OPTIONS", "/v2/health/ready", headers={"Origin": "http://evil.example"})
+        assert status == 403 and "http://evil.example" in body["error"]
+        status, _, headers = call(address, "OPTIONS", "/v2/health/ready")
+        assert status == 204 and headers["Allow"] == "GET, OPTIONS"
+        assert call(address, "OPTIONS", "/nope", headers={"Origin": "http://app.example"})[0] == 404
+    finally:
+        proc.stop()
