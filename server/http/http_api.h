@@ -9,6 +9,7 @@
 //   GET  /v2                                        KServe v2 REST (kserve_rest.h): server metadata,
 //   GET  /v2/models/{m}[/versions/{v}][/ready]      model metadata and readiness,
 //   POST /v2/models/{m}[/versions/{v}]/infer        inference with JSON tensors, as OIP over gRPC
+//   GET  /openapi.json                              this list as an OpenAPI 3.1 document
 // Errors are {"error": "..."} with the HTTP status of the gRPC code (HttpStatus).
 #ifndef QVI_SERVER_HTTP_HTTP_API_H_
 #define QVI_SERVER_HTTP_HTTP_API_H_
@@ -42,7 +43,8 @@ struct HttpRoute {
     kServerMetadata,
     kModelMetadata,
     kModelReady,
-    kInfer
+    kInfer,
+    kOpenApi
   };
   Kind kind = Kind::kLive;
   std::string model;    // kGetModel, kClassify, kTag
@@ -57,6 +59,9 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method, std::string_view t
 // The HTTP status of a gRPC/absl code (google.api's mapping: NOT_FOUND 404, RESOURCE_EXHAUSTED 429,
 // UNAVAILABLE 503, DEADLINE_EXCEEDED 504, CANCELLED 499, ...).
 int HttpStatus(absl::StatusCode code);
+
+// The routes as an OpenAPI 3.1 document (GET /openapi.json).
+std::string OpenApiDocument();
 
 class HttpApi {
  public:

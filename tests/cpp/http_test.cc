@@ -6,7 +6,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <future>
+#include <set>
 #include <thread>
+
+#include "nlohmann/json.hpp"
 
 #include "server/http/http_api.h"
 #include "server/http/http_server.h"
@@ -79,6 +82,28 @@ TEST(HttpRouteTest, RefusalsSayWhy) {
     EXPECT_EQ(r.status().code(), c.code) << c.target << ": " << r.status();
     EXPECT_NE(r.status().message().find(c.message), std::string::npos) << r.status();
   }
+}
+
+// Every path of /openapi.json routes, with its method, and every route is in it.
+TEST(HttpRouteTest, TheOpenApiDocumentListsEveryRouteAndOnlyRoutes) {
+  const nlohmann::json doc = nlohmann::json::parse(OpenApiDocument());
+  EXPECT_EQ(doc["openapi"], "3.1.0");
+  std::set<HttpRoute::Kind> documented;
+  for (const auto& [path, operations] : doc["paths"].items()) {
+    std::string target = path;
+    for (const auto& [from, to] :
+         std::vector<std::pair<std::string, std::string>>{{"{model}", "m"}, {"{version}", "2"}}) {
+      if (const size_t at = target.find(from); at != std::string::npos) target.replace(at, from.size(), to);
+    }
+    for (const auto& [method, operation] : operations.items()) {
+      const std::string upper = method == "get" ? "GET" : "POST";
+      absl::StatusOr<HttpRoute> r = ParseRoute(upper, target);
+      ASSERT_TRUE(r.ok()) << upper << " " << target << ": " << r.status();
+      documented.insert(r->kind);
+      EXPECT_TRUE(operation.contains("responses") && operation["responses"].contains("default")) << path;
+    }
+  }
+  EXPECT_EQ(documented.size(), static_cast<size_t>(HttpRoute::Kind::kOpenApi) + 1) << "a route is not documented";
 }
 
 TEST(HttpRouteTest, StatusCodesFollowTheGrpcCodes) {

@@ -399,3 +399,21 @@ def test_cors_lets_the_allowed_origins_call_and_refuses_the_others_preflight(htt
         assert call(address, "OPTIONS", "/nope", headers={"Origin": "http://app.example"})[0] == 404
     finally:
         proc.stop()
+
+
+def test_every_route_of_the_openapi_document_answers(http_address):
+    """GET /openapi.json (OpenAPI 3.1): each path, with the demo models and version 1 put in, answers 200
+    to its method (the C++ test checks that every route is in the document)."""
+    status, doc, _ = call(http_address, "GET", "/openapi.json")
+    assert status == 200 and doc["openapi"] == "3.1.0"
+    assert len(doc["paths"]) >= 17
+    for path, operations in doc["paths"].items():
+        model = "ner" if path.endswith(":tag") else "sentiment"
+        target = path.replace("{model}", model).replace("{version}", "1")
+        for method, operation in operations.items():
+            body = None
+            if method == "post":
+                assert operation["requestBody"]["required"] is True
+                body = infer_body(["Anna went to Paris"]) if target.endswith("/infer") else {"texts": ["Anna went"]}
+            got, answer, _ = call(http_address, method.upper(), target, body)
+            assert got == 200, (method, target, answer)
