@@ -105,6 +105,36 @@ absl::StatusOr<json> Strings(const std::string& raw, const std::string& name) {
   return data;
 }
 
+// "outputs": [{"name", "parameters"}], the outputs asked for.
+absl::Status ReadOutputs(const json& value, inference::ModelInferRequest* out) {
+  if (!value.is_array()) return Bad("outputs", "must be an array");
+  for (size_t i = 0; i < value.size(); ++i) {
+    const json& o = value[i];
+    const std::string field = absl::StrCat("outputs[", i, "]");
+    if (!o.is_object() || !o.contains("name") || !o["name"].is_string())
+      return Bad(field + ".name", "must be a string");
+    auto* requested = out->add_outputs();
+    requested->set_name(o["name"].get<std::string>());
+    if (o.contains("parameters")) {
+      if (absl::Status s = ReadParameters(o["parameters"], field + ".parameters", requested->mutable_parameters());
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// "model_name" or "model_version", which clients (KServe's) repeat from the path: they must agree.
+absl::Status CheckModelField(const std::string& key, const json& value, const std::string& path_value) {
+  if (!value.is_string()) return Bad(key, "must be a string");
+  const std::string& given = value.get_ref<const std::string&>();
+  if (!given.empty() && !path_value.empty() && given != path_value) {
+    return Bad(key, absl::StrCat("'", Clip(given, 64), "' is not the path's '", path_value, "'"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<inference::ModelInferRequest> InferRequest(const json& body, const std::string& model,
@@ -117,6 +147,8 @@ absl::StatusOr<inference::ModelInferRequest> InferRequest(const json& body, cons
     if (key == "id") {
       if (!value.is_string()) return Bad("id", "must be a string");
       out.set_id(value.get<std::string>());
+    } else if (key == "model_name" || key == "model_version") {
+      if (absl::Status s = CheckModelField(key, value, key == "model_name" ? model : version); !s.ok()) return s;
     } else if (key == "parameters") {
       if (absl::Status s = ReadParameters(value, "parameters", out.mutable_parameters()); !s.ok()) return s;
     } else if (key == "inputs") {
@@ -125,24 +157,10 @@ absl::StatusOr<inference::ModelInferRequest> InferRequest(const json& body, cons
         if (absl::Status s = ReadInput(value[i], absl::StrCat("inputs[", i, "]"), out.add_inputs()); !s.ok()) return s;
       }
     } else if (key == "outputs") {
-      if (!value.is_array()) return Bad("outputs", "must be an array");
-      for (size_t i = 0; i < value.size(); ++i) {
-        const json& o = value[i];
-        const std::string field = absl::StrCat("outputs[", i, "]");
-        if (!o.is_object() || !o.contains("name") || !o["name"].is_string()) {
-          return Bad(field + ".name", "must be a string");
-        }
-        auto* requested = out.add_outputs();
-        requested->set_name(o["name"].get<std::string>());
-        if (o.contains("parameters")) {
-          if (absl::Status s = ReadParameters(o["parameters"], field + ".parameters", requested->mutable_parameters());
-              !s.ok()) {
-            return s;
-          }
-        }
-      }
+      if (absl::Status s = ReadOutputs(value, &out); !s.ok()) return s;
     } else {
-      return Bad(Clip(key, 64), "is not a field of an inference request (id, parameters, inputs, outputs)");
+      return Bad(Clip(key, 64),
+                 "is not a field of an inference request (id, parameters, inputs, outputs, model_name, model_version)");
     }
   }
   return out;

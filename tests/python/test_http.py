@@ -417,3 +417,25 @@ def test_every_route_of_the_openapi_document_answers(http_address):
                 body = infer_body(["Anna went to Paris"]) if target.endswith("/infer") else {"texts": ["Anna went"]}
             got, answer, _ = call(http_address, method.upper(), target, body)
             assert got == 200, (method, target, answer)
+
+
+def test_kserves_rest_client_calls_the_v2_routes(interop_python, http_address):
+    """KServe's own InferenceRESTClient (protocol v2), a client nobody here wrote: health, readiness,
+    and inference with the classification extension, against the native answer; an unknown model is 404."""
+    from conftest import oip_calls
+    calls = [{"client": "kserve_rest", "rpc": "live"},
+             {"client": "kserve_rest", "rpc": "ready"},
+             {"client": "kserve_rest", "rpc": "model_ready", "model": "sentiment"},
+             {"client": "kserve_rest", "rpc": "infer", "model": "sentiment", "texts": TEXTS[:2], "id": "rest-1",
+              "outputs": [{"name": "probabilities", "parameters": {"classification": 2}}]},
+             {"client": "kserve_rest", "rpc": "infer", "model": "nope", "texts": ["a"]}]
+    live, ready, model_ready, infer, unknown = oip_calls(interop_python, http_address, calls)
+    assert [r["value"] for r in (live, ready, model_ready)] == [True, True, True]
+    assert infer["ok"], infer
+    got = infer["value"]
+    assert (got["model_name"], got["id"]) == ("sentiment", "rest-1")
+    probabilities = got["outputs"]["probabilities"]
+    assert probabilities["shape"] == [2, 2]
+    _, native, _ = call(http_address, "POST", "/v1/models/sentiment:classify", {"texts": TEXTS[:2], "options": {"topK": 2}})
+    assert [e.split(":")[2] for e in probabilities["data"][0]] == [s["label"] for s in native["results"][0]["labels"]]
+    assert (unknown["ok"], unknown["code"]) == (False, 404) and "model 'nope' not found" in unknown["message"]

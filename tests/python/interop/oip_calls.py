@@ -1,5 +1,6 @@
 """Calls qvi-server through the Open Inference Protocol with real clients: tritonclient's gRPC
-client and KServe's InferenceGRPCClient. Runs in the interop virtual environment (see
+client, KServe's InferenceGRPCClient, and KServe's InferenceRESTClient (KServe v2 REST on the HTTP
+port: client "kserve_rest", target host:port of that port). Runs in the interop virtual environment (see
 requirements.txt beside it; tests/python/conftest.py makes it), not in the project's .venv: both
 clients pin protobuf and grpcio-tools versions of their own.
 
@@ -7,7 +8,7 @@ clients pin protobuf and grpcio-tools versions of their own.
 
 CALLS.json: {"target": "host:port", "calls": [...]}, every call made with the same client.
 
-A call: {"client": "triton" | "kserve", "rpc": "live" | "ready" | "model_ready" | "server_metadata" |
+A call: {"client": "triton" | "kserve" | "kserve_rest", "rpc": "live" | "ready" | "model_ready" | "server_metadata" |
 "model_metadata" | "infer", "model", "version", "texts", "outputs": [{"name", "class_count"}],
 "parameters", "timeout" (the client's deadline, s), "server_timeout" (the "timeout"
 parameter, µs), "id", "input": {"name", "datatype", "shape"}, "as_list": bool}.
@@ -62,30 +63,37 @@ def triton_call(client, call):
     }
 
 
-async def kserve_call(client, call):
+async def kserve_call(client, call, base_url=None):
+    """KServe's gRPC client, or with base_url its REST client (whose calls take the URL first)."""
     from kserve import InferInput, InferRequest
     from kserve.protocol.infer_type import RequestedOutput
 
+    at = (base_url,) if base_url else ()
     rpc = call["rpc"]
     if rpc == "live":
-        return await client.is_server_live()
+        return await client.is_server_live(*at)
     if rpc == "ready":
-        return await client.is_server_ready()
+        return await client.is_server_ready(*at)
     if rpc == "model_ready":
-        return await client.is_model_ready(call["model"])
+        return await client.is_model_ready(*at, call["model"])
     assert rpc == "infer", rpc
     texts = call["texts"]
     inp = InferInput(name="text", shape=[len(texts)], datatype="BYTES")
-    if call.get("as_list"):
+    if base_url:  # REST: the texts as JSON strings
+        inp.set_data_from_numpy(np.array(list(texts), dtype=object), binary_data=False)
+    elif call.get("as_list"):
         inp.set_data_from_numpy  # the list path: contents.bytes_contents
         inp._data = list(texts)
     else:  # the numpy path: raw_input_contents
         inp.set_data_from_numpy(np.array([t.encode("utf-8") for t in texts], dtype=object), binary_data=True)
-    outputs = [RequestedOutput(name=o["name"]) for o in call.get("outputs", [])]
+    outputs = [RequestedOutput(name=o["name"], parameters=o.get("parameters")) for o in call.get("outputs", [])]
     request = InferRequest(model_name=call["model"], infer_inputs=[inp], request_id=call.get("id"),
                            parameters=call.get("parameters"), request_outputs=outputs or None,
                            model_version=call.get("version"))
-    response = await client.infer(request)
+    if base_url:
+        response = await client.infer(base_url, request, model_name=call["model"])
+    else:
+        response = await client.infer(request)
     return {
         "model_name": response.model_name,
         "model_version": response.model_version,
@@ -98,6 +106,9 @@ async def kserve_call(client, call):
 def error_of(exc):
     if isinstance(exc, grpc.RpcError):
         return {"ok": False, "code": exc.code().name, "message": exc.details()}
+    response = getattr(exc, "response", None)
+    if response is not None and hasattr(response, "status_code"):  # httpx.HTTPStatusError: the HTTP status
+        return {"ok": False, "code": response.status_code, "message": response.json().get("error", "")}
     status = getattr(exc, "status", None)
     if callable(status):  # tritonclient's InferenceServerException: "StatusCode.INVALID_ARGUMENT"
         return {"ok": False, "code": str(status()).replace("StatusCode.", ""), "message": exc.message()}
@@ -122,6 +133,15 @@ async def main():
             except Exception as exc:  # noqa: BLE001 - every failure is reported, or re-raised in error_of
                 results.append(error_of(exc))
         triton.close()
+    elif clients == {"kserve_rest"}:
+        from kserve import InferenceRESTClient, RESTConfig
+        rest = InferenceRESTClient(RESTConfig(protocol="v2", retries=0))
+        for call in spec["calls"]:
+            try:
+                results.append({"ok": True, "value": await kserve_call(rest, call, f"http://{target}")})
+            except Exception as exc:  # noqa: BLE001
+                results.append(error_of(exc))
+        await rest.close()
     else:
         from kserve import InferenceGRPCClient
         async with InferenceGRPCClient(target, retries=0) as kserve:
