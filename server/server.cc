@@ -329,11 +329,6 @@ absl::Status Server::StartGrpc() {
 absl::Status Server::StartHttp() {
   const ServerOptions::Network& net = options_.network;
   if (net.http_port < 0) return absl::OkStatus();
-  if (tls_) {
-    // Never plain text beside a TLS gRPC port: HTTPS is not built yet (issue 32).
-    spdlog::warn("HTTP port off: --tls-cert is set and the HTTP port speaks plain HTTP only");
-    return absl::OkStatus();
-  }
   http_api_ = std::make_unique<HttpApi>(core_.get(), repository_.get(), calls_.get(), service_.get(), oip_.get(),
                                         &serving_, net.http_cors_allow_origins);
   HttpServer::Options o;
@@ -344,6 +339,13 @@ absl::Status Server::StartHttp() {
   o.idle_timeout_seconds = net.http_idle_timeout_seconds;
   o.max_header_bytes = static_cast<uint32_t>(net.http_max_header_bytes);
   o.max_body_bytes = static_cast<uint64_t>(net.max_message_bytes);
+  if (tls_) {
+    // HTTPS with the gRPC port's files, reloaded with them: never plain text beside a TLS port.
+    o.tls = HttpServer::TlsContexts([tls = tls_] {
+      auto [set, generation] = tls->current();
+      return std::make_pair(HttpServer::TlsPem{set.cert_pem, set.key_pem, set.client_ca_pem}, generation);
+    });
+  }
   http_ = std::make_unique<HttpServer>(o, [api = http_api_.get()](HttpRequest request, HttpServer::Reply reply) {
     api->Handle(std::move(request), std::move(reply));
   });
@@ -351,7 +353,11 @@ absl::Status Server::StartHttp() {
   if (!port.ok()) return port.status();
   http_port_ = *port;
   if (!net.http_port_file.empty()) WritePortFile(net.http_port_file, http_port_);
-  spdlog::info("serving HTTP/JSON on {}:{} ({} thread(s))", net.host, http_port_, net.http_threads);
+  spdlog::info("serving HTTP/JSON on {}:{} over {} ({} thread(s))", net.host, http_port_,
+               !tls_                            ? "plain text"
+               : options_.tls.client_ca.empty() ? "TLS"
+                                                : "mutual TLS",
+               net.http_threads);
   return absl::OkStatus();
 }
 

@@ -51,7 +51,7 @@ void AddModelOptions(CLI::App& app, ServerOptions& o) {
 void AddHttpOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--http-port", o.network.http_port,
                  "HTTP/JSON port (health, models, :classify and :tag; docs/serving.md); 0 picks a free port, -1 "
-                 "turns it off. Plain HTTP only: with --tls-cert it stays off")
+                 "turns it off. With --tls-cert it speaks HTTPS only, with the gRPC port's files")
       ->check(CLI::Range(-1, 65535))
       ->group("Network");
   app.add_option("--http-port-file", o.network.http_port_file, "write the bound HTTP port to this file")

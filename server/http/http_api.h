@@ -10,7 +10,8 @@
 //   GET  /v2/models/{m}[/versions/{v}][/ready]      model metadata and readiness,
 //   POST /v2/models/{m}[/versions/{v}]/infer        inference with JSON tensors, as OIP over gRPC
 //   GET  /openapi.json                              this list as an OpenAPI 3.1 document
-// Errors are {"error": "..."} with the HTTP status of the gRPC code (HttpStatus).
+// Errors are {"error": "..."} with the HTTP status of the gRPC code (HttpStatus). With TLS the port is
+// HTTPS only (http_server.h).
 #ifndef QVI_SERVER_HTTP_HTTP_API_H_
 #define QVI_SERVER_HTTP_HTTP_API_H_
 

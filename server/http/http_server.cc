@@ -3,9 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <mutex>
 #include <optional>
+#include <type_traits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -58,26 +62,45 @@ HttpResponse JsonError(int status, const std::string& message) {
                       {}};
 }
 
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+
 // One connection: reads a request, hands it to the handler, writes the answer, and reads the next
-// one if the connection is kept alive. Every step runs on the connection's strand.
-class Session : public std::enable_shared_from_this<Session> {
+// one if the connection is kept alive. Every step runs on the connection's strand. `Stream` is
+// beast::tcp_stream (HTTP) or TlsStream (HTTPS, after its handshake).
+template <class Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
  public:
-  Session(tcp::socket socket, HttpServer::State* state) : stream_(std::move(socket)), state_(state) {
-    peer_ = PeerName(stream_.socket());
+  Session(Stream stream, HttpServer::State* state) : stream_(std::move(stream)), state_(state) {
+    peer_ = PeerName(Tcp().socket());
   }
 
+  std::shared_ptr<net::ssl::context> keep_context;  // HTTPS: the context the stream was made with
+
   void Start() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->WaitForRequest(); });
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      if constexpr (std::is_same_v<Stream, TlsStream>) {
+        // The handshake counts as the start of the first request's header.
+        self->Tcp().expires_after(Seconds(self->options().header_timeout_seconds));
+        self->stream_.async_handshake(net::ssl::stream_base::server, [self](beast::error_code ec) {
+          if (ec) return self->Close();  // not TLS, no client certificate under mTLS, or too slow
+          self->WaitForRequest();
+        });
+      } else {
+        self->WaitForRequest();
+      }
+    });
   }
 
  private:
+  using std::enable_shared_from_this<Session<Stream>>::shared_from_this;
+  beast::tcp_stream& Tcp() { return beast::get_lowest_layer(stream_); }
   const HttpServer::Options& options() const { return state_->options; }
 
   // An idle connection waits up to idle_timeout for the first byte of its next request.
   void WaitForRequest() {
     if (state_->stopping) return Close();
     if (buffer_.size() > 0) return ReadHeader();
-    stream_.expires_after(Seconds(options().idle_timeout_seconds));
+    Tcp().expires_after(Seconds(options().idle_timeout_seconds));
     stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
       if (ec) return self->Close();  // closed by the client, or idle too long
       self->buffer_.commit(n);
@@ -90,7 +113,7 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->header_limit(options().max_header_bytes);
     parser_->body_limit(options().max_body_bytes);
-    stream_.expires_after(Seconds(options().header_timeout_seconds));
+    Tcp().expires_after(Seconds(options().header_timeout_seconds));
     http::async_read_header(stream_, buffer_, *parser_,
                             [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
@@ -102,7 +125,7 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto& header = parser_->get();
     if (absl::EqualsIgnoreCase(std::string(header[http::field::expect]), "100-continue")) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
-      stream_.expires_after(Seconds(options().body_timeout_seconds));
+      Tcp().expires_after(Seconds(options().body_timeout_seconds));
       http::async_write(stream_, *cont, [self = shared_from_this(), cont](beast::error_code ec2, size_t) {
         if (ec2) return self->Close();
         self->ReadBody();
@@ -113,7 +136,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void ReadBody() {
-    stream_.expires_after(Seconds(options().body_timeout_seconds));
+    Tcp().expires_after(Seconds(options().body_timeout_seconds));
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
   }
@@ -129,7 +152,7 @@ class Session : public std::enable_shared_from_this<Session> {
     request.peer = peer_;
     for (const auto& field : req) request.headers.emplace_back(field.name_string(), field.value());
     request.body = std::move(req.body());
-    stream_.expires_never();
+    Tcp().expires_never();
     state_->in_flight.fetch_add(1);
     auto replied = std::make_shared<std::atomic<bool>>(false);
     Reply reply = [self = shared_from_this(), replied](HttpResponse response) {
@@ -180,7 +203,7 @@ class Session : public std::enable_shared_from_this<Session> {
     response_.body() = std::move(r.body);
     response_.keep_alive(!close);
     response_.prepare_payload();
-    stream_.expires_after(Seconds(options().body_timeout_seconds));
+    Tcp().expires_after(Seconds(options().body_timeout_seconds));
     http::async_write(stream_, response_, [self = shared_from_this(), close, counted](beast::error_code ec, size_t) {
       if (counted) self->state_->in_flight.fetch_sub(1);
       if (ec || close) return self->Close();
@@ -188,14 +211,15 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
+  // Closes the connection (without TLS's close_notify: the answers' lengths delimit them).
   void Close() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
-    stream_.close();
+    Tcp().socket().shutdown(tcp::socket::shutdown_send, ec);
+    Tcp().close();
   }
 
   using Reply = HttpServer::Reply;
-  beast::tcp_stream stream_;
+  Stream stream_;
   HttpServer::State* const state_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -208,7 +232,18 @@ void Accept(HttpServer::State* state) {
   state->acceptor.async_accept(net::make_strand(state->ioc), [state](beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !state->acceptor.is_open()) return;
     if (!ec) {
-      std::make_shared<Session>(std::move(socket), state)->Start();
+      if (state->options.tls) {
+        std::shared_ptr<net::ssl::context> context = state->options.tls();
+        if (context) {
+          // The context lives as long as its connections (a reload makes a new one for the next).
+          auto session =
+              std::make_shared<Session<TlsStream>>(TlsStream(beast::tcp_stream(std::move(socket)), *context), state);
+          session->keep_context = std::move(context);
+          session->Start();
+        }
+      } else {
+        std::make_shared<Session<beast::tcp_stream>>(beast::tcp_stream(std::move(socket)), state)->Start();
+      }
       return Accept(state);
     }
     // Out of descriptors, say: try again shortly rather than spin.
@@ -265,5 +300,38 @@ void HttpServer::Shutdown(std::chrono::system_clock::time_point deadline) {
 }
 
 int64_t HttpServer::in_flight() const { return state_->in_flight.load(); }
+
+std::function<std::shared_ptr<net::ssl::context>()> HttpServer::TlsContexts(
+    std::function<std::pair<TlsPem, uint64_t>()> current) {
+  struct Cache {
+    std::mutex mu;
+    uint64_t generation = 0;
+    std::shared_ptr<net::ssl::context> context;
+  };
+  auto cache = std::make_shared<Cache>();
+  return [current = std::move(current), cache]() -> std::shared_ptr<net::ssl::context> {
+    std::lock_guard<std::mutex> lock(cache->mu);
+    auto [pem, generation] = current();
+    if (generation == cache->generation && cache->context) return cache->context;
+    try {
+      auto context = std::make_shared<net::ssl::context>(net::ssl::context::tls_server);
+      context->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                           net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
+                           net::ssl::context::single_dh_use);
+      context->use_certificate_chain(net::buffer(pem.cert));
+      context->use_private_key(net::buffer(pem.key), net::ssl::context::pem);
+      if (!pem.client_ca.empty()) {
+        context->add_certificate_authority(net::buffer(pem.client_ca));
+        context->set_verify_mode(net::ssl::verify_peer | net::ssl::verify_fail_if_no_peer_cert);
+      }
+      cache->context = std::move(context);
+    } catch (const std::exception& e) {
+      spdlog::error("HTTPS: the TLS set of generation {} cannot be used ({}); {}", generation, e.what(),
+                    cache->context ? "the last good one still serves" : "no connection can be served");
+    }
+    cache->generation = generation;
+    return cache->context;
+  };
+}
 
 }  // namespace qvi

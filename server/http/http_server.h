@@ -6,6 +6,7 @@
 //     Content-Length before a byte of the body is read, or as a chunked body passes the limit;
 //   - a request that does not parse is answered 400; after any of these the connection closes.
 // One request per connection at a time (no pipelining): the next is read once the answer is sent.
+// With Options::tls every connection is HTTPS (a plain-text request fails its handshake).
 // What a request means is the handler's business (http_api.h); it answers through `Reply`, once,
 // from any thread.
 #ifndef QVI_SERVER_HTTP_HTTP_SERVER_H_
@@ -22,6 +23,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
+namespace boost::asio::ssl {
+class context;
+}
 
 namespace qvi {
 
@@ -53,6 +58,9 @@ class HttpServer {
     double body_timeout_seconds = 60;
     uint32_t max_header_bytes = 16384;
     uint64_t max_body_bytes = 16 << 20;
+    // HTTPS: asked at each new connection for the TLS context to serve it with (the handshake must
+    // finish within header_timeout); null: plain HTTP.
+    std::function<std::shared_ptr<boost::asio::ssl::context>()> tls;
   };
   // Answers a request once, from any thread.
   using Reply = std::function<void(HttpResponse)>;
@@ -70,6 +78,16 @@ class HttpServer {
   int64_t in_flight() const;
 
   struct State;  // shared with the connections (http_server.cc)
+
+  // PEM files' contents for HTTPS: the certificate chain, its key, and for mutual TLS the CA that
+  // must have signed each client's certificate (empty: clients are not asked for one).
+  struct TlsPem {
+    std::string cert, key, client_ca;
+  };
+  // An Options::tls that serves `current()`'s set, building a new context when its generation
+  // changes (a reload) and keeping the last good one when a set cannot be used. TLS 1.2 and 1.3.
+  static std::function<std::shared_ptr<boost::asio::ssl::context>()> TlsContexts(
+      std::function<std::pair<TlsPem, uint64_t>()> current);
 
  private:
   std::shared_ptr<State> state_;

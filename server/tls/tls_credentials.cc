@@ -194,6 +194,11 @@ ReloadingTlsCredentials::~ReloadingTlsCredentials() {
   if (watcher_.joinable()) watcher_.join();
 }
 
+std::pair<TlsSet, uint64_t> ReloadingTlsCredentials::current() const {
+  MutexLock lock(&state_->mu);
+  return {state_->set, state_->generation};
+}
+
 double ReloadingTlsCredentials::expiry_seconds() const {
   MutexLock lock(&state_->mu);
   return absl::ToDoubleSeconds(state_->set.not_after - absl::UnixEpoch());

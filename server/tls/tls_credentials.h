@@ -61,6 +61,9 @@ class ReloadingTlsCredentials {
   uint64_t reload_failures() const { return failures_.load(); }
   // The expiry of the certificate in use, as seconds since the epoch.
   double expiry_seconds() const;
+  // The set in use now (the HTTP port builds its TLS context from it) and its generation, which
+  // grows with each accepted reload.
+  std::pair<TlsSet, uint64_t> current() const;
 
  private:
   struct State;

@@ -1,7 +1,8 @@
 """TLS and mutual TLS on the gRPC port, with certificates made in the test (openssl): a TLS client
 with the CA is served and a plaintext one is not; under mTLS a client without a certificate, or with
 one from another CA, is refused; a renewed server certificate (from a new CA) takes effect for new
-connections without a restart; qvi-client and qvi-perf connect with TLS."""
+connections without a restart; qvi-client and qvi-perf connect with TLS. The HTTP port serves HTTPS
+with the same files (curl with the CA, mutual TLS, the renewal), never plain text beside them."""
 import json
 import os
 import shutil
@@ -57,6 +58,18 @@ def classify(api, channel):
 def tls_channel(address, ca, cert=None, key=None):
     creds = grpc.ssl_channel_credentials(read(ca), read(key) if key else None, read(cert) if cert else None)
     return grpc.secure_channel(address.replace("127.0.0.1", "localhost"), creds)
+
+
+def https(proc, path, ca, cert=None, key=None, data=None, scheme="https"):
+    """curl against the HTTP port (by name, as the certificate names it): (exit code, body)."""
+    port = proc.http_address.rsplit(":", 1)[1]
+    args = ["curl", "-s", "--max-time", "10", "--cacert", ca, f"{scheme}://localhost:{port}{path}"]
+    if cert:
+        args += ["--cert", cert, "--key", key]
+    if data is not None:
+        args += ["-X", "POST", "-d", data]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    return out.returncode, out.stdout
 
 
 def refused(api, channel):
@@ -115,6 +128,13 @@ def test_tls_serves_tls_clients_and_refuses_plain_text(api, pki, tmp_path):
             step = json.load(f)["steps"][0]
         assert step["ok"] > 0 and not step["errors"], step
         assert "over TLS" in proc.log()
+        # HTTPS on the HTTP port with the same certificate; plain HTTP there gets no answer.
+        assert https(proc, "/v2/health/ready", pki["ca"]) == (0, '{"ready":true}')
+        code, body = https(proc, "/v1/models/sentiment:classify", pki["ca"], data='{"texts": ["A fine film."]}')
+        assert code == 0 and json.loads(body)["results"][0]["labels"], body
+        assert https(proc, "/v2/health/ready", pki["ca"], scheme="http")[1] == ""
+        assert https(proc, "/v2/health/ready", pki["other_ca"])[0] != 0  # a server this client cannot verify
+        assert "serving HTTP/JSON" in proc.log() and "over TLS" in proc.log()
     finally:
         proc.stop()
 
@@ -128,6 +148,10 @@ def test_mutual_tls_requires_a_client_certificate_from_the_ca(api, pki, tmp_path
         refused(api, tls_channel(proc.address, pki["ca"], pki["other_cert"], pki["other_key"]))  # another CA's
         refused(api, grpc.insecure_channel(proc.address))
         assert "over mutual TLS" in proc.log()
+        assert https(proc, "/v2/health/ready", pki["ca"], pki["client_cert"], pki["client_key"]) == \
+            (0, '{"ready":true}')
+        assert https(proc, "/v2/health/ready", pki["ca"])[0] != 0  # no client certificate
+        assert https(proc, "/v2/health/ready", pki["ca"], pki["other_cert"], pki["other_key"])[0] != 0
     finally:
         proc.stop()
 
@@ -146,6 +170,9 @@ def test_a_renewed_certificate_takes_effect_without_a_restart(api, pki, tmp_path
         new_ca = os.path.join(folder, "ca2.pem")
         assert wait_ready(api, lambda: tls_channel(proc.address, new_ca)).results
         refused(api, tls_channel(proc.address, pki["ca"]))
+        # The HTTP port serves the renewed certificate too (from the next connection on).
+        assert https(proc, "/v2/health/ready", new_ca) == (0, '{"ready":true}')
+        assert https(proc, "/v2/health/ready", pki["ca"])[0] != 0
     finally:
         proc.stop()
 
