@@ -53,6 +53,9 @@ struct Options {
   std::string server = "localhost:8500";
   qvi::TlsClientOptions tls;
   std::string http;  // a TorchServe-style endpoint instead: POST one text, any 200 answer counts
+  // The body of each POST: "text" (the text itself, TorchServe's API) or "json" (qvi-server's
+  // HTTP/JSON route: {"texts": [the text]}, with --attention / --gates in its options).
+  std::string http_body = "text";
   std::string model = "sentiment";
   std::string method = "classify";
   std::string protocol = "native";  // or "oip": ModelInfer of the Open Inference Protocol
@@ -387,6 +390,14 @@ Step ClosedLoopHttp(const Options& o, const std::vector<std::string>& texts, int
   const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration));
   Recorder rec(start, end);
   std::vector<std::thread> threads;
+  // qvi-server's JSON bodies, made before the clock starts.
+  std::vector<std::string> bodies;
+  if (o.http_body == "json") {
+    nlohmann::json options = {{"attention", o.attention}, {"gates", o.gates}};
+    for (const std::string& t : texts) bodies.push_back(nlohmann::json{{"texts", {t}}, {"options", options}}.dump());
+  }
+  const std::vector<std::string>& sent_bodies = bodies.empty() ? texts : bodies;
+  const char* content_type = bodies.empty() ? "text/plain" : "application/json";
   for (int c = 0; c < concurrency; ++c) {
     threads.emplace_back([&, c] {
       httplib::Client cli(host);
@@ -395,7 +406,7 @@ Step ClosedLoopHttp(const Options& o, const std::vector<std::string>& texts, int
       cli.set_read_timeout(60);
       for (size_t i = c; Clock::now() < end; i += concurrency) {
         const auto sent = Clock::now();
-        auto res = cli.Post(path, texts[i % texts.size()], "text/plain");
+        auto res = cli.Post(path, sent_bodies[i % sent_bodies.size()], content_type);
         const std::string error = !res ? "HTTP_" + httplib::to_string(res.error())
                                        : (res->status == 200 ? "" : "HTTP_" + std::to_string(res->status));
         rec.Record(sent, Clock::now(), error);
@@ -457,6 +468,11 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--server", o.server, "host:port of a qvi.serving.v1.Inference server")->capture_default_str();
   qvi::AddTlsOptions(app, o.tls);
   app.add_option("--http", o.http, "instead: an HTTP endpoint taking one text per POST (TorchServe's inference API)");
+  app.add_option("--http-body", o.http_body,
+                 "with --http: text (the text is the body, TorchServe) or json ({\"texts\": [text]}, qvi-server's "
+                 "POST /v1/models/{m}:classify)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
   app.add_option("--model", o.model, "model name")->capture_default_str();
   app.add_option("--method", o.method, "classify or tag")
       ->check(CLI::IsMember({"classify", "tag"}))
