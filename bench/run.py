@@ -141,6 +141,7 @@ def bert_base_models():
 
 def run_qvi_server(work, a, common, run):
     port_file, metrics_file = os.path.join(work, "qvi.port"), os.path.join(work, "qvi.metrics")
+    http_file = os.path.join(work, "qvi.http")
     # A copy of the store whose serving.json sets the batch size the limit found fastest; everything else
     # (instances, torch threads) at the server's defaults.
     store = os.path.join(work, "qvi_store")
@@ -152,7 +153,7 @@ def run_qvi_server(work, a, common, run):
         proc = subprocess.Popen([os.path.join(BUILD, "qvi-server"), "--model-store", store,
                                  "--port", "0", "--port-file", port_file, "--metrics-port", "0",
                                  "--metrics-port-file", metrics_file, "--host", "127.0.0.1", "--device", a.device,
-                                 "--http-port", "-1"],
+                                 "--http-port", "0", "--http-port-file", http_file],
                                 stdout=log_file, stderr=subprocess.STDOUT)
     try:
         port = wait_for_file(port_file, proc, "qvi-server")
@@ -161,6 +162,12 @@ def run_qvi_server(work, a, common, run):
         r = perf(work, "qvi-server", target, common)
         # The same server and texts through the Open Inference Protocol (ModelInfer), right after.
         r["oip"] = perf(work, "qvi-server-oip", [*target, "--protocol", "oip"], common)
+        # And through the HTTP/JSON route (POST /v1/models/{m}:classify), by a blocking client thread per
+        # connection (qvi-perf --http, as for TorchServe).
+        http_port = wait_for_file(http_file, proc, "qvi-server")
+        r["http"] = perf(work, "qvi-server-http",
+                         ["--http", f"http://127.0.0.1:{http_port}/v1/models/{MODEL}:classify", "--http-body", "json",
+                          "--metrics", f"http://127.0.0.1:{metrics}/metrics"], common)
     finally:
         stop(proc)
     # What its defaults chose on this machine, from its start-up line.
@@ -253,7 +260,7 @@ def best_step(system):
     return max(system["steps"], key=lambda s: s["texts_per_s"])
 
 
-SYSTEMS = ("qvi-server", "qvi-server-oip", "python-grpc", "torchserve")
+SYSTEMS = ("qvi-server", "qvi-server-oip", "qvi-server-http", "python-grpc", "torchserve")
 
 
 def plot(runs, path):
@@ -371,6 +378,16 @@ def run_markdown(run):
                 o, n = pairs[-1]  # the highest concurrency: the cost per request with batching at work
                 lines.append(f"- Server CPU per request at concurrency {int(o['load'])}: ModelInfer "
                              f"{o['server_cpu_us_per_request']:.0f} µs, Classify {n['server_cpu_us_per_request']:.0f} µs.")
+        http = run.get("qvi-server-http")
+        if http:
+            hb = best_step(http)
+            lines.append(f"- HTTP/JSON Classify (`POST /v1/models/{MODEL}:classify`) against gRPC Classify on the same "
+                         f"server: best {hb['texts_per_s']:.0f} against {qb['texts_per_s']:.0f} texts/s "
+                         f"(**{hb['texts_per_s'] / qb['texts_per_s']:.2f} x**, target >= 0.85 x).")
+            h1 = next((s for s in http["steps"] if int(s["load"]) == 1), None)
+            if c1 and h1:
+                lines.append(f"- At concurrency 1: HTTP/JSON p50 {h1['p50_ms']:.3f} ms against Classify "
+                             f"{c1['p50_ms']:.3f} ms (**{h1['p50_ms'] - c1['p50_ms']:+.3f} ms**, target <= +0.1 ms).")
         for peer, target in (("torchserve", 5), ("python-grpc", 3)):
             if peer not in run:
                 continue
@@ -407,8 +424,10 @@ def markdown(results, info, command):
         "its instances are busy (batch_when_idle), the Python server runs one forward per request. qvi-perf "
         "drives the gRPC servers asynchronously; `qvi-server-oip` is the same qvi-server run driven right after "
         "through the Open Inference Protocol (`qvi-perf --protocol oip`: ModelInfer, a BYTES tensor, the default "
-        "outputs), so the two APIs' costs stand side by side. TorchServe's HTTP API is driven by one blocking client thread "
-        "per connection, which on two cores also competes with TorchServe.",
+        "outputs), so the two APIs' costs stand side by side; `qvi-server-http` is the same server again through "
+        "its HTTP/JSON route (`POST /v1/models/sentiment:classify`, `qvi-perf --http --http-body json`). "
+        "TorchServe's HTTP API is driven by one blocking client thread "
+        "per connection (so is qvi-server's HTTP route), which on two cores also competes with the server.",
         "",
         "Reproduce with:",
         "",
@@ -508,6 +527,7 @@ def main():
                 run[name] = fn(run_dir, a, common, run)
         if "qvi-server" in run:
             run["qvi-server-oip"] = run["qvi-server"].pop("oip")
+            run["qvi-server-http"] = run["qvi-server"].pop("http")
         runs.append(run)
     results = {"runs": runs, "maps": [run_maps(work, a, MODEL_PT, MODEL, a.batch_sizes, word_counts[0])]}
     if a.bert_base:
