@@ -75,6 +75,17 @@ def perf(work, label, args, common):
         return json.load(f)
 
 
+def model_line():
+    """What the demo classifier is, from its manifest (inside model.pt, a zip archive)."""
+    import zipfile
+    with zipfile.ZipFile(MODEL_PT) as z:
+        manifest = json.loads(z.read(next(n for n in z.namelist() if n.endswith("extra/manifest.json"))))
+    arch = manifest["architecture"]
+    c = arch["config"]
+    return (f"{arch['display_name']}, {c.get('layers')} layers, {c.get('heads')} heads, width {c.get('hidden')}, "
+            f"{c.get('emb_dim')}-d embeddings")
+
+
 def machine():
     cpu = platform.processor() or "unknown CPU"
     try:
@@ -414,7 +425,7 @@ def markdown(results, info, command):
         f"{info['machine']['os']}, torch {info['machine']['torch']}"
         + (f", GPU {info['machine']['gpu']}" if info["machine"]["gpu"] else ", no GPU")
         + f". **The model runs on: {info.get('device', 'cpu')}** (every system, the limit included).",
-        f"Model: the demo classifier `{MODEL}` (Transformer-QVI, 2 layers, d=64). Texts: generated, "
+        f"Model: the demo classifier `{MODEL}` ({info.get('model') or model_line()}). Texts: generated, "
         + " and ".join(f"about {r['words']:g} words" for r in runs)
         + ", one text per request. Every system ran in this one run, on the same machine, with the load "
         f"generator on the same cores (the machine has {info['machine']['cores']}). qvi-server serves the "
@@ -534,7 +545,7 @@ def main():
         for name, path in bert_base_models().items():
             results["maps"].append(run_maps(work, a, path, name, a.bert_base, 128))
     info = {"date": datetime.date.today().isoformat(), "machine": machine(), "command": command,
-            "device": a.device}
+            "device": a.device, "model": model_line()}
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump({"info": info, "results": results}, f, indent=2)
     plot(runs, os.path.join(out_dir, "throughput_p99.png"))
