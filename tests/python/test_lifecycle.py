@@ -180,6 +180,16 @@ def _export_stalling_model(store):
     artifact.export(Stalling(build_model(cfg), vocab.id("stall")), manifest, vocab, store, 1)
 
 
+def _wait_for_metric(proc, series, value):
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        values = proc.metrics()
+        if values.get(series) == value:
+            return
+        assert time.monotonic() < deadline, values
+        time.sleep(0.05)  # polling the server's state, bounded by WAIT_S
+
+
 def test_shutdown_does_not_wait_for_a_hung_model_beyond_the_grace_period(api):
     """SIGTERM while a forward pass never ends: gRPC gives the call the grace period (1 s) and cancels
     it, the drain gets 2 s more, then the process exits 1 and says why, instead of hanging."""
@@ -191,6 +201,10 @@ def test_shutdown_does_not_wait_for_a_hung_model_beyond_the_grace_period(api):
     try:
         stub = pb_grpc.InferenceStub(proc.channel)
         assert stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="stall"), texts=["fine"]), timeout=30)
+        # The call leaves qvi_requests_in_flight when gRPC is done with it, a little after the client has
+        # its answer: wait for 0 first, or the gauge's 1 below could still be this call, and the signal
+        # would come before the stalling call reached the server.
+        _wait_for_metric(proc, "qvi_requests_in_flight", 0)
         outcome = {}
 
         def hung_call():
@@ -202,7 +216,7 @@ def test_shutdown_does_not_wait_for_a_hung_model_beyond_the_grace_period(api):
 
         caller = threading.Thread(target=hung_call)
         caller.start()
-        # Wait until the text has left the queue for the model: one call in flight, none queued.
+        # Wait until the stalling call is in flight (the first has left the gauge) and its text is not queued.
         deadline = time.monotonic() + WAIT_S
         while True:
             values = proc.metrics()
