@@ -24,7 +24,7 @@ APT_PACKAGES=(python3 python3-venv ca-certificates g++ cmake ninja-build pkg-con
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libssl-dev
   libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev libgtest-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev libboost-dev
   libjemalloc-dev libbenchmark-dev
-  prometheus chromium openjdk-17-jre-headless
+  prometheus chromium chromium-driver openjdk-17-jre-headless
   podman runc debootstrap clang libclang-rt-14-dev clang-format)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

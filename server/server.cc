@@ -329,8 +329,11 @@ absl::Status Server::StartGrpc() {
 absl::Status Server::StartHttp() {
   const ServerOptions::Network& net = options_.network;
   if (net.http_port < 0) return absl::OkStatus();
+  HttpApi::Options api;
+  api.cors_origins = net.http_cors_allow_origins;
+  api.explain_page = net.http_explain_page;
   http_api_ = std::make_unique<HttpApi>(core_.get(), repository_.get(), calls_.get(), service_.get(), oip_.get(),
-                                        &serving_, net.http_cors_allow_origins);
+                                        &serving_, std::move(api));
   HttpServer::Options o;
   o.host = net.host;
   o.port = net.http_port;
@@ -353,11 +356,11 @@ absl::Status Server::StartHttp() {
   if (!port.ok()) return port.status();
   http_port_ = *port;
   if (!net.http_port_file.empty()) WritePortFile(net.http_port_file, http_port_);
-  spdlog::info("serving HTTP/JSON on {}:{} over {} ({} thread(s))", net.host, http_port_,
+  spdlog::info("serving HTTP/JSON on {}:{} over {} ({} thread(s)){}", net.host, http_port_,
                !tls_                            ? "plain text"
                : options_.tls.client_ca.empty() ? "TLS"
                                                 : "mutual TLS",
-               net.http_threads);
+               net.http_threads, net.http_explain_page ? "; the explanation page is at /" : "");
   return absl::OkStatus();
 }
 

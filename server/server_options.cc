@@ -76,6 +76,10 @@ void AddHttpOptions(CLI::App& app, ServerOptions& o) {
                  "an origin (scheme://host[:port]) whose web pages may call the HTTP port (CORS); repeat for more, "
                  "'*' for any. None: browsers' cross-origin calls are refused")
       ->group("Network");
+  app.add_option("--http-explain-page", o.network.http_explain_page,
+                 "serve the explanation page at / on the HTTP port: pick a model, type a text, see its answer with "
+                 "alpha, beta and each layer's maps (docs/serving.md); false: / is 404")
+      ->group("Network");
 }
 
 // The gRPC and metrics ports, message sizes and connection management.

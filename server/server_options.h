@@ -37,6 +37,7 @@ struct ServerOptions {
     double http_idle_timeout_seconds = 75;
     int http_max_header_bytes = 16384;
     std::vector<std::string> http_cors_allow_origins;  // origins browsers may call the HTTP port from
+    bool http_explain_page = true;                     // GET / on the HTTP port: the explanation page
     // A connection older than this is sent GOAWAY (its calls in flight get the grace to finish), so
     // that long-lived clients reconnect and spread over replicas added since. 0: no limit.
     double max_connection_age_seconds = 0;

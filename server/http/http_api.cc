@@ -16,6 +16,7 @@
 #include "server/core/spec/request_checks.h"
 #include "server/grpc/convert.h"
 #include "server/grpc/request_from_proto.h"
+#include "server/http/explain_page.h"
 #include "server/http/json_body.h"
 #include "server/http/kserve_rest.h"
 #include "server/logging.h"
@@ -294,6 +295,7 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_vie
   if (path == "/v1/models") return want(Kind::kListModels, "GET");
   if (path == "/v2") return want(Kind::kServerMetadata, "GET");
   if (path == "/openapi.json") return want(Kind::kOpenApi, "GET");
+  if (path == "/") return want(Kind::kPage, "GET");
   absl::StatusOr<HttpRoute> model = absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
   if (absl::ConsumePrefix(&path, "/v2/models/")) {
     model = ParseV2ModelRoute(path, target);
@@ -398,7 +400,7 @@ int HttpStatus(absl::StatusCode code) {
 }
 
 bool HttpApi::CorsAllows(const std::string& origin) const {
-  for (const std::string& allowed : cors_origins_) {
+  for (const std::string& allowed : options_.cors_origins) {
     if (allowed == "*" || allowed == origin) return true;
   }
   return false;
@@ -426,7 +428,8 @@ HttpResponse HttpApi::Preflight(const HttpRequest& request) const {
 HttpServer::Reply HttpApi::WithCors(const HttpRequest& request, HttpServer::Reply reply) const {
   const std::string origin = request.Header("Origin");
   if (origin.empty() || !CorsAllows(origin)) return reply;
-  const bool any = std::find(cors_origins_.begin(), cors_origins_.end(), "*") != cors_origins_.end();
+  const bool any =
+      std::find(options_.cors_origins.begin(), options_.cors_origins.end(), "*") != options_.cors_origins.end();
   return [reply = std::move(reply), value = any ? std::string("*") : origin, any](HttpResponse r) {
     r.headers.emplace_back("Access-Control-Allow-Origin", value);
     r.headers.emplace_back("Access-Control-Expose-Headers", "X-Request-Id");
@@ -461,6 +464,11 @@ HttpResponse HttpApi::Describe(const HttpRoute& route) const {
     }
     case Kind::kOpenApi:
       return HttpResponse{200, "application/json", OpenApiDocument(), {}};
+    case Kind::kPage:
+      if (!options_.explain_page) {
+        return ErrorResponse(absl::NotFoundError("no route for / (the explanation page is off: --http-explain-page)"));
+      }
+      return ExplainPageResponse();
     case Kind::kServerMetadata: {
       inference::ServerMetadataResponse out;
       OipServiceImpl::ServerMetadata(&out);

@@ -10,6 +10,7 @@
 //   GET  /v2/models/{m}[/versions/{v}][/ready]      model metadata and readiness,
 //   POST /v2/models/{m}[/versions/{v}]/infer        inference with JSON tensors, as OIP over gRPC
 //   GET  /openapi.json                              this list as an OpenAPI 3.1 document
+//   GET  /                                          the explanation page (explain_page.h), unless off
 // Errors are {"error": "..."} with the HTTP status of the gRPC code (HttpStatus). With TLS the port is
 // HTTPS only (http_server.h).
 #ifndef QVI_SERVER_HTTP_HTTP_API_H_
@@ -45,7 +46,8 @@ struct HttpRoute {
     kModelMetadata,
     kModelReady,
     kInfer,
-    kOpenApi
+    kOpenApi,
+    kPage
   };
   Kind kind = Kind::kLive;
   std::string model;    // kGetModel, kClassify, kTag
@@ -68,17 +70,22 @@ class HttpApi {
  public:
   // `serving` is the server's readiness (false from the start of a drain); `rpc` answers GetModel,
   // `oip` plans and answers KServe v2's routes as it does OIP's gRPC calls.
-  // `cors_origins`: the origins a browser may call from ("*": any); none: no CORS headers, and
-  // preflights from any origin are refused.
+  struct Options {
+    // The origins a browser may call from ("*": any); none: no CORS headers, and preflights from any
+    // origin are refused.
+    std::vector<std::string> cors_origins;
+    // GET / answers the explanation page; off, it is 404 like any unknown path.
+    bool explain_page = true;
+  };
   HttpApi(InferenceService* core, const ModelRepository* repository, InferCalls* calls, const InferenceServiceImpl* rpc,
-          const OipServiceImpl* oip, const std::atomic<bool>* serving, std::vector<std::string> cors_origins = {})
+          const OipServiceImpl* oip, const std::atomic<bool>* serving, Options options)
       : core_(core),
         repository_(repository),
         calls_(calls),
         rpc_(rpc),
         oip_(oip),
         serving_(serving),
-        cors_origins_(std::move(cors_origins)) {}
+        options_(std::move(options)) {}
 
   void Handle(HttpRequest request, HttpServer::Reply reply);
 
@@ -95,7 +102,7 @@ class HttpApi {
   const InferenceServiceImpl* rpc_;
   const OipServiceImpl* oip_;
   const std::atomic<bool>* serving_;
-  const std::vector<std::string> cors_origins_;
+  const Options options_;
 };
 
 }  // namespace qvi

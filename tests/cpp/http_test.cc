@@ -11,6 +11,7 @@
 
 #include "nlohmann/json.hpp"
 
+#include "server/http/explain_page.h"
 #include "server/http/http_api.h"
 #include "server/http/http_server.h"
 
@@ -45,6 +46,8 @@ TEST(HttpRouteTest, PathsAndMethodsPickTheRoute) {
            {"GET", "/v2/models/sentiment/versions/2/ready", Kind::kModelReady, "sentiment", 2},
            {"POST", "/v2/models/sentiment/infer", Kind::kInfer, "sentiment", 0},
            {"POST", "/v2/models/ner/versions/1/infer", Kind::kInfer, "ner", 1},
+           {"GET", "/", Kind::kPage, "", 0},
+           {"GET", "/?model=ner", Kind::kPage, "", 0},
        }) {
     absl::StatusOr<HttpRoute> r = ParseRoute(c.method, c.target);
     ASSERT_TRUE(r.ok()) << c.target << ": " << r.status();
@@ -62,7 +65,8 @@ TEST(HttpRouteTest, RefusalsSayWhy) {
     const char* message;
   };
   for (const Case& c : std::vector<Case>{
-           {"GET", "/", absl::StatusCode::kNotFound, "no route for /"},
+           {"GET", "/index.html", absl::StatusCode::kNotFound, "no route for /index.html"},
+           {"POST", "/", absl::StatusCode::kFailedPrecondition, "method POST is not allowed on /; use GET"},
            {"GET", "/v1/models/", absl::StatusCode::kNotFound, "no route for /v1/models/"},
            {"GET", "/v1/models/a/b", absl::StatusCode::kNotFound, "no route"},
            {"POST", "/v1/models/a:predict", absl::StatusCode::kNotFound, "the verbs are :classify and :tag"},
@@ -163,6 +167,32 @@ TEST(HttpServerTest, AnswersFromOtherThreadsOverOneConnectionAndDrainsOnShutdown
   shutdown.join();
   EXPECT_EQ(server.in_flight(), 0);
   for (std::thread& t : repliers) t.join();
+}
+
+TEST(ExplainPageTest, TheScriptHashIsTheCspsSha256InBase64) {
+  // The digest of nothing, as every CSP tutorial spells it, and of "alert(1)" (openssl dgst | base64).
+  EXPECT_EQ(CspScriptHash(""), "sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=");
+  EXPECT_EQ(CspScriptHash("alert(1)"), "sha256-bhHHL3z2vDgxUt0W3dWQOrprscmda2Y5pLsLg4GF+pI=");
+}
+
+TEST(ExplainPageTest, ThePageInlinesItsFilesAndItsPolicyAllowsOnlyItsScript) {
+  const HttpResponse& page = ExplainPageResponse();
+  EXPECT_EQ(page.status, 200);
+  EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
+  EXPECT_EQ(page.body.find("/*QVI_"), std::string::npos) << "a marker was left in the page";
+  const size_t open = page.body.find("<script>"), close = page.body.find("</script>");
+  ASSERT_NE(open, std::string::npos);
+  ASSERT_NE(close, std::string::npos);
+  EXPECT_EQ(page.body.find("<script", open + 1), std::string::npos) << "one script only";
+  const std::string script = page.body.substr(open + 8, close - open - 8);
+  EXPECT_NE(script.find("loadModels"), std::string::npos);
+  EXPECT_NE(page.body.find(".tok {"), std::string::npos) << "report.css is not inlined";
+  std::string csp;
+  for (const auto& [name, value] : page.headers) {
+    if (name == "Content-Security-Policy") csp = value;
+  }
+  EXPECT_NE(csp.find("script-src '" + CspScriptHash(script) + "'"), std::string::npos) << csp;
+  EXPECT_NE(csp.find("default-src 'none'"), std::string::npos) << csp;
 }
 
 }  // namespace

@@ -1,0 +1,382 @@
+// The explanation page's script (served at / by qvi-server's HTTP port; docs/serving.md, "The explanation
+// page"). It calls the same JSON routes any client calls, with relative URLs (so the page works behind a
+// path prefix), and builds every element with textContent: a text or a model's card is never parsed as
+// HTML. Test hooks: body[data-state] is loading, ready, busy, answered or error; #errors collects script
+// errors and offset mismatches.
+(function () {
+  'use strict';
+  window.addEventListener('error', function (e) { scriptError('script error: ' + e.message); });
+  window.addEventListener('unhandledrejection', function (e) { scriptError('unhandled: ' + e.reason); });
+
+  var $ = function (id) { return document.getElementById(id); };
+  var models = {};  // 'name@version' -> {name, version, md}
+  var RED = '220, 38, 38', BLUE = '37, 99, 235', GREEN = '22, 163, 74', PURPLE = '124, 58, 237';
+
+  function scriptError(message) {
+    $('errors').textContent += message + '\n';
+    document.documentElement.setAttribute('data-script-errors', 'yes');
+  }
+
+  function setState(s) { document.body.setAttribute('data-state', s); }
+
+  function fixed(v, digits) { return Number(v).toFixed(digits); }
+
+  // el('span', {className: 'tok', 'data-index': 3}, 'text' or [children])
+  function el(tag, attrs, children) {
+    var e = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) {
+      if (k === 'className') e.className = attrs[k];
+      else e.setAttribute(k, String(attrs[k]));
+    });
+    if (children === undefined || children === null) return e;
+    (Array.isArray(children) ? children : [children]).forEach(function (c) {
+      if (c !== null && c !== undefined) e.appendChild(typeof c === 'string' ? document.createTextNode(c) : c);
+    });
+    return e;
+  }
+
+  async function call(url, body) {
+    var init = body === undefined ? {} : {
+      method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)};
+    var r = await fetch(url, init);
+    var data = null;
+    try { data = await r.json(); } catch (e) { /* not JSON: reported below */ }
+    if (!r.ok) throw new Error('HTTP ' + r.status + ': ' + (data && data.error ? data.error : r.statusText));
+    if (data === null) throw new Error('HTTP ' + r.status + ': the answer was not JSON');
+    return data;
+  }
+
+  function modelPath(m) {
+    return 'v1/models/' + encodeURIComponent(m.name) + '/versions/' + m.version;
+  }
+
+  // --- the model card -------------------------------------------------------------------------------
+  function hasOutput(md, pattern) {
+    return (md.outputs || []).some(function (o) { return pattern.test(o.name); });
+  }
+
+  function faithHeading(f) {
+    if (!f || !f.measured) return 'faithfulness: ' + ((f && f.note) || 'not measured');
+    var split = (f.split || '').split('/').pop();
+    return 'faithfulness on ' + split + ': ' + f.answers + ' answers in ' + f.texts + ' texts, tokens ' +
+        (f.removal === 'pad' ? 'replaced by [PAD]' : 'deleted') + ', ' + f.target;
+  }
+
+  function interval(e, digits) {
+    return e ? fixed(e.mean, digits) + ' [' + fixed(e.low, digits) + ', ' + fixed(e.high, digits) + ']' : '–';
+  }
+
+  function faithTable(f) {
+    var head = el('tr', {}, ['method', 'comprehensiveness AOPC [95 % CI]', 'minus random', 'sufficiency',
+      'leave-one-out ρ'].map(function (h) { return el('th', {}, h); }));
+    var rows = (f.methods || []).map(function (m) {
+      var vs = m.method === 'random' ? 'the floor' : (m.vsRandom ? interval(m.vsRandom, 3) : '–');
+      return el('tr', {'data-method': m.method}, [el('td', {}, m.name), el('td', {}, interval(m.comprehensiveness, 3)),
+        el('td', {}, vs), el('td', {}, m.sufficiency ? fixed(m.sufficiency.mean, 3) : '–'),
+        el('td', {}, m.looSpearman ? fixed(m.looSpearman.mean, 2) : '–')]);
+    });
+    return el('table', {className: 'faith', id: 'faithfulness-table'}, [head].concat(rows));
+  }
+
+  function renderCard(m) {
+    var md = m.md, card = $('card');
+    card.textContent = '';
+    var facts = [['task', md.task], ['architecture', md.displayName + ' (' + md.architecture + '), interaction ' +
+        md.interaction], md.task === 'classification' ? ['labels', (md.labels || []).join(', ')]
+        : ['entities', (md.entityTypes || []).join(', ') + ' (' + md.tagScheme + ' tags)'],
+    ['tokenizer', md.tokenizer ? md.tokenizer.level + ' level, ' + (md.tokenizer.lowercase ? 'lower-cased, ' : '') +
+        'up to ' + md.tokenizer.maxTokens + ' tokens' : ''],
+    ['layers × heads', md.layers ? md.layers + ' × ' + md.heads : 'no self-attention'],
+    ['runs on', md.device + ' from ' + md.format]];
+    var dl = el('dl', {});
+    facts.forEach(function (f) { dl.appendChild(el('dt', {}, f[0])); dl.appendChild(el('dd', {}, f[1] || '')); });
+    card.appendChild(el('h2', {}, 'Model card: ' + m.name + ' version ' + m.version));
+    card.appendChild(el('p', {id: 'description'}, md.description || ''));
+    card.appendChild(dl);
+    var f = md.faithfulness;
+    var faith = el('details', {className: 'faithfulness', id: 'faithfulness', open: ''},
+      [el('summary', {}, faithHeading(f))]);
+    if (f && f.measured) {
+      faith.appendChild(faithTable(f));
+      faith.appendChild(el('p', {className: 'note'}, 'How much the answer\'s probability falls when the tokens a ' +
+          'method ranks highest are deleted (comprehensiveness, higher is more faithful), compared with deleting ' +
+          'random tokens; sufficiency is the fall when only those tokens are kept (lower is better).'));
+    }
+    card.appendChild(faith);
+    var raw = el('details', {}, [el('summary', {}, 'the whole model card (JSON)')]);
+    var json = md.modelCardJson || '{}';
+    try { json = JSON.stringify(JSON.parse(json), null, 2); } catch (e) { /* shown as it came */ }
+    raw.appendChild(el('pre', {id: 'model-card-json'}, json));
+    card.appendChild(raw);
+  }
+
+  function selected() { return models[$('model').value]; }
+
+  function onModel() {
+    var m = selected();
+    if (!m) return;
+    var md = m.md;
+    var gates = hasOutput(md, /gate|lambda/), layers = md.layers > 0 && hasOutput(md, /^layer_/);
+    var classify = md.task === 'classification';
+    [['want-gates', gates], ['want-layers', layers], ['heads', layers], ['want-check', classify]].forEach(
+      function (x) {
+        $(x[0]).disabled = !x[1];
+        $(x[0]).parentElement.classList.toggle('off', !x[1]);
+      });
+    renderCard(m);
+    $('answer').textContent = '';
+    history.replaceState(null, '', '#model=' + encodeURIComponent($('model').value));
+  }
+
+  async function loadModels() {
+    var list = await call('v1/models');
+    var select = $('model');
+    select.textContent = '';
+    (list.models || []).forEach(function (info) {
+      (info.versions || []).forEach(function (v) {
+        if (v.state !== 'MODEL_STATE_READY') return;
+        var key = info.name + '@' + v.version;
+        models[key] = {name: info.name, version: v.version, md: v.metadata};
+        select.appendChild(el('option', {value: key}, key + ' · ' + v.metadata.displayName + ' (' + v.metadata.task +
+            ')'));
+      });
+    });
+    if (select.options.length === 0) throw new Error('no model version is ready on this server');
+    var wanted = decodeURIComponent((location.hash.match(/model=([^&]*)/) || [])[1] || '');
+    var match = Object.keys(models).filter(function (k) { return k === wanted || k.split('@')[0] === wanted; });
+    if (match.length) select.value = match[0];
+    select.disabled = false;
+    $('explain').disabled = false;
+    onModel();
+  }
+
+  // --- the answer -----------------------------------------------------------------------------------
+  function tokenInfo(t) {
+    var info = '"' + t.text + '" [' + t.start + ',' + t.end + ')';
+    if (t.tag) info += '  tag ' + t.tag;
+    if (t.attention !== undefined) info += '  α=' + fixed(t.attention, 4);
+    if (t.gate !== undefined) info += '  β=' + fixed(t.gate, 4);
+    if (t.lambdaQ !== undefined) info += '  λq=' + fixed(t.lambdaQ, 4) + ' λk=' + fixed(t.lambdaK, 4);
+    if (t.sentenceAttention !== undefined) info += '  sentence α=' + fixed(t.sentenceAttention, 4);
+    return info;
+  }
+
+  function tok(t, value, shade, rgb, info) {
+    var e = el('span', {className: 'tok', tabindex: -1, 'data-value': fixed(value, 4), 'data-start': t.start,
+      'data-end': t.end, 'data-info': info, 'aria-label': info}, t.text);
+    e.style.background = 'rgba(' + rgb + ', ' + fixed(Math.min(1, Math.max(0, shade)), 3) + ')';
+    return e;
+  }
+
+  // One heat-map row over the tokens; get(t, i) is the weight, or undefined when the token has none.
+  function heatRow(tokens, kind, title, rgb, scaleToMax, get) {
+    var values = tokens.map(get);
+    if (!values.some(function (v) { return v !== undefined; })) return null;
+    var max = Math.max.apply(null, values.map(function (v) { return v || 0; }));
+    var toks = el('span', {className: 'toks', dir: 'auto'}, tokens.map(function (t, i) {
+      var v = values[i] || 0;
+      return tok(t, v, scaleToMax && max > 0 ? v / max : v, rgb, title + ' ' + fixed(v, 4) + ' · ' + tokenInfo(t));
+    }));
+    var row = el('div', {className: 'row heat', 'data-kind': kind, role: 'group', 'aria-label': title},
+      [el('span', {className: 'row-title'}, title), toks]);
+    roving(toks, Array.prototype.slice.call(toks.children), 0);
+    return row;
+  }
+
+  function heatmaps(tokens) {
+    var rows = [
+      heatRow(tokens, 'alpha', 'α attention', RED, true, function (t) { return t.attention; }),
+      heatRow(tokens, 'beta', 'β gate', BLUE, false, function (t) { return t.gate; }),
+      heatRow(tokens, 'sentence-alpha', 'sentence α', RED, true, function (t) { return t.sentenceAttention; }),
+      heatRow(tokens, 'sentence-beta', 'sentence β', BLUE, false, function (t) { return t.sentenceGate; }),
+      heatRow(tokens, 'lambda-q', 'λ_Q', GREEN, false, function (t) { return t.lambdaQ; }),
+      heatRow(tokens, 'lambda-k', 'λ_K', GREEN, false, function (t) { return t.lambdaK; })
+    ].filter(function (r) { return r !== null; });
+    if (rows.length) {
+      rows.push(el('p', {className: 'note'}, 'α is scaled to the text\'s largest weight; β and λ are shown as they ' +
+          'are, in (0, 1). Hover or focus a token for its numbers.'));
+    }
+    return rows;
+  }
+
+  function mapCaption(m) {
+    return (m.layer < 0 ? 'all layers' : 'layer ' + m.layer) + ', ' + (m.head < 0 ? 'mean of heads' : 'head ' + m.head);
+  }
+
+  function attentionMap(tokens, m) {
+    var n = tokens.length, max = 1e-9;
+    m.attention.forEach(function (a) { max = Math.max(max, a); });
+    var head = el('tr', {}, [el('th', {})].concat(tokens.map(function (t) { return el('th', {className: 'col'}, t.text); })));
+    var cells = [], rows = [head];
+    for (var q = 0; q < n; q++) {
+      var tds = [];
+      for (var k = 0; k < n; k++) {
+        var a = m.attention[q * n + k], info = mapCaption(m) + ': ' + tokens[q].text + ' → ' + tokens[k].text + '  ' +
+            fixed(a, 4);
+        var td = el('td', {tabindex: -1, 'data-value': fixed(a, 4), 'data-info': info, 'aria-label': info});
+        td.style.background = 'rgba(' + PURPLE + ', ' + fixed(Math.min(1, a / max), 3) + ')';
+        tds.push(td);
+      }
+      cells = cells.concat(tds);
+      rows.push(el('tr', {}, [el('th', {}, tokens[q].text)].concat(tds)));
+    }
+    var table = el('table', {className: 'map', 'data-layer': m.layer, 'data-head': m.head}, rows);
+    roving(table, cells, n);
+    return el('figure', {}, [el('figcaption', {}, mapCaption(m)), table]);
+  }
+
+  function layerMaps(tokens, maps) {
+    var n = tokens.length, out = [];
+    var withMaps = maps.filter(function (m) { return m.attention && m.attention.length === n * n && n > 0; });
+    if (withMaps.length) {
+      out.push(el('h3', {}, 'Self-attention maps'));
+      out.push(el('p', {className: 'note'}, 'Row: the query token; column: the key token it attends to. Darker is ' +
+          'more attention, scaled to each map\'s largest weight. Arrow keys move between cells.'));
+      out.push(el('div', {className: 'maps'}, withMaps.map(function (m) { return attentionMap(tokens, m); })));
+    }
+    var gateRows = [];
+    maps.forEach(function (m) {
+      [['gates', 'β', BLUE], ['lambdaQ', 'λ_Q', GREEN], ['lambdaK', 'λ_K', GREEN]].forEach(function (g) {
+        var v = m[g[0]];
+        if (!v || v.length !== n || n === 0) return;
+        var title = g[1] + ' L' + m.layer + (m.head < 0 ? '' : ' h' + m.head);
+        var r = heatRow(tokens, 'layer-' + g[0], title, g[2], false,
+          function (t, i) { return v[i]; });
+        if (r) gateRows.push(r);
+      });
+    });
+    if (gateRows.length) {
+      out = out.concat([el('h3', {}, 'Gates per layer'), el('p', {className: 'note'}, 'L: the layer, h: the head ' +
+          '(none: the mean of the heads).')], gateRows);
+    }
+    return out;
+  }
+
+  // The text with its entities marked, cut by code points (what Span.start/end count), so that
+  // right-to-left scripts, CJK and characters outside the BMP keep their places.
+  function markedText(text, spans) {
+    var cps = Array.from(text), at = 0, parts = [];
+    spans.forEach(function (s) {
+      if (s.start < at || s.end > cps.length || s.start > s.end) return;
+      var shown = cps.slice(s.start, s.end).join('');
+      if (shown !== s.text) scriptError('span offsets [' + s.start + ',' + s.end + ') cut "' + shown + '", not "' + s.text + '"');
+      var info = s.label + ' ' + fixed(s.score, 3) + ' [' + s.start + ',' + s.end + ')';
+      parts.push(cps.slice(at, s.start).join(''));
+      parts.push(el('mark', {className: 'ent', tabindex: 0, 'data-label': s.label, 'data-start': s.start,
+        'data-end': s.end, 'data-info': info, 'aria-label': info}, [shown, el('span', {className: 'ent-label'}, s.label)]));
+      at = s.end;
+    });
+    parts.push(cps.slice(at).join(''));
+    return el('p', {className: 'source spans', dir: 'auto'}, parts);
+  }
+
+  function checkTokens(text, tokens) {
+    var cps = Array.from(text);
+    tokens.forEach(function (t) {
+      var shown = cps.slice(t.start, t.end).join('');
+      if (shown !== t.text) scriptError('token offsets [' + t.start + ',' + t.end + ') cut "' + shown + '", not "' + t.text + '"');
+    });
+  }
+
+  function labels(r) {
+    return el('p', {className: 'labels'}, r.labels.map(function (l, i) {
+      var bar = el('span', {className: 'bar'});
+      bar.style.width = fixed(l.score * 8, 2) + 'em';
+      return el('span', {className: 'label' + (i === 0 ? ' top' : ''), 'data-label': l.label, 'data-score': fixed(l.score, 4)},
+        [l.label + ' ' + fixed(l.score, 3), bar]);
+    }));
+  }
+
+  function faithCheck(r) {
+    var c = r.faithfulness;
+    if (!c || !c.label) return null;
+    var removed = (c.removed || []).map(function (i) { return r.tokens[i] ? r.tokens[i].text : '#' + i; });
+    return el('p', {className: 'check', id: 'check'}, 'With α\'s top ' + removed.length + ' tokens deleted (' +
+        removed.join(', ') + '): p(' + c.label + ') ' + fixed(c.score, 3) + ' → ' + fixed(c.scoreWithout || 0, 3) + '.');
+  }
+
+  function renderAnswer(m, text, answer, ms) {
+    var r = answer.results[0], out = $('answer');
+    checkTokens(text, r.tokens || []);
+    var parts = [el('h2', {}, 'Answer'), el('p', {className: 'meta', id: 'answered-by'}, m.name + ' version ' +
+        answer.model.version + ' answered in ' + fixed(ms, 1) + ' ms (request ' + answer.requestId + ').')];
+    if (m.md.task === 'classification') {
+      parts.push(labels(r));
+      parts.push(faithCheck(r));
+    } else {
+      parts.push(markedText(text, r.spans || []));
+      if (!(r.spans || []).length) parts.push(el('p', {className: 'note'}, 'No entities.'));
+    }
+    if (r.truncated) parts.push(el('p', {className: 'note'}, 'Truncated: the model read the first ' +
+        (r.tokens || []).length + ' tokens of ' + r.numTokens + '.'));
+    parts = parts.concat(heatmaps(r.tokens || []), layerMaps(r.tokens || [], r.layers || []));
+    out.textContent = '';
+    parts.forEach(function (p) { if (p) out.appendChild(p); });
+  }
+
+  function request(m, text) {
+    var md = m.md, options = {tokens: true, attention: $('want-attention').checked};
+    if (md.task === 'classification') options.topK = (md.labels || []).length;
+    if (!$('want-gates').disabled && $('want-gates').checked) options.gates = true;
+    if (!$('want-layers').disabled && $('want-layers').checked) {
+      options.layers = {attentionMaps: true, gates: hasOutput(md, /^layer_(gates|lambda)/), reduction: $('heads').value};
+    }
+    if (!$('want-check').disabled && $('want-check').checked) options.faithfulness = {topK: 3};
+    return {texts: [text], options: options};
+  }
+
+  async function explain(event) {
+    if (event) event.preventDefault();
+    var m = selected(), text = $('text').value;
+    if (!m || document.body.getAttribute('data-state') === 'busy') return;
+    $('error').textContent = '';
+    setState('busy');
+    var verb = m.md.task === 'classification' ? ':classify' : ':tag', start = performance.now();
+    try {
+      var answer = await call(modelPath(m) + verb, request(m, text));
+      renderAnswer(m, text, answer, performance.now() - start);
+      setState('answered');
+    } catch (e) {
+      $('answer').textContent = '';
+      $('error').textContent = e.message;
+      setState('error');
+    }
+  }
+
+  // --- keyboard -------------------------------------------------------------------------------------
+  // A roving tab stop: one item of the group is in the tab order; arrow keys (mirrored in right-to-left
+  // rows), Home and End move it. cols > 0 makes a grid (Up and Down move by a row).
+  function roving(group, items, cols) {
+    if (!items.length) return;
+    items[0].tabIndex = 0;
+    group.addEventListener('keydown', function (e) {
+      var i = items.indexOf(document.activeElement);
+      if (i < 0) return;
+      var rtl = getComputedStyle(group).direction === 'rtl', step = {ArrowRight: rtl ? -1 : 1,
+        ArrowLeft: rtl ? 1 : -1, ArrowDown: cols || 0, ArrowUp: -(cols || 0), Home: -i, End: items.length - 1 - i}[e.key];
+      if (!step) return;
+      var j = Math.min(items.length - 1, Math.max(0, i + step));
+      e.preventDefault();
+      items[i].tabIndex = -1;
+      items[j].tabIndex = 0;
+      items[j].focus();
+    });
+  }
+
+  function showInfo(e) {
+    var t = e.target.closest ? e.target.closest('[data-info]') : null;
+    if (t) $('status').textContent = t.getAttribute('data-info');
+  }
+
+  document.addEventListener('mouseover', showInfo);
+  document.addEventListener('focusin', showInfo);
+  $('ask').addEventListener('submit', explain);
+  $('model').addEventListener('change', onModel);
+  $('text').addEventListener('keydown', function (e) {
+    if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) explain(e);
+  });
+  loadModels().then(function () { setState('ready'); }, function (e) {
+    $('error').textContent = 'could not list the models: ' + e.message;
+    setState('error');
+  });
+})();

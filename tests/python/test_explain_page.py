@@ -1,0 +1,326 @@
+"""The explanation page at / on the HTTP port, in a real browser: headless Chromium (Debian's chromium and
+chromium-driver) driven by Selenium. Each test types a text as a person would, waits for the answer, and
+reads what the page shows (labels, entity marks, the highlighted tokens and their numbers, the maps, the
+model card) against what the JSON route answers for the same text. Screenshots are kept under
+build/test-output/explain_page/ (QVI_TEST_OUTPUT moves it) and their colours checked. Also: the page is
+self-contained (nothing fetched but this server's JSON routes), runs only its own script (CSP hash), and
+--http-explain-page=false turns it off."""
+import base64
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import pytest
+import torch
+from PIL import Image
+
+from conftest import REPO, ServerProcess
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+torch.set_num_threads(1)
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+OUTPUT = os.path.join(os.environ.get("QVI_TEST_OUTPUT", os.path.join(REPO, "build", "test-output")), "explain_page")
+WAIT_S = 30
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert CHROMIUM and CHROMEDRIVER, "chromium or chromium-driver is missing: scripts/setup.sh installs them"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+                "--window-size=1200,1600", "--lang=en-US"):
+        options.add_argument(arg)
+    # The driver Debian ships for this chromium, not one Selenium Manager would download.
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(WAIT_S)
+    os.makedirs(OUTPUT, exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+def call(address, method, path, body=None):
+    host, port = address.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request(method, path, body=None if body is None else json.dumps(body),
+                 headers={"Content-Type": "application/json"} if body is not None else {})
+    r = conn.getresponse()
+    data = r.read()
+    conn.close()
+    return r.status, data, dict(r.getheaders())
+
+
+def answer_of(address, model, verb, text, **options):
+    status, data, _ = call(address, "POST", f"/v1/models/{model}:{verb}",
+                           {"texts": [text], "options": dict(tokens=True, **options)})
+    assert status == 200, data
+    return json.loads(data)
+
+
+def state(driver):
+    return driver.find_element(By.TAG_NAME, "body").get_attribute("data-state")
+
+
+def open_page(driver, address, model):
+    driver.get("about:blank")  # a new page each time: only the fragment would change otherwise
+    driver.get(f"http://{address}/#model={model}")
+    WebDriverWait(driver, WAIT_S).until(lambda d: state(d) != "loading")
+    assert state(driver) == "ready", driver.find_element(By.ID, "error").text
+    assert Select(driver.find_element(By.ID, "model")).first_selected_option.get_attribute("value").startswith(model)
+
+
+def ask(driver, text, submit_by_keyboard=True):
+    """Types `text` into the box and asks, by Ctrl+Enter (or the button); waits for the answer."""
+    box = driver.find_element(By.ID, "text")
+    box.clear()
+    box.send_keys(text)
+    if submit_by_keyboard:
+        box.send_keys(Keys.CONTROL, Keys.ENTER)
+    else:
+        driver.find_element(By.ID, "explain").click()
+    WebDriverWait(driver, WAIT_S).until(lambda d: state(d) in ("answered", "error"))
+    no_script_errors(driver)
+    return state(driver)
+
+
+def no_script_errors(driver):
+    errors = driver.find_element(By.ID, "errors").text
+    assert driver.find_element(By.TAG_NAME, "html").get_attribute("data-script-errors") != "yes", errors
+    assert errors == "", errors
+
+
+def row(driver, kind):
+    """The tokens of one heat-map row: [(text, value, start, end, shade)]."""
+    out = []
+    for t in driver.find_elements(By.CSS_SELECTOR, f'#answer .row[data-kind="{kind}"] .tok'):
+        # The colour as the browser holds it: rgba(r, g, b, shade), or rgb(r, g, b) at full shade.
+        colour = re.search(r"rgba?\(\d+, \d+, \d+(?:, ([\d.]+))?\)", t.get_attribute("style"))
+        assert colour, t.get_attribute("style")
+        shade = float(colour.group(1) or 1)
+        out.append((t.text, float(t.get_attribute("data-value")), int(t.get_attribute("data-start")),
+                    int(t.get_attribute("data-end")), shade))
+    return out
+
+
+def screenshot(driver, name):
+    path = os.path.join(OUTPUT, name)
+    driver.save_screenshot(path)
+    return Image.open(path).convert("RGB")
+
+
+def pixels(img, predicate):
+    return sum(1 for p in img.getdata() if predicate(p))
+
+
+def near(rgb, target, tol=12):
+    return all(abs(a - b) <= tol for a, b in zip(rgb, target))
+
+
+def test_a_classification_typed_by_keyboard_shows_what_the_json_route_answers(browser, server_process):
+    address = server_process.http_address
+    open_page(browser, address, "sentiment")
+    text = "A gorgeous, moving film."
+    assert ask(browser, text) == "answered"
+    api = answer_of(address, "sentiment", "classify", text, attention=True, gates=True, topK=2)["results"][0]
+    labels = [(e.get_attribute("data-label"), float(e.get_attribute("data-score")))
+              for e in browser.find_elements(By.CSS_SELECTOR, "#answer .labels .label")]
+    assert [x[0] for x in labels] == [x["label"] for x in api["labels"]]
+    assert all(abs(a[1] - b["score"]) < 1e-4 for a, b in zip(labels, api["labels"])), (labels, api["labels"])
+    # α per token, in the text's order (the browser keeps a colour's opacity in 1/255 steps), each with its number; the most attended token drawn darkest.
+    alpha = row(browser, "alpha")
+    assert [a[0] for a in alpha] == [t["text"] for t in api["tokens"]]
+    assert all(abs(a[1] - t["attention"]) < 1e-4 for a, t in zip(alpha, api["tokens"])), alpha
+    top = max(range(len(alpha)), key=lambda i: alpha[i][1])
+    assert alpha[top][4] == 1.0 and all(a[4] <= 1.0 for a in alpha)
+    beta = row(browser, "beta")
+    assert len(beta) == len(api["tokens"])
+    assert all(abs(b[1] - t["gate"]) < 1e-4 and abs(b[4] - t["gate"]) < 0.005 for b, t in zip(beta, api["tokens"])), \
+        (beta, [t["gate"] for t in api["tokens"]])
+    # Per-layer maps of the 2-layer Transformer: one T x T map per layer (mean of heads), a β row each.
+    md = json.loads(call(address, "GET", "/v1/models/sentiment")[1])["model"]["versions"][0]["metadata"]
+    n = len(api["tokens"])
+    maps = browser.find_elements(By.CSS_SELECTOR, "#answer table.map")
+    assert [m.get_attribute("data-layer") for m in maps] == [str(i) for i in range(md["layers"])]
+    assert all(len(m.find_elements(By.CSS_SELECTOR, "td")) == n * n for m in maps)
+    assert len(browser.find_elements(By.CSS_SELECTOR, '#answer .row[data-kind="layer-gates"]')) == md["layers"]
+    # The model card, and how far to trust α: one table row per method the card measured.
+    assert browser.find_element(By.ID, "description").text == md["description"]
+    methods = [r.get_attribute("data-method") for r in browser.find_elements(By.CSS_SELECTOR, "#faithfulness-table tr[data-method]")]
+    assert methods == [m["method"] for m in md["faithfulness"]["methods"]] and "alpha" in methods
+    assert browser.find_element(By.CSS_SELECTOR, "#faithfulness summary").text.startswith("faithfulness on test.tsv: ")
+    img = screenshot(browser, "classify.png")
+    red = pixels(img, lambda p: near(p, (220, 38, 38)))
+    blue = pixels(img, lambda p: p[2] > 200 and p[2] - p[0] > 90 and p[2] - p[1] > 50)
+    purple = pixels(img, lambda p: p[0] > 100 and p[2] > 200 and p[1] < 110)
+    assert red > 300, f"{red} red pixels: the α highlight is missing"
+    assert blue > 300, f"{blue} blue pixels: the β highlight is missing"
+    assert purple > 100, f"{purple} purple pixels: the attention maps are missing"
+
+
+def test_the_faithfulness_check_deletes_alphas_top_tokens(browser, server_process):
+    open_page(browser, server_process.http_address, "sentiment")
+    browser.find_element(By.ID, "want-check").click()
+    assert ask(browser, "A gorgeous, moving film that I will not forget.", submit_by_keyboard=False) == "answered"
+    check = browser.find_element(By.ID, "check").text
+    alpha = sorted(row(browser, "alpha"), key=lambda a: -a[1])[:3]
+    m = re.match(r"With α's top 3 tokens deleted \((.*)\): p\((\w+)\) ([\d.]+) → ([\d.]+)\.$", check)
+    assert m, check
+    assert sorted(m.group(1).split(", ")) == sorted(a[0] for a in alpha)
+
+
+def test_keyboard_moves_along_a_row_and_a_map_and_shows_the_numbers(browser, server_process):
+    open_page(browser, server_process.http_address, "sentiment")
+    assert ask(browser, "A gorgeous, moving film.") == "answered"
+    toks = browser.find_elements(By.CSS_SELECTOR, '#answer .row[data-kind="alpha"] .tok')
+    # One tab stop per row: Tab does not walk through every token.
+    assert [t.get_attribute("tabindex") for t in toks] == ["0"] + ["-1"] * (len(toks) - 1)
+    toks[0].send_keys(Keys.ARROW_RIGHT)
+    active = browser.switch_to.active_element
+    assert active == toks[1] and active.get_attribute("tabindex") == "0"
+    status = browser.find_element(By.ID, "status").get_attribute("textContent")
+    assert status == toks[1].get_attribute("data-info") and status.startswith("α attention ")
+    active.send_keys(Keys.END)
+    assert browser.switch_to.active_element == toks[-1]
+    cells = browser.find_elements(By.CSS_SELECTOR, "#answer table.map")[0].find_elements(By.CSS_SELECTOR, "td")
+    cells[0].send_keys(Keys.ARROW_DOWN)
+    n = len(toks)
+    assert browser.switch_to.active_element == cells[n]  # one row down: the next query token
+    assert browser.find_element(By.ID, "status").get_attribute("textContent") == cells[n].get_attribute("data-info")
+
+
+def test_right_to_left_and_cjk_texts_keep_their_offsets(browser, server_process):
+    address = server_process.http_address
+    open_page(browser, address, "ner")
+    text = "Barack Obama flew to 東京 😀 and then to Paris"
+    assert ask(browser, text) == "answered"
+    api = answer_of(address, "ner", "tag", text)["results"][0]
+    marks = browser.find_elements(By.CSS_SELECTOR, "#answer mark.ent")
+    assert [(m.get_attribute("data-label"), int(m.get_attribute("data-start")), int(m.get_attribute("data-end")))
+            for m in marks] == [(s["label"], s["start"], s["end"]) for s in api["spans"]]
+    assert any(s["text"] == "Paris" for s in api["spans"]), api["spans"]
+    # The marked text reads as typed: labels aside, nothing lost or moved by the emoji or the CJK.
+    shown = browser.execute_script("""
+        var p = document.querySelector('#answer p.source').cloneNode(true);
+        p.querySelectorAll('.ent-label').forEach(function (e) { e.remove(); });
+        return p.textContent;""")
+    assert shown == text
+    cps = list(text)
+    for t in row(browser, "alpha"):
+        assert "".join(cps[t[2]:t[3]]) == t[0], t
+    screenshot(browser, "tag.png")
+    # Right to left: a Hebrew text's tokens run right to left, and their offsets still slice the text.
+    open_page(browser, address, "sentiment")
+    text = "סרט יפה מאוד film"
+    assert ask(browser, text) == "answered"
+    toks = browser.find_element(By.CSS_SELECTOR, '#answer .row[data-kind="alpha"] .toks')
+    assert browser.execute_script("return getComputedStyle(arguments[0]).direction", toks) == "rtl"
+    alpha = row(browser, "alpha")
+    assert [a[0] for a in alpha] == ["סרט", "יפה", "מאוד", "film"]
+    assert all("".join(list(text)[a[2]:a[3]]) == a[0] for a in alpha)
+    first, second = browser.find_elements(By.CSS_SELECTOR, '#answer .row[data-kind="alpha"] .tok')[:2]
+    assert first.location["x"] > second.location["x"], "the first Hebrew token is not on the right"
+    # ArrowLeft moves to the next token in a right-to-left row.
+    first.send_keys(Keys.ARROW_LEFT)
+    assert browser.switch_to.active_element == second
+    screenshot(browser, "rtl.png")
+
+
+def test_a_refused_request_shows_the_servers_error(browser, server_process):
+    address = server_process.http_address
+    open_page(browser, address, "sentiment")
+    status, data, _ = call(address, "POST", "/v1/models/sentiment:classify", {"texts": ["   "]})
+    assert status == 400
+    assert ask(browser, "   ") == "error"
+    assert browser.find_element(By.ID, "error").text == "HTTP 400: " + json.loads(data)["error"]
+    assert browser.find_element(By.ID, "answer").text == ""
+    assert ask(browser, "Fine again.") == "answered"  # the page recovers
+    assert browser.find_element(By.ID, "error").text == ""
+
+
+@pytest.fixture(scope="module")
+def explained_zoo():
+    """A context-aware Transformer (λ) and a HAN (sentence α and β), small and seeded, served."""
+    from qvi import artifact
+    from qvi.cli import BOUNDARIES
+    from qvi.models import ModelConfig, build_model
+    from qvi.tokenizer import TokenizerConfig, Vocabulary
+    work = tempfile.mkdtemp(prefix="qvi_page_py_")
+    store = os.path.join(work, "store")
+    vocab = Vocabulary(["[PAD]", "[UNK]", "a", "good", "film", "dull", ".", "!"])
+    boundaries = sorted({vocab.id(b) for b in BOUNDARIES} - {1})
+    for name, arch in (("ctx", "ctx_transformer"), ("han", "han")):
+        torch.manual_seed(3)
+        cfg = ModelConfig(arch, len(vocab), 2, g="qvi", emb_dim=8, hidden=8, heads=2, layers=2, ffn=16,
+                          boundary_ids=boundaries if arch == "han" else [])
+        manifest = artifact.build_manifest(name, cfg, TokenizerConfig(max_tokens=32), vocab, ["neg", "pos"], "", {})
+        artifact.export(build_model(cfg), manifest, vocab, store, 1)
+    proc = ServerProcess(store, work)
+    yield proc
+    proc.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def test_context_aware_and_hierarchical_models_show_lambda_and_sentence_weights(browser, explained_zoo):
+    address = explained_zoo.http_address
+    text = "A good film. A dull film!"
+    open_page(browser, address, "ctx")
+    assert ask(browser, text) == "answered"
+    api = answer_of(address, "ctx", "classify", text, gates=True)["results"][0]
+    for kind, field in (("lambda-q", "lambdaQ"), ("lambda-k", "lambdaK")):
+        shown = row(browser, kind)
+        assert [s[0] for s in shown] == [t["text"] for t in api["tokens"]]
+        assert all(abs(s[1] - t[field]) < 1e-4 for s, t in zip(shown, api["tokens"])), (kind, shown)
+    assert browser.find_elements(By.CSS_SELECTOR, '#answer .row[data-kind="layer-lambdaQ"]')
+    # A context-aware QVI model has β as well, from its attention pooling.
+    beta = row(browser, "beta")
+    assert len(beta) == len(api["tokens"]) and all(abs(b[1] - t["gate"]) < 1e-4 for b, t in zip(beta, api["tokens"]))
+    img = screenshot(browser, "lambda.png")
+    green = pixels(img, lambda p: p[1] > 140 and p[1] - p[0] > 60 and p[1] - p[2] > 40)
+    assert green > 200, f"{green} green pixels: the λ highlight is missing"
+    open_page(browser, address, "han")
+    assert ask(browser, text) == "answered"
+    api = answer_of(address, "han", "classify", text, attention=True, gates=True)["results"][0]
+    sentence = row(browser, "sentence-alpha")
+    assert all(abs(s[1] - t["sentenceAttention"]) < 1e-4 for s, t in zip(sentence, api["tokens"])), sentence
+    assert len({s[1] for s in sentence}) == 2, "two sentences, two sentence weights"
+    assert row(browser, "sentence-beta")
+    # A model without self-attention has no layer maps to ask for.
+    assert browser.find_element(By.ID, "want-layers").get_attribute("disabled") == "true"
+
+
+def test_the_page_is_self_contained_and_runs_only_its_own_script(server_process):
+    status, body, headers = call(server_process.http_address, "GET", "/")
+    assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
+    page = body.decode()
+    # Nothing from elsewhere: no absolute URL, no external script, style or image.
+    assert "http://" not in page and "https://" not in page
+    assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=\"(?!data:|openapi\.json)", page), page[:2000]
+    scripts = re.findall(r"<script>(.*?)</script>", page, re.S)
+    assert len(scripts) == 1
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    csp = headers["Content-Security-Policy"]
+    assert f"script-src 'sha256-{digest}'" in csp and "default-src 'none'" in csp and "connect-src 'self'" in csp
+    assert headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_the_page_can_be_turned_off(tmp_path):
+    store = os.path.join(tmp_path, "store")
+    shutil.copytree(os.path.join(REPO, "model_store", "store", "sentiment"), os.path.join(store, "sentiment"))
+    proc = ServerProcess(store, str(tmp_path), "--http-explain-page=false")
+    try:
+        status, body, _ = call(proc.http_address, "GET", "/")
+        assert status == 404 and "the explanation page is off" in json.loads(body)["error"]
+        assert call(proc.http_address, "GET", "/v2/health/ready")[0] == 200
+        assert "the explanation page is at /" not in proc.log()
+    finally:
+        proc.stop()
