@@ -59,6 +59,16 @@ void InferCalls::Record(const char* method, const std::string& peer, const std::
   }
 }
 
+CallTrace InferCalls::TraceOf(std::string_view traceparent) const {
+  CallTrace trace;
+  if (!options_.access_log) return trace;
+  // A caller's valid traceparent traces the call under its trace id; otherwise the draw decides.
+  if (std::optional<TraceParent> parent = ParseTraceParent(traceparent)) return CallTrace{parent->trace_id, true};
+  trace.trace_id = tracer_.Draw();
+  trace.traced = !trace.trace_id.empty();
+  return trace;
+}
+
 void InferCalls::OnCallStart() const {
   if (options_.metrics != nullptr) options_.metrics->OnRequestStart();
 }
@@ -90,18 +100,10 @@ InferCall::InferCall(InferCalls* calls, grpc::CallbackServerContext* ctx, const 
     : calls_(calls), ctx_(ctx), method_(method), start_(calls->repository_->env()->Now()), bytes_(request_bytes) {
   if (calls_->options_.access_log) {
     peer_ = ctx->peer();
-    // A caller's valid traceparent traces the call under its trace id; otherwise the draw decides.
     const auto& metadata = ctx->client_metadata();
-    if (auto header = metadata.find("traceparent"); header != metadata.end()) {
-      if (std::optional<TraceParent> parent =
-              ParseTraceParent(std::string_view(header->second.data(), header->second.size()))) {
-        trace_ = CallTrace{parent->trace_id, true};
-      }
-    }
-    if (!trace_.traced) {
-      trace_.trace_id = calls_->tracer_.Draw();
-      trace_.traced = !trace_.trace_id.empty();
-    }
+    const auto header = metadata.find("traceparent");
+    trace_ = calls_->TraceOf(header == metadata.end() ? std::string_view()
+                                                      : std::string_view(header->second.data(), header->second.size()));
   }
   if (calls_->options_.metrics != nullptr) calls_->options_.metrics->OnRequestStart();
   // Memory admitted by bytes: the request's bytes count against the limit until it is answered.

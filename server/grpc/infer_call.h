@@ -20,6 +20,7 @@
 #include <atomic>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -73,6 +74,10 @@ class InferCalls {
 
   // "req-N", for calls that brought no id of their own.
   std::string NextRequestId();
+
+  // A call's trace when the access log is on: the trace id of its valid `traceparent` header (traced),
+  // else the draw of --trace-rate. Empty when the access log is off.
+  CallTrace TraceOf(std::string_view traceparent) const;
 
   // Counts and logs one finished call. `method` is the metric's and the access log's method label.
   void Record(const char* method, const std::string& peer, const std::string& model, const std::string& request_id,

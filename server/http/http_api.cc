@@ -48,11 +48,31 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
   return out;
 }
 
-// One Classify or Tag call over HTTP, from its arrival to its answer: the bytes it holds against
-// --max-inflight-request-bytes, and its count in the metrics and the access log, as a gRPC call's.
+// X-Request-Timeout-Ms: the call's deadline, in milliseconds from its arrival (as gRPC's grpc-timeout
+// is for a gRPC call); absent: none.
+absl::StatusOr<absl::Duration> RequestTimeout(absl::string_view header) {
+  if (header.empty()) return absl::InfiniteDuration();
+  constexpr int64_t kMaxMs = int64_t{24} * 3600 * 1000;
+  int64_t ms = 0;
+  if (!absl::SimpleAtoi(header, &ms) || ms < 1 || ms > kMaxMs) {
+    return absl::InvalidArgumentError(absl::StrCat("X-Request-Timeout-Ms: '", header.substr(0, 40),
+                                                   "' is not a whole number of milliseconds from 1 to ", kMaxMs));
+  }
+  return absl::Milliseconds(ms);
+}
+
+// One Classify, Tag or KServe v2 infer call over HTTP, from its arrival to its answer: the bytes it
+// holds against --max-inflight-request-bytes, its deadline, and its count in the metrics and the
+// access log (with its trace), as a gRPC call's (infer_call.h).
 struct HttpCall {
-  HttpCall(InferCalls* c, const char* m, std::string p, int64_t b, HttpServer::Reply r)
-      : calls(c), method(m), peer(std::move(p)), start(c->env().Now()), bytes(b), reply(std::move(r)) {
+  HttpCall(InferCalls* c, const char* m, const HttpRequest& request, HttpServer::Reply r)
+      : calls(c),
+        method(m),
+        peer(request.peer),
+        start(c->env().Now()),
+        bytes(static_cast<int64_t>(request.body.size())),
+        trace(c->TraceOf(request.Header("traceparent"))),
+        reply(std::move(r)) {
     c->OnCallStart();
     held = c->HoldBytes(bytes);
   }
@@ -63,12 +83,14 @@ struct HttpCall {
     return calls->CheckHeld(calls->HoldBytes(answer), answer);
   }
 
+  void Fail(const absl::Status& status) { Finish(status, ErrorResponse(status)); }
+
   void Finish(const absl::Status& status, HttpResponse response, const AnswerSummary* summary = nullptr) {
     if (answered.exchange(true)) return;
     calls->ReleaseBytes(bytes + answer_bytes.load());
     try {
       calls->Record(method, peer, model, request_id, texts, ToGrpcStatus(status), start,
-                    status.ok() ? summary : nullptr);
+                    status.ok() ? summary : nullptr, trace);
     } catch (...) {
       spdlog::error("counting a finished HTTP {} call (request_id {}) failed: {}", method, Capped(request_id),
                     CurrentExceptionText());
@@ -77,11 +99,22 @@ struct HttpCall {
     reply(std::move(response));
   }
 
+  // The answer's JSON, or why there is none; `building` is when the JSON began (the access log's
+  // serialise time).
+  void Answer(const InferenceResponse& answer, absl::Time building, absl::StatusOr<std::string> json) {
+    if (!json.ok()) return Fail(json.status());
+    const AnswerSummary summary{
+        answer.version,   answer.tokens,       answer.queue_time,       answer.compute_time,
+        answer.queued_at, answer.forward_time, answer.postprocess_time, calls->env().Now() - building};
+    Finish(absl::OkStatus(), HttpResponse{200, "application/json", *std::move(json), {}}, &summary);
+  }
+
   InferCalls* const calls;
   const char* const method;
   const std::string peer;
   const absl::Time start;
   const int64_t bytes;
+  const CallTrace trace;
   int64_t held = 0;
   std::atomic<int64_t> answer_bytes{0};
   std::atomic<bool> answered{false};
@@ -90,38 +123,54 @@ struct HttpCall {
   HttpServer::Reply reply;
 };
 
+// What every inference route does once its request is read: the request id (the body's, else the
+// X-Request-Id header's, else one made up), the deadline (the sooner of the request's and
+// X-Request-Timeout-Ms), and the answer's bytes held against the limit once estimated.
+absl::Status Prepare(const std::shared_ptr<HttpCall>& call, const HttpRequest& request, int max_request_id_bytes,
+                     InferenceRequest& r) {
+  if (r.request_id.empty()) r.request_id = request.Header("X-Request-Id");  // the core checks its length
+  if (r.request_id.empty()) r.request_id = call->calls->NextRequestId();
+  if (static_cast<int>(r.request_id.size()) <= max_request_id_bytes) call->request_id = r.request_id;
+  call->texts = static_cast<int64_t>(r.texts.size());
+  absl::StatusOr<absl::Duration> timeout = RequestTimeout(request.Header("X-Request-Timeout-Ms"));
+  if (!timeout.ok()) return timeout.status();
+  if (*timeout != absl::InfiniteDuration()) r.deadline = std::min(r.deadline, call->start + *timeout);
+  r.hold_answer_bytes = [call](int64_t bytes) { return call->HoldAnswer(bytes); };
+  return absl::OkStatus();
+}
+
+// The answer over the send limit (--max-message-bytes) is RESOURCE_EXHAUSTED, as over gRPC.
+absl::StatusOr<std::string> WithinSendLimit(const InferCalls* calls, absl::StatusOr<std::string> json) {
+  const int64_t limit = calls->options().max_response_bytes;
+  if (!json.ok() || limit <= 0 || static_cast<int64_t>(json->size()) <= limit) return json;
+  return absl::ResourceExhaustedError(absl::StrCat("the answer is ", json->size(), " bytes, over the limit of ", limit,
+                                                   " bytes (--max-message-bytes); ask for fewer texts or outputs"));
+}
+
 template <typename Request, typename Response>
 void Serve(InferenceService* core, InferCalls* calls, Method method, const HttpRoute& route, HttpRequest request,
            HttpServer::Reply reply) {
-  auto call = std::make_shared<HttpCall>(calls, method == Method::kClassify ? "Classify" : "Tag", request.peer,
-                                         static_cast<int64_t>(request.body.size()), std::move(reply));
+  auto call =
+      std::make_shared<HttpCall>(calls, method == Method::kClassify ? "Classify" : "Tag", request, std::move(reply));
   call->model = route.model;
-  if (absl::Status admitted = calls->CheckHeld(call->held, 0); !admitted.ok()) {
-    return call->Finish(admitted, ErrorResponse(admitted));
-  }
+  if (absl::Status admitted = calls->CheckHeld(call->held, 0); !admitted.ok()) return call->Fail(admitted);
   Request message;
   if (absl::Status parsed = ParseBody(request.body, core->limits().max_texts, &message); !parsed.ok()) {
-    return call->Finish(parsed, ErrorResponse(parsed));
+    return call->Fail(parsed);
   }
   request.body.clear();
   if (message.has_model() && ((!message.model().name().empty() && message.model().name() != route.model) ||
                               (message.model().version() != 0 && message.model().version() != route.version))) {
-    const absl::Status conflict = absl::InvalidArgumentError(
-        "model: the body names another model or version than the path; leave it out of the body");
-    return call->Finish(conflict, ErrorResponse(conflict));
+    return call->Fail(absl::InvalidArgumentError(
+        "model: the body names another model or version than the path; leave it out of the body"));
   }
   message.mutable_model()->set_name(route.model);
   message.mutable_model()->set_version(route.version);
   InferenceRequest r = FromProto(message.model(), message.texts(), message.options(), message.request_id());
-  if (r.request_id.empty()) r.request_id = request.Header("X-Request-Id");  // the core checks its length
-  if (r.request_id.empty()) r.request_id = calls->NextRequestId();
-  if (static_cast<int>(r.request_id.size()) <= core->limits().max_request_id_bytes) call->request_id = r.request_id;
-  call->texts = static_cast<int64_t>(r.texts.size());
-  r.hold_answer_bytes = [call](int64_t bytes) { return call->HoldAnswer(bytes); };
-  const Env* env = &core->env();
-  core->Submit(method, std::move(r), [call, calls, env](absl::StatusOr<InferenceResponse> answer) {
-    if (!answer.ok()) return call->Finish(answer.status(), ErrorResponse(answer.status()));
-    const absl::Time building = env->Now();
+  if (absl::Status s = Prepare(call, request, core->limits().max_request_id_bytes, r); !s.ok()) return call->Fail(s);
+  core->Submit(method, std::move(r), [call, calls](absl::StatusOr<InferenceResponse> answer) {
+    if (!answer.ok()) return call->Fail(answer.status());
+    const absl::Time building = calls->env().Now();
     absl::StatusOr<std::string> json;
     try {
       Response out;
@@ -130,17 +179,7 @@ void Serve(InferenceService* core, InferCalls* calls, Method method, const HttpR
     } catch (...) {
       json = absl::InternalError(absl::StrCat("building the answer failed: ", CurrentExceptionText()));
     }
-    if (json.ok() && calls->options().max_response_bytes > 0 &&
-        static_cast<int64_t>(json->size()) > calls->options().max_response_bytes) {
-      json = absl::ResourceExhaustedError(absl::StrCat("the answer is ", json->size(), " bytes, over the limit of ",
-                                                       calls->options().max_response_bytes,
-                                                       " bytes (--max-message-bytes); ask for fewer texts or outputs"));
-    }
-    if (!json.ok()) return call->Finish(json.status(), ErrorResponse(json.status()));
-    const AnswerSummary summary{answer->version,          answer->tokens,       answer->queue_time,
-                                answer->compute_time,     answer->queued_at,    answer->forward_time,
-                                answer->postprocess_time, env->Now() - building};
-    call->Finish(absl::OkStatus(), HttpResponse{200, "application/json", *std::move(json), {}}, &summary);
+    call->Answer(*answer, building, WithinSendLimit(calls, std::move(json)));
   });
 }
 
@@ -148,32 +187,27 @@ void Serve(InferenceService* core, InferCalls* calls, Method method, const HttpR
 // OIP service's own code (oip_service.h), the answer's tensors written back as JSON.
 void ServeInfer(InferenceService* core, InferCalls* calls, const OipServiceImpl* oip, const HttpRoute& route,
                 HttpRequest request, HttpServer::Reply reply) {
-  auto call = std::make_shared<HttpCall>(calls, "ModelInfer", request.peer, static_cast<int64_t>(request.body.size()),
-                                         std::move(reply));
+  auto call = std::make_shared<HttpCall>(calls, "ModelInfer", request, std::move(reply));
   call->model = route.model;
-  const auto fail = [&call](const absl::Status& s) { call->Finish(s, ErrorResponse(s)); };
-  if (absl::Status admitted = calls->CheckHeld(call->held, 0); !admitted.ok()) return fail(admitted);
-  if (absl::Status scanned = ScanBody(request.body, core->limits().max_texts); !scanned.ok()) return fail(scanned);
+  if (absl::Status admitted = calls->CheckHeld(call->held, 0); !admitted.ok()) return call->Fail(admitted);
+  if (absl::Status scanned = ScanBody(request.body, core->limits().max_texts); !scanned.ok()) {
+    return call->Fail(scanned);
+  }
   const nlohmann::json body = nlohmann::json::parse(request.body, nullptr, /*allow_exceptions=*/false);
   request.body.clear();
   absl::StatusOr<inference::ModelInferRequest> infer =
       rest::InferRequest(body, route.model, route.version > 0 ? absl::StrCat(route.version) : "");
-  if (!infer.ok()) return fail(infer.status());
+  if (!infer.ok()) return call->Fail(infer.status());
   absl::StatusOr<OipServiceImpl::Planned> planned = oip->Plan(*infer);
-  if (!planned.ok()) return fail(planned.status());
+  if (!planned.ok()) return call->Fail(planned.status());
   InferenceRequest r = std::move(planned->plan->request);
-  if (r.request_id.empty()) r.request_id = request.Header("X-Request-Id");
-  if (r.request_id.empty()) r.request_id = calls->NextRequestId();
-  if (static_cast<int>(r.request_id.size()) <= core->limits().max_request_id_bytes) call->request_id = r.request_id;
-  call->texts = static_cast<int64_t>(r.texts.size());
-  const Env* env = &core->env();
-  if (planned->plan->timeout != absl::InfiniteDuration()) r.deadline = env->Now() + planned->plan->timeout;
-  r.hold_answer_bytes = [call](int64_t bytes) { return call->HoldAnswer(bytes); };
+  if (planned->plan->timeout != absl::InfiniteDuration()) r.deadline = call->start + planned->plan->timeout;
+  if (absl::Status s = Prepare(call, request, core->limits().max_request_id_bytes, r); !s.ok()) return call->Fail(s);
   core->Submit(
       planned->plan->method, std::move(r),
-      [call, oip, env, plan = planned->plan, id = infer->id()](absl::StatusOr<InferenceResponse> answer) {
-        if (!answer.ok()) return call->Finish(answer.status(), ErrorResponse(answer.status()));
-        const absl::Time building = env->Now();
+      [call, calls, oip, plan = planned->plan, id = infer->id()](absl::StatusOr<InferenceResponse> answer) {
+        if (!answer.ok()) return call->Fail(answer.status());
+        const absl::Time building = calls->env().Now();
         absl::StatusOr<std::string> json;
         try {
           inference::ModelInferResponse out;
@@ -187,11 +221,7 @@ void ServeInfer(InferenceService* core, InferCalls* calls, const OipServiceImpl*
         } catch (...) {
           json = absl::InternalError(absl::StrCat("building the answer failed: ", CurrentExceptionText()));
         }
-        if (!json.ok()) return call->Finish(json.status(), ErrorResponse(json.status()));
-        const AnswerSummary summary{answer->version,          answer->tokens,       answer->queue_time,
-                                    answer->compute_time,     answer->queued_at,    answer->forward_time,
-                                    answer->postprocess_time, env->Now() - building};
-        call->Finish(absl::OkStatus(), HttpResponse{200, "application/json", *std::move(json), {}}, &summary);
+        call->Answer(*answer, building, WithinSendLimit(calls, std::move(json)));
       },
       std::move(planned->servable));
 }

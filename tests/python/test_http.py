@@ -5,6 +5,7 @@ sent too slowly, readiness during a drain, metrics, and the curl lines of docs/s
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -328,6 +329,33 @@ def test_v2_infer_errors_name_the_field(http_address, body, status, error):
     assert got == status, answer
     assert error in answer["error"], answer
     assert len(answer["error"]) < 600, "an error quotes at most a little of the request"
+
+
+def test_a_timeout_header_sets_the_calls_deadline(tmp_path):
+    """X-Request-Timeout-Ms is an HTTP call's deadline, as grpc-timeout is a gRPC call's: a text still
+    queued when it passes is answered 504 and never reaches the model; a bad value is 400 naming it."""
+    store = os.path.join(tmp_path, "store")
+    shutil.copytree(os.path.join(STORE, "sentiment"), os.path.join(store, "sentiment"))
+    # A batch forms only after 3 s (or when 32 texts wait): one text waits that long in the queue.
+    with open(os.path.join(store, "sentiment", "serving.json"), "w") as f:
+        f.write('{"max_queue_delay_ms": 3000, "batch_when_idle": false}')
+    proc = ServerProcess(store, str(tmp_path))
+    try:
+        address = proc.http_address
+        for path, body in (("/v1/models/sentiment:classify", {"texts": ["fine"]}),
+                           ("/v2/models/sentiment/infer", infer_body(["fine"]))):
+            status, answer, _ = call(address, "POST", path, body, {"X-Request-Timeout-Ms": "200"})
+            assert status == 504 and "deadline" in answer["error"], (path, status, answer)
+            status, answer, _ = call(address, "POST", path, body, {"X-Request-Timeout-Ms": "60000"})
+            assert status == 200, answer
+            for bad in ("0", "-5", "1.5", "soon", "99999999999"):
+                status, answer, _ = call(address, "POST", path, body, {"X-Request-Timeout-Ms": bad})
+                assert status == 400 and answer["error"].startswith(f"X-Request-Timeout-Ms: '{bad}' is not a whole "
+                                                                   "number of milliseconds from 1 to 86400000"), answer
+        batches = proc.metrics().get('qvi_batch_size_count{model="sentiment",version="1"}', 0)
+        assert batches == 2, f"{batches} batches: only the two calls with time to spare reach the model"
+    finally:
+        proc.stop()
 
 
 def proc_status(pid):

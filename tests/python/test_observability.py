@@ -242,6 +242,33 @@ def test_a_traceparent_puts_its_trace_id_and_the_timings_in_the_access_line(serv
         assert "trace_id" not in records[untraced] and "forward_ms" not in records[untraced], records[untraced]
 
 
+def _post_json(address, path, body, headers):
+    request = urllib.request.Request(f"http://{address}{path}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", **headers})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_a_traceparent_header_traces_http_calls_too(served):
+    """The same trace context on the HTTP port: a traceparent header logs :classify and KServe v2's
+    infer under its trace id with their timings; an invalid one (a zero trace id) is ignored."""
+    trace = "0af7651916cd43dd8448eb211c80319c"
+    _post_json(served.http_address, "/v1/models/sentiment:classify", {"texts": ["fine"], "requestId": "http-trace-1"},
+               {"traceparent": f"00-{trace}-b7ad6b7169203331-01"})
+    _post_json(served.http_address, "/v2/models/ner/infer",
+               {"id": "http-trace-2", "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES",
+                                                  "data": ["Ada Lovelace lived in London"]}]},
+               {"traceparent": f"00-{trace}-b7ad6b7169203331-00"})
+    _post_json(served.http_address, "/v1/models/sentiment:classify", {"texts": ["fine"], "requestId": "http-trace-3"},
+               {"traceparent": f"00-{'0' * 32}-b7ad6b7169203331-01"})
+    records = _access_records(served, ["http-trace-1", "http-trace-2", "http-trace-3"])
+    for traced, method in (("http-trace-1", "Classify"), ("http-trace-2", "ModelInfer")):
+        a = records[traced]
+        assert a["trace_id"] == trace and a["method"] == method, a
+        assert all(a[k] >= 0 for k in TIMINGS) and a["forward_ms"] > 0, a
+    assert "trace_id" not in records["http-trace-3"], records["http-trace-3"]
+
+
 def test_trace_rate_one_traces_every_call_under_a_fresh_trace_id(api):
     pb, pb_grpc = api
     work = tempfile.mkdtemp(prefix="qvi_trace_py_")
