@@ -99,14 +99,17 @@ struct HttpCall {
     reply(std::move(response));
   }
 
-  // The answer's JSON, or why there is none; `building` is when the JSON began (the access log's
+  // The answer's body, or why there is none; `building` is when the body began (the access log's
   // serialise time).
-  void Answer(const InferenceResponse& answer, absl::Time building, absl::StatusOr<std::string> json) {
-    if (!json.ok()) return Fail(json.status());
+  void Answer(const InferenceResponse& answer, absl::Time building, absl::StatusOr<std::string> body,
+              std::string content_type = "application/json",
+              std::vector<std::pair<std::string, std::string>> headers = {}) {
+    if (!body.ok()) return Fail(body.status());
     const AnswerSummary summary{
         answer.version,   answer.tokens,       answer.queue_time,       answer.compute_time,
         answer.queued_at, answer.forward_time, answer.postprocess_time, calls->env().Now() - building};
-    Finish(absl::OkStatus(), HttpResponse{200, "application/json", *std::move(json), {}}, &summary);
+    Finish(absl::OkStatus(), HttpResponse{200, std::move(content_type), *std::move(body), std::move(headers)},
+           &summary);
   }
 
   InferCalls* const calls;
@@ -145,6 +148,20 @@ absl::StatusOr<std::string> WithinSendLimit(const InferCalls* calls, absl::Statu
   if (!json.ok() || limit <= 0 || static_cast<int64_t>(json->size()) <= limit) return json;
   return absl::ResourceExhaustedError(absl::StrCat("the answer is ", json->size(), " bytes, over the limit of ", limit,
                                                    " bytes (--max-message-bytes); ask for fewer texts or outputs"));
+}
+
+// Inference-Header-Content-Length (the binary-data extension): how much of the body is its JSON header;
+// without it, all of the body.
+absl::StatusOr<size_t> JsonHeaderBytes(const HttpRequest& request) {
+  const std::string header = request.Header("Inference-Header-Content-Length");
+  if (header.empty()) return request.body.size();
+  uint64_t n = 0;
+  if (!absl::SimpleAtoi(header, &n) || n > request.body.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Inference-Header-Content-Length: '", header.substr(0, 40),
+                                                   "' is not a length within the body's ", request.body.size(),
+                                                   " bytes"));
+  }
+  return static_cast<size_t>(n);
 }
 
 template <typename Request, typename Response>
@@ -190,38 +207,50 @@ void ServeInfer(InferenceService* core, InferCalls* calls, const OipServiceImpl*
   auto call = std::make_shared<HttpCall>(calls, "ModelInfer", request, std::move(reply));
   call->model = route.model;
   if (absl::Status admitted = calls->CheckHeld(call->held, 0); !admitted.ok()) return call->Fail(admitted);
-  if (absl::Status scanned = ScanBody(request.body, core->limits().max_texts); !scanned.ok()) {
-    return call->Fail(scanned);
-  }
-  const nlohmann::json body = nlohmann::json::parse(request.body, nullptr, /*allow_exceptions=*/false);
+  // The binary-data extension: the JSON header is the body's first Inference-Header-Content-Length bytes.
+  absl::StatusOr<size_t> header_bytes = JsonHeaderBytes(request);
+  if (!header_bytes.ok()) return call->Fail(header_bytes.status());
+  const std::string_view json_text = std::string_view(request.body).substr(0, *header_bytes);
+  if (absl::Status scanned = ScanBody(json_text, core->limits().max_texts); !scanned.ok()) return call->Fail(scanned);
+  const nlohmann::json body = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<rest::InferCall> infer =
+      rest::InferRequest(body, route.model, route.version > 0 ? absl::StrCat(route.version) : "",
+                         std::string_view(request.body).substr(*header_bytes));
   request.body.clear();
-  absl::StatusOr<inference::ModelInferRequest> infer =
-      rest::InferRequest(body, route.model, route.version > 0 ? absl::StrCat(route.version) : "");
   if (!infer.ok()) return call->Fail(infer.status());
-  absl::StatusOr<OipServiceImpl::Planned> planned = oip->Plan(*infer);
+  absl::StatusOr<OipServiceImpl::Planned> planned = oip->Plan(infer->request);
   if (!planned.ok()) return call->Fail(planned.status());
   InferenceRequest r = std::move(planned->plan->request);
   if (planned->plan->timeout != absl::InfiniteDuration()) r.deadline = call->start + planned->plan->timeout;
   if (absl::Status s = Prepare(call, request, core->limits().max_request_id_bytes, r); !s.ok()) return call->Fail(s);
+  auto asked = std::make_shared<const rest::InferCall>(*std::move(infer));
   core->Submit(
       planned->plan->method, std::move(r),
-      [call, calls, oip, plan = planned->plan, id = infer->id()](absl::StatusOr<InferenceResponse> answer) {
+      [call, calls, oip, plan = planned->plan, asked](absl::StatusOr<InferenceResponse> answer) {
         if (!answer.ok()) return call->Fail(answer.status());
         const absl::Time building = calls->env().Now();
-        absl::StatusOr<std::string> json;
+        absl::StatusOr<std::string> body;
+        size_t header_size = 0;
         try {
           inference::ModelInferResponse out;
-          absl::Status built = oip->BuildAnswer(*answer, *plan, id, &out);
-          absl::StatusOr<nlohmann::json> tensors =
-              built.ok() ? rest::InferResponse(out) : absl::StatusOr<nlohmann::json>(built);
-          json =
-              tensors.ok()
-                  ? absl::StatusOr<std::string>(tensors->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
-                  : absl::StatusOr<std::string>(tensors.status());
+          absl::Status built = oip->BuildAnswer(*answer, *plan, asked->request.id(), &out);
+          absl::StatusOr<rest::InferAnswer> tensors =
+              built.ok() ? rest::InferResponse(out, *asked) : absl::StatusOr<rest::InferAnswer>(built);
+          if (tensors.ok()) {
+            body = tensors->header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+            header_size = body->size();
+            *body += tensors->binary;
+          } else {
+            body = tensors.status();
+          }
         } catch (...) {
-          json = absl::InternalError(absl::StrCat("building the answer failed: ", CurrentExceptionText()));
+          body = absl::InternalError(absl::StrCat("building the answer failed: ", CurrentExceptionText()));
         }
-        call->Answer(*answer, building, WithinSendLimit(calls, std::move(json)));
+        body = WithinSendLimit(calls, std::move(body));
+        if (!body.ok() || header_size == body->size()) return call->Answer(*answer, building, std::move(body));
+        // Outputs in binary follow the JSON: the client finds where by the header, as Triton answers.
+        call->Answer(*answer, building, std::move(body), "application/octet-stream",
+                     {{"Inference-Header-Content-Length", absl::StrCat(header_size)}});
       },
       std::move(planned->servable));
 }
@@ -502,6 +531,7 @@ HttpResponse HttpApi::Describe(const HttpRoute& route) const {
     case Kind::kServerMetadata: {
       inference::ServerMetadataResponse out;
       OipServiceImpl::ServerMetadata(&out);
+      out.add_extensions("binary_tensor_data");  // Triton's name for the binary-data extension (REST only)
       const nlohmann::json body = {
           {"name", out.name()},
           {"version", out.version()},

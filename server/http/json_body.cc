@@ -91,9 +91,9 @@ class BodyScan : public nlohmann::json_sax<nlohmann::json> {
 
 }  // namespace
 
-absl::Status ScanBody(const std::string& body, int max_texts) {
+absl::Status ScanBody(std::string_view body, int max_texts) {
   BodyScan scan(max_texts);
-  nlohmann::json::sax_parse(body, &scan, nlohmann::json::input_format_t::json, /*strict=*/true);
+  nlohmann::json::sax_parse(body.begin(), body.end(), &scan, nlohmann::json::input_format_t::json, /*strict=*/true);
   return scan.status;
 }
 

@@ -10,13 +10,14 @@
 #include <google/protobuf/message.h>
 
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 
 namespace qvi {
 
 // OK, or INVALID_ARGUMENT naming what was wrong and where ("request body: ...", "texts: ...").
-absl::Status ScanBody(const std::string& body, int max_texts);
+absl::Status ScanBody(std::string_view body, int max_texts);
 
 // ScanBody, then the body as `message` (unknown fields refused): INVALID_ARGUMENT names the field.
 absl::Status ParseBody(const std::string& body, int max_texts, google::protobuf::Message* message);

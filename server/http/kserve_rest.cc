@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "server/http/json_body.h"
@@ -52,7 +54,29 @@ absl::Status ReadStrings(const json& data, const std::string& field, inference::
   return absl::OkStatus();
 }
 
-absl::Status ReadInput(const json& in, const std::string& field, inference::ModelInferRequest::InferInputTensor* out) {
+// An input without "data": its raw contents, parameters.binary_data_size bytes from the front of `binary`.
+absl::Status ReadBinaryInput(const inference::ModelInferRequest::InferInputTensor& input, const std::string& field,
+                             std::string_view& binary, std::string* raw) {
+  const auto size = input.parameters().find("binary_data_size");
+  if (size == input.parameters().end()) {
+    return Bad(field + ".data", "is missing (or, with the binary-data extension, parameters.binary_data_size)");
+  }
+  if (size->second.parameter_choice_case() != inference::InferParameter::kInt64Param ||
+      size->second.int64_param() < 0) {
+    return Bad(field + ".parameters.binary_data_size", "must be a non-negative integer");
+  }
+  const uint64_t n = static_cast<uint64_t>(size->second.int64_param());
+  if (n > binary.size()) {
+    return Bad(field + ".parameters.binary_data_size",
+               absl::StrCat(n, " bytes, but ", binary.size(), " bytes of binary data are left in the body"));
+  }
+  raw->assign(binary.substr(0, n));
+  binary.remove_prefix(n);
+  return absl::OkStatus();
+}
+
+absl::Status ReadInput(const json& in, const std::string& field, inference::ModelInferRequest::InferInputTensor* out,
+                       std::string_view& binary, inference::ModelInferRequest* request) {
   if (!in.is_object()) return Bad(field, "must be an object");
   for (const char* key : {"name", "datatype"}) {
     if (!in.contains(key) || !in[key].is_string()) return Bad(absl::StrCat(field, ".", key), "must be a string");
@@ -70,7 +94,7 @@ absl::Status ReadInput(const json& in, const std::string& field, inference::Mode
       return s;
     }
   }
-  if (!in.contains("data")) return Bad(field + ".data", "is missing (the binary-data extension is not supported)");
+  if (!in.contains("data")) return ReadBinaryInput(*out, field, binary, request->add_raw_input_contents());
   if (out->datatype() != "BYTES") {
     return Bad(field + ".datatype", absl::StrCat("'", Clip(out->datatype(), 40), "'; the input \"text\" is BYTES"));
   }
@@ -105,8 +129,21 @@ absl::StatusOr<json> Strings(const std::string& raw, const std::string& name) {
   return data;
 }
 
+// A boolean parameter of the binary-data extension, taken out of `params` (the OIP service knows none).
+absl::StatusOr<std::optional<bool>> TakeFlag(Params* params, const std::string& name, const std::string& field) {
+  const auto it = params->find(name);
+  if (it == params->end()) return std::optional<bool>();
+  if (it->second.parameter_choice_case() != inference::InferParameter::kBoolParam) {
+    return Bad(field + "." + name, "must be a boolean");
+  }
+  const bool value = it->second.bool_param();
+  params->erase(it);
+  return std::optional<bool>(value);
+}
+
 // "outputs": [{"name", "parameters"}], the outputs asked for.
-absl::Status ReadOutputs(const json& value, inference::ModelInferRequest* out) {
+absl::Status ReadOutputs(const json& value, InferCall* call) {
+  inference::ModelInferRequest* out = &call->request;
   if (!value.is_array()) return Bad("outputs", "must be an array");
   for (size_t i = 0; i < value.size(); ++i) {
     const json& o = value[i];
@@ -120,6 +157,10 @@ absl::Status ReadOutputs(const json& value, inference::ModelInferRequest* out) {
           !s.ok()) {
         return s;
       }
+      absl::StatusOr<std::optional<bool>> binary =
+          TakeFlag(requested->mutable_parameters(), "binary_data", field + ".parameters");
+      if (!binary.ok()) return binary.status();
+      if (binary->has_value()) call->binary_by_output[requested->name()] = **binary;
     }
   }
   return absl::OkStatus();
@@ -137,10 +178,42 @@ absl::Status CheckModelField(const std::string& key, const json& value, const st
 
 }  // namespace
 
-absl::StatusOr<inference::ModelInferRequest> InferRequest(const json& body, const std::string& model,
-                                                          const std::string& version) {
+namespace {
+
+// The request's "parameters", binary_data_output taken out.
+absl::Status ReadRequestParameters(const json& value, InferCall* call) {
+  Params* params = call->request.mutable_parameters();
+  if (absl::Status s = ReadParameters(value, "parameters", params); !s.ok()) return s;
+  absl::StatusOr<std::optional<bool>> all = TakeFlag(params, "binary_data_output", "parameters");
+  if (!all.ok()) return all.status();
+  call->binary_by_default = all->value_or(false);
+  return absl::OkStatus();
+}
+
+// "inputs", their binary contents taken from the front of `binary` in order.
+absl::Status ReadInputs(const json& value, std::string_view& binary, inference::ModelInferRequest* out) {
+  if (!value.is_array()) return Bad("inputs", "must be an array");
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (absl::Status s = ReadInput(value[i], absl::StrCat("inputs[", i, "]"), out->add_inputs(), binary, out);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool InferCall::Binary(const std::string& output) const {
+  const auto it = binary_by_output.find(output);
+  return it == binary_by_output.end() ? binary_by_default : it->second;
+}
+
+absl::StatusOr<InferCall> InferRequest(const json& body, const std::string& model, const std::string& version,
+                                       std::string_view binary) {
   if (!body.is_object()) return Bad("request body", "must be a JSON object");
-  inference::ModelInferRequest out;
+  InferCall call;
+  inference::ModelInferRequest& out = call.request;
   out.set_model_name(model);
   out.set_model_version(version);
   for (const auto& [key, value] : body.items()) {
@@ -150,54 +223,67 @@ absl::StatusOr<inference::ModelInferRequest> InferRequest(const json& body, cons
     } else if (key == "model_name" || key == "model_version") {
       if (absl::Status s = CheckModelField(key, value, key == "model_name" ? model : version); !s.ok()) return s;
     } else if (key == "parameters") {
-      if (absl::Status s = ReadParameters(value, "parameters", out.mutable_parameters()); !s.ok()) return s;
+      if (absl::Status s = ReadRequestParameters(value, &call); !s.ok()) return s;
     } else if (key == "inputs") {
-      if (!value.is_array()) return Bad("inputs", "must be an array");
-      for (size_t i = 0; i < value.size(); ++i) {
-        if (absl::Status s = ReadInput(value[i], absl::StrCat("inputs[", i, "]"), out.add_inputs()); !s.ok()) return s;
-      }
+      if (absl::Status s = ReadInputs(value, binary, &out); !s.ok()) return s;
     } else if (key == "outputs") {
-      if (absl::Status s = ReadOutputs(value, &out); !s.ok()) return s;
+      if (absl::Status s = ReadOutputs(value, &call); !s.ok()) return s;
     } else {
       return Bad(Clip(key, 64),
                  "is not a field of an inference request (id, parameters, inputs, outputs, model_name, model_version)");
     }
   }
-  return out;
+  if (!binary.empty()) {
+    return Bad("request body", absl::StrCat(binary.size(),
+                                            " bytes follow the JSON header that no input's "
+                                            "parameters.binary_data_size accounts for"));
+  }
+  if (out.raw_input_contents_size() > 0 && out.raw_input_contents_size() != out.inputs_size()) {
+    return Bad("inputs", "give every input's contents in \"data\" or every input's in binary, not some of each");
+  }
+  return call;
 }
 
-absl::StatusOr<json> InferResponse(const inference::ModelInferResponse& response) {
-  json out = {{"model_name", response.model_name()},
-              {"model_version", response.model_version()},
-              {"id", response.id()},
-              {"outputs", json::array()}};
+// A raw output's elements as JSON.
+absl::StatusOr<json> DecodeRaw(const std::string& datatype, const std::string& name, const std::string& raw) {
+  if (datatype == "FP32") return Numbers<float>(raw);
+  if (datatype == "INT32") return Numbers<int32_t>(raw);
+  if (datatype == "INT64") return Numbers<int64_t>(raw);
+  if (datatype == "BOOL") {
+    json data = json::array();
+    for (char c : raw) data.push_back(c != 0);
+    return data;
+  }
+  if (datatype == "BYTES") return Strings(raw, name);
+  return absl::InternalError(absl::StrCat("output ", name, ": datatype ", datatype, " has no JSON form here"));
+}
+
+absl::StatusOr<InferAnswer> InferResponse(const inference::ModelInferResponse& response, const InferCall& call) {
+  InferAnswer answer;
+  json& out = answer.header;
+  out = {{"model_name", response.model_name()},
+         {"model_version", response.model_version()},
+         {"id", response.id()},
+         {"outputs", json::array()}};
   for (int i = 0; i < response.outputs_size(); ++i) {
     const auto& tensor = response.outputs(i);
     const std::string& raw = i < response.raw_output_contents_size() ? response.raw_output_contents(i) : "";
-    json data;
-    if (tensor.datatype() == "FP32") {
-      data = Numbers<float>(raw);
-    } else if (tensor.datatype() == "INT32") {
-      data = Numbers<int32_t>(raw);
-    } else if (tensor.datatype() == "INT64") {
-      data = Numbers<int64_t>(raw);
-    } else if (tensor.datatype() == "BOOL") {
-      data = json::array();
-      for (char c : raw) data.push_back(c != 0);
-    } else if (tensor.datatype() == "BYTES") {
-      absl::StatusOr<json> strings = Strings(raw, tensor.name());
-      if (!strings.ok()) return strings.status();
-      data = *std::move(strings);
+    json o = {{"name", tensor.name()},
+              {"datatype", tensor.datatype()},
+              {"shape", json(std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end()))}};
+    if (call.Binary(tensor.name())) {
+      // The protocol's raw contents are the extension's binary form already (little-endian; BYTES
+      // length-prefixed).
+      o["parameters"] = {{"binary_data_size", raw.size()}};
+      answer.binary += raw;
     } else {
-      return absl::InternalError(
-          absl::StrCat("output ", tensor.name(), ": datatype ", tensor.datatype(), " has no JSON form here"));
+      absl::StatusOr<json> data = DecodeRaw(tensor.datatype(), tensor.name(), raw);
+      if (!data.ok()) return data.status();
+      o["data"] = *std::move(data);
     }
-    out["outputs"].push_back({{"name", tensor.name()},
-                              {"datatype", tensor.datatype()},
-                              {"shape", json(std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end()))},
-                              {"data", std::move(data)}});
+    out["outputs"].push_back(std::move(o));
   }
-  return out;
+  return answer;
 }
 
 json ModelMetadata(const inference::ModelMetadataResponse& response) {

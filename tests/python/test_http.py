@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import time
 
@@ -264,7 +265,7 @@ def infer_body(texts, outputs=None, **parameters):
 
 def test_v2_server_and_model_metadata(http_address):
     status, body, _ = call(http_address, "GET", "/v2")
-    assert status == 200 and body["name"] == "qvi-serve" and "classification" in body["extensions"]
+    assert status == 200 and body["name"] == "qvi-serve" and {"classification", "binary_tensor_data"} <= set(body["extensions"])
     status, body, _ = call(http_address, "GET", "/v2/models/sentiment")
     assert status == 200, body
     assert body["name"] == "sentiment" and body["versions"] == ["1"]
@@ -318,7 +319,7 @@ def test_v2_infer_tags_with_the_spans_tag_answers(http_address):
     ({"inputs": [{"name": "txt", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}, 400, "'txt' is not an input"),
     ({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [1]}]}, 400, "inputs[0].data[0]"),
     ({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES"}]}, 400,
-     "inputs[0].data: is missing (the binary-data extension is not supported)"),
+     "inputs[0].data: is missing (or, with the binary-data extension, parameters.binary_data_size)"),
     ({"inputz": []}, 400, "inputz: is not a field of an inference request"),
     (dict(infer_body(["a"]), parameters={"top_k": 1.5}), 400, "parameters.top_k: must be a boolean, an integer"),
     (infer_body(["a"], [{"name": "spans"}]), 400, "spans"),
@@ -467,3 +468,102 @@ def test_kserves_rest_client_calls_the_v2_routes(interop_python, http_address):
     _, native, _ = call(http_address, "POST", "/v1/models/sentiment:classify", {"texts": TEXTS[:2], "options": {"topK": 2}})
     assert [e.split(":")[2] for e in probabilities["data"][0]] == [s["label"] for s in native["results"][0]["labels"]]
     assert (unknown["ok"], unknown["code"]) == (False, 404) and "model 'nope' not found" in unknown["message"]
+
+
+def test_tritonclients_http_client_calls_the_v2_routes_in_binary_and_json(interop_python, http_address):
+    """tritonclient.http, a client nobody here wrote, with its defaults: inputs and outputs in the
+    binary-data extension (and, asked with binary_data=False, in JSON): the same answers as the native
+    route, and as each other."""
+    from conftest import oip_calls
+    th = "triton_http"
+    classify = {"client": th, "rpc": "infer", "model": "sentiment", "texts": TEXTS[:2], "id": "th-1",
+                "outputs": [{"name": "probabilities", "class_count": 2}, {"name": "attention"}]}
+    calls = [{"client": th, "rpc": "live"}, {"client": th, "rpc": "ready"},
+             {"client": th, "rpc": "server_metadata"},
+             {"client": th, "rpc": "model_metadata", "model": "sentiment"},
+             {"client": th, "rpc": "model_ready", "model": "sentiment"},
+             classify, dict(classify, binary=False),
+             {"client": th, "rpc": "infer", "model": "ner", "texts": ["Ada Lovelace lived in London"]},
+             {"client": th, "rpc": "infer", "model": "nope", "texts": ["a"]}]
+    live, ready, server, metadata, model_ready, binary, text, ner, unknown = oip_calls(interop_python, http_address,
+                                                                                          calls)
+    assert [r["value"] for r in (live, ready, model_ready)] == [True, True, True]
+    assert server["value"]["name"] == "qvi-serve" and metadata["value"]["name"] == "sentiment"
+    assert binary["ok"] and text["ok"], (binary, text)
+    assert binary["value"] == text["value"], "the binary and the JSON answers differ"
+    got = binary["value"]
+    assert (got["model_name"], got["id"]) == ("sentiment", "th-1")
+    _, native, _ = call(http_address, "POST", "/v1/models/sentiment:classify",
+                        {"texts": TEXTS[:2], "options": {"topK": 2, "attention": True, "tokens": True}})
+    probabilities = got["outputs"]["probabilities"]
+    assert probabilities["shape"] == [2, 2]
+    assert [e.split(":")[2] for e in probabilities["data"][0]] == [s["label"] for s in native["results"][0]["labels"]]
+    attention = got["outputs"]["attention"]
+    alphas = [t["attention"] for t in native["results"][0]["tokens"]]
+    assert attention["data"][0][:len(alphas)] == pytest.approx(alphas, abs=1e-6)
+    assert ner["ok"], ner
+    assert (unknown["ok"], unknown["code"]) == (False, "404") and "model 'nope' not found" in unknown["message"]
+
+
+def _binary_body(header, raw):
+    head = json.dumps(header).encode()
+    return head + raw, {"Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"}
+
+
+def _bytes_tensor(texts):
+    """BYTES elements as the binary-data extension writes them: a 4-byte little-endian length, the bytes."""
+    return b"".join(struct.pack("<I", len(t.encode())) + t.encode() for t in texts)
+
+
+def test_the_binary_data_extension_by_hand(http_address):
+    """Triton's binary-data extension, spelled out: the texts after the JSON header, the probabilities
+    (FP32, little-endian) after the answer's JSON, where Inference-Header-Content-Length says."""
+    raw = _bytes_tensor(TEXTS[:2])
+    body, headers = _binary_body({"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES",
+                                              "parameters": {"binary_data_size": len(raw)}}],
+                                  "outputs": [{"name": "probabilities", "parameters": {"binary_data": True}},
+                                              {"name": "labels", "parameters": {"binary_data": False}}]}, raw)
+    host, port = http_address.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request("POST", "/v2/models/sentiment/infer", body=body, headers=headers)
+    r = conn.getresponse()
+    answer = r.read()
+    conn.close()
+    assert r.status == 200, answer
+    assert r.getheader("Content-Type") == "application/octet-stream"
+    n = int(r.getheader("Inference-Header-Content-Length"))
+    head = json.loads(answer[:n])
+    probabilities, labels = head["outputs"]
+    assert "data" not in probabilities and probabilities["parameters"]["binary_data_size"] == 2 * 2 * 4
+    values = struct.unpack("<4f", answer[n:])
+    assert len(answer) == n + 16 and all(0 <= v <= 1 for v in values)
+    _, native, _ = call(http_address, "POST", "/v1/models/sentiment:classify",
+                        {"texts": TEXTS[:2], "options": {"topK": 2}})
+    assert labels["data"] == [native["results"][i]["labels"][0]["label"] for i in range(2)]
+    assert [max(values[0:2]), max(values[2:4])] == \
+        pytest.approx([native["results"][i]["labels"][0]["score"] for i in range(2)], abs=1e-6)
+
+
+@pytest.mark.parametrize("header,raw,length,error", [
+    ({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "parameters": {"binary_data_size": 99}}]},
+     _bytes_tensor(["a"]), None, "inputs[0].parameters.binary_data_size: 99 bytes, but 5 bytes of binary data are left"),
+    ({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "parameters": {"binary_data_size": 5}}]},
+     _bytes_tensor(["a"]) + b"extra", None, "request body: 5 bytes follow the JSON header"),
+    ({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "parameters": {"binary_data_size": -1}}]},
+     b"", None, "binary_data_size: must be a non-negative integer"),
+    ({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES"}]}, b"", None,
+     "inputs[0].data: is missing (or, with the binary-data extension, parameters.binary_data_size)"),
+    ({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"]}],
+      "outputs": [{"name": "probabilities", "parameters": {"binary_data": "yes"}}]}, b"", None,
+     "outputs[0].parameters.binary_data: must be a boolean"),
+    ({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": ["a"]}],
+      "parameters": {"binary_data_output": 1}}, b"", None, "parameters.binary_data_output: must be a boolean"),
+    ({"inputs": []}, b"", "12345678", "Inference-Header-Content-Length: '12345678' is not a length within the body"),
+    ({"inputs": []}, b"", "ten", "Inference-Header-Content-Length: 'ten' is not a length"),
+])
+def test_binary_data_errors_name_the_field(http_address, header, raw, length, error):
+    body, headers = _binary_body(header, raw)
+    if length is not None:
+        headers["Inference-Header-Content-Length"] = length
+    status, answer, _ = call(http_address, "POST", "/v2/models/sentiment/infer", body, headers)
+    assert status == 400 and error in answer["error"], answer

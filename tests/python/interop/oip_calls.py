@@ -1,6 +1,7 @@
 """Calls qvi-server through the Open Inference Protocol with real clients: tritonclient's gRPC
-client, KServe's InferenceGRPCClient, and KServe's InferenceRESTClient (KServe v2 REST on the HTTP
-port: client "kserve_rest", target host:port of that port). Runs in the interop virtual environment (see
+client, KServe's InferenceGRPCClient, and on the HTTP port (target host:port of that port) KServe's
+InferenceRESTClient (client "kserve_rest") and tritonclient's HTTP client (client "triton_http", with the
+binary-data extension as it sends by default, or with "binary": false JSON only). Runs in the interop virtual environment (see
 requirements.txt beside it; tests/python/conftest.py makes it), not in the project's .venv: both
 clients pin protobuf and grpcio-tools versions of their own.
 
@@ -8,10 +9,10 @@ clients pin protobuf and grpcio-tools versions of their own.
 
 CALLS.json: {"target": "host:port", "calls": [...]}, every call made with the same client.
 
-A call: {"client": "triton" | "kserve" | "kserve_rest", "rpc": "live" | "ready" | "model_ready" | "server_metadata" |
+A call: {"client": "triton" | "triton_http" | "kserve" | "kserve_rest", "rpc": "live" | "ready" | "model_ready" | "server_metadata" |
 "model_metadata" | "infer", "model", "version", "texts", "outputs": [{"name", "class_count"}],
 "parameters", "timeout" (the client's deadline, s), "server_timeout" (the "timeout"
-parameter, µs), "id", "input": {"name", "datatype", "shape"}, "as_list": bool}.
+parameter, µs), "id", "input": {"name", "datatype", "shape"}, "as_list": bool, "binary": bool}.
 A result: {"ok": true, "value": ...} or {"ok": false, "code": "INVALID_ARGUMENT", "message": ...}.
 """
 import asyncio
@@ -29,8 +30,12 @@ def plain(array):
     return array.tolist()
 
 
-def triton_call(client, call):
-    import tritonclient.grpc as tg
+def triton_call(client, call, tg=None):
+    """tritonclient's gRPC client, or with tg=tritonclient.http its HTTP client (the same calls)."""
+    if tg is None:
+        import tritonclient.grpc as tg
+    http = tg.__name__ == "tritonclient.http"
+    binary = call.get("binary", True)  # the HTTP client's defaults: inputs and outputs in binary
 
     rpc = call["rpc"]
     if rpc == "live":
@@ -40,26 +45,41 @@ def triton_call(client, call):
     if rpc == "model_ready":
         return client.is_model_ready(call["model"], call.get("version", ""))
     if rpc == "server_metadata":
-        m = client.get_server_metadata(as_json=True)
-        return m
+        return client.get_server_metadata() if http else client.get_server_metadata(as_json=True)
     if rpc == "model_metadata":
+        if http:
+            return client.get_model_metadata(call["model"], call.get("version", ""))
         return client.get_model_metadata(call["model"], call.get("version", ""), as_json=True)
     spec = call.get("input", {})
     texts = np.array([t.encode("utf-8") for t in call["texts"]], dtype=object)
     shape = spec.get("shape", [len(texts)])
     inp = tg.InferInput(spec.get("name", "text"), shape, spec.get("datatype", "BYTES"))
-    inp.set_data_from_numpy(texts.reshape(shape))
-    outputs = [tg.InferRequestedOutput(o["name"], class_count=o.get("class_count", 0)) for o in call.get("outputs", [])]
-    result = client.infer(call["model"], [inp], model_version=call.get("version", ""), outputs=outputs or None,
-                          request_id=call.get("id", ""), parameters=call.get("parameters"),
-                          client_timeout=call.get("timeout"), timeout=call.get("server_timeout"))
-    response = result.get_response()
+    if http:
+        inp.set_data_from_numpy(texts.reshape(shape), binary_data=binary)
+        outputs = [tg.InferRequestedOutput(o["name"], binary_data=binary, class_count=o.get("class_count", 0))
+                   for o in call.get("outputs", [])]
+        result = client.infer(call["model"], [inp], model_version=call.get("version", ""), outputs=outputs or None,
+                              request_id=call.get("id", ""), parameters=call.get("parameters"),
+                              timeout=call.get("server_timeout"))
+        response = result.get_response()  # a dict: the JSON header
+        tensors = [(o["name"], o["datatype"], o["shape"]) for o in response["outputs"]]
+        ids = (response["model_name"], response["model_version"], response.get("id", ""))
+    else:
+        inp.set_data_from_numpy(texts.reshape(shape))
+        outputs = [tg.InferRequestedOutput(o["name"], class_count=o.get("class_count", 0))
+                   for o in call.get("outputs", [])]
+        result = client.infer(call["model"], [inp], model_version=call.get("version", ""), outputs=outputs or None,
+                              request_id=call.get("id", ""), parameters=call.get("parameters"),
+                              client_timeout=call.get("timeout"), timeout=call.get("server_timeout"))
+        response = result.get_response()
+        tensors = [(o.name, o.datatype, o.shape) for o in response.outputs]
+        ids = (response.model_name, response.model_version, response.id)
     return {
-        "model_name": response.model_name,
-        "model_version": response.model_version,
-        "id": response.id,
-        "outputs": {o.name: {"datatype": o.datatype, "shape": list(o.shape), "data": plain(result.as_numpy(o.name))}
-                    for o in response.outputs},
+        "model_name": ids[0],
+        "model_version": ids[1],
+        "id": ids[2],
+        "outputs": {name: {"datatype": datatype, "shape": list(shape), "data": plain(result.as_numpy(name))}
+                    for name, datatype, shape in tensors},
     }
 
 
@@ -130,6 +150,15 @@ async def main():
         for call in spec["calls"]:
             try:
                 results.append({"ok": True, "value": triton_call(triton, call)})
+            except Exception as exc:  # noqa: BLE001 - every failure is reported, or re-raised in error_of
+                results.append(error_of(exc))
+        triton.close()
+    elif clients == {"triton_http"}:
+        import tritonclient.http as th
+        triton = th.InferenceServerClient(target)
+        for call in spec["calls"]:
+            try:
+                results.append({"ok": True, "value": triton_call(triton, call, th)})
             except Exception as exc:  # noqa: BLE001 - every failure is reported, or re-raised in error_of
                 results.append(error_of(exc))
         triton.close()
