@@ -366,66 +366,6 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_vie
   return want(route.kind, route.allow == "POST" ? "POST" : "GET");
 }
 
-std::string OpenApiDocument() {
-  using json = nlohmann::json;
-  const auto body_of = [](json schema) {
-    json content = json::object();
-    content["application/json"]["schema"] = std::move(schema);
-    return content;
-  };
-  json error_schema = {{"type", "object"}, {"required", json::array({"error"})}};
-  error_schema["properties"]["error"]["type"] = "string";
-  const json error = {{"description", "an error, with the HTTP status of its gRPC code (docs/serving.md)"},
-                      {"content", body_of(error_schema)}};
-  const json object = {{"type", "object"}};
-  const auto op = [&](const std::string& summary, const std::string& answer, bool body) {
-    json o = {{"summary", summary}};
-    o["responses"]["200"] = {{"description", answer}, {"content", body_of(object)}};
-    o["responses"]["default"] = error;
-    if (body) o["requestBody"] = {{"required", true}, {"content", body_of(object)}};
-    return o;
-  };
-  const auto param = [](const char* name, const char* type, const char* what) {
-    json p = {{"name", name}, {"in", "path"}, {"required", true}, {"description", what}};
-    p["schema"]["type"] = type;
-    return p;
-  };
-  const json model = param("model", "string", "the model's name (its folder in the store)");
-  const json version = param("version", "integer", "a version of the model (default: the version policy's newest)");
-  json paths = json::object();
-  paths["/v2/health/live"]["get"] = op("liveness (Kubernetes probes)", "{\"live\": true}", false);
-  paths["/v2/health/ready"]["get"] = op("readiness: 503 from the start of a drain", "{\"ready\": true}", false);
-  paths["/v1/models"]["get"] = op("ListModels", "qvi.serving.v1.ListModelsResponse in protobuf's JSON", false);
-  paths["/v2"]["get"] = op("KServe v2 server metadata", "name, version, extensions", false);
-  paths["/openapi.json"]["get"] = op("this document", "OpenAPI 3.1", false);
-  for (const bool with_version : {false, true}) {
-    const std::string base = with_version ? "/models/{model}/versions/{version}" : "/models/{model}";
-    const json params = with_version ? json::array({model, version}) : json::array({model});
-    const auto add = [&](const std::string& path, const char* method, json o) {
-      o["parameters"] = params;
-      paths[path][method] = std::move(o);
-    };
-    add("/v1" + base, "get", op("GetModel", "qvi.serving.v1.GetModelResponse", false));
-    add("/v1" + base + ":classify", "post",
-        op("Classify: a qvi.serving.v1.ClassifyRequest in protobuf's JSON (texts, options, requestId)",
-           "qvi.serving.v1.ClassifyResponse: labels, and tokens with alpha and beta", true));
-    add("/v1" + base + ":tag", "post",
-        op("Tag: a qvi.serving.v1.TagRequest in protobuf's JSON", "qvi.serving.v1.TagResponse: spans and tokens",
-           true));
-    add("/v2" + base, "get", op("KServe v2 model metadata", "name, versions, platform, inputs, outputs", false));
-    add("/v2" + base + "/ready", "get", op("KServe v2 model readiness", "{\"name\", \"ready\"}", false));
-    add("/v2" + base + "/infer", "post",
-        op("KServe v2 inference: the input \"text\" (BYTES) as JSON tensors", "the output tensors", true));
-  }
-  json doc = {{"openapi", "3.1.0"}, {"paths", std::move(paths)}};
-  doc["info"] = {{"title", "qvi-server HTTP/JSON"},
-                 {"version", QVI_VERSION},
-                 {"description",
-                  "Classify and Tag with their explanations (alpha, beta) over HTTP/JSON, and KServe v2 REST: the "
-                  "calls of the gRPC API qvi.serving.v1.Inference (docs/serving.md, \"HTTP/JSON\")."}};
-  return doc.dump(2);
-}
-
 int HttpStatus(absl::StatusCode code) {
   switch (code) {
     case absl::StatusCode::kOk:

@@ -30,6 +30,7 @@
 #include "server/grpc/inference_service_impl.h"
 #include "server/grpc/oip_service.h"
 #include "server/http/http_server.h"
+#include "server/http/openapi.h"  // OpenApiDocument(): GET /openapi.json
 
 namespace qvi {
 
@@ -62,9 +63,6 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method, std::string_view t
 // The HTTP status of a gRPC/absl code (google.api's mapping: NOT_FOUND 404, RESOURCE_EXHAUSTED 429,
 // UNAVAILABLE 503, DEADLINE_EXCEEDED 504, CANCELLED 499, ...).
 int HttpStatus(absl::StatusCode code);
-
-// The routes as an OpenAPI 3.1 document (GET /openapi.json).
-std::string OpenApiDocument();
 
 class HttpApi {
  public:

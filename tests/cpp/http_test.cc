@@ -5,6 +5,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <functional>
 #include <future>
 #include <set>
 #include <thread>
@@ -107,7 +108,39 @@ TEST(HttpRouteTest, TheOpenApiDocumentListsEveryRouteAndOnlyRoutes) {
       EXPECT_TRUE(operation.contains("responses") && operation["responses"].contains("default")) << path;
     }
   }
-  EXPECT_EQ(documented.size(), static_cast<size_t>(HttpRoute::Kind::kOpenApi) + 1) << "a route is not documented";
+  EXPECT_EQ(documented.size(), static_cast<size_t>(HttpRoute::Kind::kPage) + 1) << "a route is not documented";
+}
+
+// Every "$ref" of the document names a schema it has, and the proto's messages are there by full name
+// with their fields in protobuf's JSON names.
+TEST(HttpRouteTest, TheOpenApiSchemasResolveAndFollowTheProto) {
+  const nlohmann::json doc = nlohmann::json::parse(OpenApiDocument());
+  const nlohmann::json& schemas = doc["components"]["schemas"];
+  size_t refs = 0;
+  std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& j) {
+    if (j.is_object()) {
+      if (j.contains("$ref")) {
+        const std::string ref = j["$ref"];
+        const std::string prefix = "#/components/schemas/";
+        ASSERT_EQ(ref.rfind(prefix, 0), 0u) << ref;
+        EXPECT_TRUE(schemas.contains(ref.substr(prefix.size()))) << ref;
+        ++refs;
+      }
+      for (const auto& [key, value] : j.items()) walk(value);
+    } else if (j.is_array()) {
+      for (const auto& value : j) walk(value);
+    }
+  };
+  walk(doc);
+  EXPECT_GT(refs, 20u);
+  const nlohmann::json& options = schemas["qvi.serving.v1.OutputOptions"]["properties"];
+  EXPECT_EQ(options["topK"], (nlohmann::json{{"type", "integer"}}));
+  EXPECT_EQ(options["layers"]["$ref"], "#/components/schemas/qvi.serving.v1.LayerOptions");
+  EXPECT_EQ(schemas["qvi.serving.v1.ClassifyRequest"]["properties"]["texts"]["items"]["type"], "string");
+  EXPECT_TRUE(schemas.contains("qvi.serving.v1.TruncationPolicy"));
+  EXPECT_EQ(doc["paths"]["/v1/models/{model}:classify"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+               ["$ref"],
+            "#/components/schemas/qvi.serving.v1.ClassifyRequest");
 }
 
 TEST(HttpRouteTest, StatusCodesFollowTheGrpcCodes) {

@@ -430,12 +430,21 @@ def test_cors_lets_the_allowed_origins_call_and_refuses_the_others_preflight(htt
         proc.stop()
 
 
-def test_every_route_of_the_openapi_document_answers(http_address):
+def _validator(doc, schema):
+    """A JSON Schema (2020-12, as OpenAPI 3.1 uses) validator of `schema`, its $refs into the document."""
+    from jsonschema import Draft202012Validator
+    return Draft202012Validator({**schema, "components": doc["components"]})
+
+
+def test_every_route_of_the_openapi_document_answers_as_its_schemas_say(http_address):
     """GET /openapi.json (OpenAPI 3.1): each path, with the demo models and version 1 put in, answers 200
-    to its method (the C++ test checks that every route is in the document)."""
+    to its method, with a body its 200 schema accepts; the requests sent are valid under the request
+    schemas, and a request with a wrong type is not (the C++ test checks that every route is in the
+    document and every $ref resolves)."""
     status, doc, _ = call(http_address, "GET", "/openapi.json")
     assert status == 200 and doc["openapi"] == "3.1.0"
-    assert len(doc["paths"]) >= 17
+    assert len(doc["paths"]) >= 18
+    checked = 0
     for path, operations in doc["paths"].items():
         model = "ner" if path.endswith(":tag") else "sentiment"
         target = path.replace("{model}", model).replace("{version}", "1")
@@ -443,9 +452,29 @@ def test_every_route_of_the_openapi_document_answers(http_address):
             body = None
             if method == "post":
                 assert operation["requestBody"]["required"] is True
-                body = infer_body(["Anna went to Paris"]) if target.endswith("/infer") else {"texts": ["Anna went"]}
+                body = infer_body(["Anna went to Paris"]) if target.endswith("/infer") else \
+                    {"texts": ["Anna went"], "options": {"attention": True, "tokens": True, "topK": 2}}
+                request_schema = operation["requestBody"]["content"]["application/json"]["schema"]
+                _validator(doc, request_schema).validate(body)
+            if target == "/":  # the page: HTML, not JSON
+                host, port = http_address.split(":")
+                conn = http.client.HTTPConnection(host, int(port), timeout=30)
+                conn.request("GET", "/")
+                r = conn.getresponse()
+                assert r.status == 200 and r.getheader("Content-Type").startswith("text/html")
+                r.read()
+                conn.close()
+                continue
             got, answer, _ = call(http_address, method.upper(), target, body)
             assert got == 200, (method, target, answer)
+            schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+            _validator(doc, schema).validate(answer)
+            checked += 1
+    assert checked >= 17
+    classify = doc["paths"]["/v1/models/{model}:classify"]["post"]["requestBody"]["content"]["application/json"]
+    bad = {"texts": "not a list", "options": {"topK": "two"}}
+    errors = list(_validator(doc, classify["schema"]).iter_errors(bad))
+    assert len(errors) == 2, errors
 
 
 def test_kserves_rest_client_calls_the_v2_routes(interop_python, http_address):

@@ -1,0 +1,24 @@
+// GET /openapi.json: the HTTP routes as an OpenAPI 3.1 document, with the JSON Schema (2020-12) of every
+// body: the qvi.serving.v1 messages in protobuf's JSON mapping, generated from their descriptors (so the
+// document follows proto/ by construction), and KServe v2 REST's tensors written out here.
+#ifndef QVI_SERVER_HTTP_OPENAPI_H_
+#define QVI_SERVER_HTTP_OPENAPI_H_
+
+#include <google/protobuf/descriptor.h>
+
+#include <string>
+
+#include "nlohmann/json.hpp"
+
+namespace qvi {
+
+std::string OpenApiDocument();
+
+// The schema of `message` in protobuf's JSON mapping (field names in lowerCamelCase; 64-bit integers
+// as strings, as answers write them, or numbers; enums by name), a $ref into components.schemas, where
+// it and every message and enum it holds are added by full name.
+nlohmann::json MessageSchemaRef(const google::protobuf::Descriptor* message, nlohmann::json& schemas);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_HTTP_OPENAPI_H_
