@@ -16,6 +16,11 @@ and the machine.
     .venv/bin/python bench/run.py                 # the full run; rewrites BENCHMARKS.md
     .venv/bin/python bench/run.py --smoke         # seconds-long check that every part works (CI);
                                                   # writes into a temporary folder, gates on nothing
+    .venv/bin/python bench/run.py --null          # only the serving path alone (null_bench.py), into
+                                                  # bench/results/null.json and BENCHMARKS.md
+
+The full run also measures the serving path alone (5.): qvi-server with the null backend, which does
+no math, through gRPC, OIP and HTTP/JSON, pinned apart from its load generator (bench/null_bench.py).
 Needs scripts/setup.sh (the build, the demo models, TorchServe and matplotlib in .venv).
 """
 import argparse
@@ -31,6 +36,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+
+import null_bench
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(REPO, "build")
@@ -66,9 +73,9 @@ def stop(proc, sig=signal.SIGTERM):
             proc.wait()
 
 
-def perf(work, label, args, common):
+def perf(work, label, args, common, prefix=()):
     out = os.path.join(work, f"{label}.json")
-    cmd = [os.path.join(BUILD, "qvi-perf"), *args, *common, "--json", out, "--label", label]
+    cmd = [*prefix, os.path.join(BUILD, "qvi-perf"), *args, *common, "--json", out, "--label", label]
     log(" ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd))
     subprocess.run(cmd, check=True)
     with open(out) as f:
@@ -470,6 +477,8 @@ def markdown(results, info, command):
             lines += ["", "`bert_base_qvi*`: UNTRAINED random weights (`python -m qvi bench-model`), BERT-base's "
                       "sizes (12 layers, width 768, 12 heads, 128 tokens); for speed only, its answers mean nothing."]
         lines.append("")
+    if "null" in results:
+        lines += [null_bench.null_markdown(results["null"], results["null"].get("command", command))]
     lines += ["Raw results: `bench/results/results.json`. What the profile shows and what stands in the way of the "
               "targets: [docs/performance.md](docs/performance.md).", ""]
     # The GPU session's figures (bench/gpu_session.sh, bench/gpu_report.py) come from another machine:
@@ -492,18 +501,31 @@ def main():
     ap.add_argument("--words", default="20,100", help="mean text lengths in words, one measured set each")
     ap.add_argument("--device", default="cpu",
                     help="where every system runs the model: cpu, or cuda (the first GPU) for the GPU comparison")
-    ap.add_argument("--skip", default="", help="comma-separated systems to leave out (qvi-server,python-grpc,torchserve)")
+    ap.add_argument("--skip", default="",
+                    help="comma-separated systems to leave out (qvi-server,python-grpc,torchserve,null)")
     ap.add_argument("--bert-base", default="",
                     help="also measure the UNTRAINED BERT-base-sized bench models (float32 and bfloat16, maps off "
                          "and on) at these batch sizes, e.g. 1,8 (exported into bench/models on first use)")
+    ap.add_argument("--null", action="store_true",
+                    help="measure only the serving path alone (the null model; bench/null_bench.py) and rewrite "
+                         "its section of BENCHMARKS.md")
+    ap.add_argument("--null-concurrency", default="1,16,64", help="the null benchmark's concurrency steps")
     ap.add_argument("--report-only", action="store_true",
                     help="measure nothing: rewrite BENCHMARKS.md and the plot from bench/results/results.json")
     a = ap.parse_args()
-    if a.report_only:
+    if a.report_only or (a.null and not a.smoke):
         out_dir = os.path.join(REPO, "bench", "results")
         with open(os.path.join(out_dir, "results.json")) as f:
             saved = json.load(f)
         info, results = saved["info"], saved["results"]
+        if a.null:  # measured now, with its own command; the rest as saved
+            work = tempfile.mkdtemp(prefix="qvi_bench_null_")
+            results["null"] = null_bench.run_null(work, a, sys.modules[__name__])
+            results["null"]["command"] = "scripts/setup.sh && .venv/bin/python bench/run.py " + " ".join(sys.argv[1:])
+            results["null"]["date"] = datetime.date.today().isoformat()
+            with open(os.path.join(out_dir, "results.json"), "w") as f:
+                json.dump({"info": info, "results": results}, f, indent=2)
+            shutil.rmtree(work, ignore_errors=True)
         plot(results["runs"], os.path.join(out_dir, "throughput_p99.png"))
         with open(os.path.join(REPO, "BENCHMARKS.md"), "w") as f:
             f.write(markdown(results, info, info["command"]))
@@ -541,6 +563,11 @@ def main():
             run["qvi-server-http"] = run["qvi-server"].pop("http")
         runs.append(run)
     results = {"runs": runs, "maps": [run_maps(work, a, MODEL_PT, MODEL, a.batch_sizes, word_counts[0])]}
+    if "null" not in skip:
+        if a.smoke:
+            a.null_concurrency = "1,4"
+        results["null"] = null_bench.run_null(work, a, sys.modules[__name__])
+        results["null"]["command"], results["null"]["date"] = command, datetime.date.today().isoformat()
     if a.bert_base:
         for name, path in bert_base_models().items():
             results["maps"].append(run_maps(work, a, path, name, a.bert_base, 128))
@@ -557,6 +584,8 @@ def main():
             if name in run:
                 ok = sum(s.get("ok", 1) for s in run[name]["steps"])
                 assert ok > 0, f"{name} answered nothing at ~{run['words']:g} words"
+    for label, r in results.get("null", {}).get("protocols", {}).items():
+        assert sum(s.get("ok", 0) for s in r["steps"]) > 0, f"the null model answered nothing through {label}"
     log(f"results in {out_dir}" + ("" if a.smoke else " and BENCHMARKS.md"))
     if a.smoke:
         shutil.rmtree(work, ignore_errors=True)

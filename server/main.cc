@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "server/core/sched/env.h"
 #include "server/logging.h"
 #include "server/server.h"
@@ -94,6 +95,11 @@ const char* malloc_conf = "background_thread:true";
 #endif
 
 int main(int argc, char** argv) {
+  // Debian's Abseil checks every Mutex acquisition against a graph of lock orders (its deadlock
+  // detection, on unless Abseil itself was built with NDEBUG): 2-3 % of the server's CPU under load
+  // (docs/performance.md, "The cost of serving itself"). The server's unit, stress and lock-analysis
+  // tests keep it on, so a lock-order cycle is still caught there.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // Block the shutdown signals in every thread (they inherit this mask); the main thread takes them
   // with sigwait, so no handler runs in an arbitrary thread.
   sigset_t signals;

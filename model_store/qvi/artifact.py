@@ -104,6 +104,17 @@ def load(path: str, device: str = "cpu") -> Tuple[torch.jit.ScriptModule, Dict[s
     return module, manifest, vocab
 
 
+def write_null(model_pt: str, folder: str) -> str:
+    """Writes <folder>/model.null: the manifest and vocabulary of the artifact `model_pt`, which the
+    server's null backend serves with no math (bench/run.py --null measures the serving path with it)."""
+    _, manifest, vocab = load(model_pt)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "model.null")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"manifest": manifest, "vocab": vocab.to_text().splitlines()}, f, ensure_ascii=False)
+    return path
+
+
 def package_artifact(model_pt: str, device: str = "cpu", cpu_target: str = pt2.DEFAULT_CPU_TARGET,
                      cache: Optional[str] = None) -> str:
     """Compiles the model of a TorchScript artifact (its weights, manifest and vocabulary) into the

@@ -7,6 +7,7 @@
     python -m qvi results  --seeds 5                               (model_store/README.md's table)
     python -m qvi faithfulness --artifact model.pt --test TEST --out f.json   (how faithful α, β and peers are)
     python -m qvi bench-model --dtype bfloat16                     (UNTRAINED BERT-base size, benchmarks only)
+    python -m qvi null     --artifact store/sentiment/1/model.pt --out DIR   (DIR/model.null: no math, benchmarks only)
 """
 import argparse
 import json
@@ -60,6 +61,11 @@ def cmd_export(args: argparse.Namespace) -> None:
         print(path)
 
 
+def cmd_null(args: argparse.Namespace) -> None:
+    from qvi import artifact
+    print(artifact.write_null(args.artifact, args.out))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     from qvi import demo  # the demo and results commands build on the functions above
     ap = argparse.ArgumentParser(prog="python -m qvi", description=__doc__.splitlines()[0],
@@ -91,6 +97,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         "or native (this machine's, e.g. AVX-512; for compiling on the node that serves it)")
     p.add_argument("--pt2-cache", help="reuse packages compiled before from the same weights, code and target")
     p.set_defaults(func=cmd_export)
+    p = sub.add_parser("null", help="write DIR/model.null: an artifact's manifest and vocabulary for the server's "
+                                    "null backend, which answers with no math (benchmarks of the serving path)")
+    p.add_argument("--artifact", required=True, help="an exported model.pt")
+    p.add_argument("--out", required=True, help="the version folder to write model.null into")
+    p.set_defaults(func=cmd_null)
     demo.add_commands(sub)
     from qvi import bench_model, faithfulness
     faithfulness.add_commands(sub)

@@ -6,13 +6,16 @@
 #include "absl/strings/str_cat.h"
 #include "server/core/model/aoti_model.h"
 #include "server/core/model/model.h"
+#include "server/core/model/null_model.h"
 #include "server/core/model/torchscript_model.h"
 
 namespace qvi {
 
 std::string Pt2FileName(const torch::Device& device) { return device.is_cuda() ? "model.cuda.pt2" : "model.cpu.pt2"; }
 
-std::vector<std::string> ModelFileNames() { return {kTorchScriptFile, "model.cpu.pt2", "model.cuda.pt2"}; }
+std::vector<std::string> ModelFileNames() {
+  return {kTorchScriptFile, "model.cpu.pt2", "model.cuda.pt2", kNullModelFile};
+}
 
 absl::StatusOr<std::pair<Manifest, Vocabulary>> ParseArtifactFiles(const std::string& manifest_json,
                                                                    const std::string& vocab_txt,
@@ -36,6 +39,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const
   const std::string script = (folder / kTorchScriptFile).string();
   const std::string package = (folder / Pt2FileName(*device)).string();
   std::error_code ec;
+  // A null model (the serving path's benchmark) is served as such whatever the format says.
+  if (const std::string null = (folder / kNullModelFile).string(); std::filesystem::exists(null, ec)) {
+    return LoadNullModel(null, *device);
+  }
   const bool have_script = std::filesystem::exists(script, ec);
   const bool have_package = std::filesystem::exists(package, ec);
   const ModelFormat format = options.format;

@@ -169,6 +169,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
           absl::StrCat("texts[", i, "]: has no tokens; Classify needs at least one word"));
     }
     result.tokens.reserve(tokens->size());
+    p.ids[i].reserve(tokens->size());
     for (TextToken& t : *tokens) {
       TokenOutput out;
       out.id = TokenId(model.vocabulary(), m.tokenizer, t);
@@ -193,7 +194,7 @@ void InferenceService::Submit(Method method, InferenceRequest request, Done done
     int64_t bytes = 0;
     for (const std::string& t : request.texts) bytes += static_cast<int64_t>(t.size());
     if (bytes < limits_.inline_prepare_bytes) {
-      Dispatch(method, request, std::move(done), std::move(servable));
+      Dispatch(method, std::move(request), std::move(done), std::move(servable));
       return;
     }
   }
@@ -203,12 +204,13 @@ void InferenceService::Submit(Method method, InferenceRequest request, Done done
     ServableHandle servable;
   };
   auto work = std::make_shared<Work>(Work{std::move(request), std::move(done), std::move(servable)});
-  const bool queued = executor_->TrySubmit(
-      [this, method, work] { Dispatch(method, work->request, std::move(work->done), std::move(work->servable)); });
+  const bool queued = executor_->TrySubmit([this, method, work] {
+    Dispatch(method, std::move(work->request), std::move(work->done), std::move(work->servable));
+  });
   if (!queued) work->done(absl::ResourceExhaustedError("the server's request queue is full; retry with backoff"));
 }
 
-void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done done, ServableHandle resolved) {
+void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, ServableHandle resolved) {
   absl::StatusOr<Prepared> prepared;
   try {
     prepared = Prepare(method, r, std::move(resolved));
@@ -236,7 +238,8 @@ void InferenceService::Dispatch(Method method, const InferenceRequest& r, Done d
   std::shared_ptr<const Model> model = servable->model;
   auto request = std::make_shared<RunnableRequest>(
       std::move(prepared->ids), WantedOutputs(model->manifest(), r.options), r.deadline, r.is_cancelled,
-      [state, model, method, options = r.options, texts = r.texts](int i, const ModelOutputs& out, int64_t row) {
+      [state, model, method, options = r.options, texts = std::move(r.texts)](int i, const ModelOutputs& out,
+                                                                              int64_t row) {
         PostProcessRow(method, model->manifest(), options, texts[i], out, row, state->response.results[i]);
         return absl::OkStatus();
       },

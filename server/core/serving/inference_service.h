@@ -53,7 +53,8 @@ class InferenceService {
     std::vector<std::vector<int64_t>> ids;
   };
   absl::StatusOr<Prepared> Prepare(Method method, const InferenceRequest& request, ServableHandle servable) const;
-  void Dispatch(Method method, const InferenceRequest& request, Done done, ServableHandle servable);
+  // Takes the request by value: its texts move into the answer's post-processing, uncopied.
+  void Dispatch(Method method, InferenceRequest request, Done done, ServableHandle servable);
   // One text's answer from its row of checked outputs. May throw c10::Error.
   static void PostProcessRow(Method method, const Manifest& manifest, const OutputOptions& options,
                              const std::string& text, const ModelOutputs& outputs, int64_t row, TextResult& result);

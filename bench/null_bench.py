@@ -1,0 +1,92 @@
+"""The serving path alone: qvi-server with the null backend (server/core/model/null_model.h: the demo
+classifier's manifest and vocabulary, no math) under qvi-perf, one text per request, through gRPC Classify,
+OIP ModelInfer and HTTP/JSON :classify, at concurrency 1, 16 and 64. The server runs on one core and the
+load generator on the others (taskset), so the server's CPU per request -- from its own
+process_cpu_seconds_total over each measured window -- is the cost of serving: receive, parse, check,
+tokenise, queue, batch, post-process, serialise, metrics and the thread hand-offs between them.
+Triton's docs measure their own overhead the same way, with an identity model.
+
+bench/run.py runs it in the full run (and its smoke test) and alone with --null; this file holds the
+measuring and the markdown section.
+"""
+import os
+import subprocess
+
+PROTOCOLS = (  # (label, qvi-perf arguments past the target)
+    ("gRPC Classify", []),
+    ("OIP ModelInfer", ["--protocol", "oip"]),
+    ("HTTP/JSON :classify", None),  # --http, built with the port
+)
+TARGETS_US = {"gRPC Classify": 20, "OIP ModelInfer": 22, "HTTP/JSON :classify": 30}
+
+
+def cores():
+    return sorted(os.sched_getaffinity(0))
+
+
+def null_store(work, model_pt, model, python):
+    """A store holding the model's null twin: its manifest and vocabulary in model.null."""
+    store = os.path.join(work, "null_store")
+    subprocess.run([python, "-m", "qvi", "null", "--artifact", model_pt, "--out", os.path.join(store, model, "1")],
+                   check=True, cwd=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                "model_store"), stdout=subprocess.DEVNULL)
+    return store
+
+
+def run_null(work, a, h):
+    """h: bench/run.py's helpers (BUILD, MODEL, MODEL_PT, PY, perf, wait_for_file, stop, log).
+    The results: {"server_cores", "client_cores", "concurrency", "protocols": {label: qvi-perf's JSON}}."""
+    all_cores = cores()
+    server_cores, client_cores = all_cores[:1], all_cores[1:] or all_cores[:1]
+    store = null_store(work, h.MODEL_PT, h.MODEL, h.PY)
+    files = {k: os.path.join(work, f"null.{k}") for k in ("port", "metrics", "http")}
+    log_path = os.path.join(work, "qvi-server-null.log")
+    pin = lambda cpus: ["taskset", "-c", ",".join(map(str, cpus))]  # noqa: E731
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen([*pin(server_cores), os.path.join(h.BUILD, "qvi-server"), "--model-store", store,
+                                 "--host", "127.0.0.1", "--port", "0", "--port-file", files["port"],
+                                 "--metrics-port", "0", "--metrics-port-file", files["metrics"],
+                                 "--http-port", "0", "--http-port-file", files["http"], "--device", "cpu"],
+                                stdout=log_file, stderr=subprocess.STDOUT)
+    out = {"server_cores": server_cores, "client_cores": client_cores, "concurrency": a.null_concurrency,
+           "protocols": {}}
+    try:
+        port = h.wait_for_file(files["port"], proc, "qvi-server (null)")
+        metrics = f"http://127.0.0.1:{h.wait_for_file(files['metrics'], proc, 'qvi-server (null)')}/metrics"
+        http = h.wait_for_file(files["http"], proc, "qvi-server (null)")
+        common = ["--model", h.MODEL, "--concurrency", a.null_concurrency, "--duration", str(a.duration),
+                  "--warmup", str(a.warmup), "--words", "20", "--metrics", metrics]
+        for label, extra in PROTOCOLS:
+            target = (["--http", f"http://127.0.0.1:{http}/v1/models/{h.MODEL}:classify", "--http-body", "json"]
+                      if extra is None else ["--server", f"127.0.0.1:{port}", *extra])
+            name = "null-" + label.split()[0].lower().replace("/", "")
+            out["protocols"][label] = h.perf(work, name, target, common, prefix=pin(client_cores))
+    finally:
+        h.stop(proc)
+    return out
+
+
+def null_markdown(null, command):
+    """The section of BENCHMARKS.md."""
+    lines = ["## The serving path alone (null model)", "",
+             f"Command: `{command}`. qvi-server on core(s) {null['server_cores']} and qvi-perf on "
+             f"{null['client_cores']} (taskset), serving the demo classifier's null twin (`python -m qvi null`: "
+             "its manifest and vocabulary, no math), one ~20-word text per request. Server CPU per request is "
+             "its own `process_cpu_seconds_total` over each measured window divided by the requests answered; "
+             "requests/s per server core is its inverse. Targets (issue 33), at concurrency 64: gRPC ≤ 20 µs, "
+             "OIP within 10 % of it (≤ 22 µs), HTTP/JSON ≤ 30 µs.", "",
+             "| protocol | concurrency | requests/s | server cores busy | server CPU µs/request | "
+             "requests/s per server core | p50 ms | p99 ms | target |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for label, r in null["protocols"].items():
+        for s in r["steps"]:
+            us = s.get("server_cpu_us_per_request")
+            target = TARGETS_US[label]
+            verdict = ""
+            if int(s["load"]) == 64 and us is not None:
+                verdict = f"{'met' if us <= target else 'not met'} (≤ {target} µs)"
+            lines.append(f"| {label} | {int(s['load'])} | {s['requests_per_s']:,.0f} | {s.get('server_cores', 0):.2f} | "
+                         f"{us:.1f} | {1e6 / us:,.0f} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | {verdict} |"
+                         if us else f"| {label} | {int(s['load'])} | {s['requests_per_s']:,.0f} | – | – | – | "
+                         f"{s['p50_ms']:.3f} | {s['p99_ms']:.3f} | |")
+    return "\n".join(lines) + "\n"

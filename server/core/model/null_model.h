@@ -1,0 +1,26 @@
+// The null backend: a model that does no math, for measuring the serving path alone (bench/run.py
+// --null; docs/performance.md, "The cost of serving itself"). A version folder holding model.null
+// -- a JSON object {"manifest": {...}, "vocab": ["[PAD]", "[UNK]", ...]}, the manifest and vocabulary
+// a real artifact carries (`python -m qvi null` writes one from an exported model) -- is served by it
+// whatever else the folder holds, with format "null" in GetModel and the log. Its outputs have the
+// manifest's shapes and plausible values: zero scores (every label or tag equally likely, the first
+// one chosen), α uniform over a text's tokens, every gate 0.5. The demo store never holds one.
+#ifndef QVI_SERVER_CORE_MODEL_NULL_MODEL_H_
+#define QVI_SERVER_CORE_MODEL_NULL_MODEL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/core/model/model.h"
+
+namespace qvi {
+
+inline constexpr char kNullModelFile[] = "model.null";
+
+// Reads `path` (model.null), checks its manifest and vocabulary and warms it up like any model.
+absl::StatusOr<std::unique_ptr<Model>> LoadNullModel(const std::string& path, const torch::Device& device);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_MODEL_NULL_MODEL_H_
