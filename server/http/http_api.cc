@@ -19,6 +19,7 @@
 #include "server/http/explain_page.h"
 #include "server/http/json_body.h"
 #include "server/http/kserve_rest.h"
+#include "server/http/proto_json.h"
 #include "server/logging.h"
 
 namespace qvi {
@@ -41,6 +42,7 @@ HttpResponse ErrorResponse(const absl::Status& status) {
 
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
   std::string out;
+  if (WriteProtoJson(message, &out)) return out;  // protobuf's bytes, written directly (proto_json.h)
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;  // a token at offset 0 says "start": 0
   const auto status = google::protobuf::util::MessageToJsonString(message, &out, options);

@@ -7,14 +7,20 @@
 #include <boost/beast/http.hpp>
 #include <functional>
 #include <future>
+#include <limits>
+#include <random>
 #include <set>
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "nlohmann/json.hpp"
 
+#include <google/protobuf/util/json_util.h>
+#include "qvi/serving/v1/inference.pb.h"
 #include "server/http/explain_page.h"
 #include "server/http/http_api.h"
 #include "server/http/http_server.h"
+#include "server/http/proto_json.h"
 
 namespace qvi {
 namespace {
@@ -227,6 +233,175 @@ TEST(ExplainPageTest, ThePageInlinesItsFilesAndItsPolicyAllowsOnlyItsScript) {
   EXPECT_NE(csp.find("script-src '" + CspScriptHash(script) + "'"), std::string::npos) << csp;
   EXPECT_NE(csp.find("default-src 'none'"), std::string::npos) << csp;
 }
+
+namespace proto_json_test {
+
+namespace v1 = serving::v1;
+
+std::string RandomText(std::mt19937& rng) {
+  static const std::vector<std::string> pieces = {"a",
+                                                  "Z",
+                                                  " ",
+                                                  "\"",
+                                                  "\\",
+                                                  "/",
+                                                  "\n",
+                                                  "\t",
+                                                  "\r",
+                                                  "\b",
+                                                  "\f",
+                                                  std::string(1, '\0'),
+                                                  "\x01",
+                                                  "\x1f",
+                                                  "\x7f",
+                                                  "<",
+                                                  ">",
+                                                  "&",
+                                                  "'",
+                                                  "=",
+                                                  "\xe2\x80\xa8",
+                                                  "\xe2\x80\xa9",
+                                                  "\xc3\xa9",
+                                                  "\xe6\x9d\xb1",
+                                                  "\xf0\x9f\x98\x80",
+                                                  "%",
+                                                  "\xc2\x85",
+                                                  "\xef\xbb\xbf",
+                                                  "{",
+                                                  "}",
+                                                  "[",
+                                                  "]",
+                                                  ":",
+                                                  ",",
+                                                  "0",
+                                                  "\xc2\xad",
+                                                  "\xe2\x80\x8b",
+                                                  "\xd8\x80",
+                                                  "\xf3\xa0\x80\xa0",
+                                                  "\xf0\x9d\x85\xb3",
+                                                  "\xef\xbf\xb9",
+                                                  "\xe2\x81\xaa",
+                                                  "\xc2\xa0",
+                                                  "\xe2\x80\xaf"};
+  std::string s;
+  const int n = std::uniform_int_distribution<int>(0, 12)(rng);
+  for (int i = 0; i < n; ++i) s += pieces[std::uniform_int_distribution<size_t>(0, pieces.size() - 1)(rng)];
+  return s;
+}
+
+float RandomFloat(std::mt19937& rng) {
+  switch (std::uniform_int_distribution<int>(0, 9)(rng)) {
+    case 0:
+      return std::numeric_limits<float>::quiet_NaN();
+    case 1:
+      return std::uniform_int_distribution<int>(0, 1)(rng) ? std::numeric_limits<float>::infinity()
+                                                           : -std::numeric_limits<float>::infinity();
+    case 2:
+      return std::numeric_limits<float>::denorm_min() * std::uniform_int_distribution<int>(1, 1000)(rng);
+    case 3:
+      return -0.0f;
+    case 4:
+      return std::uniform_real_distribution<float>(-1e30f, 1e30f)(rng);
+    case 5:
+      return static_cast<float>(std::uniform_int_distribution<int>(-100000, 100000)(rng));
+    case 6:
+      return 1.0f / static_cast<float>(std::uniform_int_distribution<int>(1, 1000)(rng));
+    default:
+      return std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
+  }
+}
+
+void FillToken(std::mt19937& rng, v1::Token* t) {
+  t->set_text(RandomText(rng));
+  t->set_start(rng() % 1000);
+  t->set_end(rng());
+  t->set_byte_start(rng() % 7);
+  t->set_normalized(RandomText(rng));
+  t->set_id(static_cast<int32_t>(rng()));
+  if (rng() % 2) t->set_attention(RandomFloat(rng));
+  if (rng() % 2) t->set_gate(RandomFloat(rng));
+  if (rng() % 3 == 0) t->set_tag(RandomText(rng));
+  if (rng() % 4 == 0) t->set_lambda_q(RandomFloat(rng));
+}
+
+void FillLayers(std::mt19937& rng, google::protobuf::RepeatedPtrField<v1::LayerMap>* layers) {
+  for (int l = static_cast<int>(rng() % 3); l > 0; --l) {
+    v1::LayerMap* m = layers->Add();
+    m->set_layer(static_cast<int32_t>(rng() % 5) - 1);
+    m->set_head(-1);
+    for (int k = static_cast<int>(rng() % 5); k > 0; --k) m->add_gates(RandomFloat(rng));
+    for (int k = static_cast<int>(rng() % 5); k > 0; --k) m->add_attention(RandomFloat(rng));
+  }
+}
+
+template <typename Response>
+void ExpectSameAsProtobuf(const Response& r) {
+  std::string ours;
+  ASSERT_TRUE(WriteProtoJson(r, &ours));
+  std::string theirs;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  ASSERT_TRUE(google::protobuf::util::MessageToJsonString(r, &theirs, options).ok());
+  ASSERT_EQ(ours, theirs) << r.DebugString();
+}
+
+// The answers' JSON, written by reflection, is byte for byte protobuf's own on random answers: odd
+// strings (quotes, controls, HTML characters, U+2028, emoji), floats of every kind, optional fields set
+// and unset, empty and full lists.
+TEST(ProtoJsonTest, WritesTheAnswersAsProtobufDoes) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 2000; ++round) {
+    v1::ClassifyResponse c;
+    c.mutable_model()->set_name(RandomText(rng));
+    c.mutable_model()->set_version(static_cast<int64_t>(rng()) * (rng() % 2 ? -1 : 1));
+    c.set_request_id(RandomText(rng));
+    for (int i = static_cast<int>(rng() % 3); i > 0; --i) {
+      v1::Classification* r = c.add_results();
+      for (int l = static_cast<int>(rng() % 3); l > 0; --l) {
+        v1::LabelScore* s = r->add_labels();
+        s->set_label(RandomText(rng));
+        s->set_score(RandomFloat(rng));
+      }
+      for (int t = static_cast<int>(rng() % 4); t > 0; --t) FillToken(rng, r->add_tokens());
+      r->set_truncated(rng() % 2);
+      r->set_num_tokens(rng());
+      FillLayers(rng, r->mutable_layers());
+      if (rng() % 3 == 0) {
+        r->mutable_faithfulness()->set_label(RandomText(rng));
+        r->mutable_faithfulness()->set_score_without(RandomFloat(rng));
+        r->mutable_faithfulness()->add_removed(rng());
+      }
+    }
+    ExpectSameAsProtobuf(c);
+    v1::TagResponse t;
+    t.set_request_id(RandomText(rng));
+    for (int i = static_cast<int>(rng() % 3); i > 0; --i) {
+      v1::Tagging* r = t.add_results();
+      for (int s = static_cast<int>(rng() % 3); s > 0; --s) {
+        v1::Span* span = r->add_spans();
+        span->set_label(RandomText(rng));
+        span->set_text(RandomText(rng));
+        span->set_score(RandomFloat(rng));
+        span->set_token_end(rng());
+      }
+      for (int k = static_cast<int>(rng() % 4); k > 0; --k) FillToken(rng, r->add_tokens());
+      FillLayers(rng, r->mutable_layers());
+    }
+    ExpectSameAsProtobuf(t);
+  }
+}
+
+// Not UTF-8: left to protobuf, which says so, rather than written as broken JSON.
+TEST(ProtoJsonTest, RefusesWhatIsNotUtf8) {
+  for (const std::string bad : {"\xff", "a\xc3", "\xed\xa0\x80", "\xc0\xaf", "\xf4\x90\x80\x80"}) {
+    v1::ClassifyResponse c;
+    c.set_request_id(bad);
+    std::string out;
+    EXPECT_FALSE(WriteProtoJson(c, &out)) << absl::CEscape(bad);
+  }
+}
+
+}  // namespace proto_json_test
 
 }  // namespace
 }  // namespace qvi
