@@ -42,7 +42,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const nlohmann::json parsed = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   Check(!parsed.is_discarded());  // the scan let only well-formed JSON through
-  absl::StatusOr<qvi::rest::InferCall> infer = qvi::rest::InferRequest(parsed, "m", "", binary);
+  absl::StatusOr<qvi::rest::ParsedInfer> infer = qvi::rest::InferRequest(parsed, "m", "", binary);
   if (infer.ok()) {
     size_t raw = 0;
     for (const auto& input : infer->request.inputs()) {

@@ -215,7 +215,7 @@ void ServeInfer(InferenceService* core, InferCalls* calls, const OipServiceImpl*
   const std::string_view json_text = std::string_view(request.body).substr(0, *header_bytes);
   if (absl::Status scanned = ScanBody(json_text, core->limits().max_texts); !scanned.ok()) return call->Fail(scanned);
   const nlohmann::json body = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  absl::StatusOr<rest::InferCall> infer =
+  absl::StatusOr<rest::ParsedInfer> infer =
       rest::InferRequest(body, route.model, route.version > 0 ? absl::StrCat(route.version) : "",
                          std::string_view(request.body).substr(*header_bytes));
   request.body.clear();
@@ -225,7 +225,7 @@ void ServeInfer(InferenceService* core, InferCalls* calls, const OipServiceImpl*
   InferenceRequest r = std::move(planned->plan->request);
   if (planned->plan->timeout != absl::InfiniteDuration()) r.deadline = call->start + planned->plan->timeout;
   if (absl::Status s = Prepare(call, request, core->limits().max_request_id_bytes, r); !s.ok()) return call->Fail(s);
-  auto asked = std::make_shared<const rest::InferCall>(*std::move(infer));
+  auto asked = std::make_shared<const rest::ParsedInfer>(*std::move(infer));
   core->Submit(
       planned->plan->method, std::move(r),
       [call, calls, oip, plan = planned->plan, asked](absl::StatusOr<InferenceResponse> answer) {

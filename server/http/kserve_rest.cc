@@ -142,7 +142,7 @@ absl::StatusOr<std::optional<bool>> TakeFlag(Params* params, const std::string& 
 }
 
 // "outputs": [{"name", "parameters"}], the outputs asked for.
-absl::Status ReadOutputs(const json& value, InferCall* call) {
+absl::Status ReadOutputs(const json& value, ParsedInfer* call) {
   inference::ModelInferRequest* out = &call->request;
   if (!value.is_array()) return Bad("outputs", "must be an array");
   for (size_t i = 0; i < value.size(); ++i) {
@@ -181,7 +181,7 @@ absl::Status CheckModelField(const std::string& key, const json& value, const st
 namespace {
 
 // The request's "parameters", binary_data_output taken out.
-absl::Status ReadRequestParameters(const json& value, InferCall* call) {
+absl::Status ReadRequestParameters(const json& value, ParsedInfer* call) {
   Params* params = call->request.mutable_parameters();
   if (absl::Status s = ReadParameters(value, "parameters", params); !s.ok()) return s;
   absl::StatusOr<std::optional<bool>> all = TakeFlag(params, "binary_data_output", "parameters");
@@ -204,15 +204,15 @@ absl::Status ReadInputs(const json& value, std::string_view& binary, inference::
 
 }  // namespace
 
-bool InferCall::Binary(const std::string& output) const {
+bool ParsedInfer::Binary(const std::string& output) const {
   const auto it = binary_by_output.find(output);
   return it == binary_by_output.end() ? binary_by_default : it->second;
 }
 
-absl::StatusOr<InferCall> InferRequest(const json& body, const std::string& model, const std::string& version,
-                                       std::string_view binary) {
+absl::StatusOr<ParsedInfer> InferRequest(const json& body, const std::string& model, const std::string& version,
+                                         std::string_view binary) {
   if (!body.is_object()) return Bad("request body", "must be a JSON object");
-  InferCall call;
+  ParsedInfer call;
   inference::ModelInferRequest& out = call.request;
   out.set_model_name(model);
   out.set_model_version(version);
@@ -258,7 +258,7 @@ absl::StatusOr<json> DecodeRaw(const std::string& datatype, const std::string& n
   return absl::InternalError(absl::StrCat("output ", name, ": datatype ", datatype, " has no JSON form here"));
 }
 
-absl::StatusOr<InferAnswer> InferResponse(const inference::ModelInferResponse& response, const InferCall& call) {
+absl::StatusOr<InferAnswer> InferResponse(const inference::ModelInferResponse& response, const ParsedInfer& call) {
   InferAnswer answer;
   json& out = answer.header;
   out = {{"model_name", response.model_name()},

@@ -28,7 +28,7 @@
 namespace qvi::rest {
 
 // A REST inference request as a ModelInfer request, and which outputs its answer gives in binary.
-struct InferCall {
+struct ParsedInfer {
   inference::ModelInferRequest request;
   bool binary_by_default = false;                // parameters.binary_data_output
   std::map<std::string, bool> binary_by_output;  // outputs[i].parameters.binary_data
@@ -38,8 +38,8 @@ struct InferCall {
 // The request's JSON (already walked by the body scan: well-formed and bounded), with `binary` the bytes
 // after it (the binary-data extension; empty without), for `model` and `version` ("" for the newest).
 // INVALID_ARGUMENT names the field.
-absl::StatusOr<InferCall> InferRequest(const nlohmann::json& body, const std::string& model, const std::string& version,
-                                       std::string_view binary = {});
+absl::StatusOr<ParsedInfer> InferRequest(const nlohmann::json& body, const std::string& model,
+                                         const std::string& version, std::string_view binary = {});
 
 // An answer: its JSON, and the binary contents that follow it (empty when no output is in binary).
 struct InferAnswer {
@@ -49,7 +49,7 @@ struct InferAnswer {
 
 // The answer's tensors with their raw contents decoded into "data" (FP32, INT32, INT64, BOOL, BYTES), or
 // for the outputs `call` asked in binary, appended to `binary` as they are.
-absl::StatusOr<InferAnswer> InferResponse(const inference::ModelInferResponse& response, const InferCall& call);
+absl::StatusOr<InferAnswer> InferResponse(const inference::ModelInferResponse& response, const ParsedInfer& call);
 
 // ModelMetadata as the REST protocol writes it: shapes as numbers; the properties under "parameters".
 nlohmann::json ModelMetadata(const inference::ModelMetadataResponse& response);

@@ -122,10 +122,11 @@ void AppendFloating(T v, std::string* out) {
   constexpr bool kFloat = sizeof(T) == sizeof(float);
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.*g", kFloat ? FLT_DIG : DBL_DIG, static_cast<double>(v));
-  // As protobuf's safe_strtof/strtod: a value that reads back out of range (a denormal) is not exact.
+  // As protobuf: a float reads back through safe_strtof, for which a denormal is out of range (so not
+  // exact), a double through plain strtod.
   errno = 0;
   const bool same = kFloat ? std::strtof(buf, nullptr) == static_cast<float>(v) : std::strtod(buf, nullptr) == v;
-  const bool exact = same && errno != ERANGE;
+  const bool exact = same && !(kFloat && errno == ERANGE);
   if (!exact) std::snprintf(buf, sizeof buf, "%.*g", kFloat ? FLT_DIG + 3 : DBL_DIG + 2, static_cast<double>(v));
   out->append(buf);
 }

@@ -391,6 +391,62 @@ TEST(ProtoJsonTest, WritesTheAnswersAsProtobufDoes) {
   }
 }
 
+double RandomDouble(std::mt19937& rng) {
+  switch (std::uniform_int_distribution<int>(0, 4)(rng)) {
+    case 0:
+      return std::numeric_limits<double>::quiet_NaN();
+    case 1:
+      return std::numeric_limits<double>::denorm_min() * std::uniform_int_distribution<int>(1, 1000)(rng);
+    case 2:
+      return 1.0 / std::uniform_int_distribution<int>(1, 1000)(rng);
+    case 3:
+      return std::uniform_real_distribution<double>(-1e300, 1e300)(rng);
+    default:
+      return std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+  }
+}
+
+// The model routes' answers too (ListModels, GetModel): enums, doubles, int64s, nested messages set
+// and unset, the faithfulness figures.
+TEST(ProtoJsonTest, WritesTheModelListsAsProtobufDoes) {
+  std::mt19937 rng(11);
+  for (int round = 0; round < 1000; ++round) {
+    v1::ListModelsResponse list;
+    for (int i = static_cast<int>(rng() % 3); i > 0; --i) {
+      v1::ModelInfo* info = list.add_models();
+      info->set_name(RandomText(rng));
+      for (int k = static_cast<int>(rng() % 3); k > 0; --k) {
+        v1::ModelVersion* v = info->add_versions();
+        v->set_version(static_cast<int64_t>(rng()));
+        v->set_state(static_cast<v1::ModelState>(rng() % 5));
+        v->set_reason(RandomText(rng));
+        if (rng() % 3 == 0) continue;  // no metadata
+        v1::ModelMetadata* md = v->mutable_metadata();
+        md->set_task(RandomText(rng));
+        md->add_labels(RandomText(rng));
+        md->set_layers(static_cast<int32_t>(rng() % 13));
+        md->mutable_tokenizer()->set_max_tokens(static_cast<int32_t>(rng() % 512));
+        md->mutable_batching()->set_max_queue_delay_ms(RandomDouble(rng));
+        md->mutable_batching()->set_max_queued_tokens(static_cast<int64_t>(rng()) << 20);
+        if (rng() % 2) md->mutable_cuda_graphs()->set_capture_ms(RandomDouble(rng));
+        v1::OutputInfo* o = md->add_outputs();
+        o->set_name(RandomText(rng));
+        o->add_shape("B");
+        if (rng() % 2) {
+          v1::Faithfulness* f = md->mutable_faithfulness();
+          f->set_measured(true);
+          f->add_ks(static_cast<int32_t>(rng() % 50));
+          v1::MethodFaithfulness* m = f->add_methods();
+          m->set_name(RandomText(rng));
+          m->mutable_comprehensiveness()->set_mean(RandomDouble(rng));
+          if (rng() % 2) m->mutable_loo_spearman()->set_low(RandomDouble(rng));
+        }
+      }
+    }
+    ExpectSameAsProtobuf(list);
+  }
+}
+
 // Not UTF-8: left to protobuf, which says so, rather than written as broken JSON.
 TEST(ProtoJsonTest, RefusesWhatIsNotUtf8) {
   for (const std::string bad : {"\xff", "a\xc3", "\xed\xa0\x80", "\xc0\xaf", "\xf4\x90\x80\x80"}) {
