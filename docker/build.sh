@@ -48,6 +48,16 @@ source_url=$(git config --get remote.origin.url 2>/dev/null || echo "file://$(pw
 # pip in the build stage trusts what this machine trusts (a TLS-inspecting proxy's CA, say); the bundle
 # is a build secret, so it stays out of the image.
 ca_bundle=${QVI_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
+# Room for the build: a cuda build writes its build stage and image (about 13 GB) before the stale ones
+# are dropped below. With less free than that, the cached build stage of this variant goes first (the
+# build is slower, not failed: "no space left on device" half-way stops everything after it).
+graph_root=$("${QVI_PODMAN[@]}" info --format '{{.Store.GraphRoot}}')
+free_gb=$(($(df --output=avail -k "$graph_root" | tail -1) / 1024 / 1024))
+need_gb=$([[ $variant == cuda ]] && echo 16 || echo 6)
+if ((free_gb < need_gb)); then
+  log "only $free_gb GB free in $graph_root (want $need_gb): dropping the cached $variant build stage first"
+  "${QVI_PODMAN[@]}" image prune -f --filter label=io.qvi.build-stage="$variant" > /dev/null
+fi
 start=$SECONDS
 started_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 log "building $IMAGE:$variant (revision $revision)"
