@@ -409,10 +409,22 @@ bool HttpApi::CorsAllows(const std::string& origin) const {
 
 // A browser's preflight (OPTIONS with Origin and Access-Control-Request-Method) from an allowed
 // origin: 204 with what it may send. From another origin: 403. Without Origin: the route's methods.
+namespace {
+
+// "GET, OPTIONS" or "POST, OPTIONS" for a path a route has (every route takes one method), or why none does.
+absl::StatusOr<std::string> AllowedMethods(const std::string& target) {
+  absl::StatusOr<HttpRoute> route = ParseRoute("GET", target);
+  if (route.ok()) return std::string("GET, OPTIONS");
+  if (route.status().code() == absl::StatusCode::kFailedPrecondition) return std::string("POST, OPTIONS");
+  return route.status();
+}
+
+}  // namespace
+
 HttpResponse HttpApi::Preflight(const HttpRequest& request) const {
-  const bool get = ParseRoute("GET", request.target).ok(), post = ParseRoute("POST", request.target).ok();
-  if (!get && !post) return ErrorResponse(ParseRoute("GET", request.target).status());
-  const std::string methods = get ? "GET, OPTIONS" : "POST, OPTIONS";
+  absl::StatusOr<std::string> allowed = AllowedMethods(request.target);
+  if (!allowed.ok()) return ErrorResponse(allowed.status());
+  const std::string& methods = *allowed;
   HttpResponse r{204, "application/json", "", {{"Allow", methods}}};
   const std::string origin = request.Header("Origin");
   if (origin.empty()) return r;
@@ -494,7 +506,7 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
     HttpResponse r = ErrorResponse(route.status());
     if (route.status().code() == absl::StatusCode::kFailedPrecondition) {
       r.status = 405;
-      r.headers.emplace_back("Allow", ParseRoute("GET", request.target).ok() ? "GET, OPTIONS" : "POST, OPTIONS");
+      r.headers.emplace_back("Allow", AllowedMethods(request.target).value_or("GET, OPTIONS"));
     }
     return reply(std::move(r));
   }
