@@ -311,6 +311,20 @@ def length_name(words):
     return "Short" if words <= 40 else "Long"
 
 
+def against_classify(other, q, what, name, ratio_target, latency_target):
+    """Two lines: another protocol's best throughput against gRPC Classify's on the same server, and its
+    p50 at concurrency 1 against Classify's (when both ran it)."""
+    ob, qb = best_step(other), best_step(q)
+    lines = [f"- {what}: best {ob['texts_per_s']:.0f} against {qb['texts_per_s']:.0f} texts/s "
+             f"(**{ob['texts_per_s'] / qb['texts_per_s']:.2f} x**{ratio_target})."]
+    o1 = next((s for s in other["steps"] if int(s["load"]) == 1), None)
+    c1 = next((s for s in q["steps"] if int(s["load"]) == 1), None)
+    if c1 and o1:
+        lines.append(f"- At concurrency 1: {name} p50 {o1['p50_ms']:.3f} ms against Classify {c1['p50_ms']:.3f} ms "
+                     f"(**{o1['p50_ms'] - c1['p50_ms']:+.3f} ms**{latency_target}).")
+    return lines
+
+
 def run_markdown(run):
     """The tables and ratios of one text length."""
     words, max_batch = run["words"], run["max_batch"]
@@ -382,14 +396,8 @@ def run_markdown(run):
                          f"(target <= 0.3 ms; includes the client's own gRPC time and tokenisation).")
         oip = run.get("qvi-server-oip")
         if oip:
-            ob = best_step(oip)
-            lines.append(f"- The Open Inference Protocol (ModelInfer, default outputs: label and probabilities) against "
-                         f"Classify on the same server: best {ob['texts_per_s']:.0f} against {qb['texts_per_s']:.0f} texts/s "
-                         f"(**{ob['texts_per_s'] / qb['texts_per_s']:.2f} x**).")
-            o1 = next((s for s in oip["steps"] if int(s["load"]) == 1), None)
-            if c1 and o1:
-                lines.append(f"- At concurrency 1: ModelInfer p50 {o1['p50_ms']:.3f} ms against Classify {c1['p50_ms']:.3f} ms "
-                             f"(**{o1['p50_ms'] - c1['p50_ms']:+.3f} ms**).")
+            lines += against_classify(oip, q, "The Open Inference Protocol (ModelInfer, default outputs: label and "
+                                      "probabilities) against Classify on the same server", "ModelInfer", "", "")
             pairs = [(o, n) for o, n in zip(oip["steps"], q["steps"])
                      if "server_cpu_us_per_request" in o and "server_cpu_us_per_request" in n]
             if pairs:
@@ -398,14 +406,9 @@ def run_markdown(run):
                              f"{o['server_cpu_us_per_request']:.0f} µs, Classify {n['server_cpu_us_per_request']:.0f} µs.")
         http = run.get("qvi-server-http")
         if http:
-            hb = best_step(http)
-            lines.append(f"- HTTP/JSON Classify (`POST /v1/models/{MODEL}:classify`) against gRPC Classify on the same "
-                         f"server: best {hb['texts_per_s']:.0f} against {qb['texts_per_s']:.0f} texts/s "
-                         f"(**{hb['texts_per_s'] / qb['texts_per_s']:.2f} x**, target >= 0.85 x).")
-            h1 = next((s for s in http["steps"] if int(s["load"]) == 1), None)
-            if c1 and h1:
-                lines.append(f"- At concurrency 1: HTTP/JSON p50 {h1['p50_ms']:.3f} ms against Classify "
-                             f"{c1['p50_ms']:.3f} ms (**{h1['p50_ms'] - c1['p50_ms']:+.3f} ms**, target <= +0.1 ms).")
+            lines += against_classify(http, q, f"HTTP/JSON Classify (`POST /v1/models/{MODEL}:classify`) against gRPC "
+                                      "Classify on the same server", "HTTP/JSON", ", target >= 0.85 x",
+                                      ", target <= +0.1 ms")
         for peer, target in (("torchserve", 5), ("python-grpc", 3)):
             if peer not in run:
                 continue

@@ -211,7 +211,9 @@ json MessageSchemaRef(const Descriptor* message, json& schemas) {
   return Ref(name);
 }
 
-std::string OpenApiDocument() {
+namespace {
+
+std::string BuildOpenApiDocument() {
   namespace v1 = serving::v1;
   json schemas = json::object();
   AddKServeSchemas(schemas);
@@ -239,6 +241,13 @@ std::string OpenApiDocument() {
                   "qvi.serving.v1 schemas are the proto's messages in protobuf's JSON mapping; requests may also "
                   "name fields in snake_case."}};
   return doc.dump(2);
+}
+
+}  // namespace
+
+const std::string& OpenApiDocument() {
+  static const std::string document = BuildOpenApiDocument();  // fixed by the build: made once
+  return document;
 }
 
 }  // namespace qvi

@@ -12,7 +12,8 @@
 
 namespace qvi {
 
-std::string OpenApiDocument();
+// Built on first use, then the same text for every request.
+const std::string& OpenApiDocument();
 
 // The schema of `message` in protobuf's JSON mapping (field names in lowerCamelCase; 64-bit integers
 // as strings, as answers write them, or numbers; enums by name), a $ref into components.schemas, where
