@@ -5,12 +5,14 @@
 // version are measured side by side, alternating at each batch size.
 //
 //   qvi-bench-model --model model_store/store/sentiment/1 --format both --batch-sizes 1,2,4,8,16,32
+//   qvi-bench-model --model DIR --format pt2 --cpu-packages base,x86-64-v4,x86-64-v4-bf16   (each CPU package)
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -25,6 +27,7 @@ int main(int argc, char** argv) {
                "qvi-bench-model"};
   std::string path, json, device = "cpu", format = "both";
   std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32};
+  std::vector<std::string> cpu_packages = {"auto"};
   double seconds = 5, words = 20, words_stddev = 5;
   int pool = 1000, threads = 1;
   uint32_t seed = 1;
@@ -33,6 +36,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"torchscript", "pt2", "both"}))
       ->capture_default_str();
   app.add_option("--batch-sizes", batch_sizes, "batch sizes to measure")->delimiter(',');
+  app.add_option("--cpu-packages", cpu_packages,
+                 "the CPU packages of the pt2 format to measure side by side: auto (what the server picks), "
+                 "base (model.cpu.pt2), x86-64-v4, x86-64-v4-bf16")
+      ->delimiter(',')
+      ->check([](const std::string& name) {
+        absl::Status s = qvi::CheckCpuPackage(name);
+        return s.ok() ? std::string() : std::string(s.message());
+      })
+      ->capture_default_str();
   app.add_option("--seconds", seconds, "seconds per batch size")->capture_default_str();
   app.add_option("--device", device, "cpu, cuda, auto")->capture_default_str();
   app.add_option("--torch-threads", threads, "torch intra-op threads")->capture_default_str();
@@ -65,13 +77,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<std::unique_ptr<qvi::Model>> models;
+  std::vector<std::pair<std::string, std::string>> loads;  // format, CPU package
   for (const std::string f : {"torchscript", "pt2"}) {
     if (format != "both" && format != f) continue;
+    if (f == "torchscript") loads.emplace_back(f, "auto");
+    for (const std::string& package : cpu_packages) {
+      if (f == "pt2") loads.emplace_back(f, package);
+    }
+  }
+  for (const auto& [f, package] : loads) {
     for (bool with_graphs : {false, true}) {
       if ((with_graphs && graphs == "off") || (!with_graphs && graphs == "on")) continue;
       qvi::LoadOptions options;
       options.device = device;
       options.format = *qvi::ParseModelFormat(f);
+      options.cpu_package = package;
       absl::StatusOr<std::unique_ptr<qvi::Model>> loaded = qvi::Model::Load(path, options);
       if (!loaded.ok()) {
         std::cerr << f << ": " << loaded.status() << "\n";
@@ -116,7 +136,14 @@ int main(int argc, char** argv) {
     std::cerr << m->format() << " (" << m->file() << "): forward without maps "
               << (m->has_forward_without_maps() ? "yes" : "no (forward always forms the maps)") << "\n";
   }
-  std::printf("%6s %5s %12s %6s %10s %10s %10s %10s\n", "batch", "maps", "format", "graphs", "texts/s", "batches/s",
+  // What each row measured: the format, and for a CPU package which one ("pt2 x86-64-v4-bf16").
+  auto label = [](const qvi::Model& m) {
+    const std::string file = std::filesystem::path(m.file()).filename().string();
+    if (m.format() != "pt2" || file == "model.cuda.pt2") return m.format();
+    if (file == "model.cpu.pt2") return std::string("pt2 base");
+    return "pt2 " + file.substr(10, file.size() - 14);  // model.cpu.<name>.pt2
+  };
+  std::printf("%6s %5s %20s %6s %10s %10s %10s %10s\n", "batch", "maps", "format", "graphs", "texts/s", "batches/s",
               "p50 ms", "p99 ms");
   nlohmann::json results = nlohmann::json::array();
   for (int bs : batch_sizes) {
@@ -147,11 +174,12 @@ int main(int argc, char** argv) {
         const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         std::sort(ms.begin(), ms.end());
         const double p50 = ms[ms.size() / 2], p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-        std::printf("%6d %5s %12s %6s %10.1f %10.1f %10.3f %10.3f\n", bs, with_maps ? "on" : "off", m->format().c_str(),
+        std::printf("%6d %5s %20s %6s %10.1f %10.1f %10.3f %10.3f\n", bs, with_maps ? "on" : "off", label(*m).c_str(),
                     m->graphs().active ? "on" : "off", texts / elapsed, ms.size() / elapsed, p50, p99);
         results.push_back({{"batch_size", bs},
                            {"maps", with_maps},
                            {"format", m->format()},
+                           {"file", std::filesystem::path(m->file()).filename().string()},
                            {"cuda_graphs", m->graphs().active},
                            {"texts_per_s", texts / elapsed},
                            {"batches_per_s", ms.size() / elapsed},

@@ -63,7 +63,8 @@ void LogModelEvent(const std::string& name, const VersionStatus& v) {
         "model {}@{} READY: {} ({}) on {} from {} ({}), {} labels/tags, max_tokens {}; batches of up to {} "
         "texts / {} tokens / {} ms, {} instance(s){}",
         name, v.version, m.display_name, m.task == Task::kClassification ? "classification" : "tagging",
-        v.model->device(), std::filesystem::path(v.model->file()).filename().string(), v.model->format(),
+        v.model->device(), std::filesystem::path(v.model->file()).filename().string(),
+        v.model->precision().empty() ? v.model->format() : absl::StrCat(v.model->format(), ", ", v.model->precision()),
         m.task == Task::kClassification ? m.labels.size() : m.tags.size(), m.tokenizer.max_tokens, c.max_batch_size,
         c.max_batch_tokens, c.max_queue_delay_ms, c.instances,
         v.model->has_forward_without_maps() ? "; batches that ask for no attention maps skip them" : "");
@@ -180,6 +181,7 @@ absl::Status Server::StartModels() {
   o.root = options_.models.store;
   o.defaults.device = options_.models.device;
   o.defaults.format = *ParseModelFormat(options_.models.format);  // checked by the flag
+  o.defaults.cpu_package = options_.models.cpu_package;           // checked by the flag
   o.defaults.instances = options_.threads.instances;
   o.defaults.max_queued_texts = options_.limits.max_queued_texts;  // 0: by device
   o.defaults.max_queued_tokens = 0;                                // by device

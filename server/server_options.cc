@@ -22,6 +22,15 @@ void AddModelOptions(CLI::App& app, ServerOptions& o) {
                  "compiled for the device when it can run here, else model.pt), torchscript or pt2")
       ->check(CLI::IsMember({"auto", "torchscript", "pt2"}))
       ->group("Models");
+  app.add_option("--cpu-package", o.models.cpu_package,
+                 "CPU package to load from a version folder unless its serving.json says otherwise: auto (the "
+                 "first of model.cpu.x86-64-v4-bf16.pt2, model.cpu.x86-64-v4.pt2 and model.cpu.pt2 that the folder "
+                 "holds and this CPU runs), x86-64-v4-bf16, x86-64-v4 or base (model.cpu.pt2)")
+      ->check([](const std::string& name) {
+        absl::Status s = CheckCpuPackage(name);
+        return s.ok() ? std::string() : std::string(s.message());
+      })
+      ->group("Models");
   app.add_option("--cuda-graphs", o.models.cuda_graphs,
                  "models on a GPU replay CUDA graphs captured at load, one per batch-size and length bucket, "
                  "unless their serving.json says \"cuda_graphs\": false (docs/performance.md)")

@@ -16,6 +16,7 @@ struct ServerOptions {
     std::string store = "model_store/store";
     std::string device = "auto";
     std::string format = "auto";
+    std::string cpu_package = "auto";
     std::string version_policy = "latest:1";   // for models whose serving.json names none
     double poll_seconds = 2;                   // 0: read the store once, at start-up
     double load_timeout_seconds = 600;         // a version's load and warm-up, at most; then FAILED

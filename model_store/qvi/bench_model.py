@@ -9,13 +9,16 @@ into the default store.
 
     python -m qvi bench-model --store bench/models                      # bert_base_qvi (float32)
     python -m qvi bench-model --store bench/models --dtype bfloat16     # bert_base_qvi_bf16
+    python -m qvi bench-model --store bench/models --packages x86-64-v4 x86-64-v4-bf16
+                                  # bert_base_qvi with model.cpu.pt2 and the native CPU packages
 """
 import argparse
-from typing import Dict
+import os
+from typing import Dict, Optional, Sequence
 
 import torch
 
-from qvi import artifact
+from qvi import artifact, pt2
 from qvi.models import ModelConfig, build_model
 from qvi.tokenizer import PAD, UNK, TokenizerConfig, Vocabulary
 
@@ -41,7 +44,7 @@ def bench_vocabulary(size: int) -> Vocabulary:
 
 
 def export_bench_model(store: str, config: ModelConfig, dtype: str = "float32", seed: int = 0,
-                       name: str = "bert_base_qvi") -> str:
+                       name: str = "bert_base_qvi", packages: Sequence[str] = (), cache: Optional[str] = None) -> str:
     torch.manual_seed(seed)
     model = build_model(config).eval()
     if dtype != "float32":
@@ -55,6 +58,12 @@ def export_bench_model(store: str, config: ModelConfig, dtype: str = "float32", 
         "training_data": "none",
         "reproduce": f"python -m qvi bench-model --dtype {dtype} --seed {seed}",
     }
+    if packages:
+        # No test split means no fidelity gate: what a bf16 package costs in fidelity is measured on
+        # the trained demo models (docs/performance.md); here only its speed is.
+        card["cpu_packages"] = {v: {"cpu_target": pt2.CPU_VARIANTS[v][0], "dtype": pt2.CPU_VARIANTS[v][1],
+                                    "kept": True, "fidelity": "not measured: untrained, no test split"}
+                                for v in packages}
     manifest = artifact.build_manifest(name + SUFFIX[dtype], config, TokenizerConfig(max_tokens=config.max_tokens),
                                        vocab, ["label_0", "label_1"], "", card)
     outputs = manifest["outputs"]
@@ -62,12 +71,23 @@ def export_bench_model(store: str, config: ModelConfig, dtype: str = "float32", 
     for spec in outputs.values():
         if spec["dtype"] == "float32":
             spec["dtype"] = dtype
-    return artifact.export(model, manifest, vocab, store, 1)
+    path = artifact.export(model, manifest, vocab, store, 1)
+    if packages:
+        if dtype != "float32":
+            raise SystemExit("--packages compiles from the float32 model: use it without --dtype")
+        folder = os.path.dirname(path)
+        pt2.write_cached(model, manifest, vocab.to_text(), folder, "cpu", pt2.DEFAULT_CPU_TARGET, cache)
+        for variant in packages:
+            target, package_dtype = pt2.CPU_VARIANTS[variant]
+            pt2.write_cached(model, manifest, vocab.to_text(), folder, "cpu", target, cache, package_dtype,
+                             pt2.variant_file(variant))
+    return path
 
 
 def cmd_bench_model(args: argparse.Namespace) -> None:
     config = bench_config(args.layers, args.width, args.heads, args.ffn, args.max_tokens, args.vocab_size)
-    print(export_bench_model(args.store, config, args.dtype, args.seed))
+    print(export_bench_model(args.store, config, args.dtype, args.seed, packages=args.packages or (),
+                             cache=args.pt2_cache))
 
 
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -81,4 +101,8 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--ffn", type=int, default=3072)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--vocab-size", type=int, default=30522)
+    p.add_argument("--packages", nargs="*", choices=tuple(pt2.CPU_VARIANTS),
+                   help="also compile model.cpu.pt2 and these CPU packages beside it (float32 model only; no "
+                        "fidelity gate: the model is untrained and has no test split)")
+    p.add_argument("--pt2-cache", help="reuse packages compiled before from the same weights, code and target")
     p.set_defaults(func=cmd_bench_model)

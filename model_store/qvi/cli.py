@@ -3,6 +3,7 @@
     python -m qvi train    --task classification --arch cnn_att --g qvi --train T --dev D --out ckpt.pt
     python -m qvi evaluate --checkpoint ckpt.pt --test TEST        (or --artifact model.pt)
     python -m qvi export   --checkpoint ckpt.pt --store model_store/store --name NAME --version 1 [--format both]
+                           [--cpu-variants x86-64-v4 x86-64-v4-bf16 --fidelity-test TEST]
     python -m qvi demo     --store model_store/store               (the demo models the server serves)
     python -m qvi results  --seeds 5                               (model_store/README.md's table)
     python -m qvi faithfulness --artifact model.pt --test TEST --out f.json   (how faithful α, β and peers are)
@@ -57,7 +58,8 @@ def cmd_export(args: argparse.Namespace) -> None:
             raise SystemExit(f"{args.faithfulness} measured the model {report.get('model')!r}, not {args.name!r}")
         card["faithfulness"] = card_summary(report)
     for path in export_checkpoint(args.checkpoint, args.store, args.name, args.version, card, args.format,
-                                  args.device, args.cpu_target, args.pt2_cache):
+                                  args.device, args.cpu_target, args.pt2_cache, args.cpu_variants or (),
+                                  args.fidelity_test, args.conll_join):
         print(path)
 
 
@@ -96,6 +98,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                    help="instruction set of a CPU .pt2: x86-64-v3 (AVX2; runs on any x86 server since ~2015) "
                         "or native (this machine's, e.g. AVX-512; for compiling on the node that serves it)")
     p.add_argument("--pt2-cache", help="reuse packages compiled before from the same weights, code and target")
+    p.add_argument("--cpu-variants", nargs="+", choices=tuple(pt2.CPU_VARIANTS),
+                   help="also compile these CPU packages (model.cpu.<variant>.pt2), which a server whose CPU runs "
+                        "them prefers to model.cpu.pt2; a bf16 one is kept only if it passes the fidelity gate")
+    p.add_argument("--fidelity-test", help="the test split a bf16 package's fidelity gate runs on (labels, entity F1, "
+                                           "alpha and beta against float32)")
+    p.add_argument("--conll-join", default=" ", help="how --fidelity-test's CoNLL tokens join into text")
     p.set_defaults(func=cmd_export)
     p = sub.add_parser("null", help="write DIR/model.null: an artifact's manifest and vocabulary for the server's "
                                     "null backend, which answers with no math (benchmarks of the serving path)")

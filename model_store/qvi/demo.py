@@ -112,11 +112,18 @@ def cmd_demo(args: argparse.Namespace) -> None:
             card["pretrained_vectors"] = VECTORS_CARD
         out = export_checkpoint(path, args.store, name, 1, card)[0]
         print(f"{out}: test {json.dumps(ckpt['metrics'].get('test'))} ({time.time() - t0:.0f} s)")
+        test = os.path.join(args.corpora, corpus, f"test.{EXTENSIONS[corpus]}")
         if not args.no_faithfulness:
-            card["faithfulness"] = _demo_faithfulness(name, out, os.path.join(
-                args.corpora, corpus, f"test.{EXTENSIONS[corpus]}"))
+            card["faithfulness"] = _demo_faithfulness(name, out, test)
+        if args.no_pt2:
             export_checkpoint(path, args.store, name, 1, card)
-        _demo_package(target, args, force=True)
+            continue
+        t0 = time.time()
+        variants = demo_cpu_variants(args.cpu_variants or ())
+        for written in export_checkpoint(path, args.store, name, 1, card, "both", pt2_cache=args.pt2_cache,
+                                         cpu_variants=variants, fidelity_test=test if variants else None)[1:]:
+            print(written)
+        print(f"{name}: packages {', '.join(['base'] + variants) if variants else 'base'} ({time.time() - t0:.0f} s)")
 
 
 # The faithfulness figures each demo card carries (qvi/faithfulness.py over the test split, as served):
@@ -142,6 +149,18 @@ def _current_package(package: str) -> bool:
         return json.loads(pt2.read_extra(package)[pt2.PT2_INFO]).get("info_version") == pt2.INFO_VERSION
     except Exception:  # unreadable: rebuild it
         return False
+
+
+def demo_cpu_variants(asked: Sequence[str]) -> List[str]:
+    """The native CPU packages `--cpu-variants` asks for that this CPU can compile and check.
+
+    None by default: a bf16 package (1.0-4.3x model.cpu.pt2 at batches of 8 and more on this machine,
+    docs/performance.md "Native CPU packages") answers within its fidelity gate of float32 but not
+    the same to 1e-5, and not the same for a text batched with different neighbours (its α moves by
+    up to about 0.001), while the demo's tests and README transcripts pin float32 answers."""
+    from qvi import pt2
+    have = set(pt2.required_cpu_flags("native"))
+    return [v for v in asked if set(pt2.cpu_flags(*pt2.CPU_VARIANTS[v])) <= have]
 
 
 def _demo_package(model_pt: str, args: argparse.Namespace, force: bool) -> None:
@@ -355,6 +374,9 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--models", nargs="*", default=[], choices=[d[0] for d in DEMO],
                    help="build only these demo models (default: all)")
     p.add_argument("--no-pt2", action="store_true", help="TorchScript only: compile no model.cpu.pt2")
+    p.add_argument("--cpu-variants", nargs="+", choices=("x86-64-v4", "x86-64-v4-bf16"),
+                   help="also compile these native CPU packages where this CPU runs them (a bf16 one behind its "
+                        "fidelity gate on the test split); the server then prefers them")
     p.add_argument("--no-faithfulness", action="store_true",
                    help="leave the faithfulness figures out of the cards (they take about 4 minutes)")
     p.add_argument("--pt2-cache", default=os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2")),

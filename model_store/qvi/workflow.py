@@ -2,7 +2,9 @@
 checkpoint, export it into a model store, score an exported artifact. Below both cli.py (the
 commands) and demo.py (the demo store), so that neither imports the other back."""
 import argparse
+import contextlib
 import os
+import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -116,10 +118,13 @@ FORMATS = ("torchscript", "pt2", "both")
 
 def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card: Dict[str, object],
                       fmt: str = "torchscript", device: str = "cpu", cpu_target: str = pt2.DEFAULT_CPU_TARGET,
-                      pt2_cache: Optional[str] = None) -> List[str]:
+                      pt2_cache: Optional[str] = None, cpu_variants: Sequence[str] = (),
+                      fidelity_test: Optional[str] = None, conll_join: str = " ") -> List[str]:
     """Writes the formats `fmt` asks for into <store>/<name>/<version>/; returns the paths written.
     With "both", an architecture that cannot be exported to a .pt2 gets model.pt alone (its manifest
-    says why); asked for "pt2" alone, it is an error."""
+    says why); asked for "pt2" alone, it is an error. `cpu_variants` (pt2.CPU_VARIANTS) adds CPU
+    packages beside model.cpu.pt2; a bfloat16 one only if it passes the fidelity gate on the corpus
+    `fidelity_test` (qvi/fidelity.py). The model card records each variant's measurement."""
     model, ckpt = load_checkpoint(ckpt_path)
     config = ModelConfig(**ckpt["config"])
     vocab = Vocabulary(ckpt["vocab"])
@@ -128,17 +133,61 @@ def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card:
     card.setdefault("metrics", ckpt["metrics"])
     card.setdefault("seed", ckpt["train_options"]["seed"])
     card.setdefault("training", {"options": ckpt["train_options"], "data": ckpt["data"]})
-    manifest = artifact.build_manifest(name, config, tok, vocab, ckpt["labels"], ckpt["scheme"], card)
-    written = []
-    if fmt in ("torchscript", "both"):
-        written.append(artifact.export(model, manifest, vocab, store, version))
     status = pt2.export_status(config.arch)
     if fmt == "pt2" and not status["exportable"]:
         raise SystemExit(f"{config.arch} cannot be exported to a .pt2: {status['reason']}")
-    if fmt in ("pt2", "both") and status["exportable"]:
-        folder = os.path.join(store, name, str(version))
-        written.append(pt2.write_cached(model, manifest, vocab.to_text(), folder, device, cpu_target, pt2_cache))
+    packages = fmt in ("pt2", "both") and bool(status["exportable"])
+    if cpu_variants and not (packages and device == "cpu"):
+        raise SystemExit("--cpu-variants needs CPU packages (--device cpu, --format pt2 or both, an exportable model)")
+    with contextlib.ExitStack() as stack:
+        cache = pt2_cache or stack.enter_context(tempfile.TemporaryDirectory(prefix="qvi-pt2-"))
+        kept = []
+        if cpu_variants:
+            probe = artifact.build_manifest(name, config, tok, vocab, ckpt["labels"], ckpt["scheme"], card)
+            card["cpu_packages"] = {}
+            for variant in cpu_variants:
+                report = _variant(model, config, probe, vocab, ckpt, variant, cache, fidelity_test, conll_join)
+                card["cpu_packages"][variant] = report  # type: ignore[index]
+                if report["kept"]:
+                    kept.append(variant)
+        manifest = artifact.build_manifest(name, config, tok, vocab, ckpt["labels"], ckpt["scheme"], card)
+        written = []
+        if fmt in ("torchscript", "both"):
+            written.append(artifact.export(model, manifest, vocab, store, version))
+        if packages:
+            folder = os.path.join(store, name, str(version))
+            written.append(pt2.write_cached(model, manifest, vocab.to_text(), folder, device, cpu_target, cache))
+            for variant in kept:
+                target, dtype = pt2.CPU_VARIANTS[variant]
+                written.append(pt2.write_cached(model, manifest, vocab.to_text(), folder, "cpu", target, cache,
+                                                dtype, pt2.variant_file(variant)))
     return written
+
+
+def _variant(model: torch.nn.Module, config: ModelConfig, manifest: Dict[str, object], vocab: Vocabulary,
+             ckpt: Dict[str, object], variant: str, cache: str, fidelity_test: Optional[str],
+             conll_join: str) -> Dict[str, object]:
+    """Compiles one CPU variant into `cache` and measures it: what the card says of it, and whether
+    it is kept ("kept")."""
+    from qvi import fidelity
+    target, dtype = pt2.CPU_VARIANTS[variant]
+    missing = sorted(set(pt2.cpu_flags(target, dtype)) - set(pt2.required_cpu_flags("native")))
+    if missing:
+        raise SystemExit(f"cannot compile and check the {variant} package on this CPU: it lacks {', '.join(missing)}")
+    if dtype != "float32" and not fidelity_test:
+        raise SystemExit(f"the {variant} package needs --fidelity-test (a test split for its fidelity gate)")
+    with tempfile.TemporaryDirectory(prefix="qvi-variant-") as staging:
+        path = pt2.write_cached(model, manifest, vocab.to_text(), staging, "cpu", target, cache, dtype)
+        report: Dict[str, object] = {"cpu_target": target, "dtype": dtype}
+        if dtype == "float32":
+            return dict(report, kept=True)
+        task = config.task
+        labels = ckpt["labels"]
+        data = encode_examples(read_corpus(str(fidelity_test), task, conll_join), config_from_json(ckpt["tokenizer"]),
+                               vocab, labels, str(ckpt["scheme"]), task == "tagging")  # type: ignore[arg-type]
+        gate = fidelity.measure(path, model, config, data, labels)  # type: ignore[arg-type]
+    report.update(fidelity_test=os.path.basename(str(fidelity_test)), fidelity=gate, kept=bool(gate["passed"]))
+    return report
 
 
 def evaluate_artifact(path: str, test: str, join: str) -> Dict[str, float]:

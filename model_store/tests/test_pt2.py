@@ -97,6 +97,7 @@ def test_pt2_json_says_what_the_server_needs(arch, tmp_path):
     info = json.loads(extra[pt2.PT2_INFO])
     assert info["device"] == "cpu" and info["cpu_target"] == "x86-64-v3"
     assert info["cpu_flags"] == pt2.X86_64_V3_FLAGS and "avx512f" not in info["cpu_flags"]
+    assert info["dtype"] == "float32"
     assert info["torch_version"] == torch.__version__.split("+")[0]
     assert (info["min_tokens"], info["max_tokens"], info["max_batch"]) == (pt2.MIN_TOKENS, 32, pt2.MAX_BATCH)
     assert "logits" in info["outputs"]["model"] or "emissions" in info["outputs"]["model"]
@@ -158,3 +159,121 @@ def test_what_cannot_be_exported_says_so_and_ships_torchscript(arch, tmp_path):
     assert [os.path.basename(p) for p in written] == ["model.pt"]
     with pytest.raises(SystemExit, match="cannot be exported to a .pt2"):
         export_checkpoint(str(tmp_path / "c.ckpt"), str(tmp_path / "store"), "m", 2, {}, "pt2")
+
+
+# --- native CPU packages (x86-64-v4, bf16) and the fidelity gate -----------------------------------
+
+NEEDS_BF16 = pytest.mark.skipif(
+    not set(pt2.cpu_flags("x86-64-v4", "bfloat16")) <= set(pt2.required_cpu_flags("native")),
+    reason="this CPU cannot run an x86-64-v4 bf16 package (needs AVX-512 and AVX512-BF16)")
+
+
+def write_checkpoint(arch, tmp_path, n_texts=80):
+    """A checkpoint of make()'s model and a test split; a classifier's output layer is scaled up, so
+    that its labels are decided by clear margins (bf16 rounding must not flip a near tie of an
+    untrained model)."""
+    model, manifest, vocab = make(arch, tmp_path)
+    tagging = arch in TAGGERS
+    if not tagging:  # a tagger's gate compares entity F1, which a flipped near tie moves little
+        with torch.no_grad():
+            model.out.weight.mul_(30.0)
+    cfg = ModelConfig(**manifest["architecture"]["config"])
+    labels = manifest["tags"] if tagging else manifest["labels"]
+    torch.save({"config": cfg.to_json(), "vocab": vocab.tokens, "tokenizer": config_to_json(TokenizerConfig(max_tokens=32)),
+                "labels": labels, "scheme": "BIO", "state_dict": model.state_dict(), "metrics": {},
+                "train_options": {"seed": 1}, "data": {}}, tmp_path / "c.ckpt")
+    g = torch.Generator().manual_seed(5)
+    lines = []
+    for i in range(n_texts):
+        words = [f"w{int(w)}" for w in torch.randint(0, VOCAB - 2, (int(torch.randint(1, 20, (1,), generator=g)),),
+                                                     generator=g)]
+        if tagging:
+            lines += [f"{w}\t{'B-x' if j == 0 and i % 2 else 'O'}" for j, w in enumerate(words)] + [""]
+        else:
+            lines.append(f"{['a', 'b', 'c'][i % 3]}\t{' '.join(words)}")
+    test = tmp_path / ("test.conll" if tagging else "test.tsv")
+    test.write_text("\n".join(lines) + "\n")
+    return str(tmp_path / "c.ckpt"), str(test), model
+
+
+@NEEDS_BF16
+def test_native_variants_are_written_beside_the_portable_package_and_the_card_records_the_gate(tmp_path):
+    ckpt, test, model = write_checkpoint("transformer", tmp_path)
+    written = export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", pt2_cache=CACHE,
+                                cpu_variants=["x86-64-v4-bf16", "x86-64-v4"], fidelity_test=test)
+    assert [os.path.basename(p) for p in written] == ["model.pt", "model.cpu.pt2", "model.cpu.x86-64-v4-bf16.pt2",
+                                                      "model.cpu.x86-64-v4.pt2"]
+    bf16 = json.loads(pt2.read_extra(written[2])[pt2.PT2_INFO])
+    assert (bf16["dtype"], bf16["cpu_target"]) == ("bfloat16", "x86-64-v4")
+    assert set(pt2.X86_64_V4_FLAGS) | {"avx512_bf16"} == set(bf16["cpu_flags"])
+    v4 = json.loads(pt2.read_extra(written[3])[pt2.PT2_INFO])
+    assert (v4["dtype"], v4["cpu_flags"]) == ("float32", pt2.X86_64_V4_FLAGS)
+    # The card travels in every file of the version, the gate's figures in it.
+    cards = [json.loads(pt2.read_extra(p)["manifest.json"])["model_card"] for p in written[1:]]
+    assert cards[0] == cards[1] == cards[2]
+    gate = cards[0]["cpu_packages"]["x86-64-v4-bf16"]
+    assert gate["kept"] is True and gate["fidelity_test"] == "test.tsv"
+    f = gate["fidelity"]
+    assert f["passed"] is True and f["texts"] == 80 and f["label_agreement"] >= 0.995
+    assert 0 < f["max_abs_attention"] <= 0.02 and 0 < f["max_abs_gates"] <= 0.02  # bf16 rounds: never exact
+    assert cards[0]["cpu_packages"]["x86-64-v4"] == {"cpu_target": "x86-64-v4", "dtype": "float32", "kept": True}
+    # The bf16 package answers in float32, near the float32 model.
+    ids, mask = padded_batch(4, 20, seed=3)
+    got = pt2.load_methods(written[2])["model"](ids, mask)
+    want = model(ids, mask)
+    assert all(v.dtype == torch.float32 for v in got.values())
+    assert (got["attention"] - want["attention"]).abs().max().item() < 0.02
+
+
+@NEEDS_BF16
+def test_a_bf16_variant_that_fails_the_gate_is_not_written_and_the_card_says_why(tmp_path, monkeypatch):
+    from qvi import fidelity
+    ckpt, test, _ = write_checkpoint("transformer", tmp_path)
+    monkeypatch.setitem(fidelity.LIMITS, "explanations_abs", 1e-7)  # bf16 cannot meet it
+    written = export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", pt2_cache=CACHE,
+                                cpu_variants=["x86-64-v4-bf16"], fidelity_test=test)
+    assert [os.path.basename(p) for p in written] == ["model.pt", "model.cpu.pt2"]
+    assert not os.path.exists(tmp_path / "store" / "m" / "1" / "model.cpu.x86-64-v4-bf16.pt2")
+    gate = json.loads(pt2.read_extra(written[1])["manifest.json"])["model_card"]["cpu_packages"]["x86-64-v4-bf16"]
+    assert gate["kept"] is False and gate["fidelity"]["passed"] is False
+    assert any("attention differs by up to" in r and "limit 1e-07" in r for r in gate["fidelity"]["failed"])
+
+
+@NEEDS_BF16
+def test_the_gate_of_a_tagger_scores_entities_as_the_server_decodes_them(tmp_path):
+    """A tagger's package stops at the emissions; the gate decodes them with the float32 CRF, as the
+    server does, and its float32 F1 is the zoo's own evaluation of the eager model."""
+    from qvi import fidelity
+    from qvi.data import encode_examples, read_conll
+    from qvi.train import evaluate
+    ckpt, test, model = write_checkpoint("cnn_transformer_crf", tmp_path)
+    _, manifest, vocab = make("cnn_transformer_crf", tmp_path)
+    path = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path), "cpu", "x86-64-v4", CACHE, "bfloat16",
+                            pt2.variant_file("x86-64-v4-bf16"))
+    cfg = ModelConfig(**manifest["architecture"]["config"])
+    data = encode_examples(read_conll(test), TokenizerConfig(max_tokens=32), vocab, manifest["tags"], "BIO", True)
+    report = fidelity.measure(path, model, cfg, data, manifest["tags"])
+    assert report["f1_float32"] == round(100 * evaluate(model, cfg, data, manifest["tags"])["f1"], 3)
+    assert report["passed"] is (abs(report["f1"] - report["f1_float32"]) <= 0.3 and report["max_abs_attention"] <= 0.02
+                                and report["max_abs_gates"] <= 0.02)
+    assert report["texts"] == len(data) and 0 <= report["label_agreement"] <= 1
+
+
+@NEEDS_BF16
+def test_a_bf16_variant_without_a_test_split_is_refused_before_any_compile(tmp_path):
+    ckpt, _, _ = write_checkpoint("transformer", tmp_path, n_texts=3)
+    with pytest.raises(SystemExit, match="the x86-64-v4-bf16 package needs --fidelity-test"):
+        export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", cpu_variants=["x86-64-v4-bf16"])
+    assert not os.path.exists(tmp_path / "store")
+
+
+def test_variants_need_cpu_packages_and_known_names(tmp_path):
+    ckpt, _, _ = write_checkpoint("transformer", tmp_path, n_texts=3)
+    with pytest.raises(SystemExit, match="--cpu-variants needs CPU packages"):
+        export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "torchscript", cpu_variants=["x86-64-v4"])
+    assert not os.path.exists(tmp_path / "store")
+    with pytest.raises(ValueError, match="must be one of"):
+        pt2.variant_file("avx9")
+    model, manifest, _ = make("transformer", tmp_path)
+    assert pt2.cache_key(model, manifest, "cpu", "x86-64-v4", "bfloat16") != pt2.cache_key(model, manifest, "cpu",
+                                                                                            "x86-64-v4")

@@ -1,5 +1,7 @@
 #include "server/grpc/convert.h"
 
+#include <filesystem>
+
 namespace qvi {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -219,6 +221,8 @@ void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
     SetFaithfulness(m.faithfulness, md->mutable_faithfulness());
     md->set_format(v.model->format());
     md->set_format_note(v.model->fallback_reason());
+    md->set_file(std::filesystem::path(v.model->file()).filename().string());
+    md->set_precision(v.model->precision());
     const GraphReport& g = v.model->graphs();
     v1::CudaGraphInfo* gi = md->mutable_cuda_graphs();
     gi->set_active(g.active);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "server/core/model/viterbi.h"
 #include "tests/cpp/test_util/fake_model.h"
 #include "tests/cpp/test_util/run.h"
@@ -107,11 +108,13 @@ class ModelLoadTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& format, int instances = 1) {
+  absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& format, int instances = 1,
+                                              const std::string& cpu_package = "auto") {
     LoadOptions o;
     o.device = "cpu";
     o.format = *ParseModelFormat(format);
     o.instances = instances;
+    o.cpu_package = cpu_package;
     return Model::Load(dir_.string(), o);
   }
 
@@ -138,6 +141,62 @@ TEST_F(ModelLoadTest, AutoPrefersThePackageAndEitherFormatCanBeForced) {
   EXPECT_EQ((*m)->format(), "torchscript");
 }
 
+// The CPU packages of a folder are tried in kCpuPackages' order (bf16, x86-64-v4, model.cpu.pt2): the
+// first that loads serves, and why each one before it did not is the format note. Any valid package
+// stands in for a variant here (the demo's, compiled for x86-64-v3, runs on every CPU these tests
+// run on); model_store/tests/test_pt2.py builds real ones.
+TEST_F(ModelLoadTest, TheFirstCpuPackageThatRunsHereServesAndAPinLoadsOnlyThatOne) {
+  const fs::path demo = demo_ / "sentiment" / "1";
+  fs::copy_file(demo / "model.pt", dir_ / "model.pt");
+  fs::copy_file(demo / "model.cpu.pt2", dir_ / "model.cpu.pt2");
+  fs::copy_file(demo / "model.cpu.pt2", dir_ / "model.cpu.x86-64-v4.pt2");
+  std::ofstream(dir_ / "model.cpu.x86-64-v4-bf16.pt2") << "not a zip archive";
+  absl::StatusOr<std::unique_ptr<Model>> m = Load("auto");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(fs::path((*m)->file()).filename(), "model.cpu.x86-64-v4.pt2");
+  EXPECT_EQ((*m)->precision(), "float32");
+  EXPECT_NE((*m)->fallback_reason().find("model.cpu.x86-64-v4-bf16.pt2 not used: cannot read"), std::string::npos)
+      << (*m)->fallback_reason();
+
+  m = Load("auto", 1, "base");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(fs::path((*m)->file()).filename(), "model.cpu.pt2");
+  EXPECT_EQ((*m)->fallback_reason(), "");
+
+  // A pinned package that cannot load: "auto" serves model.pt and says why; "pt2" fails.
+  m = Load("auto", 1, "x86-64-v4-bf16");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->format(), "torchscript");
+  EXPECT_NE((*m)->fallback_reason().find("model.cpu.x86-64-v4-bf16.pt2 not used"), std::string::npos);
+  m = Load("pt2", 1, "x86-64-v4-bf16");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("as a PT2 package"), std::string::npos) << m.status();
+
+  // Every package broken: "auto" lists each one's reason; a pin the folder lacks is named.
+  std::ofstream(dir_ / "model.cpu.x86-64-v4.pt2", std::ios::trunc) << "broken";
+  std::ofstream(dir_ / "model.cpu.pt2", std::ios::trunc) << "broken";
+  m = Load("auto");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->format(), "torchscript");
+  for (const char* file : {"model.cpu.x86-64-v4-bf16.pt2", "model.cpu.x86-64-v4.pt2", "model.cpu.pt2"}) {
+    EXPECT_NE((*m)->fallback_reason().find(absl::StrCat(file, " not used")), std::string::npos) << file;
+  }
+  fs::remove(dir_ / "model.cpu.x86-64-v4.pt2");
+  m = Load("pt2", 1, "x86-64-v4");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(m.status().message().find("cpu_package pins model.cpu.x86-64-v4.pt2"), std::string::npos) << m.status();
+  m = Load("auto", 1, "x86-64-v4");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->format(), "torchscript");
+  EXPECT_NE((*m)->fallback_reason().find("does not hold"), std::string::npos) << (*m)->fallback_reason();
+  m = Load("auto", 1, "avx9");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("cpu package 'avx9' is not auto, x86-64-v4-bf16, x86-64-v4, base"),
+            std::string::npos)
+      << m.status();
+}
+
 TEST_F(ModelLoadTest, ACorruptPackageFallsBackToTorchScriptWithTheReasonOrFailsWhenForced) {
   fs::copy_file(demo_ / "sentiment" / "1" / "model.pt", dir_ / "model.pt");
   std::ofstream(dir_ / "model.cpu.pt2") << "not a zip archive";
@@ -160,6 +219,8 @@ TEST_F(ModelLoadTest, ACorruptPackageFallsBackToTorchScriptWithTheReasonOrFailsW
 
 // --- backend parity on the demo models -----------------------------------------------------
 
+// The float32 package (model.cpu.pt2, pinned: a store built with `--cpu-variants` would otherwise
+// serve its bf16 one) answers as TorchScript within 1e-5, tags equal.
 void ExpectParity(const fs::path& version, const std::vector<std::string>& outputs) {
   LoadOptions o;
   o.device = "cpu";
@@ -168,8 +229,10 @@ void ExpectParity(const fs::path& version, const std::vector<std::string>& outpu
   ASSERT_TRUE(script.ok()) << script.status();
   o.format = ModelFormat::kPt2;
   o.instances = 2;
+  o.cpu_package = "base";
   absl::StatusOr<std::unique_ptr<Model>> compiled = Model::Load(version.string(), o);
   ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ASSERT_EQ((*compiled)->precision(), "float32") << (*compiled)->file();
   torch::manual_seed(3);
   const int64_t vocab = static_cast<int64_t>((*script)->vocabulary().size());
   const int64_t max_tokens = (*script)->manifest().tokenizer.max_tokens;

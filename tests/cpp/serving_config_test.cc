@@ -15,9 +15,12 @@ TEST(ServingConfigTest, OverridesWinOverTheManifestWhichWinsOverDefaults) {
   m.serving.max_batch_tokens = 2048;
   m.serving.max_queue_delay_ms = 1.0;
   absl::StatusOr<ServingOverrides> o = ServingOverrides::Parse(R"({"max_batch_size": 4, "instances": 2,
-      "max_queue_delay_ms": 0.5, "device": "cpu"})");
+      "max_queue_delay_ms": 0.5, "device": "cpu", "cpu_package": "base"})");
   ASSERT_TRUE(o.ok()) << o.status();
   ServingConfig c = ResolveServingConfig(defaults, m, *o);
+  EXPECT_EQ(c.cpu_package, "base");
+  EXPECT_EQ(ResolvePlacement(defaults, *o).cpu_package, "base");
+  EXPECT_EQ(ResolvePlacement(defaults, ServingOverrides{}).cpu_package, "auto");
   EXPECT_EQ(c.max_batch_size, 4);       // file
   EXPECT_EQ(c.max_batch_tokens, 2048);  // manifest
   EXPECT_DOUBLE_EQ(c.max_queue_delay_ms, 0.5);
@@ -78,6 +81,8 @@ TEST(ServingConfigTest, ErrorsNameTheKey) {
            {R"({"version_policy": "latest:0"})", "needs a count N in [1, 1000]"},
            {R"({"version_policy": "specific:1,x"})", "has 'x', which is not a version >= 1"},
            {R"({"version_policy": 2})", "'version_policy' must be a string"},
+           {R"({"cpu_package": "avx512"})", "'cpu_package' must be \"auto\", \"x86-64-v4-bf16\", \"x86-64-v4\" or"},
+           {R"({"cpu_package": 4})", "'cpu_package' must be"},
        }) {
     absl::StatusOr<ServingOverrides> o = ServingOverrides::Parse(c.json);
     ASSERT_FALSE(o.ok()) << c.json;

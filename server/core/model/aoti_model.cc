@@ -47,6 +47,7 @@ std::string TorchVersion() {
 struct PackageInfo {
   std::string device;
   std::string cpu_target;
+  std::string dtype = "float32";  // the package's arithmetic; it answers in float32 either way
   std::string torch_version;
   std::vector<std::string> cpu_flags;  // /proc/cpuinfo flags the compiled code needs
   int64_t min_tokens = 2;
@@ -65,6 +66,7 @@ absl::StatusOr<PackageInfo> ParseInfo(const std::string& text, const std::string
     }
     info.device = j.at("device").get<std::string>();
     info.cpu_target = j.value("cpu_target", "");
+    info.dtype = j.value("dtype", "float32");
     info.torch_version = j.at("torch_version").get<std::string>();
     info.cpu_flags = j.value("cpu_flags", std::vector<std::string>{});
     info.min_tokens = j.at("min_tokens").get<int64_t>();
@@ -151,6 +153,7 @@ class AotiModel final : public Model {
         lean_(std::move(lean)) {}
 
   std::string format() const override { return "pt2"; }
+  std::string precision() const override { return info_.dtype; }
   bool has_forward_without_maps() const override { return lean_.has_value(); }
   using Model::WarmUp;
 

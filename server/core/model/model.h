@@ -84,6 +84,8 @@ class Model {
   torch::Device torch_device() const { return device_; }
   // "torchscript" or "pt2" (or what a test's fake says).
   virtual std::string format() const = 0;
+  // A package's arithmetic ("float32", "bfloat16"); empty when the backend does not say.
+  virtual std::string precision() const { return ""; }
   // The file it was loaded from.
   const std::string& file() const { return file_; }
   // Why the format "auto" would have preferred was not loaded; empty when it was.

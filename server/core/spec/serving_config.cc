@@ -145,6 +145,11 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
         return Bad(key, absl::StrCat("is '", value.get<std::string>(), "'; allowed: auto, torchscript, pt2"));
       }
       o.format = *format;
+    } else if (key == "cpu_package") {
+      if (!value.is_string() || !CheckCpuPackage(value.get<std::string>()).ok()) {
+        return Bad(key, "must be \"auto\", \"x86-64-v4-bf16\", \"x86-64-v4\" or \"base\" (model.cpu.pt2)");
+      }
+      o.cpu_package = value.get<std::string>();
     } else if (key == "batch_when_idle") {
       if (!value.is_boolean()) return Bad(key, "must be true or false");
       o.batching = value.get<bool>() ? BatchingMode::kWhenIdle : BatchingMode::kFillOrDelay;
@@ -160,7 +165,8 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
     } else {
       return Bad(key,
                  "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
-                 "max_queued_texts, max_queued_tokens, instances, device, format, version_policy, batch_when_idle, "
+                 "max_queued_texts, max_queued_tokens, instances, device, format, cpu_package, version_policy, "
+                 "batch_when_idle, "
                  "cuda_graphs");
     }
     if (!s.ok()) return s;
@@ -180,7 +186,8 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Read(const std::string& model
 }
 
 Placement ResolvePlacement(const ServingConfig& d, const ServingOverrides& o) {
-  return Placement{o.device.value_or(d.device), o.format.value_or(d.format), o.instances.value_or(d.instances)};
+  return Placement{o.device.value_or(d.device), o.format.value_or(d.format), o.instances.value_or(d.instances),
+                   o.cpu_package.value_or(d.cpu_package)};
 }
 
 ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, const ServingOverrides& o, bool on_gpu) {
@@ -188,6 +195,7 @@ ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, co
   const Placement p = ResolvePlacement(d, o);
   c.device = p.device;
   c.format = p.format;
+  c.cpu_package = p.cpu_package;
   c.instances = p.instances;
   const BatchingDefaults suggested = on_gpu ? m.serving_cuda.value_or(GpuBatchingDefaults()) : m.serving;
   c.max_batch_size = o.max_batch_size.value_or(suggested.max_batch_size);
@@ -200,6 +208,19 @@ ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, co
   c.batching = o.batching.value_or(d.batching);
   c.cuda_graphs = o.cuda_graphs.value_or(d.cuda_graphs);
   return c;
+}
+
+absl::Status CheckCpuPackage(const std::string& name) {
+  if (name == "auto") return absl::OkStatus();
+  for (const char* known : kCpuPackages) {
+    if (name == known) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("cpu package '", name, "' is not auto, ", absl::StrJoin(kCpuPackages, ", ")));
+}
+
+std::string CpuPackageFile(const std::string& name) {
+  return name == "base" ? "model.cpu.pt2" : absl::StrCat("model.cpu.", name, ".pt2");
 }
 
 const char* ModelFormatName(ModelFormat format) {

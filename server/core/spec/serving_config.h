@@ -3,7 +3,7 @@
 //   2. the model's manifest (`serving`: max_batch_size, max_batch_tokens, max_queue_delay_ms),
 //   3. the operator's file beside the versions, <store>/<model>/serving.json, which may set
 //      max_batch_size, max_batch_tokens, max_queue_delay_ms, max_queued_texts, max_queued_tokens,
-//      instances, device, format, version_policy, batch_when_idle, cuda_graphs.
+//      instances, device, format, cpu_package, version_policy, batch_when_idle, cuda_graphs.
 // The file never changes the model's own facts (labels, tokenizer, outputs). An unknown key or a
 // value out of range is an error naming the key, so a typo cannot pass silently.
 #ifndef QVI_SERVER_CORE_SPEC_SERVING_CONFIG_H_
@@ -57,6 +57,15 @@ const char* ModelFormatName(ModelFormat format);
 // The format of that name; INVALID_ARGUMENT naming the allowed ones otherwise.
 absl::StatusOr<ModelFormat> ParseModelFormat(const std::string& name);
 
+// Which CPU package of a version folder to load (model_store/README.md, "Native CPU packages"):
+// "auto" takes the first of kCpuPackages that this CPU runs and the folder holds; a name loads only
+// that file ("base" is model.cpu.pt2).
+inline constexpr const char* kCpuPackages[] = {"x86-64-v4-bf16", "x86-64-v4", "base"};
+// "auto" or one of kCpuPackages; otherwise INVALID_ARGUMENT naming them.
+absl::Status CheckCpuPackage(const std::string& name);
+// The file of a CPU package: model.cpu.pt2 for "base", else model.cpu.<name>.pt2.
+std::string CpuPackageFile(const std::string& name);
+
 // When a model instance takes a batch. kWhenIdle: an idle instance takes what is queued at once (no
 // max_queue_delay_ms wait), so batches form from the texts that arrive while instances are busy.
 // kFillOrDelay: it waits up to max_queue_delay_ms for a batch to fill (serving.json's
@@ -76,6 +85,7 @@ struct ServingConfig {
   int instances = 1;
   std::string device = "auto";
   ModelFormat format = ModelFormat::kAuto;
+  std::string cpu_package = "auto";
   BatchingMode batching = defaults::kBatchWhenIdle ? BatchingMode::kWhenIdle : BatchingMode::kFillOrDelay;
   GraphSettings cuda_graphs;
 };
@@ -87,6 +97,7 @@ struct ServingOverrides {
   std::optional<double> max_queue_delay_ms;
   std::optional<std::string> device;
   std::optional<ModelFormat> format;
+  std::optional<std::string> cpu_package;
   std::optional<VersionPolicy> version_policy;
   std::optional<BatchingMode> batching;  // "batch_when_idle": true or false
   std::optional<GraphSettings> cuda_graphs;
@@ -101,7 +112,8 @@ struct ServingOverrides {
 struct Placement {
   std::string device = "auto";  // "auto", "cpu", "cuda" or "cuda:N"
   ModelFormat format = ModelFormat::kAuto;
-  int instances = 1;  // model instances that will run at once (a .pt2 keeps buffers per instance)
+  int instances = 1;                 // model instances that will run at once (a .pt2 keeps buffers per instance)
+  std::string cpu_package = "auto";  // "auto" or one of kCpuPackages
 };
 Placement ResolvePlacement(const ServingConfig& server_defaults, const ServingOverrides& overrides);
 

@@ -1,0 +1,108 @@
+"""Native CPU packages through the server (model_store/README.md, "Native CPU packages"): a version
+holding a bf16 package beside model.cpu.pt2 serves from it on a CPU with AVX512-BF16, GetModel and the
+log say so, and its answers stay within the fidelity gate's limits of the float32 package's, which a
+pin (`--cpu-package base`, or serving.json's "cpu_package") still serves. The exporter's side (the variants, the gate,
+the card) is tested in model_store/tests/test_pt2.py; the order of preference in
+tests/cpp/model_test.cc.
+
+The bf16 package is compiled here from the demo sentiment model (30-60 s on two cores), kept in the
+package cache the zoo's tests use (QVI_PT2_CACHE), so a warm run reuses it."""
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+from conftest import REPO, STORE, ServerProcess
+from qvi import artifact, pt2
+from qvi.models import ModelConfig, build_model
+
+CACHE = os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2-tests"))
+BF16 = pt2.variant_file("x86-64-v4-bf16")
+
+pytestmark = pytest.mark.skipif(
+    not set(pt2.cpu_flags("x86-64-v4", "bfloat16")) <= set(pt2.required_cpu_flags("native")),
+    reason="this CPU cannot run an x86-64-v4 bf16 package (needs AVX-512 and AVX512-BF16)")
+
+
+@pytest.fixture(scope="module")
+def packages_server(tmp_path_factory):
+    work = str(tmp_path_factory.mktemp("qvi_cpu_packages"))
+    store = os.path.join(work, "store")
+    version = os.path.join(store, "sentiment", "1")
+    shutil.copytree(os.path.join(STORE, "sentiment", "1"), version)
+    torch.set_num_threads(1)
+    module, manifest, vocab = artifact.load(os.path.join(version, "model.pt"))
+    model = build_model(ModelConfig(**manifest["architecture"]["config"])).eval()
+    model.load_state_dict(module.state_dict())
+    pt2.write_cached(model, manifest, vocab.to_text(), version, "cpu", "x86-64-v4", CACHE, "bfloat16", BF16)
+    os.makedirs(os.path.join(work, "pinned"))
+    servers = {"auto": ServerProcess(store, work), "pinned": ServerProcess(store, os.path.join(work, "pinned"),
+                                                                             "--cpu-package", "base")}
+    yield servers
+    for proc in servers.values():
+        proc.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def metadata(proc, api, name):
+    pb, pb_grpc = api
+    info = pb_grpc.InferenceStub(proc.channel).GetModel(pb.GetModelRequest(model=pb.ModelSpec(name=name)), timeout=30)
+    return info.model.versions[0].metadata
+
+
+def test_the_bf16_package_serves_by_default_and_a_pin_serves_float32(packages_server, api):
+    md = metadata(packages_server["auto"], api, "sentiment")
+    assert (md.format, md.file, md.precision, md.format_note) == ("pt2", BF16, "bfloat16", "")
+    pinned = metadata(packages_server["pinned"], api, "sentiment")
+    assert (pinned.format, pinned.file, pinned.precision, pinned.format_note) == ("pt2", "model.cpu.pt2", "float32", "")
+    assert "model sentiment@1 READY: " in packages_server["auto"].log()
+    assert f"from {BF16} (pt2, bfloat16)" in packages_server["auto"].log()
+    assert "from model.cpu.pt2 (pt2, float32)" in packages_server["pinned"].log()
+
+
+def test_bf16_answers_stay_within_the_fidelity_gates_limits_of_float32(packages_server, api):
+    pb, pb_grpc = api
+    with open(os.path.join(REPO, "model_store", "data", "sentiment", "test.tsv"), encoding="utf-8") as f:
+        texts = [line.rstrip("\n").split("\t", 1)[1] for line in f][:64]
+    answers = {}
+    for name, proc in packages_server.items():
+        req = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts,
+                                 options=pb.OutputOptions(top_k=2, attention=True, gates=True))
+        answers[name] = pb_grpc.InferenceStub(proc.channel).Classify(req, timeout=60).results
+    agree = 0
+    for bf16, f32 in zip(answers["auto"], answers["pinned"]):
+        assert [(t.text, t.start, t.end) for t in bf16.tokens] == [(t.text, t.start, t.end) for t in f32.tokens]
+        agree += bf16.labels[0].label == f32.labels[0].label
+        scores = {ls.label: ls.score for ls in f32.labels}
+        for ls in bf16.labels:
+            assert abs(ls.score - scores[ls.label]) < 0.02
+        for a, b in zip(bf16.tokens, f32.tokens):
+            assert abs(a.attention - b.attention) <= 0.02 and abs(a.gate - b.gate) <= 0.02
+    # The gate's 99.5 % over 64 texts allows no flip; the demo model's test split measured 99.92 %.
+    assert agree >= 63, agree
+
+
+def test_a_package_this_cpu_cannot_run_is_passed_over_with_the_reason(tmp_path, api):
+    """A bf16 package whose pt2.json asks for a CPU feature no machine has: model.cpu.pt2 serves,
+    and GetModel's format_note names the file and the feature."""
+    work = str(tmp_path)
+    version = os.path.join(work, "store", "sentiment", "1")
+    shutil.copytree(os.path.join(STORE, "sentiment", "1"), version)
+    module, manifest, vocab = artifact.load(os.path.join(version, "model.pt"))
+    model = build_model(ModelConfig(**manifest["architecture"]["config"])).eval()
+    model.load_state_dict(module.state_dict())
+    path = pt2.write_cached(model, manifest, vocab.to_text(), version, "cpu", "x86-64-v4", CACHE, "bfloat16", BF16)
+    extra = pt2.read_extra(path)
+    info = json.loads(extra[pt2.PT2_INFO])
+    info["cpu_flags"] = info["cpu_flags"] + ["avx1024_imaginary"]
+    pt2.repackage(path, path + ".new", dict(extra, **{pt2.PT2_INFO: json.dumps(info)}))
+    os.replace(path + ".new", path)
+    proc = ServerProcess(os.path.join(work, "store"), work)
+    try:
+        md = metadata(proc, api, "sentiment")
+        assert (md.file, md.precision) == ("model.cpu.pt2", "float32")
+        assert f"{BF16} not used" in md.format_note and "avx1024_imaginary" in md.format_note, md.format_note
+    finally:
+        proc.stop()
