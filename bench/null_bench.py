@@ -33,20 +33,25 @@ def null_store(work, model_pt, model, python):
     return store
 
 
-def run_null(work, a, h):
+def run_null(work, a, h, server_args=(), store=None, protocols=PROTOCOLS):
     """h: bench/run.py's helpers (BUILD, MODEL, MODEL_PT, PY, perf, wait_for_file, stop, log).
+    server_args: more qvi-server flags; store: serve this store instead of the null twin's.
     The results: {"server_cores", "client_cores", "concurrency", "protocols": {label: qvi-perf's JSON}}."""
     all_cores = cores()
     server_cores, client_cores = all_cores[:1], all_cores[1:] or all_cores[:1]
-    store = null_store(work, h.MODEL_PT, h.MODEL, h.PY)
+    store = store or null_store(work, h.MODEL_PT, h.MODEL, h.PY)
     files = {k: os.path.join(work, f"null.{k}") for k in ("port", "metrics", "http")}
+    for path in files.values():  # an earlier run's port files would be read as this server's
+        if os.path.exists(path):
+            os.remove(path)
     log_path = os.path.join(work, "qvi-server-null.log")
     pin = lambda cpus: ["taskset", "-c", ",".join(map(str, cpus))]  # noqa: E731
     with open(log_path, "w") as log_file:
         proc = subprocess.Popen([*pin(server_cores), os.path.join(h.BUILD, "qvi-server"), "--model-store", store,
                                  "--host", "127.0.0.1", "--port", "0", "--port-file", files["port"],
                                  "--metrics-port", "0", "--metrics-port-file", files["metrics"],
-                                 "--http-port", "0", "--http-port-file", files["http"], "--device", "cpu"],
+                                 "--http-port", "0", "--http-port-file", files["http"], "--device", "cpu",
+                                 *server_args],
                                 stdout=log_file, stderr=subprocess.STDOUT)
     out = {"server_cores": server_cores, "client_cores": client_cores, "concurrency": a.null_concurrency,
            "protocols": {}}
@@ -56,7 +61,7 @@ def run_null(work, a, h):
         http = h.wait_for_file(files["http"], proc, "qvi-server (null)")
         common = ["--model", h.MODEL, "--concurrency", a.null_concurrency, "--duration", str(a.duration),
                   "--warmup", str(a.warmup), "--words", "20", "--metrics", metrics]
-        for label, extra in PROTOCOLS:
+        for label, extra in protocols:
             target = (["--http", f"http://127.0.0.1:{http}/v1/models/{h.MODEL}:classify", "--http-body", "json"]
                       if extra is None else ["--server", f"127.0.0.1:{port}", *extra])
             name = "null-" + label.split()[0].lower().replace("/", "")

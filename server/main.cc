@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "server/core/sched/cpu_policy.h"
 #include "server/core/sched/env.h"
 #include "server/logging.h"
 #include "server/server.h"
@@ -51,10 +52,12 @@ int ExitWithoutWaitingForLoads(const Server& server, int code) {
   std::_Exit(code);
 }
 
-int Run(ServerOptions options, const sigset_t& signals) {
+int Run(ServerOptions options, const sigset_t& signals, const absl::Status& policy) {
   ConfigureLogging(options.logging.level, options.logging.format == "json" ? LogFormat::kJson : LogFormat::kText,
                    static_cast<size_t>(options.logging.access_log_queue));
   RouteLibraryLogs();
+  if (!policy.ok())
+    spdlog::warn("--sched-batch: {}; the threads keep the default policy", std::string(policy.message()));
   auto server = std::make_unique<Server>(std::move(options));
   std::promise<absl::Status> start;
   std::future<absl::Status> started = start.get_future();
@@ -121,7 +124,9 @@ int main(int argc, char** argv) {
     (info ? std::cout : std::cerr) << options.status().message();
     return info ? 0 : 2;
   }
-  const int code = qvi::Run(*std::move(options), signals);
+  // Before Run() starts the logging, gRPC and model threads, so that they all inherit the policy.
+  absl::Status policy = options->threads.sched_batch ? qvi::UseBatchScheduling() : absl::OkStatus();
+  const int code = qvi::Run(*std::move(options), signals, policy);
   qvi::ShutdownLogging();
   return code;
 }

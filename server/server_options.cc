@@ -216,6 +216,11 @@ void AddThreadOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--torch-inter-op-threads", o.threads.torch_inter, "torch inter-op threads")
       ->check(CLI::Range(1, 256))
       ->group("Threads");
+  app.add_option("--sched-batch", o.threads.sched_batch,
+                 "run every thread under Linux's SCHED_BATCH policy: a woken thread waits for the running one "
+                 "instead of preempting it, so a batch's answers are sent together (a sixth less CPU per request "
+                 "under load; docs/performance.md). false: the default policy")
+      ->group("Threads");
 }
 
 // Logs, the access log, and shutdown.

@@ -71,6 +71,7 @@ struct ServerOptions {
     int instances = 0;                    // model instance threads per model version; 0: from the CPUs (PlanThreads)
     int torch_intra = 0;                  // torch intra-op threads per forward pass; 0: from the CPUs (PlanThreads)
     int torch_inter = 1;
+    bool sched_batch = true;  // every thread under SCHED_BATCH (server/core/sched/cpu_policy.h)
   } threads;
   struct Logging {
     std::string level = "info";

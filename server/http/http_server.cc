@@ -2,11 +2,13 @@
 
 #include <spdlog/spdlog.h>
 
+#include <pthread.h>
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+
 #include <mutex>
 #include <optional>
 #include <type_traits>
@@ -15,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "server/core/sched/cpu_policy.h"
 
 namespace qvi {
 
@@ -279,7 +282,13 @@ absl::StatusOr<int> HttpServer::Start() {
   const int port = a.local_endpoint().port();
   Accept(state_.get());
   for (int i = 0; i < std::max(1, state_->options.threads); ++i) {
-    threads_.emplace_back([state = state_.get()] { state->ioc.run(); });
+    threads_.emplace_back([state = state_.get()] {
+      pthread_setname_np(pthread_self(), "qvi-http");
+      // Best effort: under the other policy HTTP answers are slower, not wrong.
+      if (absl::Status s = UseDefaultSchedulingHere(); !s.ok())
+        spdlog::debug("HTTP thread: {}", std::string(s.message()));
+      state->ioc.run();
+    });
   }
   return port;
 }

@@ -79,3 +79,32 @@ def test_a_broken_null_model_fails_its_version_alone(null_server):
     assert models["broken"]["state"] == "MODEL_STATE_FAILED"
     assert 'a null model is a JSON object {"manifest": {...}, "vocab": [tokens]}' in models["broken"]["reason"]
     assert models["sentiment"]["state"] == models["ner"]["state"] == "MODEL_STATE_READY"
+
+
+def thread_policies(pid):
+    """{thread name: set of scheduling policies} of a process (field 41 of /proc/PID/task/TID/stat)."""
+    policies = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            stat = f.read()
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        policy = int(stat[stat.rindex(")") + 2:].split()[38])  # fields 3.. after the name; 41 is policy
+        policies.setdefault(name, set()).add(policy)
+    return policies
+
+
+SCHED_OTHER, SCHED_BATCH = 0, 3
+
+
+def test_every_thread_but_the_http_ones_runs_under_sched_batch_unless_turned_off(null_server, tmp_path):
+    # --sched-batch (on by default): gRPC's, the instances' and every other thread under SCHED_BATCH,
+    # the HTTP threads back under the default (server/core/sched/cpu_policy.h says why).
+    policies = thread_policies(null_server.proc.pid)
+    assert policies.pop("qvi-http") == {SCHED_OTHER}
+    assert {"qvi-instance", "qvi-request", "nexting_thread"} <= set(policies), policies
+    assert set().union(*policies.values()) == {SCHED_BATCH}, policies
+    off = ServerProcess(os.path.join(null_server.work, "store"), str(tmp_path), "--sched-batch=false")
+    try:
+        assert set().union(*thread_policies(off.proc.pid).values()) == {SCHED_OTHER}
+    finally:
+        off.stop()
