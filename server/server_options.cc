@@ -218,8 +218,8 @@ void AddThreadOptions(CLI::App& app, ServerOptions& o) {
       ->group("Threads");
   app.add_option("--sched-batch", o.threads.sched_batch,
                  "run every thread under Linux's SCHED_BATCH policy: a woken thread waits for the running one "
-                 "instead of preempting it, so a batch's answers are sent together (a sixth less CPU per request "
-                 "under load; docs/performance.md). false: the default policy")
+                 "instead of preempting it, so a batch's answers are sent together (a third less server CPU per "
+                 "gRPC request under load; docs/performance.md). false: the default policy")
       ->group("Threads");
 }
 

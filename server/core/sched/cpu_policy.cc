@@ -32,7 +32,8 @@ absl::Status UseBatchScheduling() {
 absl::Status UseDefaultSchedulingHere() {
   const sched_param param{};
   if (sched_setscheduler(0, SCHED_OTHER, &param) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot put this thread under SCHED_OTHER: ", std::strerror(errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot put this thread under SCHED_OTHER: ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
