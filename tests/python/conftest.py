@@ -230,12 +230,16 @@ class ServerProcess:
         http_port_file = os.path.join(work, "http_port")
         self.log_path = os.path.join(work, "server.log")
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([SERVER, "--model-store", store, "--port", str(port), "--host", "127.0.0.1",
+        # taskset, not preexec_fn: a preexec_fn makes Python fork() rather than vfork(), which runs
+        # grpcio's fork handlers in the child; they restart gRPC's poller thread there, the child's
+        # close_fds closes its epoll fd, and the child aborts ("Epoll1Poller ... epoll_wait error: Bad
+        # file descriptor") before it execs the server -- grpc/grpc#43055, seen once in CI.
+        pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
+        self.proc = subprocess.Popen([*pin, SERVER, "--model-store", store, "--port", str(port), "--host", "127.0.0.1",
                                       "--port-file", port_file, "--device", "cpu", "--metrics-port", "0",
                                       "--metrics-port-file", metrics_port_file, "--http-port", "0", "--http-port-file",
                                       http_port_file, *extra_args],
-                                     stdout=subprocess.PIPE if log_pipe else self._log, stderr=subprocess.STDOUT,
-                                     preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+                                     stdout=subprocess.PIPE if log_pipe else self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while not os.path.exists(port_file):
             assert self.proc.poll() is None, f"qvi-server exited: {self.log()}"
