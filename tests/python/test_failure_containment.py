@@ -222,7 +222,10 @@ def test_a_blocked_stderr_does_not_stop_serving(api):
             f.result()
         took = time.monotonic() - start
         assert took < 60, f"{calls} calls took {took:.1f} s with stderr blocked"
-        # Every line is now either in the pipe, in the queue, or dropped; nothing more is logged.
+        # A call's line is queued when its gRPC call is done (OnDone), which may come after the client
+        # has its answer; the server counts a call in qvi_requests_total only after queuing its line.
+        # Once all are counted, every line is in the pipe, in the queue, or dropped.
+        wait_until(lambda: counted(proc, "OK") == calls, "every call to be counted (and its line queued)")
         wait_until(lambda: proc.metrics().get("qvi_access_log_dropped_lines_total", 0) > 0,
                    "access lines to be dropped while stderr is blocked")
         dropped = proc.metrics()["qvi_access_log_dropped_lines_total"]
