@@ -1,9 +1,19 @@
 #include "server/http/json_body.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/reflection.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -16,10 +26,10 @@ constexpr int kMaxJsonDepth = 16;  // (json_body.h)
 // The most of the JSON parser's own message an error quotes.
 constexpr size_t kMaxMessageBytes = 160;
 
-// Walks a body once without building anything, before it is parsed: malformed JSON (named by byte),
-// invalid UTF-8 or lone surrogates, nesting past kMaxJsonDepth, more texts than a request may hold
-// (a Classify or Tag body's "texts") and more values than any request of that many texts needs are
-// refused here, so that no body costs more than its bytes to refuse.
+// Walks a body once without building anything: malformed JSON (named by byte), invalid UTF-8 or lone
+// surrogates, nesting past kMaxJsonDepth, more texts than a request may hold (a Classify or Tag
+// body's "texts") and more values than any request of that many texts needs are refused as they are
+// read, so that no body costs more than its bytes to refuse. MessageBuild builds on the same walk.
 class BodyScan : public nlohmann::json_sax<nlohmann::json> {
  public:
   explicit BodyScan(int max_texts) : max_texts_(max_texts), max_values_(4 * int64_t{max_texts} + 1024) {}
@@ -50,7 +60,7 @@ class BodyScan : public nlohmann::json_sax<nlohmann::json> {
     return false;
   }
 
- private:
+ protected:
   bool Value() {
     if (++values_ > max_values_) {
       status = absl::InvalidArgumentError(absl::StrCat("request body: more than ", max_values_,
@@ -80,6 +90,7 @@ class BodyScan : public nlohmann::json_sax<nlohmann::json> {
     return true;
   }
 
+ private:
   const int max_texts_;
   const int64_t max_values_;
   int64_t values_ = 0;
@@ -88,6 +99,349 @@ class BodyScan : public nlohmann::json_sax<nlohmann::json> {
   int texts_ = 0;
   std::string key_;
 };
+
+using google::protobuf::Descriptor;
+using google::protobuf::EnumValueDescriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::FileDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
+
+// Whether MessageBuild reads every field `d` can reach: no maps, bytes, groups, oneofs (proto3
+// `optional` among them) or protobuf's well-known types, whose JSON forms are their own, and at most
+// 64 fields a message (a bit each for "given twice"). Other messages go to protobuf's converter.
+bool BuildReads(const Descriptor* d, int depth = 0) {
+  if (depth > kMaxJsonDepth) return true;  // a recursive message: no body nests deeper than this
+  if (d->file()->name().rfind("google/protobuf/", 0) == 0 || d->field_count() > 64) return false;
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    if (f->is_map() || f->containing_oneof() != nullptr || f->type() == FieldDescriptor::TYPE_BYTES ||
+        f->type() == FieldDescriptor::TYPE_GROUP) {
+      return false;
+    }
+    if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !BuildReads(f->message_type(), depth + 1)) return false;
+  }
+  return true;
+}
+
+// One JSON value that is not an object or a list, as the parser read it.
+struct Scalar {
+  enum Kind { kNull, kBool, kSigned, kUnsigned, kFloat, kString } kind = kNull;
+  bool boolean = false;
+  int64_t i = 0;
+  uint64_t u = 0;
+  double d = 0;
+  // kString: the string; kFloat: the number as written. Copied into the message, not moved: the parser
+  // then keeps its buffer's capacity for the next string (a quarter of the allocations at 32 texts).
+  const std::string* text = nullptr;
+};
+
+// Text that protobuf's mapping reads as a number: an integer, or a JSON number (`fraction`).
+bool NumberText(const std::string& s, bool fraction) {
+  size_t i = s.size() > 1 && s[0] == '-' ? 1 : 0;
+  const auto digits = [&] {
+    const size_t from = i;
+    while (i < s.size() && absl::ascii_isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    return i > from;
+  };
+  if (!digits()) return false;
+  if (fraction && i < s.size() && s[i] == '.' && !(++i, digits())) return false;
+  if (fraction && i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == s.size();
+}
+
+// `x` as a T when T holds it exactly.
+template <typename T, typename X>
+std::optional<T> Fit(X x) {
+  if constexpr (std::is_signed_v<X>) {
+    if (x < 0) {
+      if constexpr (std::is_signed_v<T>) {
+        if (x >= static_cast<int64_t>(std::numeric_limits<T>::min())) return static_cast<T>(x);
+      }
+      return std::nullopt;
+    }
+  }
+  if (static_cast<uint64_t>(x) > static_cast<uint64_t>(std::numeric_limits<T>::max())) return std::nullopt;
+  return static_cast<T>(x);
+}
+
+// An integer field's value: a JSON integer, a number with no fraction, or a string of digits.
+template <typename T>
+std::optional<T> Integer(const Scalar& v) {
+  switch (v.kind) {
+    case Scalar::kSigned:
+      return Fit<T>(v.i);
+    case Scalar::kUnsigned:
+      return Fit<T>(v.u);
+    case Scalar::kFloat: {
+      // The bounds are powers of two, so exact as doubles: [min, max + 1).
+      const double low = static_cast<double>(std::numeric_limits<T>::min());
+      const double high = 2.0 * static_cast<double>(std::numeric_limits<T>::max() / 2 + 1);
+      if (!(v.d >= low && v.d < high) || v.d != std::trunc(v.d)) return std::nullopt;
+      return static_cast<T>(v.d);
+    }
+    case Scalar::kString: {
+      T t;
+      if (!NumberText(*v.text, false) || !absl::SimpleAtoi(*v.text, &t)) return std::nullopt;
+      return t;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+// A floating-point field's value: a number (an integer only where a double holds it exactly), or a
+// string holding one, "NaN", "Infinity" or "-Infinity".
+std::optional<double> Floating(const Scalar& v) {
+  constexpr double kTwo63 = 9223372036854775808.0;
+  switch (v.kind) {
+    case Scalar::kSigned:
+      if (const double d = static_cast<double>(v.i); d < kTwo63 && static_cast<int64_t>(d) == v.i) return d;
+      return std::nullopt;
+    case Scalar::kUnsigned:
+      if (const double d = static_cast<double>(v.u); d < 2 * kTwo63 && static_cast<uint64_t>(d) == v.u) return d;
+      return std::nullopt;
+    case Scalar::kFloat:
+      return v.d;
+    case Scalar::kString: {
+      const std::string& s = *v.text;
+      if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
+      if (s == "Infinity" || s == "-Infinity") return (s[0] == '-' ? -1 : 1) * std::numeric_limits<double>::infinity();
+      double d = 0;
+      if (!NumberText(s, true) || !absl::SimpleAtod(s, &d) || std::isinf(d)) return std::nullopt;
+      return d;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+// A float field's value: Floating's, within float's range.
+std::optional<float> Float(const Scalar& v) {
+  const std::optional<double> d = Floating(v);
+  if (!d || (std::isfinite(*d) && std::abs(*d) > std::numeric_limits<float>::max())) return std::nullopt;
+  return static_cast<float>(*d);
+}
+
+// An enum field's value: a value's name, or a whole number (a proto2 enum's only when it names one).
+std::optional<int> EnumNumber(const FieldDescriptor* f, const Scalar& v) {
+  if (v.kind == Scalar::kString) {
+    const EnumValueDescriptor* e = f->enum_type()->FindValueByName(*v.text);
+    return e != nullptr ? std::optional<int>(e->number()) : std::nullopt;
+  }
+  if (v.kind == Scalar::kNull || v.kind == Scalar::kBool) return std::nullopt;
+  const std::optional<int> number = Integer<int32_t>(v);
+  const bool open = f->enum_type()->file()->syntax() == FileDescriptor::SYNTAX_PROTO3;
+  if (number && !open && f->enum_type()->FindValueByNumber(*number) == nullptr) return std::nullopt;
+  return number;
+}
+
+// Puts `v` into field `f` of `m` (appends it when `add`); false when `v` is not a value of f's type.
+bool Assign(Message* m, const FieldDescriptor* f, bool add, const Scalar& v) {
+  const Reflection& r = *m->GetReflection();
+  const auto put = [&](auto value, auto set, auto append) {
+    if (!value) return false;
+    add ? (r.*append)(m, f, *value) : (r.*set)(m, f, *value);
+    return true;
+  };
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_STRING:
+      if (v.kind != Scalar::kString) return false;
+      add ? r.AddString(m, f, *v.text) : r.SetString(m, f, *v.text);
+      return true;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return put(v.kind == Scalar::kBool ? std::optional<bool>(v.boolean) : std::nullopt, &Reflection::SetBool,
+                 &Reflection::AddBool);
+    case FieldDescriptor::CPPTYPE_INT32:
+      return put(Integer<int32_t>(v), &Reflection::SetInt32, &Reflection::AddInt32);
+    case FieldDescriptor::CPPTYPE_INT64:
+      return put(Integer<int64_t>(v), &Reflection::SetInt64, &Reflection::AddInt64);
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return put(Integer<uint32_t>(v), &Reflection::SetUInt32, &Reflection::AddUInt32);
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return put(Integer<uint64_t>(v), &Reflection::SetUInt64, &Reflection::AddUInt64);
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return put(Floating(v), &Reflection::SetDouble, &Reflection::AddDouble);
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return put(Float(v), &Reflection::SetFloat, &Reflection::AddFloat);
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return put(EnumNumber(f, v), &Reflection::SetEnumValue, &Reflection::AddEnumValue);
+    default:
+      return false;
+  }
+}
+
+// What a value of `f` is, for errors: "a list of int32", "an object (OutputOptions)", "a TruncationPolicy".
+std::string Expected(const FieldDescriptor* f, bool in_list) {
+  std::string one;
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      one = absl::StrCat("an object (", f->message_type()->name(), ")");
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      one = absl::StrCat("one of ", f->enum_type()->name(), "'s names (");
+      for (int i = 0; i < f->enum_type()->value_count() && i < 8; ++i) {
+        absl::StrAppend(&one, i > 0 ? ", " : "", f->enum_type()->value(i)->name());
+      }
+      absl::StrAppend(&one, ") or a number");
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_STRING:
+      one = "a string";
+      break;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      one = "true or false";
+      break;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      one = absl::StrCat("a number within ", f->type_name(), R"( (or "NaN", "Infinity", "-Infinity"))");
+      break;
+    default:
+      one = absl::StrCat("a whole number within ", f->type_name());
+  }
+  return f->is_repeated() && !in_list ? absl::StrCat("a list of which each is ", one) : one;
+}
+
+// Builds a message from the scan's walk, in protobuf's JSON mapping (protobuf.dev/programming-guides/
+// proto3/#json): fields by their JSON or proto name, integers as numbers without a fraction or as
+// strings of digits, 64-bit ones included; floating point as numbers or strings ("NaN", "Infinity");
+// enums by name or number; null as the field's default. The forms the mapping leaves open are refused
+// rather than guessed at: a field given twice, null in a list, quoted booleans, lower-cased enum names.
+// One walk, no tree and no binary round trip: protobuf's own converter (JsonStringToMessage) cost
+// more than a tenth of the server's CPU per HTTP call (docs/performance.md).
+class MessageBuild final : public BodyScan {
+ public:
+  MessageBuild(int max_texts, Message* root) : BodyScan(max_texts), root_(root) {}
+
+  bool null() override { return Value() && Put(Scalar{}); }
+  bool boolean(bool b) override { return Value() && Put(Scalar{Scalar::kBool, b}); }
+  bool number_integer(number_integer_t i) override { return Value() && Put(Scalar{Scalar::kSigned, false, i}); }
+  bool number_unsigned(number_unsigned_t u) override { return Value() && Put(Scalar{Scalar::kUnsigned, false, 0, u}); }
+  bool number_float(number_float_t d, const string_t& written) override {
+    return Value() && Put(Scalar{Scalar::kFloat, false, 0, 0, d, &written});
+  }
+  bool string(string_t& s) override { return Value() && Put(Scalar{Scalar::kString, false, 0, 0, 0, &s}); }
+  bool key(string_t& k) override;
+  bool start_object(std::size_t n) override;
+  bool end_object() override;
+  bool start_array(std::size_t n) override;
+  bool end_array() override;
+
+ private:
+  struct Frame {
+    Message* message;
+    const FieldDescriptor* field = nullptr;  // the key just read, while its value is read
+    bool in_list = false;
+    uint64_t given = 0;  // a bit per field index: the fields already given
+  };
+
+  bool Put(const Scalar& v);
+  // The dotted proto names of the fields being read, down to the innermost ("options.top_k").
+  std::string Path() const;
+  bool Fail(const std::string& what) {
+    status = absl::InvalidArgumentError(absl::StrCat("request body: ", what));
+    return false;
+  }
+  bool Refuse(const Scalar& v) {
+    const Frame& top = frames_.back();
+    const std::string given = v.kind == Scalar::kString     ? absl::StrCat("\"", Clip(*v.text, 40), "\"")
+                              : v.kind == Scalar::kFloat    ? Clip(*v.text, 40)
+                              : v.kind == Scalar::kSigned   ? absl::StrCat(v.i)
+                              : v.kind == Scalar::kUnsigned ? absl::StrCat(v.u)
+                              : v.kind == Scalar::kBool     ? (v.boolean ? "true" : "false")
+                                                            : "null";
+    return Fail(absl::StrCat(Path(), ": ", given, " is not ", Expected(top.field, top.in_list)));
+  }
+
+  Message* const root_;
+  std::vector<Frame> frames_;
+};
+
+std::string MessageBuild::Path() const {
+  std::string path;
+  for (const Frame& f : frames_) {
+    if (f.field != nullptr) absl::StrAppend(&path, path.empty() ? "" : ".", f.field->name());
+  }
+  return path;
+}
+
+bool MessageBuild::key(string_t& k) {
+  if (!BodyScan::key(k)) return false;
+  Frame& top = frames_.back();
+  const Descriptor* d = top.message->GetDescriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    if (k != f->json_name() && k != f->name()) continue;
+    top.field = f;
+    if (top.given & (uint64_t{1} << i)) return Fail(absl::StrCat(Path(), ": given twice"));
+    top.given |= uint64_t{1} << i;
+    return true;
+  }
+  std::string fields;
+  for (int i = 0; i < d->field_count(); ++i) absl::StrAppend(&fields, i > 0 ? ", " : "", d->field(i)->json_name());
+  const std::string path = Path();
+  return Fail(
+      absl::StrCat(path, path.empty() ? "" : ".", Clip(k, 64), ": no such field; ", d->name(), " has ", fields));
+}
+
+bool MessageBuild::Put(const Scalar& v) {
+  if (frames_.empty()) return Fail("a JSON object is expected");
+  Frame& top = frames_.back();
+  const FieldDescriptor* f = top.field;
+  if (v.kind == Scalar::kNull) {
+    if (top.in_list) return Refuse(v);
+    top.message->GetReflection()->ClearField(top.message, f);
+  } else if ((f->is_repeated() && !top.in_list) || !Assign(top.message, f, top.in_list, v)) {
+    return Refuse(v);
+  }
+  if (!top.in_list) top.field = nullptr;
+  return true;
+}
+
+bool MessageBuild::start_object(std::size_t n) {
+  if (!BodyScan::start_object(n)) return false;
+  if (frames_.empty()) {
+    frames_.push_back(Frame{root_});
+    return true;
+  }
+  Frame& top = frames_.back();
+  const FieldDescriptor* f = top.field;
+  if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE || (f->is_repeated() && !top.in_list)) {
+    return Fail(absl::StrCat(Path(), ": an object is not ", Expected(f, top.in_list)));
+  }
+  const Reflection& r = *top.message->GetReflection();
+  frames_.push_back(Frame{top.in_list ? r.AddMessage(top.message, f) : r.MutableMessage(top.message, f)});
+  return true;
+}
+
+bool MessageBuild::end_object() {
+  if (!BodyScan::end_object()) return false;
+  frames_.pop_back();
+  if (!frames_.empty() && !frames_.back().in_list) frames_.back().field = nullptr;
+  return true;
+}
+
+bool MessageBuild::start_array(std::size_t n) {
+  if (!BodyScan::start_array(n)) return false;
+  if (frames_.empty()) return Fail("a JSON object is expected");
+  Frame& top = frames_.back();
+  if (top.in_list || !top.field->is_repeated()) {
+    return Fail(absl::StrCat(Path(), ": a list is not ", Expected(top.field, top.in_list)));
+  }
+  top.in_list = true;
+  return true;
+}
+
+bool MessageBuild::end_array() {
+  if (!BodyScan::end_array()) return false;
+  frames_.back().in_list = false;
+  frames_.back().field = nullptr;
+  return true;
+}
 
 }  // namespace
 
@@ -98,6 +452,11 @@ absl::Status ScanBody(std::string_view body, int max_texts) {
 }
 
 absl::Status ParseBody(const std::string& body, int max_texts, google::protobuf::Message* message) {
+  if (BuildReads(message->GetDescriptor())) {
+    MessageBuild build(max_texts, message);
+    nlohmann::json::sax_parse(body.begin(), body.end(), &build, nlohmann::json::input_format_t::json, /*strict=*/true);
+    return build.status;
+  }
   if (absl::Status s = ScanBody(body, max_texts); !s.ok()) return s;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;

@@ -2,8 +2,8 @@
 // once without building anything and refuses malformed JSON (named by byte), invalid UTF-8 or lone
 // surrogates, nesting deeper than 16, more texts than a request may hold (a Classify or Tag body's
 // "texts") and more JSON values than any request of that many texts needs (4 per text, plus 1024);
-// ParseBody then parses a scanned body into a proto message in protobuf's JSON mapping. Torch-free,
-// so that the fuzz target fuzz_http_json builds it alone.
+// ParseBody scans a body and builds a proto message from it in the same pass, in protobuf's JSON
+// mapping. Torch-free, so that the fuzz target fuzz_http_json builds it alone.
 #ifndef QVI_SERVER_HTTP_JSON_BODY_H_
 #define QVI_SERVER_HTTP_JSON_BODY_H_
 
@@ -19,7 +19,10 @@ namespace qvi {
 // OK, or INVALID_ARGUMENT naming what was wrong and where ("request body: ...", "texts: ...").
 absl::Status ScanBody(std::string_view body, int max_texts);
 
-// ScanBody, then the body as `message` (unknown fields refused): INVALID_ARGUMENT names the field.
+// The body as `message`, scanned as ScanBody does while it is read: INVALID_ARGUMENT names the field,
+// the value and what the field takes. The message protobuf's JsonStringToMessage makes of the body,
+// where both accept it; refused besides: a field given twice, null in a list, enums as quoted numbers.
+// Messages with maps, bytes, oneofs or well-known types go to JsonStringToMessage after the scan.
 absl::Status ParseBody(const std::string& body, int max_texts, google::protobuf::Message* message);
 
 // At most `max` bytes of `s` (cut on a UTF-8 character's boundary, "..." added when cut): what an

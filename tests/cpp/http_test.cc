@@ -20,6 +20,7 @@
 #include "server/http/explain_page.h"
 #include "server/http/http_api.h"
 #include "server/http/http_server.h"
+#include "server/http/json_body.h"
 #include "server/http/proto_json.h"
 
 namespace qvi {
@@ -458,6 +459,175 @@ TEST(ProtoJsonTest, RefusesWhatIsNotUtf8) {
 }
 
 }  // namespace proto_json_test
+
+namespace json_body_test {
+
+namespace v1 = serving::v1;
+using proto_json_test::RandomText;
+
+constexpr int kMaxTexts = 256;
+
+// protobuf's own converter on `body`: the reference ParseBody's one walk must agree with.
+template <typename Request>
+absl::Status Theirs(const std::string& body, Request* out) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status = google::protobuf::util::JsonStringToMessage(body, out, options);
+  return status.ok() ? absl::OkStatus() : absl::InvalidArgumentError(status.message().as_string());
+}
+
+template <typename Request>
+void ExpectSameAsProtobuf(const std::string& body) {
+  Request ours, theirs;
+  const absl::Status got = ParseBody(body, kMaxTexts, &ours);
+  ASSERT_TRUE(got.ok()) << body << "\n" << got;
+  ASSERT_TRUE(Theirs(body, &theirs).ok()) << body;
+  ASSERT_EQ(ours.SerializeAsString(), theirs.SerializeAsString()) << body << "\n" << ours.DebugString();
+}
+
+void FillOptions(std::mt19937& rng, v1::OutputOptions* o) {
+  o->set_top_k(static_cast<int32_t>(rng()));
+  o->set_attention(rng() % 2);
+  o->set_gates(rng() % 2);
+  o->set_tokens(rng() % 2);
+  o->set_truncation(static_cast<v1::TruncationPolicy>(rng() % 2));
+  if (rng() % 2) o->mutable_faithfulness()->set_top_k(static_cast<int32_t>(rng() % 40) - 5);
+  if (rng() % 2) {
+    v1::LayerOptions* l = o->mutable_layers();
+    l->set_gates(rng() % 2);
+    l->set_attention_maps(rng() % 2);
+    for (int k = static_cast<int>(rng() % 4); k > 0; --k) l->add_layers(static_cast<int32_t>(rng()));
+    for (int k = static_cast<int>(rng() % 4); k > 0; --k) l->add_heads(static_cast<int32_t>(rng() % 9) - 1);
+    l->set_reduction(static_cast<v1::LayerReduction>(rng() % 3));
+  }
+}
+
+// Random requests, written by protobuf with JSON names or proto names, defaults printed or left out,
+// enums as names or numbers: the one walk builds the message protobuf's converter builds.
+TEST(JsonBodyTest, ReadsRequestsAsProtobufDoes) {
+  std::mt19937 rng(5);
+  for (int round = 0; round < 2000; ++round) {
+    v1::ClassifyRequest c;
+    if (rng() % 2) {
+      c.mutable_model()->set_name(RandomText(rng));
+      c.mutable_model()->set_version(static_cast<int64_t>(rng()) * (rng() % 2 ? -1 : 1) << (rng() % 32));
+    }
+    for (int i = static_cast<int>(rng() % 5); i > 0; --i) c.add_texts(RandomText(rng));
+    if (rng() % 2) FillOptions(rng, c.mutable_options());
+    c.set_request_id(RandomText(rng));
+    google::protobuf::util::JsonPrintOptions print;
+    print.always_print_primitive_fields = rng() % 2;
+    print.preserve_proto_field_names = rng() % 2;
+    print.always_print_enums_as_ints = rng() % 2;
+    std::string body;
+    ASSERT_TRUE(google::protobuf::util::MessageToJsonString(c, &body, print).ok());
+    ExpectSameAsProtobuf<v1::ClassifyRequest>(body);
+    v1::TagRequest t;
+    t.mutable_texts()->CopyFrom(c.texts());
+    t.mutable_options()->CopyFrom(c.options());
+    body.clear();  // MessageToJsonString appends
+    ASSERT_TRUE(google::protobuf::util::MessageToJsonString(t, &body, print).ok());
+    ExpectSameAsProtobuf<v1::TagRequest>(body);
+  }
+}
+
+// The forms a person writes by hand that the mapping allows: numbers as strings or with an exponent,
+// enums by number, null for a default, proto names beside JSON names, escapes, white space.
+TEST(JsonBodyTest, ReadsTheHandWrittenFormsAsProtobufDoes) {
+  for (
+      const std::string body : {
+          R"({})",
+          R"({"texts": []})",
+          R"( { "texts" : [ "a" , "b\u00e9\n\"" ] } )",
+          R"({"texts": ["a"], "options": {"topK": "3"}})",
+          R"({"texts": ["a"], "options": {"top_k": -2}})",
+          R"({"options": {"topK": 3.0}})",
+          R"({"options": {"topK": 3e2}})",
+          R"({"options": {"topK": 2147483647}})",
+          R"({"options": {"topK": "-2147483648"}})",
+          R"({"options": {"truncation": 1}})",
+          R"({"options": {"truncation": "TRUNCATION_POLICY_ERROR"}})",
+          R"({"options": {"truncation": 7}})",
+          R"({"options": {"truncation": 1e0}})",
+          R"({"options": null, "model": null, "texts": null, "requestId": null})",
+          R"({"options": {"layers": {"layers": [0, "1", 2.0], "heads": [], "reduction": "LAYER_REDUCTION_MEAN_ALL"}}})",
+          R"({"options": {"faithfulness": {"top_k": 5}, "attention": true, "gates": false}})",
+          R"({"model": {"name": "sentiment", "version": "9007199254740993"}})",
+          R"({"model": {"version": 9223372036854775807}})",
+          R"({"model": {"version": "-9223372036854775808"}})",
+          R"({"request_id": "r-1", "texts": ["\ud83d\ude00"]})",
+      }) {
+    ExpectSameAsProtobuf<v1::ClassifyRequest>(body);
+  }
+}
+
+// What the mapping does not allow is refused naming the field, the value and what was expected; what
+// it leaves open is refused too (a field given twice, null in a list).
+TEST(JsonBodyTest, RefusesNamingTheFieldAndWhatItTakes) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"([])", "request body: a JSON object is expected"},
+      {R"("texts")", "request body: a JSON object is expected"},
+      {R"({"textz": ["a"]})",
+       "request body: textz: no such field; ClassifyRequest has model, texts, options, requestId"},
+      {R"({"options": {"topk": 1}})", "request body: options.topk: no such field; OutputOptions has topK"},
+      {R"({"options": {"topK": 1e99}})", "request body: options.top_k: 1e99 is not a whole number within int32"},
+      {R"({"options": {"topK": 1.5}})", "request body: options.top_k: 1.5 is not a whole number within int32"},
+      {R"({"options": {"topK": 2147483648}})", "request body: options.top_k: 2147483648 is not a whole number within"},
+      {R"({"options": {"topK": " 3"}})", R"(request body: options.top_k: " 3" is not a whole number)"},
+      {R"({"options": {"topK": "0x10"}})", R"(request body: options.top_k: "0x10" is not a whole number)"},
+      {R"({"options": {"topK": true}})", "request body: options.top_k: true is not a whole number"},
+      {R"({"options": {"attention": "true"}})", R"(request body: options.attention: "true" is not true or false)"},
+      {R"({"options": {"truncation": "error"}})",
+       R"(request body: options.truncation: "error" is not one of TruncationPolicy's names (TRUNCATION_POLICY_TRUNCATE, TRUNCATION_POLICY_ERROR) or a number)"},
+      {R"({"options": {"truncation": 1.5}})", "request body: options.truncation: 1.5 is not one of"},
+      {R"({"options": {"truncation": "1"}})", R"(request body: options.truncation: "1" is not one of)"},
+      {R"({"texts": "a"})", R"(request body: texts: "a" is not a list of which each is a string)"},
+      {R"({"texts": [1]})", "request body: texts: 1 is not a string"},
+      {R"({"texts": [["a"]]})", "request body: texts: a list is not a string"},
+      {R"({"texts": [null]})", "request body: texts: null is not a string"},
+      {R"({"texts": [{}]})", "request body: texts: an object is not a string"},
+      {R"({"options": []})", "request body: options: a list is not an object (OutputOptions)"},
+      {R"({"options": 3})", "request body: options: 3 is not an object (OutputOptions)"},
+      {R"({"options": {"layers": {"layers": {}}}})",
+       "request body: options.layers.layers: an object is not a list of which each is a whole number within int32"},
+      {R"({"texts": ["a"], "texts": ["b"]})", "request body: texts: given twice"},
+      {R"({"texts": ["a"], "options": {}, "options": {}})", "request body: options: given twice"},
+      {R"({"model": {"version": 9223372036854775808}})", "request body: model.version: 9223372036854775808 is not"},
+      {R"({"model": {"version": "1e3"}})", R"(request body: model.version: "1e3" is not a whole number within int64)"},
+      {R"({"requestId": 5})", "request body: request_id: 5 is not a string"},
+      {R"({"texts": ["a")", "request body: not valid JSON at byte"},
+  };
+  for (const auto& [body, error] : cases) {
+    v1::ClassifyRequest request;
+    const absl::Status got = ParseBody(body, kMaxTexts, &request);
+    EXPECT_EQ(got.code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_EQ(got.message().substr(0, error.size()), error) << body;
+  }
+}
+
+// The client's strings are quoted clipped: a 100,000-byte key or value costs an error of a few hundred bytes.
+TEST(JsonBodyTest, ErrorsQuoteTheClientClipped) {
+  for (const std::string body : {R"({")" + std::string(100000, 'k') + R"(": 1})",
+                                 R"({"options": {"truncation": ")" + std::string(100000, 'x') + R"("}})",
+                                 R"({"options": {"topK": 1)" + std::string(100000, '0') + R"(.5}})"}) {
+    v1::ClassifyRequest request;
+    const absl::Status got = ParseBody(body, kMaxTexts, &request);
+    EXPECT_EQ(got.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_LT(got.message().size(), 400u) << got.message().substr(0, 400);
+  }
+}
+
+// The texts limit holds in the one walk as in the scan: refused at the first text over it.
+TEST(JsonBodyTest, RefusesMoreTextsThanTheLimit) {
+  std::string body = R"({"texts": [)";
+  for (int i = 0; i < 5; ++i) body += i > 0 ? R"(,"a")" : R"("a")";
+  body += "]}";
+  v1::ClassifyRequest request;
+  EXPECT_EQ(ParseBody(body, 4, &request).message(), "texts: more than 4 texts; the limit is 4 per request");
+  EXPECT_TRUE(ParseBody(body, 5, &request).ok());
+}
+
+}  // namespace json_body_test
 
 }  // namespace
 }  // namespace qvi

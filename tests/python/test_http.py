@@ -98,7 +98,7 @@ def test_tag_answers_what_grpc_answers(http_address, server, api):
     ("POST", "/v1/models/sentiment:classify", b'{"texts": ["a"', 400, "request body: not valid JSON at byte"),
     ("POST", "/v1/models/sentiment:classify", b'{"textz": ["a"]}', 400, "request body: textz"),
     ("POST", "/v1/models/sentiment:classify", b'{"texts": ["a"], "options": {"topK": 1e99}}', 400,
-     "request body: (options.top_k): invalid value 1e+99"),
+     "request body: options.top_k: 1e99 is not a whole number within int32"),
     ("POST", "/v1/models/sentiment:classify", b'{"texts": []}', 400, "texts: empty"),
     ("POST", "/v1/models/sentiment:classify", b'{"texts": ["\xff\xfe"]}', 400, "ill-formed UTF-8"),
     ("POST", "/v1/models/sentiment:classify", b'{"texts": ["\\ud800"]}', 400, "surrogate"),
