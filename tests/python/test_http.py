@@ -102,7 +102,11 @@ def test_tag_answers_what_grpc_answers(http_address, server, api):
     ("POST", "/v1/models/sentiment:classify", b'{"texts": []}', 400, "texts: empty"),
     ("POST", "/v1/models/sentiment:classify", b'{"texts": ["\xff\xfe"]}', 400, "ill-formed UTF-8"),
     ("POST", "/v1/models/sentiment:classify", b'{"texts": ["\\ud800"]}', 400, "surrogate"),
-    ("POST", "/v1/models/sentiment:classify", b"[" * 10000, 400, "JSON nested deeper than 16 levels"),
+    # A Classify body is refused at its first value of the wrong kind, before any depth is reached.
+    ("POST", "/v1/models/sentiment:classify", b"[" * 10000, 400, "request body: a JSON object is expected"),
+    ("POST", "/v1/models/sentiment:classify", b'{"texts": ' + b"[" * 10000, 400,
+     "request body: texts: a list is not a string"),
+    ("POST", "/v2/models/sentiment/infer", b'{"inputs": ' + b"[" * 10000, 400, "JSON nested deeper than 16 levels"),
     ("POST", "/v1/models/sentiment:classify", json.dumps({"texts": [""] * 257}).encode(), 400,
      "texts: more than 256 texts"),
     ("POST", "/v1/models/nope:classify", b'{"texts": ["a"]}', 404, "model 'nope' not found"),
