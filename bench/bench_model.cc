@@ -6,6 +6,13 @@
 //
 //   qvi-bench-model --model model_store/store/sentiment/1 --format both --batch-sizes 1,2,4,8,16,32
 //   qvi-bench-model --model DIR --format pt2 --cpu-packages base,x86-64-v4,x86-64-v4-bf16   (each CPU package)
+//   qvi-bench-model --model DIR --format pt2 --batch-sizes 1 --idle-us 0,500   (a forward after an idle gap)
+//
+// --idle-us sleeps that long before each timed forward (the thread blocks, as a server's instance
+// thread does between the requests of a lone caller), so a forward that finds the caches and the
+// core cold is measured beside the back-to-back loop; the sleep itself is not timed. With
+// --idle-spin the thread spins through the gap instead of sleeping: what a forward costs when only
+// the core's idling, not the time, is taken away.
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -16,11 +23,26 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 #include <vector>
 
 #include "client/load_texts.h"
 #include "server/core/model/model.h"
 #include "server/core/serving/model_runner.h"
+
+namespace {
+
+// Every (model, idle gap) pair, models outermost: the steps one batch size measures side by side.
+std::vector<std::pair<const qvi::Model*, int>> Combinations(const std::vector<std::unique_ptr<qvi::Model>>& models,
+                                                            const std::vector<int>& idle_us) {
+  std::vector<std::pair<const qvi::Model*, int>> out;
+  for (const auto& m : models) {
+    for (int idle : idle_us) out.emplace_back(m.get(), idle);
+  }
+  return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"qvi-bench-model: in-process forward throughput of a model version at each batch size",
@@ -28,6 +50,7 @@ int main(int argc, char** argv) {
   std::string path, json, device = "cpu", format = "both";
   std::vector<int> batch_sizes = {1, 2, 4, 8, 16, 32};
   std::vector<std::string> cpu_packages = {"auto"};
+  std::vector<int> idle_us = {0};
   double seconds = 5, words = 20, words_stddev = 5;
   int pool = 1000, threads = 1;
   uint32_t seed = 1;
@@ -66,6 +89,13 @@ int main(int argc, char** argv) {
                  "buckets): off, on, or both (each format loaded twice and measured side by side)")
       ->check(CLI::IsMember({"off", "on", "both"}))
       ->capture_default_str();
+  app.add_option("--idle-us", idle_us,
+                 "microseconds the thread sleeps before each timed forward; several are measured side by side "
+                 "(0: back to back)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1000000));
+  bool idle_spin = false;
+  app.add_flag("--idle-spin", idle_spin, "spin through the --idle-us gap instead of sleeping");
   app.add_option("--json", json, "also write the results as JSON here");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(threads);
@@ -143,21 +173,32 @@ int main(int argc, char** argv) {
     if (file == "model.cpu.pt2") return std::string("pt2 base");
     return "pt2 " + file.substr(10, file.size() - 14);  // model.cpu.<name>.pt2
   };
-  std::printf("%6s %5s %20s %6s %10s %10s %10s %10s\n", "batch", "maps", "format", "graphs", "texts/s", "batches/s",
-              "p50 ms", "p99 ms");
+  std::printf("%6s %5s %20s %6s %8s %10s %10s %10s %10s\n", "batch", "maps", "format", "graphs", "idle us", "texts/s",
+              "batches/s", "p50 ms", "p99 ms");
   nlohmann::json results = nlohmann::json::array();
   for (int bs : batch_sizes) {
     for (bool with_maps : map_settings) {
-      for (const auto& m : models) {
+      for (const auto& [m, idle] : Combinations(models, idle_us)) {
         qvi::OutputSet asked = wanted;
         if (with_maps) asked.set(static_cast<size_t>(qvi::Output::kLayerAttention));
         std::vector<double> ms;
         size_t next = 0;
         int64_t texts = 0;
+        double slept = 0;  // seconds, left out of the throughput
         const auto start = std::chrono::steady_clock::now();
         const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                      std::chrono::duration<double>(seconds));
         while (std::chrono::steady_clock::now() < end) {
+          if (idle > 0) {
+            const auto before = std::chrono::steady_clock::now();
+            if (idle_spin) {
+              while (std::chrono::steady_clock::now() - before < std::chrono::microseconds(idle)) {
+              }
+            } else {
+              std::this_thread::sleep_for(std::chrono::microseconds(idle));
+            }
+            slept += std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+          }
           const auto t0 = std::chrono::steady_clock::now();
           std::vector<const std::vector<int64_t>*> batch;
           for (int b = 0; b < bs; ++b) batch.push_back(&ids[(next + b) % ids.size()]);
@@ -171,16 +212,18 @@ int main(int argc, char** argv) {
           ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
           texts += bs;
         }
-        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - slept;
         std::sort(ms.begin(), ms.end());
         const double p50 = ms[ms.size() / 2], p99 = ms[std::min(ms.size() - 1, ms.size() * 99 / 100)];
-        std::printf("%6d %5s %20s %6s %10.1f %10.1f %10.3f %10.3f\n", bs, with_maps ? "on" : "off", label(*m).c_str(),
-                    m->graphs().active ? "on" : "off", texts / elapsed, ms.size() / elapsed, p50, p99);
+        std::printf("%6d %5s %20s %6s %8d %10.1f %10.1f %10.3f %10.3f\n", bs, with_maps ? "on" : "off",
+                    label(*m).c_str(), m->graphs().active ? "on" : "off", idle, texts / elapsed, ms.size() / elapsed,
+                    p50, p99);
         results.push_back({{"batch_size", bs},
                            {"maps", with_maps},
                            {"format", m->format()},
                            {"file", std::filesystem::path(m->file()).filename().string()},
                            {"cuda_graphs", m->graphs().active},
+                           {"idle_us", idle},
                            {"texts_per_s", texts / elapsed},
                            {"batches_per_s", ms.size() / elapsed},
                            {"p50_ms", p50},
@@ -197,6 +240,7 @@ int main(int argc, char** argv) {
                                           {"words", words},
                                           {"torch_threads", threads},
                                           {"explain", explain},
+                                          {"idle_spin", idle_spin},
                                           {"forward_without_maps", model->has_forward_without_maps()},
                                           {"steps", results}}
                                .dump(2)

@@ -36,10 +36,12 @@ bool EscapedAboveAscii(uint32_t cp) {
   return false;
 }
 
+// `unit` is one UTF-16 code unit (<= 0xFFFF): four lower-case hex digits, as protobuf writes them.
 void AppendEscape(uint32_t unit, std::string* out) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "\\u%04x", unit);
-  out->append(buf);
+  static constexpr char kHex[] = "0123456789abcdef";
+  const char escape[6] = {
+      '\\', 'u', kHex[(unit >> 12) & 0xF], kHex[(unit >> 8) & 0xF], kHex[(unit >> 4) & 0xF], kHex[unit & 0xF]};
+  out->append(escape, sizeof escape);
 }
 
 // The code point at s[i] and its length in bytes; 0 for a byte that does not begin a well-formed one.
