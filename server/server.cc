@@ -6,12 +6,15 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -49,6 +52,13 @@ void ConfigureThreads(ServerOptions& options) {
   spdlog::info("memory allocator: {}", ReadAllocatorStats().allocator);
 }
 
+// "pt2, float32, weights not frozen (...)": the format and what the backend says of its build.
+std::string FormatDescription(const Model& model) {
+  std::vector<std::string> parts = {model.format(), model.precision(), model.compile_note()};
+  parts.erase(std::remove(parts.begin(), parts.end(), std::string()), parts.end());
+  return absl::StrJoin(parts, ", ");
+}
+
 void LogModelEvent(const std::string& name, const VersionStatus& v) {
   if (v.state == ModelState::kLoading) {
     spdlog::info("model {}@{} loading", name, v.version);
@@ -63,8 +73,7 @@ void LogModelEvent(const std::string& name, const VersionStatus& v) {
         "model {}@{} READY: {} ({}) on {} from {} ({}), {} labels/tags, max_tokens {}; batches of up to {} "
         "texts / {} tokens / {} ms, {} instance(s){}",
         name, v.version, m.display_name, m.task == Task::kClassification ? "classification" : "tagging",
-        v.model->device(), std::filesystem::path(v.model->file()).filename().string(),
-        v.model->precision().empty() ? v.model->format() : absl::StrCat(v.model->format(), ", ", v.model->precision()),
+        v.model->device(), std::filesystem::path(v.model->file()).filename().string(), FormatDescription(*v.model),
         m.task == Task::kClassification ? m.labels.size() : m.tags.size(), m.tokenizer.max_tokens, c.max_batch_size,
         c.max_batch_tokens, c.max_queue_delay_ms, c.instances,
         v.model->has_forward_without_maps() ? "; batches that ask for no attention maps skip them" : "");

@@ -116,11 +116,11 @@ def write_null(model_pt: str, folder: str) -> str:
 
 
 def package_artifact(model_pt: str, device: str = "cpu", cpu_target: str = pt2.DEFAULT_CPU_TARGET,
-                     cache: Optional[str] = None) -> str:
+                     cache: Optional[str] = None, freezing: str = pt2.DEFAULT_FREEZING) -> str:
     """Compiles the model of a TorchScript artifact (its weights, manifest and vocabulary) into the
     .pt2 beside it (see write_cached)."""
     module, manifest, vocab = load(model_pt)
     model = build_model(ModelConfig(**manifest["architecture"]["config"])).eval()  # type: ignore[index]
     model.load_state_dict(module.state_dict())
     folder = os.path.dirname(os.path.abspath(model_pt))
-    return pt2.write_cached(model, manifest, vocab.to_text(), folder, device, cpu_target, cache)
+    return pt2.write_cached(model, manifest, vocab.to_text(), folder, device, cpu_target, cache, freezing=freezing)

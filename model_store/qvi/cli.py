@@ -23,7 +23,7 @@ from qvi.data import encode_examples
 from qvi.models import ModelConfig
 from qvi.tokenizer import Vocabulary, config_from_json
 from qvi.train import evaluate
-from qvi.workflow import (BOUNDARIES, FORMATS, add_train_args, evaluate_artifact, export_checkpoint,  # noqa: F401
+from qvi.workflow import (BOUNDARIES, FORMATS, add_freezing_arg, add_train_args, evaluate_artifact, export_checkpoint,  # noqa: F401
                           label_list, load_checkpoint, read_corpus, run_training)
 
 
@@ -59,7 +59,7 @@ def cmd_export(args: argparse.Namespace) -> None:
         card["faithfulness"] = card_summary(report)
     for path in export_checkpoint(args.checkpoint, args.store, args.name, args.version, card, args.format,
                                   args.device, args.cpu_target, args.pt2_cache, args.cpu_variants or (),
-                                  args.fidelity_test, args.conll_join):
+                                  args.fidelity_test, args.conll_join, args.cpu_freezing):
         print(path)
 
 
@@ -98,6 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                    help="instruction set of a CPU .pt2: x86-64-v3 (AVX2; runs on any x86 server since ~2015) "
                         "or native (this machine's, e.g. AVX-512; for compiling on the node that serves it)")
     p.add_argument("--pt2-cache", help="reuse packages compiled before from the same weights, code and target")
+    add_freezing_arg(p)
     p.add_argument("--cpu-variants", nargs="+", choices=tuple(pt2.CPU_VARIANTS),
                    help="also compile these CPU packages (model.cpu.<variant>.pt2), which a server whose CPU runs "
                         "them prefers to model.cpu.pt2; a bf16 one is kept only if it passes the fidelity gate")

@@ -16,7 +16,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from qvi.models import BASELINES, DISPLAY, TAGGERS, ModelConfig
 from qvi.nn import check_interaction
-from qvi.workflow import add_train_args, export_checkpoint, run_training
+from qvi.workflow import add_freezing_arg, add_train_args, export_checkpoint, run_training
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CORPORA = os.path.join(HERE, "data")
@@ -121,7 +121,8 @@ def cmd_demo(args: argparse.Namespace) -> None:
         t0 = time.time()
         variants = demo_cpu_variants(args.cpu_variants or ())
         for written in export_checkpoint(path, args.store, name, 1, card, "both", pt2_cache=args.pt2_cache,
-                                         cpu_variants=variants, fidelity_test=test if variants else None)[1:]:
+                                         cpu_variants=variants, fidelity_test=test if variants else None,
+                                         freezing=args.cpu_freezing)[1:]:
             print(written)
         print(f"{name}: packages {', '.join(['base'] + variants) if variants else 'base'} ({time.time() - t0:.0f} s)")
 
@@ -143,12 +144,14 @@ def _demo_faithfulness(name: str, model_pt: str, test: str) -> Dict[str, object]
 
 
 def _current_package(package: str) -> bool:
-    """Whether a package was written in the format this exporter writes (older ones are rebuilt)."""
+    """Whether a package was written in the format this exporter writes, its weight freezing decided
+    (older ones are rebuilt)."""
     from qvi import pt2
     try:
-        return json.loads(pt2.read_extra(package)[pt2.PT2_INFO]).get("info_version") == pt2.INFO_VERSION
+        info = json.loads(pt2.read_extra(package)[pt2.PT2_INFO])
     except Exception:  # unreadable: rebuild it
         return False
+    return info.get("info_version") == pt2.INFO_VERSION and "freezing" in info
 
 
 def demo_cpu_variants(asked: Sequence[str]) -> List[str]:
@@ -171,7 +174,7 @@ def _demo_package(model_pt: str, args: argparse.Namespace, force: bool) -> None:
     if args.no_pt2 or (os.path.exists(package) and not force and _current_package(package)):
         return
     t0 = time.time()
-    artifact.package_artifact(model_pt, "cpu", pt2.DEFAULT_CPU_TARGET, cache=args.pt2_cache)
+    artifact.package_artifact(model_pt, "cpu", pt2.DEFAULT_CPU_TARGET, cache=args.pt2_cache, freezing=args.cpu_freezing)
     print(f"{package} ({time.time() - t0:.0f} s)")
 
 
@@ -381,6 +384,7 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
                    help="leave the faithfulness figures out of the cards (they take about 4 minutes)")
     p.add_argument("--pt2-cache", default=os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2")),
                    help="compiled packages by weights, code and target, reused across set-ups (env QVI_PT2_CACHE)")
+    add_freezing_arg(p)
     p.add_argument("--reexport", action="store_true",
                    help="export the models again from their checkpoints in work/, without training (after a "
                         "change to the model or export code)")

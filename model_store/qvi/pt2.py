@@ -33,9 +33,12 @@ import copy
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
+import statistics
 import tempfile
+import time
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -180,12 +183,21 @@ def _cpu_target(target: str) -> Iterator[Dict[str, object]]:
 # into the code: a package compiled on a 64-core machine would run 64 threads per forward on a
 # 4-CPU pod.
 COMPILE_OPTIONS = {"aot_inductor.package": True, "cpp.dynamic_threads": True}
-# freezing: the weights become constants of the graph, so Inductor folds what depends on them alone
-# and hands the Linear layers to oneDNN with their weights packed once, at compile time, for its
-# kernels. On this 2-core AVX-512 machine (docs/performance.md) it makes the demo classifier 1.3-1.5x
-# faster at batches of 4 and more and about 0.02 ms slower at batch 1 on short texts. CPU only: the
-# CUDA packages were measured without it.
-CPU_COMPILE_OPTIONS = {"freezing": True}
+# Inductor's weight freezing (CPU packages only; the CUDA packages were measured without it): the
+# weights become constants of the graph, so Inductor folds what depends on them alone and hands the
+# Linear layers to oneDNN with their weights packed once, at compile time. Whether that is faster
+# depends on the CPU (docs/performance.md, "Frozen weights"): on a 2-core AMD EPYC it made the demo
+# classifier 1.3-1.5x faster at batches of 4 and more; on a 2-core Intel Xeon (AVX-512, AMX) the
+# package without it was 1.57x faster at batch 1 and 1.0-1.16x up to 16. So by default ("auto") the
+# exporter compiles both, times them on this machine (FREEZING_SHAPES) and keeps the faster: a
+# package is meant to be compiled on the kind of node that serves it. "on" and "off" force one.
+FREEZING = ("auto", "on", "off")
+DEFAULT_FREEZING = "auto"
+# (batch size, tokens) that "auto" times: a lone short text, as at concurrency 1, and a batch of
+# eight of them, as under load. The faster package by the geometric mean of the two times is kept
+# (ties keep freezing). One torch thread, as each of the server's CPU instances runs.
+FREEZING_SHAPES = [(1, 24), (8, 24)]
+FREEZING_SECONDS = 3.0  # the timing's budget, both packages and shapes together
 
 
 def _example(vocab_size: int, device: str) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -198,9 +210,10 @@ def _example(vocab_size: int, device: str) -> Tuple[torch.Tensor, torch.Tensor]:
 
 
 def compile_package(model: nn.Module, manifest: Dict[str, object], vocab_text: str, path: str,
-                    device: str = "cpu", cpu_target: str = DEFAULT_CPU_TARGET, dtype: str = "float32") -> str:
+                    device: str = "cpu", cpu_target: str = DEFAULT_CPU_TARGET, dtype: str = "float32",
+                    freeze: bool = False) -> str:
     """Exports and compiles every method of `model` (eval mode), its weights and arithmetic in
-    `dtype`, into the package `path`."""
+    `dtype`, into the package `path`; `freeze` freezes the weights of a CPU package (FREEZING)."""
     from torch.export.pt2_archive._package import package_pt2
     arch = str(manifest["architecture"]["name"])  # type: ignore[index]
     if arch in UNEXPORTABLE:
@@ -208,6 +221,7 @@ def compile_package(model: nn.Module, manifest: Dict[str, object], vocab_text: s
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     config = manifest["architecture"]["config"]  # type: ignore[index]
+    freeze = freeze and device == "cpu"
     model = model.eval().to(device)
     compiled_model = model if dtype == "float32" else copy.deepcopy(model).to(DTYPES[dtype])
     max_tokens = int(config["max_tokens"])
@@ -221,8 +235,7 @@ def compile_package(model: nn.Module, manifest: Dict[str, object], vocab_text: s
             ep = torch.export.export(module, example, dynamic_shapes=({0: b, 1: t}, {0: b, 1: t}))
             outputs[name] = list(module(*example).keys())
             files = torch._inductor.aot_compile(ep.module(), example,
-                                                options=dict(isa_config, **COMPILE_OPTIONS,
-                                                             **(CPU_COMPILE_OPTIONS if device == "cpu" else {})))
+                                                options=dict(isa_config, **COMPILE_OPTIONS, freezing=freeze))
             aoti_files[name] = [f for f in files if isinstance(f, str)]  # type: ignore[union-attr]
     info: Dict[str, object] = {
         "info_version": INFO_VERSION,
@@ -230,6 +243,7 @@ def compile_package(model: nn.Module, manifest: Dict[str, object], vocab_text: s
         "cpu_target": cpu_target if device == "cpu" else "",
         "cpu_flags": cpu_flags(cpu_target, dtype) if device == "cpu" else [],
         "dtype": dtype,
+        "freezing": freeze,
         "torch_version": torch.__version__.split("+")[0],
         "min_tokens": MIN_TOKENS,
         "max_tokens": max_tokens,
@@ -274,15 +288,105 @@ def _extra_files(manifest: Dict[str, object], vocab_text: str, info: Dict[str, o
             "vocab.txt": vocab_text, PT2_INFO: json.dumps(info, indent=1)}
 
 
+def _freezing_mode(freezing: str, device: str) -> str:
+    if freezing not in FREEZING:
+        raise ValueError(f"freezing must be one of {list(FREEZING)}, got {freezing!r}")
+    return freezing if device == "cpu" else "off"
+
+
+def choose_freezing(ms: Dict[str, Dict[str, float]]) -> bool:
+    """Whether to keep the frozen package, from each package's times ({"frozen": {shape: ms},
+    "unfrozen": {...}}): the one with the smaller geometric mean over the shapes, freezing on a tie."""
+    def score(times: Dict[str, float]) -> float:
+        return math.exp(sum(math.log(t) for t in times.values()) / len(times))
+    return score(ms["frozen"]) <= score(ms["unfrozen"])
+
+
+def time_packages(paths: Dict[str, str], vocab_size: int, seconds: float = FREEZING_SECONDS,
+                  rounds: int = 5) -> Dict[str, Dict[str, float]]:
+    """Milliseconds per forward of each package at FREEZING_SHAPES ({name: {"BxT": ms}}), one torch
+    thread: the method a plain request runs (the forward without maps where the package has one),
+    the packages taking turns for `rounds` rounds, the median round of each kept."""
+    runs = {}
+    for name, path in paths.items():
+        compiled = load_methods(path)
+        runs[name] = compiled.get("without_maps", compiled["model"])
+    g = torch.Generator().manual_seed(2)
+    inputs = {f"{b}x{t}": (torch.randint(2, max(vocab_size, 3), (b, t), generator=g), torch.ones(b, t, dtype=torch.bool))
+              for b, t in FREEZING_SHAPES}
+    per_step = seconds / (rounds * len(runs) * len(inputs))
+    samples: Dict[str, Dict[str, List[float]]] = {name: {shape: [] for shape in inputs} for name in runs}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            for name, run in runs.items():  # first calls allocate and page in the code
+                for ids, mask in inputs.values():
+                    for _ in range(3):
+                        run(ids, mask)  # type: ignore[operator]
+            for _ in range(rounds):
+                for name, run in runs.items():
+                    for shape, (ids, mask) in inputs.items():
+                        calls, start = 0, time.perf_counter()
+                        while True:
+                            run(ids, mask)  # type: ignore[operator]
+                            calls += 1
+                            elapsed = time.perf_counter() - start
+                            if elapsed >= per_step:
+                                break
+                        samples[name][shape].append(1e3 * elapsed / calls)
+    finally:
+        torch.set_num_threads(threads)
+    return {name: {shape: round(statistics.median(v), 4) for shape, v in by.items()} for name, by in samples.items()}
+
+
+def _compile_choosing_freezing(model: nn.Module, manifest: Dict[str, object], vocab_text: str, path: str,
+                               cpu_target: str, dtype: str) -> None:
+    """compile_package for the CPU with freezing "auto": compiles the package with and without
+    frozen weights, times both on this machine and writes the faster to `path`, its pt2.json saying
+    what was measured ("freezing_choice")."""
+    config = manifest["architecture"]["config"]  # type: ignore[index]
+    with tempfile.TemporaryDirectory(prefix=".freezing.", dir=os.path.dirname(os.path.abspath(path))) as work:
+        candidates = {}
+        for name, freeze in (("frozen", True), ("unfrozen", False)):
+            os.makedirs(os.path.join(work, name))
+            # Named model.pt2, as every package: the archive's folder inside takes the file's stem.
+            candidates[name] = os.path.join(work, name, "model.pt2")
+            compile_package(model, manifest, vocab_text, candidates[name], "cpu", cpu_target, dtype, freeze)
+        ms = time_packages(candidates, int(config["vocab_size"]))
+        keep = "frozen" if choose_freezing(ms) else "unfrozen"
+        extra = read_extra(candidates[keep])
+        info = json.loads(extra[PT2_INFO])
+        info["freezing_choice"] = {"ms": ms, "kept": keep, "cpu": cpu_model(), "torch_threads": 1}
+        extra[PT2_INFO] = json.dumps(info, indent=1)
+        repackage(candidates[keep], path, extra)
+
+
+def cpu_model() -> str:
+    """This machine's CPU, as /proc/cpuinfo names it ("" where it does not)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def write_package(model: nn.Module, manifest: Dict[str, object], vocab_text: str, folder: str,
                   device: str = "cpu", cpu_target: str = DEFAULT_CPU_TARGET, check: bool = True,
-                  dtype: str = "float32", file: Optional[str] = None) -> str:
+                  dtype: str = "float32", file: Optional[str] = None, freezing: str = DEFAULT_FREEZING) -> str:
     """Compiles into a temporary file in `folder`, checks it against the eager model, and renames it
     into place as `file` (model.<device>.pt2 by default), so a server watching the store never sees
-    half a package."""
+    half a package. `freezing` (FREEZING) decides the CPU package's weight freezing."""
     file = file or FILES[device]
+    mode = _freezing_mode(freezing, device)
     with _publishing(folder, file) as tmp:
-        compile_package(model, manifest, vocab_text, tmp, device, cpu_target, dtype)
+        if mode == "auto":
+            _compile_choosing_freezing(model, manifest, vocab_text, tmp, cpu_target, dtype)
+        else:
+            compile_package(model, manifest, vocab_text, tmp, device, cpu_target, dtype, mode == "on")
         if check:
             worst = check_package(tmp, model, device)
             if worst > CHECK_TOLERANCE[dtype]:
@@ -298,10 +402,12 @@ _CODE = [__file__, os.path.join(_HERE, "models.py")] + sorted(
 
 
 def cache_key(model: nn.Module, manifest: Dict[str, object], device: str, cpu_target: str,
-              dtype: str = "float32") -> str:
+              dtype: str = "float32", freezing: str = DEFAULT_FREEZING) -> str:
     """What a compiled package depends on: the weights, the architecture and outputs, the code that
-    defines the models (qvi/models.py, qvi/nn/) and this exporter's, torch's version and the target.
-    Not the model card (dates), which only the extra files carry."""
+    defines the models (qvi/models.py, qvi/nn/) and this exporter's, torch's version, the target and
+    the freezing; with freezing "auto", this machine's CPU too (the choice was timed on it). Not the
+    model card (dates), which only the extra files carry."""
+    mode = _freezing_mode(freezing, device)
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         h.update(name.encode())
@@ -310,7 +416,9 @@ def cache_key(model: nn.Module, manifest: Dict[str, object], device: str, cpu_ta
     for path in _CODE:
         with open(path, "rb") as f:
             h.update(f.read())
-    h.update(f"{torch.__version__}|{device}|{cpu_target}|{dtype}".encode())
+    h.update(f"{torch.__version__}|{device}|{cpu_target}|{dtype}|{mode}".encode())
+    if mode == "auto":
+        h.update(f"|{cpu_model()}|{os.cpu_count()}|{' '.join(required_cpu_flags('native'))}".encode())
     return h.hexdigest()[:32]
 
 
@@ -342,21 +450,24 @@ def _prune(cache: str) -> None:
 
 def write_cached(model: nn.Module, manifest: Dict[str, object], vocab_text: str, folder: str,
                  device: str = "cpu", cpu_target: str = DEFAULT_CPU_TARGET, cache: Optional[str] = None,
-                 dtype: str = "float32", file: Optional[str] = None) -> str:
+                 dtype: str = "float32", file: Optional[str] = None, freezing: str = DEFAULT_FREEZING) -> str:
     """write_package, but with `cache` (a folder) a package compiled before from the same weights,
-    code, target and dtype is reused, its extra files rewritten: compiling takes a minute on two cores."""
+    code, target, dtype and freezing is reused, its extra files rewritten: compiling takes a minute
+    on two cores."""
     file = file or FILES[device]
     if cache is None:
-        return write_package(model, manifest, vocab_text, folder, device, cpu_target, dtype=dtype, file=file)
+        return write_package(model, manifest, vocab_text, folder, device, cpu_target, dtype=dtype, file=file,
+                             freezing=freezing)
     os.makedirs(cache, exist_ok=True)
     _prune(cache)
-    cached = os.path.join(cache, cache_key(model, manifest, device, cpu_target, dtype) + ".pt2")
+    cached = os.path.join(cache, cache_key(model, manifest, device, cpu_target, dtype, freezing) + ".pt2")
     if os.path.exists(cached):
         os.utime(cached)  # used: kept by _prune
     else:
         staging = tempfile.mkdtemp(prefix=".compile.", dir=cache)
         try:
-            os.replace(write_package(model, manifest, vocab_text, staging, device, cpu_target, dtype=dtype), cached)
+            os.replace(write_package(model, manifest, vocab_text, staging, device, cpu_target, dtype=dtype,
+                                     freezing=freezing), cached)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     info = json.loads(read_extra(cached)[PT2_INFO])

@@ -113,18 +113,27 @@ def load_checkpoint(path: str) -> Tuple[torch.nn.Module, Dict[str, object]]:
     return model.eval(), ckpt
 
 
+def add_freezing_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cpu-freezing", choices=pt2.FREEZING, default=pt2.DEFAULT_FREEZING,
+                   help="Inductor's weight freezing in CPU packages. auto: compile with and without, time both "
+                        "on this machine and keep the faster (pt2.json's freezing_choice says what was measured); "
+                        "on/off: force it")
+
+
 FORMATS = ("torchscript", "pt2", "both")
 
 
 def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card: Dict[str, object],
                       fmt: str = "torchscript", device: str = "cpu", cpu_target: str = pt2.DEFAULT_CPU_TARGET,
                       pt2_cache: Optional[str] = None, cpu_variants: Sequence[str] = (),
-                      fidelity_test: Optional[str] = None, conll_join: str = " ") -> List[str]:
+                      fidelity_test: Optional[str] = None, conll_join: str = " ",
+                      freezing: str = pt2.DEFAULT_FREEZING) -> List[str]:
     """Writes the formats `fmt` asks for into <store>/<name>/<version>/; returns the paths written.
     With "both", an architecture that cannot be exported to a .pt2 gets model.pt alone (its manifest
     says why); asked for "pt2" alone, it is an error. `cpu_variants` (pt2.CPU_VARIANTS) adds CPU
     packages beside model.cpu.pt2; a bfloat16 one only if it passes the fidelity gate on the corpus
-    `fidelity_test` (qvi/fidelity.py). The model card records each variant's measurement."""
+    `fidelity_test` (qvi/fidelity.py). The model card records each variant's measurement.
+    `freezing` (pt2.FREEZING) decides the CPU packages' weight freezing."""
     model, ckpt = load_checkpoint(ckpt_path)
     config = ModelConfig(**ckpt["config"])
     vocab = Vocabulary(ckpt["vocab"])
@@ -146,7 +155,8 @@ def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card:
             probe = artifact.build_manifest(name, config, tok, vocab, ckpt["labels"], ckpt["scheme"], card)
             card["cpu_packages"] = {}
             for variant in cpu_variants:
-                report = _variant(model, config, probe, vocab, ckpt, variant, cache, fidelity_test, conll_join)
+                report = _variant(model, config, probe, vocab, ckpt, variant, cache, fidelity_test, conll_join,
+                                  freezing)
                 card["cpu_packages"][variant] = report  # type: ignore[index]
                 if report["kept"]:
                     kept.append(variant)
@@ -156,17 +166,18 @@ def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card:
             written.append(artifact.export(model, manifest, vocab, store, version))
         if packages:
             folder = os.path.join(store, name, str(version))
-            written.append(pt2.write_cached(model, manifest, vocab.to_text(), folder, device, cpu_target, cache))
+            written.append(pt2.write_cached(model, manifest, vocab.to_text(), folder, device, cpu_target, cache,
+                                            freezing=freezing))
             for variant in kept:
                 target, dtype = pt2.CPU_VARIANTS[variant]
                 written.append(pt2.write_cached(model, manifest, vocab.to_text(), folder, "cpu", target, cache,
-                                                dtype, pt2.variant_file(variant)))
+                                                dtype, pt2.variant_file(variant), freezing))
     return written
 
 
 def _variant(model: torch.nn.Module, config: ModelConfig, manifest: Dict[str, object], vocab: Vocabulary,
              ckpt: Dict[str, object], variant: str, cache: str, fidelity_test: Optional[str],
-             conll_join: str) -> Dict[str, object]:
+             conll_join: str, freezing: str) -> Dict[str, object]:
     """Compiles one CPU variant into `cache` and measures it: what the card says of it, and whether
     it is kept ("kept")."""
     from qvi import fidelity
@@ -177,7 +188,8 @@ def _variant(model: torch.nn.Module, config: ModelConfig, manifest: Dict[str, ob
     if dtype != "float32" and not fidelity_test:
         raise SystemExit(f"the {variant} package needs --fidelity-test (a test split for its fidelity gate)")
     with tempfile.TemporaryDirectory(prefix="qvi-variant-") as staging:
-        path = pt2.write_cached(model, manifest, vocab.to_text(), staging, "cpu", target, cache, dtype)
+        path = pt2.write_cached(model, manifest, vocab.to_text(), staging, "cpu", target, cache, dtype,
+                                freezing=freezing)
         report: Dict[str, object] = {"cpu_target": target, "dtype": dtype}
         if dtype == "float32":
             return dict(report, kept=True)

@@ -21,6 +21,9 @@ from qvi.tokenizer import TokenizerConfig, Vocabulary, config_to_json
 CACHE = os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2-tests"))
 VOCAB = 40
 EXPORTABLE = [a for a in ARCHITECTURES if a not in pt2.UNEXPORTABLE]
+# The tests compile with freezing forced, not the exporter's "auto" (which compiles twice, to time
+# both): the tests of "auto" are the last ones here.
+FREEZING = "on"
 
 
 def make(arch, tmp_path, score="additive"):
@@ -53,14 +56,18 @@ def padded_batch(b, t, seed):
 
 
 # Every exportable architecture with the default score, the MLP and scaled-dot scores once each, and
-# the deep and deep-global contexts once each.
-@pytest.mark.parametrize("arch,score", [(a, "additive") for a in EXPORTABLE] +
-                         [("cnn_att", "mlp"), ("transformer", "scaled_dot"),
-                          ("ctx_transformer:deep", "additive"), ("ctx_transformer_crf:deep_global", "additive"),
-                          ("cnn_transformer_crf+casing", "additive")])
-def test_the_package_answers_like_the_eager_model_and_torchscript(arch, score, tmp_path):
+# the deep and deep-global contexts once each, with frozen weights; three without.
+@pytest.mark.parametrize("arch,score,freezing", [(a, "additive", FREEZING) for a in EXPORTABLE] +
+                         [("cnn_att", "mlp", FREEZING), ("transformer", "scaled_dot", FREEZING),
+                          ("ctx_transformer:deep", "additive", FREEZING),
+                          ("ctx_transformer_crf:deep_global", "additive", FREEZING),
+                          ("cnn_transformer_crf+casing", "additive", FREEZING),
+                          ("cnn_att", "additive", "off"), ("transformer", "additive", "off"),
+                          ("cnn_transformer_crf", "additive", "off")])
+def test_the_package_answers_like_the_eager_model_and_torchscript(arch, score, freezing, tmp_path):
     model, manifest, vocab = make(arch, tmp_path, score)
-    path = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE)
+    path = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE,
+                            freezing=freezing)
     assert os.path.basename(path) == "model.cpu.pt2"
     script = torch.jit.load(artifact.export(model, manifest, vocab, str(tmp_path / "store"), 1))
     compiled = pt2.load_methods(path)
@@ -90,14 +97,15 @@ def test_the_package_answers_like_the_eager_model_and_torchscript(arch, score, t
 @pytest.mark.parametrize("arch", EXPORTABLE)
 def test_pt2_json_says_what_the_server_needs(arch, tmp_path):
     model, manifest, vocab = make(arch, tmp_path)
-    path = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE)
+    path = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE,
+                            freezing=FREEZING)
     extra = pt2.read_extra(path)
     assert json.loads(extra["manifest.json"]) == json.loads(json.dumps(manifest))
     assert extra["vocab.txt"] == vocab.to_text()
     info = json.loads(extra[pt2.PT2_INFO])
     assert info["device"] == "cpu" and info["cpu_target"] == "x86-64-v3"
     assert info["cpu_flags"] == pt2.X86_64_V3_FLAGS and "avx512f" not in info["cpu_flags"]
-    assert info["dtype"] == "float32"
+    assert info["dtype"] == "float32" and info["freezing"] is True and "freezing_choice" not in info
     assert info["torch_version"] == torch.__version__.split("+")[0]
     assert (info["min_tokens"], info["max_tokens"], info["max_batch"]) == (pt2.MIN_TOKENS, 32, pt2.MAX_BATCH)
     assert "logits" in info["outputs"]["model"] or "emissions" in info["outputs"]["model"]
@@ -113,19 +121,21 @@ def test_pt2_json_says_what_the_server_needs(arch, tmp_path):
 
 def test_a_cached_package_gets_the_new_manifest(tmp_path):
     model, manifest, vocab = make("cnn_att", tmp_path)
-    first = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path / "a"), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE)
+    first = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path / "a"), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE,
+                            freezing=FREEZING)
     manifest = dict(manifest, model_card={"description": "a later export of the same weights"})
-    second = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path / "b"), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE)
+    second = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path / "b"), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE,
+                            freezing=FREEZING)
     assert json.loads(pt2.read_extra(first)["manifest.json"])["model_card"] != manifest["model_card"]
     assert json.loads(pt2.read_extra(second)["manifest.json"])["model_card"] == manifest["model_card"]
     ids, mask = padded_batch(3, 9, seed=1)
     a, b = pt2.load_methods(first)["model"](ids, mask), pt2.load_methods(second)["model"](ids, mask)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    key = pt2.cache_key(model, manifest, "cpu", "x86-64-v3")
+    key = pt2.cache_key(model, manifest, "cpu", "x86-64-v3", freezing=FREEZING)
     assert os.path.exists(os.path.join(CACHE, key + ".pt2"))
     with torch.no_grad():
         model.out.bias.add_(1.0)  # other weights: another key, so a new compile
-    assert pt2.cache_key(model, manifest, "cpu", "x86-64-v3") != key
+    assert pt2.cache_key(model, manifest, "cpu", "x86-64-v3", freezing=FREEZING) != key
 
 
 def test_the_cache_key_follows_the_model_code(tmp_path, monkeypatch):
@@ -199,7 +209,7 @@ def write_checkpoint(arch, tmp_path, n_texts=80):
 @NEEDS_BF16
 def test_native_variants_are_written_beside_the_portable_package_and_the_card_records_the_gate(tmp_path):
     ckpt, test, model = write_checkpoint("transformer", tmp_path)
-    written = export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", pt2_cache=CACHE,
+    written = export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", pt2_cache=CACHE, freezing=FREEZING,
                                 cpu_variants=["x86-64-v4-bf16", "x86-64-v4"], fidelity_test=test)
     assert [os.path.basename(p) for p in written] == ["model.pt", "model.cpu.pt2", "model.cpu.x86-64-v4-bf16.pt2",
                                                       "model.cpu.x86-64-v4.pt2"]
@@ -230,7 +240,7 @@ def test_a_bf16_variant_that_fails_the_gate_is_not_written_and_the_card_says_why
     from qvi import fidelity
     ckpt, test, _ = write_checkpoint("transformer", tmp_path)
     monkeypatch.setitem(fidelity.LIMITS, "explanations_abs", 1e-7)  # bf16 cannot meet it
-    written = export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", pt2_cache=CACHE,
+    written = export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", pt2_cache=CACHE, freezing=FREEZING,
                                 cpu_variants=["x86-64-v4-bf16"], fidelity_test=test)
     assert [os.path.basename(p) for p in written] == ["model.pt", "model.cpu.pt2"]
     assert not os.path.exists(tmp_path / "store" / "m" / "1" / "model.cpu.x86-64-v4-bf16.pt2")
@@ -249,7 +259,7 @@ def test_the_gate_of_a_tagger_scores_entities_as_the_server_decodes_them(tmp_pat
     ckpt, test, model = write_checkpoint("cnn_transformer_crf", tmp_path)
     _, manifest, vocab = make("cnn_transformer_crf", tmp_path)
     path = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path), "cpu", "x86-64-v4", CACHE, "bfloat16",
-                            pt2.variant_file("x86-64-v4-bf16"))
+                            pt2.variant_file("x86-64-v4-bf16"), FREEZING)
     cfg = ModelConfig(**manifest["architecture"]["config"])
     data = encode_examples(read_conll(test), TokenizerConfig(max_tokens=32), vocab, manifest["tags"], "BIO", True)
     report = fidelity.measure(path, model, cfg, data, manifest["tags"])
@@ -277,3 +287,65 @@ def test_variants_need_cpu_packages_and_known_names(tmp_path):
     model, manifest, _ = make("transformer", tmp_path)
     assert pt2.cache_key(model, manifest, "cpu", "x86-64-v4", "bfloat16") != pt2.cache_key(model, manifest, "cpu",
                                                                                             "x86-64-v4")
+
+
+def test_freezing_is_kept_where_it_is_faster_by_the_geometric_mean_of_the_shapes():
+    # The two machines of docs/performance.md: Intel (unfrozen 1.57x at batch 1, 1.09x at 8) and
+    # AMD (about 0.02 ms slower frozen at batch 1, 1.4x faster at 8).
+    assert not pt2.choose_freezing({"frozen": {"1x24": 0.46, "8x24": 1.20}, "unfrozen": {"1x24": 0.30, "8x24": 1.10}})
+    assert pt2.choose_freezing({"frozen": {"1x24": 0.27, "8x24": 0.80}, "unfrozen": {"1x24": 0.25, "8x24": 1.12}})
+    assert pt2.choose_freezing({"frozen": {"1x24": 1.0, "8x24": 2.0}, "unfrozen": {"1x24": 2.0, "8x24": 1.0}})  # tie
+
+
+@pytest.mark.parametrize("faster", ["frozen", "unfrozen"])
+def test_auto_freezing_writes_the_package_timed_faster_and_says_what_it_measured(faster, tmp_path, monkeypatch):
+    """Both packages are compiled; which one is written follows the timing (faked here, so that each
+    outcome is seen), and pt2.json records the times, the choice and the CPU. Not cached: each run
+    compiles both."""
+    model, manifest, vocab = make("cnn_att", tmp_path)
+    timed = []
+
+    def fake_times(paths, vocab_size, seconds=pt2.FREEZING_SECONDS, rounds=5):
+        timed.append(sorted(paths))
+        for path in paths.values():  # each candidate is a complete package that loads and runs
+            assert set(pt2.load_methods(path)) == {"model"}
+        slow, fast = {"1x24": 0.5, "8x24": 2.0}, {"1x24": 0.3, "8x24": 1.5}
+        return {name: fast if name == faster else slow for name in paths}
+
+    monkeypatch.setattr(pt2, "time_packages", fake_times)
+    path = pt2.write_package(model, manifest, vocab.to_text(), str(tmp_path / "v"), "cpu", pt2.DEFAULT_CPU_TARGET)
+    assert timed == [["frozen", "unfrozen"]]
+    info = json.loads(pt2.read_extra(path)[pt2.PT2_INFO])
+    assert info["freezing"] is (faster == "frozen")
+    choice = info["freezing_choice"]
+    assert choice["kept"] == faster and choice["cpu"] == pt2.cpu_model() and choice["torch_threads"] == 1
+    assert choice["ms"][faster] == {"1x24": 0.3, "8x24": 1.5}
+    assert sorted(os.listdir(tmp_path / "v")) == ["model.cpu.pt2"]  # the candidates are gone
+
+
+def test_auto_freezing_times_both_packages_for_real_and_keeps_the_faster(tmp_path, monkeypatch):
+    monkeypatch.setattr(pt2, "FREEZING_SECONDS", 0.4)
+    model, manifest, vocab = make("transformer", tmp_path)
+    path = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE)
+    info = json.loads(pt2.read_extra(path)[pt2.PT2_INFO])
+    ms = info["freezing_choice"]["ms"]
+    assert set(ms) == {"frozen", "unfrozen"}
+    assert all(set(v) == {f"{b}x{t}" for b, t in pt2.FREEZING_SHAPES} and min(v.values()) > 0 for v in ms.values())
+    assert info["freezing"] is pt2.choose_freezing(ms)
+    assert info["freezing_choice"]["kept"] == ("frozen" if info["freezing"] else "unfrozen")
+
+
+def test_forced_freezing_is_recorded_and_each_mode_has_its_own_cache_key(tmp_path, monkeypatch):
+    model, manifest, vocab = make("cnn_att", tmp_path)
+    keys = {mode: pt2.cache_key(model, manifest, "cpu", "x86-64-v3", freezing=mode) for mode in pt2.FREEZING}
+    assert len(set(keys.values())) == 3
+    # "auto" was timed on this CPU: another CPU compiles and times again.
+    monkeypatch.setattr(pt2, "cpu_model", lambda: "Another CPU")
+    assert pt2.cache_key(model, manifest, "cpu", "x86-64-v3", freezing="auto") != keys["auto"]
+    assert pt2.cache_key(model, manifest, "cpu", "x86-64-v3", freezing="off") == keys["off"]
+    path = pt2.write_cached(model, manifest, vocab.to_text(), str(tmp_path), "cpu", pt2.DEFAULT_CPU_TARGET, CACHE,
+                            freezing="off")
+    info = json.loads(pt2.read_extra(path)[pt2.PT2_INFO])
+    assert info["freezing"] is False and "freezing_choice" not in info
+    with pytest.raises(ValueError, match="freezing must be one of"):
+        pt2.cache_key(model, manifest, "cpu", "x86-64-v3", freezing="sometimes")

@@ -130,9 +130,16 @@ TEST_F(ModelLoadTest, AutoPrefersThePackageAndEitherFormatCanBeForced) {
   EXPECT_EQ((*m)->format(), "pt2");
   EXPECT_TRUE((*m)->has_forward_without_maps());
   EXPECT_EQ((*m)->fallback_reason(), "");
+  // The demo's exporter timed the package with and without frozen weights (pt2.json's "freezing",
+  // "freezing_choice"); the log line says which it kept.
+  const std::string note = (*m)->compile_note();
+  EXPECT_TRUE(note == "frozen weights (the faster on the compiling CPU)" ||
+              note == "weights not frozen (the faster on the compiling CPU)")
+      << note;
   m = Load("torchscript");
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ((*m)->format(), "torchscript");
+  EXPECT_EQ((*m)->compile_note(), "");
   fs::remove(dir_ / "model.cpu.pt2");
   m = Load("pt2");
   ASSERT_FALSE(m.ok());

@@ -1,7 +1,8 @@
 """Native CPU packages through the server (model_store/README.md, "Native CPU packages"): a version
 holding a bf16 package beside model.cpu.pt2 serves from it on a CPU with AVX512-BF16, GetModel and the
 log say so, and its answers stay within the fidelity gate's limits of the float32 package's, which a
-pin (`--cpu-package base`, or serving.json's "cpu_package") still serves. The exporter's side (the variants, the gate,
+pin (`--cpu-package base`, or serving.json's "cpu_package") still serves; the log says how each package was
+compiled (weights frozen or not, as the exporter timed faster). The exporter's side (the variants, the gate,
 the card) is tested in model_store/tests/test_pt2.py; the order of preference in
 tests/cpp/model_test.cc.
 
@@ -58,8 +59,18 @@ def test_the_bf16_package_serves_by_default_and_a_pin_serves_float32(packages_se
     pinned = metadata(packages_server["pinned"], api, "sentiment")
     assert (pinned.format, pinned.file, pinned.precision, pinned.format_note) == ("pt2", "model.cpu.pt2", "float32", "")
     assert "model sentiment@1 READY: " in packages_server["auto"].log()
-    assert f"from {BF16} (pt2, bfloat16)" in packages_server["auto"].log()
-    assert "from model.cpu.pt2 (pt2, float32)" in packages_server["pinned"].log()
+    version = os.path.join(packages_server["auto"].work, "store", "sentiment", "1")  # both serve this store
+    assert f"from {BF16} (pt2, bfloat16, {compile_note(os.path.join(version, BF16))})" in packages_server["auto"].log()
+    assert (f"from model.cpu.pt2 (pt2, float32, {compile_note(os.path.join(version, 'model.cpu.pt2'))})"
+            in packages_server["pinned"].log())
+
+
+def compile_note(package):
+    """What the server's log says of how `package` was compiled, from its pt2.json: the exporter
+    timed it with and without frozen weights and kept the faster (model_store/qvi/pt2.py)."""
+    info = json.loads(pt2.read_extra(package)[pt2.PT2_INFO])
+    assert info["freezing_choice"]["kept"] == ("frozen" if info["freezing"] else "unfrozen")
+    return ("frozen weights" if info["freezing"] else "weights not frozen") + " (the faster on the compiling CPU)"
 
 
 def test_bf16_answers_stay_within_the_fidelity_gates_limits_of_float32(packages_server, api):

@@ -50,6 +50,8 @@ struct PackageInfo {
   std::string device;
   std::string cpu_target;
   std::string dtype = "float32";  // the package's arithmetic; it answers in float32 either way
+  std::optional<bool> freezing;   // whether Inductor froze the weights (absent: an older exporter)
+  std::string freezing_kept_by;   // "timing" when the exporter timed both and kept the faster
   std::string torch_version;
   std::vector<std::string> cpu_flags;  // /proc/cpuinfo flags the compiled code needs
   int64_t min_tokens = 2;
@@ -69,6 +71,8 @@ absl::StatusOr<PackageInfo> ParseInfo(const std::string& text, const std::string
     info.device = j.at("device").get<std::string>();
     info.cpu_target = j.value("cpu_target", "");
     info.dtype = j.value("dtype", "float32");
+    if (j.contains("freezing")) info.freezing = j["freezing"].get<bool>();
+    if (j.contains("freezing_choice")) info.freezing_kept_by = "timing";
     info.torch_version = j.at("torch_version").get<std::string>();
     info.cpu_flags = j.value("cpu_flags", std::vector<std::string>{});
     info.min_tokens = j.at("min_tokens").get<int64_t>();
@@ -156,6 +160,11 @@ class AotiModel final : public Model {
 
   std::string format() const override { return "pt2"; }
   std::string precision() const override { return info_.dtype; }
+  std::string compile_note() const override {
+    if (!info_.freezing) return "";
+    const std::string what = *info_.freezing ? "frozen weights" : "weights not frozen";
+    return info_.freezing_kept_by.empty() ? what : absl::StrCat(what, " (the faster on the compiling CPU)");
+  }
   bool has_forward_without_maps() const override { return lean_.has_value(); }
   using Model::WarmUp;
 

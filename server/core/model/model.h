@@ -86,6 +86,8 @@ class Model {
   virtual std::string format() const = 0;
   // A package's arithmetic ("float32", "bfloat16"); empty when the backend does not say.
   virtual std::string precision() const { return ""; }
+  // How the model was compiled, for the log ("frozen weights"); empty when there is nothing to say.
+  virtual std::string compile_note() const { return ""; }
   // The file it was loaded from.
   const std::string& file() const { return file_; }
   // Why the format "auto" would have preferred was not loaded; empty when it was.
