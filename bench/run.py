@@ -111,18 +111,25 @@ def served_format(version_dir):
     return "pt2" if os.path.exists(os.path.join(version_dir, "model.cpu.pt2")) else "torchscript"
 
 
-def run_limit(work, a, words):
-    """Both backends' in-process limits, side by side at each batch size (qvi-bench-model --format both)."""
-    out = os.path.join(work, "limit.json")
-    fmt = "both" if served_format(MODEL_DIR) == "pt2" else "torchscript"
-    cmd = [os.path.join(BUILD, "qvi-bench-model"), "--model", MODEL_DIR, "--format", fmt, "--batch-sizes", a.batch_sizes,
-           "--seconds", str(a.duration), "--words", str(words), "--device", a.device, "--json", out]
-    if a.device != "cpu":
-        cmd += ["--cuda-graphs", "both"]  # with and without, side by side (what the server does: with)
+def bench_model(work, a, name, version_dir, fmt, batch_sizes, words, *extra):
+    """Runs qvi-bench-model on one version folder (its command logged) and returns its JSON report,
+    written to <work>/<name>.json."""
+    out = os.path.join(work, f"{name}.json")
+    cmd = [os.path.join(BUILD, "qvi-bench-model"), "--model", version_dir, "--format", fmt,
+           "--batch-sizes", batch_sizes, *extra, "--seconds", str(a.duration), "--words", str(words),
+           "--device", a.device, "--json", out]
     log(" ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd))
     subprocess.run(cmd, check=True)
     with open(out) as f:
         return json.load(f)
+
+
+def run_limit(work, a, words):
+    """Both backends' in-process limits, side by side at each batch size (qvi-bench-model --format both)."""
+    fmt = "both" if served_format(MODEL_DIR) == "pt2" else "torchscript"
+    # On a GPU, with and without CUDA graphs side by side (what the server does: with).
+    graphs = ["--cuda-graphs", "both"] if a.device != "cpu" else []
+    return bench_model(work, a, "limit", MODEL_DIR, fmt, a.batch_sizes, words, *graphs)
 
 
 IDLE_US = 300  # about the time a lone caller's request spends outside the model (round trip, gRPC)
@@ -132,29 +139,16 @@ def run_idle(work, a, words):
     """The served format's batch-1 forward back to back and after an IDLE_US sleep, side by side
     (qvi-bench-model --idle-us): what the forward of a lone caller's request costs once the instance
     thread has slept between requests, the in-process part of the added latency at concurrency 1."""
-    out = os.path.join(work, "idle.json")
-    cmd = [os.path.join(BUILD, "qvi-bench-model"), "--model", MODEL_DIR, "--format", served_format(MODEL_DIR),
-           "--batch-sizes", "1", "--idle-us", f"0,{IDLE_US}", "--seconds", str(a.duration), "--words", str(words),
-           "--device", a.device, "--json", out]
-    log(" ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd))
-    subprocess.run(cmd, check=True)
-    with open(out) as f:
-        return {st["idle_us"]: st for st in json.load(f)["steps"]}
+    r = bench_model(work, a, "idle", MODEL_DIR, served_format(MODEL_DIR), "1", words, "--idle-us", f"0,{IDLE_US}")
+    return {st["idle_us"]: st for st in r["steps"]}
 
 
 def run_maps(work, a, model_pt, label, batch_sizes, words):
     """The in-process forward asking for α and β, without and with the per-layer attention maps,
     side by side at each batch size (qvi-bench-model --maps both)."""
-    out = os.path.join(work, f"maps_{label}.json")
     version_dir = os.path.dirname(model_pt)
-    cmd = [os.path.join(BUILD, "qvi-bench-model"), "--model", version_dir, "--format", served_format(version_dir),
-           "--batch-sizes", batch_sizes,
-           "--seconds", str(a.duration), "--words", str(words), "--device", a.device, "--maps", "both", "--explain",
-           "--json", out]
-    log(" ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd))
-    subprocess.run(cmd, check=True)
-    with open(out) as f:
-        r = json.load(f)
+    r = bench_model(work, a, f"maps_{label}", version_dir, served_format(version_dir), batch_sizes, words,
+                    "--maps", "both", "--explain")
     r["label"] = label
     return r
 
