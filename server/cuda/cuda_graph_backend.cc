@@ -7,6 +7,7 @@
 // because an instance replays one graph at a time and its outputs are copied off before the next
 // replay (Model::Forward holds the instance's slot until then): a graph may reuse the blocks
 // another graph's capture freed, never the blocks of another graph's live outputs.
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -62,6 +63,31 @@ class CudaCapturedForward final : public CapturedForward {
   ModelOutputs outputs_;
 };
 
+// After a forward threw inside a capture (or capture_end failed): leaves capture mode on the stream
+// and in the allocator, so that the model goes on serving without graphs on this thread. Called
+// between capture_begin and the end of capture_end, where the allocator may still send this stream's
+// allocations to the pool (capture_end stops that only after ending the capture).
+void EndBrokenCapture(const c10::cuda::CUDAStream& stream, const CudaPool& pool) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream.stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+    cudaGraph_t broken = nullptr;
+    (void)cudaStreamEndCapture(stream.stream(), &broken);
+    if (broken != nullptr) (void)cudaGraphDestroy(broken);
+  }
+  // Both of torch's allocators that capture_begin set recording to the pool: the device's and the
+  // pinned host memory's (left recording, the next capture into the pool is refused: "already
+  // recording to mempool_id"). Each throws if capture_end had already stopped it: nothing left to end.
+  try {
+    c10::cuda::CUDACachingAllocator::endAllocateToPool(pool.device(), pool.id());
+  } catch (const std::exception&) {
+  }
+  try {
+    at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(pool.id());
+  } catch (const std::exception&) {
+  }
+  (void)cudaGetLastError();  // the capture's error is not sticky; clear it for the next check
+}
+
 class CudaGraphBackend final : public GraphBackend {
  public:
   bool Supports(const torch::Device& device) const override { return device.is_cuda(); }
@@ -75,12 +101,15 @@ class CudaGraphBackend final : public GraphBackend {
     auto& pool = static_cast<CudaPool&>(pool_base);
     auto captured = std::make_unique<CudaCapturedForward>();
     c10::cuda::CUDAGuard device_guard(ids.device());
-    bool capturing = false;
+    // A capture cannot run on the legacy default stream: a side stream, chosen here so that a failed
+    // capture is ended on the stream that began it (once the stream guard below is gone, the current
+    // stream is another one, and a capture left open on the side stream makes every later
+    // synchronising call of this thread fail with "operation not permitted when stream is capturing").
+    const c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, ids.device().index());
+    bool capturing = false;  // between capture_begin and the end of capture_end
     try {
       captured->static_ids_ = ids.clone();
       captured->static_mask_ = mask.clone();
-      // A capture cannot run on the legacy default stream; a side stream, after the clones.
-      c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, ids.device().index());
       c10::cuda::getCurrentCUDAStream(ids.device().index()).synchronize();
       c10::cuda::CUDAStreamGuard stream_guard(side);
       for (int i = 0; i < kWarmUpRuns; ++i) forward(captured->static_ids_, captured->static_mask_);
@@ -90,19 +119,12 @@ class CudaGraphBackend final : public GraphBackend {
       captured->graph_.capture_begin(pool.id(), cudaStreamCaptureModeThreadLocal);
       capturing = true;
       captured->outputs_ = forward(captured->static_ids_, captured->static_mask_);
-      capturing = false;
       captured->graph_.capture_end();
+      capturing = false;
       captured->graph_.replay();  // one replay, checked, before any request relies on it
       side.synchronize();
     } catch (const std::exception& e) {
-      if (capturing) {
-        // End the broken capture so that the stream and the allocator leave capture mode.
-        cudaGraph_t broken = nullptr;
-        (void)cudaStreamEndCapture(c10::cuda::getCurrentCUDAStream(ids.device().index()).stream(), &broken);
-        if (broken != nullptr) (void)cudaGraphDestroy(broken);
-        c10::cuda::CUDACachingAllocator::endAllocateToPool(pool.device(), pool.id());
-        (void)cudaGetLastError();
-      }
+      if (capturing) EndBrokenCapture(side, pool);
       return absl::FailedPreconditionError(FirstLine(e));
     }
     return captured;

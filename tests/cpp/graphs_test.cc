@@ -311,16 +311,57 @@ TEST(CudaGraphPluginTest, LoadsAndSupportsCudaDevicesOnly) {
   }
 }
 
+// The plugin beside this test binary when there is one (a bundle copied to a GPU machine), else the
+// build's.
+absl::StatusOr<GraphBackend*> GpuPlugin() {
+  const fs::path beside = fs::read_symlink("/proc/self/exe").parent_path() / kGraphPluginFile;
+  return LoadGraphPlugin(fs::exists(beside) ? beside.string() : QVI_GRAPH_PLUGIN);
+}
+
+// On a GPU machine (skipped elsewhere): a forward that fails inside a capture -- here it synchronises
+// the device, which a capture forbids, as an AOTInductor runner's event query did -- is reported,
+// and leaves this thread able to synchronise, to run and to capture again. (The capture used to be
+// ended on the wrong stream, so every later synchronising call of the thread failed.)
+TEST(CudaGraphPluginTest, OnAGpuAFailedCaptureLeavesTheThreadServing) {
+  LoadCudaSupport();
+  if (!torch::cuda::is_available())
+    GTEST_SKIP() << "needs a CUDA device (run on a GPU machine: bench/gpu_session.sh graphs)";
+  absl::StatusOr<GraphBackend*> backend = GpuPlugin();
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  const torch::Device cuda(torch::kCUDA, 0);
+  const torch::Tensor ids = torch::arange(16, torch::TensorOptions().dtype(torch::kLong).device(cuda)).view({2, 8});
+  const torch::Tensor mask = torch::ones({2, 8}, torch::TensorOptions().dtype(torch::kBool).device(cuda));
+  bool synchronise = true;
+  const DeviceForward forward = [&synchronise](const torch::Tensor& i, const torch::Tensor& m) {
+    ModelOutputs out;
+    out[Output::kLogits] = (i.to(torch::kFloat) * m.to(torch::kFloat)).sum(1, /*keepdim=*/true) * 2;
+    if (synchronise) torch::cuda::synchronize();  // fine in the warm-up runs, forbidden in the capture
+    return out;
+  };
+  std::unique_ptr<GraphPool> pool = (*backend)->NewPool(cuda);
+  absl::StatusOr<std::unique_ptr<CapturedForward>> failed = (*backend)->Capture(forward, ids, mask, *pool);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.status().message().find("operation not permitted when stream is capturing"), std::string::npos)
+      << failed.status();
+  EXPECT_NO_THROW(torch::cuda::synchronize());
+  EXPECT_NO_THROW(forward(ids, mask));
+  synchronise = false;
+  absl::StatusOr<std::unique_ptr<CapturedForward>> graph = (*backend)->Capture(forward, ids, mask, *pool);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const torch::Tensor other = ids.flip(0).contiguous();
+  const ModelOutputs& replayed = (*graph)->Replay(other, mask);
+  EXPECT_TRUE(torch::equal(replayed.at(Output::kLogits).cpu(), forward(other, mask).at(Output::kLogits).cpu()));
+}
+
 // On a GPU machine (skipped elsewhere): real captures of the demo models answer what their forward
-// without graphs does, padded buckets included. The plugin beside this test binary when there is one
-// (a bundle copied to a GPU machine), else the build's.
+// without graphs does, padded buckets included, and so does the classifier's CUDA package where
+// the GPU machine compiled one (bench/gpu_session.sh pt2).
 TEST_F(DemoGraphsTest, OnAGpuRealGraphsAnswerTheSame) {
   LoadCudaSupport();
   // CI and the development machine have no GPU; bench/gpu_session.sh graphs runs this on one.
   if (!torch::cuda::is_available())
     GTEST_SKIP() << "needs a CUDA device (run on a GPU machine: bench/gpu_session.sh graphs)";
-  const fs::path beside = fs::read_symlink("/proc/self/exe").parent_path() / kGraphPluginFile;
-  absl::StatusOr<GraphBackend*> backend = LoadGraphPlugin(fs::exists(beside) ? beside.string() : QVI_GRAPH_PLUGIN);
+  absl::StatusOr<GraphBackend*> backend = GpuPlugin();
   ASSERT_TRUE(backend.ok()) << backend.status();
   ExpectGraphParity(demo_ / "sentiment" / "1", "torchscript", {"logits", "attention", "gates", "layer_gates"}, *backend,
                     "cuda");

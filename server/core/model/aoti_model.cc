@@ -144,15 +144,58 @@ struct CloseInTurn {
 };
 using LoaderPtr = std::unique_ptr<AOTIModelPackageLoader, CloseInTurn>;
 
+// One compiled method of a package and the loaders that run it. On the CPU a single loader holds a
+// runner per instance and hands each call a free one. On a GPU that hand-off cannot be captured into
+// a CUDA graph: the loader finds a free runner by querying the CUDA event of its last run, which a
+// capture forbids ("operation not permitted when stream is capturing", seen on an H100). So there
+// each instance gets a loader of its own that runs single-threaded -- it launches the kernels and
+// nothing else, so its forward captures -- and a call borrows an idle one. The cost: each of those
+// loaders holds its own copy of the weights on the GPU.
+class Method {
+ public:
+  Method(std::vector<LoaderPtr> loaders, std::vector<std::string> names)
+      : loaders_(std::move(loaders)), names_(std::move(names)) {
+    for (size_t i = 0; i < loaders_.size(); ++i) idle_.push_back(i);
+  }
+
+  const std::vector<std::string>& names() const { return names_; }
+
+  std::vector<torch::Tensor> Run(const std::vector<torch::Tensor>& inputs, void* stream) const {
+    if (loaders_.size() == 1) return loaders_.front()->run(inputs, stream);
+    const size_t i = Borrow();
+    struct GiveBack {
+      const Method* method;
+      size_t i;
+      ~GiveBack() { method->Return(i); }
+    } give_back{this, i};
+    return loaders_[i]->run(inputs, stream);
+  }
+
+ private:
+  // At most `instances` threads call at once, so one is idle when a call comes; the wait is a guard.
+  size_t Borrow() const {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](std::vector<size_t>* idle) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !idle->empty(); }, &idle_));
+    const size_t i = idle_.back();
+    idle_.pop_back();
+    return i;
+  }
+  void Return(size_t i) const {
+    absl::MutexLock lock(&mu_);
+    idle_.push_back(i);
+  }
+
+  std::vector<LoaderPtr> loaders_;
+  std::vector<std::string> names_;
+  mutable absl::Mutex mu_;
+  mutable std::vector<size_t> idle_ ABSL_GUARDED_BY(mu_);
+};
+
 class AotiModel final : public Model {
  public:
-  struct Method {
-    LoaderPtr loader;
-    std::vector<std::string> names;
-  };
-
   AotiModel(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file, PackageInfo info,
-            Method full, std::optional<Method> lean)
+            std::unique_ptr<Method> full, std::unique_ptr<Method> lean)
       : Model(std::move(manifest), std::move(vocabulary), device, std::move(file)),
         info_(std::move(info)),
         full_(std::move(full)),
@@ -165,7 +208,7 @@ class AotiModel final : public Model {
     const std::string what = *info_.freezing ? "frozen weights" : "weights not frozen";
     return info_.freezing_kept_by.empty() ? what : absl::StrCat(what, " (the faster on the compiling CPU)");
   }
-  bool has_forward_without_maps() const override { return lean_.has_value(); }
+  bool has_forward_without_maps() const override { return lean_ != nullptr; }
   using Model::WarmUp;
 
  protected:
@@ -175,7 +218,7 @@ class AotiModel final : public Model {
     // core; give each instance thread torch's intra-op count once, as torch's own kernels do.
     static thread_local const bool threads_set = (at::init_num_threads(), true);
     (void)threads_set;
-    const Method& method = maps || !lean_ ? full_ : *lean_;
+    const Method& method = maps || !lean_ ? *full_ : *lean_;
     const int64_t tokens = ids_in.size(1);
     torch::Tensor ids = ids_in, mask = mask_in;
     // The package's shapes start at min_tokens: pad shorter batches (padding changes no answer)
@@ -194,17 +237,17 @@ class AotiModel final : public Model {
     for (int64_t begin = 0; begin < ids.size(0); begin += info_.max_batch) {
       const int64_t end = std::min(ids.size(0), begin + info_.max_batch);
       std::vector<torch::Tensor> outs =
-          method.loader->run({ids.slice(0, begin, end).contiguous(), mask.slice(0, begin, end).contiguous()}, stream);
-      if (outs.size() != method.names.size()) {
-        throw std::runtime_error(
-            absl::StrCat("the package returned ", outs.size(), " outputs; its call spec names ", method.names.size()));
+          method.Run({ids.slice(0, begin, end).contiguous(), mask.slice(0, begin, end).contiguous()}, stream);
+      if (outs.size() != method.names().size()) {
+        throw std::runtime_error(absl::StrCat("the package returned ", outs.size(), " outputs; its call spec names ",
+                                              method.names().size()));
       }
       chunks.push_back(std::move(outs));
     }
     ModelOutputs out;
-    for (size_t i = 0; i < method.names.size(); ++i) {
+    for (size_t i = 0; i < method.names().size(); ++i) {
       // Names the catalogue has no model tensor for cannot be asked for: left out.
-      const std::optional<Output> output = OutputNamed(method.names[i]);
+      const std::optional<Output> output = OutputNamed(method.names()[i]);
       if (!output || Row(*output).model_shape == nullptr) continue;
       torch::Tensor t;
       if (chunks.size() == 1) {
@@ -230,8 +273,8 @@ class AotiModel final : public Model {
 
  private:
   PackageInfo info_;
-  Method full_;
-  std::optional<Method> lean_;
+  std::unique_ptr<Method> full_;
+  std::unique_ptr<Method> lean_;  // null when the package has no "without_maps"
 };
 
 // A package's compiled code links libtorch.so, which this server does not (it needs only
@@ -281,28 +324,33 @@ void RemoveExtractedFolders(const std::set<std::string>& before) {
   }
 }
 
-absl::StatusOr<AotiModel::Method> LoadMethod(const std::string& path, const std::string& name,
-                                             const torch::Device& device, int instances,
-                                             const std::vector<std::string>& expected) {
-  AotiModel::Method method;
+absl::StatusOr<std::unique_ptr<Method>> LoadMethod(const std::string& path, const std::string& name,
+                                                   const torch::Device& device, int instances,
+                                                   const std::vector<std::string>& expected) {
+  // The CPU: one loader with a runner per instance. A GPU: a single-threaded loader per instance (Method).
+  const size_t count = device.is_cuda() ? static_cast<size_t>(std::max(instances, 1)) : 1;
+  const size_t runners = device.is_cuda() ? 1 : static_cast<size_t>(std::max(instances, 1));
+  std::vector<LoaderPtr> loaders;  // declared before the lock: on an error they close after it is released
+  std::vector<std::string> names;
   absl::MutexLock lock(&package_mu);
   const std::set<std::string> mapped_before = MappedPackageFolders();
   try {
-    method.loader = LoaderPtr(new AOTIModelPackageLoader(path, name, /*run_single_threaded=*/false,
-                                                         static_cast<size_t>(std::max(instances, 1)),
-                                                         device.is_cuda() ? device.index() : -1));
-    absl::StatusOr<std::vector<std::string>> names = OutputNames(method.loader->get_call_spec());
-    if (!names.ok()) return names.status();
-    method.names = *std::move(names);
+    for (size_t i = 0; i < count; ++i) {
+      loaders.emplace_back(new AOTIModelPackageLoader(path, name, /*run_single_threaded=*/device.is_cuda(), runners,
+                                                      device.is_cuda() ? device.index() : -1));
+    }
+    absl::StatusOr<std::vector<std::string>> read = OutputNames(loaders.front()->get_call_spec());
+    if (!read.ok()) return read.status();
+    names = *std::move(read);
     if (!device.is_cuda()) RemoveExtractedFolders(mapped_before);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot load '", name, "' of ", path, ": ", FirstLine(e.what())));
   }
-  if (method.names != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": '", name, "' returns [", absl::StrJoin(method.names, ","),
+  if (names != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": '", name, "' returns [", absl::StrJoin(names, ","),
                                                    "] but pt2.json says [", absl::StrJoin(expected, ","), "]"));
   }
-  return method;
+  return std::make_unique<Method>(std::move(loaders), std::move(names));
 }
 
 }  // namespace
@@ -352,11 +400,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadAotInductor(const std::string& path, 
                                                    " tags but the manifest ", files->first.tags.size()));
   }
   if (absl::Status s = LoadLibTorch(); !s.ok()) return s;
-  absl::StatusOr<AotiModel::Method> full = LoadMethod(path, "model", device, instances, info->outputs["model"]);
+  absl::StatusOr<std::unique_ptr<Method>> full = LoadMethod(path, "model", device, instances, info->outputs["model"]);
   if (!full.ok()) return full.status();
-  std::optional<AotiModel::Method> lean;
+  std::unique_ptr<Method> lean;
   if (info->outputs.count("without_maps")) {
-    absl::StatusOr<AotiModel::Method> m =
+    absl::StatusOr<std::unique_ptr<Method>> m =
         LoadMethod(path, "without_maps", device, instances, info->outputs["without_maps"]);
     if (!m.ok()) return m.status();
     lean = *std::move(m);
