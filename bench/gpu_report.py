@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Writes the GPU session's figures (bench/gpu_session.sh's files, unpacked) as markdown tables.
 
-    python3 bench/gpu_report.py bench/results/gpu-h200-2026-11-26 > bench/results/gpu.md
+    python3 bench/gpu_report.py bench/results/gpu-h100-2026-11-27
+
+(bench/results/gpu.md holds each GPU session's prose and its tables, newest first.)
 
 The folder holds one sub-folder per device call (call1, call2, ...); in each, the stages' files
-(graphs/, bert/, server/ as gpu_session.sh packs them, or a probe stage's files at the top). Every
+(graphs/, bert/, server/, pt2/ as gpu_session.sh packs them, null/ from bench/run.py --null, or a probe
+stage's files at the top). Every
 table names the call its rows come from: figures from different calls ran on different machines of
 the same kind and are compared only with care. bench/run.py appends bench/results/gpu.md to
 BENCHMARKS.md.
@@ -41,6 +44,46 @@ def limits(call: str) -> List[str]:
                 continue
             out.append(f"| {model} | {d['words']:g} | {b} | {off['texts_per_s']:.0f} | {on['texts_per_s']:.0f} | "
                        f"{on['texts_per_s'] / off['texts_per_s']:.1f} x | {on['p99_ms']:.2f} |")
+    return out
+
+
+def formats(call: str) -> List[str]:
+    """pt2/limit_pt2_*.json: TorchScript against the AOTInductor package, each with and without graphs."""
+    files = sorted(glob.glob(os.path.join(call, "pt2", "limit_pt2_*.json")))
+    if not files:
+        return []
+    out = ["| model | words | batch | TorchScript | TorchScript, graphs | package | package, graphs | "
+           "package / TorchScript, graphs | p99 ms, package, graphs |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for path in files:
+        d = load(path)
+        model = d["model"].rstrip("/").split("/")[-2]
+        by_batch: Dict[int, Dict] = {}
+        for s in d["steps"]:
+            by_batch.setdefault(s["batch_size"], {})[(s["format"], s["cuda_graphs"])] = s
+        for b, cell in sorted(by_batch.items()):
+            if len(cell) < 4:
+                continue
+            ts, tg, ps, pg = (cell[k] for k in (("torchscript", False), ("torchscript", True), ("pt2", False),
+                                                 ("pt2", True)))
+            out.append(f"| {model} | {d['words']:g} | {b} | {ts['texts_per_s']:.0f} | {tg['texts_per_s']:.0f} | "
+                       f"{ps['texts_per_s']:.0f} | {pg['texts_per_s']:.0f} | "
+                       f"{pg['texts_per_s'] / tg['texts_per_s']:.2f} x | {pg['p99_ms']:.2f} |")
+    return out
+
+
+def null_model(call: str) -> List[str]:
+    """null/null.json: bench/run.py --null's results (the serving path alone, on one pinned core)."""
+    path = os.path.join(call, "null", "null.json")
+    if not os.path.exists(path):
+        return []
+    d = load(path)
+    out = [f"Server on core(s) {d['server_cores']}, qvi-perf on {len(d['client_cores'])} others.", "",
+           "| protocol | concurrency | requests/s | p50 ms | p99 ms | server CPU µs/request |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for label, r in d["protocols"].items():
+        for s in r["steps"]:
+            out.append(f"| {label} | {s['load']:g} | {s['requests_per_s']:.0f} | {s['p50_ms']:.2f} | "
+                       f"{s['p99_ms']:.2f} | {s.get('server_cpu_us_per_request', 0):.1f} |")
     return out
 
 
@@ -109,7 +152,10 @@ def main() -> None:
         name = os.path.basename(call)
         for title, table in (("in-process limit, `qvi-bench-model --cuda-graphs both --explain`", limits(call)),
                              ("qvi-server under `qvi-perf --threads 8 --channels 16`", servers(call)),
-                             ("probes: what moves one text per request", probes(call))):
+                             ("probes: what moves one text per request", probes(call)),
+                             ("TorchScript against the CUDA package, `qvi-bench-model --format both "
+                              "--cuda-graphs both --explain`", formats(call)),
+                             ("the serving path alone (null model), `bench/run.py --null`", null_model(call))):
             if table:
                 lines += [f"#### {name}: {title}", ""] + table + [""]
     sys.stdout.write("\n".join(lines))
