@@ -11,6 +11,7 @@ checks each against the eager model in a fresh process (--check PT2 does only th
 """
 import argparse
 import faulthandler
+import json
 import os
 import shutil
 import signal
@@ -99,8 +100,16 @@ def check(a: argparse.Namespace, model, example) -> int:
     """--check: each method of the package at a.check against the eager model."""
     import torch
     from qvi import pt2
+    # pt2.load_methods passes device_index -1 (torch's default); the server's C++ loader, which loads
+    # CUDA packages fine, passes the device's index: a CUDA check does the same, to tell the two apart
+    # if torch's Python loader still crashes.
     say(f"loading {a.check}")
-    methods = pt2.load_methods(a.check, a.device)
+    if a.device == "cuda":
+        from torch._inductor.package import load_package
+        outputs = json.loads(pt2.read_extra(a.check)[pt2.PT2_INFO])["outputs"]
+        methods = {name: load_package(a.check, name, device_index=0) for name in outputs}
+    else:
+        methods = pt2.load_methods(a.check, a.device)
     with torch.no_grad():
         for name, method in pt2.methods(model):
             got = methods[name](*example)

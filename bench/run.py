@@ -16,8 +16,9 @@ and the machine.
     .venv/bin/python bench/run.py                 # the full run; rewrites BENCHMARKS.md
     .venv/bin/python bench/run.py --smoke         # seconds-long check that every part works (CI);
                                                   # writes into a temporary folder, gates on nothing
-    .venv/bin/python bench/run.py --null          # only the serving path alone (null_bench.py), into
-                                                  # bench/results/null.json and BENCHMARKS.md
+    .venv/bin/python bench/run.py --null          # only the serving path alone (null_bench.py, three
+                                                  # rounds, ~5 min), into bench/results/results.json
+                                                  # and BENCHMARKS.md
 
 The full run also measures the serving path alone (5.): qvi-server with the null backend, which does
 no math, through gRPC, OIP and HTTP/JSON, pinned apart from its load generator (bench/null_bench.py).
@@ -533,6 +534,8 @@ def main():
                     help="measure only the serving path alone (the null model; bench/null_bench.py) and rewrite "
                          "its section of BENCHMARKS.md")
     ap.add_argument("--null-concurrency", default="1,16,64", help="the null benchmark's concurrency steps")
+    ap.add_argument("--null-rounds", type=int, default=3,
+                    help="how many times the null benchmark runs each step (the median round is reported)")
     ap.add_argument("--report-only", action="store_true",
                     help="measure nothing: rewrite BENCHMARKS.md and the plot from bench/results/results.json")
     a = ap.parse_args()
@@ -588,7 +591,7 @@ def main():
     results = {"runs": runs, "maps": [run_maps(work, a, MODEL_PT, MODEL, a.batch_sizes, word_counts[0])]}
     if "null" not in skip:
         if a.smoke:
-            a.null_concurrency = "1,4"
+            a.null_concurrency, a.null_rounds = "1,4", 2
         results["null"] = null_bench.run_null(work, a, sys.modules[__name__])
         results["null"]["command"], results["null"]["date"] = command, datetime.date.today().isoformat()
     if a.bert_base:

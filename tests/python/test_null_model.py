@@ -108,3 +108,30 @@ def test_every_thread_but_the_http_ones_runs_under_sched_batch_unless_turned_off
         assert set().union(*thread_policies(off.proc.pid).values()) == {SCHED_OTHER}
     finally:
         off.stop()
+
+
+def test_the_null_benchmark_reports_each_steps_median_round_with_every_round_beside_it():
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    import null_bench
+
+    def run(*us):
+        return {"label": "x", "steps": [{"load": load, "server_cpu_us_per_request": u, "requests_per_s": 1e6 / u,
+                                         "p50_ms": 0.1, "p99_ms": 0.2}
+                                        for load, u in zip((1, 64), us)]}
+
+    merged = null_bench.median_round([run(100.0, 30.0), run(90.0, 50.0), run(120.0, 20.0)])
+    assert [s["server_cpu_us_per_request"] for s in merged["steps"]] == [100.0, 30.0]
+    assert [s["rounds_us"] for s in merged["steps"]] == [[100.0, 90.0, 120.0], [30.0, 50.0, 20.0]]
+    # Each row is one round's step whole (its requests/s with its CPU), the lower middle of an even count,
+    # and a round the server's CPU could not be read for is shown but not chosen.
+    assert merged["steps"][1]["requests_per_s"] == 1e6 / 30.0
+    even = null_bench.median_round([run(100.0, 30.0), run(90.0, 50.0)])
+    assert [s["server_cpu_us_per_request"] for s in even["steps"]] == [90.0, 30.0]
+    unread = run(80.0, 40.0)
+    unread["steps"][0]["server_cpu_us_per_request"] = None
+    partial = null_bench.median_round([unread, run(95.0, 45.0)])
+    assert partial["steps"][0]["server_cpu_us_per_request"] == 95.0
+    assert partial["steps"][0]["rounds_us"] == [None, 95.0]
+    assert "| gRPC Classify | 64 |" in null_bench.null_markdown(
+        {"server_cores": [0], "client_cores": [1], "rounds": 2,
+         "protocols": {"gRPC Classify": null_bench.median_round([run(100.0, 30.0), run(90.0, 50.0)])}}, "cmd")
