@@ -153,15 +153,16 @@ using LoaderPtr = std::unique_ptr<AOTIModelPackageLoader, CloseInTurn>;
 // loaders holds its own copy of the weights on the GPU.
 class Method {
  public:
-  Method(std::vector<LoaderPtr> loaders, std::vector<std::string> names)
-      : loaders_(std::move(loaders)), names_(std::move(names)) {
+  // `single_threaded`: each loader runs one call at a time (a GPU's), so a call borrows one.
+  Method(std::vector<LoaderPtr> loaders, std::vector<std::string> names, bool single_threaded)
+      : loaders_(std::move(loaders)), names_(std::move(names)), single_threaded_(single_threaded) {
     for (size_t i = 0; i < loaders_.size(); ++i) idle_.push_back(i);
   }
 
   const std::vector<std::string>& names() const { return names_; }
 
   std::vector<torch::Tensor> Run(const std::vector<torch::Tensor>& inputs, void* stream) const {
-    if (loaders_.size() == 1) return loaders_.front()->run(inputs, stream);
+    if (!single_threaded_) return loaders_.front()->run(inputs, stream);
     const size_t i = Borrow();
     struct GiveBack {
       const Method* method;
@@ -188,6 +189,7 @@ class Method {
 
   std::vector<LoaderPtr> loaders_;
   std::vector<std::string> names_;
+  bool single_threaded_;
   mutable absl::Mutex mu_;
   mutable std::vector<size_t> idle_ ABSL_GUARDED_BY(mu_);
 };
@@ -350,7 +352,7 @@ absl::StatusOr<std::unique_ptr<Method>> LoadMethod(const std::string& path, cons
     return absl::InvalidArgumentError(absl::StrCat(path, ": '", name, "' returns [", absl::StrJoin(names, ","),
                                                    "] but pt2.json says [", absl::StrJoin(expected, ","), "]"));
   }
-  return std::make_unique<Method>(std::move(loaders), std::move(names));
+  return std::make_unique<Method>(std::move(loaders), std::move(names), /*single_threaded=*/device.is_cuda());
 }
 
 }  // namespace
