@@ -1,13 +1,13 @@
-"""Where compiling a demo model's AOTInductor package for CUDA fails (issue 34): the same steps as
-`qvi.artifact.package_artifact(..., "cuda")`, one method at a time, each step timed and announced
-before it starts, with faulthandler on (a SIGSEGV prints every thread's Python stack, and a step
+"""Where compiling a demo model's AOTInductor package for CUDA fails (issue 34): the exporter's own
+compile (`qvi.pt2.compile_package`, without the export's check), each Inductor compile timed and
+announced before it starts, with faulthandler on (a SIGSEGV prints every thread's Python stack, and a step
 that runs past --stall-seconds prints them without stopping). Run on a GPU machine from the repo
 root (bench/gpu_session.sh pt2 runs it):
 
     python3 bench/cuda_pt2_probe.py --model model_store/store/sentiment/1/model.pt [--write]
 
---write packages the compiled methods into model.cuda.pt2 beside model.pt, as the exporter would, and
-checks each against the eager model in a fresh process (--check PT2 does only that).
+--write keeps the package as model.cuda.pt2 beside model.pt (else it goes to a temporary folder) and
+checks each method against the eager model in a fresh process (--check PT2 does only that).
 """
 import argparse
 import faulthandler
@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,38 +54,26 @@ def main() -> int:
     model = build_model(ModelConfig(**manifest["architecture"]["config"])).eval()
     model.load_state_dict(module.state_dict())
     model = model.to(a.device)
-    config = manifest["architecture"]["config"]
-    b = torch.export.Dim("batch", min=1, max=pt2.MAX_BATCH)
-    t = torch.export.Dim("tokens", min=pt2.MIN_TOKENS, max=int(config["max_tokens"]))
-    example = pt2._example(int(config["vocab_size"]), a.device)
+    example = pt2._example(int(manifest["architecture"]["config"]["vocab_size"]), a.device)
     if a.check:
         return check(a, model, example)
-    aoti_files = {}
-    outputs = {}
-    with torch.no_grad():
-        for name, method in pt2.methods(model):
-            say(f"{name}: torch.export")
-            ep = torch.export.export(method, example, dynamic_shapes=({0: b, 1: t}, {0: b, 1: t}))
-            outputs[name] = list(method(*example).keys())
-            say(f"{name}: aot_compile ({len(ep.graph.nodes)} graph nodes)")
-            files = torch._inductor.aot_compile(ep.module(), example,
-                                                options=dict(**pt2.COMPILE_OPTIONS, freezing=False))
-            aoti_files[name] = [f for f in files if isinstance(f, str)]
-            say(f"{name}: compiled into {len(aoti_files[name])} files")
+    # The exporter's own compile (pt2.compile_package: every method exported, compiled and packaged
+    # with pt2.json), each Inductor compile announced and timed; without the exporter's check.
+    folder = os.path.dirname(os.path.abspath(a.model)) if a.write else tempfile.mkdtemp(prefix="qvi_pt2_probe_")
+    path = os.path.join(folder, pt2.FILES[a.device])
+    compile_one = torch._inductor.aot_compile
+
+    def announced(gm, example_inputs, options=None):
+        say(f"aot_compile ({len(gm.graph.nodes)} graph nodes)")
+        files = compile_one(gm, example_inputs, options=options)
+        say(f"compiled into {sum(isinstance(f, str) for f in files)} files")
+        return files
+
+    torch._inductor.aot_compile = announced
+    say(f"compile_package -> {path}")
+    pt2.compile_package(model, manifest, vocab.to_text(), path, a.device)
+    say("packaged")
     if a.write:
-        from torch.export.pt2_archive._package import package_pt2
-        path = os.path.join(os.path.dirname(os.path.abspath(a.model)), pt2.FILES[a.device])
-        info = {"info_version": pt2.INFO_VERSION, "device": a.device, "cpu_target": "", "cpu_flags": [],
-                "dtype": "float32", "freezing": False, "torch_version": torch.__version__.split("+")[0],
-                "min_tokens": pt2.MIN_TOKENS, "max_tokens": int(config["max_tokens"]), "max_batch": pt2.MAX_BATCH,
-                "outputs": outputs}
-        if hasattr(model, "crf"):
-            info["server_decodes"] = "tags"
-            info["crf"] = {"start": model.crf.start.detach().cpu().tolist(),
-                           "end": model.crf.end.detach().cpu().tolist(),
-                           "transitions": model.crf.trans.detach().cpu().tolist()}
-        say(f"package_pt2 -> {path}")
-        package_pt2(path, aoti_files=aoti_files, extra_files=pt2._extra_files(manifest, vocab.to_text(), info))
         # Loaded back in a fresh process: in the compiling one, torch's Python loader crashed (SIGSEGV
         # in AOTIModelPackageLoader) on the H100, while the server's C++ loader loads the same file.
         say("loading the package back in a fresh process, each method against eager")

@@ -144,8 +144,9 @@ for stage in "$@"; do
       pt2)
         # The AOTInductor packages for CUDA are compiled here (Triton needs the GPU), then measured
         # against TorchScript, and the real-capture test checks the package's parity too.
-        # bench/cuda_pt2_probe.py: the exporter's steps one at a time, announced and timed, with
-        # faulthandler (the compile crashed with SIGSEGV on the H200 on 2026-11-26).
+        # bench/cuda_pt2_probe.py: the exporter's compile, each step announced and timed, with
+        # faulthandler, and its check in a fresh process (torch's Python loader crashed on CUDA
+        # packages on 2026-11-26/27; the export's own check dies there, model_store/README.md).
         for m in $pt2_models; do
           timeout "${QVI_GPU_SESSION_PT2_SECONDS:-240}" python3 bench/cuda_pt2_probe.py --model "$store/$m/1/model.pt" \
             --device "$device" --write || echo "pt2 compile of $m failed (exit $?)"
