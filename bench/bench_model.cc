@@ -5,7 +5,7 @@
 // version are measured side by side, alternating at each batch size.
 //
 //   qvi-bench-model --model model_store/store/sentiment/1 --format both --batch-sizes 1,2,4,8,16,32
-//   qvi-bench-model --model DIR --format pt2 --cpu-packages base,x86-64-v4,x86-64-v4-bf16   (each CPU package)
+//   qvi-bench-model --model DIR --format pt2 --cpu-packages base,x86-64-v4-bf16,x86-64-v4-int8  (each CPU package)
 //   qvi-bench-model --model DIR --format pt2 --batch-sizes 1 --idle-us 0,500   (a forward after an idle gap)
 //
 // --idle-us sleeps that long before each timed forward (the thread blocks, as a server's instance
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch-sizes", batch_sizes, "batch sizes to measure")->delimiter(',');
   app.add_option("--cpu-packages", cpu_packages,
                  "the CPU packages of the pt2 format to measure side by side: auto (what the server picks), "
-                 "base (model.cpu.pt2), x86-64-v4, x86-64-v4-bf16")
+                 "base (model.cpu.pt2), x86-64-v4, x86-64-v4-bf16, x86-64-v4-int8")
       ->delimiter(',')
       ->check([](const std::string& name) {
         absl::Status s = qvi::CheckCpuPackage(name);

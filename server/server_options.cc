@@ -24,8 +24,9 @@ void AddModelOptions(CLI::App& app, ServerOptions& o) {
       ->group("Models");
   app.add_option("--cpu-package", o.models.cpu_package,
                  "CPU package to load from a version folder unless its serving.json says otherwise: auto (the "
-                 "first of model.cpu.x86-64-v4-bf16.pt2, model.cpu.x86-64-v4.pt2 and model.cpu.pt2 that the folder "
-                 "holds and this CPU runs), x86-64-v4-bf16, x86-64-v4 or base (model.cpu.pt2)")
+                 "first of model.cpu.x86-64-v4-int8.pt2, model.cpu.x86-64-v4-bf16.pt2, model.cpu.x86-64-v4.pt2 "
+                 "and model.cpu.pt2 that the folder holds and this CPU runs), x86-64-v4-int8, x86-64-v4-bf16, "
+                 "x86-64-v4 or base (model.cpu.pt2)")
       ->check([](const std::string& name) {
         absl::Status s = CheckCpuPackage(name);
         return s.ok() ? std::string() : std::string(s.message());

@@ -3,7 +3,7 @@
     python -m qvi train    --task classification --arch cnn_att --g qvi --train T --dev D --out ckpt.pt
     python -m qvi evaluate --checkpoint ckpt.pt --test TEST        (or --artifact model.pt)
     python -m qvi export   --checkpoint ckpt.pt --store model_store/store --name NAME --version 1 [--format both]
-                           [--cpu-variants x86-64-v4 x86-64-v4-bf16 --fidelity-test TEST]
+                           [--cpu-variants x86-64-v4 x86-64-v4-bf16 x86-64-v4-int8 --fidelity-test TEST]
     python -m qvi demo     --store model_store/store               (the demo models the server serves)
     python -m qvi results  --seeds 5                               (model_store/README.md's table)
     python -m qvi faithfulness --artifact model.pt --test TEST --out f.json   (how faithful α, β and peers are)
@@ -101,9 +101,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     add_freezing_arg(p)
     p.add_argument("--cpu-variants", nargs="+", choices=tuple(pt2.CPU_VARIANTS),
                    help="also compile these CPU packages (model.cpu.<variant>.pt2), which a server whose CPU runs "
-                        "them prefers to model.cpu.pt2; a bf16 one is kept only if it passes the fidelity gate")
-    p.add_argument("--fidelity-test", help="the test split a bf16 package's fidelity gate runs on (labels, entity F1, "
-                                           "alpha and beta against float32)")
+                        "them prefers to model.cpu.pt2; a bf16 or int8 one is kept only if it passes the fidelity "
+                        "gate, an int8 one only if it is also faster than every other package of the version")
+    p.add_argument("--fidelity-test", help="the test split a bf16 or int8 package's fidelity gate runs on (labels, "
+                                           "entity F1, alpha and beta against float32)")
     p.add_argument("--conll-join", default=" ", help="how --fidelity-test's CoNLL tokens join into text")
     p.set_defaults(func=cmd_export)
     p = sub.add_parser("null", help="write DIR/model.null: an artifact's manifest and vocabulary for the server's "

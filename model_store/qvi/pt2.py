@@ -50,7 +50,10 @@ FILES = {"cpu": "model.cpu.pt2", "cuda": "model.cuda.pt2"}
 # The CPU packages a version may hold beside model.cpu.pt2, by name: (cpu target, dtype), each in
 # model.cpu.<name>.pt2. The server loads the first of these its CPU can run, in this order, before
 # model.cpu.pt2 (server/core/model/model_load.cc); serving.json's "cpu_package" pins one.
-CPU_VARIANTS = {"x86-64-v4-bf16": ("x86-64-v4", "bfloat16"), "x86-64-v4": ("x86-64-v4", "float32")}
+# "int8": the Linear layers' weights in int8 (per channel) and their inputs quantized to int8 at run
+# time (per tensor, dynamic: no calibration), everything else in float32 (quantize_int8 below).
+CPU_VARIANTS = {"x86-64-v4-int8": ("x86-64-v4", "int8"), "x86-64-v4-bf16": ("x86-64-v4", "bfloat16"),
+                "x86-64-v4": ("x86-64-v4", "float32")}
 
 
 def variant_file(variant: str) -> str:
@@ -63,7 +66,7 @@ def variant_file(variant: str) -> str:
 # float32 code only by rounding (absolute); bfloat16 by its 8-bit mantissa, relative to each value's
 # size (|got - want| / (1 + |want|)). A bf16 package's real test is the fidelity gate on a test
 # split (qvi/fidelity.py); this one catches a miscompiled package.
-CHECK_TOLERANCE = {"float32": 1e-5, "bfloat16": 0.05}
+CHECK_TOLERANCE = {"float32": 1e-5, "bfloat16": 0.05, "int8": 0.05}
 PT2_INFO = "pt2.json"
 INFO_VERSION = 2  # 2: CPU kernels take their OpenMP team size at run time (dynamic threads)
 MIN_TOKENS = 2
@@ -77,10 +80,12 @@ X86_64_V3_FLAGS = ["avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "abm", "movbe"]
 # x86-64-v4 adds AVX-512 F, BW, CD, DQ and VL.
 X86_64_V4_FLAGS = X86_64_V3_FLAGS + ["avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"]
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# What a bfloat16 package needs besides its target's flags: the CPU's bf16 dot products. Without
-# them the compiled code still runs (it converts by shifts) but slower than float32, so it is not
-# a package to pick.
-BF16_FLAGS = ["avx512_bf16"]
+# A package's arithmetic: a dtype the whole model is cast to, or "int8" (its Linear layers quantized).
+PRECISIONS = tuple(DTYPES) + ("int8",)
+# What a reduced-precision package needs besides its target's flags: for bfloat16 the CPU's bf16 dot
+# products, for int8 its int8 ones (VNNI). Without them the compiled code still runs (bf16 converts by
+# shifts, oneDNN's int8 kernels widen to int16) but slower than float32, so it is not a package to pick.
+PRECISION_FLAGS = {"bfloat16": ["avx512_bf16"], "int8": ["avx512_vnni"]}
 NATIVE_FLAGS = X86_64_V3_FLAGS + [
     "avx512f", "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512ifma",
     "avx512vbmi", "avx512_vbmi2", "avx512_bitalg", "avx512_vpopcntdq", "avx512_fp16", "avx_vnni",
@@ -103,7 +108,7 @@ def required_cpu_flags(target: str) -> List[str]:
 def cpu_flags(target: str, dtype: str) -> List[str]:
     """The flags a package compiled for `target` in `dtype` needs."""
     flags = required_cpu_flags(target)
-    return flags + [f for f in BF16_FLAGS if f not in flags] if dtype == "bfloat16" else flags
+    return flags + [f for f in PRECISION_FLAGS.get(dtype, []) if f not in flags]
 
 
 UNEXPORTABLE = {
@@ -218,12 +223,14 @@ def compile_package(model: nn.Module, manifest: Dict[str, object], vocab_text: s
     arch = str(manifest["architecture"]["name"])  # type: ignore[index]
     if arch in UNEXPORTABLE:
         raise ValueError(f"{arch} cannot be exported to a .pt2: {UNEXPORTABLE[arch]}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if dtype not in PRECISIONS:
+        raise ValueError(f"dtype must be one of {list(PRECISIONS)}, got {dtype!r}")
+    if dtype == "int8" and device != "cpu":
+        raise ValueError("int8 packages are CPU packages")
     config = manifest["architecture"]["config"]  # type: ignore[index]
-    freeze = freeze and device == "cpu"
+    freeze = (freeze or dtype == "int8") and device == "cpu"
     model = model.eval().to(device)
-    compiled_model = model if dtype == "float32" else copy.deepcopy(model).to(DTYPES[dtype])
+    compiled_model = copy.deepcopy(model).to(DTYPES[dtype]) if dtype == "bfloat16" else model
     max_tokens = int(config["max_tokens"])
     b = torch.export.Dim("batch", min=1, max=MAX_BATCH)
     t = torch.export.Dim("tokens", min=MIN_TOKENS, max=max_tokens)
@@ -232,8 +239,11 @@ def compile_package(model: nn.Module, manifest: Dict[str, object], vocab_text: s
     outputs: Dict[str, List[str]] = {}
     with _cpu_target(cpu_target if device == "cpu" else "native") as isa_config, torch.no_grad():
         for name, module in methods(compiled_model):
-            ep = torch.export.export(module, example, dynamic_shapes=({0: b, 1: t}, {0: b, 1: t}))
+            dynamic = ({0: b, 1: t}, {0: b, 1: t})
             outputs[name] = list(module(*example).keys())
+            if dtype == "int8":
+                module = quantize_int8(module, example, dynamic)
+            ep = torch.export.export(module, example, dynamic_shapes=dynamic)
             files = torch._inductor.aot_compile(ep.module(), example,
                                                 options=dict(isa_config, **COMPILE_OPTIONS, freezing=freeze))
             aoti_files[name] = [f for f in files if isinstance(f, str)]  # type: ignore[union-attr]
@@ -257,6 +267,34 @@ def compile_package(model: nn.Module, manifest: Dict[str, object], vocab_text: s
                        "transitions": model.crf.trans.detach().cpu().tolist()}
     package_pt2(path, aoti_files=aoti_files, extra_files=_extra_files(manifest, vocab_text, info))  # type: ignore[arg-type]
     return path
+
+
+def quantize_int8(module: nn.Module, example: Tuple[torch.Tensor, torch.Tensor],
+                  dynamic: Tuple[Dict[int, object], ...]) -> nn.Module:
+    """`module` with its Linear layers in dynamic int8, for an "int8" package: torchao's PT2E flow
+    with its X86InductorQuantizer in dynamic mode -- each weight int8 per output channel, each input
+    quantized per tensor at run time from its own range, so no calibration data is needed. Compiled
+    with frozen weights, Inductor's x86 passes (registered by importing torchao's) turn each into
+    one oneDNN int8 matrix product with the quantization fused into the kernels around it.
+
+    The export is strict (TorchDynamo): the quantizer finds Linear layers by the `source_fn_stack`
+    that Dynamo records on each node, and torch 2.11's default non-strict export records none, so
+    it would quantize nothing (the first try at int8 ran exactly as fast as float32 for that reason)."""
+    import torchao.quantization.pt2e.inductor_passes.x86  # noqa: F401  (the int8 lowerings)
+    import torchao.quantization.pt2e.quantizer.x86_inductor_quantizer as x86q
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+    graph = torch.export.export(module, example, dynamic_shapes=dynamic, strict=True).module()
+    quantizer = x86q.X86InductorQuantizer()
+    quantizer.set_global(x86q.get_default_x86_inductor_quantization_config(is_dynamic=True))
+    prepared = prepare_pt2e(graph, quantizer)  # type: ignore[arg-type]
+    prepared(*example)  # observes each weight's range; the inputs' ranges are taken per call
+    quantized = convert_pt2e(prepared)
+    linears = sum(1 for n in quantized.graph.nodes if n.target == torch.ops.aten.linear.default)
+    dequantized = sum(1 for n in quantized.graph.nodes
+                      if n.target == torch.ops.quantized_decomposed.dequantize_per_channel.default)
+    if linears == 0 or dequantized < linears:
+        raise RuntimeError(f"int8: the quantizer annotated {dequantized} of {linears} Linear layers")
+    return quantized
 
 
 def _readable(path: str) -> None:
@@ -288,18 +326,25 @@ def _extra_files(manifest: Dict[str, object], vocab_text: str, info: Dict[str, o
             "vocab.txt": vocab_text, PT2_INFO: json.dumps(info, indent=1)}
 
 
-def _freezing_mode(freezing: str, device: str) -> str:
+def _freezing_mode(freezing: str, device: str, dtype: str = "float32") -> str:
+    """The freezing a package is compiled with: none on a GPU, always for int8 (its lowering to
+    oneDNN's int8 kernels is one of Inductor's freezing passes)."""
     if freezing not in FREEZING:
         raise ValueError(f"freezing must be one of {list(FREEZING)}, got {freezing!r}")
-    return freezing if device == "cpu" else "off"
+    if device != "cpu":
+        return "off"
+    return "on" if dtype == "int8" else freezing
+
+
+def geometric_mean(times: Dict[str, float]) -> float:
+    """One package's score from its times at each shape ({shape: ms}): smaller is faster."""
+    return math.exp(sum(math.log(t) for t in times.values()) / len(times))
 
 
 def choose_freezing(ms: Dict[str, Dict[str, float]]) -> bool:
     """Whether to keep the frozen package, from each package's times ({"frozen": {shape: ms},
     "unfrozen": {...}}): the one with the smaller geometric mean over the shapes, freezing on a tie."""
-    def score(times: Dict[str, float]) -> float:
-        return math.exp(sum(math.log(t) for t in times.values()) / len(times))
-    return score(ms["frozen"]) <= score(ms["unfrozen"])
+    return geometric_mean(ms["frozen"]) <= geometric_mean(ms["unfrozen"])
 
 
 def time_packages(paths: Dict[str, str], vocab_size: int, seconds: float = FREEZING_SECONDS,
@@ -381,7 +426,7 @@ def write_package(model: nn.Module, manifest: Dict[str, object], vocab_text: str
     into place as `file` (model.<device>.pt2 by default), so a server watching the store never sees
     half a package. `freezing` (FREEZING) decides the CPU package's weight freezing."""
     file = file or FILES[device]
-    mode = _freezing_mode(freezing, device)
+    mode = _freezing_mode(freezing, device, dtype)
     with _publishing(folder, file) as tmp:
         if mode == "auto":
             _compile_choosing_freezing(model, manifest, vocab_text, tmp, cpu_target, dtype)
@@ -407,7 +452,7 @@ def cache_key(model: nn.Module, manifest: Dict[str, object], device: str, cpu_ta
     defines the models (qvi/models.py, qvi/nn/) and this exporter's, torch's version, the target and
     the freezing; with freezing "auto", this machine's CPU too (the choice was timed on it). Not the
     model card (dates), which only the extra files carry."""
-    mode = _freezing_mode(freezing, device)
+    mode = _freezing_mode(freezing, device, dtype)
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         h.update(name.encode())

@@ -4,6 +4,7 @@ commands) and demo.py (the demo store), so that neither imports the other back."
 import argparse
 import contextlib
 import os
+import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -131,8 +132,9 @@ def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card:
     """Writes the formats `fmt` asks for into <store>/<name>/<version>/; returns the paths written.
     With "both", an architecture that cannot be exported to a .pt2 gets model.pt alone (its manifest
     says why); asked for "pt2" alone, it is an error. `cpu_variants` (pt2.CPU_VARIANTS) adds CPU
-    packages beside model.cpu.pt2; a bfloat16 one only if it passes the fidelity gate on the corpus
-    `fidelity_test` (qvi/fidelity.py). The model card records each variant's measurement.
+    packages beside model.cpu.pt2; a bfloat16 or int8 one only if it passes the fidelity gate on the
+    corpus `fidelity_test` (qvi/fidelity.py), an int8 one only if it is also the fastest (_speed_gate).
+    The model card records each variant's measurement.
     `freezing` (pt2.FREEZING) decides the CPU packages' weight freezing."""
     model, ckpt = load_checkpoint(ckpt_path)
     config = ModelConfig(**ckpt["config"])
@@ -160,6 +162,8 @@ def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card:
                 card["cpu_packages"][variant] = report  # type: ignore[index]
                 if report["kept"]:
                     kept.append(variant)
+            if INT8 in kept:
+                _speed_gate(model, probe, vocab, cache, cpu_target, freezing, kept, card["cpu_packages"])  # type: ignore[arg-type]
         manifest = artifact.build_manifest(name, config, tok, vocab, ckpt["labels"], ckpt["scheme"], card)
         written = []
         if fmt in ("torchscript", "both"):
@@ -175,6 +179,35 @@ def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card:
     return written
 
 
+INT8 = "x86-64-v4-int8"
+
+
+def _speed_gate(model: torch.nn.Module, manifest: Dict[str, object], vocab: Vocabulary, cache: str, cpu_target: str,
+                freezing: str, kept: List[str], reports: Dict[str, Dict[str, object]]) -> None:
+    """Keeps the int8 package only where it wins: timed on this machine against the base package and
+    every other variant kept (pt2.time_packages: one torch thread, a lone short text and a batch of
+    eight), it must be the fastest by the geometric mean, since the server's "auto" loads it first.
+    Where the model is too small for int8 to pay (quantizing each input costs more than the smaller
+    products save) it is dropped, and its report ("speed") says against what."""
+    text = vocab.to_text()
+    with tempfile.TemporaryDirectory(prefix="qvi-speed-") as staging:
+        paths = {"base": pt2.write_cached(model, manifest, text, os.path.join(staging, "base"), "cpu", cpu_target,
+                                          cache, freezing=freezing)}
+        for variant in kept:
+            target, dtype = pt2.CPU_VARIANTS[variant]
+            paths[variant] = pt2.write_cached(model, manifest, text, os.path.join(staging, variant), "cpu", target,
+                                              cache, dtype, freezing=freezing)
+        ms = pt2.time_packages(paths, len(vocab))
+    scores = {name: pt2.geometric_mean(times) for name, times in ms.items()}
+    fastest = min(scores, key=lambda name: scores[name])  # a tie goes to the one listed first: base
+    report = reports[INT8]
+    report["speed"] = {"ms": ms, "fastest": fastest, "cpu": pt2.cpu_model(), "torch_threads": 1}
+    if fastest != INT8:
+        kept.remove(INT8)
+        report["kept"] = False
+        report["not_kept"] = f"slower on this CPU than {'model.cpu.pt2' if fastest == 'base' else fastest}"
+
+
 def _variant(model: torch.nn.Module, config: ModelConfig, manifest: Dict[str, object], vocab: Vocabulary,
              ckpt: Dict[str, object], variant: str, cache: str, fidelity_test: Optional[str],
              conll_join: str, freezing: str) -> Dict[str, object]:
@@ -187,10 +220,20 @@ def _variant(model: torch.nn.Module, config: ModelConfig, manifest: Dict[str, ob
         raise SystemExit(f"cannot compile and check the {variant} package on this CPU: it lacks {', '.join(missing)}")
     if dtype != "float32" and not fidelity_test:
         raise SystemExit(f"the {variant} package needs --fidelity-test (a test split for its fidelity gate)")
+    report: Dict[str, object] = {"cpu_target": target, "dtype": dtype}
     with tempfile.TemporaryDirectory(prefix="qvi-variant-") as staging:
-        path = pt2.write_cached(model, manifest, vocab.to_text(), staging, "cpu", target, cache, dtype,
-                                freezing=freezing)
-        report: Dict[str, object] = {"cpu_target": target, "dtype": dtype}
+        try:
+            path = pt2.write_cached(model, manifest, vocab.to_text(), staging, "cpu", target, cache, dtype,
+                                    freezing=freezing)
+        except Exception as e:  # noqa: BLE001  (an optional package: its failure is reported, not fatal)
+            if dtype == "float32":
+                raise  # the same model in float32 compiled for the base package: a bug, not a limit
+            # A reduced-precision package that does not compile (torchao 0.17's int8 lowering fails on
+            # the CNN-Att model's transposed Linear inputs with dynamic shapes) or strays past its
+            # package check (CHECK_TOLERANCE) is left out, and the card says why.
+            why = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
+            print(f"qvi export: the {variant} package is not kept: {why}", file=sys.stderr)
+            return dict(report, kept=False, not_kept=f"did not compile or pass the package check: {why}")
         if dtype == "float32":
             return dict(report, kept=True)
         task = config.task

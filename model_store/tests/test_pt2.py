@@ -277,6 +277,96 @@ def test_a_bf16_variant_without_a_test_split_is_refused_before_any_compile(tmp_p
     assert not os.path.exists(tmp_path / "store")
 
 
+NEEDS_INT8 = pytest.mark.skipif(
+    not set(pt2.cpu_flags("x86-64-v4", "int8")) <= set(pt2.required_cpu_flags("native")),
+    reason="this CPU cannot run an x86-64-v4 int8 package (needs AVX-512 and AVX512-VNNI)")
+INT8 = "x86-64-v4-int8"
+
+
+def wrapper_code(package):
+    """The C++ that AOTInductor generated for a package's methods (what the server runs)."""
+    from torch.export.pt2_archive._package import PT2ArchiveReader
+    with PT2ArchiveReader(package) as reader:
+        return "".join(reader.read_string(n) for n in reader.get_file_names() if n.endswith("wrapper.cpp"))
+
+
+@NEEDS_INT8
+@pytest.mark.parametrize("fastest", [INT8, "base"])
+def test_an_int8_variant_runs_every_linear_in_int8_and_is_kept_only_where_it_is_the_fastest(tmp_path, monkeypatch,
+                                                                                          fastest):
+    ckpt, test, model = write_checkpoint("transformer", tmp_path)
+    timed = []
+
+    def fake_times(paths, vocab_size, **kwargs):  # the speed gate's measurement, its outcome chosen
+        timed.append(sorted(paths))
+        return {name: {"1x24": 0.1 if name == fastest else 0.3, "8x24": 0.5} for name in paths}
+
+    monkeypatch.setattr(pt2, "time_packages", fake_times)
+    written = export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", pt2_cache=CACHE, freezing=FREEZING,
+                                cpu_variants=[INT8], fidelity_test=test)
+    assert timed == [["base", INT8]]
+    card = json.loads(pt2.read_extra(written[1])["manifest.json"])["model_card"]["cpu_packages"][INT8]
+    assert card["fidelity"]["passed"] is True and card["fidelity"]["texts"] == 80
+    assert 0 < card["fidelity"]["max_abs_gates"] <= 0.02  # int8 rounds: never exact
+    assert card["speed"]["fastest"] == fastest and card["speed"]["ms"][INT8]["8x24"] == 0.5
+    if fastest == "base":
+        assert [os.path.basename(p) for p in written] == ["model.pt", "model.cpu.pt2"]
+        assert card["kept"] is False and card["not_kept"] == "slower on this CPU than model.cpu.pt2"
+        return
+    assert [os.path.basename(p) for p in written] == ["model.pt", "model.cpu.pt2", "model.cpu.x86-64-v4-int8.pt2"]
+    assert card["kept"] is True
+    info = json.loads(pt2.read_extra(written[2])[pt2.PT2_INFO])
+    assert (info["dtype"], info["cpu_target"], info["freezing"]) == ("int8", "x86-64-v4", True)
+    assert set(info["cpu_flags"]) == set(pt2.X86_64_V4_FLAGS) | {"avx512_vnni"}
+    # Every Linear layer of both methods is one oneDNN int8 product (6 per method: 2 layers of
+    # Q, K, V, O and the feed-forward's two; the QVI pooling's and the output's), none in float32.
+    code = wrapper_code(written[2])
+    linears = sum(1 for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert code.count("aoti_torch_cpu__qlinear_pointwise") == 2 * linears
+    assert not any(f in code for f in ("cpu__linear_pointwise", "cpu__mkl_linear", "cpu_addmm", "cpu_mm_out"))
+    ids, mask = padded_batch(4, 20, seed=3)
+    got = pt2.load_methods(written[2])["model"](ids, mask)
+    want = model(ids, mask)
+    assert all(v.dtype == torch.float32 for v in got.values())
+    assert 0 < (got["gates"] - want["gates"]).abs().max().item() < 0.02
+
+
+@NEEDS_INT8
+def test_an_int8_variant_that_does_not_compile_is_left_out_and_the_card_says_why(tmp_path, monkeypatch):
+    ckpt, test, _ = write_checkpoint("transformer", tmp_path, n_texts=3)
+
+    def fails(*args, **kwargs):  # as torchao's lowering fails on the CNN-Att model (workflow._variant)
+        raise TypeError("torch.Size() takes an iterable of 'int' (item 0 is 'Node')")
+
+    monkeypatch.setattr(pt2, "quantize_int8", fails)
+    key = pt2.cache_key  # the int8 package of the test above may be in the cache: compile this one anew
+
+    def int8_uncached(model, manifest, device, cpu_target, dtype="float32", freezing="auto"):
+        return key(model, manifest, device, cpu_target, dtype, freezing) + ("-uncached" if dtype == "int8" else "")
+
+    monkeypatch.setattr(pt2, "cache_key", int8_uncached)
+    written = export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", pt2_cache=CACHE, freezing=FREEZING,
+                                cpu_variants=[INT8], fidelity_test=test)
+    assert [os.path.basename(p) for p in written] == ["model.pt", "model.cpu.pt2"]
+    card = json.loads(pt2.read_extra(written[1])["manifest.json"])["model_card"]["cpu_packages"][INT8]
+    assert card == {"cpu_target": "x86-64-v4", "dtype": "int8", "kept": False,
+                    "not_kept": "did not compile or pass the package check: TypeError: torch.Size() takes an "
+                                "iterable of 'int' (item 0 is 'Node')"}
+
+
+def test_int8_quantizing_that_finds_no_linear_layer_fails_loudly(tmp_path, monkeypatch):
+    """torch 2.11's non-strict export records no `source_fn_stack`, so the quantizer would annotate
+    nothing and the "int8" package would be float32 throughout: the exporter refuses that."""
+    model, _, _ = make("transformer", tmp_path)
+    entry = dict(pt2.methods(model))["model"]
+    export = torch.export.export
+    monkeypatch.setattr(torch.export, "export", lambda *a, **k: export(*a, **dict(k, strict=False)))
+    b = torch.export.Dim("batch", min=1, max=8)
+    t = torch.export.Dim("tokens", min=2, max=32)
+    with pytest.raises(RuntimeError, match=r"int8: the quantizer annotated 0 of \d+ Linear layers"):
+        pt2.quantize_int8(entry, padded_batch(2, 8, seed=1), ({0: b, 1: t}, {0: b, 1: t}))
+
+
 def test_variants_need_cpu_packages_and_known_names(tmp_path):
     ckpt, _, _ = write_checkpoint("transformer", tmp_path, n_texts=3)
     with pytest.raises(SystemExit, match="--cpu-variants needs CPU packages"):

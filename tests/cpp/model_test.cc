@@ -183,12 +183,17 @@ TEST_F(ModelLoadTest, TheFirstCpuPackageThatRunsHereServesAndAPinLoadsOnlyThatOn
   fs::copy_file(demo / "model.cpu.pt2", dir_ / "model.cpu.pt2");
   fs::copy_file(demo / "model.cpu.pt2", dir_ / "model.cpu.x86-64-v4.pt2");
   std::ofstream(dir_ / "model.cpu.x86-64-v4-bf16.pt2") << "not a zip archive";
+  std::ofstream(dir_ / "model.cpu.x86-64-v4-int8.pt2") << "not a zip archive";
   absl::StatusOr<std::unique_ptr<Model>> m = Load("auto");
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(fs::path((*m)->file()).filename(), "model.cpu.x86-64-v4.pt2");
   EXPECT_EQ((*m)->precision(), "float32");
-  EXPECT_NE((*m)->fallback_reason().find("model.cpu.x86-64-v4-bf16.pt2 not used: cannot read"), std::string::npos)
-      << (*m)->fallback_reason();
+  // Tried in kCpuPackages' order: int8, then bf16, before the package that loads.
+  const std::string& why = (*m)->fallback_reason();
+  EXPECT_NE(why.find("model.cpu.x86-64-v4-bf16.pt2 not used: cannot read"), std::string::npos) << why;
+  EXPECT_LT(why.find("model.cpu.x86-64-v4-int8.pt2 not used: cannot read"),
+            why.find("model.cpu.x86-64-v4-bf16.pt2 not used"))
+      << why;
 
   m = Load("auto", 1, "base");
   ASSERT_TRUE(m.ok()) << m.status();
@@ -210,7 +215,8 @@ TEST_F(ModelLoadTest, TheFirstCpuPackageThatRunsHereServesAndAPinLoadsOnlyThatOn
   m = Load("auto");
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ((*m)->format(), "torchscript");
-  for (const char* file : {"model.cpu.x86-64-v4-bf16.pt2", "model.cpu.x86-64-v4.pt2", "model.cpu.pt2"}) {
+  for (const char* file :
+       {"model.cpu.x86-64-v4-int8.pt2", "model.cpu.x86-64-v4-bf16.pt2", "model.cpu.x86-64-v4.pt2", "model.cpu.pt2"}) {
     EXPECT_NE((*m)->fallback_reason().find(absl::StrCat(file, " not used")), std::string::npos) << file;
   }
   fs::remove(dir_ / "model.cpu.x86-64-v4.pt2");
@@ -224,8 +230,9 @@ TEST_F(ModelLoadTest, TheFirstCpuPackageThatRunsHereServesAndAPinLoadsOnlyThatOn
   EXPECT_NE((*m)->fallback_reason().find("does not hold"), std::string::npos) << (*m)->fallback_reason();
   m = Load("auto", 1, "avx9");
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("cpu package 'avx9' is not auto, x86-64-v4-bf16, x86-64-v4, base"),
-            std::string::npos)
+  EXPECT_NE(
+      m.status().message().find("cpu package 'avx9' is not auto, x86-64-v4-int8, x86-64-v4-bf16, x86-64-v4, base"),
+      std::string::npos)
       << m.status();
 }
 

@@ -81,7 +81,9 @@ TEST(ServingConfigTest, ErrorsNameTheKey) {
            {R"({"version_policy": "latest:0"})", "needs a count N in [1, 1000]"},
            {R"({"version_policy": "specific:1,x"})", "has 'x', which is not a version >= 1"},
            {R"({"version_policy": 2})", "'version_policy' must be a string"},
-           {R"({"cpu_package": "avx512"})", "'cpu_package' must be \"auto\", \"x86-64-v4-bf16\", \"x86-64-v4\" or"},
+           {R"({"cpu_package": "avx512"})",
+            "'cpu_package' must be \"auto\", \"x86-64-v4-int8\", \"x86-64-v4-bf16\", \"x86-64-v4\", \"base\" (\"base\" "
+            "is"},
            {R"({"cpu_package": 4})", "'cpu_package' must be"},
        }) {
     absl::StatusOr<ServingOverrides> o = ServingOverrides::Parse(c.json);

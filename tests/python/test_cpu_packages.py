@@ -18,6 +18,7 @@ import torch
 from conftest import REPO, STORE, ServerProcess
 from qvi import artifact, pt2
 from qvi.models import ModelConfig, build_model
+from qvi.tokenizer import config_from_json, encode
 
 CACHE = os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2-tests"))
 BF16 = pt2.variant_file("x86-64-v4-bf16")
@@ -27,16 +28,23 @@ pytestmark = pytest.mark.skipif(
     reason="this CPU cannot run an x86-64-v4 bf16 package (needs AVX-512 and AVX512-BF16)")
 
 
+def sentiment_copy(work):
+    """A copy of the demo store's sentiment version under `work`/store, and its float32 model (for
+    compiling packages into the copy): (version folder, model, manifest, vocabulary)."""
+    version = os.path.join(work, "store", "sentiment", "1")
+    shutil.copytree(os.path.join(STORE, "sentiment", "1"), version)
+    module, manifest, vocab = artifact.load(os.path.join(version, "model.pt"))
+    model = build_model(ModelConfig(**manifest["architecture"]["config"])).eval()
+    model.load_state_dict(module.state_dict())
+    return version, model, manifest, vocab
+
+
 @pytest.fixture(scope="module")
 def packages_server(tmp_path_factory):
     work = str(tmp_path_factory.mktemp("qvi_cpu_packages"))
     store = os.path.join(work, "store")
-    version = os.path.join(store, "sentiment", "1")
-    shutil.copytree(os.path.join(STORE, "sentiment", "1"), version)
     torch.set_num_threads(1)
-    module, manifest, vocab = artifact.load(os.path.join(version, "model.pt"))
-    model = build_model(ModelConfig(**manifest["architecture"]["config"])).eval()
-    model.load_state_dict(module.state_dict())
+    version, model, manifest, vocab = sentiment_copy(work)
     pt2.write_cached(model, manifest, vocab.to_text(), version, "cpu", "x86-64-v4", CACHE, "bfloat16", BF16)
     os.makedirs(os.path.join(work, "pinned"))
     servers = {"auto": ServerProcess(store, work), "pinned": ServerProcess(store, os.path.join(work, "pinned"),
@@ -99,11 +107,7 @@ def test_a_package_this_cpu_cannot_run_is_passed_over_with_the_reason(tmp_path, 
     """A bf16 package whose pt2.json asks for a CPU feature no machine has: model.cpu.pt2 serves,
     and GetModel's format_note names the file and the feature."""
     work = str(tmp_path)
-    version = os.path.join(work, "store", "sentiment", "1")
-    shutil.copytree(os.path.join(STORE, "sentiment", "1"), version)
-    module, manifest, vocab = artifact.load(os.path.join(version, "model.pt"))
-    model = build_model(ModelConfig(**manifest["architecture"]["config"])).eval()
-    model.load_state_dict(module.state_dict())
+    version, model, manifest, vocab = sentiment_copy(work)
     path = pt2.write_cached(model, manifest, vocab.to_text(), version, "cpu", "x86-64-v4", CACHE, "bfloat16", BF16)
     extra = pt2.read_extra(path)
     info = json.loads(extra[pt2.PT2_INFO])
@@ -117,3 +121,42 @@ def test_a_package_this_cpu_cannot_run_is_passed_over_with_the_reason(tmp_path, 
         assert f"{BF16} not used" in md.format_note and "avx1024_imaginary" in md.format_note, md.format_note
     finally:
         proc.stop()
+
+
+INT8 = pt2.variant_file("x86-64-v4-int8")
+
+
+@pytest.mark.skipif(not set(pt2.cpu_flags("x86-64-v4", "int8")) <= set(pt2.required_cpu_flags("native")),
+                    reason="this CPU cannot run an x86-64-v4 int8 package (needs AVX-512 and AVX512-VNNI)")
+def test_an_int8_package_is_served_first_and_answers_near_float32(tmp_path, api):
+    """The int8 package of the demo sentiment model (which its fidelity gate would not keep: β moves by
+    up to 0.031, docs/performance.md) put into a version by hand: "auto" serves it before the others,
+    GetModel and the log say so, and its answers are those of its float32 model up to int8's rounding."""
+    pb, pb_grpc = api
+    work = str(tmp_path)
+    version, model, manifest, vocab = sentiment_copy(work)
+    pt2.write_cached(model, manifest, vocab.to_text(), version, "cpu", "x86-64-v4", CACHE, "int8", INT8)
+    with open(os.path.join(REPO, "model_store", "data", "sentiment", "test.tsv"), encoding="utf-8") as f:
+        texts = [line.rstrip("\n").split("\t", 1)[1] for line in f][:32]
+    proc = ServerProcess(os.path.join(work, "store"), work)
+    try:
+        md = metadata(proc, api, "sentiment")
+        assert (md.format, md.file, md.precision) == ("pt2", INT8, "int8")
+        assert f"from {INT8} (pt2, int8, frozen weights" in proc.log()
+        req = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts,
+                                 options=pb.OutputOptions(top_k=2, attention=True, gates=True))
+        got = pb_grpc.InferenceStub(proc.channel).Classify(req, timeout=60).results
+    finally:
+        proc.stop()
+    tok = config_from_json(manifest["tokenizer"])
+    agree = 0
+    with torch.no_grad():
+        for r, text in zip(got, texts):
+            row = encode(text, tok, vocab).ids
+            assert len(row) == len(r.tokens)
+            want = model(torch.tensor([row]), torch.ones(1, len(row), dtype=torch.bool))
+            probs = torch.softmax(want["logits"][0], -1)
+            agree += r.labels[0].label == manifest["labels"][int(probs.argmax())]
+            gates = want["gates"][0].tolist()
+            assert max(abs(t.gate - g) for t, g in zip(r.tokens, gates)) < 0.05
+    assert agree >= 31, agree

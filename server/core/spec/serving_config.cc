@@ -147,7 +147,8 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
       o.format = *format;
     } else if (key == "cpu_package") {
       if (!value.is_string() || !CheckCpuPackage(value.get<std::string>()).ok()) {
-        return Bad(key, "must be \"auto\", \"x86-64-v4-bf16\", \"x86-64-v4\" or \"base\" (model.cpu.pt2)");
+        return Bad(key, absl::StrCat("must be \"auto\", \"", absl::StrJoin(kCpuPackages, "\", \""),
+                                     "\" (\"base\" is model.cpu.pt2)"));
       }
       o.cpu_package = value.get<std::string>();
     } else if (key == "batch_when_idle") {

@@ -59,8 +59,9 @@ absl::StatusOr<ModelFormat> ParseModelFormat(const std::string& name);
 
 // Which CPU package of a version folder to load (model_store/README.md, "Native CPU packages"):
 // "auto" takes the first of kCpuPackages that this CPU runs and the folder holds; a name loads only
-// that file ("base" is model.cpu.pt2).
-inline constexpr const char* kCpuPackages[] = {"x86-64-v4-bf16", "x86-64-v4", "base"};
+// that file ("base" is model.cpu.pt2). The exporter writes an int8 package only where it is the
+// fastest of the version's packages on the compiling CPU, so "auto" takes it first.
+inline constexpr const char* kCpuPackages[] = {"x86-64-v4-int8", "x86-64-v4-bf16", "x86-64-v4", "base"};
 // "auto" or one of kCpuPackages; otherwise INVALID_ARGUMENT naming them.
 absl::Status CheckCpuPackage(const std::string& name);
 // The file of a CPU package: model.cpu.pt2 for "base", else model.cpu.<name>.pt2.
