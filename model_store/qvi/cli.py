@@ -59,7 +59,8 @@ def cmd_export(args: argparse.Namespace) -> None:
         card["faithfulness"] = card_summary(report)
     for path in export_checkpoint(args.checkpoint, args.store, args.name, args.version, card, args.format,
                                   args.device, args.cpu_target, args.pt2_cache, args.cpu_variants or (),
-                                  args.fidelity_test, args.conll_join, args.cpu_freezing):
+                                  args.fidelity_test, args.conll_join, args.cpu_freezing,
+                                  speed_gate=args.cpu_speed_gate == "on"):
         print(path)
 
 
@@ -102,7 +103,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--cpu-variants", nargs="+", choices=tuple(pt2.CPU_VARIANTS),
                    help="also compile these CPU packages (model.cpu.<variant>.pt2), which a server whose CPU runs "
                         "them prefers to model.cpu.pt2; a bf16 or int8 one is kept only if it passes the fidelity "
-                        "gate, an int8 one only if it is also faster than every other package of the version")
+                        "gate and is faster than every package the server would load after it (int8 before bf16 "
+                        "before x86-64-v4 before model.cpu.pt2)")
+    p.add_argument("--cpu-speed-gate", choices=("on", "off"), default="on",
+                   help="off: keep a bf16 or int8 package that passes its fidelity gate even where it is slower "
+                        "on this CPU at the gate's short texts (for a deployment of long texts in large batches, "
+                        "where bf16 can win; the card records that it was not timed)")
     p.add_argument("--fidelity-test", help="the test split a bf16 or int8 package's fidelity gate runs on (labels, "
                                            "entity F1, alpha and beta against float32)")
     p.add_argument("--conll-join", default=" ", help="how --fidelity-test's CoNLL tokens join into text")

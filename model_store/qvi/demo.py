@@ -383,8 +383,8 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--no-pt2", action="store_true", help="TorchScript only: compile no model.cpu.pt2")
     p.add_argument("--cpu-variants", nargs="+", choices=("x86-64-v4", "x86-64-v4-bf16", "x86-64-v4-int8"),
                    help="also compile these native CPU packages where this CPU runs them (a bf16 or int8 one behind "
-                        "its fidelity gate on the test split, an int8 one only if it is the fastest); the server "
-                        "then prefers them")
+                        "its fidelity gate on the test split and only if it is faster than the packages the "
+                        "server would load after it); the server then prefers them")
     p.add_argument("--no-faithfulness", action="store_true",
                    help="leave the faithfulness figures out of the cards (they take about 4 minutes)")
     p.add_argument("--pt2-cache", default=os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2")),

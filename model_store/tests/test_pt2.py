@@ -206,9 +206,21 @@ def write_checkpoint(arch, tmp_path, n_texts=80):
     return str(tmp_path / "c.ckpt"), str(test), model
 
 
+def times_with_fastest(fastest, timed):
+    """A stand-in for the speed gate's measurement (pt2.time_packages) whose outcome is chosen: `fastest`
+    runs 0.1 ms at one text and every package 0.5 ms at eight; the packages timed go into `timed`."""
+    def fake_times(paths, vocab_size, **kwargs):
+        timed.append(sorted(paths))
+        return {name: {"1x24": 0.1 if name == fastest else 0.3, "8x24": 0.5} for name in paths}
+    return fake_times
+
+
 @NEEDS_BF16
-def test_native_variants_are_written_beside_the_portable_package_and_the_card_records_the_gate(tmp_path):
+def test_native_variants_are_written_beside_the_portable_package_and_the_card_records_the_gate(tmp_path,
+                                                                                              monkeypatch):
     ckpt, test, model = write_checkpoint("transformer", tmp_path)
+    timed = []
+    monkeypatch.setattr(pt2, "time_packages", times_with_fastest("x86-64-v4-bf16", timed))
     written = export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", pt2_cache=CACHE, freezing=FREEZING,
                                 cpu_variants=["x86-64-v4-bf16", "x86-64-v4"], fidelity_test=test)
     assert [os.path.basename(p) for p in written] == ["model.pt", "model.cpu.pt2", "model.cpu.x86-64-v4-bf16.pt2",
@@ -223,6 +235,7 @@ def test_native_variants_are_written_beside_the_portable_package_and_the_card_re
     assert cards[0] == cards[1] == cards[2]
     gate = cards[0]["cpu_packages"]["x86-64-v4-bf16"]
     assert gate["kept"] is True and gate["fidelity_test"] == "test.tsv"
+    assert timed == [["base", "x86-64-v4", "x86-64-v4-bf16"]] and gate["speed"]["fastest"] == "x86-64-v4-bf16"
     f = gate["fidelity"]
     assert f["passed"] is True and f["texts"] == 80 and f["label_agreement"] >= 0.995
     assert 0 < f["max_abs_attention"] <= 0.02 and 0 < f["max_abs_gates"] <= 0.02  # bf16 rounds: never exact
@@ -233,6 +246,73 @@ def test_native_variants_are_written_beside_the_portable_package_and_the_card_re
     want = model(ids, mask)
     assert all(v.dtype == torch.float32 for v in got.values())
     assert (got["attention"] - want["attention"]).abs().max().item() < 0.02
+
+
+@NEEDS_BF16
+@pytest.mark.parametrize("fastest", ["x86-64-v4", "base"])
+def test_a_bf16_variant_slower_than_a_float32_package_is_not_written_and_the_card_says_which(tmp_path, monkeypatch,
+                                                                                            fastest):
+    """The server's "auto" loads bf16 before x86-64-v4 and the base package: a bf16 package that passes
+    its fidelity gate but runs no faster than either on the exporting CPU would slow the version down."""
+    ckpt, test, _ = write_checkpoint("transformer", tmp_path)
+    timed = []
+    monkeypatch.setattr(pt2, "time_packages", times_with_fastest(fastest, timed))
+    written = export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", pt2_cache=CACHE, freezing=FREEZING,
+                                cpu_variants=["x86-64-v4-bf16", "x86-64-v4"], fidelity_test=test)
+    assert timed == [["base", "x86-64-v4", "x86-64-v4-bf16"]]
+    want = ["model.pt", "model.cpu.pt2", "model.cpu.x86-64-v4.pt2"]
+    assert [os.path.basename(p) for p in written] == want
+    card = json.loads(pt2.read_extra(written[1])["manifest.json"])["model_card"]["cpu_packages"]
+    gate = card["x86-64-v4-bf16"]
+    assert gate["fidelity"]["passed"] is True and gate["kept"] is False
+    assert gate["not_kept"] == f"slower on this CPU than {'model.cpu.pt2' if fastest == 'base' else fastest}"
+    assert gate["speed"]["fastest"] == fastest and gate["speed"]["ms"]["x86-64-v4-bf16"] == {"1x24": 0.3, "8x24": 0.5}
+    assert card["x86-64-v4"]["kept"] is True
+
+
+@NEEDS_BF16
+def test_with_the_speed_gate_off_a_bf16_variant_that_passes_its_fidelity_gate_is_written_untimed(tmp_path,
+                                                                                                 monkeypatch):
+    ckpt, test, _ = write_checkpoint("transformer", tmp_path)
+
+    def never(*args, **kwargs):
+        raise AssertionError("the speed gate is off: nothing is timed")
+
+    monkeypatch.setattr(pt2, "time_packages", never)
+    written = export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", pt2_cache=CACHE, freezing=FREEZING,
+                                cpu_variants=["x86-64-v4-bf16"], fidelity_test=test, speed_gate=False)
+    assert [os.path.basename(p) for p in written] == ["model.pt", "model.cpu.pt2", "model.cpu.x86-64-v4-bf16.pt2"]
+    gate = json.loads(pt2.read_extra(written[1])["manifest.json"])["model_card"]["cpu_packages"]["x86-64-v4-bf16"]
+    assert gate["kept"] is True and gate["fidelity"]["passed"] is True
+    assert gate["speed"] == "not gated (--cpu-speed-gate off)"
+
+
+@pytest.mark.parametrize("ms, kept, why", [
+    # {package: ms at one text (eight texts: 1.0 ms for all)}, what stays, why each other reduced one went
+    ({"base": 0.5, "x86-64-v4": 0.4, "x86-64-v4-bf16": 0.3, "x86-64-v4-int8": 0.2},
+     ["x86-64-v4-bf16", "x86-64-v4-int8", "x86-64-v4"], {}),
+    ({"base": 0.5, "x86-64-v4": 0.4, "x86-64-v4-bf16": 0.2, "x86-64-v4-int8": 0.3},
+     ["x86-64-v4-bf16", "x86-64-v4"], {"x86-64-v4-int8": "slower on this CPU than x86-64-v4-bf16"}),
+    ({"base": 0.5, "x86-64-v4": 0.3, "x86-64-v4-bf16": 0.4, "x86-64-v4-int8": 0.2},
+     ["x86-64-v4-int8", "x86-64-v4"], {"x86-64-v4-bf16": "slower on this CPU than x86-64-v4"}),
+    ({"base": 0.2, "x86-64-v4": 0.3, "x86-64-v4-bf16": 0.3, "x86-64-v4-int8": 0.2},  # a tie keeps the float32
+     ["x86-64-v4"], {"x86-64-v4-bf16": "slower on this CPU than model.cpu.pt2",
+                     "x86-64-v4-int8": "slower on this CPU than model.cpu.pt2"}),
+])
+def test_the_speed_gate_keeps_a_reduced_package_only_if_it_beats_every_package_auto_would_load_after_it(
+        monkeypatch, ms, kept, why):
+    from qvi import workflow
+    monkeypatch.setattr(pt2, "write_cached", lambda *args, **kwargs: "unused")
+    monkeypatch.setattr(pt2, "time_packages",
+                        lambda paths, vocab_size, **kw: {n: {"1x24": ms[n], "8x24": 1.0} for n in paths})
+    variants = ["x86-64-v4-bf16", "x86-64-v4-int8", "x86-64-v4"]
+    reports = {v: {"kept": True} for v in variants}
+    workflow._speed_gate(None, {}, Vocabulary(["[PAD]", "[UNK]", "a"]), "cache", "x86-64-v3", "auto", variants, reports)
+    assert variants == kept
+    for v in ("x86-64-v4-bf16", "x86-64-v4-int8"):
+        assert reports[v]["kept"] is (v in kept) and reports[v].get("not_kept") == why.get(v)
+        assert reports[v]["speed"]["fastest"] == min(ms, key=lambda n: ms[n])
+    assert "speed" not in reports["x86-64-v4"]  # float32: never gated
 
 
 @NEEDS_BF16
@@ -296,12 +376,7 @@ def test_an_int8_variant_runs_every_linear_in_int8_and_is_kept_only_where_it_is_
                                                                                           fastest):
     ckpt, test, model = write_checkpoint("transformer", tmp_path)
     timed = []
-
-    def fake_times(paths, vocab_size, **kwargs):  # the speed gate's measurement, its outcome chosen
-        timed.append(sorted(paths))
-        return {name: {"1x24": 0.1 if name == fastest else 0.3, "8x24": 0.5} for name in paths}
-
-    monkeypatch.setattr(pt2, "time_packages", fake_times)
+    monkeypatch.setattr(pt2, "time_packages", times_with_fastest(fastest, timed))
     written = export_checkpoint(ckpt, str(tmp_path / "store"), "m", 1, {}, "both", pt2_cache=CACHE, freezing=FREEZING,
                                 cpu_variants=[INT8], fidelity_test=test)
     assert timed == [["base", INT8]]
