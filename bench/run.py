@@ -21,7 +21,12 @@ and the machine.
                                                   # and BENCHMARKS.md
 
 The full run also measures the serving path alone (5.): qvi-server with the null backend, which does
-no math, through gRPC, OIP and HTTP/JSON, pinned apart from its load generator (bench/null_bench.py).
+no math, through gRPC, OIP and HTTP/JSON, pinned apart from its load generator (bench/null_bench.py);
+and (6.) the native CPU packages (x86-64-v4, bf16, int8) of the demo models and of the BERT-base-sized
+bench model against their TorchScript files, through the exporter's gates (bench/cpu_packages.py; about
+40 minutes more the first time, for the exports, 10 after):
+
+    .venv/bin/python bench/run.py --cpu-packages-only   # only (6.), into results.json and BENCHMARKS.md
 Needs scripts/setup.sh (the build, the demo models, TorchServe and matplotlib in .venv).
 """
 import argparse
@@ -38,6 +43,7 @@ import tempfile
 import time
 import urllib.request
 
+import cpu_packages
 import null_bench
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -167,6 +173,15 @@ def bert_base_models():
                            cwd=os.path.join(REPO, "model_store"))
         paths[name] = path
     return paths
+
+
+def run_cpu_packages(work, a):
+    """The native CPU packages side by side (bench/cpu_packages.py)."""
+    models = [m for m in a.cpu_packages.split(",") if m]
+    unknown = sorted(set(models) - set(cpu_packages.MODELS))
+    if unknown:
+        raise SystemExit(f"--cpu-packages: no such model {', '.join(unknown)} (one of {', '.join(cpu_packages.MODELS)})")
+    return cpu_packages.run(work, models, log, BUILD)
 
 
 def run_qvi_server(work, a, common, run):
@@ -503,6 +518,8 @@ def markdown(results, info, command):
         lines.append("")
     if "null" in results:
         lines += [null_bench.null_markdown(results["null"], results["null"].get("command", command))]
+    if "cpu_packages" in results:
+        lines += [cpu_packages.markdown(results["cpu_packages"], results["cpu_packages"].get("command", command))]
     lines += ["Raw results: `bench/results/results.json`. What the profile shows and what stands in the way of the "
               "targets: [docs/performance.md](docs/performance.md).", ""]
     # The GPU session's figures (bench/gpu_session.sh, bench/gpu_report.py) come from another machine:
@@ -526,7 +543,7 @@ def main():
     ap.add_argument("--device", default="cpu",
                     help="where every system runs the model: cpu, or cuda (the first GPU) for the GPU comparison")
     ap.add_argument("--skip", default="",
-                    help="comma-separated systems to leave out (qvi-server,python-grpc,torchserve,null)")
+                    help="comma-separated systems to leave out (qvi-server,python-grpc,torchserve,null,cpu-packages)")
     ap.add_argument("--bert-base", default="",
                     help="also measure the UNTRAINED BERT-base-sized bench models (float32 and bfloat16, maps off "
                          "and on) at these batch sizes, e.g. 1,8 (exported into bench/models on first use)")
@@ -536,19 +553,28 @@ def main():
     ap.add_argument("--null-concurrency", default="1,16,64", help="the null benchmark's concurrency steps")
     ap.add_argument("--null-rounds", type=int, default=3,
                     help="how many times the null benchmark runs each step (the median round is reported)")
+    ap.add_argument("--cpu-packages", default=",".join(cpu_packages.MODELS),
+                    help="the models whose native CPU packages the full run measures (bench/cpu_packages.py; "
+                         "not in --smoke)")
+    ap.add_argument("--cpu-packages-only", action="store_true",
+                    help="measure only the native CPU packages and rewrite their section of BENCHMARKS.md")
     ap.add_argument("--report-only", action="store_true",
                     help="measure nothing: rewrite BENCHMARKS.md and the plot from bench/results/results.json")
     a = ap.parse_args()
-    if a.report_only or (a.null and not a.smoke):
+    if a.report_only or ((a.null or a.cpu_packages_only) and not a.smoke):
         out_dir = os.path.join(REPO, "bench", "results")
         with open(os.path.join(out_dir, "results.json")) as f:
             saved = json.load(f)
         info, results = saved["info"], saved["results"]
-        if a.null:  # measured now, with its own command; the rest as saved
-            work = tempfile.mkdtemp(prefix="qvi_bench_null_")
-            results["null"] = null_bench.run_null(work, a, sys.modules[__name__])
-            results["null"]["command"] = "scripts/setup.sh && .venv/bin/python bench/run.py " + " ".join(sys.argv[1:])
-            results["null"]["date"] = datetime.date.today().isoformat()
+        if a.null or a.cpu_packages_only:  # measured now, with its own command; the rest as saved
+            work = tempfile.mkdtemp(prefix="qvi_bench_part_")
+            section = "null" if a.null else "cpu_packages"
+            if a.null:
+                results["null"] = null_bench.run_null(work, a, sys.modules[__name__])
+            else:
+                results["cpu_packages"] = run_cpu_packages(work, a)
+            results[section]["command"] = "scripts/setup.sh && .venv/bin/python bench/run.py " + " ".join(sys.argv[1:])
+            results[section]["date"] = datetime.date.today().isoformat()
             with open(os.path.join(out_dir, "results.json"), "w") as f:
                 json.dump({"info": info, "results": results}, f, indent=2)
             shutil.rmtree(work, ignore_errors=True)
@@ -594,6 +620,10 @@ def main():
             a.null_concurrency, a.null_rounds = "1,4", 2
         results["null"] = null_bench.run_null(work, a, sys.modules[__name__])
         results["null"]["command"], results["null"]["date"] = command, datetime.date.today().isoformat()
+    if "cpu-packages" not in skip and not a.smoke and a.cpu_packages:
+        results["cpu_packages"] = run_cpu_packages(work, a)
+        results["cpu_packages"]["command"] = ("scripts/setup.sh && .venv/bin/python bench/run.py --cpu-packages-only "
+                                              f"--cpu-packages {a.cpu_packages}")
     if a.bert_base:
         for name, path in bert_base_models().items():
             results["maps"].append(run_maps(work, a, path, name, a.bert_base, 128))

@@ -11,6 +11,7 @@ package cache the zoo's tests use (QVI_PT2_CACHE), so a warm run reuses it."""
 import json
 import os
 import shutil
+import sys
 
 import pytest
 import torch
@@ -160,3 +161,42 @@ def test_an_int8_package_is_served_first_and_answers_near_float32(tmp_path, api)
             gates = want["gates"][0].tolist()
             assert max(abs(t.gate - g) for t, g in zip(r.tokens, gates)) < 0.05
     assert agree >= 31, agree
+
+
+def test_the_benchmark_harness_measures_every_package_a_version_kept(tmp_path):
+    """bench/cpu_packages.py (bench/run.py's native-packages section): qvi-bench-model measures the
+    TorchScript file and each package the version holds, each row named by its package, and the section
+    shows a package the version lacks as "-" and each gate's outcome from the card."""
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    import cpu_packages
+
+    work = str(tmp_path)
+    version, model, manifest, vocab = sentiment_copy(work)
+    pt2.write_cached(model, manifest, vocab.to_text(), version, "cpu", "x86-64-v4", CACHE, "bfloat16", BF16)
+    variants = ["x86-64-v4", "x86-64-v4-bf16", "x86-64-v4-int8"]
+    runs = cpu_packages.measure(work, os.path.join(work, "store"), "sentiment", variants, lambda _: None,
+                                os.path.join(REPO, "build"), plan=((20,), "1,8", 0.2))
+    assert [r["words"] for r in runs] == [20]
+    measured = {(s["batch_size"], s["package"]) for s in runs[0]["steps"]}
+    assert measured == {(b, p) for b in (1, 8) for p in ("TorchScript", "base", "x86-64-v4-bf16")}, measured
+    assert all(s["texts_per_s"] > 0 for s in runs[0]["steps"])
+    fidelity = {"label_agreement": 0.9992, "max_abs_attention": 0.0017, "max_abs_gates": 0.0042, "passed": True}
+    gates = {"x86-64-v4": {"dtype": "float32", "kept": True},
+             "x86-64-v4-bf16": {"dtype": "bfloat16", "kept": True, "fidelity": fidelity},
+             "x86-64-v4-int8": {"dtype": "int8", "kept": False, "fidelity": dict(fidelity, passed=True),
+                                "speed": {"ms": {"base": {"1x24": 0.3, "8x24": 1.2},
+                                                 "x86-64-v4-int8": {"1x24": 0.5, "8x24": 1.4}}, "fastest": "base"},
+                                "not_kept": "slower on this CPU than model.cpu.pt2"}}
+    text = cpu_packages.markdown({"variants": variants, "cpu": "a CPU", "models": {
+        "sentiment": {"gates": gates, "runs": runs}}}, "the command")
+    rows = [line for line in text.splitlines() if line.startswith("| sentiment | 20 | ")]
+    assert len(rows) == 2, text
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[3]) > 0 and float(cells[4]) > 0 and float(cells[6]) > 0, row  # TorchScript, base, bf16
+        assert cells[5] == "-" and cells[7] == "-", row  # x86-64-v4 and int8 not in this version
+    assert "| sentiment | x86-64-v4-bf16 | yes | labels agree 99.92 %" in text
+    assert ("| sentiment | x86-64-v4-int8 | no | labels agree 99.92 %, max Δα 0.0017, max Δβ 0.0042 | "
+            "base 0.30 / 1.20; x86-64-v4-int8 0.50 / 1.40 ms (fastest: base) | slower on this CPU than "
+            "model.cpu.pt2 |") in text
+    assert "| sentiment | x86-64-v4 |" not in text  # float32: no gate to show
