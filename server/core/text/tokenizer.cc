@@ -107,12 +107,19 @@ absl::Status ForEachCodePoint(std::string_view text, Visit&& visit) {
 }
 
 absl::StatusOr<std::vector<CodePoint>> Decode(std::string_view text) {
-  std::vector<CodePoint> out;
-  out.reserve(text.size());
-  absl::Status s = ForEachCodePoint(text, [&out](int32_t cp, size_t first, size_t end) {
-    out.push_back({cp, static_cast<uint32_t>(first), static_cast<uint32_t>(end)});
+  // Sized once and written in place: push_back built each element on the stack and copied it, and
+  // the copy's 8-byte load of three 4-byte stores stalled on store forwarding at every code point
+  // (half of tokenising an ASCII text).
+  std::vector<CodePoint> out(text.size());
+  CodePoint* next = out.data();
+  absl::Status s = ForEachCodePoint(text, [&next](int32_t cp, size_t first, size_t end) {
+    next->value = cp;
+    next->byte_start = static_cast<uint32_t>(first);
+    next->byte_end = static_cast<uint32_t>(end);
+    ++next;
   });
   if (!s.ok()) return s;
+  out.resize(static_cast<size_t>(next - out.data()));
   return out;
 }
 
