@@ -8,6 +8,9 @@
 //   Unicode/W   the same words with accented Latin, Greek and Hangul mixed in (about a third of the words),
 //               which take utf8proc's look-ups.
 //   Validate/W  ValidateUtf8 alone on the ASCII texts: the part every text pays before tokenising.
+//   Lookup/N    Vocabulary::Id, one token per iteration, over a vocabulary of N made-up words (the demo
+//               models have 40,000-60,000), a tenth of the tokens unknown.
+//   LookupFlatMap/N  the same look-ups in an absl::flat_hash_map (not what the server uses: measured to decide).
 //
 // Beside the time: `per_byte` (the time per byte of text), `tokens` per text and `allocs`, heap
 // allocations per text (operator new, counted here).
@@ -15,11 +18,16 @@
 // docs/performance.md ("The cost of serving itself").
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "client/load_texts.h"
 #include "server/core/text/tokenizer.h"
+#include "server/core/text/vocabulary.h"
 #include "tests/cpp/test_util/count_allocations.h"
 
 namespace qvi {
@@ -99,9 +107,67 @@ void Validate(benchmark::State& state) {
   });
 }
 
+// A vocabulary of `size` made-up words (2-10 lower-case letters, seeded) and texts of ~20 words drawn
+// from it, a tenth of them unknown: what Prepare looks up per token, over a map as large as the demo
+// models' (40,000-60,000 words), so that most look-ups miss the CPU's caches as they do in the server.
+struct Lookups {
+  std::vector<std::string> vocab;  // the made-up words, in id order from 2
+  Vocabulary vocabulary;
+  std::vector<std::string> words;  // the texts' tokens, normalized, in order
+};
+
+Lookups MakeLookups(int size) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> length(2, 10), letter('a', 'z');
+  std::vector<std::string> vocab;
+  std::string text = "[PAD]\n[UNK]\n";
+  absl::flat_hash_set<std::string> seen;
+  while (static_cast<int>(vocab.size()) < size) {
+    std::string w(static_cast<size_t>(length(rng)), 'a');
+    for (char& c : w) c = static_cast<char>(letter(rng));
+    if (!seen.insert(w).second) continue;
+    text += w + "\n";
+    vocab.push_back(std::move(w));
+  }
+  absl::StatusOr<Vocabulary> parsed = Vocabulary::Parse(text);
+  if (!parsed.ok()) std::abort();
+  std::uniform_int_distribution<int> pick(0, size - 1), unknown(0, 9);
+  std::vector<std::string> words;
+  for (int i = 0; i < kTexts * 20; ++i) words.push_back(unknown(rng) == 0 ? "zzzzzzzzzzzz" : vocab[pick(rng)]);
+  return Lookups{std::move(vocab), *std::move(parsed), std::move(words)};
+}
+
+void Lookup(benchmark::State& state) {
+  const Lookups l = MakeLookups(static_cast<int>(state.range(0)));
+  size_t next = 0;
+  int64_t sum = 0;
+  for (auto _ : state) {
+    sum += l.vocabulary.Id(l.words[next++ % l.words.size()]);
+  }
+  benchmark::DoNotOptimize(sum);
+}
+
+// The same look-ups in an absl::flat_hash_map built from the same words: what the server's
+// std::unordered_map would cost as a flat table (not what the server uses; measured to decide).
+void LookupFlatMap(benchmark::State& state) {
+  const Lookups l = MakeLookups(static_cast<int>(state.range(0)));
+  absl::flat_hash_map<std::string, int64_t> index;
+  index.reserve(l.vocab.size());
+  for (const std::string& w : l.vocab) index.emplace(w, static_cast<int64_t>(index.size()) + 2);
+  size_t next = 0;
+  int64_t sum = 0;
+  for (auto _ : state) {
+    auto it = index.find(l.words[next++ % l.words.size()]);
+    sum += it == index.end() ? Vocabulary::kUnkId : it->second;
+  }
+  benchmark::DoNotOptimize(sum);
+}
+
 BENCHMARK(Ascii)->Arg(20)->Arg(100);
 BENCHMARK(Unicode)->Arg(20)->Arg(100);
 BENCHMARK(Validate)->Arg(20)->Arg(100);
+BENCHMARK(Lookup)->Arg(50000);
+BENCHMARK(LookupFlatMap)->Arg(50000);
 
 }  // namespace
 }  // namespace qvi
