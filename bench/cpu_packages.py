@@ -28,7 +28,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL_STORE = os.path.join(REPO, "model_store")
 VARIANTS = ("x86-64-v4", "x86-64-v4-bf16", "x86-64-v4-int8")
-TESTS = {"sentiment": "data/sentiment/test.tsv", "topics": "data/bbc/test.tsv", "ner": "data/conll2003/test.conll"}
 BERT = "bert_base_qvi"
 MODELS = ("sentiment", "topics", "ner", BERT)
 DEMO_WORDS, DEMO_BATCHES, DEMO_SECONDS = (20, 100), "1,8,32", 3
@@ -36,18 +35,29 @@ BERT_TOKENS, BERT_BATCHES, BERT_SECONDS = 128, "1,8", 10
 BERT_TARGET = 3.0  # the best package against fp32 TorchScript at batch 8, 128 tokens
 
 
-def _pt2():
+def _qvi(module: str):
+    """A module of the model zoo's package (model_store/qvi), imported from this process."""
     if MODEL_STORE not in sys.path:
         sys.path.insert(0, MODEL_STORE)
-    from qvi import pt2
-    return pt2
+    import importlib
+    return importlib.import_module(f"qvi.{module}")
+
+
+def _pt2():
+    return _qvi("pt2")
 
 
 def runnable_variants() -> List[str]:
-    """The variants whose instructions this CPU has (a package for others would not load here)."""
-    pt2 = _pt2()
-    have = set(pt2.required_cpu_flags("native"))
-    return [v for v in VARIANTS if set(pt2.cpu_flags(*pt2.CPU_VARIANTS[v])) <= have]
+    """The variants whose instructions this CPU has (a package for others would not load here): the
+    demo's own choice (qvi.demo.demo_cpu_variants)."""
+    return _qvi("demo").demo_cpu_variants(VARIANTS)
+
+
+def test_split(model: str) -> str:
+    """A demo model's test split, as the demo's set-up wrote it (relative to model_store/)."""
+    demo = _qvi("demo")
+    corpus = next(corpus for name, corpus, *_ in demo.DEMO if name == model)
+    return os.path.join(os.path.relpath(demo.DEFAULT_CORPORA, MODEL_STORE), corpus, f"test.{demo.EXTENSIONS[corpus]}")
 
 
 def _key(model: str, variants: List[str]) -> str:
@@ -68,15 +78,17 @@ def export(store: str, model: str, variants: List[str], log) -> None:
     folder = os.path.join(store, model)
     key = _key(model, variants)
     key_file = os.path.join(folder, "key")
-    if os.path.exists(key_file) and open(key_file).read() == key:
-        return
+    if os.path.exists(key_file):
+        with open(key_file) as f:
+            if f.read() == key:
+                return
     shutil.rmtree(folder, ignore_errors=True)
     cache = os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2"))
     if model == BERT:
         cmd = [sys.executable, "-m", "qvi", "bench-model", "--store", store, "--packages", *variants]
     else:
         cmd = [sys.executable, "-m", "qvi", "export", "--checkpoint", f"work/{model}.ckpt", "--store", store,
-               "--name", model, "--version", "1", "--cpu-variants", *variants, "--fidelity-test", TESTS[model]]
+               "--name", model, "--version", "1", "--cpu-variants", *variants, "--fidelity-test", test_split(model)]
     cmd += ["--pt2-cache", cache]
     shown = " ".join(os.path.relpath(c, MODEL_STORE) if c.startswith(REPO) else c for c in cmd)
     log(f"exporting {model}'s CPU packages: (cd model_store && {shown})")
