@@ -31,12 +31,12 @@ TEST(SpansTest, IllFormedSequencesAreReadLikeConlleval) {
 }
 
 TEST(TopKTest, SortsByProbabilityAndClampsK) {
-  const torch::Tensor logits = torch::tensor({0.0f, 2.0f, 1.0f});
+  const std::vector<float> probs = SoftmaxRow(torch::tensor({0.0f, 2.0f, 1.0f}), 0);
   const std::vector<std::string> labels = {"a", "b", "c"};
-  auto best = TopK(logits, labels, 0);
+  auto best = TopK(probs, labels, 0);
   ASSERT_EQ(best.size(), 1u);
   EXPECT_EQ(best[0].first, "b");
-  auto all = TopK(logits, labels, 10);
+  auto all = TopK(probs, labels, 10);
   ASSERT_EQ(all.size(), 3u);
   EXPECT_EQ(all[1].first, "c");
   EXPECT_EQ(all[2].first, "a");
@@ -44,8 +44,28 @@ TEST(TopKTest, SortsByProbabilityAndClampsK) {
   for (auto& [_, p] : all) sum += p;
   EXPECT_NEAR(sum, 1.0f, 1e-6);
   EXPECT_NEAR(all[0].second, std::exp(2.0) / (1 + std::exp(1.0) + std::exp(2.0)), 1e-6);
-  auto tie = TopK(torch::tensor({1.0f, 1.0f}), {"x", "y"}, 2);
+  auto tie = TopK(SoftmaxRow(torch::tensor({1.0f, 1.0f}), 0), {"x", "y"}, 2);
   EXPECT_EQ(tie[0].first, "x");  // ties keep the label order
+}
+
+// The softmax the answers carry, computed over a row's memory, agrees with torch's own on every row of
+// a batch, whatever the layout: contiguous, a transposed view (strided rows), a column slice, bf16
+// (converted), and logits far apart (the maximum is subtracted, so nothing overflows).
+TEST(TopKTest, SoftmaxRowMatchesTorchOnAnyLayout) {
+  torch::manual_seed(7);
+  const torch::Tensor base = torch::randn({6, 5}) * 4;
+  const std::vector<torch::Tensor> layouts = {base, base.t().contiguous().t(), torch::randn({6, 9}).slice(1, 2, 7),
+                                              base.to(torch::kBFloat16), base * 30};
+  for (const torch::Tensor& logits : layouts) {
+    for (int64_t row = 0; row < logits.size(0); ++row) {
+      const torch::Tensor want = torch::softmax(logits[row].to(torch::kFloat), 0);
+      const std::vector<float> got = SoftmaxRow(logits, row);
+      ASSERT_EQ(static_cast<int64_t>(got.size()), want.size(0));
+      for (size_t c = 0; c < got.size(); ++c) EXPECT_NEAR(got[c], want[c].item<float>(), 1e-6) << row << "," << c;
+    }
+  }
+  EXPECT_THROW(SoftmaxRow(base, 6), std::out_of_range);
+  EXPECT_THROW(SoftmaxRow(torch::zeros({2, 3, 4}), 0), std::invalid_argument);
 }
 
 }  // namespace

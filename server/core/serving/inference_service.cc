@@ -63,13 +63,17 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
 FaithfulnessCheckOutput CheckOutput(const Manifest& m, const ModelOutputs& outputs, int64_t row) {
   const int64_t check = outputs.check_row.at(static_cast<size_t>(row));
   if (check < 0) throw std::logic_error("a text that asked for the faithfulness check has no check row");
-  const torch::Tensor before = torch::softmax(outputs.at(Output::kLogits)[row].to(torch::kFloat), 0);
-  const torch::Tensor after = torch::softmax(outputs.check_logits[check].to(torch::kFloat), 0);
-  const int64_t best = before.argmax().item<int64_t>();
+  // The same probabilities as the answer's labels (TopK): its top label and score, and that label's
+  // probability in the check's forward.
+  const std::vector<float> before = SoftmaxRow(outputs.at(Output::kLogits), row);
+  const std::vector<float> after = SoftmaxRow(outputs.check_logits, check);
+  if (before.empty() || after.size() != before.size()) throw std::logic_error("the check's logits do not match");
+  // The first of the largest, as TopK's stable sort picks it.
+  const size_t best = static_cast<size_t>(std::max_element(before.begin(), before.end()) - before.begin());
   FaithfulnessCheckOutput f;
-  f.label = m.labels.at(static_cast<size_t>(best));
-  f.score = before[best].item<float>();
-  f.score_without = after[best].item<float>();
+  f.label = m.labels.at(best);
+  f.score = before[best];
+  f.score_without = after[best];
   for (int64_t i : outputs.check_removed.at(static_cast<size_t>(row))) f.removed.push_back(static_cast<uint32_t>(i));
   return f;
 }
@@ -269,7 +273,7 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
 void InferenceService::PostProcessRow(Method method, const Manifest& m, const OutputOptions& o, const std::string& text,
                                       const ModelOutputs& outputs, int64_t row, TextResult& result) {
   if (method == Method::kClassify) {
-    result.labels = TopK(outputs.at(Output::kLogits)[row], m.labels, o.top_k);
+    result.labels = TopK(SoftmaxRow(outputs.at(Output::kLogits), row), m.labels, o.top_k);
   } else {
     DecodeTagging(m, outputs.at(Output::kTags), outputs.at(Output::kEmissions), row, text, result);
   }

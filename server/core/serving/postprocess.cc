@@ -1,38 +1,86 @@
 #include "server/core/serving/postprocess.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
+#include <stdexcept>
 
 #include "server/core/text/spans.h"
 
 namespace qvi {
 
-std::vector<std::pair<std::string, float>> TopK(const torch::Tensor& logits, const std::vector<std::string>& labels,
+namespace {
+
+// `t` when it already is a CPU tensor of `type`, else a converted copy: its rows are then read through
+// their strides, with no torch operation per row.
+torch::Tensor OnCpuAs(const torch::Tensor& t, torch::ScalarType type) {
+  return t.device().is_cpu() && t.scalar_type() == type ? t : t.to(torch::kCPU, type);
+}
+
+void CheckDims(const torch::Tensor& t, int64_t dims, const char* what) {
+  if (t.dim() != dims) {
+    throw std::invalid_argument(std::string(what) + " has " + std::to_string(t.dim()) + " dimensions, not " +
+                                std::to_string(dims));
+  }
+}
+
+// out[i] = softmax(x)[i] for the `count` values x[i * stride].
+void Softmax(const float* x, int64_t count, int64_t stride, float* out) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < count; ++i) max = std::max(max, x[i * stride]);
+  float sum = 0;
+  for (int64_t i = 0; i < count; ++i) sum += out[i] = std::exp(x[i * stride] - max);
+  const float scale = 1.0F / sum;
+  for (int64_t i = 0; i < count; ++i) out[i] *= scale;
+}
+
+}  // namespace
+
+std::vector<float> SoftmaxRow(const torch::Tensor& logits, int64_t row) {
+  const torch::Tensor t = OnCpuAs(logits, torch::kFloat);
+  const bool batch = t.dim() == 2;
+  if (!batch) CheckDims(t, 1, "logits");
+  if (row < 0 || row >= (batch ? t.size(0) : 1)) throw std::out_of_range("logits row " + std::to_string(row));
+  std::vector<float> out(static_cast<size_t>(t.size(batch ? 1 : 0)));
+  Softmax(t.data_ptr<float>() + (batch ? row * t.stride(0) : 0), t.size(batch ? 1 : 0), t.stride(batch ? 1 : 0),
+          out.data());
+  return out;
+}
+
+std::vector<std::pair<std::string, float>> TopK(const std::vector<float>& probs, const std::vector<std::string>& labels,
                                                 int k) {
-  const torch::Tensor probs = torch::softmax(logits.to(torch::kFloat), 0).contiguous();
-  const float* p = probs.data_ptr<float>();
-  const int c = static_cast<int>(probs.numel());
+  const int c = static_cast<int>(std::min(probs.size(), labels.size()));
   std::vector<int> order(c);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [p](int a, int b) { return p[a] > p[b]; });
-  const int keep = k <= 0 ? 1 : std::min(k, c);
+  std::stable_sort(order.begin(), order.end(), [&probs](int a, int b) { return probs[a] > probs[b]; });
+  const int keep = k <= 0 ? std::min(1, c) : std::min(k, c);
   std::vector<std::pair<std::string, float>> out;
   out.reserve(keep);
-  for (int i = 0; i < keep; ++i) out.emplace_back(labels[order[i]], p[order[i]]);
+  for (int i = 0; i < keep; ++i) out.emplace_back(labels[order[i]], probs[order[i]]);
   return out;
 }
 
 void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const torch::Tensor& emissions, int64_t row,
                    const std::string& text, TextResult& result) {
   const int64_t n = static_cast<int64_t>(result.tokens.size());
-  const torch::Tensor tag_tensor = tags[row].contiguous();
-  auto tag_row = tag_tensor.accessor<int64_t, 1>();
-  const torch::Tensor probs = torch::softmax(emissions[row].slice(0, 0, n).to(torch::kFloat), 1).contiguous();
-  auto prob = probs.accessor<float, 2>();
+  const torch::Tensor tag_all = OnCpuAs(tags, torch::kLong), emission_all = OnCpuAs(emissions, torch::kFloat);
+  CheckDims(tag_all, 2, "tags");
+  CheckDims(emission_all, 3, "emissions");
+  if (n > tag_all.size(1) || n > emission_all.size(1)) throw std::out_of_range("more tokens than the tags' row");
+  const int64_t* tag_row = tag_all.data_ptr<int64_t>() + row * tag_all.stride(0);
+  const int64_t tag_step = tag_all.stride(1);
+  // Each token's tag probabilities, [n, K].
+  const int64_t k = emission_all.size(2);
+  std::vector<float> prob(static_cast<size_t>(n * k));
+  const float* emission_row = emission_all.data_ptr<float>() + row * emission_all.stride(0);
+  for (int64_t t = 0; t < n; ++t) {
+    Softmax(emission_row + t * emission_all.stride(1), k, emission_all.stride(2), prob.data() + t * k);
+  }
   std::vector<std::string> names(n);
   for (int64_t t = 0; t < n; ++t) {
-    const int64_t id = tag_row[t];
+    const int64_t id = tag_row[t * tag_step];
     names[t] = (id >= 0 && id < static_cast<int64_t>(manifest.tags.size())) ? manifest.tags[id] : "O";
     result.tokens[t].tag = names[t];
   }
@@ -49,7 +97,9 @@ void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const to
     span.token_end = static_cast<uint32_t>(s.end);
     span.text = text.substr(span.byte_start, span.byte_end - span.byte_start);
     float sum = 0;
-    for (int t = s.start; t < s.end; ++t) sum += prob[t][std::max<int64_t>(tag_row[t], 0)];
+    for (int t = s.start; t < s.end; ++t) {
+      sum += prob[t * k + std::clamp<int64_t>(tag_row[t * tag_step], 0, k - 1)];
+    }
     span.score = sum / static_cast<float>(s.end - s.start);
     result.spans.push_back(std::move(span));
   }
@@ -59,9 +109,12 @@ void FillTokenExplanations(const ModelOutputs& outputs, const OutputOptions& opt
   // Every per-token value of a switch the request turned on, that the batch computed.
   for (const OutputRow& r : OutputCatalogue()) {
     if (r.token_field == nullptr || !options.Asks(r.on) || !outputs.has(r.id)) continue;
-    const torch::Tensor values = outputs.at(r.id)[row].to(torch::kFloat).contiguous();
-    const float* v = values.data_ptr<float>();
-    for (size_t t = 0; t < result.tokens.size(); ++t) result.tokens[t].*r.token_field = v[t];
+    const torch::Tensor all = OnCpuAs(outputs.at(r.id), torch::kFloat);
+    CheckDims(all, 2, "a per-token output");
+    if (static_cast<int64_t>(result.tokens.size()) > all.size(1)) throw std::out_of_range("more tokens than its row");
+    const float* v = all.data_ptr<float>() + row * all.stride(0);
+    const int64_t step = all.stride(1);
+    for (size_t t = 0; t < result.tokens.size(); ++t) result.tokens[t].*r.token_field = v[t * step];
   }
 }
 

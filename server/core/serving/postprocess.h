@@ -16,9 +16,16 @@
 
 namespace qvi {
 
-// Softmax over `logits` [C], then the k best (k = 0 means 1; k > C means all), best first; ties go
-// to the label listed first.
-std::vector<std::pair<std::string, float>> TopK(const torch::Tensor& logits, const std::vector<std::string>& labels,
+// The softmax of row `row` of `logits` ([B,C]; or [C], row 0), in float. Computed here over the row's
+// memory, as torch's CPU kernel does (the maximum subtracted, then times 1/sum): a row's select,
+// conversion and softmax through torch's dispatcher cost microseconds per request on the serving path
+// (docs/performance.md, "Post-processing without torch"). A tensor that is not a CPU float one is
+// converted first (a copy).
+std::vector<float> SoftmaxRow(const torch::Tensor& logits, int64_t row);
+
+// The k best of `probs` (k = 0 means 1; k > C means all), best first, named by `labels`; ties go to
+// the label listed first.
+std::vector<std::pair<std::string, float>> TopK(const std::vector<float>& probs, const std::vector<std::string>& labels,
                                                 int k);
 
 // Tags of row `row` over the result's tokens and the spans they make; also sets TokenOutput::tag.
