@@ -93,8 +93,8 @@ struct Tagging {
 };
 
 // The server's DecodeTagging before: the row's tags, and its tag probabilities through torch.
-void DecodeTaggingThroughTorch(const Manifest& manifest, const torch::Tensor& tags, const torch::Tensor& emissions, int64_t row,
-                   const std::string& text, TextResult& result) {
+void DecodeTaggingThroughTorch(const Manifest& manifest, const torch::Tensor& tags, const torch::Tensor& emissions,
+                               int64_t row, const std::string& text, TextResult& result) {
   const int64_t n = static_cast<int64_t>(result.tokens.size());
   const torch::Tensor tag_tensor = tags[row].contiguous();
   auto tag_row = tag_tensor.accessor<int64_t, 1>();

@@ -68,5 +68,40 @@ TEST(TopKTest, SoftmaxRowMatchesTorchOnAnyLayout) {
   EXPECT_THROW(SoftmaxRow(torch::zeros({2, 3, 4}), 0), std::invalid_argument);
 }
 
+// A tagger's row read through its strides gives the tags and span scores torch's own softmax gives,
+// on a transposed (strided) batch too; a row or a token count the batch does not hold is refused.
+TEST(DecodeTaggingTest, ReadsAnyLayoutAndRefusesRowsTheBatchLacks) {
+  Manifest m;
+  m.tags = {"O", "B-PER", "I-PER"};
+  const torch::Tensor tags = torch::tensor({0, 1, 2, 0, 1, 0, 0, 0}, torch::kLong).reshape({2, 4});
+  torch::manual_seed(3);
+  const torch::Tensor emissions = torch::randn({2, 4, 3});
+  const std::string text = "ab cd ef gh";
+  auto result_of = [&](const torch::Tensor& t, const torch::Tensor& e, int64_t row) {
+    TextResult r;
+    for (uint32_t i = 0; i < 4; ++i) {
+      TokenOutput out;
+      out.token.byte_start = 3 * i;
+      out.token.byte_end = 3 * i + 2;
+      r.tokens.push_back(out);
+    }
+    DecodeTagging(m, t, e, row, text, r);
+    return r;
+  };
+  const TextResult r = result_of(tags, emissions, 0);
+  ASSERT_EQ(r.spans.size(), 1u);
+  EXPECT_EQ(r.spans[0].text, "cd ef");
+  const torch::Tensor p = torch::softmax(emissions[0], 1);
+  EXPECT_NEAR(r.spans[0].score, (p[1][1].item<float>() + p[2][2].item<float>()) / 2, 1e-6);
+  // The same batch laid out transposed in memory.
+  const TextResult strided =
+      result_of(tags.t().contiguous().t(), emissions.transpose(0, 2).contiguous().transpose(0, 2), 0);
+  ASSERT_EQ(strided.spans.size(), 1u);
+  EXPECT_EQ(strided.spans[0].score, r.spans[0].score);
+  EXPECT_EQ(result_of(tags, emissions, 1).spans[0].text, "ab");
+  EXPECT_THROW(result_of(tags, emissions, 2), std::out_of_range);
+  EXPECT_THROW(result_of(tags.slice(1, 0, 3), emissions, 0), std::out_of_range);  // 4 tokens, 3 tags
+}
+
 }  // namespace
 }  // namespace qvi

@@ -26,6 +26,14 @@ void CheckDims(const torch::Tensor& t, int64_t dims, const char* what) {
   }
 }
 
+// Row `row` of [B,T,...] `t` exists and holds `tokens` tokens.
+void CheckRow(const torch::Tensor& t, int64_t row, int64_t tokens, const char* what) {
+  if (row < 0 || row >= t.size(0) || tokens > t.size(1)) {
+    throw std::out_of_range(std::string(what) + " of shape " + c10::str(t.sizes()) + " have no row " +
+                            std::to_string(row) + " of " + std::to_string(tokens) + " tokens");
+  }
+}
+
 // out[i] = softmax(x)[i] for the `count` values x[i * stride].
 void Softmax(const float* x, int64_t count, int64_t stride, float* out) {
   float max = -std::numeric_limits<float>::infinity();
@@ -68,7 +76,9 @@ void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const to
   const torch::Tensor tag_all = OnCpuAs(tags, torch::kLong), emission_all = OnCpuAs(emissions, torch::kFloat);
   CheckDims(tag_all, 2, "tags");
   CheckDims(emission_all, 3, "emissions");
-  if (n > tag_all.size(1) || n > emission_all.size(1)) throw std::out_of_range("more tokens than the tags' row");
+  CheckRow(tag_all, row, n, "tags");
+  CheckRow(emission_all, row, n, "emissions");
+  if (emission_all.size(2) == 0) throw std::invalid_argument("emissions have no tags");
   const int64_t* tag_row = tag_all.data_ptr<int64_t>() + row * tag_all.stride(0);
   const int64_t tag_step = tag_all.stride(1);
   // Each token's tag probabilities, [n, K].
@@ -111,7 +121,7 @@ void FillTokenExplanations(const ModelOutputs& outputs, const OutputOptions& opt
     if (r.token_field == nullptr || !options.Asks(r.on) || !outputs.has(r.id)) continue;
     const torch::Tensor all = OnCpuAs(outputs.at(r.id), torch::kFloat);
     CheckDims(all, 2, "a per-token output");
-    if (static_cast<int64_t>(result.tokens.size()) > all.size(1)) throw std::out_of_range("more tokens than its row");
+    CheckRow(all, row, static_cast<int64_t>(result.tokens.size()), "a per-token output");
     const float* v = all.data_ptr<float>() + row * all.stride(0);
     const int64_t step = all.stride(1);
     for (size_t t = 0; t < result.tokens.size(); ++t) result.tokens[t].*r.token_field = v[t * step];
