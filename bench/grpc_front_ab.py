@@ -39,12 +39,8 @@ ARG_CONFIGS = (
 
 def front(work, a, label, args, server_cores, client_cores):
     """One round of qvi-bench-grpc-front in one configuration: qvi-perf's steps."""
-    files = {k: os.path.join(work, f"front.{k}") for k in ("port", "metrics")}
-    for path in files.values():
-        if os.path.exists(path):
-            os.remove(path)
-    pin = lambda cpus: ["taskset", "-c", ",".join(map(str, cpus))]  # noqa: E731
-    proc = subprocess.Popen([*pin(server_cores), os.path.join(harness.BUILD, "qvi-bench-grpc-front"), *args,
+    files = null_bench.port_files(work, "front", ("port", "metrics"))
+    proc = subprocess.Popen([*null_bench.pin(server_cores), os.path.join(harness.BUILD, "qvi-bench-grpc-front"), *args,
                              "--port-file", files["port"], "--metrics-port-file", files["metrics"]])
     try:
         port = harness.wait_for_file(files["port"], proc, "qvi-bench-grpc-front")
@@ -52,7 +48,8 @@ def front(work, a, label, args, server_cores, client_cores):
         common = ["--model", harness.MODEL, "--concurrency", a.null_concurrency, "--duration", str(a.duration),
                   "--warmup", str(a.warmup), "--words", "20", "--metrics", f"http://127.0.0.1:{metrics}/metrics"]
         name = "front-" + "".join(c if c.isalnum() else "-" for c in label)
-        return harness.perf(work, name, ["--server", f"127.0.0.1:{port}"], common, prefix=pin(client_cores))["steps"]
+        target = ["--server", f"127.0.0.1:{port}"]
+        return harness.perf(work, name, target, common, prefix=null_bench.pin(client_cores))["steps"]
     finally:
         harness.stop(proc)
 

@@ -27,6 +27,20 @@ def cores():
     return sorted(os.sched_getaffinity(0))
 
 
+def pin(cpus):
+    """The command prefix that runs a program on `cpus`."""
+    return ["taskset", "-c", ",".join(map(str, cpus))]
+
+
+def port_files(work, stem, keys):
+    """{key: work/stem.key}, none of them left from an earlier run (it would be read as this server's)."""
+    files = {k: os.path.join(work, f"{stem}.{k}") for k in keys}
+    for path in files.values():
+        if os.path.exists(path):
+            os.remove(path)
+    return files
+
+
 def null_store(work, model_pt, model, python):
     """A store holding the model's null twin: its manifest and vocabulary in model.null."""
     store = os.path.join(work, "null_store")
@@ -43,12 +57,8 @@ def run_null(work, a, h, server_args=(), store=None, protocols=PROTOCOLS):
     all_cores = cores()
     server_cores, client_cores = all_cores[:1], all_cores[1:] or all_cores[:1]
     store = store or null_store(work, h.MODEL_PT, h.MODEL, h.PY)
-    files = {k: os.path.join(work, f"null.{k}") for k in ("port", "metrics", "http")}
-    for path in files.values():  # an earlier run's port files would be read as this server's
-        if os.path.exists(path):
-            os.remove(path)
+    files = port_files(work, "null", ("port", "metrics", "http"))
     log_path = os.path.join(work, "qvi-server-null.log")
-    pin = lambda cpus: ["taskset", "-c", ",".join(map(str, cpus))]  # noqa: E731
     with open(log_path, "w") as log_file:
         proc = subprocess.Popen([*pin(server_cores), os.path.join(h.BUILD, "qvi-server"), "--model-store", store,
                                  "--host", "127.0.0.1", "--port", "0", "--port-file", files["port"],

@@ -31,7 +31,7 @@ TEST(SpansTest, IllFormedSequencesAreReadLikeConlleval) {
 }
 
 TEST(TopKTest, SortsByProbabilityAndClampsK) {
-  const std::vector<float> probs = SoftmaxRow(torch::tensor({0.0f, 2.0f, 1.0f}), 0);
+  const std::vector<float> probs = SoftmaxRow(torch::tensor({{0.0f, 2.0f, 1.0f}}), 0);
   const std::vector<std::string> labels = {"a", "b", "c"};
   auto best = TopK(probs, labels, 0);
   ASSERT_EQ(best.size(), 1u);
@@ -44,7 +44,7 @@ TEST(TopKTest, SortsByProbabilityAndClampsK) {
   for (auto& [_, p] : all) sum += p;
   EXPECT_NEAR(sum, 1.0f, 1e-6);
   EXPECT_NEAR(all[0].second, std::exp(2.0) / (1 + std::exp(1.0) + std::exp(2.0)), 1e-6);
-  auto tie = TopK(SoftmaxRow(torch::tensor({1.0f, 1.0f}), 0), {"x", "y"}, 2);
+  auto tie = TopK(SoftmaxRow(torch::tensor({{1.0f, 1.0f}}), 0), {"x", "y"}, 2);
   EXPECT_EQ(tie[0].first, "x");  // ties keep the label order
 }
 

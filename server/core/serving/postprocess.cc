@@ -34,26 +34,30 @@ void CheckRow(const torch::Tensor& t, int64_t row, int64_t tokens, const char* w
   }
 }
 
-// out[i] = softmax(x)[i] for the `count` values x[i * stride].
-void Softmax(const float* x, int64_t count, int64_t stride, float* out) {
-  float max = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < count; ++i) max = std::max(max, x[i * stride]);
-  float sum = 0;
-  for (int64_t i = 0; i < count; ++i) sum += out[i] = std::exp(x[i * stride] - max);
-  const float scale = 1.0F / sum;
-  for (int64_t i = 0; i < count; ++i) out[i] *= scale;
-}
+// Softmax over the `count` values x[i * stride], as torch's CPU kernel computes it: the maximum
+// subtracted, then times 1/sum. softmax(x)[i] = At(x[i * stride]).
+struct Softmax {
+  Softmax(const float* x, int64_t count, int64_t stride) {
+    for (int64_t i = 0; i < count; ++i) max = std::max(max, x[i * stride]);
+    float sum = 0;
+    for (int64_t i = 0; i < count; ++i) sum += std::exp(x[i * stride] - max);
+    scale = 1.0F / sum;
+  }
+  float At(float value) const { return std::exp(value - max) * scale; }
+  float max = -std::numeric_limits<float>::infinity(), scale = 0;
+};
 
 }  // namespace
 
 std::vector<float> SoftmaxRow(const torch::Tensor& logits, int64_t row) {
   const torch::Tensor t = OnCpuAs(logits, torch::kFloat);
-  const bool batch = t.dim() == 2;
-  if (!batch) CheckDims(t, 1, "logits");
-  if (row < 0 || row >= (batch ? t.size(0) : 1)) throw std::out_of_range("logits row " + std::to_string(row));
-  std::vector<float> out(static_cast<size_t>(t.size(batch ? 1 : 0)));
-  Softmax(t.data_ptr<float>() + (batch ? row * t.stride(0) : 0), t.size(batch ? 1 : 0), t.stride(batch ? 1 : 0),
-          out.data());
+  CheckDims(t, 2, "logits");
+  CheckRow(t, row, 0, "logits");
+  const float* x = t.data_ptr<float>() + row * t.stride(0);
+  const int64_t count = t.size(1), stride = t.stride(1);
+  const Softmax softmax(x, count, stride);
+  std::vector<float> out(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) out[i] = softmax.At(x[i * stride]);
   return out;
 }
 
@@ -81,13 +85,13 @@ void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const to
   if (emission_all.size(2) == 0) throw std::invalid_argument("emissions have no tags");
   const int64_t* tag_row = tag_all.data_ptr<int64_t>() + row * tag_all.stride(0);
   const int64_t tag_step = tag_all.stride(1);
-  // Each token's tag probabilities, [n, K].
-  const int64_t k = emission_all.size(2);
-  std::vector<float> prob(static_cast<size_t>(n * k));
+  const int64_t k = emission_all.size(2), emission_step = emission_all.stride(2);
   const float* emission_row = emission_all.data_ptr<float>() + row * emission_all.stride(0);
-  for (int64_t t = 0; t < n; ++t) {
-    Softmax(emission_row + t * emission_all.stride(1), k, emission_all.stride(2), prob.data() + t * k);
-  }
+  // A span token's probability of its own tag, from its row of emissions.
+  auto probability = [&](int64_t t) {
+    const float* x = emission_row + t * emission_all.stride(1);
+    return Softmax(x, k, emission_step).At(x[std::clamp<int64_t>(tag_row[t * tag_step], 0, k - 1) * emission_step]);
+  };
   std::vector<std::string> names(n);
   for (int64_t t = 0; t < n; ++t) {
     const int64_t id = tag_row[t * tag_step];
@@ -107,9 +111,7 @@ void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const to
     span.token_end = static_cast<uint32_t>(s.end);
     span.text = text.substr(span.byte_start, span.byte_end - span.byte_start);
     float sum = 0;
-    for (int t = s.start; t < s.end; ++t) {
-      sum += prob[t * k + std::clamp<int64_t>(tag_row[t * tag_step], 0, k - 1)];
-    }
+    for (int t = s.start; t < s.end; ++t) sum += probability(t);
     span.score = sum / static_cast<float>(s.end - s.start);
     result.spans.push_back(std::move(span));
   }

@@ -16,7 +16,7 @@
 
 namespace qvi {
 
-// The softmax of row `row` of `logits` ([B,C]; or [C], row 0), in float. Computed here over the row's
+// The softmax of row `row` of `logits` [B,C], in float. Computed here over the row's
 // memory, as torch's CPU kernel does (the maximum subtracted, then times 1/sum): a row's select,
 // conversion and softmax through torch's dispatcher cost microseconds per request on the serving path
 // (docs/performance.md, "Post-processing without torch"). A tensor that is not a CPU float one is
