@@ -6,11 +6,12 @@
 # and by symbol. Needs perf (Debian's linux-perf) and scripts/setup.sh's build and demo store.
 #
 #   bash bench/profile_null.sh [CONCURRENCY]      (about 40 s)
+#   KEEP=1 bash bench/profile_null.sh 1           (keeps the work folder, perf.data in it, and names it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 concurrency=${1:-64}
 work=$(mktemp -d /tmp/qvi-null-profile.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+trap '[[ -n ${KEEP:-} ]] && echo "kept: $work" || rm -rf "$work"' EXIT
 (cd model_store && ../.venv/bin/python -m qvi null --artifact store/sentiment/1/model.pt \
   --out "$work/store/sentiment/1" > /dev/null)
 taskset -c 0 build/qvi-server --model-store "$work/store" --host 127.0.0.1 --port 0 --port-file "$work/port" \

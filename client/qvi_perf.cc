@@ -13,7 +13,8 @@
 // server's own Prometheus counters are read before and after the step, giving its mean queue
 // wait, batch compute time and batch size over the same window, and its CPU time
 // (process_cpu_seconds_total): each row shows the CPU microseconds per request of this process and of
-// the server, so a run shows whether the generator or the server was the limit. Calls are spread
+// the server, so a run shows whether the generator or the server was the limit, and the server's
+// voluntary context switches per request (qvi_process_context_switches_total: its thread hand-offs). Calls are spread
 // over --channels connections and their answers taken by --threads completion-queue threads.
 // --protocol oip sends the same texts as Open Inference Protocol ModelInfer calls (a BYTES tensor,
 // raw contents, the default outputs; --attention / --gates as request parameters), so the cost of
@@ -87,8 +88,9 @@ struct Step {
   std::vector<double> latencies_ms;  // OK calls completed in the window
   // From the server's metrics over the window (negative when not read).
   double queue_ms = -1, compute_ms = -1, batch_size = -1;
-  double server_cpu_s = -1;  // process_cpu_seconds_total's increase
-  double client_cpu_s = -1;  // this process's CPU time over the window
+  double server_cpu_s = -1;     // process_cpu_seconds_total's increase
+  double server_switches = -1;  // qvi_process_context_switches_total{kind="voluntary"}'s increase
+  double client_cpu_s = -1;     // this process's CPU time over the window
 };
 
 // This process's user + system CPU seconds so far.
@@ -105,6 +107,9 @@ double Percentile(std::vector<double>& sorted, double p) {
   return sorted[i];
 }
 
+// The server's voluntary context switches, as its /metrics writes the series.
+constexpr char kVoluntarySwitches[] = "qvi_process_context_switches_total{kind=\"voluntary\"} ";
+
 // Sums of the server's histograms for one model: name -> (sum, count), from Prometheus text format.
 std::map<std::string, std::pair<double, double>> ScrapeSums(const std::string& url, const std::string& model) {
   std::map<std::string, std::pair<double, double>> out;
@@ -120,6 +125,10 @@ std::map<std::string, std::pair<double, double>> ScrapeSums(const std::string& u
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("process_cpu_seconds_total ", 0) == 0) {  // the server process's own, unlabelled
       out["process_cpu_seconds_total"] = {std::stod(line.substr(line.rfind(' ') + 1)), 1};
+      continue;
+    }
+    if (line.rfind(kVoluntarySwitches, 0) == 0) {  // the server process's, labelled by kind only
+      out[kVoluntarySwitches] = {std::stod(line.substr(line.rfind(' ') + 1)), 1};
       continue;
     }
     if (line.empty() || line[0] == '#' || line.find(label) == std::string::npos) continue;
@@ -151,6 +160,8 @@ void FillServerSplit(Step& step, const std::map<std::string, std::pair<double, d
   step.batch_size = mean("qvi_batch_size", 1);
   auto a = after.find("process_cpu_seconds_total"), b = before.find("process_cpu_seconds_total");
   if (a != after.end() && b != before.end()) step.server_cpu_s = a->second.first - b->second.first;
+  auto sa = after.find(kVoluntarySwitches), sb = before.find(kVoluntarySwitches);
+  if (sa != after.end() && sb != before.end()) step.server_switches = sa->second.first - sb->second.first;
 }
 
 // Records outcomes inside the measuring window [start, end). Closed loop: calls sent and answered
@@ -443,6 +454,11 @@ nlohmann::json ToJson(Step& s, int texts_per_request) {
     j["server_cores"] = s.server_cpu_s / s.seconds;
     if (s.ok > 0) j["server_cpu_us_per_request"] = 1e6 * s.server_cpu_s / static_cast<double>(s.ok);
   }
+  // The server's threads' voluntary context switches per request: its hand-offs (a sleep and a wake-up
+  // each), counted rather than timed, so steady where CPU time drifts with the machine.
+  if (s.server_switches >= 0 && s.ok > 0) {
+    j["server_switches_per_request"] = s.server_switches / static_cast<double>(s.ok);
+  }
   return j;
 }
 
@@ -455,12 +471,13 @@ void PrintRow(const nlohmann::json& j) {
     std::snprintf(buf, sizeof(buf), "%.2f", j[key].get<double>());
     return std::string(buf);
   };
-  std::printf("%-6s %7.1f %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %7lld %9s %10s %6s %8s %8s\n",
+  std::printf("%-6s %7.1f %9.1f %9.1f %8.2f %8.2f %8.2f %8.2f %7lld %9s %10s %6s %8s %8s %8s\n",
               j["mode"].get<std::string>().c_str(), j["load"].get<double>(), j["requests_per_s"].get<double>(),
               j["texts_per_s"].get<double>(), j["p50_ms"].get<double>(), j["p90_ms"].get<double>(),
               j["p99_ms"].get<double>(), j["p999_ms"].get<double>(), static_cast<long long>(errors),
               opt("server_queue_ms").c_str(), opt("server_compute_ms").c_str(), opt("server_batch_size").c_str(),
-              opt("client_cpu_us_per_request").c_str(), opt("server_cpu_us_per_request").c_str());
+              opt("client_cpu_us_per_request").c_str(), opt("server_cpu_us_per_request").c_str(),
+              opt("server_switches_per_request").c_str());
   std::fflush(stdout);
 }
 
@@ -536,9 +553,9 @@ int main(int argc, char** argv) {
     std::cerr << "not enough texts (" << texts.size() << ")\n";
     return 2;
   }
-  std::printf("%-6s %7s %9s %9s %8s %8s %8s %8s %7s %9s %10s %6s %8s %8s\n", "mode", "load", "req/s", "texts/s",
+  std::printf("%-6s %7s %9s %9s %8s %8s %8s %8s %7s %9s %10s %6s %8s %8s %8s\n", "mode", "load", "req/s", "texts/s",
               "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "errors", "queue ms", "compute ms", "batch", "cli µs/r",
-              "srv µs/r");
+              "srv µs/r", "srv sw/r");
   nlohmann::json results = nlohmann::json::array();
   std::unique_ptr<GrpcTarget> target;
   if (o.http.empty()) target = std::make_unique<GrpcTarget>(o, texts);

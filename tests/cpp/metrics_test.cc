@@ -1,11 +1,14 @@
 // The Prometheus metrics as a scrape sees them: names, labels, buckets, and the life of a model
-// version's series. Fed by hand, read back with Serialize() (no port, no threads).
+// version's series. Fed by hand, read back with Serialize() (no port; threads only where a test
+// needs some to block, to count the process's context switches).
 #include "server/metrics/metrics.h"
 #include "server/core/alloc/allocator.h"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <sstream>
+#include <thread>
 
 namespace qvi {
 namespace {
@@ -60,6 +63,21 @@ TEST(MetricsTest, TheProcessReportsItsCpuMemoryThreadsAndDescriptors) {
   EXPECT_GE(Sample(text, "process_open_fds"), 3);  // stdin, stdout, stderr at least
   EXPECT_NE(text.find("# TYPE process_cpu_seconds_total counter"), std::string::npos);
   EXPECT_NE(text.find("# TYPE process_resident_memory_bytes gauge"), std::string::npos);
+}
+
+TEST(MetricsTest, TheProcessCountsItsThreadsContextSwitches) {
+  Metrics m;
+  const std::string voluntary = R"(qvi_process_context_switches_total{kind="voluntary"})";
+  const double before = Sample(m.Serialize(), voluntary);
+  // A thread that blocks gives up its CPU: each join below waits for a thread that is still running.
+  for (int i = 0; i < 20; ++i) {
+    std::thread t([] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+    t.join();
+  }
+  const std::string text = m.Serialize();
+  EXPECT_GE(Sample(text, voluntary), before + 20);
+  EXPECT_GE(Sample(text, R"(qvi_process_context_switches_total{kind="involuntary"})"), 0);
+  EXPECT_NE(text.find("# TYPE qvi_process_context_switches_total counter"), std::string::npos);
 }
 
 TEST(MetricsTest, MallocReportsBytesInUseAndFree) {

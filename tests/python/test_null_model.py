@@ -132,6 +132,12 @@ def test_the_null_benchmark_reports_each_steps_median_round_with_every_round_bes
     partial = null_bench.median_round([unread, run(95.0, 45.0)])
     assert partial["steps"][0]["server_cpu_us_per_request"] == 95.0
     assert partial["steps"][0]["rounds_us"] == [None, 95.0]
-    assert "| gRPC Classify | 64 |" in null_bench.null_markdown(
+    counted = run(100.0, 30.0)
+    counted["steps"][1]["server_switches_per_request"] = 0.25
+    table = null_bench.null_markdown(
         {"server_cores": [0], "client_cores": [1], "rounds": 2,
-         "protocols": {"gRPC Classify": null_bench.median_round([run(100.0, 30.0), run(90.0, 50.0)])}}, "cmd")
+         "protocols": {"gRPC Classify": null_bench.median_round([counted, run(90.0, 50.0)])}}, "cmd")
+    # The concurrency-64 row is the round that counted 0.25 context switches a request; the other round
+    # (at 1, the median) counted none, shown as "–".
+    assert "| gRPC Classify | 64 | 33,333 | 0.00 | 30.0 | 30.0, 50.0 | 33,333 | 0.25 | 0.100 | 0.200 |" in table
+    assert "| gRPC Classify | 1 | 11,111 | 0.00 | 90.0 | 100.0, 90.0 | 11,111 | – |" in table
