@@ -6,13 +6,18 @@
 // instance threads do (--handoff worker). Run under qvi-perf with --metrics pointing at this
 // program's /metrics (process_cpu_seconds_total, nothing else), it measures the CPU each API costs
 // per request, before a front end is rewritten for it (docs/performance.md, issue 33).
+// --api http does the same for the HTTP/JSON route: qvi-server's own HTTP server (server/http/
+// http_server.h, Boost.Beast, its two threads) answering every POST with one fixed JSON answer, shaped
+// as qvi-server's :classify answer for one text; its port goes to --port-file.
 // bench/grpc_front_ab.py runs the configurations side by side.
 //
 //   qvi-bench-grpc-front --api async --threads 1 --handoff worker --port-file P --metrics-port-file M
+//   qvi-bench-grpc-front --api http --handoff worker --port-file P --metrics-port-file M
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <deque>
 #include <fstream>
@@ -31,6 +36,7 @@
 #include "httplib.h"
 #include "qvi/serving/v1/inference.grpc.pb.h"
 #include "server/core/sched/cpu_policy.h"
+#include "server/http/http_server.h"
 
 namespace {
 
@@ -192,6 +198,48 @@ class AsyncFront {
   std::unique_ptr<Worker<Call*>> worker_;
 };
 
+// --- HTTP/JSON, on qvi-server's HTTP server ----------------------------------------------------
+// What qvi-server answers a one-text POST /v1/models/sentiment:classify on the null model.
+constexpr char kJsonAnswer[] =
+    R"({"model":{"name":"sentiment","version":"1"},"results":[{"labels":[{"label":"negative","score":0.5}],)"
+    R"("tokens":[],"truncated":false,"numTokens":20,"layers":[]}],"requestId":"req-1"})";
+
+class HttpFront {
+ public:
+  explicit HttpFront(bool worker)
+      : worker_(worker ? std::make_unique<Worker<qvi::HttpServer::Reply>>(
+                             [](qvi::HttpServer::Reply reply) { reply(Answer()); })
+                       : nullptr) {
+    qvi::HttpServer::Options options;
+    options.host = "127.0.0.1";
+    options.port = 0;
+    server_ = std::make_unique<qvi::HttpServer>(options, [this](qvi::HttpRequest, qvi::HttpServer::Reply reply) {
+      if (worker_) {
+        worker_->Push(std::move(reply));
+      } else {
+        reply(Answer());
+      }
+    });
+  }
+  ~HttpFront() { Shutdown(); }
+  absl::StatusOr<int> Start() { return server_->Start(); }
+  void Shutdown() {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    server_.reset();
+    worker_.reset();
+  }
+
+ private:
+  static qvi::HttpResponse Answer() {
+    qvi::HttpResponse response;
+    response.body = kJsonAnswer;
+    response.headers.emplace_back("X-Request-Id", "req-1");
+    return response;
+  }
+  std::unique_ptr<Worker<qvi::HttpServer::Reply>> worker_;
+  std::unique_ptr<qvi::HttpServer> server_;
+};
+
 double ProcessCpuSeconds() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
@@ -204,6 +252,30 @@ void WriteFile(const std::string& path, int value) {
   std::rename((path + ".tmp").c_str(), path.c_str());
 }
 
+// Serves --api http until SIGTERM: the HTTP threads run under the default policy as qvi-server's do
+// (HttpServer puts them there), the worker under SCHED_BATCH with --sched-batch.
+int ServeHttp(bool worker, bool sched_batch, const std::string& port_file, const std::string& metrics_port_file,
+              httplib::Server& metrics, std::thread& metrics_thread, int metrics_port) {
+  if (sched_batch) {
+    if (absl::Status s = qvi::UseBatchScheduling(); !s.ok()) std::cerr << s << "\n";
+  }
+  HttpFront front(worker);
+  absl::StatusOr<int> port = front.Start();
+  if (!port.ok()) {
+    std::cerr << port.status() << "\n";
+    return 1;
+  }
+  WriteFile(port_file, *port);
+  WriteFile(metrics_port_file, metrics_port);
+  std::signal(SIGTERM, [](int) { g_stop.store(true); });
+  std::signal(SIGINT, [](int) { g_stop.store(true); });
+  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  front.Shutdown();
+  metrics.stop();
+  metrics_thread.join();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,12 +284,13 @@ int main(int argc, char** argv) {
   bool sched_batch = true;
   std::vector<std::string> channel_args;
   CLI::App app{"gRPC's own cost per call: a Classify server that answers a fixed message"};
-  app.add_option("--api", api, "callback or async")->check(CLI::IsMember({"callback", "async"}));
+  app.add_option("--api", api, "callback or async (gRPC), or http (qvi-server's HTTP server, a fixed JSON answer)")
+      ->check(CLI::IsMember({"callback", "async", "http"}));
   app.add_option("--handoff", handoff, "inline: answer on the thread that took the call; worker: from a worker thread")
       ->check(CLI::IsMember({"inline", "worker"}));
   app.add_option("--threads", threads, "async: completion queues, each polled by a thread of its own")
       ->check(CLI::Range(1, 64));
-  app.add_option("--port-file", port_file, "write the gRPC port here")->required();
+  app.add_option("--port-file", port_file, "write the gRPC (or HTTP) port here")->required();
   app.add_option("--metrics-port-file", metrics_port_file, "write the /metrics port here")->required();
   app.add_option("--sched-batch", sched_batch, "every thread under SCHED_BATCH, as qvi-server's")
       ->capture_default_str();
@@ -241,6 +314,10 @@ int main(int argc, char** argv) {
   const int metrics_port = metrics.bind_to_any_port("127.0.0.1");
   std::thread metrics_thread([&metrics] { metrics.listen_after_bind(); });
 
+  if (api == "http") {
+    return ServeHttp(handoff == "worker", sched_batch, port_file, metrics_port_file, metrics, metrics_thread,
+                     metrics_port);
+  }
   const std::string answer = FixedAnswer();
   grpc::ServerBuilder builder;
   int port = 0;

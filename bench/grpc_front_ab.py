@@ -6,7 +6,11 @@ reference, each on core 0 with qvi-perf on core 1, one ~20-word text per request
 64 in that order on a fresh server; the configurations take turns, --rounds rounds; medians, and each
 round's server CPU µs per request.
 
-    .venv/bin/python bench/grpc_front_ab.py [--rounds 3] [--duration 4] [--set api|args]   (about 5 minutes)
+    .venv/bin/python bench/grpc_front_ab.py [--rounds 3] [--duration 4] [--set api|args|http]   (about 5 minutes)
+
+--set http does the same for the HTTP/JSON route: qvi-server's own HTTP server answering every POST with
+one fixed JSON answer (--api http), inline and from a worker thread, beside qvi-server's
+POST /v1/models/sentiment:classify on the null model.
 """
 import argparse
 import os
@@ -35,6 +39,12 @@ ARG_CONFIGS = (
     ("+ no BDP probe", ["--api", "callback", "--handoff", "worker", "--channel-arg", "grpc.http2.bdp_probe=0"]),
     ("+ no SCHED_BATCH", ["--api", "callback", "--handoff", "worker", "--sched-batch", "false"]),
 )
+# --set http: qvi-server's HTTP server alone, and qvi-server's HTTP/JSON route on the null model.
+HTTP_CONFIGS = (
+    ("HTTP server, inline", ["--api", "http", "--handoff", "inline"]),
+    ("HTTP server, worker", ["--api", "http", "--handoff", "worker"]),
+    ("qvi-server HTTP, null", None),
+)
 
 
 def front(work, a, label, args, server_cores, client_cores):
@@ -48,7 +58,8 @@ def front(work, a, label, args, server_cores, client_cores):
         common = ["--model", harness.MODEL, "--concurrency", a.null_concurrency, "--duration", str(a.duration),
                   "--warmup", str(a.warmup), "--words", "20", "--metrics", f"http://127.0.0.1:{metrics}/metrics"]
         name = "front-" + "".join(c if c.isalnum() else "-" for c in label)
-        target = ["--server", f"127.0.0.1:{port}"]
+        target = (["--http", f"http://127.0.0.1:{port}/v1/models/{harness.MODEL}:classify", "--http-body", "json"]
+                  if "http" in args else ["--server", f"127.0.0.1:{port}"])
         return harness.perf(work, name, target, common, prefix=null_bench.pin(client_cores))["steps"]
     finally:
         harness.stop(proc)
@@ -59,10 +70,13 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=4)
     ap.add_argument("--warmup", type=float, default=1)
-    ap.add_argument("--set", choices=("api", "args"), default="api",
-                    help="api: the APIs and hand-offs, and qvi-server; args: channel arguments on the callback API")
+    ap.add_argument("--set", choices=("api", "args", "http"), default="api",
+                    help="api: the APIs and hand-offs, and qvi-server; args: channel arguments on the callback API; "
+                         "http: the HTTP server alone, and qvi-server's HTTP/JSON route")
     a = ap.parse_args()
-    configs = CONFIGS if a.set == "api" else ARG_CONFIGS
+    configs = {"api": CONFIGS, "args": ARG_CONFIGS, "http": HTTP_CONFIGS}[a.set]
+    # qvi-server's reference row: gRPC Classify, or the HTTP/JSON route for --set http.
+    reference = null_bench.PROTOCOLS[2:] if a.set == "http" else null_bench.PROTOCOLS[:1]
     a.null_concurrency = "1,16,64"
     cores = null_bench.cores()
     server_cores, client_cores = cores[:1], cores[1:] or cores[:1]
@@ -72,7 +86,7 @@ def main():
         for _ in range(a.rounds):
             for label, args in configs:
                 if args is None:
-                    out = null_bench.run_null(work, a, harness, store=null, protocols=null_bench.PROTOCOLS[:1])
+                    out = null_bench.run_null(work, a, harness, store=null, protocols=reference)
                     steps = next(iter(out["protocols"].values()))["steps"]
                 else:
                     steps = front(work, a, label, args, server_cores, client_cores)
