@@ -81,6 +81,10 @@ absl::Status ModelRunner::Enqueue(std::shared_ptr<RunnableRequest> request) {
     if (stopping_) return absl::UnavailableError("the model is shutting down");
     if (absl::Status s = scheduler_->Enqueue(request); !s.ok()) return s;
     ++work_seq_;
+    // Every idle instance wakes, and the first to reach the queue takes the work: on a busy machine
+    // the one whose core is free now. Waking one alone -- the longest asleep, or the last to fall
+    // asleep -- costs fewer wake-ups but answered a lone request slower, twice measured with two
+    // instances on two cores (docs/performance.md, "Tried and not kept": the woken one waits for its core).
     work_.SignalAll();
   }
   ReportQueueDepth();  // outside the lock, like every call out of the runner
