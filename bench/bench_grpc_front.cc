@@ -247,6 +247,13 @@ double ProcessCpuSeconds() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
+// Returns once SIGTERM or SIGINT came (the handlers are set on the first call).
+void WaitForStopSignal() {
+  std::signal(SIGTERM, [](int) { g_stop.store(true); });
+  std::signal(SIGINT, [](int) { g_stop.store(true); });
+  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
 void WriteFile(const std::string& path, int value) {
   std::ofstream(path + ".tmp") << value << "\n";
   std::rename((path + ".tmp").c_str(), path.c_str());
@@ -267,9 +274,7 @@ int ServeHttp(bool worker, bool sched_batch, const std::string& port_file, const
   }
   WriteFile(port_file, *port);
   WriteFile(metrics_port_file, metrics_port);
-  std::signal(SIGTERM, [](int) { g_stop.store(true); });
-  std::signal(SIGINT, [](int) { g_stop.store(true); });
-  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  WaitForStopSignal();
   front.Shutdown();
   metrics.stop();
   metrics_thread.join();
@@ -346,11 +351,9 @@ int main(int argc, char** argv) {
   WriteFile(port_file, port);
   WriteFile(metrics_port_file, metrics_port);
 
-  std::signal(SIGTERM, [](int) { g_stop.store(true); });
-  std::signal(SIGINT, [](int) { g_stop.store(true); });
   std::thread front_thread;
   if (front) front_thread = std::thread([&front] { front->Run(); });
-  while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  WaitForStopSignal();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (front) {
     front->Shutdown();

@@ -76,7 +76,8 @@ def main():
     a = ap.parse_args()
     configs = {"api": CONFIGS, "args": ARG_CONFIGS, "http": HTTP_CONFIGS}[a.set]
     # qvi-server's reference row: gRPC Classify, or the HTTP/JSON route for --set http.
-    reference = null_bench.PROTOCOLS[2:] if a.set == "http" else null_bench.PROTOCOLS[:1]
+    wanted = "HTTP/JSON :classify" if a.set == "http" else "gRPC Classify"
+    reference = [p for p in null_bench.PROTOCOLS if p[0] == wanted]
     a.null_concurrency = "1,16,64"
     cores = null_bench.cores()
     server_cores, client_cores = cores[:1], cores[1:] or cores[:1]
