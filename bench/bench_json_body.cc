@@ -1,5 +1,5 @@
 // An HTTP/JSON request body's decoding, apart from the server: ParseBody's one walk
-// (server/http/json_body.h) against what it replaced, the scan and then protobuf's own converter
+// (server/http/native/json_body.h) against what it replaced, the scan and then protobuf's own converter
 // (JsonStringToMessage), on the bodies qvi-perf sends (Google Benchmark).
 //
 //   OneWalk/N        ParseBody on a Classify body of N ~20-word texts.
@@ -14,7 +14,7 @@
 #include <string>
 
 #include "qvi/serving/v1/inference.pb.h"
-#include "server/http/json_body.h"
+#include "server/http/native/json_body.h"
 #include "tests/cpp/test_util/count_allocations.h"
 
 namespace qvi {

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fstream>
@@ -270,27 +271,21 @@ int Tag(v1::Inference::Stub& stub, const Common& c, Explain e, const std::vector
   return 0;
 }
 
-const char* StateName(v1::ModelState s) {
-  switch (s) {
-    case v1::MODEL_STATE_LOADING:
-      return "LOADING";
-    case v1::MODEL_STATE_READY:
-      return "READY";
-    case v1::MODEL_STATE_FAILED:
-      return "FAILED";
-    case v1::MODEL_STATE_UNLOADING:
-      return "UNLOADING";
-    default:
-      return "UNKNOWN";
-  }
+// The proto's own name of the state without its prefix ("READY"); UNKNOWN for a value this build's
+// proto does not know.
+std::string StateName(v1::ModelState s) {
+  const std::string& name = v1::ModelState_Name(s);
+  constexpr std::string_view kPrefix = "MODEL_STATE_";
+  if (name.empty() || s == v1::MODEL_STATE_UNSPECIFIED) return "UNKNOWN";
+  return name.rfind(kPrefix, 0) == 0 ? name.substr(kPrefix.size()) : name;
 }
 
 // One line per version; with `details`, under each READY one its faithfulness heading and lines.
 void PrintVersions(const v1::ModelInfo& m, bool details) {
   for (const auto& v : m.versions()) {
     const auto& md = v.metadata();
-    std::printf("%-16s v%-4lld %-9s %s", m.name().c_str(), static_cast<long long>(v.version()), StateName(v.state()),
-                md.display_name().c_str());
+    std::printf("%-16s v%-4lld %-9s %s", m.name().c_str(), static_cast<long long>(v.version()),
+                StateName(v.state()).c_str(), md.display_name().c_str());
     if (v.state() == v1::MODEL_STATE_READY) {
       std::printf(" (%s, %s, %d %s)", md.task().c_str(), md.device().c_str(),
                   md.task() == "classification" ? md.labels_size() : md.entity_types_size(),

@@ -1,4 +1,4 @@
-// An HTTP request body (server/http/json_body.h, kserve_rest.h), whatever its bytes: the scan refuses
+// An HTTP request body (server/http/native/json_body.h, kserve_rest.h), whatever its bytes: the scan refuses
 // it with a bounded message or lets it through, and a body it lets through parses (or is refused,
 // with a bounded message) as a Classify request in protobuf's JSON mapping -- into the message
 // protobuf's own converter makes of it -- and as a KServe v2
@@ -14,8 +14,8 @@
 
 #include "nlohmann/json.hpp"
 #include "qvi/serving/v1/inference.pb.h"
-#include "server/http/json_body.h"
-#include "server/http/kserve_rest.h"
+#include "server/http/kserve/kserve_rest.h"
+#include "server/http/native/json_body.h"
 
 namespace {
 #define Check(ok)                                                         \

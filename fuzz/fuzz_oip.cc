@@ -1,5 +1,5 @@
 // A whole ModelInfer request of the Open Inference Protocol from the wire: the bytes walked and parsed
-// as a ModelInferRequest (as the server's raw handler does, server/grpc/wire_scan.h), which must
+// as a ModelInferRequest (as the server's raw handler does, server/grpc/wire/wire_scan.h), which must
 // refuse with a bounded message or hold at most 4 times the wire size plus the caps' elements
 // (SpaceUsedLong), and read against a classifier's manifest
 // with per-layer outputs. Whatever the bytes, the reading answers OK or INVALID_ARGUMENT with a
@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "server/grpc/oip_convert.h"
-#include "server/grpc/wire_scan.h"
+#include "server/frontend/oip/tensors.h"
+#include "server/grpc/wire/wire_scan.h"
 
 namespace {
 void Check(bool ok) {

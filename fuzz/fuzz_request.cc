@@ -1,5 +1,5 @@
 // A whole Classify request from the wire: the bytes walked and parsed as a ClassifyRequest (as the
-// server's raw handler does, server/grpc/wire_scan.h), which must refuse with a bounded message or
+// server's raw handler does, server/grpc/wire/wire_scan.h), which must refuse with a bounded message or
 // hold at most 4 times the wire size plus the caps' elements (SpaceUsedLong); then turned into the
 // core's request, and checked against the limits and the layer
 // and head indices (against a model of 2 layers x 4 heads). Whatever the bytes, the check answers
@@ -10,8 +10,8 @@
 #include <string>
 
 #include "server/core/spec/request_checks.h"
-#include "server/grpc/request_from_proto.h"
-#include "server/grpc/wire_scan.h"
+#include "server/frontend/native/request.h"
+#include "server/grpc/wire/wire_scan.h"
 
 namespace {
 void Check(bool ok) {

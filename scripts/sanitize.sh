@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the scheduling tests (batch scheduler, executor) and the serving-core stress test (64
+# Builds the scheduling tests (batch scheduler, executor), the text and spec tests and the serving-core stress test (64
 # clients, deadlines, cancellations, a live version switch, real torch model) with
 # AddressSanitizer + UndefinedBehaviorSanitizer and with ThreadSanitizer, and runs them. With
 # AddressSanitizer it also builds the whole qvi-server and runs the Python end-to-end suite
@@ -27,10 +27,10 @@ for kind in "${kinds[@]}"; do
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQVI_SANITIZE=$kind > "$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; exit 1; }
     rm -f "$dir.cmake.log"
   fi
-  targets=(sched_test store_test stress_test allocator_test)
+  targets=(sched_test spec_test store_test stress_test allocator_test)
   [[ $kind == address ]] && targets+=(qvi-server)
   ninja -C "$dir" -j2 "${targets[@]}"
-  for test in sched_test store_test stress_test allocator_test; do
+  for test in sched_test spec_test store_test stress_test allocator_test; do
     echo "[sanitize] $test under $kind sanitizer"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \

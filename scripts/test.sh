@@ -9,8 +9,10 @@ export OMP_NUM_THREADS=1
 status=0
 echo "[test $(date +%T)] C++ formatting: clang-format with .clang-format (scripts/format.sh --check)"
 scripts/format.sh --check || status=1
-echo "[test $(date +%T)] complexity: no function over 80 lines or CCN 20 outside the allow-list (scripts/complexity.sh)"
+echo "[test $(date +%T)] complexity: no function over 80 lines or CCN 20 outside the allow-list, no file over its size (scripts/complexity.sh)"
 scripts/complexity.sh || status=1
+echo "[test $(date +%T)] layers: every include of server/ is of a library the target links, every link is used (scripts/check_layers.py)"
+.venv/bin/python scripts/check_layers.py build || status=1
 echo "[test $(date +%T)] C++ unit and end-to-end tests (ctest)"
 (cd build && ctest --output-on-failure -j1) || status=1
 echo "[test $(date +%T)] scheduler and serving-core stress tests under ASan/UBSan and TSan; the e2e suite against an ASan qvi-server"

@@ -241,6 +241,7 @@ absl::Status Server::StartModels() {
   limits.inline_prepare_bytes = options_.threads.inline_prepare_bytes;
   limits.max_response_bytes = options_.network.max_message_bytes;
   core_ = std::make_unique<InferenceService>(repository_.get(), executor_.get(), limits);
+  frontend_core_ = std::make_unique<ServingCore>(core_.get());
   return absl::OkStatus();
 }
 
@@ -278,12 +279,13 @@ absl::Status Server::StartTls() {
 absl::Status Server::StartGrpc() {
   if (absl::Status st = StartTls(); !st.ok()) return st;
   const ServerOptions::Network& net = options_.network;
-  calls_ = std::make_unique<InferCalls>(
-      repository_.get(),
-      InferCalls::Options{options_.logging.access_log, metrics_.get(), options_.limits.max_inflight_request_bytes,
-                          net.max_message_bytes, options_.logging.trace_rate});
-  service_ = std::make_unique<InferenceServiceImpl>(core_.get(), repository_.get(), calls_.get());
-  oip_ = std::make_unique<OipServiceImpl>(core_.get(), repository_.get(), calls_.get(), &serving_);
+  calls_ =
+      std::make_unique<Calls>(repository_.get(), Calls::Options{options_.logging.access_log, metrics_.get(),
+                                                                options_.limits.max_inflight_request_bytes,
+                                                                net.max_message_bytes, options_.logging.trace_rate});
+  oip_api_ = std::make_unique<OipApi>(repository_.get(), core_->limits(), calls_.get(), &serving_);
+  service_ = std::make_unique<InferenceServiceImpl>(frontend_core_.get(), repository_.get(), calls_.get());
+  oip_ = std::make_unique<OipServiceImpl>(frontend_core_.get(), oip_api_.get(), calls_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   // gRPC's built-in health service carries no descriptor of its own, so reflection would list
@@ -343,7 +345,7 @@ absl::Status Server::StartHttp() {
   HttpApi::Options api;
   api.cors_origins = net.http_cors_allow_origins;
   api.explain_page = net.http_explain_page;
-  http_api_ = std::make_unique<HttpApi>(core_.get(), repository_.get(), calls_.get(), service_.get(), oip_.get(),
+  http_api_ = std::make_unique<HttpApi>(frontend_core_.get(), repository_.get(), calls_.get(), oip_api_.get(),
                                         &serving_, std::move(api));
   HttpServer::Options o;
   o.host = net.host;

@@ -18,8 +18,11 @@
 #include "server/core/sched/executor.h"
 #include "server/core/serving/inference_service.h"
 #include "server/core/serving/model_repository.h"
-#include "server/grpc/inference_service_impl.h"
-#include "server/grpc/oip_service.h"
+#include "server/frontend/call.h"
+#include "server/frontend/core.h"
+#include "server/frontend/oip/api.h"
+#include "server/grpc/native/inference_service.h"
+#include "server/grpc/oip/oip_service.h"
 #include "server/grpc/reflection_service.h"
 #include "server/http/http_api.h"
 #include "server/http/http_server.h"
@@ -75,7 +78,9 @@ class Server {
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<InferenceService> core_;
-  std::unique_ptr<InferCalls> calls_;
+  std::unique_ptr<ServingCore> frontend_core_;  // what the front ends call core_ through
+  std::unique_ptr<Calls> calls_;
+  std::unique_ptr<OipApi> oip_api_;
   std::unique_ptr<InferenceServiceImpl> service_;
   std::unique_ptr<OipServiceImpl> oip_;
   std::unique_ptr<ReflectionV1> reflection_;

@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/spec/defaults.h"
+#include "server/core/sched/defaults.h"
 #include "server/core/spec/serving_config.h"
 #include "server/tls/tls_credentials.h"
 
@@ -271,7 +271,7 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   app.set_config("--config", "", "read options from this TOML/INI file; flags on the command line win");
   app.set_version_flag("--version", "qvi-server 0.1.0");
   app.option_defaults()->always_capture_default();
-  // The per-version defaults that are not flags (server/core/spec/defaults.h); GetModel shows each
+  // The per-version defaults that are not flags (server/core/sched/defaults.h); GetModel shows each
   // version's effective values.
   app.footer(absl::StrCat(
       "Each model version is served with these batching defaults unless its manifest's `serving` block or\n"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/core/spec/defaults.h"
+#include "server/core/sched/defaults.h"
 
 namespace qvi {
 

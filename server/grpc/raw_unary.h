@@ -8,9 +8,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/sched/batch_scheduler.h"
-#include "server/grpc/convert.h"
-#include "server/grpc/wire_scan.h"
+#include "server/core/sched/exception_text.h"
+#include "server/grpc/status.h"
+#include "server/grpc/wire/wire_scan.h"
 
 namespace qvi {
 

@@ -1,4 +1,5 @@
 #include "server/grpc/reflection_service.h"
+#include "server/core/sched/exception_text.h"
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
@@ -7,9 +8,8 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/sched/batch_scheduler.h"
 #include "server/core/spec/request_checks.h"
-#include "server/grpc/convert.h"
+#include "server/grpc/status.h"
 
 namespace qvi {
 

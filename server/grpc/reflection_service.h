@@ -20,7 +20,7 @@
 
 #include "grpc/reflection/v1/reflection.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
-#include "server/grpc/wire_scan.h"
+#include "server/grpc/wire/wire_scan.h"
 
 namespace qvi {
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/alloc/allocator.h"
 #include "server/core/sched/env.h"
@@ -47,21 +48,8 @@ void RemoveVersionSeries(Series& series, Family& family, const std::string& mode
   }
 }
 
-const char* StateLabel(ModelState s) {
-  switch (s) {
-    case ModelState::kLoading:
-      return "loading";
-    case ModelState::kReady:
-      return "ready";
-    case ModelState::kFailed:
-      return "failed";
-    case ModelState::kUnloading:
-      return "unloading";
-    case ModelState::kUnloaded:
-      return "unloaded";
-  }
-  return "unknown";
-}
+// The state label: the repository's name of the state, in lower case ("ready").
+std::string StateLabel(ModelState s) { return absl::AsciiStrToLower(ModelStateName(s)); }
 
 }  // namespace
 

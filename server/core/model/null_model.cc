@@ -3,10 +3,12 @@
 #include <fstream>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 
 namespace qvi {
@@ -22,6 +24,9 @@ class NullModel final : public Model {
   using Model::WarmUp;
 
  protected:
+  // Every output the manifest lists, shaped by its catalogue row's model shape (so that a new row needs
+  // nothing here): int64 outputs (tags) and the answer's scores zero, the attention-like outputs α
+  // spread evenly over a text's tokens, every gate-like one 0.5.
   ModelOutputs Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const override {
     const Manifest& m = manifest();
     const int64_t b = ids.size(0), t = ids.size(1);
@@ -33,33 +38,38 @@ class NullModel final : public Model {
     for (const auto& [name, shape] : m.outputs) {
       const std::optional<Output> o = OutputNamed(name);
       if (!o || Row(*o).model_shape == nullptr) continue;
-      switch (*o) {
-        case Output::kLogits:
-          out[*o] = torch::zeros({b, static_cast<int64_t>(m.labels.size())}, on);
-          break;
-        case Output::kEmissions:
-          out[*o] = torch::zeros({b, t, static_cast<int64_t>(m.tags.size())}, on);
-          break;
-        case Output::kTags:
-          out[*o] = torch::zeros({b, t}, ids.options().dtype(torch::kLong));
-          break;
-        case Output::kAttention:
-        case Output::kSentenceAttention:
-          out[*o] = uniform;
-          break;
-        case Output::kLayerAttention:
-          if (maps) out[*o] = uniform.view({b, 1, 1, 1, t}).expand({b, m.layers, m.heads, t, t});
-          break;
-        case Output::kLayerGates:
-        case Output::kLayerLambdaQ:
-        case Output::kLayerLambdaK:
-          out[*o] = half.view({b, 1, 1, t}).expand({b, m.layers, m.heads, t});
-          break;
-        default:  // the per-token gates: β, the sentence's β, λ_Q, λ_K
-          out[*o] = half;
+      const OutputRow& row = Row(*o);
+      if (row.on == OutputSwitch::kLayerAttention && !maps) continue;
+      const std::vector<int64_t> sizes = Sizes(row.model_shape, m, b, t);
+      if (row.model_int64) {
+        out[*o] = torch::zeros(sizes, ids.options().dtype(torch::kLong));
+      } else if (row.kind == OutputKind::kAnswer) {
+        out[*o] = torch::zeros(sizes, on);
+      } else {
+        // [B, T] values broadcast over the middle dimensions (layers, heads, query tokens).
+        std::vector<int64_t> view(sizes.size(), 1);
+        view.front() = b;
+        view.back() = t;
+        const bool attention = row.on == OutputSwitch::kAttention || row.on == OutputSwitch::kLayerAttention;
+        out[*o] = (attention ? uniform : half).view(view).expand(sizes);
       }
     }
     return out;
+  }
+
+ private:
+  // The sizes of a catalogue shape ("B,L,H,T") for this batch and this model.
+  static std::vector<int64_t> Sizes(const char* shape, const Manifest& m, int64_t b, int64_t t) {
+    std::vector<int64_t> sizes;
+    for (absl::string_view d : absl::StrSplit(shape, ',')) {
+      if (d == "B") sizes.push_back(b);
+      if (d == "T") sizes.push_back(t);
+      if (d == "C") sizes.push_back(static_cast<int64_t>(m.labels.size()));
+      if (d == "K") sizes.push_back(static_cast<int64_t>(m.tags.size()));
+      if (d == "L") sizes.push_back(m.layers);
+      if (d == "H") sizes.push_back(m.heads);
+    }
+    return sizes;
   }
 };
 

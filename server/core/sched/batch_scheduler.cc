@@ -1,4 +1,5 @@
 #include "server/core/sched/batch_scheduler.h"
+#include "server/core/sched/exception_text.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -32,16 +33,6 @@ void BatchRequest::Complete(int /*index*/, const absl::Status& status) {
     done(result);
   } catch (...) {
     spdlog::error("a request's done-callback threw ({}); the request may be left unanswered", CurrentExceptionText());
-  }
-}
-
-std::string CurrentExceptionText() {
-  try {
-    throw;
-  } catch (const std::exception& e) {
-    return e.what();
-  } catch (...) {
-    return "an exception that is not a std::exception";
   }
 }
 

@@ -37,9 +37,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/core/sched/defaults.h"
 #include "server/core/sched/env.h"
 #include "server/core/sched/sync.h"
-#include "server/core/spec/defaults.h"
 
 namespace qvi {
 
@@ -73,9 +73,6 @@ class BatchRequest {
   size_t remaining_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
-
-// The message of the exception being handled (call only inside a catch block).
-std::string CurrentExceptionText();
 
 // The batching and queue limits of one scheduler (ModelRunner takes them from a version's
 // ServingConfig: BatchingOptions in model_runner.h).

@@ -1,6 +1,6 @@
 #include "server/core/sched/executor.h"
+#include "server/core/sched/exception_text.h"
 
-#include "server/core/sched/batch_scheduler.h"  // CurrentExceptionText
 #include "spdlog/spdlog.h"
 
 namespace qvi {

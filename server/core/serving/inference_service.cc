@@ -1,4 +1,5 @@
 #include "server/core/serving/inference_service.h"
+#include "server/core/sched/exception_text.h"
 
 #include <algorithm>
 

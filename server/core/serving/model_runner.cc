@@ -1,4 +1,5 @@
 #include "server/core/serving/model_runner.h"
+#include "server/core/sched/exception_text.h"
 
 #include <algorithm>
 #include <set>

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/core/spec/defaults.h"
+#include "server/core/sched/defaults.h"
 #include "server/core/spec/outputs.h"
 #include "server/core/text/tokenizer.h"
 

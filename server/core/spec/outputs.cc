@@ -144,9 +144,10 @@ SwitchNames NamesOf(OutputSwitch on) {
 }
 
 std::optional<OutputSwitch> SwitchParameter(std::string_view name) {
-  for (OutputSwitch on : {OutputSwitch::kTokens, OutputSwitch::kAttention, OutputSwitch::kGates,
-                          OutputSwitch::kLayerGates, OutputSwitch::kLayerAttention}) {
-    if (name == NamesOf(on).parameter) return on;
+  // The switches of the catalogue's rows: a row with a new switch is found here once NamesOf names it.
+  for (const OutputRow& row : OutputCatalogue()) {
+    const char* parameter = NamesOf(row.on).parameter;
+    if (parameter != nullptr && name == parameter) return row.on;
   }
   return std::nullopt;
 }

@@ -109,7 +109,7 @@ struct OutputRow {
   // The answer field it fills: one value per token, or one vector per layer map.
   std::optional<float> TokenOutput::*token_field;
   std::vector<float> LayerMapOutput::*layer_field;
-  // The field of the native API's Token or LayerMap that carries it (convert.cc).
+  // The field of the native API's Token or LayerMap that carries it (server/frontend/native/api.cc).
   const char* proto_field;
   WriteTensor write;
   TensorBytes bytes;

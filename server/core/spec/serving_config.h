@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/core/spec/defaults.h"
+#include "server/core/sched/defaults.h"
 #include "server/core/spec/manifest.h"
 
 namespace qvi {

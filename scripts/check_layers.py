@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""The include/link check of the test command: every `#include "server/..."` in a target's files is of a
+header whose library the target links (itself, or through its link closure), and every direct link
+edge between the project's libraries is used by an include. So the CMake libraries and their edges
+say exactly what the code does, and a layer cannot lean on another without CMakeLists.txt saying so.
+
+What it reads:
+  - CMake's own file API (codemodel v2) of a build folder: each target's sources;
+  - CMake's --graphviz output: the targets each target links directly;
+  - the includes of each target's sources, and of the headers beside them.
+A header belongs to the target that compiles the .cc of the same name; a header with no .cc
+(request.h, sync.h, ...) to the one target that compiles sources in its folder.
+
+Usage: scripts/check_layers.py [BUILD_DIR]   (default build/; it is reconfigured once with the query)
+Exit 0 when the includes and the links agree, 1 with each disagreement listed.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+INCLUDE = re.compile(r'^\s*#\s*include\s+"((?:server|tests/cpp|client)/[^"]+)"', re.M)
+# The project's libraries, whose direct link edges must each be used by an include (qvi_proto's
+# generated headers are not under server/, so its edges are not checked that way).
+PROJECT_LIB = re.compile(r"^qvi_")
+
+
+def codemodel(build: Path) -> dict:
+    query = build / ".cmake/api/v1/query/codemodel-v2"
+    if not query.exists():
+        query.parent.mkdir(parents=True, exist_ok=True)
+        query.touch()
+    reply = build / ".cmake/api/v1/reply"
+    if not reply.exists() or not list(reply.glob("codemodel-v2-*.json")):
+        subprocess.run(["cmake", str(build)], check=True, stdout=subprocess.DEVNULL)
+    index = max(reply.glob("index-*.json"))
+    model_file = json.loads(index.read_text())["reply"]["codemodel-v2"]["jsonFile"]
+    model = json.loads((reply / model_file).read_text())
+    targets = {}
+    for t in model["configurations"][0]["targets"]:
+        detail = json.loads((reply / t["jsonFile"]).read_text())
+        targets[detail["id"]] = detail
+    return targets
+
+
+def direct_links(build: Path) -> dict[str, set[str]]:
+    """Each target's direct link edges, from CMake's --graphviz output ("// A -> B" comments)."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["cmake", f"--graphviz={tmp}/g.dot", str(build)], check=True, cwd=tmp,
+                       stdout=subprocess.DEVNULL)
+        text = Path(tmp, "g.dot").read_text()
+    edges: dict[str, set[str]] = defaultdict(set)
+    for a, b in re.findall(r"// (\S+) -> (\S+)$", text, re.M):
+        if a != b:
+            edges[a].add(b)
+    return edges
+
+
+# Includes that are right without a link edge: the CUDA graph plugin is loaded at run time by the
+# server and implements the interface of graphs.h; it must not link the model library it serves.
+ALLOWED = {("qvi_cuda_graphs", "server/core/model/graphs.h")}
+
+
+def main() -> int:
+    build = (Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "build").resolve()
+    if not (build / "CMakeCache.txt").exists():
+        print(f"check_layers: {build} is not a configured build folder (scripts/setup.sh makes build/)")
+        return 2
+    targets = codemodel(build)
+    by_id = {tid: t["name"] for tid, t in targets.items()}
+    sources: dict[str, set[str]] = {}
+    deps: dict[str, set[str]] = {}
+    for tid, t in targets.items():
+        name = t["name"]
+        srcs = set()
+        for s in t.get("sources", []):
+            p = Path(s["path"])
+            p = p if p.is_absolute() else ROOT / p
+            try:
+                srcs.add(str(p.resolve().relative_to(ROOT)))
+            except ValueError:
+                continue  # generated code under the build folder
+        sources[name] = srcs
+    links = direct_links(build)
+    for name in sources:
+        deps[name] = {d for d in links.get(name, ()) if d in sources}
+
+    # Who owns a header: the library compiling its .cc, else the one library compiling in its folder.
+    libraries = {n for n, t in ((t["name"], t) for t in targets.values())
+                 if t["type"] in ("STATIC_LIBRARY", "SHARED_LIBRARY", "OBJECT_LIBRARY")}
+    owner_by_cc: dict[str, str] = {}
+    owners_by_dir: dict[str, set[str]] = defaultdict(set)
+    for lib, srcs in sources.items():
+        for s in srcs:
+            if s.endswith(".cc"):
+                owner_by_cc[s] = lib
+                owners_by_dir[str(Path(s).parent)].add(lib)
+
+    def owner(header: str) -> str | None:
+        cc = header[: -len(".h")] + ".cc"
+        if cc in owner_by_cc:
+            return owner_by_cc[cc]
+        libs = owners_by_dir.get(str(Path(header).parent), set())
+        return next(iter(libs)) if len(libs) == 1 else None
+
+    def closure(name: str) -> set[str]:
+        seen, todo = set(), [name]
+        while todo:
+            n = todo.pop()
+            for d in deps.get(n, ()):
+                if d not in seen:
+                    seen.add(d)
+                    todo.append(d)
+        return seen
+
+    def includes(path: str) -> list[str]:
+        f = ROOT / path
+        return INCLUDE.findall(f.read_text(errors="replace")) if f.exists() else []
+
+    problems: list[str] = []
+    used_edges: dict[str, set[str]] = defaultdict(set)
+    for name, srcs in sorted(sources.items()):
+        files = set(srcs)
+        # A target's headers are its files too (a header-only include is still an edge).
+        for header in _headers_near(srcs):
+            if owner(header) == name:
+                files.add(header)
+        reach = closure(name)
+        for f in sorted(files):
+            for inc in includes(f):
+                if not inc.startswith("server/"):
+                    continue
+                lib = owner(inc)
+                if lib is None:
+                    problems.append(f"{f}: includes {inc}, which no single target owns (give it a .cc or a folder of its own)")
+                    continue
+                if lib == name or (name, inc) in ALLOWED:
+                    continue
+                if lib not in reach:
+                    problems.append(f"{f} ({name}): includes {inc} of {lib}, which {name} does not link")
+                used_edges[name].add(lib)
+    # Direct edges between the project's libraries that no include uses.
+    for name in sorted(libraries):
+        if not PROJECT_LIB.match(name):
+            continue
+        for d in sorted(deps[name]):
+            if d in libraries and PROJECT_LIB.match(d) and d not in used_edges[name] and d != "qvi_proto":
+                problems.append(f"{name} links {d}, but none of its files includes a header of {d}")
+    if problems:
+        print("check_layers: the includes and the CMake link edges disagree:")
+        for p in problems:
+            print("  " + p)
+        return 1
+    print(f"check_layers: {len(sources)} targets, every include of server/ is of a linked library "
+          f"and every link between the project's libraries is used")
+    return 0
+
+
+def _headers_near(srcs: set[str]) -> set[str]:
+    out = set()
+    for s in srcs:
+        folder = ROOT / Path(s).parent
+        out.update(str(h.relative_to(ROOT)) for h in folder.glob("*.h"))
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+#include "server/core/sched/exception_text.h"
+
+#include <exception>
+
+namespace qvi {
+
+std::string CurrentExceptionText() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception that is not a std::exception";
+  }
+}
+
+}  // namespace qvi

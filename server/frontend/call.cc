@@ -1,0 +1,136 @@
+#include "server/frontend/call.h"
+#include "server/core/sched/exception_text.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "server/core/spec/request_checks.h"
+#include "server/logging.h"
+
+namespace qvi {
+
+std::string StatusCodeName(absl::StatusCode code) { return absl::StatusCodeToString(code); }
+
+std::string Calls::NextRequestId() { return absl::StrCat("req-", next_id_.fetch_add(1)); }
+
+CallTrace Calls::TraceOf(std::string_view traceparent) const {
+  CallTrace trace;
+  if (!options_.access_log) return trace;
+  // A caller's valid traceparent traces the call under its trace id; otherwise the draw decides.
+  if (std::optional<TraceParent> parent = ParseTraceParent(traceparent)) return CallTrace{parent->trace_id, true};
+  trace.trace_id = tracer_.Draw();
+  trace.traced = !trace.trace_id.empty();
+  return trace;
+}
+
+absl::Status Calls::CheckAnswerSize(int64_t bytes) const {
+  const int64_t limit = options_.max_response_bytes;
+  if (limit <= 0 || bytes <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat("the answer is ", bytes, " bytes, over the limit of ", limit,
+                                                   " bytes (--max-message-bytes); ask for fewer texts or outputs"));
+}
+
+absl::Status Calls::CheckHeld(int64_t held, int64_t answer_bytes) const {
+  const int64_t limit = options_.max_inflight_request_bytes;
+  if (limit <= 0 || held <= limit) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      answer_bytes > 0 ? absl::StrCat("requests in flight and their answers would hold ", held,
+                                      " bytes (this answer about ", answer_bytes, "), over the limit of ", limit,
+                                      " bytes (--max-inflight-request-bytes); retry with backoff")
+                       : absl::StrCat("requests in flight would hold ", held, " bytes, over the limit of ", limit,
+                                      " bytes (--max-inflight-request-bytes); retry with backoff"));
+}
+
+void Calls::Record(const char* method, const std::string& peer, const std::string& model, const std::string& request_id,
+                   int64_t texts, const absl::Status& status, absl::Time start, const AnswerSummary* answer,
+                   const CallTrace& trace) const {
+  const absl::Duration latency = repository_->env()->Now() - start;
+  const int64_t version = answer != nullptr ? answer->version : 0;
+  const std::string code = StatusCodeName(status.code());
+  if (options_.access_log) {
+    AccessRecord a;
+    a.method = method;
+    a.peer = peer;
+    a.model = Capped(model);
+    a.version = version;
+    a.request_id = Capped(request_id);
+    a.texts = texts;
+    a.code = static_cast<int>(status.code());
+    a.code_name = code;
+    a.ms = absl::ToDoubleMilliseconds(latency);
+    a.trace_id = trace.trace_id;
+    a.traced = trace.traced;
+    if (answer != nullptr) {
+      a.tokens = answer->tokens;
+      a.queue_ms = absl::ToDoubleMilliseconds(answer->queue);
+      a.compute_ms = absl::ToDoubleMilliseconds(answer->compute);
+      if (answer->queued_at != absl::InfiniteFuture()) {
+        a.prepare_ms = absl::ToDoubleMilliseconds(answer->queued_at - start);
+      }
+      a.forward_ms = absl::ToDoubleMilliseconds(answer->forward);
+      a.postprocess_ms = absl::ToDoubleMilliseconds(answer->postprocess);
+      a.serialize_ms = absl::ToDoubleMilliseconds(answer->serialize);
+    }
+    LogAccess(a);
+  }
+  // Counted after its access line is queued: once qvi_requests_total shows a call, its line is in
+  // the queue, on stderr or counted as dropped (the blocked-stderr test waits on exactly that).
+  if (options_.metrics != nullptr) {
+    // Only names in the store become label values (see metrics.h).
+    const bool known = version > 0 || repository_->Has(model);
+    options_.metrics->OnRequestDone(method, known ? model : "_unknown", version, code, latency);
+  }
+}
+
+Call::Call(Calls* calls, const char* method, int64_t request_bytes)
+    : calls_(calls), method_(method), start_(calls->env().Now()), bytes_(request_bytes) {
+  if (calls_->options_.metrics != nullptr) calls_->options_.metrics->OnRequestStart();
+  // Memory admitted by bytes: the request's bytes count against the limit until it is answered.
+  held_ = calls_->inflight_bytes_.fetch_add(bytes_) + bytes_;
+}
+
+void Call::SetOrigin(std::string peer, std::string_view traceparent) {
+  peer_ = std::move(peer);
+  trace_ = calls_->TraceOf(traceparent);
+}
+
+void Call::Prepare(InferenceRequest& r, std::string_view fallback_id, absl::Time deadline, absl::Duration timeout,
+                   std::shared_ptr<void> owner) {
+  if (r.request_id.empty()) r.request_id = fallback_id.empty() ? calls_->NextRequestId() : std::string(fallback_id);
+  request_id_ = r.request_id;
+  model = r.model;
+  texts_ = static_cast<int64_t>(r.texts.size());
+  r.deadline = std::min(r.deadline, deadline);
+  if (timeout != absl::InfiniteDuration()) r.deadline = std::min(r.deadline, start_ + timeout);
+  r.hold_answer_bytes = [this, owner = std::move(owner)](int64_t bytes) { return HoldAnswer(bytes); };
+}
+
+absl::Status Call::HoldAnswer(int64_t answer_bytes) {
+  int64_t none = 0;
+  if (answered_.load() || answer_bytes <= 0 || !answer_bytes_.compare_exchange_strong(none, answer_bytes)) {
+    return absl::OkStatus();  // answered already, nothing to hold, or held once already
+  }
+  const int64_t held = calls_->inflight_bytes_.fetch_add(answer_bytes) + answer_bytes;
+  return calls_->CheckHeld(held, answer_bytes);
+}
+
+bool Call::Claim() {
+  if (answered_.exchange(true)) return false;
+  // gRPC's own buffers until the call is over are bounded by its resource quota.
+  calls_->inflight_bytes_.fetch_sub(bytes_ + answer_bytes_.load());
+  return true;
+}
+
+void Call::Record(const absl::Status& seen, const AnswerSummary* answer) const {
+  try {
+    calls_->Record(method_, peer_, model, request_id_, texts_, seen, start_, answer, trace_);
+  } catch (...) {
+    spdlog::error("counting a finished {} call (request_id {}, trace_id {}) failed: {}", method_, Capped(request_id_),
+                  trace_.trace_id.empty() ? "none" : trace_.trace_id, CurrentExceptionText());
+  }
+}
+
+}  // namespace qvi

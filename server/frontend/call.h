@@ -1,0 +1,199 @@
+// The protocol-neutral half of an inference call, written once for every front end (native gRPC,
+// OIP gRPC, HTTP/JSON, KServe REST): the memory admitted by request bytes, the request id, the trace,
+// the deadline, the answer-size limit, the one answer, the release of what the call held, and the
+// counting of the call once it is over (metrics, access log).
+//
+// A front end is a thin adapter around a Call: it decodes its protocol's request, hands the Call's
+// Prepare()d InferenceRequest to the core, builds its protocol's answer through BuildAnswer() (which
+// times it, catches what it throws and checks its size), and delivers the answer once Claim() says it
+// is the first. Record() counts the call with the status its client really got: over gRPC that is
+// known only when gRPC says the call is over (an answer cut by a deadline or a cancellation counts as
+// DEADLINE_EXCEEDED or CANCELLED, never as OK), over HTTP when the answer is handed to the connection.
+//
+// A new per-call policy (an API key, a rate limit, a priority, a cache look-up) belongs here, once.
+#ifndef QVI_SERVER_FRONTEND_CALL_H_
+#define QVI_SERVER_FRONTEND_CALL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/core/sched/env.h"
+#include "server/core/sched/exception_text.h"
+#include "server/core/serving/model_repository.h"
+#include "server/core/spec/request.h"
+#include "server/frontend/trace_context.h"
+#include "server/metrics/metrics.h"
+
+namespace qvi {
+
+// What the access log and the metrics keep of an answer.
+struct AnswerSummary {
+  int64_t version = 0;
+  int64_t tokens = 0;
+  absl::Duration queue, compute;
+  // For traced calls (trace_context.h): when its first text joined the batch queue, the split of
+  // `compute`, and the time to build and serialise the API's answer.
+  absl::Time queued_at = absl::InfiniteFuture();
+  absl::Duration forward, postprocess, serialize;
+};
+
+// A call's trace (trace_context.h): its trace id ("" for none) and whether its timings are logged.
+struct CallTrace {
+  std::string trace_id;
+  bool traced = false;
+};
+
+// "OK", "INVALID_ARGUMENT", ...: the metrics' and the access log's name of a code (gRPC's and absl's
+// codes are the same numbers and names).
+std::string StatusCodeName(absl::StatusCode code);
+
+// What every call of the server shares: the limits, the request-id counter, the bytes in flight over
+// every protocol, the trace draw, and where finished calls are counted.
+class Calls {
+ public:
+  struct Options {
+    bool access_log = false;
+    Metrics* metrics = nullptr;  // may be null
+    // Bytes of inference requests received and not yet answered, with their answers' estimated sizes,
+    // at most, over every protocol. A call whose request would go over is refused at once with
+    // RESOURCE_EXHAUSTED, before it is parsed; one whose answer would, once its answer is estimated,
+    // before it is queued. 0: no limit.
+    int64_t max_inflight_request_bytes = 0;
+    // The largest answer sent (the server's send limit, --max-message-bytes). 0: no limit.
+    int64_t max_response_bytes = 0;
+    // The share of calls without a traceparent whose timings the access log gets (--trace-rate).
+    double trace_rate = 0;
+  };
+
+  Calls(const ModelRepository* repository, Options options)
+      : repository_(repository), options_(options), tracer_(options.trace_rate) {}
+
+  const Options& options() const { return options_; }
+  const Env& env() const { return *repository_->env(); }
+
+  // "req-N", for calls that brought no id of their own.
+  std::string NextRequestId();
+
+  // A call's trace when the access log is on: the trace id of its valid `traceparent` header (traced),
+  // else the draw of --trace-rate. Empty when the access log is off.
+  CallTrace TraceOf(std::string_view traceparent) const;
+
+  // RESOURCE_EXHAUSTED, the one message every protocol answers, when an answer of `bytes` (exact, or
+  // at least that many) is over the send limit (--max-message-bytes); OK otherwise.
+  absl::Status CheckAnswerSize(int64_t bytes) const;
+
+  // Counts and logs one finished call. `method` is the metric's and the access log's method label.
+  void Record(const char* method, const std::string& peer, const std::string& model, const std::string& request_id,
+              int64_t texts, const absl::Status& status, absl::Time start, const AnswerSummary* answer,
+              const CallTrace& trace = {}) const;
+
+ private:
+  friend class Call;
+  // RESOURCE_EXHAUSTED when `held` bytes in flight, `answer_bytes` of them an answer's estimate, are
+  // over --max-inflight-request-bytes.
+  absl::Status CheckHeld(int64_t held, int64_t answer_bytes) const;
+
+  const ModelRepository* repository_;
+  const Options options_;
+  const Tracer tracer_;
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<int64_t> inflight_bytes_{0};
+};
+
+// One inference call, from its arrival to its one answer. The front end owns it (a gRPC reactor, an
+// HTTP call object) and keeps it alive until the call is recorded.
+class Call {
+ public:
+  // Counts the call as started and its request's bytes as held.
+  Call(Calls* calls, const char* method, int64_t request_bytes);
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
+  // Whether the access log wants the caller's address and trace (SetOrigin): a front end need not
+  // look them up otherwise.
+  bool wants_origin() const { return calls_->options_.access_log; }
+  void SetOrigin(std::string peer, std::string_view traceparent);
+
+  // RESOURCE_EXHAUSTED when this call's bytes took the bytes in flight over the limit: answer that,
+  // before parsing anything.
+  absl::Status Admission() const { return calls_->CheckHeld(held_, 0); }
+
+  // What every protocol does once its request is decoded and checked: the request id (the request's
+  // own, else `fallback_id`, else one made up), the model and text count the call is recorded with,
+  // the deadline (the sooner of `deadline`, a time of the core's clock, and `timeout` from the call's
+  // arrival), and the hook that holds the answer's estimated bytes (HoldAnswer). `owner`, when given,
+  // is kept alive by that hook (an HTTP call owned by a shared_ptr).
+  void Prepare(InferenceRequest& r, std::string_view fallback_id, absl::Time deadline,
+               absl::Duration timeout = absl::InfiniteDuration(), std::shared_ptr<void> owner = nullptr);
+
+  // Counts the answer's estimated bytes as held with the request's until the call is answered;
+  // RESOURCE_EXHAUSTED when they take the bytes in flight over the limit. Only the first call holds.
+  absl::Status HoldAnswer(int64_t answer_bytes);
+
+  // Builds the protocol's answer to the core's `answer`: `build()` returns the answer's size in bytes
+  // (or why there is none); the size is checked against the send limit, and a failure while building
+  // (std::bad_alloc, say) is INTERNAL for this call alone. On success fills `summary`, the build's
+  // time included. Nothing thrown leaves it.
+  template <typename Build>
+  absl::Status BuildAnswer(const InferenceResponse& answer, Build&& build, AnswerSummary* summary) const;
+
+  // True exactly once, for whoever answers the call; from then on the bytes it held no longer count:
+  // a client that has its answer (a refusal included) may send the next request at once.
+  bool Claim();
+
+  // Counts and logs the call with the status its client got; never throws.
+  void Record(const absl::Status& seen, const AnswerSummary* answer) const;
+
+  absl::Time start() const { return start_; }
+  const std::string& request_id() const { return request_id_; }
+  // An id known before Prepare (OIP's, read while planning), so that a refusal is recorded with it.
+  void set_request_id(std::string id) { request_id_ = std::move(id); }
+  const char* method() const { return method_; }
+
+  // Set while the call is prepared (the model as soon as it is known, so that a refusal is recorded
+  // with it).
+  std::string model;
+
+ private:
+  Calls* const calls_;
+  const char* const method_;
+  const absl::Time start_;
+  const int64_t bytes_;
+  int64_t held_ = 0;                      // the bytes in flight with this call's
+  std::atomic<int64_t> answer_bytes_{0};  // the answer's estimate, held since HoldAnswer
+  std::atomic<bool> answered_{false};
+  std::string peer_;
+  CallTrace trace_;  // set when the access log is on
+  std::string request_id_;
+  int64_t texts_ = 0;
+};
+
+template <typename Build>
+absl::Status Call::BuildAnswer(const InferenceResponse& answer, Build&& build, AnswerSummary* summary) const {
+  const Env& env = calls_->env();
+  const absl::Time building = env.Now();
+  absl::Status status;
+  try {
+    absl::StatusOr<int64_t> bytes = build();
+    status = bytes.ok() ? calls_->CheckAnswerSize(*bytes) : bytes.status();
+  } catch (...) {
+    status = absl::InternalError(absl::StrCat("building the answer failed: ", CurrentExceptionText()));
+  }
+  if (status.ok()) {
+    *summary = AnswerSummary{answer.version,   answer.tokens,       answer.queue_time,       answer.compute_time,
+                             answer.queued_at, answer.forward_time, answer.postprocess_time, env.Now() - building};
+  }
+  return status;
+}
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_FRONTEND_CALL_H_

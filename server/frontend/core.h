@@ -1,0 +1,46 @@
+// What a front end needs of the core: hand it a request, read its limits and its clock. The server's
+// core is InferenceService (ServingCore below); the front ends' in-process tests put a fake in its
+// place (tests/cpp/frontend/), so that an adapter is tested alone against answers it cannot get from
+// a real model (an error of each code, an answer over the send limit, a request that never returns).
+#ifndef QVI_SERVER_FRONTEND_CORE_H_
+#define QVI_SERVER_FRONTEND_CORE_H_
+
+#include <utility>
+
+#include "server/core/sched/env.h"
+#include "server/core/serving/inference_service.h"
+#include "server/core/serving/model_repository.h"
+#include "server/core/spec/request.h"
+#include "server/core/spec/request_checks.h"
+
+namespace qvi {
+
+class Core {
+ public:
+  using Done = InferenceService::Done;
+  virtual ~Core() = default;
+
+  // InferenceService::Submit's contract: `done` is called exactly once.
+  virtual void Submit(Method method, InferenceRequest request, Done done, ServableHandle servable = nullptr) = 0;
+  virtual const RequestLimits& limits() const = 0;
+  // The clock of InferenceRequest::deadline.
+  virtual const Env& env() const = 0;
+};
+
+// The server's core.
+class ServingCore final : public Core {
+ public:
+  explicit ServingCore(InferenceService* service) : service_(service) {}
+  void Submit(Method method, InferenceRequest request, Done done, ServableHandle servable = nullptr) override {
+    service_->Submit(method, std::move(request), std::move(done), std::move(servable));
+  }
+  const RequestLimits& limits() const override { return service_->limits(); }
+  const Env& env() const override { return service_->env(); }
+
+ private:
+  InferenceService* const service_;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_FRONTEND_CORE_H_

@@ -1,0 +1,32 @@
+// The native API (qvi.serving.v1) in the core's terms, whatever carries it (gRPC, or HTTP/JSON in
+// protobuf's JSON mapping): the answers converted from the core's types, and the answers of the
+// calls that only read the server's state (ListModels, GetModel).
+#ifndef QVI_SERVER_FRONTEND_NATIVE_API_H_
+#define QVI_SERVER_FRONTEND_NATIVE_API_H_
+
+#include "absl/status/status.h"
+#include "qvi/serving/v1/inference.pb.h"
+#include "server/core/serving/model_repository.h"
+#include "server/core/spec/request.h"
+#include "server/core/spec/request_checks.h"
+#include "server/frontend/native/request.h"
+
+namespace qvi {
+
+namespace v1 = ::qvi::serving::v1;
+
+void ToProto(const InferenceResponse& in, v1::ClassifyResponse* out);
+void ToProto(const InferenceResponse& in, v1::TagResponse* out);
+void ToProto(const ModelStatus& in, v1::ModelInfo* out);
+// The catalogue outputs the native API carries as Token or LayerMap fields (for the test that every
+// catalogue row with an answer field has one).
+std::vector<Output> OutputsWithProtoFields();
+
+// ListModels' and GetModel's answers (GetModel: NOT_FOUND for an unknown model or version).
+void ListModelsAnswer(const ModelRepository& repository, v1::ListModelsResponse* response);
+absl::Status GetModelAnswer(const ModelRepository& repository, const RequestLimits& limits,
+                            const v1::GetModelRequest& request, v1::GetModelResponse* response);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_FRONTEND_NATIVE_API_H_

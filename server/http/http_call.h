@@ -1,0 +1,71 @@
+// An inference call over HTTP (native Classify/Tag in JSON, KServe v2 REST's infer) as an adapter
+// around the protocol-neutral Call (server/frontend/call.h): the peer, `traceparent`, X-Request-Id
+// and X-Request-Timeout-Ms headers in; the answer, its X-Request-Id and its HTTP status out. The call
+// is recorded when its answer is handed to the connection.
+#ifndef QVI_SERVER_HTTP_HTTP_CALL_H_
+#define QVI_SERVER_HTTP_HTTP_CALL_H_
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/core/spec/request.h"
+#include "server/frontend/call.h"
+#include "server/http/http_server.h"
+
+namespace qvi {
+
+class HttpCall : public std::enable_shared_from_this<HttpCall> {
+ public:
+  // Counts the call as started and the request's bytes as held.
+  HttpCall(Calls* calls, const char* method, const HttpRequest& request, HttpServer::Reply reply);
+
+  Call& call() { return call_; }
+
+  // Call::Prepare with HTTP's headers: the request id (the body's, else X-Request-Id's, else one made
+  // up; echoed in the answer's X-Request-Id when within `max_request_id_bytes`), the deadline (the
+  // sooner of X-Request-Timeout-Ms and `timeout`, both from the call's arrival). INVALID_ARGUMENT for
+  // a malformed X-Request-Timeout-Ms.
+  absl::Status Prepare(InferenceRequest& r, const HttpRequest& request, int max_request_id_bytes,
+                       absl::Duration timeout = absl::InfiniteDuration());
+
+  // Answers with the error (once).
+  void Fail(const absl::Status& status);
+
+  // Answers with the core's answer, or its error: `build()` returns the HTTP answer (or why there is
+  // none), timed, bounded by the send limit and kept from throwing by Call::BuildAnswer.
+  template <typename Build>
+  void AnswerWith(const absl::StatusOr<InferenceResponse>& answer, Build&& build);
+
+ private:
+  void Finish(const absl::Status& status, HttpResponse response, const AnswerSummary* summary);
+
+  Call call_;
+  HttpServer::Reply reply_;
+  bool echo_id_ = false;  // the request id goes back in X-Request-Id
+};
+
+template <typename Build>
+void HttpCall::AnswerWith(const absl::StatusOr<InferenceResponse>& answer, Build&& build) {
+  if (!answer.ok()) return Fail(answer.status());
+  HttpResponse response;
+  AnswerSummary summary;
+  const absl::Status status = call_.BuildAnswer(
+      *answer,
+      [&]() -> absl::StatusOr<int64_t> {
+        absl::StatusOr<HttpResponse> built = build();
+        if (!built.ok()) return built.status();
+        response = *std::move(built);
+        return static_cast<int64_t>(response.body.size());
+      },
+      &summary);
+  if (!status.ok()) return Fail(status);
+  Finish(status, std::move(response), &summary);
+}
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_HTTP_HTTP_CALL_H_

@@ -1,0 +1,93 @@
+#include "server/http/native/native_routes.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/frontend/native/api.h"
+#include "server/http/http_call.h"
+#include "server/http/native/json_body.h"
+#include "server/http/native/proto_json.h"
+
+namespace qvi {
+
+namespace v1 = ::qvi::serving::v1;
+
+namespace {
+
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  if (WriteProtoJson(message, &out)) return out;  // protobuf's bytes, written directly (proto_json.h)
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;  // a token at offset 0 says "start": 0
+  const auto status = google::protobuf::util::MessageToJsonString(message, &out, options);
+  if (!status.ok()) return absl::InternalError(absl::StrCat("writing the answer as JSON failed: ", status.ToString()));
+  return out;
+}
+
+template <typename Request, typename Response>
+void Serve(Core* core, Calls* calls, Method method, const HttpRoute& route, HttpRequest request,
+           HttpServer::Reply reply) {
+  auto call =
+      std::make_shared<HttpCall>(calls, method == Method::kClassify ? "Classify" : "Tag", request, std::move(reply));
+  call->call().model = route.model;
+  if (absl::Status admitted = call->call().Admission(); !admitted.ok()) return call->Fail(admitted);
+  Request message;
+  if (absl::Status parsed = ParseBody(request.body, core->limits().max_texts, &message); !parsed.ok()) {
+    return call->Fail(parsed);
+  }
+  request.body.clear();
+  if (message.has_model() && ((!message.model().name().empty() && message.model().name() != route.model) ||
+                              (message.model().version() != 0 && message.model().version() != route.version))) {
+    return call->Fail(absl::InvalidArgumentError(
+        "model: the body names another model or version than the path; leave it out of the body"));
+  }
+  message.mutable_model()->set_name(route.model);
+  message.mutable_model()->set_version(route.version);
+  InferenceRequest r = FromProto(message.model(), message.texts(), message.options(), message.request_id());
+  if (absl::Status s = call->Prepare(r, request, core->limits().max_request_id_bytes); !s.ok()) return call->Fail(s);
+  core->Submit(method, std::move(r), [call](absl::StatusOr<InferenceResponse> answer) {
+    call->AnswerWith(answer, [&]() -> absl::StatusOr<HttpResponse> {
+      Response out;
+      ToProto(*answer, &out);
+      absl::StatusOr<std::string> json = ToJson(out);
+      if (!json.ok()) return json.status();
+      return HttpResponse{200, "application/json", *std::move(json), {}};
+    });
+  });
+}
+
+HttpResponse JsonAnswer(const google::protobuf::Message& message) {
+  absl::StatusOr<std::string> json = ToJson(message);
+  return json.ok() ? HttpResponse{200, "application/json", *json, {}} : ErrorResponse(json.status());
+}
+
+}  // namespace
+
+void ServeNativeInfer(Core* core, Calls* calls, const HttpRoute& route, HttpRequest request, HttpServer::Reply reply) {
+  if (route.kind == HttpRoute::Kind::kClassify) {
+    return Serve<v1::ClassifyRequest, v1::ClassifyResponse>(core, calls, Method::kClassify, route, std::move(request),
+                                                            std::move(reply));
+  }
+  Serve<v1::TagRequest, v1::TagResponse>(core, calls, Method::kTag, route, std::move(request), std::move(reply));
+}
+
+HttpResponse ListModelsRoute(const ModelRepository& repository) {
+  v1::ListModelsResponse out;
+  ListModelsAnswer(repository, &out);
+  return JsonAnswer(out);
+}
+
+HttpResponse GetModelRoute(const ModelRepository& repository, const RequestLimits& limits, const HttpRoute& route) {
+  v1::GetModelRequest in;
+  in.mutable_model()->set_name(route.model);
+  in.mutable_model()->set_version(route.version);
+  v1::GetModelResponse out;
+  if (absl::Status s = GetModelAnswer(repository, limits, in, &out); !s.ok()) return ErrorResponse(s);
+  return JsonAnswer(out);
+}
+
+}  // namespace qvi

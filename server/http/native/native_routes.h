@@ -1,0 +1,27 @@
+// The native API (qvi.serving.v1) over HTTP/JSON, in protobuf's JSON mapping (what grpcurl -d takes):
+//   GET  /v1/models                                 ListModels
+//   GET  /v1/models/{m}[/versions/{v}]              GetModel
+//   POST /v1/models/{m}[/versions/{v}]:classify     Classify: the body is a ClassifyRequest, the model
+//   POST /v1/models/{m}[/versions/{v}]:tag          from the path; the answer a ClassifyResponse (TagResponse)
+// The same core, limits, metrics and access log as gRPC, through the frontend's Call (http_call.h)
+// and the native API's conversions (server/frontend/native/api.h).
+#ifndef QVI_SERVER_HTTP_NATIVE_NATIVE_ROUTES_H_
+#define QVI_SERVER_HTTP_NATIVE_NATIVE_ROUTES_H_
+
+#include "server/core/serving/model_repository.h"
+#include "server/frontend/call.h"
+#include "server/frontend/core.h"
+#include "server/http/http_server.h"
+#include "server/http/routes.h"
+
+namespace qvi {
+
+// POST ...:classify and ...:tag.
+void ServeNativeInfer(Core* core, Calls* calls, const HttpRoute& route, HttpRequest request, HttpServer::Reply reply);
+// GET /v1/models and /v1/models/{m}[/versions/{v}].
+HttpResponse ListModelsRoute(const ModelRepository& repository);
+HttpResponse GetModelRoute(const ModelRepository& repository, const RequestLimits& limits, const HttpRoute& route);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_HTTP_NATIVE_NATIVE_ROUTES_H_

@@ -1,0 +1,155 @@
+#include "server/http/routes.h"
+
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "nlohmann/json.hpp"
+
+namespace qvi {
+
+namespace {
+
+// "{m}" or "{m}/versions/{v}" into the route's model and version.
+absl::Status ParseModelPath(absl::string_view path, absl::string_view target, HttpRoute& route) {
+  std::vector<absl::string_view> parts = absl::StrSplit(path, '/');
+  if (parts.empty() || parts[0].empty() || (parts.size() != 1 && parts.size() != 3) ||
+      (parts.size() == 3 && parts[1] != "versions")) {
+    return absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
+  }
+  route.model = std::string(parts[0]);
+  if (parts.size() == 3 && (!absl::SimpleAtoi(parts[2], &route.version) || route.version < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("version: '", parts[2].substr(0, 40), "' is not a positive integer"));
+  }
+  return absl::OkStatus();
+}
+
+// /v2/models/{m}[/versions/{v}][/ready | /infer], with `path` after "/v2/models/".
+absl::StatusOr<HttpRoute> ParseV2ModelRoute(absl::string_view path, absl::string_view target) {
+  using Kind = HttpRoute::Kind;
+  HttpRoute route;
+  absl::string_view verb;
+  if (absl::EndsWith(path, "/ready") || absl::EndsWith(path, "/infer")) {
+    verb = path.substr(path.size() - 5);
+    path.remove_suffix(6);
+  }
+  if (absl::Status s = ParseModelPath(path, target, route); !s.ok()) return s;
+  route.kind = verb.empty() ? Kind::kModelMetadata : verb == "ready" ? Kind::kModelReady : Kind::kInfer;
+  route.allow = route.kind == Kind::kInfer ? "POST" : "GET";
+  return route;
+}
+
+// /v1/models/{m}[/versions/{v}][:classify | :tag], with `path` after "/v1/models/"; a model name
+// holds no '/' or ':' here.
+absl::StatusOr<HttpRoute> ParseV1ModelRoute(absl::string_view path, absl::string_view target) {
+  using Kind = HttpRoute::Kind;
+  HttpRoute route;
+  absl::string_view verb;
+  if (const size_t colon = path.rfind(':'); colon != absl::string_view::npos) {
+    verb = path.substr(colon + 1);
+    path = path.substr(0, colon);
+  }
+  if (absl::Status s = ParseModelPath(path, target, route); !s.ok()) return s;
+  if (verb.empty()) {
+    route.kind = Kind::kGetModel;
+  } else if (verb == "classify" || verb == "tag") {
+    route.kind = verb == "classify" ? Kind::kClassify : Kind::kTag;
+  } else {
+    return absl::NotFoundError(
+        absl::StrCat("no route for ", target.substr(0, 200), ": the verbs are :classify and :tag"));
+  }
+  route.allow = route.kind == Kind::kGetModel ? "GET" : "POST";
+  return route;
+}
+
+}  // namespace
+
+absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_view target_sv) {
+  using Kind = HttpRoute::Kind;
+  const absl::string_view method(method_sv.data(), method_sv.size());
+  const absl::string_view target(target_sv.data(), target_sv.size());
+  const absl::string_view full_path = target.substr(0, target.find('?'));
+  absl::string_view path = full_path;
+  HttpRoute route;
+  const auto want = [&](Kind kind, const char* allowed) -> absl::StatusOr<HttpRoute> {
+    route.kind = kind;
+    route.allow = allowed;
+    if (method != absl::string_view(allowed)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("method ", method, " is not allowed on ", full_path, "; use ", allowed));
+    }
+    return route;
+  };
+  if (path == "/v2/health/live") return want(Kind::kLive, "GET");
+  if (path == "/v2/health/ready") return want(Kind::kReady, "GET");
+  if (path == "/v1/models") return want(Kind::kListModels, "GET");
+  if (path == "/v2") return want(Kind::kServerMetadata, "GET");
+  if (path == "/openapi.json") return want(Kind::kOpenApi, "GET");
+  if (path == "/") return want(Kind::kPage, "GET");
+  absl::StatusOr<HttpRoute> model = absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
+  if (absl::ConsumePrefix(&path, "/v2/models/")) {
+    model = ParseV2ModelRoute(path, target);
+  } else if (absl::ConsumePrefix(&path, "/v1/models/")) {
+    model = ParseV1ModelRoute(path, target);
+  }
+  if (!model.ok()) return model.status();
+  route = *std::move(model);
+  return want(route.kind, route.allow == "POST" ? "POST" : "GET");
+}
+
+int HttpStatus(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kCancelled:
+      return 499;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+absl::StatusOr<std::string> AllowedMethods(const std::string& target) {
+  absl::StatusOr<HttpRoute> route = ParseRoute("GET", target);
+  if (route.ok()) return std::string("GET, OPTIONS");
+  if (route.status().code() == absl::StatusCode::kFailedPrecondition) return std::string("POST, OPTIONS");
+  return route.status();
+}
+
+HttpResponse JsonError(int status, absl::string_view message) {
+  return HttpResponse{
+      status,
+      "application/json",
+      nlohmann::json{{"error", std::string(message)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+      {}};
+}
+
+HttpResponse ErrorResponse(const absl::Status& status) {
+  return JsonError(HttpStatus(status.code()), status.message());
+}
+
+}  // namespace qvi

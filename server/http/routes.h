@@ -1,0 +1,56 @@
+// The HTTP port's routes (docs/serving.md, "HTTP/JSON"), from a request's method and target alone, and
+// the HTTP status and body of an error. The list of routes: http_api.h.
+#ifndef QVI_SERVER_HTTP_ROUTES_H_
+#define QVI_SERVER_HTTP_ROUTES_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/http/http_server.h"
+
+namespace qvi {
+
+// A request's route, from its method and target alone.
+struct HttpRoute {
+  enum class Kind {
+    kLive,
+    kReady,
+    kListModels,
+    kGetModel,
+    kClassify,
+    kTag,
+    kServerMetadata,
+    kModelMetadata,
+    kModelReady,
+    kInfer,
+    kOpenApi,
+    kPage
+  };
+  Kind kind = Kind::kLive;
+  std::string model;    // kGetModel, kClassify, kTag
+  int64_t version = 0;  // 0: the version policy's choice
+  std::string allow;    // the methods the path takes ("GET", "POST")
+};
+
+// The route of `target` (its query ignored): NOT_FOUND for a path no route has, FAILED_PRECONDITION
+// (answered 405 with Allow) for a known path with another method, INVALID_ARGUMENT for a bad version.
+absl::StatusOr<HttpRoute> ParseRoute(std::string_view method, std::string_view target);
+
+// The HTTP status of a gRPC/absl code (google.api's mapping: NOT_FOUND 404, RESOURCE_EXHAUSTED 429,
+// UNAVAILABLE 503, DEADLINE_EXCEEDED 504, CANCELLED 499, ...).
+int HttpStatus(absl::StatusCode code);
+
+// "GET, OPTIONS" or "POST, OPTIONS" for a path a route has (every route takes one method), or why
+// none does.
+absl::StatusOr<std::string> AllowedMethods(const std::string& target);
+
+// {"error": "..."} with `status`; ErrorResponse: with the HTTP status of the status's code.
+HttpResponse JsonError(int status, absl::string_view message);
+HttpResponse ErrorResponse(const absl::Status& status);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_HTTP_ROUTES_H_

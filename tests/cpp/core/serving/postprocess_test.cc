@@ -1,0 +1,90 @@
+// A text's answer from its row of the batch's outputs: top-k labels, the softmax over a row's memory,
+// and a tagger's row decoded into tags and spans.
+#include "server/core/serving/postprocess.h"
+
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace qvi {
+namespace {
+
+TEST(TopKTest, SortsByProbabilityAndClampsK) {
+  const std::vector<float> probs = SoftmaxRow(torch::tensor({{0.0f, 2.0f, 1.0f}}), 0);
+  const std::vector<std::string> labels = {"a", "b", "c"};
+  auto best = TopK(probs, labels, 0);
+  ASSERT_EQ(best.size(), 1u);
+  EXPECT_EQ(best[0].first, "b");
+  auto all = TopK(probs, labels, 10);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[1].first, "c");
+  EXPECT_EQ(all[2].first, "a");
+  float sum = 0;
+  for (auto& [_, p] : all) sum += p;
+  EXPECT_NEAR(sum, 1.0f, 1e-6);
+  EXPECT_NEAR(all[0].second, std::exp(2.0) / (1 + std::exp(1.0) + std::exp(2.0)), 1e-6);
+  auto tie = TopK(SoftmaxRow(torch::tensor({{1.0f, 1.0f}}), 0), {"x", "y"}, 2);
+  EXPECT_EQ(tie[0].first, "x");  // ties keep the label order
+}
+
+// The softmax the answers carry, computed over a row's memory, agrees with torch's own on every row of
+// a batch, whatever the layout: contiguous, a transposed view (strided rows), a column slice, bf16
+// (converted), and logits far apart (the maximum is subtracted, so nothing overflows).
+TEST(TopKTest, SoftmaxRowMatchesTorchOnAnyLayout) {
+  torch::manual_seed(7);
+  const torch::Tensor base = torch::randn({6, 5}) * 4;
+  const std::vector<torch::Tensor> layouts = {base, base.t().contiguous().t(), torch::randn({6, 9}).slice(1, 2, 7),
+                                              base.to(torch::kBFloat16), base * 30};
+  for (const torch::Tensor& logits : layouts) {
+    for (int64_t row = 0; row < logits.size(0); ++row) {
+      const torch::Tensor want = torch::softmax(logits[row].to(torch::kFloat), 0);
+      const std::vector<float> got = SoftmaxRow(logits, row);
+      ASSERT_EQ(static_cast<int64_t>(got.size()), want.size(0));
+      for (size_t c = 0; c < got.size(); ++c) EXPECT_NEAR(got[c], want[c].item<float>(), 1e-6) << row << "," << c;
+    }
+  }
+  EXPECT_THROW(SoftmaxRow(base, 6), std::out_of_range);
+  EXPECT_THROW(SoftmaxRow(torch::zeros({2, 3, 4}), 0), std::invalid_argument);
+}
+
+// A tagger's row read through its strides gives the tags and span scores torch's own softmax gives,
+// on a transposed (strided) batch too; a row or a token count the batch does not hold is refused.
+TEST(DecodeTaggingTest, ReadsAnyLayoutAndRefusesRowsTheBatchLacks) {
+  Manifest m;
+  m.tags = {"O", "B-PER", "I-PER"};
+  const torch::Tensor tags = torch::tensor({0, 1, 2, 0, 1, 0, 0, 0}, torch::kLong).reshape({2, 4});
+  torch::manual_seed(3);
+  const torch::Tensor emissions = torch::randn({2, 4, 3});
+  const std::string text = "ab cd ef gh";
+  auto result_of = [&](const torch::Tensor& t, const torch::Tensor& e, int64_t row) {
+    TextResult r;
+    for (uint32_t i = 0; i < 4; ++i) {
+      TokenOutput out;
+      out.token.byte_start = 3 * i;
+      out.token.byte_end = 3 * i + 2;
+      r.tokens.push_back(out);
+    }
+    DecodeTagging(m, t, e, row, text, r);
+    return r;
+  };
+  const TextResult r = result_of(tags, emissions, 0);
+  ASSERT_EQ(r.spans.size(), 1u);
+  EXPECT_EQ(r.spans[0].text, "cd ef");
+  const torch::Tensor p = torch::softmax(emissions[0], 1);
+  EXPECT_NEAR(r.spans[0].score, (p[1][1].item<float>() + p[2][2].item<float>()) / 2, 1e-6);
+  // The same batch laid out transposed in memory.
+  const TextResult strided =
+      result_of(tags.t().contiguous().t(), emissions.transpose(0, 2).contiguous().transpose(0, 2), 0);
+  ASSERT_EQ(strided.spans.size(), 1u);
+  EXPECT_EQ(strided.spans[0].score, r.spans[0].score);
+  EXPECT_EQ(result_of(tags, emissions, 1).spans[0].text, "ab");
+  EXPECT_THROW(result_of(tags, emissions, 2), std::out_of_range);
+  EXPECT_THROW(result_of(tags.slice(1, 0, 3), emissions, 0), std::out_of_range);  // 4 tokens, 3 tags
+}
+
+}  // namespace
+}  // namespace qvi

@@ -1,0 +1,355 @@
+// Each front end in process against a fake core (server/frontend/core.h): native gRPC, OIP gRPC,
+// HTTP/JSON and KServe REST hand the core the request the client sent, prepared alike (request id,
+// deadline, the hook that holds the answer's bytes), and turn what the core answers — an answer, an
+// error of any code, an answer over the send limit — into their protocol's answer, exactly once, with
+// the same messages. The repository holds the real demo models (OIP plans against a manifest); the
+// fake core never runs them.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "inference/open_inference_grpc.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "qvi/serving/v1/inference.grpc.pb.h"
+#include "server/core/sched/sync.h"
+#include "server/frontend/call.h"
+#include "server/frontend/core.h"
+#include "server/frontend/oip/api.h"
+#include "server/grpc/native/inference_service.h"
+#include "server/grpc/oip/oip_service.h"
+#include "server/http/http_api.h"
+#include "tests/cpp/test_util/store.h"
+
+namespace qvi {
+namespace {
+
+namespace v1 = ::qvi::serving::v1;
+
+// Answers every Submit at once from the calling thread with what the test set, and keeps the
+// request it was handed.
+class FakeCore final : public Core {
+ public:
+  explicit FakeCore(const ModelRepository* repository) : repository_(repository) {}
+
+  void Submit(Method method, InferenceRequest request, Done done, ServableHandle servable) override {
+    {
+      MutexLock lock(&mu_);
+      ++calls_;
+      method_ = method;
+      had_servable_ = servable != nullptr;
+      if (request.hold_answer_bytes) held_ = request.hold_answer_bytes(hold_);
+      request_ = std::move(request);
+    }
+    if (!error_.ok()) return done(error_);
+    // The manifest the answer is read against, as the core gives it: the resolved version's.
+    if (servable == nullptr) {
+      absl::StatusOr<ServableHandle> resolved = repository_->Resolve(request_.model, request_.version);
+      if (!resolved.ok()) return done(resolved.status());
+      servable = *std::move(resolved);
+    }
+    InferenceResponse answer;
+    answer.manifest = servable->model->shared_manifest();
+    answer.model = request_.model;
+    answer.version = 1;
+    answer.request_id = request_.request_id;
+    for (size_t i = 0; i < request_.texts.size(); ++i) {
+      TextResult r;
+      r.labels = labels_;
+      answer.results.push_back(std::move(r));
+    }
+    done(std::move(answer));
+  }
+  const RequestLimits& limits() const override { return limits_; }
+  const Env& env() const override { return *repository_->env(); }
+
+  // What the next calls get: an error, or one answer per text with `labels`; `hold` bytes asked
+  // to be held for the answer.
+  void FailWith(absl::Status error) { error_ = std::move(error); }
+  void AnswerWith(std::vector<std::pair<std::string, float>> labels) { labels_ = std::move(labels); }
+  void HoldOnSubmit(int64_t bytes) { hold_ = bytes; }
+
+  int calls() const {
+    MutexLock lock(&mu_);
+    return calls_;
+  }
+  InferenceRequest request() const {
+    MutexLock lock(&mu_);
+    InferenceRequest copy;
+    copy.model = request_.model;
+    copy.version = request_.version;
+    copy.texts = request_.texts;
+    copy.request_id = request_.request_id;
+    copy.deadline = request_.deadline;
+    copy.options = request_.options;
+    return copy;
+  }
+  Method method() const {
+    MutexLock lock(&mu_);
+    return method_;
+  }
+  bool had_servable() const {
+    MutexLock lock(&mu_);
+    return had_servable_;
+  }
+  absl::Status held() const {
+    MutexLock lock(&mu_);
+    return held_;
+  }
+
+ private:
+  const ModelRepository* repository_;
+  RequestLimits limits_;
+  absl::Status error_;
+  std::vector<std::pair<std::string, float>> labels_ = {{"positive", 0.75f}, {"negative", 0.25f}};
+  int64_t hold_ = 0;
+  mutable Mutex mu_;
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
+  Method method_ ABSL_GUARDED_BY(mu_) = Method::kClassify;
+  bool had_servable_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status held_ ABSL_GUARDED_BY(mu_);
+  InferenceRequest request_ ABSL_GUARDED_BY(mu_);
+};
+
+class FrontendTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    torch::set_num_threads(1);
+    store_ = new testing::TempStore("frontend_test");
+    store_->CopyDemoFile("sentiment/1/model.pt", "sentiment/1/model.pt");
+    ServingConfig defaults;
+    defaults.device = "cpu";
+    auto repo = ModelRepository::Create({store_->str(), defaults});
+    ASSERT_TRUE(repo.ok()) << repo.status();
+    repo_ = repo->release();
+    repo_->Poll();
+    ASSERT_TRUE(repo_->Resolve("sentiment", 0).ok());
+  }
+  static void TearDownTestSuite() {
+    delete repo_;
+    delete store_;
+  }
+
+  // The four front ends over `core`, with these limits; gRPC on a port of its own.
+  void Start(Calls::Options options = {}) {
+    calls_ = std::make_unique<Calls>(repo_, options);
+    oip_api_ = std::make_unique<OipApi>(repo_, core_.limits(), calls_.get(), &ready_);
+    native_ = std::make_unique<InferenceServiceImpl>(&core_, repo_, calls_.get());
+    oip_ = std::make_unique<OipServiceImpl>(&core_, oip_api_.get(), calls_.get());
+    http_ = std::make_unique<HttpApi>(&core_, repo_, calls_.get(), oip_api_.get(), &ready_, HttpApi::Options{});
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(native_.get());
+    builder.RegisterService(oip_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+    native_stub_ = v1::Inference::NewStub(channel);
+    oip_stub_ = inference::GRPCInferenceService::NewStub(channel);
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown();
+  }
+
+  grpc::Status Classify(const std::string& text, v1::ClassifyResponse* out, const std::string& request_id = "") {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::ClassifyRequest in;
+    in.mutable_model()->set_name("sentiment");
+    in.add_texts(text);
+    in.set_request_id(request_id);
+    return native_stub_->Classify(&ctx, in, out);
+  }
+  grpc::Status ModelInfer(const std::string& text, inference::ModelInferResponse* out) {
+    grpc::ClientContext ctx;
+    inference::ModelInferRequest in;
+    in.set_model_name("sentiment");
+    auto* input = in.add_inputs();
+    input->set_name("text");
+    input->set_datatype("BYTES");
+    input->add_shape(1);
+    input->mutable_contents()->add_bytes_contents(text);
+    return oip_stub_->ModelInfer(&ctx, in, out);
+  }
+  // One HTTP request through HttpApi, answered (synchronously, the fake core being synchronous).
+  HttpResponse Http(const std::string& method, const std::string& target, const std::string& body,
+                    std::vector<std::pair<std::string, std::string>> headers = {}) {
+    HttpRequest request;
+    request.method = method;
+    request.target = target;
+    request.body = body;
+    request.peer = "ipv4:127.0.0.1:1";
+    request.headers = std::move(headers);
+    std::optional<HttpResponse> got;
+    int answers = 0;
+    http_->Handle(std::move(request), [&](HttpResponse r) {
+      ++answers;
+      got = std::move(r);
+    });
+    EXPECT_EQ(answers, 1);
+    return got.value_or(HttpResponse{});
+  }
+
+  static std::string Header(const HttpResponse& r, const std::string& name) {
+    for (const auto& [k, v] : r.headers) {
+      if (k == name) return v;
+    }
+    return "";
+  }
+
+  static testing::TempStore* store_;
+  static ModelRepository* repo_;
+  FakeCore core_{repo_};
+  std::atomic<bool> ready_{true};
+  std::unique_ptr<Calls> calls_;
+  std::unique_ptr<OipApi> oip_api_;
+  std::unique_ptr<InferenceServiceImpl> native_;
+  std::unique_ptr<OipServiceImpl> oip_;
+  std::unique_ptr<HttpApi> http_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Inference::Stub> native_stub_;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> oip_stub_;
+};
+
+testing::TempStore* FrontendTest::store_ = nullptr;
+ModelRepository* FrontendTest::repo_ = nullptr;
+
+TEST_F(FrontendTest, EveryFrontEndHandsTheCoreThePreparedRequest) {
+  Start();
+  v1::ClassifyResponse answer;
+  ASSERT_TRUE(Classify("a fine film", &answer).ok());
+  InferenceRequest seen = core_.request();
+  EXPECT_EQ(seen.model, "sentiment");
+  EXPECT_EQ(seen.texts, std::vector<std::string>{"a fine film"});
+  EXPECT_EQ(seen.request_id, "req-1");  // made up: the client sent none
+  EXPECT_NE(seen.deadline, absl::InfiniteFuture());
+  EXPECT_FALSE(core_.had_servable());
+  ASSERT_EQ(answer.results_size(), 1);
+  EXPECT_EQ(answer.results(0).labels(0).label(), "positive");
+  EXPECT_FLOAT_EQ(answer.results(0).labels(0).score(), 0.75f);
+
+  // HTTP: the id from X-Request-Id, echoed; the deadline from X-Request-Timeout-Ms.
+  HttpResponse r = Http("POST", "/v1/models/sentiment:tag", R"({"texts": ["Paris"]})",
+                        {{"X-Request-Id", "http-7"}, {"X-Request-Timeout-Ms", "5000"}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(core_.method(), Method::kTag);
+  EXPECT_EQ(core_.request().request_id, "http-7");
+  EXPECT_EQ(Header(r, "X-Request-Id"), "http-7");
+  EXPECT_LE(core_.request().deadline, core_.env().Now() + absl::Seconds(5));
+
+  // OIP over gRPC and KServe REST: planned against the version's manifest, which the core answers from.
+  inference::ModelInferResponse oip_answer;
+  ASSERT_TRUE(ModelInfer("a dull film", &oip_answer).ok());
+  EXPECT_EQ(core_.request().texts, std::vector<std::string>{"a dull film"});
+  EXPECT_TRUE(core_.had_servable());
+  EXPECT_EQ(core_.request().request_id, "req-2");  // OIP makes its id up as it reads the request
+  r = Http("POST", "/v2/models/sentiment/infer",
+           R"({"id": "rest-1", "inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["ok"]}]})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(core_.request().request_id, "rest-1");
+  EXPECT_EQ(nlohmann::json::parse(r.body)["id"], "rest-1");
+  EXPECT_EQ(core_.calls(), 4);
+}
+
+TEST_F(FrontendTest, TheCoresErrorIsEveryProtocolsErrorWithTheSameMessage) {
+  Start();
+  core_.FailWith(absl::InvalidArgumentError("texts[0]: too long for this test"));
+  v1::ClassifyResponse answer;
+  grpc::Status s = Classify("x", &answer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "texts[0]: too long for this test");
+  inference::ModelInferResponse oip_answer;
+  s = ModelInfer("x", &oip_answer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_message(), "texts[0]: too long for this test");
+  HttpResponse r = Http("POST", "/v1/models/sentiment:classify", R"({"texts": ["x"]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(nlohmann::json::parse(r.body)["error"], "texts[0]: too long for this test");
+  core_.FailWith(absl::UnavailableError("version 1 is unloading"));
+  r = Http("POST", "/v2/models/sentiment/infer",
+           R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["ok"]}]})");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(nlohmann::json::parse(r.body)["error"], "version 1 is unloading");
+}
+
+TEST_F(FrontendTest, AnAnswerOverTheSendLimitIsRefusedWithOneMessageEverywhere) {
+  Calls::Options options;
+  options.max_response_bytes = 40;
+  Start(options);
+  core_.AnswerWith({{std::string(100, 'x'), 1.0f}});
+  const std::string message = "over the limit of 40 bytes (--max-message-bytes); ask for fewer texts or outputs";
+  v1::ClassifyResponse answer;
+  grpc::Status s = Classify("x", &answer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(s.error_message().find(message), std::string::npos) << s.error_message();
+  HttpResponse r = Http("POST", "/v1/models/sentiment:classify", R"({"texts": ["x"]})");
+  EXPECT_EQ(r.status, 429);
+  EXPECT_NE(r.body.find(message), std::string::npos) << r.body;
+  inference::ModelInferResponse oip_answer;
+  s = ModelInfer("x", &oip_answer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(s.error_message().find(message), std::string::npos) << s.error_message();
+  r = Http("POST", "/v2/models/sentiment/infer",
+           R"({"inputs": [{"name": "text", "datatype": "BYTES", "shape": [1], "data": ["ok"]}]})");
+  EXPECT_EQ(r.status, 429);
+  EXPECT_NE(r.body.find(message), std::string::npos) << r.body;
+}
+
+TEST_F(FrontendTest, BytesInFlightAreAdmittedOnceAndReleasedByTheAnswer) {
+  Calls::Options options;
+  options.max_inflight_request_bytes = 4;  // fewer than any request's bytes: refused before decoding
+  Start(options);
+  v1::ClassifyResponse answer;
+  grpc::Status s = Classify("a fine film", &answer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(s.error_message().find("--max-inflight-request-bytes"), std::string::npos) << s.error_message();
+  HttpResponse r = Http("POST", "/v1/models/sentiment:classify", R"({"texts": ["x"]})");
+  EXPECT_EQ(r.status, 429) << r.body;
+  inference::ModelInferResponse oip_answer;
+  EXPECT_EQ(ModelInfer("x", &oip_answer).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(core_.calls(), 0);
+
+  // With room for the requests, an answer's estimate is held too, and refused when over; the bytes
+  // of an answered call no longer count (the next call is admitted).
+  TearDown();
+  options.max_inflight_request_bytes = 1000;
+  Start(options);
+  core_.HoldOnSubmit(5000);
+  ASSERT_TRUE(Classify("a fine film", &answer).ok());
+  EXPECT_EQ(core_.held().code(), absl::StatusCode::kResourceExhausted);
+  core_.HoldOnSubmit(100);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(Classify("a fine film", &answer).ok());
+    ASSERT_TRUE(core_.held().ok()) << core_.held();
+    EXPECT_EQ(Http("POST", "/v1/models/sentiment:classify", R"({"texts": ["x"]})").status, 200);
+    ASSERT_TRUE(core_.held().ok()) << core_.held();
+  }
+}
+
+TEST_F(FrontendTest, RequestIdsAreTheClientsOrMadeUpOnceAcrossProtocols) {
+  Start();
+  v1::ClassifyResponse answer;
+  ASSERT_TRUE(Classify("x", &answer, "mine").ok());
+  EXPECT_EQ(core_.request().request_id, "mine");
+  EXPECT_EQ(answer.request_id(), "mine");
+  HttpResponse r = Http("POST", "/v1/models/sentiment:classify", R"({"texts": ["x"]})");
+  EXPECT_EQ(Header(r, "X-Request-Id"), "req-1");  // the one counter of every protocol
+  ASSERT_TRUE(Classify("x", &answer).ok());
+  EXPECT_EQ(answer.request_id(), "req-2");
+  // A malformed timeout header is refused, naming it, after the id is known (so it is echoed).
+  r = Http("POST", "/v1/models/sentiment:classify", R"({"texts": ["x"]})", {{"X-Request-Timeout-Ms", "soon"}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("X-Request-Timeout-Ms"), std::string::npos) << r.body;
+  EXPECT_EQ(Header(r, "X-Request-Id"), "req-3");
+}
+
+}  // namespace
+}  // namespace qvi

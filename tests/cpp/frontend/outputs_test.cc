@@ -1,0 +1,115 @@
+// The output catalogue (server/core/spec/outputs.h): its rows agree with the enum, the manifest's
+// names, the native API's fields and the OIP tensors, so that a new output is one row.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "qvi/serving/v1/inference.pb.h"
+#include "server/core/spec/answer_tensors.h"
+#include "server/core/spec/outputs.h"
+#include "server/core/spec/request.h"
+#include "server/frontend/native/api.h"
+
+namespace qvi {
+namespace {
+
+TEST(OutputCatalogueTest, RowsFollowTheEnumAndNamesAreUnique) {
+  const std::vector<OutputRow>& rows = OutputCatalogue();
+  ASSERT_EQ(rows.size(), kOutputCount);
+  std::set<std::string> names;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(static_cast<size_t>(rows[i].id), i);
+    EXPECT_TRUE(names.insert(rows[i].name).second) << rows[i].name;
+    EXPECT_EQ(OutputNamed(rows[i].name), rows[i].id);
+    // Every row is on the wire, in the model, or both.
+    EXPECT_TRUE(rows[i].model_shape != nullptr || rows[i].wire_datatype != nullptr) << rows[i].name;
+    EXPECT_EQ(rows[i].wire_datatype != nullptr, rows[i].write != nullptr && rows[i].bytes != nullptr)
+        << rows[i].name << ": a wire tensor needs its writer and size";
+  }
+  EXPECT_FALSE(OutputNamed("layer_lambda"));
+  EXPECT_FALSE(OutputNamed(""));
+}
+
+TEST(OutputCatalogueTest, EveryAnswerFieldHasItsNativeApiField) {
+  const std::vector<Output> bound = OutputsWithProtoFields();
+  for (const OutputRow& row : OutputCatalogue()) {
+    const bool has_field = row.token_field != nullptr || row.layer_field != nullptr;
+    EXPECT_EQ(has_field, row.proto_field != nullptr) << row.name;
+    if (!has_field) continue;
+    const google::protobuf::Descriptor* message =
+        row.token_field != nullptr ? serving::v1::Token::descriptor() : serving::v1::LayerMap::descriptor();
+    EXPECT_NE(message->FindFieldByName(row.proto_field), nullptr) << row.name << " -> " << row.proto_field;
+    EXPECT_NE(std::find(bound.begin(), bound.end(), row.id), bound.end())
+        << row.name << " has an answer field but server/frontend/native/api.cc does not copy it into the native API";
+  }
+}
+
+// A row that a request option turns on has that option's names (NamesOf), and its parameter name
+// leads back to its switch: the native API, OIP and the null model all read the switches from here.
+TEST(OutputCatalogueTest, EveryRequestSwitchARowUsesHasItsNames) {
+  const std::set<OutputSwitch> not_asked = {OutputSwitch::kAnswer, OutputSwitch::kNamed, OutputSwitch::kAnyToken,
+                                            OutputSwitch::kAnyLayer};
+  for (const OutputRow& row : OutputCatalogue()) {
+    if (not_asked.count(row.on) > 0) {
+      EXPECT_EQ(NamesOf(row.on).parameter, nullptr) << row.name;
+      continue;
+    }
+    const SwitchNames names = NamesOf(row.on);
+    ASSERT_NE(names.parameter, nullptr) << row.name << ": its switch has no parameter name (NamesOf)";
+    ASSERT_NE(names.option, nullptr) << row.name << ": its switch has no option name (NamesOf)";
+    EXPECT_EQ(SwitchParameter(names.parameter), row.on) << row.name;
+  }
+  EXPECT_FALSE(SwitchParameter("nope"));
+}
+
+TEST(OutputCatalogueTest, SwitchesTurnOnTheirOutputsAndNothingElse) {
+  OutputOptions o;
+  EXPECT_FALSE(o.AsksPerToken());
+  o.Ask(OutputSwitch::kAttention);
+  EXPECT_TRUE(o.Asks(Output::kAttention));
+  EXPECT_TRUE(o.Asks(Output::kSentenceAttention));
+  EXPECT_FALSE(o.Asks(Output::kGates));
+  EXPECT_TRUE(o.AsksPerToken());
+  EXPECT_FALSE(o.AsksLayers());
+  o.Ask(OutputSwitch::kLayerGates);
+  EXPECT_TRUE(o.AsksLayers());
+  EXPECT_EQ(SwitchedBy(OutputSwitch::kGates),
+            OutputsOf({Output::kGates, Output::kSentenceGates, Output::kLambdaQ, Output::kLambdaK}));
+  for (OutputSwitch on : {OutputSwitch::kTokens, OutputSwitch::kAttention, OutputSwitch::kGates,
+                          OutputSwitch::kLayerGates, OutputSwitch::kLayerAttention}) {
+    EXPECT_EQ(SwitchParameter(NamesOf(on).parameter), on);
+    EXPECT_NE(std::string(NamesOf(on).option).find("options."), std::string::npos);
+  }
+  EXPECT_FALSE(SwitchParameter("top_k"));
+  EXPECT_EQ(AnswerTensors(Task::kClassification), OutputsOf({Output::kLogits}));
+  EXPECT_EQ(AnswerTensors(Task::kTagging), OutputsOf({Output::kEmissions, Output::kTags}));
+}
+
+TEST(OutputCatalogueTest, WireOutputsAndDefaultsFollowTheModelAndTheSwitches) {
+  Manifest m;
+  m.name = "han";
+  m.task = Task::kClassification;
+  m.labels = {"a", "b", "c"};
+  m.outputs = {{"logits", {"B", "C"}},         {"attention", {"B", "T"}},
+               {"gates", {"B", "T"}},          {"sentence_attention", {"B", "T"}},
+               {"sentence_gates", {"B", "T"}}, {"unknown", {"B"}}};
+  std::vector<std::string> names;
+  for (const TensorSpec& s : WireOutputs(m)) names.push_back(s.name);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"label", "probabilities", "labels", "scores", "tokens", "token_count",
+                                      "truncated", "attention", "sentence_attention", "gates", "sentence_gates"}));
+  EXPECT_EQ(WireOutputs(m)[1].shape, (std::vector<int64_t>{-1, 3}));
+  EXPECT_EQ(m.ModelOutputs(), OutputsOf({Output::kLogits, Output::kAttention, Output::kGates,
+                                         Output::kSentenceAttention, Output::kSentenceGates}));
+  OutputOptions o;
+  EXPECT_EQ(DefaultWireOutputs(m, o.outputs), (std::vector<Output>{Output::kLabel, Output::kProbabilities}));
+  o.Ask(OutputSwitch::kGates);
+  EXPECT_EQ(DefaultWireOutputs(m, o.outputs),
+            (std::vector<Output>{Output::kLabel, Output::kProbabilities, Output::kTokenCount, Output::kGates,
+                                 Output::kSentenceGates}));
+}
+
+}  // namespace
+}  // namespace qvi
