@@ -6,7 +6,7 @@ server needs; the architectures that cannot be exported say so and ship TorchScr
 Compiling takes 20-60 s per architecture on two cores, so packages are kept in a cache folder
 (QVI_PT2_CACHE, default ~/.cache/qvi/pt2-tests) keyed by weights, exporter code and torch version:
 a warm run reuses them, a changed exporter compiles again. The C++ side (the server's loader, its
-Viterbi, parity with TorchScript inside the server) is tested in tests/cpp/model_test.cc."""
+Viterbi, parity with TorchScript inside the server) is tested in tests/cpp/core/model/model_test.cc."""
 import json
 import os
 

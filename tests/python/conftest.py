@@ -3,48 +3,14 @@ the virtual environment of the Open Inference Protocol clients."""
 import hashlib
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import threading
-import time
-import urllib.request
 
-import grpc
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO, "model_store"))
-SERVER = os.environ.get("QVI_SERVER", os.path.join(REPO, "build", "qvi-server"))
-STORE = os.path.join(REPO, "model_store", "store")
-
-
-def doc_commands(doc, heading, program):
-    """The commands of the first ```sh block after `heading` in `doc` (a path under the repo): a line
-    starting with `program` starts one, the lines after it (a quoted JSON body or a backslash
-    continuation) belong to it; comment lines are left out."""
-    with open(os.path.join(REPO, doc), encoding="utf-8") as f:
-        text = f.read()
-    section = text[text.index(heading):]
-    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
-    commands = []
-    for line in block.splitlines():
-        if line.startswith(program + " "):
-            commands.append(line)
-        elif line.strip() and not line.startswith("#"):
-            commands[-1] += "\n" + line
-    return commands
-
-
-def wait_until(predicate, what, seconds=60):
-    """Polls predicate until it holds; fails naming what was awaited after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
+from qvi_testing import REPO, STORE, ServerProcess  # the helpers every suite shares
 
 
 @pytest.fixture(scope="session")
@@ -139,143 +105,6 @@ def _export_inconsistent_model(store):
     manifest = artifact.build_manifest("inconsistent", cfg, TokenizerConfig(), vocab, ["x", "y"], "", {})
     manifest["labels"] = ["x", "y", "z"]
     artifact.export(build_model(cfg), manifest, vocab, store, 1)
-
-
-class Background:
-    """`n` threads running `self.run(i)` until the `with` block ends; run() checks `self.stop`."""
-
-    def __init__(self, n):
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self.run, args=(i,)) for i in range(n)]
-
-    def run(self, i):
-        raise NotImplementedError
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=60)
-
-
-class Traffic(Background):
-    """`classifiers` clients sending Classify (sentiment, version 0) and one sending Tag (ner) in a
-    loop until the block ends; records every outcome: the versions that answered each classifying
-    client, in order, the tags answered, and every error."""
-
-    def __init__(self, api, channel, classifiers=3):
-        self.pb, pb_grpc = api
-        self.stub = pb_grpc.InferenceStub(channel)
-        self.lock = threading.Lock()
-        self.classifiers = classifiers
-        self.versions = {c: [] for c in range(classifiers)}  # sentiment versions answered, per client, in order
-        self.tagged = 0
-        self.errors = []
-        super().__init__(classifiers + 1)
-
-    def run(self, c):
-        pb = self.pb
-        i = 0
-        while not self.stop.is_set():
-            i += 1
-            try:
-                if c == self.classifiers:
-                    self.stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=[f"Paris {i}"]), timeout=30)
-                    with self.lock:
-                        self.tagged += 1
-                    continue
-                r = self.stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"),
-                                                          texts=[f"a good film {i}", "dull"]), timeout=30)
-                assert len(r.results) == 2
-                with self.lock:
-                    self.versions[c].append(r.model.version)
-            except grpc.RpcError as e:
-                with self.lock:
-                    self.errors.append((c, e.code(), e.details()))
-
-    def served(self):
-        with self.lock:
-            return [v for vs in self.versions.values() for v in vs]
-
-    def wait_for_answers_from(self, version, more=20, seconds=60):
-        """Until `more` answers came from `version` (bounded by `seconds`)."""
-        deadline = time.monotonic() + seconds
-        while self.served().count(version) < more:
-            assert time.monotonic() < deadline, f"no answers from version {version}; errors {self.errors[:3]}"
-            time.sleep(0.01)
-
-    def check(self):
-        assert self.errors == [], f"{len(self.errors)} failed requests, e.g. {self.errors[:3]}"
-        for c, vs in self.versions.items():
-            assert vs, f"client {c} got no answers"
-        assert self.tagged > 0, "the other model's client got no answers"
-
-
-class ServerProcess:
-    """qvi-server on a free port over `store`, started and stopped (SIGTERM, exit code 0)."""
-
-    def __init__(self, store, work, *extra_args, plaintext_ready=True, log_pipe=False, cpus=None, port=0):
-        """log_pipe: the server's stdout and stderr go to a pipe (self.proc.stdout) that the test reads
-        itself, or leaves unread to see what a blocked stderr does; log() is then not available.
-        cpus: the set of CPUs the server may run on (its affinity mask), as taskset would give it.
-        port: the gRPC port; 0 picks a free one."""
-        assert os.path.exists(SERVER), f"{SERVER} is missing: scripts/test.sh builds it"
-        self.work = work
-        port_file = os.path.join(work, "port")
-        metrics_port_file = os.path.join(work, "metrics_port")
-        http_port_file = os.path.join(work, "http_port")
-        self.log_path = os.path.join(work, "server.log")
-        self._log = open(self.log_path, "w")
-        # taskset, not preexec_fn: a preexec_fn makes Python fork() rather than vfork(), which runs
-        # grpcio's fork handlers in the child; they restart gRPC's poller thread there, the child's
-        # close_fds closes its epoll fd, and the child aborts ("Epoll1Poller ... epoll_wait error: Bad
-        # file descriptor") before it execs the server -- grpc/grpc#43055, seen once in CI.
-        pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
-        self.proc = subprocess.Popen([*pin, SERVER, "--model-store", store, "--port", str(port), "--host", "127.0.0.1",
-                                      "--port-file", port_file, "--device", "cpu", "--metrics-port", "0",
-                                      "--metrics-port-file", metrics_port_file, "--http-port", "0", "--http-port-file",
-                                      http_port_file, *extra_args],
-                                     stdout=subprocess.PIPE if log_pipe else self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while not os.path.exists(port_file):
-            assert self.proc.poll() is None, f"qvi-server exited: {self.log()}"
-            assert time.monotonic() < deadline, "qvi-server did not start in 120 s"
-            time.sleep(0.05)  # waiting on a process, not on a clock
-        with open(port_file) as f:
-            self.address = f"127.0.0.1:{int(f.read())}"
-        with open(metrics_port_file) as f:
-            self.metrics_address = f"127.0.0.1:{int(f.read())}"
-        # The HTTP port's file is written before the gRPC port's; none when a test turns HTTP off.
-        self.http_address = None
-        if os.path.exists(http_port_file):
-            with open(http_port_file) as f:
-                self.http_address = f"127.0.0.1:{int(f.read())}"
-        self.channel = None
-        if plaintext_ready:  # a TLS server's test makes its own channels
-            self.channel = grpc.insecure_channel(self.address)
-            grpc.channel_ready_future(self.channel).result(timeout=30)
-
-    def log(self):
-        with open(self.log_path, encoding="utf-8") as f:
-            return f.read()
-
-    def metrics(self):
-        """The server's Prometheus samples now: {'name{labels}': value}, as /metrics writes them."""
-        with urllib.request.urlopen(f"http://{self.metrics_address}/metrics", timeout=10) as r:
-            body = r.read().decode()
-        return {series: float(value) for series, value in
-                (line.rsplit(" ", 1) for line in body.splitlines() if line and not line.startswith("#"))}
-
-    def stop(self):
-        if self.channel is not None:
-            self.channel.close()
-        self.proc.send_signal(signal.SIGTERM)
-        assert self.proc.wait(timeout=60) == 0, self.log()
-        self._log.close()
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import time
 import grpc
 import pytest
 
-from conftest import STORE, ServerProcess
+from qvi_testing import STORE, ServerProcess
 
 # Refusals are decided before the model runs; a generous bound that no model run of these sizes meets.
 QUICK_S = 2.0

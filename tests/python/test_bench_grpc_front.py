@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from conftest import REPO, wait_until
+from qvi_testing import REPO, wait_until
 
 PROGRAM = os.path.join(REPO, "build", "qvi-bench-grpc-front")
 

@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-from conftest import ServerProcess
+from qvi_testing import ServerProcess
 
 
 @pytest.fixture(scope="module")

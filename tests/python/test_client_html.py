@@ -11,7 +11,7 @@ import tempfile
 import pytest
 from PIL import Image
 
-from conftest import REPO
+from qvi_testing import REPO
 
 CLIENT = os.environ.get("QVI_CLIENT", os.path.join(REPO, "build", "qvi-client"))
 CHROMIUM = shutil.which("chromium")

@@ -6,7 +6,6 @@ retried with backoff within the call's deadline, and the README's Python snippet
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -14,7 +13,7 @@ import textwrap
 
 import pytest
 
-from conftest import REPO, STORE, ServerProcess
+from qvi_testing import REPO, STORE, ServerProcess, free_port
 
 PACKAGE = os.path.join(REPO, "client", "python")
 
@@ -125,12 +124,6 @@ def test_errors_raise_qvierror_with_the_code_and_the_servers_message(client_pyth
     assert got[1][0] == "NOT_FOUND" and "model 'nope' not found" in got[1][1]
     assert got[2][0] == "NOT_FOUND" and "has no version 9" in got[2][1]
     assert got[3][0] == "INVALID_ARGUMENT" and got[3][1].startswith("options.layers.layers[0]: 7 is out of range")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_unavailable_is_retried_with_backoff_until_the_server_answers(client_python, tmp_path):

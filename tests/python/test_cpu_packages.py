@@ -4,7 +4,7 @@ log say so, and its answers stay within the fidelity gate's limits of the float3
 pin (`--cpu-package base`, or serving.json's "cpu_package") still serves; the log says how each package was
 compiled (weights frozen or not, as the exporter timed faster). The exporter's side (the variants, the gate,
 the card) is tested in model_store/tests/test_pt2.py; the order of preference in
-tests/cpp/model_test.cc.
+tests/cpp/core/model/model_test.cc.
 
 The bf16 package is compiled here from the demo sentiment model (30-60 s on two cores), kept in the
 package cache the zoo's tests use (QVI_PT2_CACHE), so a warm run reuses it."""
@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO, STORE, ServerProcess
+from qvi_testing import REPO, STORE, ServerProcess
 from qvi import artifact, pt2
 from qvi.models import ModelConfig, build_model
 from qvi.tokenizer import config_from_json, encode

@@ -1,4 +1,4 @@
-"""The batching defaults have one source of truth, server/core/spec/defaults.h: qvi-server --help prints
+"""The batching defaults have one source of truth, server/core/sched/defaults.h: qvi-server --help prints
 them, GetModel reports them for a version that sets none of its own, and docs/serving.md's table and
 the exporter's manifest block (model_store/qvi/artifact.py) say the same."""
 import ast
@@ -6,7 +6,7 @@ import os
 import re
 import subprocess
 
-from conftest import REPO, SERVER
+from qvi_testing import REPO, SERVER
 
 KEYS = ("max_batch_size", "max_batch_tokens", "max_queue_delay_ms", "max_queued_texts", "max_queued_tokens",
         "batch_when_idle")

@@ -11,7 +11,6 @@ Podman runs no gRPC probes itself: the test runs each of the Deployment's probes
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,7 +22,7 @@ import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from conftest import REPO, STORE, ServerProcess, wait_until
+from qvi_testing import REPO, STORE, ServerProcess, free_port, wait_until
 
 IMAGE = os.environ.get("QVI_IMAGE", "localhost/qvi-serve:cpu")
 PODMAN = ["podman"] + os.environ.get("QVI_PODMAN_FLAGS", "--runtime=runc --cgroup-manager=cgroupfs").split()
@@ -42,12 +41,6 @@ with open(CONTAINERS_CONF, "w") as _f:
 def podman(*args, timeout=120, check=True):
     return subprocess.run(PODMAN + list(args), capture_output=True, text=True, timeout=timeout, check=check,
                           env={**os.environ, "CONTAINERS_CONF": CONTAINERS_CONF})
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_serving(address, service="", deadline_s=START_S, container=None):

@@ -14,12 +14,11 @@ import os
 import shutil
 import tomllib
 
-import grpc
 import jsonschema
 import pytest
 import yaml
 
-from conftest import REPO, STORE, ServerProcess
+from qvi_testing import REPO, STORE, ServerProcess
 from test_deploy_manifests import K8S, render, server_container
 
 KSERVE = os.path.join(REPO, "deploy", "kserve")

@@ -14,12 +14,11 @@ import subprocess
 import tempfile
 import tomllib
 
-import grpc
 import pytest
 import yaml
 import kubernetes_validate
 
-from conftest import REPO, STORE, ServerProcess
+from qvi_testing import REPO, STORE, ServerProcess
 
 K8S = os.path.join(REPO, "deploy", "k8s")
 KUBECTL = os.path.join(REPO, ".venv", "bin", "kubectl")

@@ -8,7 +8,7 @@ import grpc
 import pytest
 import torch
 
-from conftest import REPO, STORE, ServerProcess
+from qvi_testing import REPO, STORE, ServerProcess
 from qvi import artifact
 from qvi.metrics import chunks
 from qvi.tokenizer import config_from_json, encode

@@ -7,7 +7,6 @@ self-contained (nothing fetched but this server's JSON routes), runs only its ow
 --http-explain-page=false turns it off."""
 import base64
 import hashlib
-import http.client
 import json
 import os
 import re
@@ -18,7 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
-from conftest import REPO, ServerProcess
+from qvi_testing import REPO, ServerProcess, http_call
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -49,20 +48,9 @@ def browser():
     driver.quit()
 
 
-def call(address, method, path, body=None):
-    host, port = address.split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    conn.request(method, path, body=None if body is None else json.dumps(body),
-                 headers={"Content-Type": "application/json"} if body is not None else {})
-    r = conn.getresponse()
-    data = r.read()
-    conn.close()
-    return r.status, data, dict(r.getheaders())
-
-
 def answer_of(address, model, verb, text, **options):
-    status, data, _ = call(address, "POST", f"/v1/models/{model}:{verb}",
-                           {"texts": [text], "options": dict(tokens=True, **options)})
+    status, data, _ = http_call(address, "POST", f"/v1/models/{model}:{verb}",
+                           {"texts": [text], "options": dict(tokens=True, **options)}, raw=True)
     assert status == 200, data
     return json.loads(data)
 
@@ -147,7 +135,7 @@ def test_a_classification_typed_by_keyboard_shows_what_the_json_route_answers(br
     assert all(abs(b[1] - t["gate"]) < 1e-4 and abs(b[4] - t["gate"]) < 0.005 for b, t in zip(beta, api["tokens"])), \
         (beta, [t["gate"] for t in api["tokens"]])
     # Per-layer maps of the 2-layer Transformer: one T x T map per layer (mean of heads), a β row each.
-    md = json.loads(call(address, "GET", "/v1/models/sentiment")[1])["model"]["versions"][0]["metadata"]
+    md = json.loads(http_call(address, "GET", "/v1/models/sentiment", raw=True)[1])["model"]["versions"][0]["metadata"]
     n = len(api["tokens"])
     maps = browser.find_elements(By.CSS_SELECTOR, "#answer table.map")
     assert [m.get_attribute("data-layer") for m in maps] == [str(i) for i in range(md["layers"])]
@@ -238,7 +226,7 @@ def test_right_to_left_and_cjk_texts_keep_their_offsets(browser, server_process)
 def test_a_refused_request_shows_the_servers_error(browser, server_process):
     address = server_process.http_address
     open_page(browser, address, "sentiment")
-    status, data, _ = call(address, "POST", "/v1/models/sentiment:classify", {"texts": ["   "]})
+    status, data, _ = http_call(address, "POST", "/v1/models/sentiment:classify", {"texts": ["   "]}, raw=True)
     assert status == 400
     assert ask(browser, "   ") == "error"
     assert browser.find_element(By.ID, "error").text == "HTTP 400: " + json.loads(data)["error"]
@@ -299,7 +287,7 @@ def test_context_aware_and_hierarchical_models_show_lambda_and_sentence_weights(
 
 
 def test_the_page_is_self_contained_and_runs_only_its_own_script(server_process):
-    status, body, headers = call(server_process.http_address, "GET", "/")
+    status, body, headers = http_call(server_process.http_address, "GET", "/", raw=True)
     assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
     page = body.decode()
     # Nothing from elsewhere: no absolute URL, no external script, style or image.
@@ -318,9 +306,9 @@ def test_the_page_can_be_turned_off(tmp_path):
     shutil.copytree(os.path.join(REPO, "model_store", "store", "sentiment"), os.path.join(store, "sentiment"))
     proc = ServerProcess(store, str(tmp_path), "--http-explain-page=false")
     try:
-        status, body, _ = call(proc.http_address, "GET", "/")
+        status, body, _ = http_call(proc.http_address, "GET", "/", raw=True)
         assert status == 404 and "the explanation page is off" in json.loads(body)["error"]
-        assert call(proc.http_address, "GET", "/v2/health/ready")[0] == 200
+        assert http_call(proc.http_address, "GET", "/v2/health/ready", raw=True)[0] == 200
         assert "the explanation page is at /" not in proc.log()
     finally:
         proc.stop()

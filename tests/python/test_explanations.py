@@ -17,7 +17,7 @@ import time
 import pytest
 import torch
 
-from conftest import ServerProcess
+from qvi_testing import ServerProcess
 from qvi import artifact
 from qvi.cli import BOUNDARIES
 from qvi.models import BASELINES, CLASSIFIERS, CONTEXT_AWARE, TAGGERS, ModelConfig, build_model

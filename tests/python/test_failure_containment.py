@@ -23,7 +23,7 @@ import time
 import grpc
 import pytest
 
-from conftest import STORE, ServerProcess, wait_until
+from qvi_testing import STORE, ServerProcess, wait_until
 
 LONG_TEXT = " ".join(f"word{i}" for i in range(120))
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from conftest import doc_commands, wait_until
+from qvi_testing import doc_commands, wait_until
 
 GRPCURL = os.path.join(os.path.dirname(sys.executable), "grpcurl")
 

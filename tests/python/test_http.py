@@ -10,11 +10,10 @@ import signal
 import socket
 import struct
 import subprocess
-import time
 
 import pytest
 
-from conftest import ServerProcess, STORE, doc_commands, wait_until
+from qvi_testing import STORE, ServerProcess, doc_commands, http_call, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -23,34 +22,20 @@ def http_address(server_process):
     return server_process.http_address
 
 
-def call(address, method, path, body=None, headers=None):
-    """(status, parsed JSON or None, headers) of one request on a new connection."""
-    host, port = address.split(":")
-    conn = http.client.HTTPConnection(host, int(port), timeout=30)
-    try:
-        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
-        conn.request(method, path, body=data, headers=headers or {})
-        r = conn.getresponse()
-        raw = r.read()
-        return r.status, (json.loads(raw) if raw else None), dict(r.getheaders())
-    finally:
-        conn.close()
-
-
 def test_health_routes_answer_for_kubernetes_probes(http_address):
-    assert call(http_address, "GET", "/v2/health/live")[:2] == (200, {"live": True})
-    assert call(http_address, "GET", "/v2/health/ready")[:2] == (200, {"ready": True})
+    assert http_call(http_address, "GET", "/v2/health/live")[:2] == (200, {"live": True})
+    assert http_call(http_address, "GET", "/v2/health/ready")[:2] == (200, {"ready": True})
 
 
 def test_models_are_listed_and_described(http_address):
-    status, body, _ = call(http_address, "GET", "/v1/models")
+    status, body, _ = http_call(http_address, "GET", "/v1/models")
     assert status == 200
     names = {m["name"] for m in body["models"]}
     assert {"sentiment", "ner"} <= names
-    status, body, _ = call(http_address, "GET", "/v1/models/sentiment")
+    status, body, _ = http_call(http_address, "GET", "/v1/models/sentiment")
     assert status == 200 and body["model"]["name"] == "sentiment"
     assert body["model"]["versions"][0]["metadata"]["labels"] == ["negative", "positive"]
-    status, body, _ = call(http_address, "GET", "/v1/models/sentiment/versions/99")
+    status, body, _ = http_call(http_address, "GET", "/v1/models/sentiment/versions/99")
     assert (status, body) == (404, {"error": "model 'sentiment' has no version 99"})
 
 
@@ -60,7 +45,7 @@ TEXTS = ["a wonderful, moving film", "dull, lifeless and far too long", "Angela 
 def test_classify_answers_what_grpc_answers(http_address, server, api):
     pb, pb_grpc = api
     options = {"topK": 2, "attention": True, "gates": True, "tokens": True}
-    status, body, headers = call(http_address, "POST", "/v1/models/sentiment:classify",
+    status, body, headers = http_call(http_address, "POST", "/v1/models/sentiment:classify",
                                  {"texts": TEXTS, "options": options, "requestId": "http-1"})
     assert status == 200, body
     assert headers["X-Request-Id"] == "http-1" and body["requestId"] == "http-1"
@@ -79,7 +64,7 @@ def test_classify_answers_what_grpc_answers(http_address, server, api):
 
 def test_tag_answers_what_grpc_answers(http_address, server, api):
     pb, pb_grpc = api
-    status, body, _ = call(http_address, "POST", "/v1/models/ner/versions/1:tag", {"texts": TEXTS[2:]})
+    status, body, _ = http_call(http_address, "POST", "/v1/models/ner/versions/1:tag", {"texts": TEXTS[2:]})
     assert status == 200, body
     want = pb_grpc.InferenceStub(server).Tag(pb.TagRequest(model=pb.ModelSpec(name="ner", version=1),
                                                            texts=TEXTS[2:]), timeout=30)
@@ -118,7 +103,7 @@ def test_tag_answers_what_grpc_answers(http_address, server, api):
     ("POST", "/v1/models/sentiment:classify", b'{"texts": ["a"' + b" " * 100000 + b"x", 400, "not valid JSON"),
 ])
 def test_errors_are_json_with_the_status_of_their_code(http_address, method, path, body, status, error):
-    got, answer, headers = call(http_address, method, path, body)
+    got, answer, headers = http_call(http_address, method, path, body)
     assert got == status, answer
     assert error in answer["error"], answer
     assert len(answer["error"]) < 600, "an error quotes at most a little of the request"
@@ -170,7 +155,7 @@ def test_a_chunked_body_over_the_limit_is_cut_off(http_address):
 
 
 def test_a_header_over_the_limit_is_431(http_address):
-    status, body, _ = call(http_address, "GET", "/v2/health/live", headers={"X-Big": "a" * 20000})
+    status, body, _ = http_call(http_address, "GET", "/v2/health/live", headers={"X-Big": "a" * 20000})
     assert status == 431 and "16384 bytes (--http-max-header-bytes)" in body["error"]
     many = b"".join(b"X-H%d: v\r\n" % i for i in range(10000))
     answer = raw_exchange(http_address, b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
@@ -180,7 +165,7 @@ def test_a_header_over_the_limit_is_431(http_address):
 def test_malformed_http_is_400_and_the_server_stays_up(http_address):
     answer = raw_exchange(http_address, b"NOT HTTP AT ALL\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
-    assert call(http_address, "GET", "/v2/health/live")[0] == 200
+    assert http_call(http_address, "GET", "/v2/health/live")[0] == 200
 
 
 def test_a_keep_alive_connection_answers_request_after_request(http_address):
@@ -205,7 +190,7 @@ def test_http_calls_are_counted_in_the_metrics(server_process, http_address):
                    if k.startswith("qvi_requests_total{") and 'method="Classify"' in k and 'model="sentiment"' in k
                    and 'code="INVALID_ARGUMENT"' in k)
     before = count()
-    assert call(http_address, "POST", "/v1/models/sentiment:classify", {"texts": []})[0] == 400
+    assert http_call(http_address, "POST", "/v1/models/sentiment:classify", {"texts": []})[0] == 400
     wait_until(lambda: count() == before + 1, "the refused HTTP call in qvi_requests_total", seconds=10)
 
 
@@ -234,11 +219,11 @@ def test_a_slow_header_is_cut_off_and_readiness_follows_the_drain(tmp_path):
                     break
         assert closed, "the server kept a header trickling for its whole length"
         assert sent < len(request), "cut off before the header was complete"
-        assert call(proc.http_address, "GET", "/v2/health/live")[0] == 200, "the server goes on"
+        assert http_call(proc.http_address, "GET", "/v2/health/live")[0] == 200, "the server goes on"
         proc.proc.send_signal(signal.SIGTERM)
-        wait_until(lambda: call(proc.http_address, "GET", "/v2/health/ready")[0] == 503, "ready 503 in the drain",
+        wait_until(lambda: http_call(proc.http_address, "GET", "/v2/health/ready")[0] == 503, "ready 503 in the drain",
                    seconds=20)
-        assert call(proc.http_address, "GET", "/v2/health/live")[0] == 200
+        assert http_call(proc.http_address, "GET", "/v2/health/live")[0] == 200
     finally:
         proc.proc.send_signal(signal.SIGTERM)  # the second signal ends the delay
         assert proc.proc.wait(timeout=60) == 0, proc.log()
@@ -268,24 +253,24 @@ def infer_body(texts, outputs=None, **parameters):
 
 
 def test_v2_server_and_model_metadata(http_address):
-    status, body, _ = call(http_address, "GET", "/v2")
+    status, body, _ = http_call(http_address, "GET", "/v2")
     assert status == 200 and body["name"] == "qvi-serve" and {"classification", "binary_tensor_data"} <= set(body["extensions"])
-    status, body, _ = call(http_address, "GET", "/v2/models/sentiment")
+    status, body, _ = http_call(http_address, "GET", "/v2/models/sentiment")
     assert status == 200, body
     assert body["name"] == "sentiment" and body["versions"] == ["1"]
     assert body["inputs"] == [{"name": "text", "datatype": "BYTES", "shape": [-1]}]
     outputs = {o["name"]: o for o in body["outputs"]}
     assert outputs["probabilities"] == {"name": "probabilities", "datatype": "FP32", "shape": [-1, 2]}
     assert json.loads(body["parameters"]["labels"]) == ["negative", "positive"]
-    assert call(http_address, "GET", "/v2/models/sentiment/versions/1/ready")[:2] == \
+    assert http_call(http_address, "GET", "/v2/models/sentiment/versions/1/ready")[:2] == \
         (200, {"name": "sentiment", "ready": True})
-    status, body, _ = call(http_address, "GET", "/v2/models/sentiment/versions/9/ready")
+    status, body, _ = http_call(http_address, "GET", "/v2/models/sentiment/versions/9/ready")
     assert status == 404 and "has no version 9" in body["error"]
 
 
 def test_v2_infer_answers_what_classify_answers(http_address):
     texts = TEXTS[:2]
-    status, body, headers = call(http_address, "POST", "/v2/models/sentiment/infer",
+    status, body, headers = http_call(http_address, "POST", "/v2/models/sentiment/infer",
                                  dict(infer_body(texts, [{"name": "probabilities", "parameters": {"classification": 2}},
                                                          {"name": "attention"}, {"name": "token_count"}]), id="v2-1"))
     assert status == 200, body
@@ -293,7 +278,7 @@ def test_v2_infer_answers_what_classify_answers(http_address):
     assert headers["X-Request-Id"] == "v2-1"
     outputs = {o["name"]: o for o in body["outputs"]}
     assert [o["name"] for o in body["outputs"]] == ["probabilities", "attention", "token_count"]
-    _, native, _ = call(http_address, "POST", "/v1/models/sentiment:classify",
+    _, native, _ = http_call(http_address, "POST", "/v1/models/sentiment:classify",
                         {"texts": texts, "options": {"topK": 2, "attention": True}})
     probabilities = outputs["probabilities"]
     assert probabilities["datatype"] == "BYTES" and probabilities["shape"] == [2, 2]
@@ -309,10 +294,10 @@ def test_v2_infer_answers_what_classify_answers(http_address):
 
 
 def test_v2_infer_tags_with_the_spans_tag_answers(http_address):
-    status, body, _ = call(http_address, "POST", "/v2/models/ner/infer", infer_body(TEXTS[2:]))
+    status, body, _ = http_call(http_address, "POST", "/v2/models/ner/infer", infer_body(TEXTS[2:]))
     assert status == 200, body
     spans = json.loads({o["name"]: o for o in body["outputs"]}["spans"]["data"][0])
-    _, native, _ = call(http_address, "POST", "/v1/models/ner:tag", {"texts": TEXTS[2:]})
+    _, native, _ = http_call(http_address, "POST", "/v1/models/ner:tag", {"texts": TEXTS[2:]})
     assert [(s["label"], s["start"], s["end"], s["text"]) for s in spans] == \
         [(s["label"], s["start"], s["end"], s["text"]) for s in native["results"][0]["spans"]]
 
@@ -330,7 +315,7 @@ def test_v2_infer_tags_with_the_spans_tag_answers(http_address):
     (dict(infer_body(["a"]), parameters={"p" * 100000: 1.5}), 400, "must be a boolean, an integer"),
 ])
 def test_v2_infer_errors_name_the_field(http_address, body, status, error):
-    got, answer, _ = call(http_address, "POST", "/v2/models/sentiment/infer", body)
+    got, answer, _ = http_call(http_address, "POST", "/v2/models/sentiment/infer", body)
     assert got == status, answer
     assert error in answer["error"], answer
     assert len(answer["error"]) < 600, "an error quotes at most a little of the request"
@@ -349,12 +334,12 @@ def test_a_timeout_header_sets_the_calls_deadline(tmp_path):
         address = proc.http_address
         for path, body in (("/v1/models/sentiment:classify", {"texts": ["fine"]}),
                            ("/v2/models/sentiment/infer", infer_body(["fine"]))):
-            status, answer, _ = call(address, "POST", path, body, {"X-Request-Timeout-Ms": "200"})
+            status, answer, _ = http_call(address, "POST", path, body, {"X-Request-Timeout-Ms": "200"})
             assert status == 504 and "deadline" in answer["error"], (path, status, answer)
-            status, answer, _ = call(address, "POST", path, body, {"X-Request-Timeout-Ms": "60000"})
+            status, answer, _ = http_call(address, "POST", path, body, {"X-Request-Timeout-Ms": "60000"})
             assert status == 200, answer
             for bad in ("0", "-5", "1.5", "soon", "99999999999"):
-                status, answer, _ = call(address, "POST", path, body, {"X-Request-Timeout-Ms": bad})
+                status, answer, _ = http_call(address, "POST", path, body, {"X-Request-Timeout-Ms": bad})
                 assert status == 400 and answer["error"].startswith(f"X-Request-Timeout-Ms: '{bad}' is not a whole "
                                                                    "number of milliseconds from 1 to 86400000"), answer
         batches = proc.metrics().get('qvi_batch_size_count{model="sentiment",version="1"}', 0)
@@ -383,12 +368,12 @@ def test_a_thousand_idle_keep_alive_connections_hold_no_threads(tmp_path):
     sockets = []
     try:
         host, port = proc.http_address.split(":")
-        assert call(proc.http_address, "GET", "/v2/health/ready")[0] == 200
+        assert http_call(proc.http_address, "GET", "/v2/health/ready")[0] == 200
         before = proc_status(proc.proc.pid)
         for _ in range(1000):
             sockets.append(socket.create_connection((host, int(port)), timeout=10))
         # The server has taken them all once a request behind them is answered.
-        status, body, _ = call(proc.http_address, "POST", "/v1/models/sentiment:classify", {"texts": ["a film"]})
+        status, body, _ = http_call(proc.http_address, "POST", "/v1/models/sentiment:classify", {"texts": ["a film"]})
         assert status == 200, body
         after = proc_status(proc.proc.pid)
         assert int(after["Threads"]) == int(before["Threads"]), (before["Threads"], after["Threads"])
@@ -405,7 +390,7 @@ def test_a_thousand_idle_keep_alive_connections_hold_no_threads(tmp_path):
 
 def test_cors_lets_the_allowed_origins_call_and_refuses_the_others_preflight(http_address, tmp_path):
     # The session's server allows no origin: a browser's preflight is refused, and nothing says CORS.
-    status, body, headers = call(http_address, "OPTIONS", "/v1/models/sentiment:classify",
+    status, body, headers = http_call(http_address, "OPTIONS", "/v1/models/sentiment:classify",
                                  headers={"Origin": "http://app.example", "Access-Control-Request-Method": "POST"})
     assert status == 403 and "origin 'http://app.example' is not allowed (--http-cors-allow-origin)" in body["error"]
     assert "Access-Control-Allow-Origin" not in headers
@@ -414,22 +399,22 @@ def test_cors_lets_the_allowed_origins_call_and_refuses_the_others_preflight(htt
         address = proc.http_address
         preflight = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST",
                      "Access-Control-Request-Headers": "content-type"}
-        status, body, headers = call(address, "OPTIONS", "/v1/models/sentiment:classify", headers=preflight)
+        status, body, headers = http_call(address, "OPTIONS", "/v1/models/sentiment:classify", headers=preflight)
         assert status == 204 and body is None
         assert headers["Access-Control-Allow-Origin"] == "http://app.example" and headers["Vary"] == "Origin"
         assert headers["Access-Control-Allow-Methods"] == "POST, OPTIONS"
         assert headers["Access-Control-Allow-Headers"] == "content-type"
-        status, body, headers = call(address, "POST", "/v1/models/sentiment:classify", {"texts": ["a film"]},
+        status, body, headers = http_call(address, "POST", "/v1/models/sentiment:classify", {"texts": ["a film"]},
                                      headers={"Origin": "http://app.example"})
         assert status == 200 and headers["Access-Control-Allow-Origin"] == "http://app.example"
         assert headers["Access-Control-Expose-Headers"] == "X-Request-Id"
-        status, _, headers = call(address, "GET", "/v2/health/live", headers={"Origin": "http://evil.example"})
+        status, _, headers = http_call(address, "GET", "/v2/health/live", headers={"Origin": "http://evil.example"})
         assert status == 200 and "Access-Control-Allow-Origin" not in headers, "no CORS for another origin"
-        status, body, _ = call(address, "OPTIONS", "/v2/health/ready", headers={"Origin": "http://evil.example"})
+        status, body, _ = http_call(address, "OPTIONS", "/v2/health/ready", headers={"Origin": "http://evil.example"})
         assert status == 403 and "http://evil.example" in body["error"]
-        status, _, headers = call(address, "OPTIONS", "/v2/health/ready")
+        status, _, headers = http_call(address, "OPTIONS", "/v2/health/ready")
         assert status == 204 and headers["Allow"] == "GET, OPTIONS"
-        assert call(address, "OPTIONS", "/nope", headers={"Origin": "http://app.example"})[0] == 404
+        assert http_call(address, "OPTIONS", "/nope", headers={"Origin": "http://app.example"})[0] == 404
     finally:
         proc.stop()
 
@@ -445,7 +430,7 @@ def test_every_route_of_the_openapi_document_answers_as_its_schemas_say(http_add
     to its method, with a body its 200 schema accepts; the requests sent are valid under the request
     schemas, and a request with a wrong type is not (the C++ test checks that every route is in the
     document and every $ref resolves)."""
-    status, doc, _ = call(http_address, "GET", "/openapi.json")
+    status, doc, _ = http_call(http_address, "GET", "/openapi.json")
     assert status == 200 and doc["openapi"] == "3.1.0"
     assert len(doc["paths"]) >= 18
     checked = 0
@@ -469,7 +454,7 @@ def test_every_route_of_the_openapi_document_answers_as_its_schemas_say(http_add
                 r.read()
                 conn.close()
                 continue
-            got, answer, _ = call(http_address, method.upper(), target, body)
+            got, answer, _ = http_call(http_address, method.upper(), target, body)
             assert got == 200, (method, target, answer)
             schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
             _validator(doc, schema).validate(answer)
@@ -498,7 +483,7 @@ def test_kserves_rest_client_calls_the_v2_routes(interop_python, http_address):
     assert (got["model_name"], got["id"]) == ("sentiment", "rest-1")
     probabilities = got["outputs"]["probabilities"]
     assert probabilities["shape"] == [2, 2]
-    _, native, _ = call(http_address, "POST", "/v1/models/sentiment:classify", {"texts": TEXTS[:2], "options": {"topK": 2}})
+    _, native, _ = http_call(http_address, "POST", "/v1/models/sentiment:classify", {"texts": TEXTS[:2], "options": {"topK": 2}})
     assert [e.split(":")[2] for e in probabilities["data"][0]] == [s["label"] for s in native["results"][0]["labels"]]
     assert (unknown["ok"], unknown["code"]) == (False, 404) and "model 'nope' not found" in unknown["message"]
 
@@ -526,7 +511,7 @@ def test_tritonclients_http_client_calls_the_v2_routes_in_binary_and_json(intero
     assert binary["value"] == text["value"], "the binary and the JSON answers differ"
     got = binary["value"]
     assert (got["model_name"], got["id"]) == ("sentiment", "th-1")
-    _, native, _ = call(http_address, "POST", "/v1/models/sentiment:classify",
+    _, native, _ = http_call(http_address, "POST", "/v1/models/sentiment:classify",
                         {"texts": TEXTS[:2], "options": {"topK": 2, "attention": True, "tokens": True}})
     probabilities = got["outputs"]["probabilities"]
     assert probabilities["shape"] == [2, 2]
@@ -570,7 +555,7 @@ def test_the_binary_data_extension_by_hand(http_address):
     assert "data" not in probabilities and probabilities["parameters"]["binary_data_size"] == 2 * 2 * 4
     values = struct.unpack("<4f", answer[n:])
     assert len(answer) == n + 16 and all(0 <= v <= 1 for v in values)
-    _, native, _ = call(http_address, "POST", "/v1/models/sentiment:classify",
+    _, native, _ = http_call(http_address, "POST", "/v1/models/sentiment:classify",
                         {"texts": TEXTS[:2], "options": {"topK": 2}})
     assert labels["data"] == [native["results"][i]["labels"][0]["label"] for i in range(2)]
     assert [max(values[0:2]), max(values[2:4])] == \
@@ -598,5 +583,5 @@ def test_binary_data_errors_name_the_field(http_address, header, raw, length, er
     body, headers = _binary_body(header, raw)
     if length is not None:
         headers["Inference-Header-Content-Length"] = length
-    status, answer, _ = call(http_address, "POST", "/v2/models/sentiment/infer", body, headers)
+    status, answer, _ = http_call(http_address, "POST", "/v2/models/sentiment/infer", body, headers)
     assert status == 400 and error in answer["error"], answer

@@ -13,7 +13,7 @@ import time
 import grpc
 import pytest
 
-from conftest import SERVER, STORE, ServerProcess, Traffic, wait_until
+from qvi_testing import SERVER, STORE, ServerProcess, Traffic, wait_until
 
 WAIT_S = 60
 
@@ -181,13 +181,7 @@ def _export_stalling_model(store):
 
 
 def _wait_for_metric(proc, series, value):
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        values = proc.metrics()
-        if values.get(series) == value:
-            return
-        assert time.monotonic() < deadline, values
-        time.sleep(0.05)  # polling the server's state, bounded by WAIT_S
+    wait_until(lambda: proc.metrics().get(series) == value, f"{series} == {value}", seconds=WAIT_S, interval=0.05)
 
 
 def test_shutdown_does_not_wait_for_a_hung_model_beyond_the_grace_period(api):

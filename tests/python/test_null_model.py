@@ -3,16 +3,14 @@ with: `python -m qvi null` writes a demo model's manifest and vocabulary into mo
 answers from it with no math -- every label equally likely, α uniform over a text's tokens, every gate
 0.5, no entities -- through every API, with the real model's tokens, shapes and limits. A model.null that
 is not one fails its version with the reason, and the server serves on."""
-import json
 import os
 import shutil
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 
-from conftest import REPO, STORE, ServerProcess
+from qvi_testing import REPO, STORE, ServerProcess, get_json, post_json
 
 MODEL_STORE = os.path.join(REPO, "model_store")
 
@@ -36,21 +34,10 @@ def null_server(tmp_path_factory):
     shutil.rmtree(work, ignore_errors=True)
 
 
-def post(address, path, body):
-    request = urllib.request.Request(f"http://{address}{path}", data=json.dumps(body).encode(), method="POST")
-    with urllib.request.urlopen(request, timeout=30) as r:
-        return json.loads(r.read())
-
-
-def get(address, path):
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=30) as r:
-        return json.loads(r.read())
-
-
 def test_the_null_classifier_answers_with_the_real_models_tokens_and_no_math(null_server):
     address = null_server.http_address
     text = "A gorgeous, moving film."
-    answer = post(address, "/v1/models/sentiment:classify", {"texts": [text], "options": {
+    answer = post_json(address, "/v1/models/sentiment:classify", {"texts": [text], "options": {
         "topK": 2, "attention": True, "gates": True, "layers": {"gates": True, "attentionMaps": True}}})
     result = answer["results"][0]
     assert [round(label["score"], 6) for label in result["labels"]] == [0.5, 0.5]
@@ -58,24 +45,24 @@ def test_the_null_classifier_answers_with_the_real_models_tokens_and_no_math(nul
     assert [t["text"] for t in tokens] == ["A", "gorgeous", ",", "moving", "film", "."]
     assert all(t["attention"] == pytest.approx(1 / 6) and t["gate"] == 0.5 for t in tokens)
     layers = result["layers"]
-    md = get(address, "/v1/models/sentiment")["model"]["versions"][0]["metadata"]
+    md = get_json(address, "/v1/models/sentiment")["model"]["versions"][0]["metadata"]
     assert md["format"] == "null" and len(layers) == md["layers"] * md["heads"]
     assert all(m["attention"] == pytest.approx([1 / 6] * 36) and m["gates"] == [0.5] * 6 for m in layers)
 
 
 def test_the_null_tagger_finds_nothing_through_every_api(null_server):
     address = null_server.http_address
-    answer = post(address, "/v1/models/ner:tag", {"texts": ["Barack Obama flew to Paris"]})
+    answer = post_json(address, "/v1/models/ner:tag", {"texts": ["Barack Obama flew to Paris"]})
     result = answer["results"][0]
     assert result["spans"] == [] and [t["tag"] for t in result["tokens"]] == ["O"] * 5
-    infer = post(address, "/v2/models/ner/infer", {"inputs": [
+    infer = post_json(address, "/v2/models/ner/infer", {"inputs": [
         {"name": "text", "shape": [1], "datatype": "BYTES", "data": ["Ada Lovelace"]}]})
     outputs = {o["name"]: o for o in infer["outputs"]}
     assert outputs["spans"]["data"] == ["[]"] and outputs["tags"]["data"] == ["O", "O"]
 
 
 def test_a_broken_null_model_fails_its_version_alone(null_server):
-    models = {m["name"]: m["versions"][0] for m in get(null_server.http_address, "/v1/models")["models"]}
+    models = {m["name"]: m["versions"][0] for m in get_json(null_server.http_address, "/v1/models")["models"]}
     assert models["broken"]["state"] == "MODEL_STATE_FAILED"
     assert 'a null model is a JSON object {"manifest": {...}, "vocab": [tokens]}' in models["broken"]["reason"]
     assert models["sentiment"]["state"] == models["ner"]["state"] == "MODEL_STATE_READY"

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -18,19 +17,13 @@ import grpc
 import pytest
 import yaml
 
-from conftest import REPO, STORE, ServerProcess, Traffic
+from qvi_testing import REPO, STORE, ServerProcess, Traffic, free_port, post_json, wait_until
 
 DEPLOY = os.path.join(REPO, "deploy")
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 WAIT_S = 90
 POD = "qvi-serve-7d9f8-abcde"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -182,10 +175,7 @@ def test_json_logs_are_one_object_per_line(served, api):
     pb_grpc.InferenceStub(served.channel).Classify(
         pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine", "a \"quoted\"\nline"],
                            request_id="json-log-1"), timeout=30)
-    deadline = time.monotonic() + WAIT_S
-    while '"json-log-1"' not in served.log():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: '"json-log-1"' in served.log(), "the access lines", seconds=WAIT_S)
     records = [json.loads(line) for line in served.log().splitlines() if line.strip()]
     assert all({"time", "level"} <= set(r) for r in records)
     assert any("msg" in r and "READY" in r["msg"] for r in records)
@@ -198,10 +188,7 @@ def test_json_logs_are_one_object_per_line(served, api):
 
 
 def _access_records(proc, request_ids):
-    deadline = time.monotonic() + WAIT_S
-    while not all(f'"{r}"' in proc.log() for r in request_ids):
-        assert time.monotonic() < deadline, request_ids
-        time.sleep(0.05)
+    wait_until(lambda: all(f'"{r}"' in proc.log() for r in request_ids), "the access lines", seconds=WAIT_S)
     records = [json.loads(line) for line in proc.log().splitlines() if line.strip()]
     return {r["request_id"]: r for r in records if r.get("request_id") in request_ids}
 
@@ -242,24 +229,17 @@ def test_a_traceparent_puts_its_trace_id_and_the_timings_in_the_access_line(serv
         assert "trace_id" not in records[untraced] and "forward_ms" not in records[untraced], records[untraced]
 
 
-def _post_json(address, path, body, headers):
-    request = urllib.request.Request(f"http://{address}{path}", data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json", **headers})
-    with urllib.request.urlopen(request, timeout=30) as r:
-        return json.loads(r.read())
-
-
 def test_a_traceparent_header_traces_http_calls_too(served):
     """The same trace context on the HTTP port: a traceparent header logs :classify and KServe v2's
     infer under its trace id with their timings; an invalid one (a zero trace id) is ignored."""
     trace = "0af7651916cd43dd8448eb211c80319c"
-    _post_json(served.http_address, "/v1/models/sentiment:classify", {"texts": ["fine"], "requestId": "http-trace-1"},
+    post_json(served.http_address, "/v1/models/sentiment:classify", {"texts": ["fine"], "requestId": "http-trace-1"},
                {"traceparent": f"00-{trace}-b7ad6b7169203331-01"})
-    _post_json(served.http_address, "/v2/models/ner/infer",
+    post_json(served.http_address, "/v2/models/ner/infer",
                {"id": "http-trace-2", "inputs": [{"name": "text", "shape": [1], "datatype": "BYTES",
                                                   "data": ["Ada Lovelace lived in London"]}]},
                {"traceparent": f"00-{trace}-b7ad6b7169203331-00"})
-    _post_json(served.http_address, "/v1/models/sentiment:classify", {"texts": ["fine"], "requestId": "http-trace-3"},
+    post_json(served.http_address, "/v1/models/sentiment:classify", {"texts": ["fine"], "requestId": "http-trace-3"},
                {"traceparent": f"00-{'0' * 32}-b7ad6b7169203331-01"})
     records = _access_records(served, ["http-trace-1", "http-trace-2", "http-trace-3"])
     for traced, method in (("http-trace-1", "Classify"), ("http-trace-2", "ModelInfer")):
@@ -301,10 +281,7 @@ def test_modelinfer_is_logged_and_counted_like_classify(served, oip_api):
     request.outputs.add(name="spans")
     with pytest.raises(grpc.RpcError):
         stub.ModelInfer(request, timeout=30)
-    deadline = time.monotonic() + WAIT_S
-    while '"oip-log-2"' not in served.log():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: '"oip-log-2"' in served.log(), "the access lines", seconds=WAIT_S)
     records = [json.loads(line) for line in served.log().splitlines() if line.strip()]
     [ok] = [r for r in records if r.get("request_id") == "oip-log-1"]
     assert (ok["logger"], ok["method"], ok["model"], ok["version"], ok["texts"], ok["code"]) == \

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from conftest import oip_calls, wait_until
+from conftest import oip_calls
+from qvi_testing import wait_until
 
 TEXTS = ["a wonderful , moving film", "terrible acting and a boring plot", "it was fine"]
 NER_TEXTS = ["Barack Obama went to Paris and Berlin .", "Angela Merkel met Emmanuel Macron in Brussels .", ""]

@@ -5,7 +5,7 @@ import json
 import os
 import subprocess
 
-from conftest import REPO
+from qvi_testing import REPO
 
 PERF = os.path.join(REPO, "build", "qvi-perf")
 

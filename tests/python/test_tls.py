@@ -14,7 +14,7 @@ import time
 import grpc
 import pytest
 
-from conftest import REPO, STORE, ServerProcess, wait_until
+from qvi_testing import REPO, STORE, ServerProcess, wait_until
 
 CLIENT = os.path.join(REPO, "build", "qvi-client")
 PERF = os.path.join(REPO, "build", "qvi-perf")
