@@ -202,6 +202,15 @@ def markdown(section: dict, command: str) -> str:
         "| model | package | kept | fidelity against float32 | speed gate (ms: 1×24 / 8×24) | why not kept |",
         "|---|---|---|---|---|---|",
     ]
+    lines += _gate_rows(section)
+    lines += _speed_rows(section, ["TorchScript", "base", *variants])
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _gate_rows(section: dict) -> list:
+    """One row per gated package of each model: kept or not, and why."""
+    lines = []
     for model, r in section["models"].items():
         for variant, report in r["gates"].items():
             if report.get("dtype") == "float32":
@@ -210,10 +219,14 @@ def markdown(section: dict, command: str) -> str:
                                              if isinstance(report.get("fidelity"), dict) else "")
             lines.append(f"| {model} | {variant} | {'yes' if report['kept'] else 'no'} | {_fidelity_cell(report)} | "
                          f"{_speed_cell(report)} | {why.replace('|', '/') or '-'} |")
-    names = ["TorchScript", "base", *variants]
-    lines += ["", "### Texts/s (`-`: the package was not kept)", "",
-              "| model | words | batch | " + " | ".join(names) + " | best package / TorchScript |",
-              "|---|---:|---:|" + "---:|" * len(names) + "---|"]
+    return lines
+
+
+def _speed_rows(section: dict, names: list) -> list:
+    """The texts/s table of every package, and the BERT-base-sized model's line against its target."""
+    lines = ["", "### Texts/s (`-`: the package was not kept)", "",
+             "| model | words | batch | " + " | ".join(names) + " | best package / TorchScript |",
+             "|---|---:|---:|" + "---:|" * len(names) + "---|"]
     bert_line = None
     for model, r in section["models"].items():
         for length in r["runs"]:
@@ -230,7 +243,4 @@ def markdown(section: dict, command: str) -> str:
                     bert_line = (f"- BERT-base-sized, batch 8, {length['words']} tokens: the best package ({best}) "
                                  f"{speeds[best]:.1f} texts/s against fp32 TorchScript's {speeds['TorchScript']:.1f}: "
                                  f"**{ratio:.2f} x** (target >= {BERT_TARGET:g} x).")
-    if bert_line:
-        lines += ["", bert_line]
-    lines.append("")
-    return "\n".join(lines)
+    return lines + (["", bert_line] if bert_line else [])
