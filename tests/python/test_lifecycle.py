@@ -211,14 +211,11 @@ def test_shutdown_does_not_wait_for_a_hung_model_beyond_the_grace_period(api):
         caller = threading.Thread(target=hung_call)
         caller.start()
         # Wait until the stalling call is in flight (the first has left the gauge) and its text is not queued.
-        deadline = time.monotonic() + WAIT_S
-        while True:
+        def stalled():
             values = proc.metrics()
-            if values.get("qvi_requests_in_flight") == 1 and \
-                    values.get('qvi_queue_texts{model="stall",version="1"}') == 0:
-                break
-            assert time.monotonic() < deadline, values
-            time.sleep(0.05)  # polling the server's state, bounded by WAIT_S
+            return values.get("qvi_requests_in_flight") == 1 and \
+                values.get('qvi_queue_texts{model="stall",version="1"}') == 0
+        wait_until(stalled, "the stalling call in flight, its text out of the queue", seconds=WAIT_S, interval=0.05)
         start = time.monotonic()
         proc.proc.send_signal(signal.SIGTERM)
         code = proc.proc.wait(timeout=60)

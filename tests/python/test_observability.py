@@ -58,17 +58,14 @@ scrape_configs:
     proc = subprocess.Popen([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={work}/data",
                              f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + WAIT_S
-    while True:
+    def ready():
         assert proc.poll() is None, open(log.name).read()
         try:
             with urllib.request.urlopen(base + "/-/ready", timeout=2) as r:
-                if r.status == 200:
-                    break
+                return r.status == 200
         except OSError:
-            pass
-        assert time.monotonic() < deadline, "prometheus did not become ready"
-        time.sleep(0.1)
+            return False
+    wait_until(ready, "prometheus to become ready", seconds=WAIT_S, interval=0.1)
     yield base
     proc.terminate()
     proc.wait(timeout=30)
@@ -97,16 +94,14 @@ def test_prometheus_sees_request_rate_and_latency_per_model(served, prometheus, 
     p99 = "histogram_quantile(0.99, sum by (model, le) (rate(qvi_request_duration_seconds_bucket[30s])))"
     p50_queue = "histogram_quantile(0.5, sum by (model, le) (rate(qvi_queue_duration_seconds_bucket[30s])))"
     with Traffic(api, served.channel, classifiers=2):
-        deadline = time.monotonic() + WAIT_S
-        while True:
+        def latencies():
             rates, lat, queue = per_model(query(prometheus, rate)), per_model(query(prometheus, p99)), \
                 per_model(query(prometheus, p50_queue))
             ready = all(rates.get(m, 0) > 0 and math.isfinite(lat.get(m, math.nan)) and lat[m] > 0
                         and math.isfinite(queue.get(m, math.nan)) for m in ("sentiment", "ner"))
-            if ready:
-                break
-            assert time.monotonic() < deadline, f"no rate/latency yet: {rates} {lat} {queue}"
-            time.sleep(0.5)
+            return lat if ready else None
+        lat = wait_until(latencies, "a request rate, p99 latency and queue wait per model", seconds=WAIT_S,
+                         interval=0.5)
     for m in ("sentiment", "ner"):
         assert 0 < lat[m] < 10, lat  # seconds; inside the histogram's range
     targets = api_get(prometheus, "/api/v1/targets")["activeTargets"]
