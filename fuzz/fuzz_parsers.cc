@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "server/core/spec/manifest.h"
-#include "server/core/spec/serving_config.h"
+#include "server/core/manifest/manifest.h"
+#include "server/core/manifest/serving_config.h"
 #include "server/core/text/vocabulary.h"
 
 namespace {

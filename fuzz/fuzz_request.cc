@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "server/core/spec/request_checks.h"
+#include "server/core/request/request_checks.h"
 #include "server/frontend/native/request.h"
 #include "server/grpc/wire/wire_scan.h"
 

@@ -4,8 +4,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/core/manifest/serving_config.h"
 #include "server/core/sched/defaults.h"
-#include "server/core/spec/serving_config.h"
 #include "server/tls/tls_credentials.h"
 
 namespace qvi {

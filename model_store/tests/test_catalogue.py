@@ -1,4 +1,4 @@
-"""The Python side of the output catalogue against the C++ table (server/core/spec/outputs.cc): every
+"""The Python side of the output catalogue against the C++ table (server/core/outputs/outputs.cc): every
 model output the zoo can return has the symbolic shape the server's catalogue row gives it (the server
 checks each output of a loaded model against that row), and every catalogue row with a model tensor is
 an output the zoo knows. A row added on one side only fails here."""
@@ -12,7 +12,7 @@ ROW = re.compile(r'\{Output::k\w+, "(?P<name>\w+)", K::\w+, S::\w+, F::\w+, (?:"
 
 
 def catalogue_shapes():
-    with open(os.path.join(REPO, "server", "core", "spec", "outputs.cc"), encoding="utf-8") as f:
+    with open(os.path.join(REPO, "server", "core", "outputs", "outputs.cc"), encoding="utf-8") as f:
         text = f.read()
     rows = {m["name"]: m["shape"] for m in ROW.finditer(text)}
     assert len(rows) >= 20, f"the catalogue's rows were not found in outputs.cc ({len(rows)})"

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/spec/request_checks.h"
+#include "server/core/request/request_checks.h"
 #include "server/logging.h"
 
 namespace qvi {

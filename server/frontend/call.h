@@ -25,10 +25,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/core/request/request.h"
 #include "server/core/sched/env.h"
 #include "server/core/sched/exception_text.h"
 #include "server/core/serving/model_repository.h"
-#include "server/core/spec/request.h"
 #include "server/frontend/trace_context.h"
 #include "server/metrics/metrics.h"
 

@@ -7,11 +7,11 @@
 
 #include <utility>
 
+#include "server/core/request/request.h"
+#include "server/core/request/request_checks.h"
 #include "server/core/sched/env.h"
 #include "server/core/serving/inference_service.h"
 #include "server/core/serving/model_repository.h"
-#include "server/core/spec/request.h"
-#include "server/core/spec/request_checks.h"
 
 namespace qvi {
 

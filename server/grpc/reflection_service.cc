@@ -8,7 +8,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/spec/request_checks.h"
+#include "server/core/request/request_checks.h"
 #include "server/grpc/status.h"
 
 namespace qvi {

@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/core/spec/request.h"
+#include "server/core/request/request.h"
 #include "server/frontend/call.h"
 #include "server/http/http_server.h"
 

@@ -66,7 +66,7 @@ absl::Status Model::WarmUp() {
   torch::Tensor ids = torch::full({2, 4}, Vocabulary::kUnkId, torch::kLong);
   torch::Tensor mask = torch::ones({2, 4}, torch::kBool);
   mask.index_put_({1, torch::indexing::Slice(2)}, false);
-  const OutputSet all = manifest_->ModelOutputs();
+  const OutputSet all = OutputsOfModel(*manifest_);
   OutputSet lean_wanted = all;
   lean_wanted.reset(static_cast<size_t>(Output::kLayerAttention));
   OutputSet full, lean;

@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/manifest/manifest.h"
+#include "server/core/manifest/serving_config.h"
+#include "server/core/manifest/shape_buckets.h"
 #include "server/core/model/cuda_support.h"
 #include "server/core/model/graphs.h"
 #include "server/core/model/model_outputs.h"
 #include "server/core/sched/env.h"
-#include "server/core/spec/manifest.h"
-#include "server/core/spec/serving_config.h"
-#include "server/core/spec/shape_buckets.h"
 #include "server/core/text/tokenizer.h"
 #include "server/core/text/vocabulary.h"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "server/core/spec/outputs.h"
+#include "server/core/outputs/outputs.h"
 
 namespace qvi {
 

@@ -15,7 +15,7 @@ const char* MethodName(Method m) { return m == Method::kClassify ? "Classify" : 
 
 // A switch the request turned on whose outputs the model has none of.
 absl::Status CheckSwitch(const InferenceRequest& r, const Manifest& m, OutputSwitch on, const char* why) {
-  if (!r.options.Asks(on) || m.HasAny(SwitchedBy(on))) return absl::OkStatus();
+  if (!r.options.Asks(on) || HasAny(m, SwitchedBy(on))) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat(NamesOf(on).option, ": model '", m.name, "' (", m.display_name, ") ", why));
 }
@@ -39,18 +39,18 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
     if (method != Method::kClassify) {
       return absl::InvalidArgumentError("options.faithfulness: the check is for Classify; Tag does not take it");
     }
-    if (!m.HasOutput(Output::kAttention)) {
+    if (!HasOutput(m, Output::kAttention)) {
       return absl::InvalidArgumentError(
           absl::StrCat("options.faithfulness: model '", m.name, "' (", m.display_name, ") has no attention to check"));
     }
   }
   const LayerSelection& l = r.options.layers;
   if (r.options.AsksLayers() || !l.layers.empty() || !l.heads.empty()) {
-    if (!m.HasOutput(Output::kLayerAttention)) {
+    if (!HasOutput(m, Output::kLayerAttention)) {
       return absl::InvalidArgumentError(
           absl::StrCat("options.layers: model '", m.name, "' (", m.display_name, ") has no per-layer outputs"));
     }
-    if (r.options.Asks(OutputSwitch::kLayerGates) && !m.HasAny(SwitchedBy(OutputSwitch::kLayerGates))) {
+    if (r.options.Asks(OutputSwitch::kLayerGates) && !HasAny(m, SwitchedBy(OutputSwitch::kLayerGates))) {
       return absl::InvalidArgumentError(
           absl::StrCat("options.layers.gates: model '", m.name, "' has no per-layer gates"));
     }

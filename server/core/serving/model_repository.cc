@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/alloc/allocator.h"
-#include "server/core/spec/request_checks.h"
+#include "server/core/request/request_checks.h"
 
 namespace qvi {
 

@@ -48,12 +48,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/core/manifest/serving_config.h"
 #include "server/core/model/model.h"
 #include "server/core/sched/env.h"
 #include "server/core/sched/sync.h"
 #include "server/core/serving/model_runner.h"
 #include "server/core/serving/observer.h"
-#include "server/core/spec/serving_config.h"
 #include "server/core/store/store_source.h"
 #include "server/core/store/version_policy.h"
 

@@ -25,11 +25,11 @@
 #include <thread>
 #include <vector>
 
+#include "server/core/manifest/serving_config.h"
 #include "server/core/model/model.h"
 #include "server/core/sched/batch_scheduler.h"
 #include "server/core/sched/sync.h"
 #include "server/core/serving/observer.h"
-#include "server/core/spec/serving_config.h"
 
 namespace qvi {
 

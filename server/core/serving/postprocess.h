@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "server/core/manifest/manifest.h"
 #include "server/core/model/model_outputs.h"
-#include "server/core/spec/manifest.h"
-#include "server/core/spec/request.h"
+#include "server/core/request/request.h"
 
 namespace qvi {
 

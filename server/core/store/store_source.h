@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "server/core/spec/serving_config.h"
+#include "server/core/manifest/serving_config.h"
 
 namespace qvi {
 

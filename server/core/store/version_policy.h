@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "server/core/spec/serving_config.h"
+#include "server/core/manifest/serving_config.h"
 
 namespace qvi {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/core/spec/request_checks.h"
+#include "server/core/request/request_checks.h"
 
 namespace qvi {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "qvi/serving/v1/inference.pb.h"
-#include "server/core/spec/request.h"
+#include "server/core/request/request.h"
 
 namespace qvi {
 

@@ -1,7 +1,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/frontend/oip/tensors.h"
 
-#include "server/core/spec/request_checks.h"
+#include "server/core/request/request_checks.h"
 
 namespace qvi::oip {
 

@@ -5,7 +5,7 @@
 //
 // One input, "text": BYTES, shape [N] (or [N, 1]), one UTF-8 text per element, as raw contents
 // (each element a 4-byte little-endian length and its bytes) or as contents.bytes_contents.
-// Outputs: the wire outputs of the output catalogue (server/core/spec/outputs.cc: each row's name,
+// Outputs: the wire outputs of the output catalogue (server/core/outputs/outputs.cc: each row's name,
 // datatype and shape) that the model has; the request's `outputs` list selects them, and without
 // one an answer carries its task's answer and what the parameters turn on (DefaultWireOutputs).
 // "probabilities" takes the output parameter "classification" = K: BYTES [N, K] "score:index:label",
@@ -24,9 +24,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "inference/open_inference_grpc.pb.h"
-#include "server/core/spec/answer_tensors.h"
-#include "server/core/spec/manifest.h"
-#include "server/core/spec/request.h"
+#include "server/core/manifest/manifest.h"
+#include "server/core/outputs/answer_tensors.h"
+#include "server/core/request/request.h"
 
 namespace qvi::oip {
 

@@ -25,7 +25,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "server/core/spec/request_checks.h"
+#include "server/core/request/request_checks.h"
 
 namespace qvi {
 

@@ -26,6 +26,7 @@
 #include "server/grpc/native/inference_service.h"
 #include "server/grpc/oip/oip_service.h"
 #include "server/http/http_api.h"
+#include "tests/cpp/test_util/run.h"
 #include "tests/cpp/test_util/store.h"
 
 namespace qvi {
@@ -124,12 +125,9 @@ class FrontendTest : public ::testing::Test {
     torch::set_num_threads(1);
     store_ = new testing::TempStore("frontend_test");
     store_->CopyDemoFile("sentiment/1/model.pt", "sentiment/1/model.pt");
-    ServingConfig defaults;
-    defaults.device = "cpu";
-    auto repo = ModelRepository::Create({store_->str(), defaults});
+    auto repo = testing::PolledCpuRepository(store_->str());
     ASSERT_TRUE(repo.ok()) << repo.status();
     repo_ = repo->release();
-    repo_->Poll();
     ASSERT_TRUE(repo_->Resolve("sentiment", 0).ok());
   }
   static void TearDownTestSuite() {

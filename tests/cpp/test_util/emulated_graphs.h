@@ -14,8 +14,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/manifest/shape_buckets.h"
 #include "server/core/model/graphs.h"
-#include "server/core/spec/shape_buckets.h"
 
 namespace qvi {
 

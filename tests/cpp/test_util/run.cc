@@ -26,6 +26,14 @@ OutputSet Named(const std::vector<std::string>& names) {
   return set;
 }
 
+absl::StatusOr<std::unique_ptr<ModelRepository>> PolledCpuRepository(const std::string& root) {
+  ServingConfig defaults;
+  defaults.device = "cpu";
+  auto repo = ModelRepository::Create({root, defaults});
+  if (repo.ok()) (*repo)->Poll();
+  return repo;
+}
+
 absl::StatusOr<InferenceResponse> RunAndWait(InferenceService& service, Method method, InferenceRequest request,
                                              ServableHandle servable) {
   Notification finished;

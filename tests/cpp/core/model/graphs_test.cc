@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <thread>
 
+#include "server/core/manifest/serving_config.h"
+#include "server/core/manifest/shape_buckets.h"
 #include "server/core/model/graphs.h"
 #include "server/core/model/model.h"
-#include "server/core/spec/serving_config.h"
-#include "server/core/spec/shape_buckets.h"
 #include "tests/cpp/test_util/emulated_graphs.h"
 #include "tests/cpp/test_util/fake_model.h"
 #include "tests/cpp/test_util/run.h"

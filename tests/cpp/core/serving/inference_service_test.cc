@@ -24,12 +24,9 @@ class InferenceServiceTest : public ::testing::Test {
     store_ = new testing::TempStore("core_test");
     store_->CopyDemo();
     store_->Write("sentiment/2/model.pt", "this is not a TorchScript archive");
-    ServingConfig defaults;
-    defaults.device = "cpu";
-    auto repo = ModelRepository::Create({store_->str(), defaults});
+    auto repo = testing::PolledCpuRepository(store_->str());
     ASSERT_TRUE(repo.ok()) << repo.status();
     repo_ = repo->release();
-    repo_->Poll();
     executor_ = new Executor(1, 4);
   }
   static void TearDownTestSuite() {

@@ -1,4 +1,4 @@
-// Span decoding from BIO / BIOES, including ill-formed sequences (no torch: spec_test).
+// Span decoding from BIO / BIOES, including ill-formed sequences (no torch: text_manifest_test).
 #include "server/core/text/spans.h"
 
 #include <gtest/gtest.h>

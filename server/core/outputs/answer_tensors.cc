@@ -1,4 +1,4 @@
-#include "server/core/spec/answer_tensors.h"
+#include "server/core/outputs/answer_tensors.h"
 
 #include <algorithm>
 #include <cstring>
@@ -62,7 +62,7 @@ TensorSpec TextInput() { return {"text", "BYTES", {-1}}; }
 bool HasWireOutput(const Manifest& m, Output output) {
   const OutputRow& row = Row(output);
   return row.wire_datatype != nullptr && ForTask(row, m.task) &&
-         (!row.requires_output || m.HasOutput(*row.requires_output));
+         (!row.requires_output || HasOutput(m, *row.requires_output));
 }
 
 std::vector<TensorSpec> WireOutputs(const Manifest& m) {

@@ -6,8 +6,8 @@
 //      instances, device, format, cpu_package, version_policy, batch_when_idle, cuda_graphs.
 // The file never changes the model's own facts (labels, tokenizer, outputs). An unknown key or a
 // value out of range is an error naming the key, so a typo cannot pass silently.
-#ifndef QVI_SERVER_CORE_SPEC_SERVING_CONFIG_H_
-#define QVI_SERVER_CORE_SPEC_SERVING_CONFIG_H_
+#ifndef QVI_SERVER_CORE_MANIFEST_SERVING_CONFIG_H_
+#define QVI_SERVER_CORE_MANIFEST_SERVING_CONFIG_H_
 
 #include <cstdint>
 #include <optional>
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/manifest/manifest.h"
 #include "server/core/sched/defaults.h"
-#include "server/core/spec/manifest.h"
 
 namespace qvi {
 
@@ -129,4 +129,4 @@ ServingConfig ResolveServingConfig(const ServingConfig& server_defaults, const M
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SPEC_SERVING_CONFIG_H_
+#endif  // QVI_SERVER_CORE_MANIFEST_SERVING_CONFIG_H_

@@ -1,4 +1,4 @@
-#include "server/core/spec/serving_config.h"
+#include "server/core/manifest/serving_config.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "server/core/spec/shape_buckets.h"
+#include "server/core/manifest/shape_buckets.h"
 
 namespace qvi {
 namespace {

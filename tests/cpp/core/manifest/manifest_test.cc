@@ -1,5 +1,5 @@
 // Manifest parsing and the errors a bad manifest gets.
-#include "server/core/spec/manifest.h"
+#include "server/core/manifest/manifest.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "server/core/spec/request_checks.h"
+#include "server/core/request/request_checks.h"
 
 #include <algorithm>
 
@@ -99,7 +99,7 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
   const int64_t maps = LayerMapsPerText(m, o);
   const int64_t gate_outputs =
       o.AsksLayers() && o.Asks(OutputSwitch::kLayerGates)
-          ? static_cast<int64_t>((m.ModelOutputs() & SwitchedBy(OutputSwitch::kLayerGates)).count())
+          ? static_cast<int64_t>((OutputsOfModel(m) & SwitchedBy(OutputSwitch::kLayerGates)).count())
           : 0;
   int64_t bytes = 64 + static_cast<int64_t>(r.model.size() + r.request_id.size());
   for (size_t i = 0; i < response.results.size(); ++i) {

@@ -1,8 +1,8 @@
 // The batch shapes a model's CUDA graphs are captured at: a batch of B texts padded to T tokens runs
 // the graph of the smallest bucket (b, t) with b >= B and t >= T, padded up to it; a batch that
 // fits no bucket runs without a graph. Pure arithmetic, no torch (tested alone).
-#ifndef QVI_SERVER_CORE_SPEC_SHAPE_BUCKETS_H_
-#define QVI_SERVER_CORE_SPEC_SHAPE_BUCKETS_H_
+#ifndef QVI_SERVER_CORE_MANIFEST_SHAPE_BUCKETS_H_
+#define QVI_SERVER_CORE_MANIFEST_SHAPE_BUCKETS_H_
 
 #include <cstdint>
 #include <optional>
@@ -56,4 +56,4 @@ class ShapeBuckets {
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SPEC_SHAPE_BUCKETS_H_
+#endif  // QVI_SERVER_CORE_MANIFEST_SHAPE_BUCKETS_H_

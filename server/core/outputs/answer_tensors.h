@@ -6,8 +6,8 @@
 // Tensors are written in OIP's raw layout: row-major, little-endian; a BYTES element is a 4-byte
 // little-endian length and its bytes. T is the most tokens any text of the answer was read with;
 // rows of shorter texts are padded with "" and 0.
-#ifndef QVI_SERVER_CORE_SPEC_ANSWER_TENSORS_H_
-#define QVI_SERVER_CORE_SPEC_ANSWER_TENSORS_H_
+#ifndef QVI_SERVER_CORE_OUTPUTS_ANSWER_TENSORS_H_
+#define QVI_SERVER_CORE_OUTPUTS_ANSWER_TENSORS_H_
 
 #include <cstdint>
 #include <map>
@@ -15,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
-#include "server/core/spec/manifest.h"
-#include "server/core/spec/outputs.h"
-#include "server/core/spec/request.h"
+#include "server/core/manifest/manifest.h"
+#include "server/core/outputs/answer.h"
+#include "server/core/outputs/outputs.h"
 
 namespace qvi {
 
@@ -116,4 +116,4 @@ int64_t PerLayerMapBytes(const AnswerView& v, const OutputRow& row, int classifi
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SPEC_ANSWER_TENSORS_H_
+#endif  // QVI_SERVER_CORE_OUTPUTS_ANSWER_TENSORS_H_

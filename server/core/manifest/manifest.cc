@@ -1,4 +1,4 @@
-#include "server/core/spec/manifest.h"
+#include "server/core/manifest/manifest.h"
 
 #include <nlohmann/json.hpp>
 
@@ -216,17 +216,6 @@ absl::StatusOr<Manifest> Manifest::Parse(std::string_view text) {
     QVI_RETURN_IF_ERROR(part(j, m));
   }
   return m;
-}
-
-bool Manifest::HasAny(const OutputSet& set) const { return (ModelOutputs() & set).any(); }
-
-OutputSet Manifest::ModelOutputs() const {
-  OutputSet set;
-  for (const auto& [name, shape] : outputs) {
-    if (std::optional<Output> o = OutputNamed(name); o && Row(*o).model_shape != nullptr)
-      set.set(static_cast<size_t>(*o));
-  }
-  return set;
 }
 
 }  // namespace qvi

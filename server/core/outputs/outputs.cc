@@ -1,9 +1,9 @@
-#include "server/core/spec/outputs.h"
+#include "server/core/outputs/outputs.h"
 
 #include <cstdlib>
 
-#include "server/core/spec/answer_tensors.h"
-#include "server/core/spec/request.h"
+#include "server/core/outputs/answer.h"
+#include "server/core/outputs/answer_tensors.h"
 
 namespace qvi {
 namespace {
@@ -164,6 +164,15 @@ std::vector<Output> InOrder(const OutputSet& set) {
     if (set[i]) out.push_back(static_cast<Output>(i));
   }
   return out;
+}
+
+OutputSet OutputsOfModel(const Manifest& m) {
+  OutputSet set;
+  for (const auto& [name, shape] : m.outputs) {
+    if (std::optional<Output> o = OutputNamed(name); o && Row(*o).model_shape != nullptr)
+      set.set(static_cast<size_t>(*o));
+  }
+  return set;
 }
 
 }  // namespace qvi

@@ -1,6 +1,6 @@
 // The model's own facts, read from manifest.json inside the artifact (format in model_store/README.md).
-#ifndef QVI_SERVER_CORE_SPEC_MANIFEST_H_
-#define QVI_SERVER_CORE_SPEC_MANIFEST_H_
+#ifndef QVI_SERVER_CORE_MANIFEST_MANIFEST_H_
+#define QVI_SERVER_CORE_MANIFEST_MANIFEST_H_
 
 #include <map>
 #include <optional>
@@ -10,10 +10,11 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/sched/defaults.h"
-#include "server/core/spec/outputs.h"
 #include "server/core/text/tokenizer.h"
 
 namespace qvi {
+
+enum class Task { kClassification, kTagging };
 
 // A manifest's `serving` block: the batching its exporter suggests (defaults.h when it says nothing);
 // its `cuda` block, the batching on a GPU.
@@ -82,12 +83,8 @@ struct Manifest {
   std::string model_card_json;
   std::optional<FaithfulnessCard> faithfulness;  // absent: not measured
 
+  // Whether the model computes the output of this name (outputs.h: HasOutput of a catalogue row).
   bool HasOutput(const std::string& name) const { return outputs.count(name) > 0; }
-  bool HasOutput(Output output) const { return HasOutput(OutputName(output)); }
-  // Whether it has any of `set`'s outputs.
-  bool HasAny(const OutputSet& set) const;
-  // The catalogue's outputs it computes.
-  OutputSet ModelOutputs() const;
 
   // Parses and checks a manifest; errors name the field and what was wrong with it.
   static absl::StatusOr<Manifest> Parse(std::string_view json);
@@ -95,4 +92,4 @@ struct Manifest {
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SPEC_MANIFEST_H_
+#endif  // QVI_SERVER_CORE_MANIFEST_MANIFEST_H_

@@ -1,4 +1,4 @@
-#include "server/core/spec/shape_buckets.h"
+#include "server/core/manifest/shape_buckets.h"
 
 #include <algorithm>
 #include <utility>

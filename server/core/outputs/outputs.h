@@ -8,8 +8,8 @@
 // names into an OutputSet once, batches merge their sets, and names come back only when an answer
 // is encoded. Adding an explanation output is one row here (with its TokenOutput or LayerMapOutput
 // field and its proto field) plus the model side.
-#ifndef QVI_SERVER_CORE_SPEC_OUTPUTS_H_
-#define QVI_SERVER_CORE_SPEC_OUTPUTS_H_
+#ifndef QVI_SERVER_CORE_OUTPUTS_OUTPUTS_H_
+#define QVI_SERVER_CORE_OUTPUTS_OUTPUTS_H_
 
 #include <bitset>
 #include <cstddef>
@@ -19,9 +19,9 @@
 #include <string_view>
 #include <vector>
 
-namespace qvi {
+#include "server/core/manifest/manifest.h"
 
-enum class Task { kClassification, kTagging };
+namespace qvi {
 
 struct TokenOutput;
 struct LayerMapOutput;
@@ -151,6 +151,13 @@ OutputSet OutputsOf(std::initializer_list<Output> outputs);
 // The outputs of `set`, in the table's order.
 std::vector<Output> InOrder(const OutputSet& set);
 
+// A model's outputs as the catalogue names them (its manifest's `outputs`).
+inline bool HasOutput(const Manifest& m, Output output) { return m.HasOutput(OutputName(output)); }
+// The catalogue's outputs the model computes.
+OutputSet OutputsOfModel(const Manifest& m);
+// Whether the model computes any of `set`'s outputs.
+inline bool HasAny(const Manifest& m, const OutputSet& set) { return (OutputsOfModel(m) & set).any(); }
+
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SPEC_OUTPUTS_H_
+#endif  // QVI_SERVER_CORE_OUTPUTS_OUTPUTS_H_

@@ -1,7 +1,8 @@
-// The core's request and answer types. They mirror the public API (proto/) without depending on
-// it: the gRPC adapter converts between the two, so the core builds and tests without gRPC.
-#ifndef QVI_SERVER_CORE_SPEC_REQUEST_H_
-#define QVI_SERVER_CORE_SPEC_REQUEST_H_
+// The core's request: what to run and which outputs to answer with (its answer: outputs/answer.h).
+// It mirrors the public API (proto/) without depending on it: the front ends convert between the
+// two, so the core builds and tests without gRPC.
+#ifndef QVI_SERVER_CORE_REQUEST_REQUEST_H_
+#define QVI_SERVER_CORE_REQUEST_REQUEST_H_
 
 #include <cstdint>
 #include <functional>
@@ -11,13 +12,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "server/core/spec/outputs.h"
-#include "server/core/text/tokenizer.h"
+#include "server/core/outputs/answer.h"
+#include "server/core/outputs/outputs.h"
 
 namespace qvi {
-
-struct Manifest;
 
 enum class Method { kClassify, kTag };
 
@@ -51,8 +51,6 @@ struct OutputOptions {
   }
 };
 
-struct InferenceResponse;
-
 struct InferenceRequest {
   std::string model;
   int64_t version = 0;  // 0 = newest ready
@@ -74,70 +72,6 @@ struct InferenceRequest {
   std::function<absl::Status(int64_t answer_bytes)> hold_answer_bytes;
 };
 
-struct TokenOutput {
-  TextToken token;
-  int64_t id = 0;
-  std::optional<float> attention;
-  std::optional<float> gate;
-  std::optional<float> sentence_attention;
-  std::optional<float> sentence_gate;
-  std::optional<float> lambda_q;
-  std::optional<float> lambda_k;
-  std::string tag;
-};
-
-struct SpanOutput {
-  std::string label;
-  uint32_t start = 0, end = 0;  // code points
-  uint32_t byte_start = 0, byte_end = 0;
-  uint32_t token_start = 0, token_end = 0;
-  std::string text;
-  float score = 0;
-};
-
-struct LayerMapOutput {
-  int layer = -1;
-  int head = -1;
-  std::vector<float> gates, lambda_q, lambda_k;
-  std::vector<float> attention;  // T x T, row-major
-};
-
-// options.faithfulness's answer: the top label's probability as answered and without α's top tokens.
-struct FaithfulnessCheckOutput {
-  std::string label;
-  float score = 0;
-  float score_without = 0;
-  std::vector<uint32_t> removed;  // token indices, ascending
-};
-
-struct TextResult {
-  std::vector<std::pair<std::string, float>> labels;  // classification, best first
-  std::vector<SpanOutput> spans;                      // tagging
-  std::vector<TokenOutput> tokens;
-  bool truncated = false;
-  uint32_t num_tokens = 0;
-  std::vector<LayerMapOutput> layers;
-  std::optional<FaithfulnessCheckOutput> faithfulness;
-};
-
-struct InferenceResponse {
-  std::string model;
-  int64_t version = 0;
-  // The manifest of the version that answered (its labels, tags and outputs), held with the version.
-  std::shared_ptr<const Manifest> manifest;
-  std::vector<TextResult> results;
-  std::string request_id;
-  // For the access log and metrics: tokens fed to the model (after truncation), when its first text
-  // joined the batch queue (the core's clock), the longest wait of its texts there, and the longest
-  // batch it was in, whole and split into the forward pass and the post-processing of the rows.
-  int64_t tokens = 0;
-  absl::Time queued_at = absl::InfiniteFuture();
-  absl::Duration queue_time;
-  absl::Duration compute_time;
-  absl::Duration forward_time;
-  absl::Duration postprocess_time;
-};
-
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SPEC_REQUEST_H_
+#endif  // QVI_SERVER_CORE_REQUEST_REQUEST_H_

@@ -1,15 +1,15 @@
 // The checks of a request that need no model loaded, and the limits they enforce: torch-free, so
 // that the fuzz targets (fuzz/) build them alone.
-#ifndef QVI_SERVER_CORE_SPEC_REQUEST_CHECKS_H_
-#define QVI_SERVER_CORE_SPEC_REQUEST_CHECKS_H_
+#ifndef QVI_SERVER_CORE_REQUEST_REQUEST_CHECKS_H_
+#define QVI_SERVER_CORE_REQUEST_REQUEST_CHECKS_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/core/spec/manifest.h"
-#include "server/core/spec/request.h"
+#include "server/core/manifest/manifest.h"
+#include "server/core/request/request.h"
 
 namespace qvi {
 
@@ -60,4 +60,4 @@ absl::Status CheckIndices(const char* field, const std::vector<int>& indices, in
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SPEC_REQUEST_CHECKS_H_
+#endif  // QVI_SERVER_CORE_REQUEST_REQUEST_CHECKS_H_

@@ -1,5 +1,5 @@
 // serving.json: what it may set, its errors, and the order in which settings win.
-#include "server/core/spec/serving_config.h"
+#include "server/core/manifest/serving_config.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,87 @@
+// The core's answer types: what an answer holds for each text (labels, spans, tokens with their
+// explanation values, per-layer maps) and for the call. They mirror the public API (proto/) without
+// depending on it. The output catalogue (outputs.h) points at their fields, one row per output.
+#ifndef QVI_SERVER_CORE_OUTPUTS_ANSWER_H_
+#define QVI_SERVER_CORE_OUTPUTS_ANSWER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "server/core/text/tokenizer.h"
+
+namespace qvi {
+
+struct Manifest;
+
+struct TokenOutput {
+  TextToken token;
+  int64_t id = 0;
+  std::optional<float> attention;
+  std::optional<float> gate;
+  std::optional<float> sentence_attention;
+  std::optional<float> sentence_gate;
+  std::optional<float> lambda_q;
+  std::optional<float> lambda_k;
+  std::string tag;
+};
+
+struct SpanOutput {
+  std::string label;
+  uint32_t start = 0, end = 0;  // code points
+  uint32_t byte_start = 0, byte_end = 0;
+  uint32_t token_start = 0, token_end = 0;
+  std::string text;
+  float score = 0;
+};
+
+struct LayerMapOutput {
+  int layer = -1;
+  int head = -1;
+  std::vector<float> gates, lambda_q, lambda_k;
+  std::vector<float> attention;  // T x T, row-major
+};
+
+// options.faithfulness's answer: the top label's probability as answered and without α's top tokens.
+struct FaithfulnessCheckOutput {
+  std::string label;
+  float score = 0;
+  float score_without = 0;
+  std::vector<uint32_t> removed;  // token indices, ascending
+};
+
+struct TextResult {
+  std::vector<std::pair<std::string, float>> labels;  // classification, best first
+  std::vector<SpanOutput> spans;                      // tagging
+  std::vector<TokenOutput> tokens;
+  bool truncated = false;
+  uint32_t num_tokens = 0;
+  std::vector<LayerMapOutput> layers;
+  std::optional<FaithfulnessCheckOutput> faithfulness;
+};
+
+struct InferenceResponse {
+  std::string model;
+  int64_t version = 0;
+  // The manifest of the version that answered (its labels, tags and outputs), held with the version.
+  std::shared_ptr<const Manifest> manifest;
+  std::vector<TextResult> results;
+  std::string request_id;
+  // For the access log and metrics: tokens fed to the model (after truncation), when its first text
+  // joined the batch queue (the core's clock), the longest wait of its texts there, and the longest
+  // batch it was in, whole and split into the forward pass and the post-processing of the rows.
+  int64_t tokens = 0;
+  absl::Time queued_at = absl::InfiniteFuture();
+  absl::Duration queue_time;
+  absl::Duration compute_time;
+  absl::Duration forward_time;
+  absl::Duration postprocess_time;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_CORE_OUTPUTS_ANSWER_H_
