@@ -23,6 +23,7 @@
 #include "client/channel.h"
 #include "client/faithfulness.h"
 #include "client/html_report.h"
+#include "client/output_names.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "qvi/serving/v1/inference.grpc.pb.h"
 
@@ -166,17 +167,19 @@ bool PrepareReport(v1::Inference::Stub& stub, const Common& c, Explain& e, v1::M
     std::cerr << "error: model '" << c.model << "' has no ready version to explain\n";
     return false;
   }
-  auto has = [&model](const std::string& name) {
+  // Whether the model has any output of `names` (an option's outputs, output_names.h).
+  auto has_any = [&model](const std::vector<std::string_view>& names) {
     for (const auto& o : model.metadata().outputs())
-      if (o.name() == name) return true;
+      for (std::string_view name : names)
+        if (o.name() == name) return true;
     return false;
   };
   e.tokens = true;
-  e.attention = e.attention || has("attention");
-  e.gates = e.gates || has("gates") || has("lambda_q");
+  e.attention = e.attention || has_any(qvi::client::kAttentionOutputs);
+  e.gates = e.gates || has_any(qvi::client::kGateOutputs);
   if (model.metadata().layers() > 0 && !e.layer_gates && !e.attention_maps) {
-    e.attention_maps = has("layer_attention");
-    e.layer_gates = has("layer_gates") || has("layer_lambda_q");
+    e.attention_maps = has_any(qvi::client::kLayerAttentionOutputs);
+    e.layer_gates = has_any(qvi::client::kLayerGateOutputs);
     e.reduce = "mean-heads";
   }
   return true;

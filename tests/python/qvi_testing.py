@@ -30,13 +30,14 @@ def free_port():
 
 def wait_until(predicate, what, seconds=60, interval=0.02):
     """Polls predicate until it holds; fails naming what was awaited after `seconds`. Returns the
-    predicate's last (true) value."""
+    predicate's last (true) value. `what` is a string, or a function giving one (called only on
+    failure, for messages that show the state at the end: logs, errors so far)."""
     deadline = time.monotonic() + seconds
     while True:
         value = predicate()
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what() if callable(what) else what}"
         time.sleep(interval)
 
 
@@ -157,10 +158,8 @@ class Traffic(Background):
 
     def wait_for_answers_from(self, version, more=20, seconds=60):
         """Until `more` answers came from `version` (bounded by `seconds`)."""
-        deadline = time.monotonic() + seconds
-        while self.served().count(version) < more:
-            assert time.monotonic() < deadline, f"no answers from version {version}; errors {self.errors[:3]}"
-            time.sleep(0.01)
+        wait_until(lambda: self.served().count(version) >= more,
+                   lambda: f"answers from version {version}; errors {self.errors[:3]}", seconds=seconds, interval=0.01)
 
     def check(self):
         assert self.errors == [], f"{len(self.errors)} failed requests, e.g. {self.errors[:3]}"
@@ -194,11 +193,10 @@ class ServerProcess:
                                       "--metrics-port-file", metrics_port_file, "--http-port", "0", "--http-port-file",
                                       http_port_file, *extra_args],
                                      stdout=subprocess.PIPE if log_pipe else self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while not os.path.exists(port_file):
+        def started():
             assert self.proc.poll() is None, f"qvi-server exited: {self.log()}"
-            assert time.monotonic() < deadline, "qvi-server did not start in 120 s"
-            time.sleep(0.05)  # waiting on a process, not on a clock
+            return os.path.exists(port_file)
+        wait_until(started, "qvi-server to write its port file (120 s)", seconds=120, interval=0.05)
         with open(port_file) as f:
             self.address = f"127.0.0.1:{int(f.read())}"
         with open(metrics_port_file) as f:

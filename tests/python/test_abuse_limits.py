@@ -10,7 +10,7 @@ import time
 import grpc
 import pytest
 
-from qvi_testing import STORE, ServerProcess
+from qvi_testing import STORE, ServerProcess, wait_until
 
 # Refusals are decided before the model runs; a generous bound that no model run of these sizes meets.
 QUICK_S = 2.0
@@ -198,12 +198,11 @@ def test_clients_that_ping_too_often_are_sent_away(api, tmp_path):
             ("grpc.http2.max_pings_without_data", 0), ("grpc.http2.min_time_between_pings_ms", 100)])
         states = []
         pinger.subscribe(states.append, try_to_connect=True)
-        deadline = time.monotonic() + 30
         # The server answers the third early ping with GOAWAY; the channel leaves READY.
-        while not (grpc.ChannelConnectivity.READY in states and
-                   any(s != grpc.ChannelConnectivity.READY for s in states[states.index(grpc.ChannelConnectivity.READY):])):
-            assert time.monotonic() < deadline, states
-            time.sleep(0.1)  # waiting on the channel's own state changes
+        def left_ready():
+            ready = grpc.ChannelConnectivity.READY
+            return ready in states and any(s != ready for s in states[states.index(ready):])
+        wait_until(left_ready, lambda: f"the channel to leave READY (states {states})", seconds=30, interval=0.1)
         pinger.close()
         ok = pb_grpc.InferenceStub(proc.channel).Classify(
             pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["fine"]), timeout=30)

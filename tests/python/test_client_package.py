@@ -53,6 +53,40 @@ def test_the_package_installs_with_generated_stubs_and_types(client_python):
     assert info["stub"] == "qvi/serving/v1/inference.proto"
 
 
+def catalogue_proto_fields():
+    """The native API's Token and LayerMap fields that the output catalogue's rows fill (outputs.cc)."""
+    with open(os.path.join(REPO, "server", "core", "outputs", "outputs.cc"), encoding="utf-8") as f:
+        text = f.read()
+    token = re.findall(r'&TokenOutput::\w+, nullptr, "(\w+)"', text)
+    layer = re.findall(r'&LayerMapOutput::\w+, "(\w+)"', text)
+    assert len(token) >= 6 and len(layer) >= 3, (token, layer)
+    return token, layer
+
+
+def test_the_client_carries_every_explanation_field_of_the_catalogue(client_python):
+    """A row added to the catalogue with a Token or LayerMap field must reach the client's dataclasses:
+    each field set on the wire message comes back, with its value, from the client's conversion."""
+    token, layer = catalogue_proto_fields()
+    got, _ = run(client_python, """
+        import dataclasses, json, sys
+        from qvi_client import client
+        from qvi_client._proto.qvi.serving.v1 import inference_pb2
+        token, layer = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+        t = inference_pb2.Token(text="x")
+        for i, name in enumerate(token):
+            setattr(t, name, 0.25 + i)
+        m = inference_pb2.LayerMap(layer=1, head=2)
+        for i, name in enumerate(layer):
+            getattr(m, name).extend([0.5 + i])
+        print(json.dumps({"token": dataclasses.asdict(client._token(t)),
+                          "layer": dataclasses.asdict(client._layers([m])[0])}))
+    """, json.dumps(token), json.dumps(layer))
+    for i, name in enumerate(token):
+        assert got["token"].get(name) == 0.25 + i, (name, got["token"])
+    for i, name in enumerate(layer):
+        assert got["layer"].get(name) == [0.5 + i], (name, got["layer"])
+
+
 def address_of(server_process, protocol):
     return server_process.address if protocol == "grpc" else server_process.http_address
 

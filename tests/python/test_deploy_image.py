@@ -48,16 +48,18 @@ def wait_serving(address, service="", deadline_s=START_S, container=None):
     start = time.monotonic()
     with grpc.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        while True:
+        def serving():
             try:
                 status = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2).status
-                if status == health_pb2.HealthCheckResponse.SERVING:
-                    return time.monotonic() - start
+                return status == health_pb2.HealthCheckResponse.SERVING
             except grpc.RpcError:
-                pass
+                return False
+
+        def failure():
             logs = podman("logs", container, check=False).stderr if container else ""
-            assert time.monotonic() - start < deadline_s, f"{address} not SERVING in {deadline_s} s\n{logs}"
-            time.sleep(0.2)  # waiting on a process that is starting, not on a clock
+            return f"{address} SERVING within {deadline_s} s\n{logs}"
+        wait_until(serving, failure, seconds=deadline_s, interval=0.2)
+        return time.monotonic() - start
 
 
 def classify_and_tag(api, address):

@@ -98,16 +98,15 @@ def start(work, *flags):
 
 
 def wait_ready(api, make_channel):
-    deadline = time.monotonic() + WAIT_S
-    while True:
+    def answer():
         channel = make_channel()
         try:
             return classify(api, channel)
         except grpc.RpcError:
-            assert time.monotonic() < deadline, "no TLS answer"
-            time.sleep(0.2)  # waiting on a starting process
+            return None  # not listening yet
         finally:
             channel.close()
+    return wait_until(answer, "a TLS answer", seconds=WAIT_S, interval=0.2)
 
 
 def test_tls_serves_tls_clients_and_refuses_plain_text(api, pki, tmp_path):
@@ -219,7 +218,6 @@ def test_handshake_failures_and_library_errors_are_counted_not_flooded_into_the_
         channel.close()
         # Counted as gRPC reports each failure, which may come a moment after the client gave up.
         wait_until(lambda: proc.metrics()["qvi_tls_handshake_failures_total"] >= 30, "30 failed handshakes counted")
-        values = proc.metrics()
         log = proc.log().splitlines()
         for line in log:
             json.loads(line)  # one JSON object per line: nothing of the libraries' own format

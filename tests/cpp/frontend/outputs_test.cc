@@ -1,4 +1,4 @@
-// The output catalogue (server/core/spec/outputs.h): its rows agree with the enum, the manifest's
+// The output catalogue (server/core/outputs/outputs.h): its rows agree with the enum, the manifest's
 // names, the native API's fields and the OIP tensors, so that a new output is one row.
 #include <gtest/gtest.h>
 
@@ -6,10 +6,11 @@
 #include <set>
 #include <string>
 
+#include "client/output_names.h"
 #include "qvi/serving/v1/inference.pb.h"
-#include "server/core/spec/answer_tensors.h"
-#include "server/core/spec/outputs.h"
-#include "server/core/spec/request.h"
+#include "server/core/outputs/answer_tensors.h"
+#include "server/core/outputs/outputs.h"
+#include "server/core/request/request.h"
 #include "server/frontend/native/api.h"
 
 namespace qvi {
@@ -101,14 +102,31 @@ TEST(OutputCatalogueTest, WireOutputsAndDefaultsFollowTheModelAndTheSwitches) {
             (std::vector<std::string>{"label", "probabilities", "labels", "scores", "tokens", "token_count",
                                       "truncated", "attention", "sentence_attention", "gates", "sentence_gates"}));
   EXPECT_EQ(WireOutputs(m)[1].shape, (std::vector<int64_t>{-1, 3}));
-  EXPECT_EQ(m.ModelOutputs(), OutputsOf({Output::kLogits, Output::kAttention, Output::kGates,
-                                         Output::kSentenceAttention, Output::kSentenceGates}));
+  EXPECT_EQ(OutputsOfModel(m), OutputsOf({Output::kLogits, Output::kAttention, Output::kGates,
+                                          Output::kSentenceAttention, Output::kSentenceGates}));
   OutputOptions o;
   EXPECT_EQ(DefaultWireOutputs(m, o.outputs), (std::vector<Output>{Output::kLabel, Output::kProbabilities}));
   o.Ask(OutputSwitch::kGates);
   EXPECT_EQ(DefaultWireOutputs(m, o.outputs),
             (std::vector<Output>{Output::kLabel, Output::kProbabilities, Output::kTokenCount, Output::kGates,
                                  Output::kSentenceGates}));
+}
+
+// qvi-client's lists of the outputs each option turns on (client/output_names.h): the client does not
+// link the server, so a row added to a switch without the client's list fails here.
+TEST(OutputCatalogueTest, TheClientsOptionListsAreTheCatalogues) {
+  auto names = [](OutputSwitch on) {
+    std::set<std::string> out;
+    for (Output o : InOrder(SwitchedBy(on))) out.insert(OutputName(o));
+    return out;
+  };
+  auto set_of = [](const std::vector<std::string_view>& list) {
+    return std::set<std::string>(list.begin(), list.end());
+  };
+  EXPECT_EQ(set_of(client::kAttentionOutputs), names(OutputSwitch::kAttention));
+  EXPECT_EQ(set_of(client::kGateOutputs), names(OutputSwitch::kGates));
+  EXPECT_EQ(set_of(client::kLayerGateOutputs), names(OutputSwitch::kLayerGates));
+  EXPECT_EQ(set_of(client::kLayerAttentionOutputs), names(OutputSwitch::kLayerAttention));
 }
 
 }  // namespace
