@@ -90,6 +90,11 @@ Metrics::Metrics()
                           .Name("qvi_batch_failures_total")
                           .Help("Batches whose forward pass failed or whose outputs contradicted the manifest")
                           .Register(*registry_)),
+      device_busy_(BuildCounter()
+                       .Name("qvi_device_busy_seconds_total")
+                       .Help("Seconds the device was busy with a version's batches, where the backend knows it "
+                             "(the null model's emulated device); its rate is the share of time the device was busy")
+                       .Register(*registry_)),
       queue_texts_(BuildGauge()
                        .Name("qvi_queue_texts")
                        .Help("Texts waiting in a model version's batch queue")
@@ -282,6 +287,7 @@ Metrics::VersionSeries& Metrics::SeriesFor(const std::string& model, int64_t ver
     s.batch_tokens = &batch_tokens_.Add(labels, PowersOfTwo(16, 1 << 20));
     s.padding = &padding_ratio_.Add(labels, Ratios());
     s.batch_failures = &batch_failures_.Add(labels);
+    s.device_busy = &device_busy_.Add(labels);
     s.queue_texts = &queue_texts_.Add(labels);
   }
   return s;
@@ -301,6 +307,7 @@ void Metrics::OnBatch(const std::string& model, int64_t version, const BatchRepo
     s.padding->Observe(1.0 - static_cast<double>(batch.tokens) / static_cast<double>(batch.padded_tokens));
   }
   if (!batch.ok) s.batch_failures->Increment();
+  if (batch.device > absl::ZeroDuration()) s.device_busy->Increment(absl::ToDoubleSeconds(batch.device));
 }
 
 void Metrics::OnQueueDepth(const std::string& model, int64_t version, size_t texts) {
@@ -335,6 +342,7 @@ void Metrics::OnModelEvent(const std::string& model, const VersionStatus& status
       batch_tokens_.Remove(series->second.batch_tokens);
       padding_ratio_.Remove(series->second.padding);
       batch_failures_.Remove(series->second.batch_failures);
+      device_busy_.Remove(series->second.device_busy);
       queue_texts_.Remove(series->second.queue_texts);
       versions_.erase(series);
     }

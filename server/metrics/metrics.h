@@ -79,6 +79,7 @@ class Metrics final : public ServingObserver {
     prometheus::Histogram* batch_tokens = nullptr;
     prometheus::Histogram* padding = nullptr;
     prometheus::Counter* batch_failures = nullptr;
+    prometheus::Counter* device_busy = nullptr;
     prometheus::Gauge* queue_texts = nullptr;
   };
   VersionSeries& SeriesFor(const std::string& model, int64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -97,6 +98,7 @@ class Metrics final : public ServingObserver {
   prometheus::Family<prometheus::Histogram>& batch_tokens_;
   prometheus::Family<prometheus::Histogram>& padding_ratio_;
   prometheus::Family<prometheus::Counter>& batch_failures_;
+  prometheus::Family<prometheus::Counter>& device_busy_;
   prometheus::Family<prometheus::Gauge>& queue_texts_;
   prometheus::Family<prometheus::Gauge>& model_state_;
   prometheus::Family<prometheus::Gauge>& model_info_;

@@ -3,6 +3,7 @@ with: `python -m qvi null` writes a demo model's manifest and vocabulary into mo
 answers from it with no math -- every label equally likely, α uniform over a text's tokens, every gate
 0.5, no entities -- through every API, with the real model's tokens, shapes and limits. A model.null that
 is not one fails its version with the reason, and the server serves on."""
+import json
 import os
 import shutil
 import subprocess
@@ -28,6 +29,13 @@ def null_server(tmp_path_factory):
     os.makedirs(os.path.join(store, "broken", "1"))
     with open(os.path.join(store, "broken", "1", "model.null"), "w") as f:
         f.write('{"manifest": "not an object"}')
+    # The classifier's twin on an emulated device, and one whose device time is out of range.
+    with open(os.path.join(store, "sentiment", "1", "model.null")) as f:
+        twin = json.load(f)
+    for name, device in (("emulated", {"per_batch": 500, "per_text": 20}), ("bad_device", {"per_batch": -1})):
+        os.makedirs(os.path.join(store, name, "1"))
+        with open(os.path.join(store, name, "1", "model.null"), "w") as f:
+            json.dump(dict(twin, manifest=dict(twin["manifest"], name=name), device_us=device), f)
     proc = ServerProcess(store, work)
     yield proc
     proc.stop()
@@ -66,6 +74,27 @@ def test_a_broken_null_model_fails_its_version_alone(null_server):
     assert models["broken"]["state"] == "MODEL_STATE_FAILED"
     assert 'a null model is a JSON object {"manifest": {...}, "vocab": [tokens]}' in models["broken"]["reason"]
     assert models["sentiment"]["state"] == models["ner"]["state"] == "MODEL_STATE_READY"
+
+
+def test_an_emulated_device_holds_each_batch_and_reports_its_time(null_server):
+    """model.null's device_us: each batch costs per_batch + per_text x its texts of device time, counted
+    in qvi_device_busy_seconds_total; a model without it reports none."""
+    address = null_server.http_address
+    for texts in (["one"], ["one", "two", "three"], ["a"] * 7):
+        assert len(post_json(address, "/v1/models/emulated:classify", {"texts": texts})["results"]) == len(texts)
+    post_json(address, "/v1/models/sentiment:classify", {"texts": ["plain"]})
+    m = null_server.metrics()
+    v = 'model="emulated",version="1"'
+    batches, texts = m[f"qvi_batch_size_count{{{v}}}"], m[f"qvi_batch_size_sum{{{v}}}"]
+    assert texts == 11 and batches >= 3
+    assert m[f"qvi_device_busy_seconds_total{{{v}}}"] == pytest.approx(500e-6 * batches + 20e-6 * texts, rel=1e-9)
+    assert m['qvi_device_busy_seconds_total{model="sentiment",version="1"}'] == 0
+
+
+def test_a_device_time_out_of_range_fails_its_version_naming_the_field(null_server):
+    models = {m["name"]: m["versions"][0] for m in get_json(null_server.http_address, "/v1/models")["models"]}
+    assert models["bad_device"]["state"] == "MODEL_STATE_FAILED"
+    assert "device_us.per_batch must be a number of microseconds from 0 to 10000000" in models["bad_device"]["reason"]
 
 
 def thread_policies(pid):
@@ -128,3 +157,20 @@ def test_the_null_benchmark_reports_each_steps_median_round_with_every_round_bes
     # (at 1, the median) counted none, shown as "–".
     assert "| gRPC Classify | 64 | 33,333 | 0.00 | 30.0 | 30.0, 50.0 | 33,333 | 0.25 | 0.100 | 0.200 |" in table
     assert "| gRPC Classify | 1 | 11,111 | 0.00 | 90.0 | 100.0, 90.0 | 11,111 | – |" in table
+
+
+def test_the_emulated_device_benchmark_takes_every_figure_from_one_window():
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    import emulated_device
+
+    before = {"time": 100.0, "ok": 1000, "cpu": 5.0, "busy": 1.0, "batches": 10, "texts": 1000, "instance_cpu": 2.0}
+    after = {"time": 110.0, "ok": 201000, "cpu": 15.0, "busy": 4.0, "batches": 4010, "texts": 201000,
+             "instance_cpu": 5.2}
+    w = emulated_device.window(before, after)
+    assert w["texts_per_s"] == 20000 and w["device_busy"] == pytest.approx(0.3) and w["mean_batch"] == 50
+    assert w["server_cpu_us_per_request"] == pytest.approx(50) and w["instance_cpu_us_per_batch"] == pytest.approx(800)
+    assert w["instance_cpu_us_per_text"] == pytest.approx(16)
+    sample = {("qvi_requests_total", '{code="OK",model="m",version="1"}'): 3.0,
+              ("qvi_requests_total", '{code="NOT_FOUND",model="m",version="1"}'): 2.0,
+              ("qvi_requests_total", '{code="OK",model="other",version="1"}'): 7.0}
+    assert emulated_device.total(sample, "qvi_requests_total", 'model="m"', 'code="OK"') == 3.0

@@ -280,6 +280,7 @@ ModelOutputs Model::RunBatch(const torch::Tensor& ids, const torch::Tensor& mask
                                               cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask, maps);
   Finish(result, mask);
   ModelOutputs out;
+  out.device_time = result.device_time;
   for (Output o : InOrder(wanted)) {
     if (result.has(o)) out[o] = std::move(result[o]);
   }

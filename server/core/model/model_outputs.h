@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "server/core/outputs/outputs.h"
 
 namespace qvi {
@@ -63,6 +64,10 @@ class ModelOutputs {
   std::vector<int64_t> check_row;
   std::vector<std::vector<int64_t>> check_removed;
   torch::Tensor check_logits;
+
+  // How long the device was busy with this forward pass, where the backend knows it: the null
+  // model's emulated device (null_model.h). Zero from the backends that do not measure it.
+  absl::Duration device_time;
 
  private:
   static size_t Index(Output output) { return static_cast<size_t>(output); }

@@ -1,7 +1,10 @@
 #include "server/core/model/null_model.h"
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -10,14 +13,44 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
+#include "server/core/sched/sync.h"
 
 namespace qvi {
 namespace {
 
+// The emulated accelerator: one in-order queue, as a GPU stream is. Each batch is booked on it after
+// the batches before it, for per_batch + per_text x its texts, and its caller sleeps until the
+// device is done with it: device time that costs no CPU, so that a 2-core machine can measure how
+// well the engine keeps a device busy (qvi_device_busy_seconds_total).
+class EmulatedDevice {
+ public:
+  EmulatedDevice(absl::Duration per_batch, absl::Duration per_text)
+      : per_batch_(absl::ToChronoNanoseconds(per_batch)), per_text_(absl::ToChronoNanoseconds(per_text)) {}
+
+  // Runs a batch of `texts` on the device and waits for it; its device time.
+  absl::Duration Run(int64_t texts) {
+    const std::chrono::nanoseconds busy = per_batch_ + per_text_ * texts;
+    std::chrono::steady_clock::time_point done;
+    {
+      MutexLock lock(&mu_);
+      done = std::max(std::chrono::steady_clock::now(), free_at_) + busy;
+      free_at_ = done;
+    }
+    std::this_thread::sleep_until(done);
+    return absl::FromChrono(busy);
+  }
+
+ private:
+  const std::chrono::nanoseconds per_batch_, per_text_;
+  Mutex mu_;
+  std::chrono::steady_clock::time_point free_at_ ABSL_GUARDED_BY(mu_);
+};
+
 class NullModel final : public Model {
  public:
-  NullModel(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file)
-      : Model(std::move(manifest), std::move(vocabulary), device, std::move(file)) {}
+  NullModel(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file,
+            std::unique_ptr<EmulatedDevice> emulated)
+      : Model(std::move(manifest), std::move(vocabulary), device, std::move(file)), emulated_(std::move(emulated)) {}
 
   std::string format() const override { return "null"; }
   bool has_forward_without_maps() const override { return true; }
@@ -54,6 +87,7 @@ class NullModel final : public Model {
         out[*o] = (attention ? uniform : half).view(view).expand(sizes);
       }
     }
+    if (emulated_ != nullptr) out.device_time = emulated_->Run(b);
     return out;
   }
 
@@ -71,7 +105,35 @@ class NullModel final : public Model {
     }
     return sizes;
   }
+
+  const std::unique_ptr<EmulatedDevice> emulated_;  // null: no device time
 };
+
+// model.null's "device_us": {"per_batch": µs, "per_text": µs}, both optional (0), each at most 10 s.
+absl::StatusOr<std::unique_ptr<EmulatedDevice>> ParseDeviceTime(const nlohmann::json& file, const std::string& path) {
+  if (!file.contains("device_us")) return nullptr;
+  const nlohmann::json& d = file["device_us"];
+  if (!d.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": device_us is an object {\"per_batch\": µs, \"per_text\": µs}"));
+  }
+  constexpr double kMaxUs = 10e6;
+  double us[2] = {0, 0};
+  const char* names[2] = {"per_batch", "per_text"};
+  for (const auto& [key, value] : d.items()) {
+    const auto* name = std::find_if(std::begin(names), std::end(names), [&](const char* n) { return key == n; });
+    if (name == std::end(names)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": device_us.", key, " is not a field (per_batch, per_text)"));
+    }
+    if (!value.is_number() || value.get<double>() < 0 || value.get<double>() > kMaxUs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": device_us.", key, " must be a number of microseconds from 0 to 10000000"));
+    }
+    us[name - std::begin(names)] = value.get<double>();
+  }
+  return std::make_unique<EmulatedDevice>(absl::Microseconds(us[0]), absl::Microseconds(us[1]));
+}
 
 }  // namespace
 
@@ -91,10 +153,13 @@ absl::StatusOr<std::unique_ptr<Model>> LoadNullModel(const std::string& path, co
     if (!token.is_string()) return absl::InvalidArgumentError(absl::StrCat(path, ": vocab holds a non-string"));
     tokens.push_back(token.get<std::string>());
   }
+  absl::StatusOr<std::unique_ptr<EmulatedDevice>> emulated = ParseDeviceTime(file, path);
+  if (!emulated.ok()) return emulated.status();
   absl::StatusOr<std::pair<Manifest, Vocabulary>> files =
       ParseArtifactFiles(file["manifest"].dump(), absl::StrJoin(tokens, "\n") + "\n", path);
   if (!files.ok()) return files.status();
-  auto model = std::make_unique<NullModel>(std::move(files->first), std::move(files->second), device, path);
+  auto model = std::make_unique<NullModel>(std::move(files->first), std::move(files->second), device, path,
+                                           std::move(*emulated));
   if (absl::Status s = model->WarmUp(); !s.ok()) return s;
   return model;
 }

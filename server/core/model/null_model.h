@@ -5,6 +5,12 @@
 // whatever else the folder holds, with format "null" in GetModel and the log. Its outputs have the
 // manifest's shapes and plausible values: zero scores (every label or tag equally likely, the first
 // one chosen), α uniform over a text's tokens, every gate 0.5. The demo store never holds one.
+//
+// An emulated accelerator: with "device_us": {"per_batch": 300, "per_text": 3} in model.null, every
+// batch also holds a device -- one in-order queue per version, as a GPU stream -- for per_batch +
+// per_text x its texts microseconds, its caller asleep meanwhile (no CPU used), and reports that
+// time (qvi_device_busy_seconds_total). A 2-core machine then measures how well the engine keeps a
+// device busy with its own CPU work around the batches (bench/run.py --emulated-device).
 #ifndef QVI_SERVER_CORE_MODEL_NULL_MODEL_H_
 #define QVI_SERVER_CORE_MODEL_NULL_MODEL_H_
 

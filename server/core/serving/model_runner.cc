@@ -227,13 +227,14 @@ std::vector<absl::Status> ModelRunner::DeliverRows(const Batch& batch, const Mod
 }
 
 absl::Status ModelRunner::Report(const Batch& batch, const PackedBatch& packed, absl::Time start,
-                                 absl::Time forward_end, bool ok) const {
+                                 absl::Time forward_end, absl::Duration device, bool ok) const {
   BatchReport report;
   report.texts = static_cast<int>(batch.size());
   report.tokens = packed.tokens;
   report.padded_tokens = packed.ids.numel();
   const absl::Time end = env_->Now();
   report.compute = end - start;
+  report.device = device;
   report.ok = ok;
   for (const QueuedText<RunnableRequest>& t : batch) {
     const absl::Duration wait = start - t.arrival;
@@ -281,6 +282,7 @@ absl::Status ModelRunner::RunChecks(const Batch& batch, ModelOutputs& outputs) c
   absl::StatusOr<ModelOutputs> again = model_->Forward(packed.ids, packed.mask, logits, OutputSelection{});
   if (!again.ok()) return again.status();
   outputs.check_logits = again->at(Output::kLogits);
+  outputs.device_time += again->device_time;
   return absl::OkStatus();
 }
 
@@ -303,7 +305,10 @@ void ModelRunner::Run(Batch& batch) const {
   for (size_t b = 0; b < batch.size() && !checks.ok(); ++b) {
     if (batch[b].request->faithfulness_top_k() > 0) statuses[b] = checks;
   }
-  if (absl::Status s = Report(batch, packed, start, forward_end, out.ok()); !s.ok()) statuses.assign(batch.size(), s);
+  const absl::Duration device = out.ok() ? out->device_time : absl::ZeroDuration();
+  if (absl::Status s = Report(batch, packed, start, forward_end, device, out.ok()); !s.ok()) {
+    statuses.assign(batch.size(), s);
+  }
   for (size_t b = 0; b < batch.size(); ++b) batch[b].request->Complete(batch[b].index, statuses[b]);
 }
 

@@ -140,7 +140,7 @@ class ModelRunner {
   // Records where each request's time went and tells the observer; an observer that throws fails
   // the whole batch (INTERNAL naming the hook).
   absl::Status Report(const Batch& batch, const PackedBatch& packed, absl::Time start, absl::Time forward_end,
-                      bool ok) const;
+                      absl::Duration device, bool ok) const;
 
   // Calls the observer (when there is one); an exception becomes INTERNAL naming the hook.
   absl::Status Observe(const char* hook, const std::function<void()>& call) const;

@@ -18,6 +18,7 @@ struct BatchReport {
   int64_t tokens = 0;                       // real tokens
   int64_t padded_tokens = 0;                // texts x the longest text: what the model computed on
   absl::Duration compute;                   // forward pass and post-processing of the whole batch
+  absl::Duration device;                    // of which the device was busy (ModelOutputs::device_time)
   std::vector<absl::Duration> queue_waits;  // per text: from joining the queue to the batch's start
   bool ok = true;                           // the model ran and its outputs passed the checks
 };

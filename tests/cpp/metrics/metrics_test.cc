@@ -125,9 +125,11 @@ TEST(MetricsTest, BatchesReportSizeTokensPaddingQueueAndCompute) {
   b.tokens = 24;
   b.padded_tokens = 32;  // 4 texts x 8: a quarter is padding
   b.compute = absl::Milliseconds(3);
+  b.device = absl::Microseconds(1500);  // an emulated device's time (null_model.h)
   b.queue_waits = {absl::Microseconds(150), absl::Microseconds(150), absl::Milliseconds(1), absl::Milliseconds(2)};
   m.OnBatch("sentiment", 2, b);
   b.ok = false;
+  b.device = absl::ZeroDuration();  // a backend that does not know it adds nothing
   m.OnBatch("sentiment", 2, b);
   m.OnQueueDepth("sentiment", 2, 7);
   const std::string t = m.Serialize();
@@ -140,6 +142,7 @@ TEST(MetricsTest, BatchesReportSizeTokensPaddingQueueAndCompute) {
   EXPECT_EQ(Sample(t, "qvi_queue_duration_seconds_bucket{" + v + R"(,le="0.0002"})"), 4);
   EXPECT_EQ(Sample(t, "qvi_compute_duration_seconds_bucket{" + v + R"(,le="0.005"})"), 2);
   EXPECT_EQ(Sample(t, "qvi_batch_failures_total{" + v + "}"), 1);
+  EXPECT_DOUBLE_EQ(Sample(t, "qvi_device_busy_seconds_total{" + v + "}"), 0.0015);
   EXPECT_EQ(Sample(t, "qvi_queue_texts{" + v + "}"), 7);
 }
 

@@ -1,0 +1,186 @@
+"""How well the engine keeps an accelerator busy with one-text requests, measured on the CPU.
+
+qvi-server serves the demo classifier's null twin (server/core/model/null_model.h: its manifest and
+vocabulary, no math) with a GPU's batching (max_batch_size 256, one instance), twice in turn on the same
+cores: as it is, and on an emulated device that holds every batch for per_batch + per_text x its texts
+microseconds (model.null's "device_us"), a timed wait that uses no CPU. qvi-perf sends one ~20-word
+text per gRPC Classify at each concurrency. Every figure comes from the server over the same window:
+OK texts/s (qvi_requests_total), the device's busy share (qvi_device_busy_seconds_total), the mean batch
+(qvi_batch_size), the server's CPU per request (process_cpu_seconds_total) and the instance threads' CPU
+per batch and per text (/proc/PID/task/TID/schedstat of the threads named qvi-instance).
+
+Issue 53's targets on the 2-core machine (per_batch 300 µs, per_text 3 µs, 1,024 in flight): texts/s at
+least 0.9x the null model's on the same cores, the instance thread's CPU at most 5 µs per text, a mean
+batch of at least 64.
+
+Usage: .venv/bin/python bench/emulated_device.py [--concurrency 256,1024] [--duration 10] [--out FILE]
+Prints a markdown table; --out also writes the figures as JSON.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import null_bench  # noqa: E402
+import run as harness  # noqa: E402
+
+SAMPLE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$")
+
+
+def metrics(url):
+    """{(name, labels): value} of the server's /metrics."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if m:
+            out[(m[1], m[2] or "")] = float(m[3])
+    return out
+
+
+def total(sample, name, *parts):
+    """The sum of `name`'s series whose labels hold every one of `parts`."""
+    return sum(v for (n, labels), v in sample.items() if n == name and all(p in labels for p in parts))
+
+
+def instance_cpu_seconds(pid):
+    """CPU seconds the process's qvi-instance threads have run (schedstat: nanoseconds on a CPU)."""
+    seconds = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() != "qvi-instance":
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                seconds += int(f.read().split()[0]) / 1e9
+        except FileNotFoundError:
+            continue  # a thread that ended meanwhile
+    return seconds
+
+
+def snapshot(url, pid, model):
+    m = metrics(url)
+    labels = f'model="{model}"'
+    return {"time": time.monotonic(), "ok": total(m, "qvi_requests_total", labels, 'code="OK"'),
+            "cpu": total(m, "process_cpu_seconds_total"), "busy": total(m, "qvi_device_busy_seconds_total", labels),
+            "batches": total(m, "qvi_batch_size_count", labels), "texts": total(m, "qvi_batch_size_sum", labels),
+            "instance_cpu": instance_cpu_seconds(pid)}
+
+
+def window(before, after):
+    """The figures of one measured window."""
+    d = {k: after[k] - before[k] for k in before}
+    wall, ok, batches, texts = d["time"], max(d["ok"], 1), max(d["batches"], 1), max(d["texts"], 1)
+    return {"seconds": wall, "texts_per_s": d["ok"] / wall, "device_busy": d["busy"] / wall,
+            "mean_batch": d["texts"] / batches, "server_cpu_us_per_request": d["cpu"] / ok * 1e6,
+            "instance_cpu_us_per_batch": d["instance_cpu"] / batches * 1e6,
+            "instance_cpu_us_per_text": d["instance_cpu"] / texts * 1e6}
+
+
+def store_for(work, model_pt, model, python, device_us):
+    """The null twin's store with the GPU's batching in serving.json, on an emulated device if asked."""
+    store = null_bench.null_store(os.path.join(work, "emulated" if device_us else "plain"), model_pt, model, python)
+    path = os.path.join(store, model, "1", "model.null")
+    with open(path) as f:
+        twin = json.load(f)
+    if device_us:
+        twin["device_us"] = device_us
+    with open(path, "w") as f:
+        json.dump(twin, f)
+    with open(os.path.join(store, model, "serving.json"), "w") as f:
+        json.dump({"max_batch_size": 256, "max_batch_tokens": 32768, "max_queued_texts": 16384, "instances": 1}, f)
+    return store
+
+
+def measure(work, a, store, label):
+    """One server on `store`, qvi-perf at each concurrency; a window's figures per concurrency."""
+    files = null_bench.port_files(work, label, ("port", "metrics"))
+    with open(os.path.join(work, f"qvi-server-{label}.log"), "w") as log_file:
+        proc = subprocess.Popen([os.path.join(harness.BUILD, "qvi-server"), "--model-store", store, "--host",
+                                 "127.0.0.1", "--port", "0", "--port-file", files["port"], "--metrics-port", "0",
+                                 "--metrics-port-file", files["metrics"], "--http-port", "-1", "--device", "cpu",
+                                 "--max-queued-texts", "16384"],
+                                stdout=log_file, stderr=subprocess.STDOUT)
+    rows = []
+    try:
+        port = harness.wait_for_file(files["port"], proc, f"qvi-server ({label})")
+        url = f"http://127.0.0.1:{harness.wait_for_file(files['metrics'], proc, f'qvi-server ({label})')}/metrics"
+        for concurrency in a.concurrency.split(","):
+            samples = {}
+
+            def sample_window():
+                # The window starts after qvi-perf's warm-up and ends before its last answers.
+                time.sleep(a.warmup + 0.2)
+                samples["before"] = snapshot(url, proc.pid, harness.MODEL)
+                time.sleep(a.duration - 0.4)
+                samples["after"] = snapshot(url, proc.pid, harness.MODEL)
+
+            sampler = threading.Thread(target=sample_window)
+            sampler.start()
+            perf = harness.perf(work, f"{label}-{concurrency}", ["--server", f"127.0.0.1:{port}"],
+                                ["--model", harness.MODEL, "--concurrency", concurrency, "--duration",
+                                 str(a.duration), "--warmup", str(a.warmup), "--words", "20"])
+            sampler.join()
+            row = window(samples["before"], samples["after"])
+            row.update(concurrency=int(concurrency), client_requests_per_s=perf["steps"][0]["requests_per_s"],
+                       p99_ms=perf["steps"][0]["p99_ms"])
+            rows.append(row)
+    finally:
+        harness.stop(proc)
+    return rows
+
+
+def markdown(result):
+    dev = result["device_us"]
+    lines = [f"Emulated device: per_batch {dev['per_batch']} µs, per_text {dev['per_text']} µs; "
+             f"{result['cores']} cores, server and qvi-perf unpinned on them; one ~20-word text per gRPC Classify. "
+             f"Command: `{result['command']}`.", "",
+             "| server | in flight | OK texts/s | vs null | device busy | mean batch | server CPU µs/request | "
+             "instance CPU µs/batch | instance CPU µs/text | p99 ms |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    plain = {r["concurrency"]: r for r in result["null"]}
+    for label, rows in (("null model", result["null"]), ("emulated device", result["emulated"])):
+        for r in rows:
+            ratio = r["texts_per_s"] / plain[r["concurrency"]]["texts_per_s"]
+            busy = f"{100 * r['device_busy']:.0f} %" if label != "null model" else "–"
+            lines.append(f"| {label} | {r['concurrency']} | {r['texts_per_s']:,.0f} | {ratio:.2f} | {busy} | "
+                         f"{r['mean_batch']:.1f} | {r['server_cpu_us_per_request']:.1f} | "
+                         f"{r['instance_cpu_us_per_batch']:,.0f} | {r['instance_cpu_us_per_text']:.1f} | "
+                         f"{r['p99_ms']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--concurrency", default="256,1024", help="calls in flight, one step each")
+    ap.add_argument("--duration", type=float, default=10, help="seconds measured per step")
+    ap.add_argument("--warmup", type=float, default=2)
+    ap.add_argument("--per-batch", type=float, default=300, help="device µs per batch")
+    ap.add_argument("--per-text", type=float, default=3, help="device µs per text of a batch")
+    ap.add_argument("--out", help="also write the figures as JSON here")
+    a = ap.parse_args()
+    device_us = {"per_batch": a.per_batch, "per_text": a.per_text}
+    work = tempfile.mkdtemp(prefix="qvi_emulated_")
+    result = {"device_us": device_us, "cores": len(os.sched_getaffinity(0)),
+              "command": ".venv/bin/python bench/emulated_device.py " + " ".join(sys.argv[1:])}
+    # In turn on the same cores: the null model as it is, then on the emulated device.
+    result["null"] = measure(work, a, store_for(work, harness.MODEL_PT, harness.MODEL, harness.PY, None), "null")
+    result["emulated"] = measure(work, a, store_for(work, harness.MODEL_PT, harness.MODEL, harness.PY, device_us),
+                                 "emulated")
+    text = markdown(result)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
