@@ -3,9 +3,10 @@
 qvi-server serves the demo classifier's null twin (server/core/model/null_model.h: its manifest and
 vocabulary, no math) with a GPU's batching (max_batch_size 256, one instance), twice in turn on the same
 cores: as it is, and on an emulated device that holds every batch for per_batch + per_text x its texts
-microseconds (model.null's "device_us"), a timed wait that uses no CPU. qvi-perf sends one ~20-word
-text per gRPC Classify at each concurrency. Every figure comes from the server over the same window:
-OK texts/s (qvi_requests_total), the device's busy share (qvi_device_busy_seconds_total), the mean batch
+microseconds (model.null's "device_us"), a timed wait that uses no CPU. One ~20-word text per gRPC
+Classify at each concurrency, from qvi-perf and from h2load (Debian's nghttp2-client: gRPC as HTTP/2
+POSTs of one framed request, a load generator this project did not write). Every figure comes from the server over the same window:
+OK texts/s (qvi_requests_total: h2load counts a gRPC error as an HTTP 200), the device's busy share (qvi_device_busy_seconds_total), the mean batch
 (qvi_batch_size), the server's CPU per request (process_cpu_seconds_total) and the instance threads' CPU
 per batch and per text (/proc/PID/task/TID/schedstat of the threads named qvi-instance).
 
@@ -13,7 +14,8 @@ Issue 53's targets on the 2-core machine (per_batch 300 µs, per_text 3 µs, 1,0
 least 0.9x the null model's on the same cores, the instance thread's CPU at most 5 µs per text, a mean
 batch of at least 64.
 
-Usage: .venv/bin/python bench/emulated_device.py [--concurrency 256,1024] [--duration 10] [--out FILE]
+Usage: .venv/bin/python bench/emulated_device.py [--concurrency 256,1024] [--load qvi-perf,h2load]
+                                                  [--duration 10] [--out FILE]
 Prints a markdown table; --out also writes the figures as JSON.
 """
 import argparse
@@ -30,6 +32,9 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import null_bench  # noqa: E402
 import run as harness  # noqa: E402
+
+TEXT = ("The film opens slowly but the second half is moving, funny and sharp, with a cast that makes "
+        "every scene count")
 
 SAMPLE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$")
 
@@ -78,6 +83,7 @@ def snapshot(url, pid, model):
 def window(before, after):
     """The figures of one measured window."""
     d = {k: after[k] - before[k] for k in before}
+    assert d["ok"] > 0, "the server answered no call OK in the window (h2load counts gRPC errors as HTTP 200)"
     wall, ok, batches, texts = d["time"], max(d["ok"], 1), max(d["batches"], 1), max(d["texts"], 1)
     return {"seconds": wall, "texts_per_s": d["ok"] / wall, "device_busy": d["busy"] / wall,
             "mean_batch": d["texts"] / batches, "server_cpu_us_per_request": d["cpu"] / ok * 1e6,
@@ -100,6 +106,39 @@ def store_for(work, model_pt, model, python, device_us):
     return store
 
 
+def grpc_body(work, model):
+    """One Classify call as gRPC frames it on HTTP/2 (a 0 byte, a 4-byte big-endian length, the message),
+    encoded by stubs generated from proto/ into `work`."""
+    from grpc_tools import protoc
+    out = os.path.join(work, "stubs")
+    os.makedirs(out, exist_ok=True)
+    proto = os.path.join(harness.REPO, "proto")
+    assert protoc.main(["protoc", f"-I{proto}", f"--python_out={out}",
+                        os.path.join(proto, "qvi", "serving", "v1", "inference.proto")]) == 0, "protoc failed"
+    sys.path.insert(0, out)
+    from qvi.serving.v1 import inference_pb2 as pb
+    message = pb.ClassifyRequest(model=pb.ModelSpec(name=model), texts=[TEXT]).SerializeToString()
+    path = os.path.join(work, "classify.grpc")
+    with open(path, "wb") as f:
+        f.write(b"\0" + len(message).to_bytes(4, "big") + message)
+    return path
+
+
+def h2load(port, concurrency, a, body):
+    """h2load at `concurrency` streams in flight (64 on each connection), one client thread."""
+    connections = max(1, concurrency // 64)
+    cmd = ["h2load", "-t", "1", "-c", str(connections), "-m", str(max(1, concurrency // connections)),
+           "--warm-up-time", f"{round(a.warmup * 1000)}ms", "-D", f"{round(a.duration * 1000)}ms", "-d", body,
+           "-H", "content-type: application/grpc", "-H", "te: trailers",
+           f"http://127.0.0.1:{port}/qvi.serving.v1.Inference/Classify"]
+    harness.log(" ".join(cmd))
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    assert run.returncode == 0, f"h2load failed: {run.stdout[-2000:]}{run.stderr[-2000:]}"
+    out = run.stdout
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done", out)
+    return {"client_requests_per_s": int(done[1]) / a.duration if done else None, "p99_ms": None}
+
+
 def measure(work, a, store, label):
     """One server on `store`, qvi-perf at each concurrency; a window's figures per concurrency."""
     files = null_bench.port_files(work, label, ("port", "metrics"))
@@ -113,7 +152,7 @@ def measure(work, a, store, label):
     try:
         port = harness.wait_for_file(files["port"], proc, f"qvi-server ({label})")
         url = f"http://127.0.0.1:{harness.wait_for_file(files['metrics'], proc, f'qvi-server ({label})')}/metrics"
-        for concurrency in a.concurrency.split(","):
+        for load, concurrency in [(g, c) for g in a.load.split(",") for c in a.concurrency.split(",")]:
             samples = {}
 
             def sample_window():
@@ -125,13 +164,16 @@ def measure(work, a, store, label):
 
             sampler = threading.Thread(target=sample_window)
             sampler.start()
-            perf = harness.perf(work, f"{label}-{concurrency}", ["--server", f"127.0.0.1:{port}"],
-                                ["--model", harness.MODEL, "--concurrency", concurrency, "--duration",
-                                 str(a.duration), "--warmup", str(a.warmup), "--words", "20"])
+            if load == "h2load":
+                client = h2load(port, int(concurrency), a, a.body)
+            else:
+                step = harness.perf(work, f"{label}-{concurrency}", ["--server", f"127.0.0.1:{port}"],
+                                    ["--model", harness.MODEL, "--concurrency", concurrency, "--duration",
+                                     str(a.duration), "--warmup", str(a.warmup), "--words", "20"])["steps"][0]
+                client = {"client_requests_per_s": step["requests_per_s"], "p99_ms": step["p99_ms"]}
             sampler.join()
             row = window(samples["before"], samples["after"])
-            row.update(concurrency=int(concurrency), client_requests_per_s=perf["steps"][0]["requests_per_s"],
-                       p99_ms=perf["steps"][0]["p99_ms"])
+            row.update(load=load, concurrency=int(concurrency), **client)
             rows.append(row)
     finally:
         harness.stop(proc)
@@ -141,26 +183,29 @@ def measure(work, a, store, label):
 def markdown(result):
     dev = result["device_us"]
     lines = [f"Emulated device: per_batch {dev['per_batch']} µs, per_text {dev['per_text']} µs; "
-             f"{result['cores']} cores, server and qvi-perf unpinned on them; one ~20-word text per gRPC Classify. "
+             f"{result['cores']} cores, server and load generator unpinned on them; one ~20-word text per gRPC "
+             "Classify; OK texts/s from the server's own counters. "
              f"Command: `{result['command']}`.", "",
-             "| server | in flight | OK texts/s | vs null | device busy | mean batch | server CPU µs/request | "
+             "| server | load | in flight | OK texts/s | vs null | device busy | mean batch | server CPU µs/request | "
              "instance CPU µs/batch | instance CPU µs/text | p99 ms |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    plain = {r["concurrency"]: r for r in result["null"]}
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    plain = {(r["load"], r["concurrency"]): r for r in result["null"]}
     for label, rows in (("null model", result["null"]), ("emulated device", result["emulated"])):
         for r in rows:
-            ratio = r["texts_per_s"] / plain[r["concurrency"]]["texts_per_s"]
+            ratio = r["texts_per_s"] / plain[(r["load"], r["concurrency"])]["texts_per_s"]
             busy = f"{100 * r['device_busy']:.0f} %" if label != "null model" else "–"
-            lines.append(f"| {label} | {r['concurrency']} | {r['texts_per_s']:,.0f} | {ratio:.2f} | {busy} | "
+            p99 = f"{r['p99_ms']:.2f}" if r.get("p99_ms") is not None else "–"
+            lines.append(f"| {label} | {r['load']} | {r['concurrency']} | {r['texts_per_s']:,.0f} | {ratio:.2f} | {busy} | "
                          f"{r['mean_batch']:.1f} | {r['server_cpu_us_per_request']:.1f} | "
                          f"{r['instance_cpu_us_per_batch']:,.0f} | {r['instance_cpu_us_per_text']:.1f} | "
-                         f"{r['p99_ms']:.2f} |")
+                         f"{p99} |")
     return "\n".join(lines) + "\n"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--concurrency", default="256,1024", help="calls in flight, one step each")
+    ap.add_argument("--load", default="qvi-perf,h2load", help="load generators, each at every concurrency")
     ap.add_argument("--duration", type=float, default=10, help="seconds measured per step")
     ap.add_argument("--warmup", type=float, default=2)
     ap.add_argument("--per-batch", type=float, default=300, help="device µs per batch")
@@ -169,6 +214,7 @@ def main():
     a = ap.parse_args()
     device_us = {"per_batch": a.per_batch, "per_text": a.per_text}
     work = tempfile.mkdtemp(prefix="qvi_emulated_")
+    a.body = grpc_body(work, harness.MODEL) if "h2load" in a.load else None
     result = {"device_us": device_us, "cores": len(os.sched_getaffinity(0)),
               "command": ".venv/bin/python bench/emulated_device.py " + " ".join(sys.argv[1:])}
     # In turn on the same cores: the null model as it is, then on the emulated device.

@@ -23,7 +23,7 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 APT_PACKAGES=(python3 python3-venv ca-certificates g++ cmake ninja-build pkg-config ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libssl-dev
   libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev libgtest-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev libboost-dev
-  libjemalloc-dev libbenchmark-dev
+  libjemalloc-dev libbenchmark-dev nghttp2-client
   prometheus chromium chromium-driver openjdk-17-jre-headless
   podman runc debootstrap clang libclang-rt-14-dev clang-format)
 missing=()
