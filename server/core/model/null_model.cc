@@ -120,7 +120,9 @@ absl::StatusOr<std::unique_ptr<EmulatedDevice>> ParseDeviceTime(const nlohmann::
   constexpr double kMaxUs = 10e6;
   double us[2] = {0, 0};
   const char* names[2] = {"per_batch", "per_text"};
-  for (const auto& [key, value] : d.items()) {
+  for (const auto& item : d.items()) {
+    const std::string& key = item.key();
+    const nlohmann::json& value = item.value();
     const auto* name = std::find_if(std::begin(names), std::end(names), [&](const char* n) { return key == n; });
     if (name == std::end(names)) {
       return absl::InvalidArgumentError(
