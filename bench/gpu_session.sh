@@ -7,6 +7,8 @@
 #   source .gpu/env.sh && bash bench/gpu_session.sh server        # qvi-server under qvi-perf, four configurations
 #   source .gpu/env.sh && bash bench/gpu_session.sh pt2           # AOTInductor packages compiled there and measured
 #   source .gpu/env.sh && bash bench/gpu_session.sh probe         # what limits one text per request
+#   source .gpu/env.sh && bash bench/gpu_session.sh agenda        # issue 53 item 6: SDPA kernel, BERT fp32,
+#                                                                 # both CUDA packages served with two instances
 # A dry run on a machine without a GPU (every stage but bert, short steps, nothing measured):
 #   OUT=/tmp/dry QVI_GPU_SESSION_DEVICE=cpu QVI_GPU_SESSION_SECONDS=0.3 QVI_GPU_SESSION_PERF_SECONDS=1 \
 #     bash bench/gpu_session.sh graphs server
@@ -26,7 +28,7 @@ perf_secs=${QVI_GPU_SESSION_PERF_SECONDS:-5}
 # may afford only some.
 servers=${QVI_GPU_SESSION_SERVERS:-default nographs b128 b256_i2}
 bert_dtypes=${QVI_GPU_SESSION_BERT_DTYPES:-float32 bfloat16}
-pt2_models=${QVI_GPU_SESSION_PT2_MODELS:-sentiment ner}
+pt2_models=${QVI_GPU_SESSION_PT2_MODELS-sentiment ner}  # empty: none
 # The probe stage's lines: the default store with the default server under more client threads and
 # channels, more request threads, larger batches, the hand-off to request threads forced, and two
 # load generators at once (each half the load): which of them moves the one-text-per-request limit.
@@ -157,6 +159,43 @@ for stage in "$@"; do
             timeout 240 build/qvi-bench-model --model "$store/$m/1" --device "$device" --format both --cuda-graphs $graphs \
               --batch-sizes 1,8,32,128 --seconds "$secs" --words 20 --explain --json "$dir_out/limit_pt2_$m.json"
         done
+        ;;
+      agenda)
+        # Issue 53, item 6. The two CUDA packages compile in the background (Triton needs the GPU; the
+        # classifier took 112-143 s alone on 16 cores) while the GPU answers the other questions; the
+        # compiles share the cores, so the in-process rows below ran beside them (GPU-bound at batch >= 32).
+        pids=()
+        for m in $pt2_models; do
+          timeout "${QVI_GPU_SESSION_PT2_SECONDS:-300}" python3 bench/cuda_pt2_probe.py --model "$store/$m/1/model.pt" \
+            --device "$device" --write --no-check > "$dir_out/pt2_$m.txt" 2>&1 &
+          pids+=($!)
+        done
+        # Which scaled_dot_product_attention kernel the maps-free forward runs (BERT-base-sized, batch 128).
+        # shellcheck disable=SC2086  # QVI_GPU_SESSION_SDPA_ARGS: smaller shapes for a dry run
+        timeout 120 python3 bench/sdpa_probe.py --device "$device" --dtypes $bert_dtypes ${QVI_GPU_SESSION_SDPA_ARGS:-}
+        # The BERT-base-sized float32 row (the bf16 one is in the H200 tables).
+        models=/tmp/qvi_bench_models
+        (cd model_store && python3 -m qvi bench-model --store $models --dtype float32) || echo "export float32 failed"
+        bench_limit $models/bert_base_qvi/1 bert_base_qvi 128 1,8,32,64,128 --words-stddev 0
+        for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "pt2 compile exit $?"; done
+        for m in $pt2_models; do
+          echo "-- pt2 compile of $m:"; grep -E '^\[' "$dir_out/pt2_$m.txt" | tail -4
+          ls -la "$store/$m/1/" | grep pt2
+        done
+        # Served from the CUDA packages (auto picks model.cuda.pt2), two instances each.
+        if start_server pkg_i2 "$store" --instances-per-model 2; then
+          nvidia-smi dmon -s u -d 1 > "$dir_out/dmon_pkg_i2.txt" 2>&1 &
+          dmon=$!
+          common=(--server "$address" --metrics "$metrics" --duration 3 --warmup 1 --threads 8 --channels 16)
+          build/qvi-perf "${common[@]}" --concurrency 256 --json "$dir_out/perf_pkg_i2_classify_1text.json"
+          build/qvi-perf "${common[@]}" --concurrency 64 --texts-per-request 32 --json "$dir_out/perf_pkg_i2_classify_32texts.json"
+          build/qvi-perf "${common[@]}" --model ner --method tag --concurrency 256 --json "$dir_out/perf_pkg_i2_tag_1text.json"
+          build/qvi-perf "${common[@]}" --model ner --method tag --concurrency 64 --texts-per-request 32 \
+            --json "$dir_out/perf_pkg_i2_tag_32texts.json"
+          build/qvi-client --server "$address" --color never tag --model ner "Angela Merkel met Emmanuel Macron in Paris ." || true
+          kill $dmon 2> /dev/null
+          stop_server pkg_i2
+        fi
         ;;
       probe)
         gpu_store /tmp/qvi_store_b128 128
