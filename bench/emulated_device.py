@@ -16,6 +16,9 @@ batch of at least 64.
 
 Usage: .venv/bin/python bench/emulated_device.py [--concurrency 256,1024] [--load qvi-perf,h2load]
                                                   [--duration 10] [--out FILE]
+                                                  [--variants 'pool=;inline=--answer-threads 0']
+--variants measures each named set of qvi-server flags in turn (null model, then emulated device), so
+that their rows compare side by side from one run; the default is the server's defaults alone.
 Prints a markdown table; --out also writes the figures as JSON.
 """
 import argparse
@@ -56,13 +59,13 @@ def total(sample, name, *parts):
     return sum(v for (n, labels), v in sample.items() if n == name and all(p in labels for p in parts))
 
 
-def instance_cpu_seconds(pid):
-    """CPU seconds the process's qvi-instance threads have run (schedstat: nanoseconds on a CPU)."""
+def thread_cpu_seconds(pid, name):
+    """CPU seconds the process's threads named `name` have run (schedstat: nanoseconds on a CPU)."""
     seconds = 0.0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                if f.read().strip() != "qvi-instance":
+                if f.read().strip() != name:
                     continue
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 seconds += int(f.read().split()[0]) / 1e9
@@ -77,7 +80,8 @@ def snapshot(url, pid, model):
     return {"time": time.monotonic(), "ok": total(m, "qvi_requests_total", labels, 'code="OK"'),
             "cpu": total(m, "process_cpu_seconds_total"), "busy": total(m, "qvi_device_busy_seconds_total", labels),
             "batches": total(m, "qvi_batch_size_count", labels), "texts": total(m, "qvi_batch_size_sum", labels),
-            "instance_cpu": instance_cpu_seconds(pid)}
+            "instance_cpu": thread_cpu_seconds(pid, "qvi-instance"),
+            "answer_cpu": thread_cpu_seconds(pid, "qvi-answer")}
 
 
 def window(before, after):
@@ -88,7 +92,8 @@ def window(before, after):
     return {"seconds": wall, "texts_per_s": d["ok"] / wall, "device_busy": d["busy"] / wall,
             "mean_batch": d["texts"] / batches, "server_cpu_us_per_request": d["cpu"] / ok * 1e6,
             "instance_cpu_us_per_batch": d["instance_cpu"] / batches * 1e6,
-            "instance_cpu_us_per_text": d["instance_cpu"] / texts * 1e6}
+            "instance_cpu_us_per_text": d["instance_cpu"] / texts * 1e6,
+            "answer_cpu_us_per_text": d["answer_cpu"] / texts * 1e6}
 
 
 def store_for(work, model_pt, model, python, device_us):
@@ -139,14 +144,15 @@ def h2load(port, concurrency, a, body):
     return {"client_requests_per_s": int(done[1]) / a.duration if done else None, "p99_ms": None}
 
 
-def measure(work, a, store, label):
-    """One server on `store`, qvi-perf at each concurrency; a window's figures per concurrency."""
+def measure(work, a, store, label, flags=()):
+    """One server on `store` (with extra `flags`), each load generator at each concurrency; a window's
+    figures per step."""
     files = null_bench.port_files(work, label, ("port", "metrics"))
     with open(os.path.join(work, f"qvi-server-{label}.log"), "w") as log_file:
         proc = subprocess.Popen([os.path.join(harness.BUILD, "qvi-server"), "--model-store", store, "--host",
                                  "127.0.0.1", "--port", "0", "--port-file", files["port"], "--metrics-port", "0",
                                  "--metrics-port-file", files["metrics"], "--http-port", "-1", "--device", "cpu",
-                                 "--max-queued-texts", "16384"],
+                                 "--max-queued-texts", "16384", *flags],
                                 stdout=log_file, stderr=subprocess.STDOUT)
     rows = []
     try:
@@ -186,19 +192,22 @@ def markdown(result):
              f"{result['cores']} cores, server and load generator unpinned on them; one ~20-word text per gRPC "
              "Classify; OK texts/s from the server's own counters. "
              f"Command: `{result['command']}`.", "",
-             "| server | load | in flight | OK texts/s | vs null | device busy | mean batch | server CPU µs/request | "
-             "instance CPU µs/batch | instance CPU µs/text | p99 ms |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    plain = {(r["load"], r["concurrency"]): r for r in result["null"]}
-    for label, rows in (("null model", result["null"]), ("emulated device", result["emulated"])):
-        for r in rows:
-            ratio = r["texts_per_s"] / plain[(r["load"], r["concurrency"])]["texts_per_s"]
-            busy = f"{100 * r['device_busy']:.0f} %" if label != "null model" else "–"
-            p99 = f"{r['p99_ms']:.2f}" if r.get("p99_ms") is not None else "–"
-            lines.append(f"| {label} | {r['load']} | {r['concurrency']} | {r['texts_per_s']:,.0f} | {ratio:.2f} | {busy} | "
-                         f"{r['mean_batch']:.1f} | {r['server_cpu_us_per_request']:.1f} | "
-                         f"{r['instance_cpu_us_per_batch']:,.0f} | {r['instance_cpu_us_per_text']:.1f} | "
-                         f"{p99} |")
+             "| server flags | model | load | in flight | OK texts/s | vs null | device busy | mean batch | "
+             "server CPU µs/request | instance CPU µs/batch | instance CPU µs/text | answer threads CPU µs/text | "
+             "p99 ms |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run in result["runs"]:
+        plain = {(r["load"], r["concurrency"]): r for r in run["null"]}
+        flags = f"`{run['flags']}`" if run["flags"] else "(defaults)"
+        for label, rows in (("null", run["null"]), ("emulated device", run["emulated"])):
+            for r in rows:
+                ratio = r["texts_per_s"] / plain[(r["load"], r["concurrency"])]["texts_per_s"]
+                busy = f"{100 * r['device_busy']:.0f} %" if label != "null" else "–"
+                p99 = f"{r['p99_ms']:.2f}" if r.get("p99_ms") is not None else "–"
+                lines.append(f"| {flags} | {label} | {r['load']} | {r['concurrency']} | {r['texts_per_s']:,.0f} | "
+                             f"{ratio:.2f} | {busy} | {r['mean_batch']:.1f} | {r['server_cpu_us_per_request']:.1f} | "
+                             f"{r['instance_cpu_us_per_batch']:,.0f} | {r['instance_cpu_us_per_text']:.1f} | "
+                             f"{r.get('answer_cpu_us_per_text', 0):.1f} | {p99} |")
     return "\n".join(lines) + "\n"
 
 
@@ -211,16 +220,23 @@ def main():
     ap.add_argument("--per-batch", type=float, default=300, help="device µs per batch")
     ap.add_argument("--per-text", type=float, default=3, help="device µs per text of a batch")
     ap.add_argument("--out", help="also write the figures as JSON here")
+    ap.add_argument("--variants", default="defaults=",
+                    help="';'-separated NAME=FLAGS: each a qvi-server measured in turn with these extra flags")
     a = ap.parse_args()
     device_us = {"per_batch": a.per_batch, "per_text": a.per_text}
     work = tempfile.mkdtemp(prefix="qvi_emulated_")
     a.body = grpc_body(work, harness.MODEL) if "h2load" in a.load else None
     result = {"device_us": device_us, "cores": len(os.sched_getaffinity(0)),
               "command": ".venv/bin/python bench/emulated_device.py " + " ".join(sys.argv[1:])}
-    # In turn on the same cores: the null model as it is, then on the emulated device.
-    result["null"] = measure(work, a, store_for(work, harness.MODEL_PT, harness.MODEL, harness.PY, None), "null")
-    result["emulated"] = measure(work, a, store_for(work, harness.MODEL_PT, harness.MODEL, harness.PY, device_us),
-                                 "emulated")
+    plain = store_for(work, harness.MODEL_PT, harness.MODEL, harness.PY, None)
+    emulated = store_for(work, harness.MODEL_PT, harness.MODEL, harness.PY, device_us)
+    result["runs"] = []
+    for variant in a.variants.split(";"):
+        name, _, flags = variant.partition("=")
+        # In turn on the same cores: the null model as it is, then on the emulated device.
+        result["runs"].append({"variant": name, "flags": flags.strip(),
+                               "null": measure(work, a, plain, f"null-{name}", flags.split()),
+                               "emulated": measure(work, a, emulated, f"emulated-{name}", flags.split())})
     text = markdown(result)
     print(text)
     if a.out:

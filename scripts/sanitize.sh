@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the scheduling tests (batch scheduler, executor), the text and spec tests and the serving-core stress test (64
-# clients, deadlines, cancellations, a live version switch, real torch model) with
+# Builds the scheduling tests (batch scheduler, executor), the text and spec tests, the model runner's tests (its
+# answer pool, with a stress test of failures, expiries and cancellations while batches are answered) and the
+# serving-core stress test (64 clients, deadlines, cancellations, a live version switch, real torch model) with
 # AddressSanitizer + UndefinedBehaviorSanitizer and with ThreadSanitizer, and runs them. With
 # AddressSanitizer it also builds the whole qvi-server and runs the Python end-to-end suite
 # (tests/python, less the image and manifest tests, which do not run the binary) against it: any
@@ -27,10 +28,10 @@ for kind in "${kinds[@]}"; do
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQVI_SANITIZE=$kind > "$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; exit 1; }
     rm -f "$dir.cmake.log"
   fi
-  targets=(sched_test text_manifest_test store_test stress_test allocator_test)
+  targets=(sched_test text_manifest_test store_test model_runner_test stress_test allocator_test)
   [[ $kind == address ]] && targets+=(qvi-server)
   ninja -C "$dir" -j2 "${targets[@]}"
-  for test in sched_test text_manifest_test store_test stress_test allocator_test; do
+  for test in sched_test text_manifest_test store_test model_runner_test stress_test allocator_test; do
     echo "[sanitize] $test under $kind sanitizer"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \

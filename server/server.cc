@@ -47,6 +47,7 @@ void ConfigureThreads(ServerOptions& options) {
     spdlog::info("{} usable CPU(s) ({}), models on the {}: {} instance(s) per model, {} torch thread(s) each",
                  budget.cpus, budget.why, on_gpu ? "GPU" : "CPU", t.instances, t.torch_intra);
   }
+  if (t.answers < 0) t.answers = UsableCpus().cpus;
   torch::set_num_threads(t.torch_intra);
   torch::set_num_interop_threads(t.torch_inter);
   spdlog::info("memory allocator: {}", ReadAllocatorStats().allocator);
@@ -197,6 +198,9 @@ absl::Status Server::StartModels() {
   o.defaults.cuda_graphs.enabled = options_.models.cuda_graphs;
   o.version_policy = *VersionPolicy::Parse(options_.models.version_policy);  // checked by the flag
   o.observer = metrics_.get();
+  // Before the first load: every version's runner hands its answers to these threads.
+  answers_ = std::make_unique<Executor>(options_.threads.answers, /*max_queued=*/0, Env::Default(), "qvi-answer");
+  o.answers = answers_.get();
   o.load_timeout = absl::Seconds(options_.models.load_timeout_seconds);
   o.load_threads = options_.models.load_threads;
   if (graph_backend_.ok()) {
@@ -350,7 +354,7 @@ absl::Status Server::StartHttp() {
   HttpServer::Options o;
   o.host = net.host;
   o.port = net.http_port;
-  o.threads = net.http_threads;
+  o.threads = net.http_threads > 0 ? net.http_threads : UsableCpus().cpus;
   o.header_timeout_seconds = net.http_header_timeout_seconds;
   o.idle_timeout_seconds = net.http_idle_timeout_seconds;
   o.max_header_bytes = static_cast<uint32_t>(net.http_max_header_bytes);
@@ -373,7 +377,7 @@ absl::Status Server::StartHttp() {
                !tls_                            ? "plain text"
                : options_.tls.client_ca.empty() ? "TLS"
                                                 : "mutual TLS",
-               net.http_threads, net.http_explain_page ? "; the explanation page is at /" : "");
+               o.threads, net.http_explain_page ? "; the explanation page is at /" : "");
   return absl::OkStatus();
 }
 
@@ -390,9 +394,9 @@ void Server::LogServing() const {
                                                                  : "mutual TLS";
   spdlog::info(
       "serving qvi.serving.v1.Inference and inference.GRPCInferenceService (OIP v2) on {}:{} over {} ({} of {} model "
-      "versions ready, {} request threads, {} instance(s) per model, torch {} intra-op thread(s))",
+      "versions ready, {} request threads, {} instance(s) per model, torch {} intra-op thread(s), {} answer threads)",
       options_.network.host, port_, transport, ready, total, options_.threads.inference, options_.threads.instances,
-      options_.threads.torch_intra);
+      options_.threads.torch_intra, options_.threads.answers);
 }
 
 int Server::Drain(int signal, const sigset_t& signals) {
@@ -421,6 +425,7 @@ int Server::Drain(int signal, const sigset_t& signals) {
     executor_->Shutdown();
     spdlog::debug("request threads drained");
     repository_->Shutdown();
+    answers_->Shutdown();
     spdlog::debug("model queues drained, models unloaded");
     drained->set_value();
   });

@@ -75,6 +75,8 @@ class Server {
   std::atomic<ModelRepository*> repository_ptr_{nullptr};
   std::atomic<bool> aborted_{false};
   std::atomic<grpc::HealthCheckServiceInterface*> health_ptr_{nullptr};
+  // Declared before the repository, so destroyed after it: its runners hand answers to it.
+  std::unique_ptr<Executor> answers_;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<InferenceService> core_;

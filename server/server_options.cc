@@ -67,8 +67,9 @@ void AddHttpOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--http-port-file", o.network.http_port_file, "write the bound HTTP port to this file")
       ->group("Network");
   app.add_option("--http-threads", o.network.http_threads,
-                 "threads running every HTTP connection; an idle keep-alive connection holds none")
-      ->check(CLI::Range(1, 64))
+                 "threads running every HTTP connection; an idle keep-alive connection holds none. 0: one per "
+                 "usable CPU (two threads degraded at 1,024 connections on 16 cores)")
+      ->check(CLI::Range(0, 256))
       ->group("Network");
   app.add_option("--http-header-timeout-seconds", o.network.http_header_timeout_seconds,
                  "a request's header must arrive within this long of its first byte, else the connection is closed")
@@ -199,6 +200,12 @@ void AddThreadOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--inference-threads", o.threads.inference,
                  "request threads: check and tokenise requests, then queue their texts for the model")
       ->check(CLI::Range(1, 256))
+      ->group("Threads");
+  app.add_option("--answer-threads", o.threads.answers,
+                 "threads that turn each batch's outputs into answers and complete the requests, shared by every "
+                 "model, so that a model's instance thread goes back to the next batch at once. -1: one per usable "
+                 "CPU; 0: none, the instance threads answer their own batches")
+      ->check(CLI::Range(-1, 256))
       ->group("Threads");
   app.add_option("--inline-prepare-bytes", o.threads.inline_prepare_bytes,
                  "requests whose texts add up to fewer bytes are checked and tokenised on the gRPC thread that "

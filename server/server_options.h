@@ -33,7 +33,7 @@ struct ServerOptions {
     // HTTP/JSON (server/http/http_api.h); 0 picks a free port, -1 turns it off.
     int http_port = 8501;
     std::string http_port_file;  // written with the bound HTTP port
-    int http_threads = 2;        // threads running every HTTP connection (event-driven)
+    int http_threads = 0;        // threads running every HTTP connection (event-driven); 0: one per usable CPU
     double http_header_timeout_seconds = 10;
     double http_idle_timeout_seconds = 75;
     int http_max_header_bytes = 16384;
@@ -67,6 +67,7 @@ struct ServerOptions {
   } limits;
   struct Threads {
     int inference = 2;                    // request threads: check and tokenise, then queue for the model
+    int answers = -1;                     // answer threads (ModelRunner): -1 one per usable CPU, 0 none
     int64_t inline_prepare_bytes = 4096;  // smaller requests are prepared on the gRPC thread instead
     int instances = 0;                    // model instance threads per model version; 0: from the CPUs (PlanThreads)
     int torch_intra = 0;                  // torch intra-op threads per forward pass; 0: from the CPUs (PlanThreads)

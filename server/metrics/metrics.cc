@@ -75,8 +75,19 @@ Metrics::Metrics()
                          .Register(*registry_)),
       compute_seconds_(BuildHistogram()
                            .Name("qvi_compute_duration_seconds")
-                           .Help("Time of one batch: forward pass and post-processing")
+                           .Help("Time of one batch on its instance thread: inputs packed, forward pass, outputs "
+                                 "copied off the device, faithfulness checks (the answers are timed apart)")
                            .Register(*registry_)),
+      answer_wait_seconds_(BuildHistogram()
+                               .Name("qvi_answer_wait_seconds")
+                               .Help("Time from the end of a batch's turn on its instance thread to the start of "
+                                     "one share of its answers (the hand-off to an answer thread)")
+                               .Register(*registry_)),
+      answer_seconds_(BuildHistogram()
+                          .Name("qvi_answer_duration_seconds")
+                          .Help("Time of one share of a batch's answers: its rows post-processed and its requests "
+                                "completed (serialised, sent, logged)")
+                          .Register(*registry_)),
       batch_size_(BuildHistogram().Name("qvi_batch_size").Help("Texts per batch").Register(*registry_)),
       batch_tokens_(BuildHistogram()
                         .Name("qvi_batch_tokens")
@@ -283,6 +294,8 @@ Metrics::VersionSeries& Metrics::SeriesFor(const std::string& model, int64_t ver
     const prometheus::Labels labels{{"model", model}, {"version", absl::StrCat(version)}};
     s.queue = &queue_seconds_.Add(labels, LatencyBuckets());
     s.compute = &compute_seconds_.Add(labels, LatencyBuckets());
+    s.answer_wait = &answer_wait_seconds_.Add(labels, LatencyBuckets());
+    s.answer = &answer_seconds_.Add(labels, LatencyBuckets());
     s.batch_size = &batch_size_.Add(labels, PowersOfTwo(1, 1024));
     s.batch_tokens = &batch_tokens_.Add(labels, PowersOfTwo(16, 1 << 20));
     s.padding = &padding_ratio_.Add(labels, Ratios());
@@ -308,6 +321,16 @@ void Metrics::OnBatch(const std::string& model, int64_t version, const BatchRepo
   }
   if (!batch.ok) s.batch_failures->Increment();
   if (batch.device > absl::ZeroDuration()) s.device_busy->Increment(absl::ToDoubleSeconds(batch.device));
+}
+
+void Metrics::OnAnswers(const std::string& model, int64_t version, const AnswerReport& answers) {
+  VersionSeries s;
+  {
+    MutexLock lock(&mu_);
+    s = SeriesFor(model, version);
+  }
+  s.answer_wait->Observe(absl::ToDoubleSeconds(answers.wait));
+  s.answer->Observe(absl::ToDoubleSeconds(answers.run));
 }
 
 void Metrics::OnQueueDepth(const std::string& model, int64_t version, size_t texts) {
@@ -338,6 +361,8 @@ void Metrics::OnModelEvent(const std::string& model, const VersionStatus& status
       // Histograms of an unloaded version go too: its numbers live on in Prometheus' history.
       queue_seconds_.Remove(series->second.queue);
       compute_seconds_.Remove(series->second.compute);
+      answer_wait_seconds_.Remove(series->second.answer_wait);
+      answer_seconds_.Remove(series->second.answer);
       batch_size_.Remove(series->second.batch_size);
       batch_tokens_.Remove(series->second.batch_tokens);
       padding_ratio_.Remove(series->second.padding);

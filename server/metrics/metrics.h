@@ -57,6 +57,8 @@ class Metrics final : public ServingObserver {
   // ServingObserver: from the model instance threads.
   void OnBatch(const std::string& model, int64_t version, const BatchReport& batch) override;
   void OnQueueDepth(const std::string& model, int64_t version, size_t texts) override;
+  // From the answer threads (or an instance thread that answers its own batch).
+  void OnAnswers(const std::string& model, int64_t version, const AnswerReport& answers) override;
 
   // A counter read at each scrape from `read` (for counts kept elsewhere, such as the access log's
   // dropped lines). Call before the first scrape.
@@ -75,6 +77,8 @@ class Metrics final : public ServingObserver {
   struct VersionSeries {
     prometheus::Histogram* queue = nullptr;
     prometheus::Histogram* compute = nullptr;
+    prometheus::Histogram* answer_wait = nullptr;
+    prometheus::Histogram* answer = nullptr;
     prometheus::Histogram* batch_size = nullptr;
     prometheus::Histogram* batch_tokens = nullptr;
     prometheus::Histogram* padding = nullptr;
@@ -94,6 +98,8 @@ class Metrics final : public ServingObserver {
   prometheus::Gauge& in_flight_;
   prometheus::Family<prometheus::Histogram>& queue_seconds_;
   prometheus::Family<prometheus::Histogram>& compute_seconds_;
+  prometheus::Family<prometheus::Histogram>& answer_wait_seconds_;
+  prometheus::Family<prometheus::Histogram>& answer_seconds_;
   prometheus::Family<prometheus::Histogram>& batch_size_;
   prometheus::Family<prometheus::Histogram>& batch_tokens_;
   prometheus::Family<prometheus::Histogram>& padding_ratio_;

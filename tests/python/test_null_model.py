@@ -91,6 +91,25 @@ def test_an_emulated_device_holds_each_batch_and_reports_its_time(null_server):
     assert m['qvi_device_busy_seconds_total{model="sentiment",version="1"}'] == 0
 
 
+def test_a_big_batch_is_answered_in_chunks_on_the_answer_threads(null_server):
+    """The server's answer threads make a big batch's answers in chunks of at least 16 texts
+    (ModelRunner): one request of 40 texts runs as batches of 32 and 8, and the 32 are answered in two
+    shares, each observed in qvi_answer_duration_seconds; the request is answered once, whole."""
+    address = null_server.http_address
+    v = 'model="emulated",version="1"'
+    before = null_server.metrics()
+    texts = [f"text {i}" for i in range(40)]
+    assert len(post_json(address, "/v1/models/emulated:classify", {"texts": texts})["results"]) == 40
+    after = null_server.metrics()
+
+    def grew(name):
+        return after.get(f"{name}{{{v}}}", 0) - before.get(f"{name}{{{v}}}", 0)
+
+    assert grew("qvi_batch_size_count") == 2 and grew("qvi_batch_size_sum") == 40
+    assert grew("qvi_answer_duration_seconds_count") == 3, "the batch of 32 in two shares, the batch of 8 in one"
+    assert grew("qvi_answer_wait_seconds_count") == 3
+
+
 def test_a_device_time_out_of_range_fails_its_version_naming_the_field(null_server):
     models = {m["name"]: m["versions"][0] for m in get_json(null_server.http_address, "/v1/models")["models"]}
     assert models["bad_device"]["state"] == "MODEL_STATE_FAILED"
@@ -163,13 +182,15 @@ def test_the_emulated_device_benchmark_takes_every_figure_from_one_window():
     sys.path.insert(0, os.path.join(REPO, "bench"))
     import emulated_device
 
-    before = {"time": 100.0, "ok": 1000, "cpu": 5.0, "busy": 1.0, "batches": 10, "texts": 1000, "instance_cpu": 2.0}
+    before = {"time": 100.0, "ok": 1000, "cpu": 5.0, "busy": 1.0, "batches": 10, "texts": 1000, "instance_cpu": 2.0,
+              "answer_cpu": 1.0}
     after = {"time": 110.0, "ok": 201000, "cpu": 15.0, "busy": 4.0, "batches": 4010, "texts": 201000,
-             "instance_cpu": 5.2}
+             "instance_cpu": 5.2, "answer_cpu": 3.0}
     w = emulated_device.window(before, after)
     assert w["texts_per_s"] == 20000 and w["device_busy"] == pytest.approx(0.3) and w["mean_batch"] == 50
     assert w["server_cpu_us_per_request"] == pytest.approx(50) and w["instance_cpu_us_per_batch"] == pytest.approx(800)
     assert w["instance_cpu_us_per_text"] == pytest.approx(16)
+    assert w["answer_cpu_us_per_text"] == pytest.approx(10)
     sample = {("qvi_requests_total", '{code="OK",model="m",version="1"}'): 3.0,
               ("qvi_requests_total", '{code="NOT_FOUND",model="m",version="1"}'): 2.0,
               ("qvi_requests_total", '{code="OK",model="other",version="1"}'): 7.0}

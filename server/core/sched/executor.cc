@@ -5,8 +5,9 @@
 
 namespace qvi {
 
-Executor::Executor(int threads, int max_queued, const Env* env) : max_queued_(static_cast<size_t>(max_queued)) {
-  for (int i = 0; i < threads; ++i) threads_.push_back(env->StartThread("qvi-request", [this] { Work(); }));
+Executor::Executor(int threads, int max_queued, const Env* env, const std::string& name)
+    : max_queued_(static_cast<size_t>(max_queued)) {
+  for (int i = 0; i < threads; ++i) threads_.push_back(env->StartThread(name, [this] { Work(); }));
 }
 
 Executor::~Executor() { Shutdown(); }
@@ -17,6 +18,23 @@ bool Executor::TrySubmit(std::function<void()> task) {
   queue_.push_back(std::move(task));
   changed_.Signal();
   return true;
+}
+
+void Executor::Submit(std::function<void()> task) {
+  {
+    MutexLock lock(&mu_);
+    if (!stopping_ && !threads_.empty()) {
+      queue_.push_back(std::move(task));
+      changed_.Signal();
+      return;
+    }
+  }
+  // Stopped (or no threads): the caller runs it, as a worker would have, exceptions contained.
+  try {
+    task();
+  } catch (...) {
+    spdlog::error("an executor task threw: {}", CurrentExceptionText());
+  }
 }
 
 void Executor::Shutdown() {

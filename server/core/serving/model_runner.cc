@@ -2,6 +2,7 @@
 #include "server/core/sched/exception_text.h"
 
 #include <algorithm>
+#include <atomic>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -54,23 +55,26 @@ BatchSchedulerOptions BatchingOptions(const ServingConfig& serving) {
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr<const Model> model, int64_t version,
                                                                  const ServingConfig& serving, const Env* env,
-                                                                 ServingObserver* observer) {
+                                                                 ServingObserver* observer, Executor* answers) {
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(BatchingOptions(serving), env);
   if (!scheduler.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("invalid batching settings: ", scheduler.status().message()));
   }
   return std::make_unique<ModelRunner>(std::move(model), version, *std::move(scheduler), env, serving.instances,
-                                       observer, serving.batching);
+                                       observer, serving.batching, answers);
 }
 
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<Scheduler> scheduler,
-                         const Env* env, int instances, ServingObserver* observer, BatchingMode batching)
+                         const Env* env, int instances, ServingObserver* observer, BatchingMode batching,
+                         Executor* answers)
     : model_(std::move(model)),
       version_(version),
       scheduler_(std::move(scheduler)),
       observer_(observer),
       batching_(batching),
-      env_(env) {
+      env_(env),
+      answers_(answers),
+      max_answering_(2 * std::max(instances, 1)) {
   for (int i = 0; i < instances; ++i) threads_.push_back(env_->StartThread("qvi-instance", [this] { Loop(); }));
 }
 
@@ -119,6 +123,9 @@ void ModelRunner::Stop() {
   for (std::thread& t : threads_) {
     if (t.joinable()) t.join();
   }
+  // The instance threads are gone; the answers of their last batches may still be on the pool.
+  MutexLock lock(&answering_mu_);
+  while (answering_ > 0) answered_.Wait(&answering_mu_);
 }
 
 void ModelRunner::Loop() {
@@ -214,33 +221,30 @@ PackedBatch ModelRunner::Pack(const Batch& batch) {
   return PackTokenIds(texts);
 }
 
-std::vector<absl::Status> ModelRunner::DeliverRows(const Batch& batch, const ModelOutputs& outputs) {
-  std::vector<absl::Status> statuses(batch.size());
-  for (size_t b = 0; b < batch.size(); ++b) {
+void ModelRunner::DeliverRows(const Batch& batch, const ModelOutputs& outputs, size_t begin, size_t end,
+                              std::vector<absl::Status>& statuses) {
+  for (size_t b = begin; b < end; ++b) {
+    if (!statuses[b].ok()) continue;
     try {
       statuses[b] = batch[b].request->HandleRow(batch[b].index, outputs, static_cast<int64_t>(b));
     } catch (...) {  // torch errors the output checks did not foresee, bad_alloc
       statuses[b] = absl::InternalError(absl::StrCat("post-processing failed: ", CurrentExceptionText()));
     }
   }
-  return statuses;
 }
 
 absl::Status ModelRunner::Report(const Batch& batch, const PackedBatch& packed, absl::Time start,
                                  absl::Time forward_end, absl::Duration device, bool ok) const {
+  if (observer_ == nullptr) return absl::OkStatus();
   BatchReport report;
   report.texts = static_cast<int>(batch.size());
   report.tokens = packed.tokens;
   report.padded_tokens = packed.ids.numel();
-  const absl::Time end = env_->Now();
-  report.compute = end - start;
+  report.compute = forward_end - start;
   report.device = device;
   report.ok = ok;
-  for (const QueuedText<RunnableRequest>& t : batch) {
-    const absl::Duration wait = start - t.arrival;
-    report.queue_waits.push_back(wait);
-    t.request->RecordTiming(t.arrival, wait, forward_end - start, end - forward_end);
-  }
+  report.queue_waits.reserve(batch.size());
+  for (const QueuedText<RunnableRequest>& t : batch) report.queue_waits.push_back(start - t.arrival);
   return Observe("OnBatch", [&] { observer_->OnBatch(model_->manifest().name, version_, report); });
 }
 
@@ -286,7 +290,15 @@ absl::Status ModelRunner::RunChecks(const Batch& batch, ModelOutputs& outputs) c
   return absl::OkStatus();
 }
 
-void ModelRunner::Run(Batch& batch) const {
+struct ModelRunner::Answering {
+  Batch batch;
+  absl::StatusOr<ModelOutputs> outputs;
+  std::vector<absl::Status> statuses;  // each text's, until its row is made; chunks touch their own
+  absl::Time start, forward_end;
+  std::atomic<int> chunks_left{0};
+};
+
+void ModelRunner::Run(Batch& batch) {
   const absl::Time start = env_->Now();
   const Wanted wanted = MergeWanted(batch);
   const PackedBatch packed = Pack(batch);
@@ -300,8 +312,7 @@ void ModelRunner::Run(Batch& batch) const {
     }
   }
   const absl::Time forward_end = env_->Now();
-  std::vector<absl::Status> statuses =
-      out.ok() ? DeliverRows(batch, *out) : std::vector<absl::Status>(batch.size(), out.status());
+  std::vector<absl::Status> statuses(batch.size(), out.ok() ? absl::OkStatus() : out.status());
   for (size_t b = 0; b < batch.size() && !checks.ok(); ++b) {
     if (batch[b].request->faithfulness_top_k() > 0) statuses[b] = checks;
   }
@@ -309,7 +320,80 @@ void ModelRunner::Run(Batch& batch) const {
   if (absl::Status s = Report(batch, packed, start, forward_end, device, out.ok()); !s.ok()) {
     statuses.assign(batch.size(), s);
   }
-  for (size_t b = 0; b < batch.size(); ++b) batch[b].request->Complete(batch[b].index, statuses[b]);
+  const int chunks = ChunksFor(batch.size());
+  auto a = std::make_shared<Answering>();
+  a->outputs = std::move(out);
+  a->statuses = std::move(statuses);
+  a->start = start;
+  a->forward_end = forward_end;
+  if (chunks == 0) {
+    a->batch = std::move(batch);
+    Answer(*a, 0, a->batch.size());
+    return;
+  }
+  BeginAnswering();
+  // From here nothing throws before every text is in a chunk: the batch moves into `a` only now, so
+  // that an exception above (bad_alloc) leaves it to Loop, which fails its texts.
+  a->batch = std::move(batch);
+  const size_t rows = a->batch.size();
+  a->chunks_left.store(chunks, std::memory_order_relaxed);
+  for (int c = 0; c < chunks; ++c) {
+    const size_t begin = rows * static_cast<size_t>(c) / static_cast<size_t>(chunks);
+    const size_t end = rows * static_cast<size_t>(c + 1) / static_cast<size_t>(chunks);
+    auto chunk = [this, a, begin, end] {
+      struct Counted {  // the last chunk lets the batch go, whatever happens in Answer
+        ModelRunner* runner;
+        Answering* a;
+        ~Counted() {
+          if (a->chunks_left.fetch_sub(1, std::memory_order_acq_rel) == 1) runner->EndAnswering();
+        }
+      } counted{this, a.get()};
+      Answer(*a, begin, end);
+    };
+    try {
+      answers_->Submit(chunk);
+    } catch (...) {  // bad_alloc queueing it: this thread makes these answers itself
+      chunk();
+    }
+  }
+}
+
+int ModelRunner::ChunksFor(size_t rows) const {
+  if (answers_ == nullptr || answers_->threads() == 0) return 0;
+  const int64_t by_rows = (static_cast<int64_t>(rows) + kMinChunkRows - 1) / kMinChunkRows;
+  // One chunk and nothing queued: the instance thread would only wait for work, so it answers.
+  if (by_rows <= 1 && scheduler_->queued_texts() == 0) return 0;
+  return static_cast<int>(std::clamp<int64_t>(by_rows, 1, answers_->threads()));
+}
+
+void ModelRunner::BeginAnswering() {
+  MutexLock lock(&answering_mu_);
+  while (answering_ >= max_answering_) answered_.Wait(&answering_mu_);
+  ++answering_;
+}
+
+void ModelRunner::EndAnswering() {
+  MutexLock lock(&answering_mu_);
+  --answering_;
+  answered_.SignalAll();
+}
+
+void ModelRunner::Answer(Answering& a, size_t begin, size_t end) const {
+  const absl::Time begun = env_->Now();
+  if (a.outputs.ok()) DeliverRows(a.batch, *a.outputs, begin, end, a.statuses);
+  const absl::Time made = env_->Now();
+  for (size_t b = begin; b < end; ++b) {
+    const QueuedText<RunnableRequest>& t = a.batch[b];
+    t.request->RecordTiming(t.arrival, a.start - t.arrival, a.forward_end - a.start, made - a.forward_end);
+  }
+  for (size_t b = begin; b < end; ++b) a.batch[b].request->Complete(a.batch[b].index, a.statuses[b]);
+  // After the completions, which it measures: an observer that throws can fail nothing now.
+  AnswerReport report;
+  report.texts = static_cast<int>(end - begin);
+  report.wait = begun - a.forward_end;
+  report.run = env_->Now() - begun;
+  absl::Status s = Observe("OnAnswers", [&] { observer_->OnAnswers(model_->manifest().name, version_, report); });
+  if (!s.ok()) spdlog::error("model '{}' version {}: {}", model_->manifest().name, version_, std::string(s.message()));
 }
 
 }  // namespace qvi

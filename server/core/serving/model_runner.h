@@ -1,18 +1,30 @@
 // Runs one model version: its BatchScheduler and `instances` threads, each of which takes the next
 // due batch, runs it through the model, and hands every text its row of the outputs.
 //
+// The answers (each row's post-processing and each request's completion: serialising, sending,
+// logging) are made off the instance thread when an answer pool is given: the instance thread packs
+// a batch, runs the forward pass, copies the outputs off the device, reports the batch, hands the rows
+// to the pool in chunks and goes back for the next batch. It makes them itself when there is no pool,
+// or when the batch is one chunk and nothing waits in the queue (a hand-off would only add a thread's
+// wake-up to the answer). At most `2 x instances` batches of a runner are being answered at once: an
+// instance thread that would exceed it waits (back-pressure, not a growing backlog).
+//
 // Contract:
 //  1. Enqueue() refuses at once (RESOURCE_EXHAUSTED) when the scheduler's queue is full.
 //  2. Every text of an accepted request is completed exactly once: with its row (OK), with the
 //     model's error (INTERNAL for that batch only), or dropped as expired / cancelled.
-//  3. Stop() takes no new work, runs every queued text (ignoring the queue delay), and joins.
+//  3. Stop() takes no new work, runs every queued text (ignoring the queue delay), joins, and
+//     returns after the last answer of its batches is made.
 //  4. Nothing is called out of the runner under its lock: done-callbacks, row handlers and the
-//     observer run on an instance thread (or the caller's) with no runner or scheduler lock held.
+//     observer run on an instance thread, an answer thread (or the caller's) with no runner or
+//     scheduler lock held. Row handlers of one request may run at once on different threads, each
+//     for a different text.
 //     A row handler or the observer's OnBatch that throws fails the texts concerned with INTERNAL
 //     (OnQueueDepth's failure is logged); the thread goes on serving. (The scheduler's cancellation probe,
 //     is_cancelled, is the one call made under a lock: it must be cheap and must not block.)
-// Threads: one per instance; torch's own intra-op threads come on top (set per process). On a GPU
-// each instance thread runs on a CUDA stream of its own (DeviceStreamScope).
+// Threads: one per instance; torch's own intra-op threads come on top (set per process); the answer
+// pool is shared by every runner (the server's, sized to the CPUs). On a GPU each instance thread
+// runs on a CUDA stream of its own (DeviceStreamScope).
 #ifndef QVI_SERVER_CORE_SERVING_MODEL_RUNNER_H_
 #define QVI_SERVER_CORE_SERVING_MODEL_RUNNER_H_
 
@@ -28,6 +40,7 @@
 #include "server/core/manifest/serving_config.h"
 #include "server/core/model/model.h"
 #include "server/core/sched/batch_scheduler.h"
+#include "server/core/sched/executor.h"
 #include "server/core/sched/sync.h"
 #include "server/core/serving/observer.h"
 
@@ -107,13 +120,18 @@ class ModelRunner {
   // batching mode. INVALID_ARGUMENT when the batch queue refuses the settings.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(std::shared_ptr<const Model> model, int64_t version,
                                                              const ServingConfig& serving, const Env* env,
-                                                             ServingObserver* observer);
+                                                             ServingObserver* observer, Executor* answers = nullptr);
 
   // `observer` (may be null) hears of every batch and queue change of this version. `batching`
   // says whether an idle instance takes the next batch at once or waits for the scheduler's
   // max_queue_delay (BatchingMode; no default here: the caller passes the version's setting).
+  // `answers` (may be null: the instance threads answer) makes the answers; it must outlive the
+  // runner or be shut down first (then Submit runs the chunks on the caller's thread).
   ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<Scheduler> scheduler, const Env* env,
-              int instances, ServingObserver* observer, BatchingMode batching);
+              int instances, ServingObserver* observer, BatchingMode batching, Executor* answers = nullptr);
+
+  // Rows per chunk of answers, at least: fewer would cost a hand-off each for little work.
+  static constexpr int64_t kMinChunkRows = 16;
   ~ModelRunner();
 
   absl::Status Enqueue(std::shared_ptr<RunnableRequest> request) ABSL_LOCKS_EXCLUDED(mu_);
@@ -123,8 +141,18 @@ class ModelRunner {
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
 
   // One batch, in named steps: what its texts want together, their ids packed, the forward pass,
-  // each text its row, the report; then each text completes.
-  void Run(Batch& batch) const;
+  // the report; then the answers (Answer), here or on the answer pool.
+  void Run(Batch& batch) ABSL_LOCKS_EXCLUDED(answering_mu_);
+  // A batch whose answers are being made: shared by its chunks, the last one done lets it go.
+  struct Answering;
+  // Rows [begin, end) of a batch: each its row of the outputs (where its status is still OK), the
+  // time recorded, then each text completed; then the observer's OnAnswers. Never throws.
+  void Answer(Answering& a, size_t begin, size_t end) const;
+  // How many chunks the pool makes of a batch of `rows`; 0: the instance thread answers it.
+  int ChunksFor(size_t rows) const;
+  // Counts a batch into (and out of) the ones being answered; Begin waits while the limit is reached.
+  void BeginAnswering() ABSL_LOCKS_EXCLUDED(answering_mu_);
+  void EndAnswering() ABSL_LOCKS_EXCLUDED(answering_mu_);
   // The outputs any text of the batch wants, and the layers and heads of the per-layer ones.
   struct Wanted {
     OutputSet outputs;
@@ -132,13 +160,15 @@ class ModelRunner {
   };
   static Wanted MergeWanted(const Batch& batch);
   static PackedBatch Pack(const Batch& batch);
-  // Hands each text its row of `outputs`; a handler's failure (or exception) fails its text only.
-  static std::vector<absl::Status> DeliverRows(const Batch& batch, const ModelOutputs& outputs);
+  // Hands texts [begin, end) their rows of `outputs` where their status is OK; a handler's failure
+  // (or exception) fails its text only.
+  static void DeliverRows(const Batch& batch, const ModelOutputs& outputs, size_t begin, size_t end,
+                          std::vector<absl::Status>& statuses);
   // options.faithfulness: each asking text with α's top-k tokens deleted, run as one more forward
   // (logits only) into outputs.check_*. Its error fails the asking texts only.
   absl::Status RunChecks(const Batch& batch, ModelOutputs& outputs) const;
-  // Records where each request's time went and tells the observer; an observer that throws fails
-  // the whole batch (INTERNAL naming the hook).
+  // Tells the observer of the batch (its queue waits, its turn on the instance thread); an observer
+  // that throws fails the whole batch (INTERNAL naming the hook).
   absl::Status Report(const Batch& batch, const PackedBatch& packed, absl::Time start, absl::Time forward_end,
                       absl::Duration device, bool ok) const;
 
@@ -152,6 +182,11 @@ class ModelRunner {
   ServingObserver* const observer_;
   const BatchingMode batching_;
   const Env* env_;
+  Executor* const answers_;
+  const int max_answering_;  // batches being answered at once
+  Mutex answering_mu_;
+  CondVar answered_;
+  int answering_ ABSL_GUARDED_BY(answering_mu_) = 0;
   Mutex mu_;
   CondVar work_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

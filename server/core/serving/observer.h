@@ -17,10 +17,20 @@ struct BatchReport {
   int texts = 0;
   int64_t tokens = 0;                       // real tokens
   int64_t padded_tokens = 0;                // texts x the longest text: what the model computed on
-  absl::Duration compute;                   // forward pass and post-processing of the whole batch
+  absl::Duration compute;                   // the batch's turn on its instance thread: inputs packed, the
+                                            // forward pass, its outputs copied off the device, the
+                                            // faithfulness checks (the answers are made after, AnswerReport)
   absl::Duration device;                    // of which the device was busy (ModelOutputs::device_time)
   std::vector<absl::Duration> queue_waits;  // per text: from joining the queue to the batch's start
   bool ok = true;                           // the model ran and its outputs passed the checks
+};
+
+// One share of a batch's answers (a chunk of its rows, on an answer thread or the instance thread):
+// each text's row post-processed and its request completed (serialised, sent, logged).
+struct AnswerReport {
+  int texts = 0;
+  absl::Duration wait;  // from the end of the batch's turn on its instance thread to this share's start
+  absl::Duration run;   // rows and completions of this share
 };
 
 class ServingObserver {
@@ -29,6 +39,8 @@ class ServingObserver {
   virtual void OnBatch(const std::string& model, int64_t version, const BatchReport& batch) = 0;
   // Texts waiting in a version's batch queue, after each change.
   virtual void OnQueueDepth(const std::string& model, int64_t version, size_t texts) = 0;
+  // After each share of a batch's answers; called from the thread that made them.
+  virtual void OnAnswers(const std::string& /*model*/, int64_t /*version*/, const AnswerReport& /*answers*/) {}
 };
 
 }  // namespace qvi

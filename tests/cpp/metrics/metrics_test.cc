@@ -146,6 +146,25 @@ TEST(MetricsTest, BatchesReportSizeTokensPaddingQueueAndCompute) {
   EXPECT_EQ(Sample(t, "qvi_queue_texts{" + v + "}"), 7);
 }
 
+TEST(MetricsTest, AnswersReportTheirHandOffAndTheirTimePerShare) {
+  Metrics m;
+  AnswerReport a;
+  a.texts = 16;
+  a.wait = absl::Microseconds(150);
+  a.run = absl::Microseconds(800);
+  m.OnAnswers("sentiment", 2, a);
+  a.wait = absl::Milliseconds(3);
+  a.run = absl::Milliseconds(4);
+  m.OnAnswers("sentiment", 2, a);
+  const std::string t = m.Serialize();
+  const std::string v = R"(model="sentiment",version="2")";
+  EXPECT_EQ(Sample(t, "qvi_answer_wait_seconds_count{" + v + "}"), 2);
+  EXPECT_EQ(Sample(t, "qvi_answer_wait_seconds_bucket{" + v + R"(,le="0.0002"})"), 1);
+  EXPECT_DOUBLE_EQ(Sample(t, "qvi_answer_wait_seconds_sum{" + v + "}"), 0.00315);
+  EXPECT_EQ(Sample(t, "qvi_answer_duration_seconds_bucket{" + v + R"(,le="0.001"})"), 1);
+  EXPECT_DOUBLE_EQ(Sample(t, "qvi_answer_duration_seconds_sum{" + v + "}"), 0.0048);
+}
+
 TEST(MetricsTest, ModelStateFollowsTheLifecycleAndUnloadedSeriesGo) {
   Metrics m;
   m.OnModelEvent("ner", VersionStatus{3, ModelState::kLoading, "loading", nullptr, {}});
@@ -157,6 +176,7 @@ TEST(MetricsTest, ModelStateFollowsTheLifecycleAndUnloadedSeriesGo) {
 
   m.OnModelEvent("ner", VersionStatus{2, ModelState::kReady, "", nullptr, {}});
   m.OnQueueDepth("ner", 2, 1);
+  m.OnAnswers("ner", 2, AnswerReport{1, absl::ZeroDuration(), absl::Microseconds(10)});
   m.OnRequestStart();
   m.OnRequestDone("Tag", "ner", 2, "OK", absl::Milliseconds(3));
   m.OnRequestStart();

@@ -10,6 +10,7 @@
 #define QVI_TESTS_CPP_TEST_UTIL_FAKE_MODEL_H_
 
 #include <atomic>
+#include <stdexcept>
 #include <memory>
 #include <string>
 
@@ -49,6 +50,9 @@ class FakeModel final : public Model {
   std::string format() const override { return "fake"; }
   bool has_forward_without_maps() const override { return true; }
 
+  // A batch holding this token id fails (Run throws), whatever its size; -1: none does.
+  void set_poison_id(int64_t id) { poison_id_ = id; }
+
   // How often Run() was called with and without the maps.
   int runs_with_maps() const { return with_maps_; }
   int runs_without_maps() const { return without_maps_; }
@@ -56,6 +60,9 @@ class FakeModel final : public Model {
  protected:
   ModelOutputs Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const override {
     ++(maps ? with_maps_ : without_maps_);
+    if (poison_id_ >= 0 && (ids.eq(poison_id_) & mask).any().item<bool>()) {
+      throw std::runtime_error("a poisoned batch");
+    }
     const torch::Tensor real = mask.to(torch::kFloat);
     const torch::Tensor n = real.sum(1, /*keepdim=*/true).clamp_min(1.0);
     ModelOutputs out;
@@ -78,6 +85,7 @@ class FakeModel final : public Model {
       : Model(std::move(manifest), std::move(vocabulary), torch::Device(torch::kCPU), "fake") {}
 
   mutable std::atomic<int> with_maps_{0}, without_maps_{0};
+  int64_t poison_id_ = -1;
   int bad_from_batch_ = 0;
 };
 

@@ -8,11 +8,17 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <filesystem>
 #include <future>
+#include <map>
+#include <random>
 #include <stdexcept>
+#include <thread>
 
+#include "server/core/sched/executor.h"
 #include "server/core/sched/sync.h"
 #include "tests/cpp/test_util/fake_env.h"
 
@@ -31,16 +37,39 @@ class ThrowingObserver : public ServingObserver {
   }
 };
 
+// The calling thread's name (Env::StartThread names them: qvi-instance, qvi-answer).
+std::string ThreadName() {
+  char name[16] = {};
+  pthread_getname_np(pthread_self(), name, sizeof(name));
+  return name;
+}
+
+class CountingObserver : public ServingObserver {
+ public:
+  std::atomic<int> batches{0}, shares{0}, answered_texts{0};
+  void OnBatch(const std::string&, int64_t, const BatchReport&) override { ++batches; }
+  void OnQueueDepth(const std::string&, int64_t, size_t) override {}
+  void OnAnswers(const std::string&, int64_t, const AnswerReport& a) override {
+    ++shares;
+    answered_texts += a.texts;
+  }
+};
+
 class ModelRunnerTest : public ::testing::Test {
  protected:
   void SetUp() override { model_ = FakeModel::Create(); }
 
   void Start(ServingObserver* observer = nullptr, BatchingMode batching = BatchingMode::kWhenIdle,
-             absl::Duration max_queue_delay = absl::ZeroDuration()) {
+             absl::Duration max_queue_delay = absl::ZeroDuration(), Executor* answers = nullptr, int instances = 1,
+             int max_batch_size = 32) {
     BatchSchedulerOptions o;
     o.max_queue_delay = max_queue_delay;
-    runner_ = std::make_unique<ModelRunner>(model_, 1, *ModelRunner::Scheduler::Create(o, &env_), &env_, 1, observer,
-                                            batching);
+    o.max_batch_size = max_batch_size;
+    o.max_batch_tokens = 1 << 20;
+    o.max_queued_texts = 1 << 20;
+    o.max_queued_tokens = 1 << 24;
+    runner_ = std::make_unique<ModelRunner>(model_, 1, *ModelRunner::Scheduler::Create(o, &env_), &env_, instances,
+                                            observer, batching, answers);
   }
 
   // One text; `on_done` sees its status. `deadline` in the past makes it expire in the queue.
@@ -162,6 +191,217 @@ TEST_F(ModelRunnerTest, AThrowingRowHandlerFailsOnlyItsText) {
   const absl::Status b = bad_f.get();
   EXPECT_EQ(b.code(), absl::StatusCode::kInternal) << b;
   EXPECT_TRUE(good_f.get().ok());
+}
+
+TEST_F(ModelRunnerTest, ABigBatchIsAnsweredInChunksOnTheAnswerThreads) {
+  Executor answers(2, 0, &env_, "qvi-answer");
+  CountingObserver observer;
+  // The texts gather in the queue for the (fake) delay, then go as one batch of 40.
+  Start(&observer, BatchingMode::kFillOrDelay, absl::Milliseconds(5), &answers, 1, 64);
+  constexpr int kTexts = 40;
+  Mutex mu;
+  std::vector<std::string> threads;
+  std::atomic<int> ok{0};
+  Notification all_done;
+  for (int i = 0; i < kTexts; ++i) {
+    ASSERT_TRUE(runner_
+                    ->Enqueue(Text([&](absl::Status s) {
+                      ok += s.ok();
+                      MutexLock lock(&mu);
+                      threads.push_back(ThreadName());
+                      if (threads.size() == kTexts) all_done.Notify();
+                    }))
+                    .ok());
+  }
+  env_.Advance(absl::Milliseconds(5));
+  ASSERT_TRUE(all_done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  runner_->Stop();
+  EXPECT_EQ(ok.load(), kTexts);
+  EXPECT_EQ(observer.batches.load(), 1);
+  // ceil(40 / 16) = 3 chunks by rows, at most one per answer thread: 2.
+  EXPECT_EQ(observer.shares.load(), 2);
+  EXPECT_EQ(observer.answered_texts.load(), kTexts);
+  MutexLock lock(&mu);
+  for (const std::string& t : threads) EXPECT_EQ(t, "qvi-answer") << "answered on the instance thread";
+}
+
+TEST_F(ModelRunnerTest, ALoneTextWithNothingQueuedIsAnsweredOnTheInstanceThread) {
+  // A hand-off would only add a wake-up to its latency: the instance thread has nothing else to do.
+  Executor answers(2, 0, &env_, "qvi-answer");
+  Start(nullptr, BatchingMode::kWhenIdle, absl::ZeroDuration(), &answers);
+  auto name = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> got = name->get_future();
+  ASSERT_TRUE(runner_->Enqueue(Text([name](absl::Status) { name->set_value(ThreadName()); })).ok());
+  ASSERT_EQ(got.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_EQ(got.get(), "qvi-instance");
+}
+
+// Requests of `texts` texts each, whose done-callbacks wait for `release`: they hold answer threads.
+struct Held {
+  Notification release;
+  std::atomic<int> finished{0};
+  std::shared_ptr<RunnableRequest> Request(int texts) {
+    return std::make_shared<RunnableRequest>(
+        std::vector<std::vector<int64_t>>(static_cast<size_t>(texts), std::vector<int64_t>{2, 3}),
+        OutputsOf({Output::kLogits}), absl::InfiniteFuture(), nullptr,
+        [](int, const ModelOutputs&, int64_t) { return absl::OkStatus(); },
+        [this](absl::Status) {
+          release.WaitForNotification();
+          ++finished;
+        });
+  }
+};
+
+TEST_F(ModelRunnerTest, StopReturnsOnlyAfterTheAnswersOnThePoolAreMade) {
+  Executor answers(2, 0, &env_, "qvi-answer");
+  Start(nullptr, BatchingMode::kWhenIdle, absl::ZeroDuration(), &answers, 1, 20);
+  Held held;
+  // Each a batch of 20 texts (two chunks on the pool); two, so that the limit of batches being
+  // answered does not hold the instance thread (and with it Stop) back.
+  constexpr int kRequests = 2;
+  for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(runner_->Enqueue(held.Request(20)).ok());
+  auto* fake = dynamic_cast<const FakeModel*>(model_.get());
+  ASSERT_NE(fake, nullptr);
+  for (int spins = 0; fake->runs_without_maps() < kRequests && spins < 60'000'000; ++spins) std::this_thread::yield();
+  ASSERT_EQ(fake->runs_without_maps(), kRequests);
+  std::atomic<int> finished_when_stopped{-1};
+  std::promise<void> stopped;
+  std::future<void> stopped_future = stopped.get_future();
+  std::thread stopper([&] {
+    runner_->Stop();
+    finished_when_stopped = held.finished.load();
+    stopped.set_value();
+  });
+  // Every batch has run its forward pass and the answers are held: a Stop that does not wait for
+  // them returns now. Only a wait can show that it does not; a correct one never does, however long.
+  EXPECT_EQ(stopped_future.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout)
+      << "Stop returned while answers were still being made";
+  held.release.Notify();
+  stopper.join();
+  EXPECT_EQ(finished_when_stopped.load(), kRequests);
+}
+
+TEST_F(ModelRunnerTest, AtMostTwoBatchesPerInstanceAreBeingAnsweredAtOnce) {
+  // Answers that cannot keep up hold the instance thread back instead of piling up batches.
+  Executor answers(2, 0, &env_, "qvi-answer");
+  Start(nullptr, BatchingMode::kWhenIdle, absl::ZeroDuration(), &answers, 1, 20);
+  auto* fake = dynamic_cast<const FakeModel*>(model_.get());
+  ASSERT_NE(fake, nullptr);
+  Held held;
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(runner_->Enqueue(held.Request(20)).ok());
+  // Two batches are being answered (their callbacks held); the third ran its forward pass and waits.
+  for (int spins = 0; fake->runs_without_maps() < 3 && spins < 60'000'000; ++spins) std::this_thread::yield();
+  ASSERT_EQ(fake->runs_without_maps(), 3);
+  // Only a wait can show that a fourth does not start; a correct runner never starts it, however long.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(fake->runs_without_maps(), 3);
+  held.release.Notify();
+  runner_->Stop();
+  EXPECT_EQ(fake->runs_without_maps(), 6);
+  EXPECT_EQ(held.finished.load(), 6);
+}
+
+TEST_F(ModelRunnerTest, EveryTextIsAnsweredOnceWhileBatchesFailExpireAndAreCancelledInThePipeline) {
+  // Two instances, three answer threads; a batch that holds a poisoned request fails (the fake
+  // model throws), taking the other requests of its batch with it; some row handlers throw; some
+  // requests expired before they came, some are cancelled while queued or while their batch is in
+  // flight. Clients keep requests of 1-5 texts in flight without waiting for the answers, so
+  // batches overlap on the pool.
+  constexpr int64_t kPoison = 4;
+  std::unique_ptr<FakeModel> fake = FakeModel::Create();
+  fake->set_poison_id(kPoison);
+  model_ = std::move(fake);
+  Executor answers(3, 0, &env_, "qvi-answer");
+  CountingObserver observer;
+  Start(&observer, BatchingMode::kWhenIdle, absl::ZeroDuration(), &answers, 2, 32);
+  constexpr int kClients = 8, kPerClient = 300;
+  enum Kind { kNormal, kThrows, kExpired, kCancelled, kPoisoned };
+  struct Outcome {
+    Kind kind = kNormal;
+    std::atomic<int> calls{0};
+    absl::Status status = absl::UnknownError("unanswered");
+  };
+  std::vector<Outcome> outcomes(kClients * kPerClient);
+  std::vector<std::thread> clients;
+  std::atomic<int> wrong_rows{0};
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      std::mt19937 rng(static_cast<uint32_t>(c) * 7919u + 3u);
+      for (int i = 0; i < kPerClient; ++i) {
+        Outcome& out = outcomes[c * kPerClient + i];
+        const int roll = std::uniform_int_distribution<int>(0, 99)(rng);
+        out.kind = roll < 67 ? kNormal : roll < 77 ? kThrows : roll < 87 ? kExpired : roll < 97 ? kCancelled : kPoisoned;
+        std::vector<std::vector<int64_t>> ids;
+        const int n = std::uniform_int_distribution<int>(1, 5)(rng);
+        for (int k = 0; k < n; ++k) {
+          ids.push_back(std::vector<int64_t>(std::uniform_int_distribution<size_t>(1, 12)(rng),
+                                             std::uniform_int_distribution<int64_t>(2, 3)(rng)));
+        }
+        if (out.kind == kPoisoned) ids.back().back() = kPoison;
+        auto cancelled = std::make_shared<std::atomic<bool>>(false);
+        const Kind kind = out.kind;
+        auto texts = std::make_shared<std::vector<std::vector<int64_t>>>(ids);
+        auto request = std::make_shared<RunnableRequest>(
+            std::move(ids), OutputsOf({Output::kLogits}),
+            kind == kExpired ? env_.Now() - absl::Seconds(1) : absl::InfiniteFuture(),
+            [cancelled] { return cancelled->load(); },
+            [&wrong_rows, kind, texts](int index, const ModelOutputs& o, int64_t row) -> absl::Status {
+              if (kind == kThrows && index == 0) throw std::runtime_error("row handler failed");
+              // Each text gets its own row: logits = {sum of its ids, its length}.
+              const std::vector<int64_t>& t = (*texts)[static_cast<size_t>(index)];
+              int64_t sum = 0;
+              for (int64_t id : t) sum += id;
+              const torch::Tensor l = o.at(Output::kLogits)[row];
+              if (l[0].item<float>() != static_cast<float>(sum) || l[1].item<float>() != static_cast<float>(t.size()))
+                ++wrong_rows;
+              return absl::OkStatus();
+            },
+            [&out](absl::Status s) {
+              out.status = s;
+              ++out.calls;
+            });
+        absl::Status queued = runner_->Enqueue(request);
+        if (!queued.ok()) {
+          out.status = queued;
+          ++out.calls;
+        }
+        if (kind == kCancelled) cancelled->store(true);
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  runner_->Stop();  // every accepted text answered, on the pool or not, before it returns
+  std::map<Kind, std::map<absl::StatusCode, int>> seen;
+  for (const Outcome& out : outcomes) {
+    ASSERT_EQ(out.calls.load(), 1) << "every request is answered exactly once";
+    const absl::StatusCode code = out.status.code();
+    seen[out.kind][code]++;
+    switch (out.kind) {
+      case kNormal:
+        ASSERT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kInternal) << out.status;
+        break;
+      case kThrows:
+        ASSERT_EQ(code, absl::StatusCode::kInternal) << out.status;
+        break;
+      case kExpired:
+        ASSERT_EQ(code, absl::StatusCode::kDeadlineExceeded) << out.status;
+        break;
+      case kCancelled:
+        ASSERT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kCancelled ||
+                    code == absl::StatusCode::kInternal)
+            << out.status;
+        break;
+      case kPoisoned:
+        ASSERT_EQ(code, absl::StatusCode::kInternal) << out.status;
+        ASSERT_NE(out.status.message().find("a poisoned batch"), std::string::npos) << out.status;
+        break;
+    }
+  }
+  EXPECT_EQ(wrong_rows.load(), 0) << "a text was handed another text's row";
+  EXPECT_GT(seen[kNormal][absl::StatusCode::kOk], 0);
+  EXPECT_GT(seen[kNormal][absl::StatusCode::kInternal], 0) << "no clean request shared a batch with a poisoned one";
+  EXPECT_GT(seen[kCancelled][absl::StatusCode::kCancelled], 0);
+  EXPECT_GT(observer.shares.load(), observer.batches.load()) << "no batch was answered in chunks on the pool";
 }
 
 }  // namespace

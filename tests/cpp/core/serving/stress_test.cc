@@ -2,7 +2,8 @@
 // 64 clients, each sending a fixed number of requests of random sizes through InferenceService,
 // some with deadlines that pass, some cancelled, while a new version of the model is dropped into
 // the store and switched to. Every request must be answered exactly once, and every answer must be
-// the right one for its own texts (equal to that text served alone).
+// the right one for its own texts (equal to that text served alone). The answers are made on an
+// answer pool, as the server makes them (ModelRunner), so batches overlap their answers.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -73,9 +74,11 @@ InferenceRequest Request(std::vector<std::string> texts) {
 }
 
 TEST_F(StressTest, EveryRequestIsAnsweredOnceAndCorrectlyUnderDeadlinesCancellationsAndASwitch) {
+  Executor answers(2, 0, Env::Default(), "qvi-answer");  // outlives the repository's runners
   ModelRepository::Options o;
   o.root = root_.string();
   o.defaults.device = "cpu";
+  o.answers = &answers;
   auto repo = ModelRepository::Create(o);
   ASSERT_TRUE(repo.ok()) << repo.status();
   (*repo)->Poll();
