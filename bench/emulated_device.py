@@ -19,12 +19,15 @@ Usage: .venv/bin/python bench/emulated_device.py [--concurrency 256,1024] [--loa
                                                   [--variants 'pool=;inline=--answer-threads 0']
 --variants measures each named set of qvi-server flags in turn (null model, then emulated device), so
 that their rows compare side by side from one run; the default is the server's defaults alone.
+--store DIR --device cuda measures that store's model instead of the null twins (a GPU machine:
+bench/gpu_session.sh pipeline), --body FILE a framed Classify made beforehand (no grpc_tools there).
 Prints a markdown table; --out also writes the figures as JSON.
 """
 import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -80,6 +83,11 @@ def snapshot(url, pid, model):
     return {"time": time.monotonic(), "ok": total(m, "qvi_requests_total", labels, 'code="OK"'),
             "cpu": total(m, "process_cpu_seconds_total"), "busy": total(m, "qvi_device_busy_seconds_total", labels),
             "batches": total(m, "qvi_batch_size_count", labels), "texts": total(m, "qvi_batch_size_sum", labels),
+            "compute_s": total(m, "qvi_compute_duration_seconds_sum", labels),
+            "answer_wait_s": total(m, "qvi_answer_wait_seconds_sum", labels),
+            "answer_s": total(m, "qvi_answer_duration_seconds_sum", labels),
+            "shares": total(m, "qvi_answer_duration_seconds_count", labels),
+            "queue_s": total(m, "qvi_queue_duration_seconds_sum", labels),
             "instance_cpu": thread_cpu_seconds(pid, "qvi-instance"),
             "answer_cpu": thread_cpu_seconds(pid, "qvi-answer")}
 
@@ -93,7 +101,14 @@ def window(before, after):
             "mean_batch": d["texts"] / batches, "server_cpu_us_per_request": d["cpu"] / ok * 1e6,
             "instance_cpu_us_per_batch": d["instance_cpu"] / batches * 1e6,
             "instance_cpu_us_per_text": d["instance_cpu"] / texts * 1e6,
-            "answer_cpu_us_per_text": d["answer_cpu"] / texts * 1e6}
+            "answer_cpu_us_per_text": d["answer_cpu"] / texts * 1e6,
+            # One batch's timeline from the server's histograms: a text's wait in the queue, the
+            # instance thread's turn, the hand-off to an answer thread, one share of the answers.
+            "timeline_ms": {"queue_per_text": d.get("queue_s", 0) / texts * 1e3,
+                            "instance_turn_per_batch": d.get("compute_s", 0) / batches * 1e3,
+                            "answer_wait_per_share": d.get("answer_wait_s", 0) / max(d.get("shares", 0), 1) * 1e3,
+                            "answer_per_share": d.get("answer_s", 0) / max(d.get("shares", 0), 1) * 1e3,
+                            "shares_per_batch": d.get("shares", 0) / batches}}
 
 
 def store_for(work, model_pt, model, python, device_us):
@@ -132,7 +147,9 @@ def grpc_body(work, model):
 def h2load(port, concurrency, a, body):
     """h2load at `concurrency` streams in flight (64 on each connection), one client thread."""
     connections = max(1, concurrency // 64)
-    cmd = ["h2load", "-t", "1", "-c", str(connections), "-m", str(max(1, concurrency // connections)),
+    # On PATH, or beside qvi-server (a GPU machine's bundle carries it in build/).
+    exe = shutil.which("h2load") or os.path.join(harness.BUILD, "h2load")
+    cmd = [exe, "-t", "1", "-c", str(connections), "-m", str(max(1, concurrency // connections)),
            "--warm-up-time", f"{round(a.warmup * 1000)}ms", "-D", f"{round(a.duration * 1000)}ms", "-d", body,
            "-H", "content-type: application/grpc", "-H", "te: trailers",
            f"http://127.0.0.1:{port}/qvi.serving.v1.Inference/Classify"]
@@ -151,7 +168,7 @@ def measure(work, a, store, label, flags=()):
     with open(os.path.join(work, f"qvi-server-{label}.log"), "w") as log_file:
         proc = subprocess.Popen([os.path.join(harness.BUILD, "qvi-server"), "--model-store", store, "--host",
                                  "127.0.0.1", "--port", "0", "--port-file", files["port"], "--metrics-port", "0",
-                                 "--metrics-port-file", files["metrics"], "--http-port", "-1", "--device", "cpu",
+                                 "--metrics-port-file", files["metrics"], "--http-port", "-1", "--device", a.device,
                                  "--max-queued-texts", "16384", *flags],
                                 stdout=log_file, stderr=subprocess.STDOUT)
     rows = []
@@ -165,8 +182,16 @@ def measure(work, a, store, label, flags=()):
                 # The window starts after qvi-perf's warm-up and ends before its last answers.
                 time.sleep(a.warmup + 0.2)
                 samples["before"] = snapshot(url, proc.pid, harness.MODEL)
+                dmon = None
+                if a.device.startswith("cuda"):  # the GPU's SM busy share, a sample a second
+                    dmon = subprocess.Popen(["nvidia-smi", "dmon", "-s", "u", "-d", "1", "-c",
+                                             str(max(1, int(a.duration - 0.4)))], stdout=subprocess.PIPE, text=True)
                 time.sleep(a.duration - 0.4)
                 samples["after"] = snapshot(url, proc.pid, harness.MODEL)
+                if dmon is not None:
+                    sm = [float(line.split()[1]) for line in dmon.communicate()[0].splitlines()
+                          if line.strip() and not line.startswith("#")]
+                    samples["gpu_sm_busy"] = sum(sm) / len(sm) / 100 if sm else None
 
             sampler = threading.Thread(target=sample_window)
             sampler.start()
@@ -179,6 +204,8 @@ def measure(work, a, store, label, flags=()):
                 client = {"client_requests_per_s": step["requests_per_s"], "p99_ms": step["p99_ms"]}
             sampler.join()
             row = window(samples["before"], samples["after"])
+            if samples.get("gpu_sm_busy") is not None:
+                row["gpu_sm_busy"] = samples["gpu_sm_busy"]
             row.update(load=load, concurrency=int(concurrency), **client)
             rows.append(row)
     finally:
@@ -188,7 +215,9 @@ def measure(work, a, store, label, flags=()):
 
 def markdown(result):
     dev = result["device_us"]
-    lines = [f"Emulated device: per_batch {dev['per_batch']} µs, per_text {dev['per_text']} µs; "
+    what = (f"{result['store']} on {result['device']}" if result.get("store")
+            else f"Emulated device: per_batch {dev['per_batch']} µs, per_text {dev['per_text']} µs")
+    lines = [f"{what}; "
              f"{result['cores']} cores, server and load generator unpinned on them; one ~20-word text per gRPC "
              "Classify; OK texts/s from the server's own counters. "
              f"Command: `{result['command']}`.", "",
@@ -199,13 +228,15 @@ def markdown(result):
     for run in result["runs"]:
         plain = {(r["load"], r["concurrency"]): r for r in run["null"]}
         flags = f"`{run['flags']}`" if run["flags"] else "(defaults)"
-        for label, rows in (("null", run["null"]), ("emulated device", run["emulated"])):
+        for label, rows in (("null", run["null"]), ("emulated device", run["emulated"]), ("served", run["served"])):
             for r in rows:
-                ratio = r["texts_per_s"] / plain[(r["load"], r["concurrency"])]["texts_per_s"]
-                busy = f"{100 * r['device_busy']:.0f} %" if label != "null" else "–"
+                ratio = f"{r['texts_per_s'] / plain[(r['load'], r['concurrency'])]['texts_per_s']:.2f}" if plain else "–"
+                # A served model's backend does not measure its device time (nvidia-smi does).
+                busy = (f"{100 * r['device_busy']:.0f} %" if label == "emulated device"
+                        else f"{100 * r['gpu_sm_busy']:.0f} % (SM)" if "gpu_sm_busy" in r else "–")
                 p99 = f"{r['p99_ms']:.2f}" if r.get("p99_ms") is not None else "–"
                 lines.append(f"| {flags} | {label} | {r['load']} | {r['concurrency']} | {r['texts_per_s']:,.0f} | "
-                             f"{ratio:.2f} | {busy} | {r['mean_batch']:.1f} | {r['server_cpu_us_per_request']:.1f} | "
+                             f"{ratio} | {busy} | {r['mean_batch']:.1f} | {r['server_cpu_us_per_request']:.1f} | "
                              f"{r['instance_cpu_us_per_batch']:,.0f} | {r['instance_cpu_us_per_text']:.1f} | "
                              f"{r.get('answer_cpu_us_per_text', 0):.1f} | {p99} |")
     return "\n".join(lines) + "\n"
@@ -220,23 +251,32 @@ def main():
     ap.add_argument("--per-batch", type=float, default=300, help="device µs per batch")
     ap.add_argument("--per-text", type=float, default=3, help="device µs per text of a batch")
     ap.add_argument("--out", help="also write the figures as JSON here")
+    ap.add_argument("--store", help="serve this store's model instead of the null twins")
+    ap.add_argument("--device", default="cpu", help="qvi-server's --device")
+    ap.add_argument("--body", help="the framed gRPC Classify for h2load, made beforehand")
     ap.add_argument("--variants", default="defaults=",
                     help="';'-separated NAME=FLAGS: each a qvi-server measured in turn with these extra flags")
     a = ap.parse_args()
     device_us = {"per_batch": a.per_batch, "per_text": a.per_text}
     work = tempfile.mkdtemp(prefix="qvi_emulated_")
-    a.body = grpc_body(work, harness.MODEL) if "h2load" in a.load else None
-    result = {"device_us": device_us, "cores": len(os.sched_getaffinity(0)),
+    a.body = a.body or (grpc_body(work, harness.MODEL) if "h2load" in a.load else None)
+    result = {"device_us": device_us, "cores": len(os.sched_getaffinity(0)), "store": a.store, "device": a.device,
               "command": ".venv/bin/python bench/emulated_device.py " + " ".join(sys.argv[1:])}
-    plain = store_for(work, harness.MODEL_PT, harness.MODEL, harness.PY, None)
-    emulated = store_for(work, harness.MODEL_PT, harness.MODEL, harness.PY, device_us)
     result["runs"] = []
+    if not a.store:
+        plain = store_for(work, harness.MODEL_PT, harness.MODEL, harness.PY, None)
+        emulated = store_for(work, harness.MODEL_PT, harness.MODEL, harness.PY, device_us)
     for variant in a.variants.split(";"):
         name, _, flags = variant.partition("=")
+        if a.store:
+            result["runs"].append({"variant": name, "flags": flags.strip(), "null": [], "emulated": [],
+                                   "served": measure(work, a, a.store, f"served-{name}", flags.split())})
+            continue
         # In turn on the same cores: the null model as it is, then on the emulated device.
         result["runs"].append({"variant": name, "flags": flags.strip(),
                                "null": measure(work, a, plain, f"null-{name}", flags.split()),
-                               "emulated": measure(work, a, emulated, f"emulated-{name}", flags.split())})
+                               "emulated": measure(work, a, emulated, f"emulated-{name}", flags.split()),
+                               "served": []})
     text = markdown(result)
     print(text)
     if a.out:

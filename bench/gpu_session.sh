@@ -9,6 +9,12 @@
 #   source .gpu/env.sh && bash bench/gpu_session.sh probe         # what limits one text per request
 #   source .gpu/env.sh && bash bench/gpu_session.sh agenda        # issue 53 item 6: SDPA kernel, BERT fp32,
 #                                                                 # both CUDA packages served with two instances
+#   source .gpu/env.sh && bash bench/gpu_session.sh pipeline tagger  # issue 53: answers on the pool against the
+#       instance thread under h2load (needs h2load and .gpu/classify.grpc in the bundle, below); the tagger on
+#       the GPU from TorchScript and from its CUDA package, one instance, with and without graphs
+# h2load for the bundle: cp /usr/bin/h2load .gpu/build/ and its libraries (ldd) into .gpu/lib; the framed
+# request: .venv/bin/python -c 'import sys; sys.path.insert(0, "bench"); import emulated_device, shutil, tempfile;
+#   shutil.copy(emulated_device.grpc_body(tempfile.mkdtemp(), "sentiment"), ".gpu/classify.grpc")'
 # A dry run on a machine without a GPU (every stage but bert, short steps, nothing measured):
 #   OUT=/tmp/dry QVI_GPU_SESSION_DEVICE=cpu QVI_GPU_SESSION_SECONDS=0.3 QVI_GPU_SESSION_PERF_SECONDS=1 \
 #     bash bench/gpu_session.sh graphs server
@@ -195,6 +201,42 @@ for stage in "$@"; do
           build/qvi-client --server "$address" --color never tag --model ner "Angela Merkel met Emmanuel Macron in Paris ." || true
           kill $dmon 2> /dev/null
           stop_server pkg_i2
+        fi
+        ;;
+      pipeline)
+        # One instance of the classifier (TorchScript, graphs, batches of up to 256) under h2load at
+        # 1,024 streams: the answers on the answer threads (the default) against the instance thread.
+        gpu_store /tmp/qvi_store_b256 256
+        timeout 200 python3 bench/emulated_device.py --store /tmp/qvi_store_b256 --device "$device" \
+          --body "${QVI_GPU_SESSION_BODY:-.gpu/classify.grpc}" --load h2load --concurrency 256,1024 --duration 5 \
+          --warmup 1 --variants 'pool=;inline=--answer-threads 0' --out "$dir_out/pipeline.json"
+        ;;
+      tagger)
+        # Does Tag answer on the GPU from TorchScript? Then the tagger's CUDA package compiled and served
+        # alone with one instance, with graphs and without: which of them hangs (2026-11-28, call1).
+        tagger_try() {  # name store [qvi-server flags...]
+          local name=$1
+          start_server "$@" --shutdown-grace-seconds 2 || return
+          echo "-- $name: GPU SM busy before any call"
+          nvidia-smi dmon -s u -d 1 -c 3 | grep -v '^#'
+          timeout 15 build/qvi-client --server "$address" --timeout 10 --color never tag --model ner \
+            "Angela Merkel met Emmanuel Macron in Paris ." || echo "-- $name: Tag did not answer (exit $?)"
+          timeout 15 build/qvi-perf --server "$address" --metrics "$metrics" --model ner --method tag --threads 4 \
+            --channels 8 --concurrency 64 --duration 3 --warmup 1 --json "$dir_out/perf_$name.json" || true
+          echo "-- $name: GPU SM busy after"
+          nvidia-smi dmon -s u -d 1 -c 2 | grep -v '^#'
+          kill -TERM $srv_pid
+          timeout 10 tail --pid=$srv_pid -f /dev/null || { echo "-- $name: still running; killed"; kill -9 $srv_pid; }
+          wait $srv_pid 2> /dev/null
+        }
+        tagger_try ts_tagger "$store" --model-format torchscript
+        timeout 240 python3 bench/cuda_pt2_probe.py --model "$store/ner/1/model.pt" --device "$device" --write \
+          --no-check > "$dir_out/pt2_ner.txt" 2>&1 || echo "pt2 compile of ner failed (exit $?)"
+        grep -E '^\[' "$dir_out/pt2_ner.txt" | tail -3
+        rm -rf /tmp/qvi_store_ner && mkdir -p /tmp/qvi_store_ner && cp -r "$store/ner" /tmp/qvi_store_ner/
+        if [[ -f /tmp/qvi_store_ner/ner/1/model.cuda.pt2 ]]; then
+          tagger_try pkg_tagger_nographs /tmp/qvi_store_ner --instances-per-model 1 --cuda-graphs=false
+          tagger_try pkg_tagger_graphs /tmp/qvi_store_ner --instances-per-model 1
         fi
         ;;
       probe)
