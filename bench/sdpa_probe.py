@@ -51,6 +51,52 @@ def timed(fn, device: str, reps: int) -> float:
     return (time.perf_counter() - t0) / reps * 1e3
 
 
+def profile_forward(forward, dev: str, title: str) -> None:
+    """Runs `forward` once under the profiler and prints the attention ops and the top GPU kernels."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
+    with profile(activities=acts) as prof:
+        forward()
+        if dev == "cuda":
+            torch.cuda.synchronize()
+    print(f"\n== {title}")
+    events = list(prof.key_averages())
+    names = ("scaled_dot_product", "_efficient_attention", "_flash_attention", "_cudnn_attention")
+    ops = [e for e in events if any(n in e.key for n in names) or e.key == "aten::_softmax"]
+    for e in sorted(ops, key=lambda e: e.key):
+        print(f"  op     {e.count:4d} x {e.key}")
+    attr = "device_time_total" if hasattr(events[0], "device_time_total") else "cuda_time_total"
+    kernels = [e for e in events if getattr(e, attr, 0) > 0 and not e.key.startswith(("aten::", "cuda"))]
+    kernels = kernels if dev == "cuda" else []
+    total = sum(getattr(e, attr) for e in kernels) or 1
+    for e in sorted(kernels, key=lambda e: -getattr(e, attr))[:14]:
+        kind = kind_of(e.key)
+        print(f"  kernel {100 * getattr(e, attr) / total:5.1f} % {e.count:4d} x {e.key[:110]}"
+              f"{'   <- ' + kind if kind else ''}")
+    kinds = sorted({kind_of(e.key) for e in kernels} - {""})
+    print(f"  attention kernels seen: {', '.join(kinds) or 'none named (CPU run)'}")
+
+
+def time_each_backend(what: str, call, dev: str, reps: int, per: str) -> None:
+    """`call` timed with each SDPA backend allowed alone (and with PyTorch's own choice first when
+    per == 'batch'), or why the backend refused."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("memory-efficient", SDPBackend.EFFICIENT_ATTENTION),
+                ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)]
+    print(f"  {what}:")
+    for name, backend in ([("default choice", None)] if per == "batch" else []) + backends:
+        try:
+            if backend is None:
+                ms = timed(call, dev, reps)
+            else:
+                with sdpa_kernel([backend]):
+                    ms = timed(call, dev, reps)
+            print(f"    {name:17s} {ms:8.3f} ms a {per}")
+        except RuntimeError as e:
+            print(f"    {name:17s} refused: {str(e).splitlines()[0][:150]}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
@@ -62,8 +108,6 @@ def main() -> int:
     a = ap.parse_args()
     import torch
     import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.profiler import ProfilerActivity, profile
     from qvi.bench_model import bench_config
     from qvi.models import build_model
 
@@ -73,8 +117,6 @@ def main() -> int:
           f"cudnn {torch.backends.cuda.cudnn_sdp_enabled()}, math {torch.backends.cuda.math_sdp_enabled()}", flush=True)
     torch.manual_seed(0)
     config = bench_config(layers=a.layers, max_tokens=a.tokens)
-    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("memory-efficient", SDPBackend.EFFICIENT_ATTENTION),
-                ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)]
     for dtype_name in a.dtypes:
         dtype = getattr(torch, dtype_name)
         model = build_model(config).eval().to(dev).to(dtype)
@@ -88,51 +130,17 @@ def main() -> int:
                 return model.forward_without_maps(ids, mask)
 
         forward()
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev == "cuda" else [])
-        with profile(activities=acts) as prof:
-            forward()
-            if dev == "cuda":
-                torch.cuda.synchronize()
-        print(f"\n== {dtype_name}: forward without maps, batch {a.batch} x {a.tokens} tokens, {a.layers} layers")
-        events = [e for e in prof.key_averages()]
-        ops = [e for e in events if "scaled_dot_product" in e.key or "_efficient_attention" in e.key
-               or "_flash_attention" in e.key or "_cudnn_attention" in e.key or e.key == "aten::_softmax"]
-        for e in sorted(ops, key=lambda e: e.key):
-            print(f"  op     {e.count:4d} x {e.key}")
-        attr = "device_time_total" if hasattr(events[0], "device_time_total") else "cuda_time_total"
-        kernels = [e for e in events if getattr(e, attr, 0) > 0 and not e.key.startswith("aten::")
-                   and not e.key.startswith("cuda")] if dev == "cuda" else []
-        total = sum(getattr(e, attr) for e in kernels) or 1
-        for e in sorted(kernels, key=lambda e: -getattr(e, attr))[:14]:
-            print(f"  kernel {100 * getattr(e, attr) / total:5.1f} % {e.count:4d} x {e.key[:110]}"
-                  f"{'   <- ' + kind_of(e.key) if kind_of(e.key) else ''}")
-        kinds = sorted({kind_of(e.key) for e in kernels} - {""})
-        print(f"  attention kernels seen: {', '.join(kinds) or 'none named (CPU run)'}")
-
+        profile_forward(forward, dev, f"{dtype_name}: forward without maps, batch {a.batch} x {a.tokens} tokens, "
+                                      f"{a.layers} layers")
         # The attention call alone at the model's shapes: [B, heads, T, head_dim], mask [B,1,1,T].
         heads, d = config.heads, config.hidden // config.heads
         q, k, v = (torch.randn(a.batch, heads, a.tokens, d, device=dev, dtype=dtype) for _ in range(3))
         allowed = mask.unsqueeze(1).unsqueeze(2)
-        print(f"  F.scaled_dot_product_attention [{a.batch},{heads},{a.tokens},{d}] with the boolean mask:")
-        for name, backend in backends:
-            try:
-                with sdpa_kernel([backend]):
-                    ms = timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=d ** -0.5),
-                               dev, a.reps)
-                print(f"    {name:17s} {ms:8.3f} ms a call")
-            except RuntimeError as e:
-                print(f"    {name:17s} refused: {str(e).splitlines()[0][:150]}")
-        print(f"  the whole forward (batch {a.batch}) with one backend allowed:")
-        for name, backend in [("default choice", None)] + backends:
-            try:
-                if backend is None:
-                    ms = timed(forward, dev, a.reps)
-                else:
-                    with sdpa_kernel([backend]):
-                        ms = timed(forward, dev, a.reps)
-                print(f"    {name:17s} {ms:8.3f} ms a batch = {a.batch / ms * 1e3:9.0f} texts/s")
-            except RuntimeError as e:
-                print(f"    {name:17s} refused: {str(e).splitlines()[0][:150]}")
+        time_each_backend(f"F.scaled_dot_product_attention [{a.batch},{heads},{a.tokens},{d}] with the boolean mask",
+                          lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=d ** -0.5),
+                          dev, a.reps, "call")
+        time_each_backend(f"the whole forward (batch {a.batch}) with one backend allowed", forward, dev, a.reps,
+                          "batch")
         del model
     return 0
 

@@ -105,8 +105,8 @@ class ModelRepository {
     // Time and threads: the poll interval, load timeouts, the batch queues. Env::Default() when null.
     const Env* env = nullptr;
     Listener listener;
-    ServingObserver* observer = nullptr;              // metrics of every version's batches; may be null
-    Executor* answers = nullptr;  // makes every version's answers (ModelRunner); null: the instance threads do
+    ServingObserver* observer = nullptr;  // metrics of every version's batches; may be null
+    Executor* answers = nullptr;          // makes every version's answers (ModelRunner); null: the instance threads do
     absl::Duration load_timeout = absl::Minutes(10);  // per version: Model::Load with its warm-up
     int load_threads = 4;                             // models polled (and loaded) at once
     // CUDA graphs (graphs.h): the backend, null when this process has none, and why.

@@ -10,8 +10,8 @@
 #define QVI_TESTS_CPP_TEST_UTIL_FAKE_MODEL_H_
 
 #include <atomic>
-#include <stdexcept>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "absl/strings/str_cat.h"

@@ -330,7 +330,11 @@ TEST_F(ModelRunnerTest, EveryTextIsAnsweredOnceWhileBatchesFailExpireAndAreCance
       for (int i = 0; i < kPerClient; ++i) {
         Outcome& out = outcomes[c * kPerClient + i];
         const int roll = std::uniform_int_distribution<int>(0, 99)(rng);
-        out.kind = roll < 67 ? kNormal : roll < 77 ? kThrows : roll < 87 ? kExpired : roll < 97 ? kCancelled : kPoisoned;
+        out.kind = roll < 67   ? kNormal
+                   : roll < 77 ? kThrows
+                   : roll < 87 ? kExpired
+                   : roll < 97 ? kCancelled
+                               : kPoisoned;
         std::vector<std::vector<int64_t>> ids;
         const int n = std::uniform_int_distribution<int>(1, 5)(rng);
         for (int k = 0; k < n; ++k) {
