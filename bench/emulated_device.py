@@ -228,11 +228,12 @@ def markdown(result):
     for run in result["runs"]:
         plain = {(r["load"], r["concurrency"]): r for r in run["null"]}
         flags = f"`{run['flags']}`" if run["flags"] else "(defaults)"
-        for label, rows in (("null", run["null"]), ("emulated device", run["emulated"]), ("served", run["served"])):
+        for label, rows in (("null", run["null"]), ("emulated device", run["emulated"]),
+                            ("emulated device, no pipeline", run.get("unpipelined", [])), ("served", run["served"])):
             for r in rows:
                 ratio = f"{r['texts_per_s'] / plain[(r['load'], r['concurrency'])]['texts_per_s']:.2f}" if plain else "–"
                 # A served model's backend does not measure its device time (nvidia-smi does).
-                busy = (f"{100 * r['device_busy']:.0f} %" if label == "emulated device"
+                busy = (f"{100 * r['device_busy']:.0f} %" if label.startswith("emulated device")
                         else f"{100 * r['gpu_sm_busy']:.0f} % (SM)" if "gpu_sm_busy" in r else "–")
                 p99 = f"{r['p99_ms']:.2f}" if r.get("p99_ms") is not None else "–"
                 lines.append(f"| {flags} | {label} | {r['load']} | {r['concurrency']} | {r['texts_per_s']:,.0f} | "
@@ -254,6 +255,9 @@ def main():
     ap.add_argument("--store", help="serve this store's model instead of the null twins")
     ap.add_argument("--device", default="cpu", help="qvi-server's --device")
     ap.add_argument("--body", help="the framed gRPC Classify for h2load, made beforehand")
+    ap.add_argument("--unpipelined", action="store_true",
+                    help="also measure the emulated device with \"asynchronous\": false (each batch collected "
+                         "before the next is launched: the engine without its pipeline)")
     ap.add_argument("--variants", default="defaults=",
                     help="';'-separated NAME=FLAGS: each a qvi-server measured in turn with these extra flags")
     a = ap.parse_args()
@@ -266,6 +270,9 @@ def main():
     if not a.store:
         plain = store_for(work, harness.MODEL_PT, harness.MODEL, harness.PY, None)
         emulated = store_for(work, harness.MODEL_PT, harness.MODEL, harness.PY, device_us)
+        if a.unpipelined:
+            unpipelined = store_for(os.path.join(work, "sync"), harness.MODEL_PT, harness.MODEL, harness.PY,
+                                    dict(device_us, asynchronous=False))
     for variant in a.variants.split(";"):
         name, _, flags = variant.partition("=")
         if a.store:
@@ -277,6 +284,8 @@ def main():
                                "null": measure(work, a, plain, f"null-{name}", flags.split()),
                                "emulated": measure(work, a, emulated, f"emulated-{name}", flags.split()),
                                "served": []})
+        if a.unpipelined:
+            result["runs"][-1]["unpipelined"] = measure(work, a, unpipelined, f"unpipelined-{name}", flags.split())
     text = markdown(result)
     print(text)
     if a.out:

@@ -75,8 +75,9 @@ Metrics::Metrics()
                          .Register(*registry_)),
       compute_seconds_(BuildHistogram()
                            .Name("qvi_compute_duration_seconds")
-                           .Help("Time of one batch on its instance thread: inputs packed, forward pass, outputs "
-                                 "copied off the device, faithfulness checks (the answers are timed apart)")
+                           .Help("Time of one batch from its launch to its outputs on the host: inputs packed, "
+                                 "forward pass, outputs copied off the device, faithfulness checks (the answers "
+                                 "are timed apart); where batches are pipelined it overlaps the batch before it")
                            .Register(*registry_)),
       answer_wait_seconds_(BuildHistogram()
                                .Name("qvi_answer_wait_seconds")

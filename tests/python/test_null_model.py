@@ -32,7 +32,9 @@ def null_server(tmp_path_factory):
     # The classifier's twin on an emulated device, and one whose device time is out of range.
     with open(os.path.join(store, "sentiment", "1", "model.null")) as f:
         twin = json.load(f)
-    for name, device in (("emulated", {"per_batch": 500, "per_text": 20}), ("bad_device", {"per_batch": -1})):
+    for name, device in (("emulated", {"per_batch": 500, "per_text": 20}), ("bad_device", {"per_batch": -1}),
+                         ("unpipelined", {"per_batch": 500, "per_text": 20, "asynchronous": False}),
+                         ("bad_mode", {"asynchronous": "yes"})):
         os.makedirs(os.path.join(store, name, "1"))
         with open(os.path.join(store, name, "1", "model.null"), "w") as f:
             json.dump(dict(twin, manifest=dict(twin["manifest"], name=name), device_us=device), f)
@@ -114,6 +116,23 @@ def test_a_device_time_out_of_range_fails_its_version_naming_the_field(null_serv
     models = {m["name"]: m["versions"][0] for m in get_json(null_server.http_address, "/v1/models")["models"]}
     assert models["bad_device"]["state"] == "MODEL_STATE_FAILED"
     assert "device_us.per_batch must be a number of microseconds from 0 to 10000000" in models["bad_device"]["reason"]
+    assert models["bad_mode"]["state"] == "MODEL_STATE_FAILED"
+    assert "device_us.asynchronous must be true or false" in models["bad_mode"]["reason"]
+
+
+def test_a_device_that_cannot_queue_work_answers_the_same_and_counts_the_same_time(null_server):
+    """"asynchronous": false: the runner collects each batch before launching the next (no pipeline);
+    the answers and the device time per batch are those of the pipelined twin."""
+    address = null_server.http_address
+    texts = ["one", "two three"]
+    pipelined = post_json(address, "/v1/models/emulated:classify", {"texts": texts})["results"]
+    unpipelined = post_json(address, "/v1/models/unpipelined:classify", {"texts": texts})["results"]
+    assert unpipelined == pipelined
+    m = null_server.metrics()
+    v = 'model="unpipelined",version="1"'
+    batches, sent = m[f"qvi_batch_size_count{{{v}}}"], m[f"qvi_batch_size_sum{{{v}}}"]
+    assert sent == 2
+    assert m[f"qvi_device_busy_seconds_total{{{v}}}"] == pytest.approx(500e-6 * batches + 20e-6 * sent, rel=1e-9)
 
 
 def thread_policies(pid):

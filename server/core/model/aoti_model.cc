@@ -161,9 +161,11 @@ class Method {
 
   const std::vector<std::string>& names() const { return names_; }
 
-  std::vector<torch::Tensor> Run(const std::vector<torch::Tensor>& inputs, void* stream) const {
+  // `instance` >= 0: that instance's loader (a graph's capture, which must record the kernels of the
+  // loader it will replay as); -1: any idle one.
+  std::vector<torch::Tensor> Run(const std::vector<torch::Tensor>& inputs, void* stream, int instance = -1) const {
     if (!single_threaded_) return loaders_.front()->run(inputs, stream);
-    const size_t i = Borrow();
+    const size_t i = Borrow(instance);
     struct GiveBack {
       const Method* method;
       size_t i;
@@ -174,12 +176,23 @@ class Method {
 
  private:
   // At most `instances` threads call at once, so one is idle when a call comes; the wait is a guard.
-  size_t Borrow() const {
+  // `instance` >= 0 waits for that loader (taken modulo the loaders).
+  size_t Borrow(int instance) const {
     absl::MutexLock lock(&mu_);
+    struct Wanted {
+      std::vector<size_t>* idle;
+      int want;  // -1: any
+    } wanted{&idle_, instance < 0 ? -1 : static_cast<int>(static_cast<size_t>(instance) % loaders_.size())};
     mu_.Await(absl::Condition(
-        +[](std::vector<size_t>* idle) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !idle->empty(); }, &idle_));
-    const size_t i = idle_.back();
-    idle_.pop_back();
+        +[](Wanted* w) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return w->want < 0 ? !w->idle->empty()
+                             : std::count(w->idle->begin(), w->idle->end(), static_cast<size_t>(w->want)) > 0;
+        },
+        &wanted));
+    const auto it =
+        wanted.want < 0 ? idle_.end() - 1 : std::find(idle_.begin(), idle_.end(), static_cast<size_t>(wanted.want));
+    const size_t i = *it;
+    idle_.erase(it);
     return i;
   }
   void Return(size_t i) const {
@@ -211,10 +224,25 @@ class AotiModel final : public Model {
     return info_.freezing_kept_by.empty() ? what : absl::StrCat(what, " (the faster on the compiling CPU)");
   }
   bool has_forward_without_maps() const override { return lean_ != nullptr; }
+  // A tagger's tags are decoded on the host in Launch (Finish), which waits for the device there.
+  bool asynchronous() const override { return Model::asynchronous() && !info_.crf; }
   using Model::WarmUp;
 
  protected:
-  ModelOutputs Run(const torch::Tensor& ids_in, const torch::Tensor& mask_in, bool maps) const override {
+  ModelOutputs Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const override {
+    return RunOn(-1, ids, mask, maps);
+  }
+  // Each instance's graphs are captured through its own loader (on a GPU each instance has one):
+  // captured one after another, they would otherwise all record the one loader that happens to be idle,
+  // and every instance would replay that loader's kernels on its own stream.
+  ModelOutputs RunInstance(int instance, const torch::Tensor& ids, const torch::Tensor& mask,
+                           bool maps) const override {
+    return RunOn(instance, ids, mask, maps);
+  }
+
+ private:
+  // Run on instance `instance`'s loader, or any idle one (-1).
+  ModelOutputs RunOn(int instance, const torch::Tensor& ids_in, const torch::Tensor& mask_in, bool maps) const {
     // The package's CPU kernels open OpenMP teams as large as the calling thread's OpenMP setting
     // (they are compiled with dynamic threads, pt2.py). A thread starts with OpenMP's default, every
     // core; give each instance thread torch's intra-op count once, as torch's own kernels do.
@@ -239,7 +267,7 @@ class AotiModel final : public Model {
     for (int64_t begin = 0; begin < ids.size(0); begin += info_.max_batch) {
       const int64_t end = std::min(ids.size(0), begin + info_.max_batch);
       std::vector<torch::Tensor> outs =
-          method.Run({ids.slice(0, begin, end).contiguous(), mask.slice(0, begin, end).contiguous()}, stream);
+          method.Run({ids.slice(0, begin, end).contiguous(), mask.slice(0, begin, end).contiguous()}, stream, instance);
       if (outs.size() != method.names().size()) {
         throw std::runtime_error(absl::StrCat("the package returned ", outs.size(), " outputs; its call spec names ",
                                               method.names().size()));
@@ -265,6 +293,7 @@ class AotiModel final : public Model {
     return out;
   }
 
+ protected:
   // The tags, decoded on the host from the emissions (the package stops there: see model_store).
   void Finish(ModelOutputs& out, const torch::Tensor& mask) const override {
     if (!info_.crf || !out.has(Output::kEmissions)) return;

@@ -11,6 +11,7 @@
 #include <exception>
 #include <filesystem>
 #include <set>
+#include <thread>
 
 #include "absl/time/time.h"
 
@@ -138,9 +139,6 @@ absl::Status Model::PrepareGraphs(const ServingConfig& serving, GraphBackend* ba
   // The forward a batch without maps runs; batches that ask for the maps run without a graph (their
   // [B,L,H,T,T] outputs would be kept per bucket and per instance).
   const bool maps = !has_forward_without_maps();
-  const DeviceForward forward = [this, maps](const torch::Tensor& ids, const torch::Tensor& mask) {
-    return Run(ids, mask, maps);
-  };
   const absl::Time start = env->Now();
   const int64_t reserved_before = backend->ReservedBytes(device_);
   std::vector<std::unique_ptr<GraphSlot>> slots;
@@ -149,6 +147,9 @@ absl::Status Model::PrepareGraphs(const ServingConfig& serving, GraphBackend* ba
     for (int i = 0; i < std::max(serving.instances, 1); ++i) {
       auto slot = std::make_unique<GraphSlot>();
       slot->pool = backend->NewPool(device_);
+      const DeviceForward forward = [this, i, maps](const torch::Tensor& ids, const torch::Tensor& mask) {
+        return RunInstance(i, ids, mask, maps);
+      };
       for (const ShapeBucket& bucket : buckets.All()) {
         const torch::Tensor ids = torch::full({bucket.batch, bucket.tokens}, Vocabulary::kUnkId,
                                               torch::TensorOptions().dtype(torch::kLong).device(device_));
@@ -181,11 +182,38 @@ absl::Status Model::PrepareGraphs(const ServingConfig& serving, GraphBackend* ba
 }
 
 Model::GraphSlot* Model::AcquireGraphSlot() const {
+  // On a GPU the slot this thread already holds on its stream comes first: the batch's copies and
+  // replay are then queued after that thread's earlier batches and their copies to the host, so that
+  // the thread that launches the next batch before collecting the last one keeps its graphs. Only
+  // the same thread: two threads copying into one graph's inputs at once would mix their batches.
+  // On the CPU (the tests' emulated graphs) a replay is done when Launch returns, which lets go of
+  // the slot there.
+  std::optional<c10::StreamId> stream;
+  if (device_.is_cuda()) stream = c10::impl::VirtualGuardImpl(device_.type()).getStream(device_).id();
+  const std::thread::id thread = std::this_thread::get_id();
+  MutexLock lock(&slots_mu_);
+  if (stream) {
+    for (const std::unique_ptr<GraphSlot>& slot : graph_slots_) {
+      if (slot->users > 0 && slot->thread == thread && slot->stream == *stream) {
+        ++slot->users;
+        return slot.get();
+      }
+    }
+  }
   for (const std::unique_ptr<GraphSlot>& slot : graph_slots_) {
-    bool expected = false;
-    if (slot->busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) return slot.get();
+    if (slot->users == 0) {
+      slot->users = 1;
+      slot->thread = thread;
+      slot->stream = stream.value_or(0);
+      return slot.get();
+    }
   }
   return nullptr;
+}
+
+void Model::ReleaseGraphSlot(GraphSlot* slot) const {
+  MutexLock lock(&slots_mu_);
+  --slot->users;
 }
 
 ModelOutputs Model::Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
@@ -256,72 +284,137 @@ absl::Status SelectLayers(ModelOutputs& out, const OutputSelection& selection, s
 }
 
 // On a GPU each copy is queued without waiting, into pinned memory from torch's host cache
-// (non-blocking copies to the CPU allocate it so); one event then waits for them all: one
-// synchronisation of the instance's stream per batch, not one per output, and none of the device.
-void CopyToHost(ModelOutputs& out, const torch::Device& device) {
+// (non-blocking copies to the CPU allocate it so); one event recorded after them then says when they
+// are all done: one synchronisation of the instance's stream per batch, not one per output, and
+// none of the device. Returns the wait for it.
+std::function<void()> CopyToHost(ModelOutputs& out, const torch::Device& device) {
   out.ForEach([](Output, torch::Tensor& t) { t = t.to(t.options().device(torch::kCPU), /*non_blocking=*/true); });
   c10::impl::VirtualGuardImpl impl(device.type());
-  c10::Event copied(device.type());
-  copied.record(impl.getStream(device));
-  copied.synchronize();
+  auto copied = std::make_shared<c10::Event>(device.type());
+  copied->record(impl.getStream(device));
+  return [copied] { copied->synchronize(); };
 }
 
 }  // namespace
 
 ModelOutputs Model::RunBatch(const torch::Tensor& ids, const torch::Tensor& mask, const OutputSet& wanted,
-                             GraphSlot*& slot) const {
+                             LaunchedForward& launched, GraphSlot*& slot) const {
   const bool cuda = device_.is_cuda();
   const bool maps = wanted.test(static_cast<size_t>(Output::kLayerAttention)) || !has_forward_without_maps();
   std::optional<ShapeBucket> bucket;
   if (!maps && !graph_slots_.empty()) bucket = buckets_.Fit(ids.size(0), ids.size(1));
   if (bucket) slot = AcquireGraphSlot();
-  ModelOutputs result = slot != nullptr ? Replay(*slot, *bucket, ids, mask)
-                                        : Run(cuda ? ids.pin_memory().to(device_, /*non_blocking=*/true) : ids,
-                                              cuda ? mask.pin_memory().to(device_, /*non_blocking=*/true) : mask, maps);
+  if (slot != nullptr) launched.release_ = [this, held = slot] { ReleaseGraphSlot(held); };
+  // On a GPU the inputs go from pinned memory (torch's host cache, which keeps each block until the
+  // stream's copy of it is done), so that their copies do not wait for the host either.
+  const torch::Tensor host_ids = cuda ? ids.pin_memory() : ids;
+  const torch::Tensor host_mask = cuda ? mask.pin_memory() : mask;
+  ModelOutputs result = slot != nullptr ? Replay(*slot, *bucket, host_ids, host_mask)
+                                        : Run(cuda ? host_ids.to(device_, /*non_blocking=*/true) : ids,
+                                              cuda ? host_mask.to(device_, /*non_blocking=*/true) : mask, maps);
   Finish(result, mask);
   ModelOutputs out;
   out.device_time = result.device_time;
+  out.wait_for_device = std::move(result.wait_for_device);
   for (Output o : InOrder(wanted)) {
     if (result.has(o)) out[o] = std::move(result[o]);
   }
   return out;
 }
 
-absl::StatusOr<ModelOutputs> Model::Forward(const torch::Tensor& ids, const torch::Tensor& mask,
-                                            const OutputSet& wanted, const OutputSelection& selection) const {
-  ModelOutputs out;
-  // A graph slot is held until its outputs have been copied out, and let go on every path.
-  GraphSlot* slot = nullptr;
-  struct ReleaseSlot {
-    GraphSlot*& slot;
-    ~ReleaseSlot() {
-      if (slot != nullptr) slot->busy.store(false, std::memory_order_release);
+LaunchedForward::LaunchedForward(LaunchedForward&& other) noexcept
+    : outputs_(std::move(other.outputs_)),
+      wait_(std::exchange(other.wait_, nullptr)),
+      release_(std::exchange(other.release_, nullptr)) {}
+
+LaunchedForward& LaunchedForward::operator=(LaunchedForward&& other) noexcept {
+  if (this == &other) return *this;
+  try {
+    Settle();
+  } catch (...) {  // a device that failed: nothing to hand to anyone now
+  }
+  outputs_ = std::move(other.outputs_);
+  wait_ = std::exchange(other.wait_, nullptr);
+  release_ = std::exchange(other.release_, nullptr);
+  return *this;
+}
+
+LaunchedForward::~LaunchedForward() {
+  try {
+    Settle();
+  } catch (...) {  // a device that failed: nothing to hand to anyone now
+  }
+}
+
+void LaunchedForward::Settle() {
+  // The slot is let go on every path, and only after the device is done with its buffers.
+  struct Release {
+    std::function<void()>& release;
+    ~Release() {
+      if (release) std::exchange(release, nullptr)();
     }
-  } release{slot};
+  } release{release_};
+  if (wait_) std::exchange(wait_, nullptr)();
+}
+
+absl::StatusOr<LaunchedForward> Model::Launch(const torch::Tensor& ids, const torch::Tensor& mask,
+                                              const OutputSet& wanted, const OutputSelection& selection) const {
+  LaunchedForward launched;  // dropped on an error: waits for the device, lets go of the slot
+  GraphSlot* slot = nullptr;
   try {
     c10::InferenceMode guard;
-    out = RunBatch(ids, mask, wanted, slot);
+    ModelOutputs out = RunBatch(ids, mask, wanted, launched, slot);
+    launched.wait_ = std::move(out.wait_for_device);
     if (absl::Status s = CheckOutputs(*manifest_, out, ids.size(0), ids.size(1)); !s.ok()) return s;
     std::optional<LayerPick> pick;
     if (absl::Status s = SelectLayers(out, selection, pick); !s.ok()) return s;
-    if (device_.is_cuda()) CopyToHost(out, device_);
-    out.ForEach([&](Output, torch::Tensor& t) {
-      // A half-precision model (bf16, fp16) answers in float32 like any other: converted after the
-      // copy, which then moves half the bytes.
-      if (t.is_floating_point() && t.scalar_type() != torch::kFloat) t = t.to(torch::kFloat);
-      // On the CPU (the tests' emulated graphs) nothing was copied: the answer must not be the
-      // graph's buffer, which the next replay overwrites.
-      if (slot != nullptr && !device_.is_cuda()) t = t.clone();
-    });
+    if (device_.is_cuda()) {
+      std::function<void()> copied = CopyToHost(out, device_);
+      launched.wait_ = [device = std::move(launched.wait_), copied = std::move(copied)] {
+        if (device) device();
+        copied();
+      };
+    }
     if (pick) {
       out.layer_index = pick->layers;
       out.head_index = selection.mean_heads ? torch::tensor(std::vector<int64_t>{-1}, torch::kLong) : pick->heads;
     }
+    // On the CPU (the tests' emulated graphs) nothing was copied: the answer must not be the graph's
+    // buffer, which the next replay overwrites; cloned here, and the slot let go.
+    if (slot != nullptr && !device_.is_cuda()) {
+      launched.Settle();
+      out.ForEach([](Output, torch::Tensor& t) { t = t.clone(); });
+    }
+    launched.outputs_ = std::move(out);
   } catch (const std::exception& e) {
     std::string what = e.what();
     return absl::InternalError(absl::StrCat("model failed: ", what.substr(0, what.find('\n'))));
   }
-  return out;
+  return launched;
+}
+
+absl::StatusOr<ModelOutputs> Model::Collect(LaunchedForward launched) const {
+  try {
+    c10::InferenceMode guard;
+    launched.Settle();
+    ModelOutputs out = std::move(launched.outputs_);
+    // A half-precision model (bf16, fp16) answers in float32 like any other: converted after the
+    // copy, which then moves half the bytes.
+    out.ForEach([](Output, torch::Tensor& t) {
+      if (t.is_floating_point() && t.scalar_type() != torch::kFloat) t = t.to(torch::kFloat);
+    });
+    return out;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return absl::InternalError(absl::StrCat("model failed: ", what.substr(0, what.find('\n'))));
+  }
+}
+
+absl::StatusOr<ModelOutputs> Model::Forward(const torch::Tensor& ids, const torch::Tensor& mask,
+                                            const OutputSet& wanted, const OutputSelection& selection) const {
+  absl::StatusOr<LaunchedForward> launched = Launch(ids, mask, wanted, selection);
+  if (!launched.ok()) return launched.status();
+  return Collect(*std::move(launched));
 }
 
 }  // namespace qvi

@@ -6,10 +6,12 @@
 #include <torch/script.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "server/core/model/graphs.h"
 #include "server/core/model/model_outputs.h"
 #include "server/core/sched/env.h"
+#include "server/core/sched/sync.h"
 #include "server/core/text/tokenizer.h"
 #include "server/core/text/vocabulary.h"
 
@@ -35,6 +38,27 @@ struct OutputSelection {
   std::vector<int64_t> layers;
   std::vector<int64_t> heads;
   bool mean_heads = false;
+};
+
+// A batch's forward pass queued on its device and not yet collected (Model::Launch, Model::Collect).
+// Dropped without Collect, it waits for the device before it lets go of what it holds (a graph slot).
+class LaunchedForward {
+ public:
+  LaunchedForward() = default;
+  LaunchedForward(LaunchedForward&& other) noexcept;
+  // Settles what it held first (waits for its device, lets go of its slot).
+  LaunchedForward& operator=(LaunchedForward&& other) noexcept;
+  LaunchedForward(const LaunchedForward&) = delete;
+  ~LaunchedForward();
+
+ private:
+  friend class Model;
+  // Waits for the device (and the copies to the host); then lets go of the graph slot. Idempotent.
+  void Settle();
+
+  ModelOutputs outputs_;           // on the host, readable once the device is done
+  std::function<void()> wait_;     // for the device and the copies; empty: nothing to wait for
+  std::function<void()> release_;  // lets go of the graph slot; empty: none held
 };
 
 // How to load a version folder: its device, format and instances (serving_config.h). The rest of
@@ -73,6 +97,23 @@ class Model {
   // INTERNAL error: a model file is untrusted input too.
   absl::StatusOr<ModelOutputs> Forward(const torch::Tensor& ids, const torch::Tensor& mask, const OutputSet& wanted,
                                        const OutputSelection& selection = {}) const;
+
+  // Forward in two halves, so that a caller can prepare and launch the next batch while the device
+  // computes this one: Launch packs the batch into pinned memory, queues its copy to the device, the
+  // forward (or its graph's replay) and the copies of the outputs back to pinned host memory on the
+  // calling thread's stream, and returns without waiting for any of it; Collect waits for it and
+  // returns what Forward would. Forward(...) is Collect(Launch(...)). Batches launched on one thread
+  // may be collected in any order, on that thread or another; a graph slot stays with the thread and
+  // stream that launched on it until its last batch is collected, and batches launched after one
+  // another there replay its graphs in stream order (each after the copies of the one before). Where
+  // the device is synchronous (the CPU: asynchronous() is false) Launch does all the work.
+  absl::StatusOr<LaunchedForward> Launch(const torch::Tensor& ids, const torch::Tensor& mask, const OutputSet& wanted,
+                                         const OutputSelection& selection = {}) const;
+  absl::StatusOr<ModelOutputs> Collect(LaunchedForward launched) const;
+  // Whether Launch returns before the device is done with the batch: a GPU (unless the backend
+  // waits for it on the host, as the AOTInductor tagger decodes there), or the null model's emulated
+  // device. Only then does launching the next batch before collecting this one gain anything.
+  virtual bool asynchronous() const { return device_.is_cuda(); }
 
   const Manifest& manifest() const { return *manifest_; }
   // The same manifest, shareable beyond the model's life: an answer carries it without holding the
@@ -117,6 +158,14 @@ class Model {
   // May throw; Forward() turns that into a status.
   virtual ModelOutputs Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const = 0;
 
+  // Run for the capture of instance `instance`'s graphs (0 .. instances-1): a backend whose instances
+  // hold state of their own (the AOTInductor package's loader per instance on a GPU) runs that
+  // instance's, so that each instance's graphs replay its own; Run by default.
+  virtual ModelOutputs RunInstance(int /*instance*/, const torch::Tensor& ids, const torch::Tensor& mask,
+                                   bool maps) const {
+    return Run(ids, mask, maps);
+  }
+
   // Host work after Run (or a graph's replay) on outputs already cut to the batch's shape, with the
   // batch's own mask (on the CPU): the AOTInductor tagger decodes its tags here. A graph captures Run
   // only, so nothing here may be captured.
@@ -138,23 +187,28 @@ class Model {
   std::string file_;
   std::string fallback_reason_;
 
-  // One model instance's graphs: replayed by one caller at a time (a graph's buffers are its own),
-  // sharing one memory pool. Forward() takes a free slot or runs without a graph.
+  // One model instance's graphs, sharing one memory pool; a graph's buffers are its own, so a slot
+  // is used by one thread and stream at a time. Launch() takes the slot its thread already holds on
+  // its stream (a GPU's), else a free one, else runs without a graph.
   struct GraphSlot {
-    std::atomic<bool> busy{false};
+    int users = 0;             // batches launched on it and not yet collected (slots_mu_)
+    std::thread::id thread;    // whose they are, while users > 0 (slots_mu_)
+    c10::StreamId stream = 0;  // the stream they were launched on (slots_mu_)
     std::unique_ptr<GraphPool> pool;
     std::map<ShapeBucket, std::unique_ptr<CapturedForward>> graphs;
   };
   GraphSlot* AcquireGraphSlot() const;
+  void ReleaseGraphSlot(GraphSlot* slot) const;
   // Runs the batch (ids and mask on the CPU, `bucket` fits it) through `slot`'s graph: pads to the
   // bucket, replays, and cuts the outputs back to the batch. They alias the graph's buffers.
   ModelOutputs Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
                       const torch::Tensor& mask) const;
-  // Forward's device work: the batch through a free graph slot (held in `slot`) or Run, Finish, and
-  // only the outputs `wanted` kept, still on the device.
+  // Launch's device work: the batch through a graph slot (held in `slot`, let go by `launched`) or
+  // Run, Finish, and only the outputs `wanted` kept, still on the device.
   ModelOutputs RunBatch(const torch::Tensor& ids, const torch::Tensor& mask, const OutputSet& wanted,
-                        GraphSlot*& slot) const;
+                        LaunchedForward& launched, GraphSlot*& slot) const;
   std::vector<std::unique_ptr<GraphSlot>> graph_slots_;
+  mutable Mutex slots_mu_;
   ShapeBuckets buckets_;
   GraphReport graph_report_;
 };

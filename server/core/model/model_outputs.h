@@ -5,6 +5,7 @@
 #include <torch/script.h>
 
 #include <array>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -68,6 +69,11 @@ class ModelOutputs {
   // How long the device was busy with this forward pass, where the backend knows it: the null
   // model's emulated device (null_model.h). Zero from the backends that do not measure it.
   absl::Duration device_time;
+
+  // Set by a backend whose device is still computing these outputs when Run returns (the null
+  // model's emulated device): waits until it is done, and may throw when the device failed. Model
+  // calls it before anything reads the outputs (Model::Collect); empty when they are ready.
+  std::function<void()> wait_for_device;
 
  private:
   static size_t Index(Output output) { return static_cast<size_t>(output); }

@@ -19,16 +19,23 @@ namespace qvi {
 namespace {
 
 // The emulated accelerator: one in-order queue, as a GPU stream is. Each batch is booked on it after
-// the batches before it, for per_batch + per_text x its texts, and its caller sleeps until the
-// device is done with it: device time that costs no CPU, so that a 2-core machine can measure how
-// well the engine keeps a device busy (qvi_device_busy_seconds_total).
+// the batches before it, for per_batch + per_text x its texts; whoever collects it sleeps until the
+// device is done with it (Model::Collect): device time that costs no CPU, so that a 2-core machine
+// can measure how well the engine keeps a device busy (qvi_device_busy_seconds_total), and a runner
+// can launch the next batch meanwhile, as on a GPU.
 class EmulatedDevice {
  public:
-  EmulatedDevice(absl::Duration per_batch, absl::Duration per_text)
-      : per_batch_(absl::ToChronoNanoseconds(per_batch)), per_text_(absl::ToChronoNanoseconds(per_text)) {}
+  EmulatedDevice(absl::Duration per_batch, absl::Duration per_text, bool asynchronous)
+      : per_batch_(absl::ToChronoNanoseconds(per_batch)),
+        per_text_(absl::ToChronoNanoseconds(per_text)),
+        asynchronous_(asynchronous) {}
 
-  // Runs a batch of `texts` on the device and waits for it; its device time.
-  absl::Duration Run(int64_t texts) {
+  // False ("asynchronous": false in device_us): the runner collects each batch before it launches
+  // the next, as if the device could not queue work: the engine without its pipeline, for comparison.
+  bool asynchronous() const { return asynchronous_; }
+
+  // Queues a batch of `texts` on the device; sets its device time and the wait for its end.
+  void Book(int64_t texts, ModelOutputs& out) {
     const std::chrono::nanoseconds busy = per_batch_ + per_text_ * texts;
     std::chrono::steady_clock::time_point done;
     {
@@ -36,12 +43,13 @@ class EmulatedDevice {
       done = std::max(std::chrono::steady_clock::now(), free_at_) + busy;
       free_at_ = done;
     }
-    std::this_thread::sleep_until(done);
-    return absl::FromChrono(busy);
+    out.device_time = absl::FromChrono(busy);
+    out.wait_for_device = [done] { std::this_thread::sleep_until(done); };
   }
 
  private:
   const std::chrono::nanoseconds per_batch_, per_text_;
+  const bool asynchronous_;
   Mutex mu_;
   std::chrono::steady_clock::time_point free_at_ ABSL_GUARDED_BY(mu_);
 };
@@ -54,6 +62,9 @@ class NullModel final : public Model {
 
   std::string format() const override { return "null"; }
   bool has_forward_without_maps() const override { return true; }
+  bool asynchronous() const override {
+    return emulated_ != nullptr ? emulated_->asynchronous() : Model::asynchronous();
+  }
   using Model::WarmUp;
 
  protected:
@@ -87,7 +98,7 @@ class NullModel final : public Model {
         out[*o] = (attention ? uniform : half).view(view).expand(sizes);
       }
     }
-    if (emulated_ != nullptr) out.device_time = emulated_->Run(b);
+    if (emulated_ != nullptr) emulated_->Book(b, out);
     return out;
   }
 
@@ -109,24 +120,33 @@ class NullModel final : public Model {
   const std::unique_ptr<EmulatedDevice> emulated_;  // null: no device time
 };
 
-// model.null's "device_us": {"per_batch": µs, "per_text": µs}, both optional (0), each at most 10 s.
+// model.null's "device_us": {"per_batch": µs, "per_text": µs, "asynchronous": bool}, all optional
+// (0, 0, true), each time at most 10 s.
 absl::StatusOr<std::unique_ptr<EmulatedDevice>> ParseDeviceTime(const nlohmann::json& file, const std::string& path) {
   if (!file.contains("device_us")) return nullptr;
   const nlohmann::json& d = file["device_us"];
   if (!d.is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": device_us is an object {\"per_batch\": µs, \"per_text\": µs}"));
+        absl::StrCat(path, ": device_us is an object {\"per_batch\": µs, \"per_text\": µs, \"asynchronous\": true}"));
   }
   constexpr double kMaxUs = 10e6;
   double us[2] = {0, 0};
+  bool asynchronous = true;
   const char* names[2] = {"per_batch", "per_text"};
   for (const auto& item : d.items()) {
     const std::string& key = item.key();
     const nlohmann::json& value = item.value();
+    if (key == "asynchronous") {
+      if (!value.is_boolean()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": device_us.asynchronous must be true or false"));
+      }
+      asynchronous = value.get<bool>();
+      continue;
+    }
     const auto* name = std::find_if(std::begin(names), std::end(names), [&](const char* n) { return key == n; });
     if (name == std::end(names)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": device_us.", key, " is not a field (per_batch, per_text)"));
+          absl::StrCat(path, ": device_us.", key, " is not a field (per_batch, per_text, asynchronous)"));
     }
     if (!value.is_number() || value.get<double>() < 0 || value.get<double>() > kMaxUs) {
       return absl::InvalidArgumentError(
@@ -134,7 +154,7 @@ absl::StatusOr<std::unique_ptr<EmulatedDevice>> ParseDeviceTime(const nlohmann::
     }
     us[name - std::begin(names)] = value.get<double>();
   }
-  return std::make_unique<EmulatedDevice>(absl::Microseconds(us[0]), absl::Microseconds(us[1]));
+  return std::make_unique<EmulatedDevice>(absl::Microseconds(us[0]), absl::Microseconds(us[1]), asynchronous);
 }
 
 }  // namespace

@@ -8,9 +8,12 @@
 //
 // An emulated accelerator: with "device_us": {"per_batch": 300, "per_text": 3} in model.null, every
 // batch also holds a device -- one in-order queue per version, as a GPU stream -- for per_batch +
-// per_text x its texts microseconds, its caller asleep meanwhile (no CPU used), and reports that
-// time (qvi_device_busy_seconds_total). A 2-core machine then measures how well the engine keeps a
-// device busy with its own CPU work around the batches (bench/run.py --emulated-device).
+// per_text x its texts microseconds, whoever collects it asleep meanwhile (no CPU used), and reports
+// that time (qvi_device_busy_seconds_total). Its Launch returns at once, as a GPU's does, so that the
+// runner's pipeline (model_runner.h) works on it as on a GPU; with "asynchronous": false in
+// device_us the runner collects each batch before launching the next (the engine without its
+// pipeline, for comparison). A 2-core machine then measures how well the engine keeps
+// a device busy with its own CPU work around the batches (bench/run.py --emulated-device).
 #ifndef QVI_SERVER_CORE_MODEL_NULL_MODEL_H_
 #define QVI_SERVER_CORE_MODEL_NULL_MODEL_H_
 

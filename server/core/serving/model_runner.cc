@@ -130,6 +130,11 @@ void ModelRunner::Stop() {
 
 void ModelRunner::Loop() {
   DeviceStreamScope stream(model_->torch_device());
+  // Where the device computes on its own (a GPU), the next batch is launched before the last is
+  // collected: the device works on it while this thread waits for the last one's outputs and hands
+  // them out. At most one batch waits so.
+  const bool pipelined = model_->asynchronous();
+  std::optional<InFlight> in_flight;
   while (true) {
     uint64_t seen = 0;
     Take when = Take::kWhenDue;
@@ -143,13 +148,23 @@ void ModelRunner::Loop() {
     Batch batch = scheduler_->TakeBatch(when);
     if (!batch.empty()) {
       ReportQueueDepth();
+      std::optional<InFlight> launched;
       try {
-        Run(batch);
-      } catch (...) {  // bad_alloc building the inputs, say: this batch fails, the thread serves on
-        const absl::Status failed =
-            absl::InternalError(absl::StrCat("running the batch failed: ", CurrentExceptionText()));
-        for (QueuedText<RunnableRequest>& t : batch) t.request->Complete(t.index, failed);
+        launched = Launch(batch);
+      } catch (...) {  // bad_alloc packing the inputs, say: this batch fails, the thread serves on
+        Fail(batch, "running the batch failed: ");
       }
+      if (in_flight) Settle(std::exchange(in_flight, std::nullopt));
+      if (launched && pipelined) {
+        in_flight = std::move(launched);
+      } else if (launched) {
+        Settle(std::move(launched));
+      }
+      continue;
+    }
+    // Nothing due: the batch on the device is collected now rather than after a sleep.
+    if (in_flight) {
+      Settle(std::exchange(in_flight, std::nullopt));
       continue;
     }
     MutexLock lock(&mu_);
@@ -159,6 +174,19 @@ void ModelRunner::Loop() {
     // Sleep until the oldest text is due (on the environment's clock, so a fake one wakes it when a
     // test advances it) or new work arrives.
     env_->WaitUntil(&work_, &mu_, scheduler_->NextDue());
+  }
+}
+
+void ModelRunner::Fail(Batch& batch, const char* what) {
+  const absl::Status failed = absl::InternalError(absl::StrCat(what, CurrentExceptionText()));
+  for (QueuedText<RunnableRequest>& t : batch) t.request->Complete(t.index, failed);
+}
+
+void ModelRunner::Settle(std::optional<InFlight> batch) {
+  try {
+    Run(*batch);
+  } catch (...) {  // bad_alloc, say, before the texts were handed to the answers: they fail here
+    Fail(batch->batch, "running the batch failed: ");
   }
 }
 
@@ -298,11 +326,21 @@ struct ModelRunner::Answering {
   std::atomic<int> chunks_left{0};
 };
 
-void ModelRunner::Run(Batch& batch) {
+std::optional<ModelRunner::InFlight> ModelRunner::Launch(Batch& batch) const {
   const absl::Time start = env_->Now();
   const Wanted wanted = MergeWanted(batch);
-  const PackedBatch packed = Pack(batch);
-  absl::StatusOr<ModelOutputs> out = model_->Forward(packed.ids, packed.mask, wanted.outputs, wanted.selection);
+  PackedBatch packed = Pack(batch);
+  absl::StatusOr<LaunchedForward> launched = model_->Launch(packed.ids, packed.mask, wanted.outputs, wanted.selection);
+  // Nothing throws from here: the batch moves only now, so that an exception above leaves it to Loop.
+  return InFlight{std::move(batch), start, std::move(packed), std::move(launched)};
+}
+
+void ModelRunner::Run(InFlight& flight) {
+  Batch& batch = flight.batch;
+  const absl::Time start = flight.start;
+  const PackedBatch& packed = flight.packed;
+  absl::StatusOr<ModelOutputs> out =
+      flight.launched.ok() ? model_->Collect(*std::move(flight.launched)) : flight.launched.status();
   absl::Status checks;
   if (out.ok()) {
     try {

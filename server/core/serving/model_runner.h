@@ -9,6 +9,14 @@
 // wake-up to the answer). At most `2 x instances` batches of a runner are being answered at once: an
 // instance thread that would exceed it waits (back-pressure, not a growing backlog).
 //
+// Batches are pipelined where the device computes on its own (Model::asynchronous(): a GPU, the
+// null model's emulated device): the instance thread forms and launches batch k+1 -- packed into
+// pinned memory, copied and run on its stream without waiting -- before it collects batch k, so
+// the device has the next batch queued while the host waits for the last one's outputs and hands
+// them out. At most one batch per instance thread is launched and not yet collected; when nothing
+// is due the one in flight is collected at once. On the CPU a launch computes the whole batch, and
+// each batch is collected as soon as it is launched, as before.
+//
 // Contract:
 //  1. Enqueue() refuses at once (RESOURCE_EXHAUSTED) when the scheduler's queue is full.
 //  2. Every text of an accepted request is completed exactly once: with its row (OK), with the
@@ -33,6 +41,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -140,9 +149,25 @@ class ModelRunner {
  private:
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // One batch, in named steps: what its texts want together, their ids packed, the forward pass,
-  // the report; then the answers (Answer), here or on the answer pool.
-  void Run(Batch& batch) ABSL_LOCKS_EXCLUDED(answering_mu_);
+  // A batch launched on the device and not yet collected: its texts, when it began, its inputs and
+  // the launch (or why it failed).
+  struct InFlight {
+    Batch batch;
+    absl::Time start;
+    PackedBatch packed;
+    absl::StatusOr<LaunchedForward> launched;
+  };
+  // A batch's first half, on the instance thread: what its texts want together, their ids packed,
+  // the forward pass launched (Model::Launch). Takes the batch only when nothing threw.
+  std::optional<InFlight> Launch(Batch& batch) const;
+  // Its second half: the outputs collected (Model::Collect), the faithfulness checks, the report;
+  // then the answers (Answer), here or on the answer pool.
+  void Run(InFlight& flight) ABSL_LOCKS_EXCLUDED(answering_mu_);
+  // Run, with a failure that escapes it (bad_alloc) failing the batch's texts that were not yet
+  // handed to the answers.
+  void Settle(std::optional<InFlight> flight) ABSL_LOCKS_EXCLUDED(answering_mu_);
+  // Completes every text of `batch` with INTERNAL: `what` and the exception being handled.
+  static void Fail(Batch& batch, const char* what);
   // A batch whose answers are being made: shared by its chunks, the last one done lets it go.
   struct Answering;
   // Rows [begin, end) of a batch: each its row of the outputs (where its status is still OK), the

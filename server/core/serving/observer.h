@@ -17,9 +17,10 @@ struct BatchReport {
   int texts = 0;
   int64_t tokens = 0;                       // real tokens
   int64_t padded_tokens = 0;                // texts x the longest text: what the model computed on
-  absl::Duration compute;                   // the batch's turn on its instance thread: inputs packed, the
-                                            // forward pass, its outputs copied off the device, the
-                                            // faithfulness checks (the answers are made after, AnswerReport)
+  absl::Duration compute;                   // from its launch to its outputs on the host, checked: inputs
+                                            // packed, the forward pass, its outputs copied off the device,
+                                            // the faithfulness checks (the answers are made after,
+                                            // AnswerReport); pipelined, it overlaps the batch before it
   absl::Duration device;                    // of which the device was busy (ModelOutputs::device_time)
   std::vector<absl::Duration> queue_waits;  // per text: from joining the queue to the batch's start
   bool ok = true;                           // the model ran and its outputs passed the checks

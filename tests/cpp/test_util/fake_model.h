@@ -10,7 +10,10 @@
 #define QVI_TESTS_CPP_TEST_UTIL_FAKE_MODEL_H_
 
 #include <atomic>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -53,13 +56,42 @@ class FakeModel final : public Model {
   // A batch holding this token id fails (Run throws), whatever its size; -1: none does.
   void set_poison_id(int64_t id) { poison_id_ = id; }
 
+  // An emulated device that computes after Launch returns (asynchronous()), for the runner's
+  // pipeline: `on_launch(n)` runs as the n-th batch (1, 2, ...) is launched, `wait(n)` when it is
+  // collected (Model::Collect waits for the device there). A batch holding `failing_id` fails on
+  // the device: its wait throws, after `wait`. Set before serving.
+  void set_device(std::function<void(int)> on_launch, std::function<void(int)> wait, int64_t failing_id = -1) {
+    on_launch_ = std::move(on_launch);
+    wait_ = std::move(wait);
+    device_failing_id_ = failing_id;
+  }
+  bool asynchronous() const override { return static_cast<bool>(wait_); }
+
+  // How often each instance's graphs ran the model (RunInstance: their captures, and on the tests'
+  // emulated graphs their replays too), by instance.
+  std::map<int, int> instance_runs() const {
+    std::lock_guard<std::mutex> lock(instance_mu_);
+    return instance_runs_;
+  }
+
   // How often Run() was called with and without the maps.
   int runs_with_maps() const { return with_maps_; }
   int runs_without_maps() const { return without_maps_; }
 
  protected:
+  ModelOutputs RunInstance(int instance, const torch::Tensor& ids, const torch::Tensor& mask,
+                           bool maps) const override {
+    {
+      std::lock_guard<std::mutex> lock(instance_mu_);
+      ++instance_runs_[instance];
+    }
+    return Run(ids, mask, maps);
+  }
+
   ModelOutputs Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const override {
     ++(maps ? with_maps_ : without_maps_);
+    const int launch = ++launches_;
+    if (on_launch_) on_launch_(launch);
     if (poison_id_ >= 0 && (ids.eq(poison_id_) & mask).any().item<bool>()) {
       throw std::runtime_error("a poisoned batch");
     }
@@ -77,6 +109,13 @@ class FakeModel final : public Model {
     if (maps) {
       out[Output::kLayerAttention] = (real / n).view({b, 1, 1, 1, t}).expand({b, kLayers, kHeads, t, t}).contiguous();
     }
+    if (wait_) {
+      const bool fails = device_failing_id_ >= 0 && (ids.eq(device_failing_id_) & mask).any().item<bool>();
+      out.wait_for_device = [wait = wait_, launch, fails] {
+        wait(launch);
+        if (fails) throw std::runtime_error("the device failed");
+      };
+    }
     return out;
   }
 
@@ -84,7 +123,11 @@ class FakeModel final : public Model {
   FakeModel(Manifest manifest, Vocabulary vocabulary)
       : Model(std::move(manifest), std::move(vocabulary), torch::Device(torch::kCPU), "fake") {}
 
-  mutable std::atomic<int> with_maps_{0}, without_maps_{0};
+  mutable std::atomic<int> with_maps_{0}, without_maps_{0}, launches_{0};
+  std::function<void(int)> on_launch_, wait_;
+  mutable std::mutex instance_mu_;
+  mutable std::map<int, int> instance_runs_;
+  int64_t device_failing_id_ = -1;
   int64_t poison_id_ = -1;
   int bad_from_batch_ = 0;
 };

@@ -301,111 +301,220 @@ TEST_F(ModelRunnerTest, AtMostTwoBatchesPerInstanceAreBeingAnsweredAtOnce) {
   EXPECT_EQ(held.finished.load(), 6);
 }
 
-TEST_F(ModelRunnerTest, EveryTextIsAnsweredOnceWhileBatchesFailExpireAndAreCancelledInThePipeline) {
+class RunnerStressTest : public ModelRunnerTest {
+ protected:
   // Two instances, three answer threads; a batch that holds a poisoned request fails (the fake
   // model throws), taking the other requests of its batch with it; some row handlers throw; some
   // requests expired before they came, some are cancelled while queued or while their batch is in
   // flight. Clients keep requests of 1-5 texts in flight without waiting for the answers, so
-  // batches overlap on the pool.
-  constexpr int64_t kPoison = 4;
-  std::unique_ptr<FakeModel> fake = FakeModel::Create();
-  fake->set_poison_id(kPoison);
-  model_ = std::move(fake);
-  Executor answers(3, 0, &env_, "qvi-answer");
-  CountingObserver observer;
-  Start(&observer, BatchingMode::kWhenIdle, absl::ZeroDuration(), &answers, 2, 32);
-  constexpr int kClients = 8, kPerClient = 300;
-  enum Kind { kNormal, kThrows, kExpired, kCancelled, kPoisoned };
-  struct Outcome {
-    Kind kind = kNormal;
-    std::atomic<int> calls{0};
-    absl::Status status = absl::UnknownError("unanswered");
-  };
-  std::vector<Outcome> outcomes(kClients * kPerClient);
-  std::vector<std::thread> clients;
-  std::atomic<int> wrong_rows{0};
-  for (int c = 0; c < kClients; ++c) {
-    clients.emplace_back([&, c] {
-      std::mt19937 rng(static_cast<uint32_t>(c) * 7919u + 3u);
-      for (int i = 0; i < kPerClient; ++i) {
-        Outcome& out = outcomes[c * kPerClient + i];
-        const int roll = std::uniform_int_distribution<int>(0, 99)(rng);
-        out.kind = roll < 67   ? kNormal
-                   : roll < 77 ? kThrows
-                   : roll < 87 ? kExpired
-                   : roll < 97 ? kCancelled
-                               : kPoisoned;
-        std::vector<std::vector<int64_t>> ids;
-        const int n = std::uniform_int_distribution<int>(1, 5)(rng);
-        for (int k = 0; k < n; ++k) {
-          ids.push_back(std::vector<int64_t>(std::uniform_int_distribution<size_t>(1, 12)(rng),
-                                             std::uniform_int_distribution<int64_t>(2, 3)(rng)));
-        }
-        if (out.kind == kPoisoned) ids.back().back() = kPoison;
-        auto cancelled = std::make_shared<std::atomic<bool>>(false);
-        const Kind kind = out.kind;
-        auto texts = std::make_shared<std::vector<std::vector<int64_t>>>(ids);
-        auto request = std::make_shared<RunnableRequest>(
-            std::move(ids), OutputsOf({Output::kLogits}),
-            kind == kExpired ? env_.Now() - absl::Seconds(1) : absl::InfiniteFuture(),
-            [cancelled] { return cancelled->load(); },
-            [&wrong_rows, kind, texts](int index, const ModelOutputs& o, int64_t row) -> absl::Status {
-              if (kind == kThrows && index == 0) throw std::runtime_error("row handler failed");
-              // Each text gets its own row: logits = {sum of its ids, its length}.
-              const std::vector<int64_t>& t = (*texts)[static_cast<size_t>(index)];
-              int64_t sum = 0;
-              for (int64_t id : t) sum += id;
-              const torch::Tensor l = o.at(Output::kLogits)[row];
-              if (l[0].item<float>() != static_cast<float>(sum) || l[1].item<float>() != static_cast<float>(t.size()))
-                ++wrong_rows;
-              return absl::OkStatus();
-            },
-            [&out](absl::Status s) {
-              out.status = s;
-              ++out.calls;
-            });
-        absl::Status queued = runner_->Enqueue(request);
-        if (!queued.ok()) {
-          out.status = queued;
-          ++out.calls;
-        }
-        if (kind == kCancelled) cancelled->store(true);
-      }
-    });
-  }
-  for (std::thread& t : clients) t.join();
-  runner_->Stop();  // every accepted text answered, on the pool or not, before it returns
-  std::map<Kind, std::map<absl::StatusCode, int>> seen;
-  for (const Outcome& out : outcomes) {
-    ASSERT_EQ(out.calls.load(), 1) << "every request is answered exactly once";
-    const absl::StatusCode code = out.status.code();
-    seen[out.kind][code]++;
-    switch (out.kind) {
-      case kNormal:
-        ASSERT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kInternal) << out.status;
-        break;
-      case kThrows:
-        ASSERT_EQ(code, absl::StatusCode::kInternal) << out.status;
-        break;
-      case kExpired:
-        ASSERT_EQ(code, absl::StatusCode::kDeadlineExceeded) << out.status;
-        break;
-      case kCancelled:
-        ASSERT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kCancelled ||
-                    code == absl::StatusCode::kInternal)
-            << out.status;
-        break;
-      case kPoisoned:
-        ASSERT_EQ(code, absl::StatusCode::kInternal) << out.status;
-        ASSERT_NE(out.status.message().find("a poisoned batch"), std::string::npos) << out.status;
-        break;
+  // batches overlap on the pool. `on_device`: the fake computes on an emulated device after each
+  // launch (up to 200 µs), so that each instance thread launches a batch before it collects the
+  // last, and a batch holding kDeviceFails fails only when collected.
+  void Stress(bool on_device) {
+    constexpr int64_t kPoison = 4, kDeviceFails = 5;
+    std::unique_ptr<FakeModel> fake = FakeModel::Create();
+    fake->set_poison_id(kPoison);
+    if (on_device) {
+      fake->set_device(
+          nullptr, [](int launch) { std::this_thread::sleep_for(std::chrono::microseconds((launch * 7919) % 200)); },
+          kDeviceFails);
     }
+    model_ = std::move(fake);
+    Executor answers(3, 0, &env_, "qvi-answer");
+    CountingObserver observer;
+    Start(&observer, BatchingMode::kWhenIdle, absl::ZeroDuration(), &answers, 2, 32);
+    constexpr int kClients = 8, kPerClient = 300;
+    enum Kind { kNormal, kThrows, kExpired, kCancelled, kPoisoned, kFailsOnDevice };
+    struct Outcome {
+      Kind kind = kNormal;
+      std::atomic<int> calls{0};
+      absl::Status status = absl::UnknownError("unanswered");
+    };
+    std::vector<Outcome> outcomes(kClients * kPerClient);
+    std::vector<std::thread> clients;
+    std::atomic<int> wrong_rows{0};
+    for (int c = 0; c < kClients; ++c) {
+      clients.emplace_back([&, c] {
+        std::mt19937 rng(static_cast<uint32_t>(c) * 7919u + 3u);
+        for (int i = 0; i < kPerClient; ++i) {
+          Outcome& out = outcomes[c * kPerClient + i];
+          const int roll = std::uniform_int_distribution<int>(0, 99)(rng);
+          out.kind = roll < 65                 ? kNormal
+                     : roll < 75               ? kThrows
+                     : roll < 85               ? kExpired
+                     : roll < 95               ? kCancelled
+                     : roll < 97 || !on_device ? kPoisoned
+                                               : kFailsOnDevice;
+          std::vector<std::vector<int64_t>> ids;
+          const int n = std::uniform_int_distribution<int>(1, 5)(rng);
+          for (int k = 0; k < n; ++k) {
+            ids.push_back(std::vector<int64_t>(std::uniform_int_distribution<size_t>(1, 12)(rng),
+                                               std::uniform_int_distribution<int64_t>(2, 3)(rng)));
+          }
+          if (out.kind == kPoisoned) ids.back().back() = kPoison;
+          if (out.kind == kFailsOnDevice) ids.back().back() = kDeviceFails;
+          auto cancelled = std::make_shared<std::atomic<bool>>(false);
+          const Kind kind = out.kind;
+          auto texts = std::make_shared<std::vector<std::vector<int64_t>>>(ids);
+          auto request = std::make_shared<RunnableRequest>(
+              std::move(ids), OutputsOf({Output::kLogits}),
+              kind == kExpired ? env_.Now() - absl::Seconds(1) : absl::InfiniteFuture(),
+              [cancelled] { return cancelled->load(); },
+              [&wrong_rows, kind, texts](int index, const ModelOutputs& o, int64_t row) -> absl::Status {
+                if (kind == kThrows && index == 0) throw std::runtime_error("row handler failed");
+                // Each text gets its own row: logits = {sum of its ids, its length}.
+                const std::vector<int64_t>& t = (*texts)[static_cast<size_t>(index)];
+                int64_t sum = 0;
+                for (int64_t id : t) sum += id;
+                const torch::Tensor l = o.at(Output::kLogits)[row];
+                if (l[0].item<float>() != static_cast<float>(sum) || l[1].item<float>() != static_cast<float>(t.size()))
+                  ++wrong_rows;
+                return absl::OkStatus();
+              },
+              [&out](absl::Status s) {
+                out.status = s;
+                ++out.calls;
+              });
+          absl::Status queued = runner_->Enqueue(request);
+          if (!queued.ok()) {
+            out.status = queued;
+            ++out.calls;
+          }
+          if (kind == kCancelled) cancelled->store(true);
+        }
+      });
+    }
+    for (std::thread& t : clients) t.join();
+    runner_->Stop();  // every accepted text answered, on the pool or not, before it returns
+    std::map<Kind, std::map<absl::StatusCode, int>> seen;
+    for (const Outcome& out : outcomes) {
+      ASSERT_EQ(out.calls.load(), 1) << "every request is answered exactly once";
+      const absl::StatusCode code = out.status.code();
+      seen[out.kind][code]++;
+      switch (out.kind) {
+        case kNormal:
+          ASSERT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kInternal) << out.status;
+          break;
+        case kThrows:
+          ASSERT_EQ(code, absl::StatusCode::kInternal) << out.status;
+          break;
+        case kExpired:
+          ASSERT_EQ(code, absl::StatusCode::kDeadlineExceeded) << out.status;
+          break;
+        case kCancelled:
+          ASSERT_TRUE(code == absl::StatusCode::kOk || code == absl::StatusCode::kCancelled ||
+                      code == absl::StatusCode::kInternal)
+              << out.status;
+          break;
+        case kPoisoned:
+        case kFailsOnDevice:
+          // A request's texts may go in more than one batch, and a batch may hold both kinds:
+          // either failure may be the one it hears of.
+          ASSERT_EQ(code, absl::StatusCode::kInternal) << out.status;
+          ASSERT_TRUE(out.status.message().find("a poisoned batch") != std::string::npos ||
+                      (on_device && out.status.message().find("the device failed") != std::string::npos))
+              << out.status;
+          break;
+      }
+    }
+    EXPECT_EQ(wrong_rows.load(), 0) << "a text was handed another text's row";
+    EXPECT_GT(seen[kNormal][absl::StatusCode::kOk], 0);
+    EXPECT_GT(seen[kNormal][absl::StatusCode::kInternal], 0) << "no clean request shared a batch with a poisoned one";
+    EXPECT_GT(seen[kCancelled][absl::StatusCode::kCancelled], 0);
+    EXPECT_GT(observer.shares.load(), observer.batches.load()) << "no batch was answered in chunks on the pool";
+    if (on_device) EXPECT_GT(seen[kFailsOnDevice][absl::StatusCode::kInternal], 0);
   }
-  EXPECT_EQ(wrong_rows.load(), 0) << "a text was handed another text's row";
-  EXPECT_GT(seen[kNormal][absl::StatusCode::kOk], 0);
-  EXPECT_GT(seen[kNormal][absl::StatusCode::kInternal], 0) << "no clean request shared a batch with a poisoned one";
-  EXPECT_GT(seen[kCancelled][absl::StatusCode::kCancelled], 0);
-  EXPECT_GT(observer.shares.load(), observer.batches.load()) << "no batch was answered in chunks on the pool";
+};
+
+TEST_F(RunnerStressTest, EveryTextIsAnsweredOnceWhileBatchesFailExpireAndAreCancelledInThePipeline) {
+  Stress(/*on_device=*/false);
+}
+
+// The same with batches launched before the last is collected, some failing on the device.
+TEST_F(RunnerStressTest, EveryTextIsAnsweredOnceWhileBatchesFailOnTheDeviceAndAreCancelledInFlight) {
+  Stress(/*on_device=*/true);
+}
+
+// Pipelining, where the device computes on its own: the instance thread launches batch 2 while
+// batch 1 is still on the device, and answers batch 1 once the device is done with it.
+TEST_F(ModelRunnerTest, OnAnAsynchronousDeviceTheNextBatchIsLaunchedBeforeTheLastIsCollected) {
+  std::unique_ptr<FakeModel> fake = FakeModel::Create();
+  Notification first_launched, second_queued, second_launched, first_computed;
+  std::atomic<bool> first_answered{false};
+  fake->set_device(
+      [&](int launch) {
+        if (launch == 1) {
+          first_launched.Notify();
+          second_queued.WaitForNotification();
+        }
+        if (launch == 2) second_launched.Notify();
+      },
+      [&](int launch) {
+        if (launch == 1) first_computed.WaitForNotification();
+      });
+  model_ = std::move(fake);
+  Start(nullptr, BatchingMode::kWhenIdle, absl::ZeroDuration(), nullptr, 1, /*max_batch_size=*/1);
+  std::promise<absl::Status> first, second;
+  ASSERT_TRUE(runner_
+                  ->Enqueue(Text([&](absl::Status s) {
+                    first_answered = true;
+                    first.set_value(s);
+                  }))
+                  .ok());
+  ASSERT_TRUE(first_launched.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(runner_->Enqueue(Text([&](absl::Status s) { second.set_value(s); })).ok());
+  second_queued.Notify();
+  // Batch 1 stays on the device until the test lets it finish: a runner that collected it before
+  // launching batch 2 would wait here.
+  const bool pipelined = second_launched.WaitForNotificationWithTimeout(absl::Seconds(20));
+  EXPECT_TRUE(pipelined) << "batch 2 was not launched while batch 1 was on the device";
+  EXPECT_FALSE(first_answered.load()) << "batch 1 was answered before the device was done with it";
+  first_computed.Notify();
+  auto f1 = first.get_future(), f2 = second.get_future();
+  ASSERT_EQ(f1.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  ASSERT_EQ(f2.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_TRUE(f1.get().ok());
+  EXPECT_TRUE(f2.get().ok());
+  runner_->Stop();
+}
+
+// On the CPU a launch computes the whole batch: it is answered before the next one is launched, so
+// the pipeline adds no batch's time to any answer.
+TEST_F(ModelRunnerTest, OnASynchronousDeviceEachBatchIsAnsweredBeforeTheNextIsLaunched) {
+  std::unique_ptr<FakeModel> fake = FakeModel::Create();
+  Notification first_launched, second_queued;
+  std::atomic<bool> first_answered{false};
+  std::atomic<int> answered_when_second_launched{-1};
+  fake->set_device(
+      [&](int launch) {
+        if (launch == 1) {
+          first_launched.Notify();
+          second_queued.WaitForNotification();
+        }
+        if (launch == 2) answered_when_second_launched = first_answered.load() ? 1 : 0;
+      },
+      nullptr);
+  ASSERT_FALSE(fake->asynchronous());
+  model_ = std::move(fake);
+  Start(nullptr, BatchingMode::kWhenIdle, absl::ZeroDuration(), nullptr, 1, /*max_batch_size=*/1);
+  Notification both;
+  std::atomic<int> answers{0};
+  auto count = [&](absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    if (++answers == 2) both.Notify();
+  };
+  ASSERT_TRUE(runner_
+                  ->Enqueue(Text([&](absl::Status s) {
+                    first_answered = true;
+                    count(s);
+                  }))
+                  .ok());
+  ASSERT_TRUE(first_launched.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  ASSERT_TRUE(runner_->Enqueue(Text(count)).ok());
+  second_queued.Notify();
+  ASSERT_TRUE(both.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  runner_->Stop();
+  EXPECT_EQ(answered_when_second_launched.load(), 1);
 }
 
 }  // namespace
