@@ -27,39 +27,18 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import h2load_bench  # noqa: E402
 import null_bench  # noqa: E402
 import run as harness  # noqa: E402
 
-TEXT = ("The film opens slowly but the second half is moving, funny and sharp, with a cast that makes "
-        "every scene count")
-
-SAMPLE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$")
-
-
-def metrics(url):
-    """{(name, labels): value} of the server's /metrics."""
-    with urllib.request.urlopen(url, timeout=10) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        m = SAMPLE.match(line)
-        if m:
-            out[(m[1], m[2] or "")] = float(m[3])
-    return out
-
-
-def total(sample, name, *parts):
-    """The sum of `name`'s series whose labels hold every one of `parts`."""
-    return sum(v for (n, labels), v in sample.items() if n == name and all(p in labels for p in parts))
+metrics, total, grpc_body = h2load_bench.metrics, h2load_bench.total, h2load_bench.grpc_body
 
 
 def thread_cpu_seconds(pid, name):
@@ -126,38 +105,16 @@ def store_for(work, model_pt, model, python, device_us):
     return store
 
 
-def grpc_body(work, model):
-    """One Classify call as gRPC frames it on HTTP/2 (a 0 byte, a 4-byte big-endian length, the message),
-    encoded by stubs generated from proto/ into `work`."""
-    from grpc_tools import protoc
-    out = os.path.join(work, "stubs")
-    os.makedirs(out, exist_ok=True)
-    proto = os.path.join(harness.REPO, "proto")
-    assert protoc.main(["protoc", f"-I{proto}", f"--python_out={out}",
-                        os.path.join(proto, "qvi", "serving", "v1", "inference.proto")]) == 0, "protoc failed"
-    sys.path.insert(0, out)
-    from qvi.serving.v1 import inference_pb2 as pb
-    message = pb.ClassifyRequest(model=pb.ModelSpec(name=model), texts=[TEXT]).SerializeToString()
-    path = os.path.join(work, "classify.grpc")
-    with open(path, "wb") as f:
-        f.write(b"\0" + len(message).to_bytes(4, "big") + message)
-    return path
-
-
 def h2load(port, concurrency, a, body):
     """h2load at `concurrency` streams in flight (64 on each connection), one client thread."""
-    connections = max(1, concurrency // 64)
-    # On PATH, or beside qvi-server (a GPU machine's bundle carries it in build/).
-    exe = shutil.which("h2load") or os.path.join(harness.BUILD, "h2load")
-    cmd = [exe, "-t", "1", "-c", str(connections), "-m", str(max(1, concurrency // connections)),
-           "--warm-up-time", f"{round(a.warmup * 1000)}ms", "-D", f"{round(a.duration * 1000)}ms", "-d", body,
-           "-H", "content-type: application/grpc", "-H", "te: trailers",
-           f"http://127.0.0.1:{port}/qvi.serving.v1.Inference/Classify"]
+    exe = h2load_bench.executable(harness.BUILD)
+    assert exe, "h2load not found (Debian's nghttp2-client; scripts/setup.sh installs it)"
+    cmd = h2load_bench.command(exe, "grpc", f"http://127.0.0.1:{port}{h2load_bench.GRPC_PATH}", concurrency,
+                               a.duration, a.warmup, body)
     harness.log(" ".join(cmd))
     run = subprocess.run(cmd, capture_output=True, text=True)
     assert run.returncode == 0, f"h2load failed: {run.stdout[-2000:]}{run.stderr[-2000:]}"
-    out = run.stdout
-    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done", out)
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done", run.stdout)
     return {"client_requests_per_s": int(done[1]) / a.duration if done else None, "p99_ms": None}
 
 

@@ -9,12 +9,15 @@
 #   source .gpu/env.sh && bash bench/gpu_session.sh probe         # what limits one text per request
 #   source .gpu/env.sh && bash bench/gpu_session.sh agenda        # issue 53 item 6: SDPA kernel, BERT fp32,
 #                                                                 # both CUDA packages served with two instances
-#   source .gpu/env.sh && bash bench/gpu_session.sh pipeline tagger  # issue 53: answers on the pool against the
-#       instance thread under h2load (needs h2load and .gpu/classify.grpc in the bundle, below); the tagger on
+#   source .gpu/env.sh && bash bench/gpu_session.sh pipeline tagger  # issue 53: the defaults against the instance
+#       thread answering, under h2load (needs h2load and .gpu/classify.grpc in the bundle, below); the tagger on
 #       the GPU from TorchScript and from its CUDA package, one instance, with and without graphs
 # h2load for the bundle: cp /usr/bin/h2load .gpu/build/ and its libraries (ldd) into .gpu/lib; the framed
 # request: .venv/bin/python -c 'import sys; sys.path.insert(0, "bench"); import emulated_device, shutil, tempfile;
 #   shutil.copy(emulated_device.grpc_body(tempfile.mkdtemp(), "sentiment"), ".gpu/classify.grpc")'
+#   source .gpu/env.sh && bash bench/gpu_session.sh cores    # issue 53 item 4: server CPU per request on 1-16
+#       cores; needs the null twin: .venv/bin/python -m qvi null (in model_store/) --artifact
+#       store/sentiment/1/model.pt --out ../.gpu/null_store/sentiment/1
 # A dry run on a machine without a GPU (every stage but bert, short steps, nothing measured):
 #   OUT=/tmp/dry QVI_GPU_SESSION_DEVICE=cpu QVI_GPU_SESSION_SECONDS=0.3 QVI_GPU_SESSION_PERF_SECONDS=1 \
 #     bash bench/gpu_session.sh graphs server
@@ -205,11 +208,20 @@ for stage in "$@"; do
         ;;
       pipeline)
         # One instance of the classifier (TorchScript, graphs, batches of up to 256) under h2load at
-        # 1,024 streams: the answers on the answer threads (the default) against the instance thread.
+        # 1,024 streams: the defaults (answer threads, batches pipelined) against the instance thread
+        # answering (issue 53 items 1-2; the target: >= 150k OK texts/s).
         gpu_store /tmp/qvi_store_b256 256
-        timeout 200 python3 bench/emulated_device.py --store /tmp/qvi_store_b256 --device "$device" \
+        timeout 280 python3 bench/emulated_device.py --store /tmp/qvi_store_b256 --device "$device" \
           --body "${QVI_GPU_SESSION_BODY:-.gpu/classify.grpc}" --load h2load --concurrency 256,1024 --duration 5 \
-          --warmup 1 --variants 'pool=;inline=--answer-threads 0' --out "$dir_out/pipeline.json"
+          --warmup 1 --variants 'defaults=;inline=--answer-threads 0' \
+          --out "$dir_out/pipeline.json"
+        ;;
+      cores)
+        # Issue 53 item 4: the server's CPU per request against its cores (1-16; the null model, h2load on
+        # the other cores), gRPC and HTTP/JSON. Needs .gpu/null_store and .gpu/classify.grpc (header).
+        timeout 400 python3 bench/core_scaling.py --cores 1,2,4,8,16 --duration 4 --warmup 1 \
+          --store "${QVI_GPU_SESSION_NULL_STORE:-.gpu/null_store}" --body "${QVI_GPU_SESSION_BODY:-.gpu/classify.grpc}" \
+          --out "$dir_out/cores.json"
         ;;
       tagger)
         # Does Tag answer on the GPU from TorchScript? Then the tagger's CUDA package compiled and served

@@ -8,12 +8,18 @@ cost of serving: receive, parse, check, tokenise, queue, batch, post-process, se
 thread hand-offs between them.
 Triton's docs measure their own overhead the same way, with an identity model.
 
+Beside qvi-perf, the same server under h2load (Debian's nghttp2-client, a load generator this project
+did not write; bench/h2load_bench.py): gRPC Classify over HTTP/2 and HTTP/JSON over HTTP/1.1 at the same
+concurrency steps, counting only the server's own OK answers. The tables say which generator made each row.
+
 bench/run.py runs it in the full run (and its smoke test) and alone with --null; this file holds the
 measuring and the markdown section.
 """
 import os
 import subprocess
 from typing import Dict, List
+
+import h2load_bench
 
 PROTOCOLS = (  # (label, qvi-perf arguments past the target)
     ("gRPC Classify", []),
@@ -85,10 +91,29 @@ def run_null(work, a, h, server_args=(), store=None, protocols=PROTOCOLS):
                           if extra is None else ["--server", f"127.0.0.1:{port}", *extra])
                 name = f"null-{label.split()[0].lower().replace('/', '')}-{i + 1}"
                 rounds.setdefault(label, []).append(h.perf(work, name, target, common, prefix=pin(client_cores)))
+        out["h2load"] = run_h2load(work, a, h, {"grpc": f"http://127.0.0.1:{port}{h2load_bench.GRPC_PATH}",
+                                                "http": f"http://127.0.0.1:{http}/v1/models/{h.MODEL}:classify"},
+                                   metrics, client_cores)
     finally:
         h.stop(proc)
     out["rounds"] = len(next(iter(rounds.values()), []))
     out["protocols"] = {label: median_round(runs) for label, runs in rounds.items()}
+    return out
+
+
+def run_h2load(work, a, h, urls, metrics, client_cores):
+    """Each protocol under h2load at each concurrency step, pinned as qvi-perf was: {label: [steps]}, or
+    {"missing": why} without h2load."""
+    exe = h2load_bench.executable(h.BUILD)
+    if exe is None:
+        return {"missing": "h2load not found (Debian's nghttp2-client; scripts/setup.sh installs it)"}
+    bodies = {"grpc": h2load_bench.grpc_body(work, h.MODEL), "http": h2load_bench.json_body(work)}
+    out = {}
+    for label, protocol in (("gRPC Classify", "grpc"), ("HTTP/JSON :classify", "http")):
+        for load in a.null_concurrency.split(","):
+            cmd = h2load_bench.command(exe, protocol, urls[protocol], int(load), a.duration, a.warmup, bodies[protocol])
+            step = h2load_bench.run(cmd, metrics, h.MODEL, a.warmup, a.duration, prefix=pin(client_cores), log=h.log)
+            out.setdefault(label, []).append(dict(step, load=int(load)))
     return out
 
 
@@ -120,6 +145,7 @@ def null_markdown(null, command):
              "gRPC ≤ 20 µs, OIP within 10 % of it (≤ 22 µs), HTTP/JSON ≤ 30 µs.", "",
              f"Each step ran {null.get('rounds', 1)} time(s), the protocols taking turns on one server; the row "
              "is the round with the median server CPU per request, and every round's figure is beside it.", "",
+             "Rows made by **qvi-perf** (this project's load generator):", "",
              "| protocol | concurrency | requests/s | server cores busy | server CPU µs/request | "
              "rounds, µs/request | requests/s per server core | context switches/request | p50 ms | p99 ms | target |",
              "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
@@ -138,4 +164,24 @@ def null_markdown(null, command):
                          f"{verdict} |"
                          if us else f"| {label} | {int(s['load'])} | {s['requests_per_s']:,.0f} | – | – | – | – | "
                          f"{switches} | {s['p50_ms']:.3f} | {s['p99_ms']:.3f} | |")
+    lines += h2load_lines(null.get("h2load"))
     return "\n".join(lines) + "\n"
+
+
+def h2load_lines(h2load):
+    """The same server under h2load: its own OK answers a second and CPU per request."""
+    if not h2load:
+        return []
+    if "missing" in h2load:
+        return ["", f"Not measured with h2load: {h2load['missing']}."]
+    lines = ["", "The same server and cores under **h2load** (Debian's nghttp2-client; gRPC as HTTP/2 POSTs of one "
+             "framed Classify, 64 streams a connection; HTTP/JSON over HTTP/1.1, one connection per call in "
+             "flight), one round; OK answers and CPU from the server's own /metrics over the measured window "
+             "(h2load counts a gRPC error as an HTTP 200):", "",
+             "| generator | protocol | concurrency | OK requests/s | server CPU µs/request |",
+             "|---|---|---:|---:|---:|"]
+    for label, steps in h2load.items():
+        for s in steps:
+            lines.append(f"| h2load | {label} | {s['load']} | {s['ok_per_s']:,.0f} | "
+                         f"{s['server_cpu_us_per_request']:.1f} |")
+    return lines

@@ -276,10 +276,12 @@ def markdown(results, info, command):
         lines += [cpu_packages.markdown(results["cpu_packages"], results["cpu_packages"].get("command", command))]
     lines += ["Raw results: `bench/results/results.json`. What the profile shows and what stands in the way of the "
               "targets: [docs/performance.md](docs/performance.md).", ""]
-    # The GPU session's figures (bench/gpu_session.sh, bench/gpu_report.py) come from another machine:
-    # kept as they are whenever this run rewrites the file.
-    gpu = os.path.join(REPO, "bench", "results", "gpu.md")
-    if os.path.exists(gpu):
-        with open(gpu) as f:
-            lines += [f.read()]
+    # Sections this run does not measure, kept as they are whenever it rewrites the file: the emulated
+    # accelerator's (bench/emulated_device.py, pasted with its command) and the GPU sessions' (from
+    # another machine: bench/gpu_session.sh, bench/gpu_report.py).
+    for kept in ("emulated.md", "gpu.md"):
+        path = os.path.join(REPO, "bench", "results", kept)
+        if os.path.exists(path):
+            with open(path) as f:
+                lines += [f.read()]
     return "\n".join(lines)

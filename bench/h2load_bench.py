@@ -1,0 +1,108 @@
+"""h2load (Debian's nghttp2-client), a load generator this project did not write, against qvi-server: gRPC
+Classify as HTTP/2 POSTs of one framed request, HTTP/JSON :classify as HTTP/1.1 POSTs (`--h1`). h2load
+counts a gRPC error as an HTTP 200, so every figure here is the server's own, read from its /metrics
+over the measured window: OK answers (qvi_requests_total{code="OK"}) and its CPU
+(process_cpu_seconds_total). Used by bench/run.py's null section and by bench/emulated_device.py.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+TEXT = ("The film opens slowly but the second half is moving, funny and sharp, with a cast that makes "
+        "every scene count")
+GRPC_PATH = "/qvi.serving.v1.Inference/Classify"
+SAMPLE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def metrics(url):
+    """{(name, labels): value} of the server's /metrics."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if m:
+            out[(m[1], m[2] or "")] = float(m[3])
+    return out
+
+
+def total(sample, name, *parts):
+    """The sum of `name`'s series whose labels hold every one of `parts`."""
+    return sum(v for (n, labels), v in sample.items() if n == name and all(p in labels for p in parts))
+
+
+def executable(build):
+    """h2load on PATH, or beside qvi-server (a GPU machine's bundle carries it in build/); None if neither."""
+    path = shutil.which("h2load") or os.path.join(build, "h2load")
+    return path if os.path.exists(path) else None
+
+
+def grpc_body(work, model):
+    """One Classify call as gRPC frames it on HTTP/2 (a 0 byte, a 4-byte big-endian length, the message),
+    encoded by stubs generated from proto/ into `work`."""
+    from grpc_tools import protoc
+    out = os.path.join(work, "stubs")
+    os.makedirs(out, exist_ok=True)
+    proto = os.path.join(REPO, "proto")
+    assert protoc.main(["protoc", f"-I{proto}", f"--python_out={out}",
+                        os.path.join(proto, "qvi", "serving", "v1", "inference.proto")]) == 0, "protoc failed"
+    sys.path.insert(0, out)
+    from qvi.serving.v1 import inference_pb2 as pb
+    message = pb.ClassifyRequest(model=pb.ModelSpec(name=model), texts=[TEXT]).SerializeToString()
+    path = os.path.join(work, "classify.grpc")
+    with open(path, "wb") as f:
+        f.write(b"\0" + len(message).to_bytes(4, "big") + message)
+    return path
+
+
+def json_body(work):
+    """One :classify call's JSON body."""
+    path = os.path.join(work, "classify.json")
+    with open(path, "w") as f:
+        f.write('{"texts": ["' + TEXT + '"]}')
+    return path
+
+
+def command(exe, protocol, url, concurrency, duration, warmup, body):
+    """h2load's command line: `concurrency` calls in flight, one client thread. gRPC: HTTP/2 streams, 64
+    on each connection; HTTP/JSON: HTTP/1.1, one call at a time on each of `concurrency` connections."""
+    timing = ["--warm-up-time", f"{round(warmup * 1000)}ms", "-D", f"{round(duration * 1000)}ms", "-d", body]
+    if protocol == "grpc":
+        connections = max(1, concurrency // 64)
+        return [exe, "-t", "1", "-c", str(connections), "-m", str(max(1, concurrency // connections)), *timing,
+                "-H", "content-type: application/grpc", "-H", "te: trailers", url]
+    return [exe, "--h1", "-t", "1", "-c", str(concurrency), *timing, "-H", "content-type: application/json", url]
+
+
+def run(cmd, metrics_url, model, warmup, duration, prefix=(), log=print):
+    """Runs h2load, reading the server's counters over its measured window (after the warm-up, a little
+    inside its end): {"ok_per_s", "server_cpu_us_per_request", "client_done"}."""
+    samples = {}
+
+    def sample():
+        time.sleep(warmup + 0.2)
+        samples["before"] = (time.monotonic(), metrics(metrics_url))
+        time.sleep(max(duration - 0.4, 0.1))
+        samples["after"] = (time.monotonic(), metrics(metrics_url))
+
+    log(" ".join([*prefix, *cmd]))
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    done = subprocess.run([*prefix, *cmd], capture_output=True, text=True)
+    sampler.join()
+    assert done.returncode == 0, f"h2load failed: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+    (t0, before), (t1, after) = samples["before"], samples["after"]
+    labels = f'model="{model}"'
+    ok = total(after, "qvi_requests_total", labels, 'code="OK"') - total(before, "qvi_requests_total", labels,
+                                                                           'code="OK"')
+    assert ok > 0, "the server answered no call OK in the window (h2load counts gRPC errors as HTTP 200)"
+    cpu = total(after, "process_cpu_seconds_total") - total(before, "process_cpu_seconds_total")
+    client = re.search(r"requests: \d+ total, \d+ started, (\d+) done", done.stdout)
+    return {"ok_per_s": ok / (t1 - t0), "server_cpu_us_per_request": cpu / ok * 1e6,
+            "client_done": int(client[1]) if client else None}
