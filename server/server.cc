@@ -33,12 +33,12 @@ std::string DescribeCertificate(const TlsSet& set) {
                       absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", set.not_after, absl::UTCTimeZone()));
 }
 
-// Fills in the instance and torch thread counts left at 0 (the defaults) from the CPUs this process
-// may use, logs the choice, and sets torch's thread counts.
+// Fills in the thread counts left at their defaults (instances, torch, answer and HTTP threads) from
+// the CPUs this process may use, read once, logs the choice, and sets torch's thread counts.
 void ConfigureThreads(ServerOptions& options) {
   ServerOptions::Threads& t = options.threads;
+  const CpuBudget budget = UsableCpus();
   if (t.instances == 0 || t.torch_intra == 0) {
-    const CpuBudget budget = UsableCpus();
     const auto device = ResolveDevice(options.models.device);
     const bool on_gpu = device.ok() && device->is_cuda();
     const ThreadPlan plan = PlanThreads(budget.cpus, on_gpu);
@@ -47,7 +47,8 @@ void ConfigureThreads(ServerOptions& options) {
     spdlog::info("{} usable CPU(s) ({}), models on the {}: {} instance(s) per model, {} torch thread(s) each",
                  budget.cpus, budget.why, on_gpu ? "GPU" : "CPU", t.instances, t.torch_intra);
   }
-  if (t.answers < 0) t.answers = UsableCpus().cpus;
+  if (t.answers < 0) t.answers = budget.cpus;
+  if (options.network.http_threads <= 0) options.network.http_threads = budget.cpus;
   torch::set_num_threads(t.torch_intra);
   torch::set_num_interop_threads(t.torch_inter);
   spdlog::info("memory allocator: {}", ReadAllocatorStats().allocator);
@@ -201,6 +202,7 @@ absl::Status Server::StartModels() {
   // Before the first load: every version's runner hands its answers to these threads.
   answers_ = std::make_unique<Executor>(options_.threads.answers, /*max_queued=*/0, Env::Default(), "qvi-answer");
   o.answers = answers_.get();
+  o.pipeline = options_.threads.pipeline;
   o.load_timeout = absl::Seconds(options_.models.load_timeout_seconds);
   o.load_threads = options_.models.load_threads;
   if (graph_backend_.ok()) {
@@ -354,7 +356,7 @@ absl::Status Server::StartHttp() {
   HttpServer::Options o;
   o.host = net.host;
   o.port = net.http_port;
-  o.threads = net.http_threads > 0 ? net.http_threads : UsableCpus().cpus;
+  o.threads = net.http_threads;  // ConfigureThreads set the default
   o.header_timeout_seconds = net.http_header_timeout_seconds;
   o.idle_timeout_seconds = net.http_idle_timeout_seconds;
   o.max_header_bytes = static_cast<uint32_t>(net.http_max_header_bytes);

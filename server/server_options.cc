@@ -207,6 +207,11 @@ void AddThreadOptions(CLI::App& app, ServerOptions& o) {
                  "CPU; 0: none, the instance threads answer their own batches")
       ->check(CLI::Range(-1, 256))
       ->group("Threads");
+  app.add_option("--pipeline-batches", o.threads.pipeline,
+                 "where the device computes on its own (a GPU), each instance thread launches the next batch before "
+                 "it collects the last, so the device never waits for the host's work between batches; false: one "
+                 "batch at a time (for comparison)")
+      ->group("Threads");
   app.add_option("--inline-prepare-bytes", o.threads.inline_prepare_bytes,
                  "requests whose texts add up to fewer bytes are checked and tokenised on the gRPC thread that "
                  "received them (one hand-off less); larger ones on a request thread. 0: always a request thread")

@@ -68,6 +68,7 @@ struct ServerOptions {
   struct Threads {
     int inference = 2;                    // request threads: check and tokenise, then queue for the model
     int answers = -1;                     // answer threads (ModelRunner): -1 one per usable CPU, 0 none
+    bool pipeline = true;                 // the next batch launched before the last is collected (a GPU)
     int64_t inline_prepare_bytes = 4096;  // smaller requests are prepared on the gRPC thread instead
     int instances = 0;                    // model instance threads per model version; 0: from the CPUs (PlanThreads)
     int torch_intra = 0;                  // torch intra-op threads per forward pass; 0: from the CPUs (PlanThreads)

@@ -107,6 +107,7 @@ class ModelRepository {
     Listener listener;
     ServingObserver* observer = nullptr;  // metrics of every version's batches; may be null
     Executor* answers = nullptr;          // makes every version's answers (ModelRunner); null: the instance threads do
+    bool pipeline = true;                 // ModelRunner's pipeline, where the model is asynchronous
     absl::Duration load_timeout = absl::Minutes(10);  // per version: Model::Load with its warm-up
     int load_threads = 4;                             // models polled (and loaded) at once
     // CUDA graphs (graphs.h): the backend, null when this process has none, and why.

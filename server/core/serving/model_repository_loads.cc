@@ -42,8 +42,8 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
                                                    "' but it sits in the folder '", name, "'"));
   }
   std::shared_ptr<const Model> model(std::move(loaded->model));
-  absl::StatusOr<std::unique_ptr<ModelRunner>> runner =
-      ModelRunner::Create(model, version, loaded->serving, env_, options_.observer, options_.answers);
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner = ModelRunner::Create(
+      model, version, loaded->serving, env_, options_.observer, options_.answers, options_.pipeline);
   if (!runner.ok()) return runner.status();
   auto* servable = new Servable{name, version, model, std::move(loaded->serving), *std::move(runner)};
   {

@@ -55,18 +55,19 @@ BatchSchedulerOptions BatchingOptions(const ServingConfig& serving) {
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> ModelRunner::Create(std::shared_ptr<const Model> model, int64_t version,
                                                                  const ServingConfig& serving, const Env* env,
-                                                                 ServingObserver* observer, Executor* answers) {
+                                                                 ServingObserver* observer, Executor* answers,
+                                                                 bool pipeline) {
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler = Scheduler::Create(BatchingOptions(serving), env);
   if (!scheduler.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("invalid batching settings: ", scheduler.status().message()));
   }
   return std::make_unique<ModelRunner>(std::move(model), version, *std::move(scheduler), env, serving.instances,
-                                       observer, serving.batching, answers);
+                                       observer, serving.batching, answers, pipeline);
 }
 
 ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<Scheduler> scheduler,
                          const Env* env, int instances, ServingObserver* observer, BatchingMode batching,
-                         Executor* answers)
+                         Executor* answers, bool pipeline)
     : model_(std::move(model)),
       version_(version),
       scheduler_(std::move(scheduler)),
@@ -74,6 +75,7 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, st
       batching_(batching),
       env_(env),
       answers_(answers),
+      pipelined_(pipeline && model_->asynchronous()),
       max_answering_(2 * std::max(instances, 1)) {
   for (int i = 0; i < instances; ++i) threads_.push_back(env_->StartThread("qvi-instance", [this] { Loop(); }));
 }
@@ -133,7 +135,7 @@ void ModelRunner::Loop() {
   // Where the device computes on its own (a GPU), the next batch is launched before the last is
   // collected: the device works on it while this thread waits for the last one's outputs and hands
   // them out. At most one batch waits so.
-  const bool pipelined = model_->asynchronous();
+  const bool pipelined = pipelined_;
   std::optional<InFlight> in_flight;
   while (true) {
     uint64_t seen = 0;

@@ -129,15 +129,19 @@ class ModelRunner {
   // batching mode. INVALID_ARGUMENT when the batch queue refuses the settings.
   static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(std::shared_ptr<const Model> model, int64_t version,
                                                              const ServingConfig& serving, const Env* env,
-                                                             ServingObserver* observer, Executor* answers = nullptr);
+                                                             ServingObserver* observer, Executor* answers = nullptr,
+                                                             bool pipeline = true);
 
   // `observer` (may be null) hears of every batch and queue change of this version. `batching`
   // says whether an idle instance takes the next batch at once or waits for the scheduler's
   // max_queue_delay (BatchingMode; no default here: the caller passes the version's setting).
   // `answers` (may be null: the instance threads answer) makes the answers; it must outlive the
-  // runner or be shut down first (then Submit runs the chunks on the caller's thread).
+  // runner or be shut down first (then Submit runs the chunks on the caller's thread). `pipeline`:
+  // launch the next batch before collecting the last where the model is asynchronous (false: one
+  // batch at a time, for comparison).
   ModelRunner(std::shared_ptr<const Model> model, int64_t version, std::unique_ptr<Scheduler> scheduler, const Env* env,
-              int instances, ServingObserver* observer, BatchingMode batching, Executor* answers = nullptr);
+              int instances, ServingObserver* observer, BatchingMode batching, Executor* answers = nullptr,
+              bool pipeline = true);
 
   // Rows per chunk of answers, at least: fewer would cost a hand-off each for little work.
   static constexpr int64_t kMinChunkRows = 16;
@@ -208,6 +212,7 @@ class ModelRunner {
   const BatchingMode batching_;
   const Env* env_;
   Executor* const answers_;
+  const bool pipelined_;     // launches the next batch before collecting the last
   const int max_answering_;  // batches being answered at once
   Mutex answering_mu_;
   CondVar answered_;

@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "server/core/sched/executor.h"
 #include "server/core/sched/sync.h"
 #include "tests/cpp/test_util/fake_env.h"
@@ -69,7 +70,15 @@ class ModelRunnerTest : public ::testing::Test {
     o.max_queued_texts = 1 << 20;
     o.max_queued_tokens = 1 << 24;
     runner_ = std::make_unique<ModelRunner>(model_, 1, *ModelRunner::Scheduler::Create(o, &env_), &env_, instances,
-                                            observer, batching, answers);
+                                            observer, batching, answers, pipeline_);
+  }
+
+  // For a test whose runner uses the test's own locals (an observer, answer threads, what a fake
+  // device waits on): made after them, it stops the runner before they go, also when an ASSERT
+  // returns early. Otherwise an instance thread still reporting its last batch (OnAnswers comes
+  // after the completions a test waits for) would reach an observer already destroyed.
+  auto StopsBeforeTheLocals() {
+    return absl::Cleanup([this] { runner_.reset(); });
   }
 
   // One text; `on_done` sees its status. `deadline` in the past makes it expire in the queue.
@@ -94,7 +103,49 @@ class ModelRunnerTest : public ::testing::Test {
     return f.get();
   }
 
+  // Two one-text batches on a fake device (asynchronous or not) and a runner with its pipeline on or
+  // off; `*answered_when_second_launched`: whether batch 1 had been answered when batch 2 was launched.
+  void AnswerOrder(bool asynchronous, bool pipeline, int* answered_when_second_launched) {
+    std::unique_ptr<FakeModel> fake = FakeModel::Create();
+    Notification first_launched, second_queued;
+    std::atomic<bool> first_answered{false};
+    std::atomic<int> answered{-1};
+    fake->set_device(
+        [&](int launch) {
+          if (launch == 1) {
+            first_launched.Notify();
+            second_queued.WaitForNotification();
+          }
+          if (launch == 2) answered = first_answered.load() ? 1 : 0;
+        },
+        asynchronous ? std::function<void(int)>([](int) {}) : nullptr);
+    ASSERT_EQ(fake->asynchronous(), asynchronous);
+    model_ = std::move(fake);
+    pipeline_ = pipeline;
+    Start(nullptr, BatchingMode::kWhenIdle, absl::ZeroDuration(), nullptr, 1, /*max_batch_size=*/1);
+    auto stop = StopsBeforeTheLocals();
+    Notification both;
+    std::atomic<int> answers{0};
+    auto count = [&](absl::Status s) {
+      EXPECT_TRUE(s.ok()) << s;
+      if (++answers == 2) both.Notify();
+    };
+    ASSERT_TRUE(runner_
+                    ->Enqueue(Text([&](absl::Status s) {
+                      first_answered = true;
+                      count(s);
+                    }))
+                    .ok());
+    ASSERT_TRUE(first_launched.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    ASSERT_TRUE(runner_->Enqueue(Text(count)).ok());
+    second_queued.Notify();
+    ASSERT_TRUE(both.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    runner_->Stop();
+    *answered_when_second_launched = answered.load();
+  }
+
   FakeEnv env_;
+  bool pipeline_ = true;  // Start()'s runner pipelines batches (where the model is asynchronous)
   std::shared_ptr<const Model> model_;
   std::unique_ptr<ModelRunner> runner_;
 };
@@ -164,6 +215,7 @@ TEST_F(ModelRunnerTest, AThrowingObserverFailsThatBatchWithInternalAndNothingEls
   ThrowingObserver observer;
   observer.batches_to_fail = 1;
   Start(&observer);
+  auto stop = StopsBeforeTheLocals();
   absl::Status failed = RunOne();
   EXPECT_EQ(failed.code(), absl::StatusCode::kInternal) << failed;
   EXPECT_NE(failed.message().find("OnBatch"), std::string::npos) << failed;
@@ -198,6 +250,7 @@ TEST_F(ModelRunnerTest, ABigBatchIsAnsweredInChunksOnTheAnswerThreads) {
   CountingObserver observer;
   // The texts gather in the queue for the (fake) delay, then go as one batch of 40.
   Start(&observer, BatchingMode::kFillOrDelay, absl::Milliseconds(5), &answers, 1, 64);
+  auto stop = StopsBeforeTheLocals();
   constexpr int kTexts = 40;
   Mutex mu;
   std::vector<std::string> threads;
@@ -229,6 +282,7 @@ TEST_F(ModelRunnerTest, ALoneTextWithNothingQueuedIsAnsweredOnTheInstanceThread)
   // A hand-off would only add a wake-up to its latency: the instance thread has nothing else to do.
   Executor answers(2, 0, &env_, "qvi-answer");
   Start(nullptr, BatchingMode::kWhenIdle, absl::ZeroDuration(), &answers);
+  auto stop = StopsBeforeTheLocals();
   auto name = std::make_shared<std::promise<std::string>>();
   std::future<std::string> got = name->get_future();
   ASSERT_TRUE(runner_->Enqueue(Text([name](absl::Status) { name->set_value(ThreadName()); })).ok());
@@ -255,6 +309,7 @@ struct Held {
 TEST_F(ModelRunnerTest, StopReturnsOnlyAfterTheAnswersOnThePoolAreMade) {
   Executor answers(2, 0, &env_, "qvi-answer");
   Start(nullptr, BatchingMode::kWhenIdle, absl::ZeroDuration(), &answers, 1, 20);
+  auto stop = StopsBeforeTheLocals();
   Held held;
   // Each a batch of 20 texts (two chunks on the pool); two, so that the limit of batches being
   // answered does not hold the instance thread (and with it Stop) back.
@@ -285,6 +340,7 @@ TEST_F(ModelRunnerTest, AtMostTwoBatchesPerInstanceAreBeingAnsweredAtOnce) {
   // Answers that cannot keep up hold the instance thread back instead of piling up batches.
   Executor answers(2, 0, &env_, "qvi-answer");
   Start(nullptr, BatchingMode::kWhenIdle, absl::ZeroDuration(), &answers, 1, 20);
+  auto stop = StopsBeforeTheLocals();
   auto* fake = dynamic_cast<const FakeModel*>(model_.get());
   ASSERT_NE(fake, nullptr);
   Held held;
@@ -323,6 +379,7 @@ class RunnerStressTest : public ModelRunnerTest {
     Executor answers(3, 0, &env_, "qvi-answer");
     CountingObserver observer;
     Start(&observer, BatchingMode::kWhenIdle, absl::ZeroDuration(), &answers, 2, 32);
+    auto stop = StopsBeforeTheLocals();
     constexpr int kClients = 8, kPerClient = 300;
     enum Kind { kNormal, kThrows, kExpired, kCancelled, kPoisoned, kFailsOnDevice };
     struct Outcome {
@@ -454,6 +511,7 @@ TEST_F(ModelRunnerTest, OnAnAsynchronousDeviceTheNextBatchIsLaunchedBeforeTheLas
       });
   model_ = std::move(fake);
   Start(nullptr, BatchingMode::kWhenIdle, absl::ZeroDuration(), nullptr, 1, /*max_batch_size=*/1);
+  auto stop = StopsBeforeTheLocals();
   std::promise<absl::Status> first, second;
   ASSERT_TRUE(runner_
                   ->Enqueue(Text([&](absl::Status s) {
@@ -479,42 +537,25 @@ TEST_F(ModelRunnerTest, OnAnAsynchronousDeviceTheNextBatchIsLaunchedBeforeTheLas
 }
 
 // On the CPU a launch computes the whole batch: it is answered before the next one is launched, so
-// the pipeline adds no batch's time to any answer.
+// the pipeline adds no batch's time to any answer; so it is with the pipeline switched off
+// (--pipeline-batches=false) on a device that computes on its own; with it on, batch 2 goes to the
+// device before batch 1 is answered.
 TEST_F(ModelRunnerTest, OnASynchronousDeviceEachBatchIsAnsweredBeforeTheNextIsLaunched) {
-  std::unique_ptr<FakeModel> fake = FakeModel::Create();
-  Notification first_launched, second_queued;
-  std::atomic<bool> first_answered{false};
-  std::atomic<int> answered_when_second_launched{-1};
-  fake->set_device(
-      [&](int launch) {
-        if (launch == 1) {
-          first_launched.Notify();
-          second_queued.WaitForNotification();
-        }
-        if (launch == 2) answered_when_second_launched = first_answered.load() ? 1 : 0;
-      },
-      nullptr);
-  ASSERT_FALSE(fake->asynchronous());
-  model_ = std::move(fake);
-  Start(nullptr, BatchingMode::kWhenIdle, absl::ZeroDuration(), nullptr, 1, /*max_batch_size=*/1);
-  Notification both;
-  std::atomic<int> answers{0};
-  auto count = [&](absl::Status s) {
-    EXPECT_TRUE(s.ok()) << s;
-    if (++answers == 2) both.Notify();
-  };
-  ASSERT_TRUE(runner_
-                  ->Enqueue(Text([&](absl::Status s) {
-                    first_answered = true;
-                    count(s);
-                  }))
-                  .ok());
-  ASSERT_TRUE(first_launched.WaitForNotificationWithTimeout(absl::Seconds(60)));
-  ASSERT_TRUE(runner_->Enqueue(Text(count)).ok());
-  second_queued.Notify();
-  ASSERT_TRUE(both.WaitForNotificationWithTimeout(absl::Seconds(60)));
-  runner_->Stop();
-  EXPECT_EQ(answered_when_second_launched.load(), 1);
+  int answered = -1;
+  AnswerOrder(/*asynchronous=*/false, /*pipeline=*/true, &answered);
+  EXPECT_EQ(answered, 1);
+}
+
+TEST_F(ModelRunnerTest, WithThePipelineOffEachBatchIsAnsweredBeforeTheNextIsLaunched) {
+  int answered = -1;
+  AnswerOrder(/*asynchronous=*/true, /*pipeline=*/false, &answered);
+  EXPECT_EQ(answered, 1);
+}
+
+TEST_F(ModelRunnerTest, WithThePipelineOnTheNextBatchIsLaunchedBeforeTheLastIsAnswered) {
+  int answered = -1;
+  AnswerOrder(/*asynchronous=*/true, /*pipeline=*/true, &answered);
+  EXPECT_EQ(answered, 0);
 }
 
 }  // namespace
