@@ -101,7 +101,8 @@ def store_for(work, model_pt, model, python, device_us):
     with open(path, "w") as f:
         json.dump(twin, f)
     with open(os.path.join(store, model, "serving.json"), "w") as f:
-        json.dump({"max_batch_size": 256, "max_batch_tokens": 32768, "max_queued_texts": 16384, "instances": 1}, f)
+        # No "instances" here: measure() passes one instance unless a variant's flags choose another.
+        json.dump({"max_batch_size": 256, "max_batch_tokens": 32768, "max_queued_texts": 16384}, f)
     return store
 
 
@@ -122,11 +123,13 @@ def measure(work, a, store, label, flags=()):
     """One server on `store` (with extra `flags`), each load generator at each concurrency; a window's
     figures per step."""
     files = null_bench.port_files(work, label, ("port", "metrics"))
+    # One instance, as on a GPU, unless the variant sets the count (a store's serving.json may too).
+    instances = [] if any(f.startswith("--instances-per-model") for f in flags) else ["--instances-per-model", "1"]
     with open(os.path.join(work, f"qvi-server-{label}.log"), "w") as log_file:
         proc = subprocess.Popen([os.path.join(harness.BUILD, "qvi-server"), "--model-store", store, "--host",
                                  "127.0.0.1", "--port", "0", "--port-file", files["port"], "--metrics-port", "0",
                                  "--metrics-port-file", files["metrics"], "--http-port", "-1", "--device", a.device,
-                                 "--max-queued-texts", "16384", *flags],
+                                 "--max-queued-texts", "16384", *instances, *flags],
                                 stdout=log_file, stderr=subprocess.STDOUT)
     rows = []
     try:

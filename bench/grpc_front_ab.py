@@ -73,8 +73,14 @@ def main():
     ap.add_argument("--set", choices=("api", "args", "http"), default="api",
                     help="api: the APIs and hand-offs, and qvi-server; args: channel arguments on the callback API; "
                          "http: the HTTP server alone, and qvi-server's HTTP/JSON route")
+    ap.add_argument("--server-variants", default="",
+                    help="';'-separated NAME=FLAGS: more qvi-server rows on the null model, each with these flags "
+                         "(e.g. 'no pool=--answer-threads 0')")
     a = ap.parse_args()
     configs = {"api": CONFIGS, "args": ARG_CONFIGS, "http": HTTP_CONFIGS}[a.set]
+    # A qvi-server row is (label, None) or, with flags of its own, (label, ("qvi-server", flags)).
+    configs += tuple((f"qvi-server, {name.strip()}", ("qvi-server", flags.split()))
+                     for name, _, flags in (v.partition("=") for v in a.server_variants.split(";") if v.strip()))
     # qvi-server's reference row: gRPC Classify, or the HTTP/JSON route for --set http.
     wanted = "HTTP/JSON :classify" if a.set == "http" else "gRPC Classify"
     reference = [p for p in null_bench.PROTOCOLS if p[0] == wanted]
@@ -86,8 +92,9 @@ def main():
         null = null_bench.null_store(work, harness.MODEL_PT, harness.MODEL, harness.PY)
         for _ in range(a.rounds):
             for label, args in configs:
-                if args is None:
-                    out = null_bench.run_null(work, a, harness, store=null, protocols=reference)
+                if args is None or args[0] == "qvi-server":
+                    out = null_bench.run_null(work, a, harness, server_args=args[1] if args else (), store=null,
+                                              protocols=reference)
                     steps = next(iter(out["protocols"].values()))["steps"]
                 else:
                     steps = front(work, a, label, args, server_cores, client_cores)

@@ -130,7 +130,12 @@ CpuBudget UsableCpus(const std::string& cgroup_root, const std::string& proc_sel
 // hand-offs, except a single long text at one call in flight (1 x 2 was 12% faster there).
 // The cap, and what larger machines get, is not measured here: past 8 instances the batches each
 // forms get small and every instance holds its own runner, so the rest goes into each forward.
-// On a GPU the device does the work; one instance feeds it (as before; not yet measured on a GPU).
+// On a GPU one instance: with batches pipelined (ModelRunner) one instance thread keeps a device busy
+// with full batches, and more instances only split them. On the emulated device (docs/performance.md,
+// "How many instances on a device"), one text per request at 1,024 in flight, one pipelined instance
+// served 35.4k texts/s where the device was the bottleneck, against 32.9k for two and 26.6k for four
+// (smaller batches, each paying the per-batch time) and 32.7k for four without the pipeline (today's
+// four-instance GPU figures); where the CPUs were, one served the most too. Not yet measured on a GPU.
 constexpr int kMaxCpuInstances = 8;
 
 ThreadPlan PlanThreads(int cpus, bool on_gpu) {
