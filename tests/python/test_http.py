@@ -293,6 +293,31 @@ def test_v2_infer_answers_what_classify_answers(http_address):
             pytest.approx([t["attention"] for t in result["tokens"]], abs=1e-6)
 
 
+def test_v2_infer_answers_the_faithfulness_check_as_the_native_route_does(http_address):
+    texts = TEXTS[:2]
+    status, body, _ = http_call(http_address, "POST", "/v2/models/sentiment/infer",
+                                infer_body(texts, faithfulness_top_k=3))
+    assert status == 200, body
+    outputs = {o["name"]: o for o in body["outputs"]}
+    assert [o["name"] for o in body["outputs"]] == ["label", "probabilities", "faithfulness_label",
+                                                     "faithfulness_score", "faithfulness_score_without",
+                                                     "faithfulness_removed"]
+    _, native, _ = http_call(http_address, "POST", "/v1/models/sentiment:classify",
+                             {"texts": texts, "options": {"faithfulness": {"topK": 3}}})
+    width = outputs["faithfulness_removed"]["shape"][1]
+    assert outputs["faithfulness_removed"]["datatype"] == "INT32"
+    for row, result in enumerate(native["results"]):
+        f = result["faithfulness"]
+        assert outputs["faithfulness_label"]["data"][row] == f["label"]
+        assert outputs["faithfulness_score"]["data"][row] == pytest.approx(f["score"], abs=1e-6)
+        assert outputs["faithfulness_score_without"]["data"][row] == pytest.approx(f["scoreWithout"], abs=1e-6)
+        removed = outputs["faithfulness_removed"]["data"][row * width:(row + 1) * width]
+        assert removed == f["removed"] + [-1] * (width - len(f["removed"]))
+    status, body, _ = http_call(http_address, "POST", "/v2/models/sentiment/infer",
+                                infer_body(texts, faithfulness_top_k=33))
+    assert status == 400 and "parameters.faithfulness_top_k: 33 is outside [0, 32]" in body["error"], body
+
+
 def test_v2_infer_tags_with_the_spans_tag_answers(http_address):
     status, body, _ = http_call(http_address, "POST", "/v2/models/ner/infer", infer_body(TEXTS[2:]))
     assert status == 200, body

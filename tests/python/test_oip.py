@@ -205,6 +205,31 @@ def test_per_layer_maps_through_parameters_equal_the_native_layer_options(oip, a
         assert got == pytest.approx(list(m.attention), abs=TOL)
 
 
+def test_the_faithfulness_check_through_modelinfer_equals_the_native_check(oip, api, server):
+    check = ["faithfulness_label", "faithfulness_score", "faithfulness_score_without", "faithfulness_removed"]
+    r = oip([{"client": "triton", "rpc": "infer", "model": "sentiment", "texts": TEXTS,
+              "parameters": {"faithfulness_top_k": 2}},
+             {"client": "triton", "rpc": "infer", "model": "sentiment", "texts": TEXTS,
+              "outputs": [{"name": "faithfulness_score"}]},
+             {"client": "triton", "rpc": "infer", "model": "ner", "texts": NER_TEXTS[:1],
+              "parameters": {"faithfulness_top_k": 2}}])
+    out = value(r[0])["outputs"]
+    assert list(out) == ["label", "probabilities", *check]  # the check's tensors come with it
+    pb, _ = api
+    want = native(api, server, "Classify", TEXTS, faithfulness=pb.FaithfulnessOptions(top_k=2))
+    assert out["faithfulness_removed"]["shape"] == [len(TEXTS), max(len(w.faithfulness.removed) for w in want.results)]
+    for i, w in enumerate(want.results):
+        f = w.faithfulness
+        assert out["faithfulness_label"]["data"][i] == f.label == w.labels[0].label
+        assert out["faithfulness_score"]["data"][i] == pytest.approx(f.score, abs=TOL)
+        assert out["faithfulness_score_without"]["data"][i] == pytest.approx(f.score_without, abs=TOL)
+        removed = out["faithfulness_removed"]["data"][i]
+        assert removed == list(f.removed) + [-1] * (len(removed) - len(f.removed))
+    assert r[1]["code"] == "INVALID_ARGUMENT" and "parameters.faithfulness_top_k" in r[1]["message"], r[1]
+    assert r[2]["code"] == "INVALID_ARGUMENT", r[2]
+    assert "parameters.faithfulness_top_k: the check is for classifiers; model 'ner' tags" in r[2]["message"]
+
+
 def test_kserve_client_calls_the_server(oip):
     r = oip([{"client": "kserve", "rpc": "live"},
              {"client": "kserve", "rpc": "ready"},

@@ -311,5 +311,45 @@ int64_t PerLayerMapBytes(const AnswerView& v, const OutputRow&, int) {
   return v.texts * v.layer_maps * v.max_tokens * v.max_tokens * 4;
 }
 
+void FaithfulnessLabel(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
+  out.SetShape({v.texts});
+  for (const TextResult& r : v.answer.results) out.Bytes(r.faithfulness ? r.faithfulness->label : "");
+}
+
+void FaithfulnessScore(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
+  out.SetShape({v.texts});
+  for (const TextResult& r : v.answer.results) out.Float(r.faithfulness ? r.faithfulness->score : 0.0f);
+}
+
+void FaithfulnessScoreWithout(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
+  out.SetShape({v.texts});
+  for (const TextResult& r : v.answer.results) out.Float(r.faithfulness ? r.faithfulness->score_without : 0.0f);
+}
+
+namespace {
+int64_t MostRemoved(const AnswerView& v) {
+  int64_t most = 0;
+  for (const TextResult& r : v.answer.results) {
+    if (r.faithfulness) most = std::max<int64_t>(most, static_cast<int64_t>(r.faithfulness->removed.size()));
+  }
+  return most;
+}
+}  // namespace
+
+void FaithfulnessRemoved(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
+  const int64_t most = MostRemoved(v);
+  out.SetShape({v.texts, most});
+  for (const TextResult& r : v.answer.results) {
+    const size_t n = r.faithfulness ? r.faithfulness->removed.size() : 0;
+    for (int64_t i = 0; i < most; ++i) {
+      out.Int32(static_cast<size_t>(i) < n ? static_cast<int32_t>(r.faithfulness->removed[static_cast<size_t>(i)])
+                                           : -1);
+    }
+  }
+}
+// Before the model runs no check has a row yet: the bound is 0 then (request_checks.cc counts the
+// check's bytes of an answer from the request's top_k).
+int64_t FaithfulnessRemovedBytes(const AnswerView& v, const OutputRow&, int) { return v.texts * MostRemoved(v) * 4; }
+
 }  // namespace tensors
 }  // namespace qvi

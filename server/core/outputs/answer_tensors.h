@@ -112,6 +112,13 @@ void PerLayer(const AnswerView& v, const OutputRow& row, int classification, Ten
 int64_t PerLayerBytes(const AnswerView& v, const OutputRow& row, int classification);
 void PerLayerMap(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
 int64_t PerLayerMapBytes(const AnswerView& v, const OutputRow& row, int classification);
+// The faithfulness check, per text: "" and 0 for a text without one; faithfulness_removed is [N, R],
+// R the most tokens any text's check deleted, each row padded with -1.
+void FaithfulnessLabel(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
+void FaithfulnessScore(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
+void FaithfulnessScoreWithout(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
+void FaithfulnessRemoved(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
+int64_t FaithfulnessRemovedBytes(const AnswerView& v, const OutputRow& row, int classification);
 }  // namespace tensors
 
 }  // namespace qvi

@@ -64,6 +64,16 @@ std::vector<OutputRow> MakeCatalogue() {
     {Output::kLayerAttention, "layer_attention", K::kPerLayerMap, S::kLayerAttention, F::kBoth, "B,L,H,T,T", false,
      "FP32", "N,M,T,T", Output::kLayerAttention, nullptr, &LayerMapOutput::attention, "attention", t::PerLayerMap,
      t::PerLayerMapBytes},
+    {Output::kFaithfulnessLabel, "faithfulness_label", K::kAnswer, S::kFaithfulness, F::kClassification, nullptr,
+     false, "BYTES", "N", Output::kAttention, nullptr, nullptr, nullptr, t::FaithfulnessLabel, t::LabelBytes},
+    {Output::kFaithfulnessScore, "faithfulness_score", K::kAnswer, S::kFaithfulness, F::kClassification, nullptr,
+     false, "FP32", "N", Output::kAttention, nullptr, nullptr, nullptr, t::FaithfulnessScore, t::PerTextBytes4},
+    {Output::kFaithfulnessScoreWithout, "faithfulness_score_without", K::kAnswer, S::kFaithfulness,
+     F::kClassification, nullptr, false, "FP32", "N", Output::kAttention, nullptr, nullptr, nullptr,
+     t::FaithfulnessScoreWithout, t::PerTextBytes4},
+    {Output::kFaithfulnessRemoved, "faithfulness_removed", K::kAnswer, S::kFaithfulness, F::kClassification, nullptr,
+     false, "INT32", "N,R", Output::kAttention, nullptr, nullptr, nullptr, t::FaithfulnessRemoved,
+     t::FaithfulnessRemovedBytes},
   };
   // clang-format on
   // The enum and the table agree row for row: a row out of place is a programming error.
@@ -98,7 +108,7 @@ std::optional<Output> OutputNamed(std::string_view name) {
 
 OutputSet SwitchedBy(OutputSwitch on) {
   static const auto sets = [] {
-    std::vector<OutputSet> out(static_cast<size_t>(OutputSwitch::kLayerAttention) + 1);
+    std::vector<OutputSet> out(kOutputSwitchCount);
     for (const OutputRow& row : OutputCatalogue()) out[static_cast<size_t>(row.on)].set(static_cast<size_t>(row.id));
     return out;
   }();

@@ -52,8 +52,13 @@ enum class Output : uint8_t {
   kLayerLambdaQ,       // per layer and head: λ_Q
   kLayerLambdaK,       // per layer and head: λ_K
   kLayerAttention,     // per layer and head: the self-attention map
+  // The per-answer faithfulness check (options.faithfulness; OIP's faithfulness_top_k), per text:
+  kFaithfulnessLabel,         // wire: the label checked (the answer's best)
+  kFaithfulnessScore,         // wire: its probability as answered
+  kFaithfulnessScoreWithout,  // wire: its probability with α's top tokens deleted
+  kFaithfulnessRemoved,       // wire: the deleted tokens' indices, ascending, padded with -1
 };
-inline constexpr size_t kOutputCount = static_cast<size_t>(Output::kLayerAttention) + 1;
+inline constexpr size_t kOutputCount = static_cast<size_t>(Output::kFaithfulnessRemoved) + 1;
 
 // A set of outputs: what a request asks for, what a batch computes, what a model has.
 using OutputSet = std::bitset<kOutputCount>;
@@ -77,7 +82,9 @@ enum class OutputSwitch {
   kAnyLayer,        // in a default OIP answer whenever it has per-layer outputs (layer_index)
   kLayerGates,      // options.layers.gates
   kLayerAttention,  // options.layers.attention_maps
+  kFaithfulness,    // options.faithfulness.top_k > 0 (OIP: the int64 parameter faithfulness_top_k)
 };
+inline constexpr size_t kOutputSwitchCount = static_cast<size_t>(OutputSwitch::kFaithfulness) + 1;
 
 // Which tasks an output belongs to.
 enum class TaskFilter { kBoth, kClassification, kTagging };

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "server/core/request/request_checks.h"
 
 namespace qvi::oip {
 namespace {
@@ -17,7 +18,8 @@ constexpr char kInput[] = "text";
 // (outputs.h, NamesOf), so that a row with a new switch is a parameter here too.
 const std::set<std::string>& KnownParameters() {
   static const std::set<std::string> known = [] {
-    std::set<std::string> names = {"top_k", "truncation", "layers", "heads", "reduction", "timeout"};
+    std::set<std::string> names = {"top_k",   "truncation",        "layers", "heads", "reduction",
+                                   "timeout", "faithfulness_top_k"};
     for (const OutputRow& row : OutputCatalogue()) {
       if (const char* parameter = NamesOf(row.on).parameter) names.insert(parameter);
     }
@@ -167,6 +169,27 @@ absl::Status ReadInput(const inference::ModelInferRequest& in, const Manifest& m
   return absl::OkStatus();
 }
 
+// "faithfulness_top_k": the per-answer check of α (the native API's options.faithfulness.top_k),
+// refused here, before the model runs, where it cannot be answered.
+absl::Status ReadFaithfulness(const inference::InferParameter& value, const Manifest& m, OutputOptions& o) {
+  absl::StatusOr<int64_t> k = IntParameter("faithfulness_top_k", value);
+  if (!k.ok()) return k.status();
+  if (*k < 0 || *k > kMaxFaithfulnessTopK) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters.faithfulness_top_k: ", *k, " is outside [0, ",
+                                                   kMaxFaithfulnessTopK, "]; 0 = no check"));
+  }
+  if (*k > 0 && m.task != Task::kClassification) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameters.faithfulness_top_k: the check is for classifiers; model '", m.name, "' tags"));
+  }
+  if (*k > 0 && !HasOutput(m, Output::kAttention)) {
+    return absl::InvalidArgumentError(absl::StrCat("parameters.faithfulness_top_k: model '", m.name, "' (",
+                                                   m.display_name, ") has no attention to check"));
+  }
+  o.faithfulness_top_k = static_cast<int>(*k);
+  return absl::OkStatus();
+}
+
 // The request-level parameters.
 absl::Status ReadParameters(const inference::ModelInferRequest& in, const Manifest& m, InferPlan& plan) {
   OutputOptions& o = plan.request.options;
@@ -181,6 +204,8 @@ absl::Status ReadParameters(const inference::ModelInferRequest& in, const Manife
       if (!k.ok()) return k.status();
       if (*k < 0) return absl::InvalidArgumentError(absl::StrCat("parameters.top_k: ", *k, " is negative"));
       plan.top_k = static_cast<int>(std::clamp<int64_t>(*k, 1, std::max<int64_t>(1, m.labels.size())));
+    } else if (name == "faithfulness_top_k") {
+      if (absl::Status st = ReadFaithfulness(value, m, o); !st.ok()) return st;
     } else if (name == "timeout") {
       absl::StatusOr<int64_t> us = IntParameter(name, value);
       if (!us.ok()) return us.status();
@@ -238,6 +263,12 @@ absl::Status ReadOutputs(const inference::ModelInferRequest& in, const Manifest&
     if (seen.test(static_cast<size_t>(*output))) {
       return absl::InvalidArgumentError(absl::StrCat(field, ".name: '", want.name(), "' is asked for twice"));
     }
+    if (Row(*output).on == OutputSwitch::kFaithfulness && o.faithfulness_top_k == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".name: '", want.name(),
+                                                     "' is the faithfulness check's; ask for the check with "
+                                                     "parameters.faithfulness_top_k (1-",
+                                                     kMaxFaithfulnessTopK, ")"));
+    }
     seen.set(static_cast<size_t>(*output));
     RequestedOutput out{*output, 0};
     for (const auto& [name, value] : want.parameters()) {
@@ -260,7 +291,11 @@ absl::Status ReadOutputs(const inference::ModelInferRequest& in, const Manifest&
     if (NamesOf(Row(named).on).option != nullptr) o.outputs.set(static_cast<size_t>(named));
   }
   if (plan.outputs.empty()) {
-    for (Output output : DefaultWireOutputs(m, o.outputs)) plan.outputs.push_back({output, 0});
+    // The check's tensors come with it; they are not outputs the model computes, so only this list
+    // holds them (the check itself is o.faithfulness_top_k).
+    OutputSet asked = o.outputs;
+    if (o.faithfulness_top_k > 0) asked |= SwitchedBy(OutputSwitch::kFaithfulness);
+    for (Output output : DefaultWireOutputs(m, asked)) plan.outputs.push_back({output, 0});
   }
   // Every label's probability is read (probabilities, labels, scores); the core sorts them, best first.
   if (m.task == Task::kClassification) o.top_k = static_cast<int>(m.labels.size());

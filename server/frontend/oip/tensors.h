@@ -14,7 +14,10 @@
 // with "" and 0, and token_count says where each row ends. Request parameters: top_k (int64),
 // attention, gates, tokens, layer_gates, layer_attention (bool: add those outputs to the defaults,
 // and compute them), truncation ("truncate" | "error"), layers and heads (int64 or a string "0,2"),
-// reduction ("none" | "mean_heads" | "mean_all"), timeout (int64 microseconds, as Triton's).
+// reduction ("none" | "mean_heads" | "mean_all"), timeout (int64 microseconds, as Triton's),
+// faithfulness_top_k (int64, classifiers with α: the per-answer check of the native API's
+// options.faithfulness, answered as faithfulness_label, _score, _score_without and _removed).
+// The check's tensors can be named only with it.
 #ifndef QVI_SERVER_FRONTEND_OIP_TENSORS_H_
 #define QVI_SERVER_FRONTEND_OIP_TENSORS_H_
 

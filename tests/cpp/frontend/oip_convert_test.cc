@@ -207,10 +207,9 @@ TEST(OipConvertTest, ParametersSetTheOptionsAndAreChecked) {
   EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.timeout: 0 µs is not positive");
   b = Request({"a"});
   (*b.mutable_parameters())["priority"].set_int64_param(1);
-  EXPECT_EQ(
-      Error(FromModelInfer(b, Classifier())),
-      "parameters.priority: not a parameter of ModelInfer (attention, gates, heads, layer_attention, layer_gates, "
-      "layers, reduction, timeout, tokens, top_k, truncation)");
+  EXPECT_EQ(Error(FromModelInfer(b, Classifier())),
+            "parameters.priority: not a parameter of ModelInfer (attention, faithfulness_top_k, gates, heads, "
+            "layer_attention, layer_gates, layers, reduction, timeout, tokens, top_k, truncation)");
 }
 
 // Every switch of the catalogue is a ModelInfer parameter, derived from the table (a row with a new
@@ -251,7 +250,8 @@ TEST(OipConvertTest, TheOutputsAskedForDecideWhatIsComputed) {
   r.add_outputs()->set_name("spans");
   EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
             "outputs[0].name: model 'sentiment' has no output 'spans'; its outputs: label, probabilities, labels, "
-            "scores, tokens, token_count, truncated, attention, gates");
+            "scores, tokens, token_count, truncated, attention, gates, faithfulness_label, faithfulness_score, "
+            "faithfulness_score_without, faithfulness_removed");
   r = Request({"a"});
   r.add_outputs()->set_name("label");
   r.add_outputs()->set_name("label");
@@ -287,6 +287,96 @@ std::vector<std::string> Strings(const std::string& raw) {
     at += 4 + n;
   }
   return out;
+}
+
+// The per-answer faithfulness check (the native API's options.faithfulness): a parameter, checked
+// before the model runs, whose answer comes as four tensors with the default outputs.
+TEST(OipConvertTest, TheFaithfulnessCheckIsAParameterAnsweredAsTensors) {
+  ModelInferRequest r = Request({"a"});
+  (*r.mutable_parameters())["faithfulness_top_k"].set_int64_param(2);
+  auto plan = FromModelInfer(r, Classifier());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->request.options.faithfulness_top_k, 2);
+  EXPECT_EQ(Names(*plan),
+            (std::vector<std::string>{"label", "probabilities", "faithfulness_label", "faithfulness_score",
+                                      "faithfulness_score_without", "faithfulness_removed"}));
+  r.add_outputs()->set_name("faithfulness_score_without");
+  plan = FromModelInfer(r, Classifier());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(Names(*plan), (std::vector<std::string>{"faithfulness_score_without"}));
+
+  const std::vector<std::pair<std::function<void(inference::InferParameter&)>, std::string>> bad = {
+      {[](auto& v) { v.set_bool_param(true); }, "parameters.faithfulness_top_k: must be an int64"},
+      {[](auto& v) { v.set_int64_param(33); }, "parameters.faithfulness_top_k: 33 is outside [0, 32]; 0 = no check"},
+      {[](auto& v) { v.set_int64_param(-1); }, "parameters.faithfulness_top_k: -1 is outside [0, 32]; 0 = no check"},
+  };
+  for (const auto& [set, message] : bad) {
+    ModelInferRequest b = Request({"a"});
+    set((*b.mutable_parameters())["faithfulness_top_k"]);
+    EXPECT_EQ(Error(FromModelInfer(b, Classifier())), message);
+  }
+  ModelInferRequest t = Request({"a"});
+  (*t.mutable_parameters())["faithfulness_top_k"].set_int64_param(1);
+  EXPECT_EQ(Error(FromModelInfer(t, Tagger())),
+            "parameters.faithfulness_top_k: the check is for classifiers; model 'ner' tags");
+  Manifest plain = Classifier();
+  plain.display_name = "CNN";
+  plain.outputs = {{"logits", {"B", "C"}}};
+  EXPECT_EQ(Error(FromModelInfer(t, plain)),
+            "parameters.faithfulness_top_k: model 'sentiment' (CNN) has no attention to check");
+  ModelInferRequest named = Request({"a"});
+  named.add_outputs()->set_name("faithfulness_score");
+  EXPECT_EQ(Error(FromModelInfer(named, Classifier())),
+            "outputs[0].name: 'faithfulness_score' is the faithfulness check's; ask for the check with "
+            "parameters.faithfulness_top_k (1-32)");
+  // Without attention the check's tensors are not among the model's outputs at all.
+  named = Request({"a"});
+  named.add_outputs()->set_name("faithfulness_label");
+  EXPECT_NE(Error(FromModelInfer(named, plain)).find("has no output 'faithfulness_label'"), std::string::npos);
+
+  // The tensors: one row per text, "" and 0 where a text has no check, the indices padded with -1.
+  const auto manifest = std::make_shared<const Manifest>(Classifier());
+  InferenceResponse answer;
+  answer.manifest = manifest;
+  answer.results.resize(2);
+  answer.results[0].labels = {{"positive", 0.7f}, {"neutral", 0.2f}, {"negative", 0.1f}};
+  answer.results[0].faithfulness = FaithfulnessCheckOutput{"positive", 0.7f, 0.25f, {0, 2}};
+  answer.results[1].labels = {{"negative", 0.6f}, {"positive", 0.3f}, {"neutral", 0.1f}};
+  answer.results[1].faithfulness = FaithfulnessCheckOutput{"negative", 0.6f, 0.5f, {1}};
+  InferPlan check;
+  check.outputs = {{Output::kFaithfulnessLabel, 0},
+                   {Output::kFaithfulnessScore, 0},
+                   {Output::kFaithfulnessScoreWithout, 0},
+                   {Output::kFaithfulnessRemoved, 0}};
+  ModelInferResponse out;
+  ToModelInfer(answer, check, "", &out);
+  ASSERT_EQ(out.outputs_size(), 4);
+  EXPECT_EQ(out.outputs(0).datatype(), "BYTES");
+  EXPECT_EQ(Strings(out.raw_output_contents(0)), (std::vector<std::string>{"positive", "negative"}));
+  EXPECT_EQ(out.outputs(1).datatype(), "FP32");
+  EXPECT_FLOAT_EQ(At<float>(out.raw_output_contents(1), 0), 0.7f);
+  EXPECT_FLOAT_EQ(At<float>(out.raw_output_contents(1), 1), 0.6f);
+  EXPECT_FLOAT_EQ(At<float>(out.raw_output_contents(2), 0), 0.25f);
+  EXPECT_FLOAT_EQ(At<float>(out.raw_output_contents(2), 1), 0.5f);
+  EXPECT_EQ(out.outputs(3).datatype(), "INT32");
+  EXPECT_EQ(std::vector<int64_t>(out.outputs(3).shape().begin(), out.outputs(3).shape().end()),
+            (std::vector<int64_t>{2, 2}));
+  const std::string& removed = out.raw_output_contents(3);
+  ASSERT_EQ(removed.size(), 4 * sizeof(int32_t));
+  EXPECT_EQ(At<int32_t>(removed, 0), 0);
+  EXPECT_EQ(At<int32_t>(removed, 1), 2);
+  EXPECT_EQ(At<int32_t>(removed, 2), 1);
+  EXPECT_EQ(At<int32_t>(removed, 3), -1);
+  int64_t raw_bytes = 0;
+  for (const std::string& raw : out.raw_output_contents()) raw_bytes += static_cast<int64_t>(raw.size());
+  EXPECT_GE(AnswerBytes(answer, check), raw_bytes);
+
+  answer.results[1].faithfulness.reset();  // a text without a check: "" and zeros
+  ModelInferResponse partly;
+  ToModelInfer(answer, check, "", &partly);
+  EXPECT_EQ(Strings(partly.raw_output_contents(0)), (std::vector<std::string>{"positive", ""}));
+  EXPECT_FLOAT_EQ(At<float>(partly.raw_output_contents(1), 1), 0.0f);
+  EXPECT_EQ(At<int32_t>(partly.raw_output_contents(3), 3), -1);
 }
 
 TEST(OipConvertTest, AnswersAreRowMajorPaddedTensorsInTheOrderAsked) {

@@ -50,8 +50,10 @@ TEST(OutputCatalogueTest, EveryAnswerFieldHasItsNativeApiField) {
 // A row that a request option turns on has that option's names (NamesOf), and its parameter name
 // leads back to its switch: the native API, OIP and the null model all read the switches from here.
 TEST(OutputCatalogueTest, EveryRequestSwitchARowUsesHasItsNames) {
+  // kFaithfulness is asked by a number, not a switch: options.faithfulness.top_k, OIP's int64
+  // parameter faithfulness_top_k (server/frontend/oip/request.cc reads it).
   const std::set<OutputSwitch> not_asked = {OutputSwitch::kAnswer, OutputSwitch::kNamed, OutputSwitch::kAnyToken,
-                                            OutputSwitch::kAnyLayer};
+                                            OutputSwitch::kAnyLayer, OutputSwitch::kFaithfulness};
   for (const OutputRow& row : OutputCatalogue()) {
     if (not_asked.count(row.on) > 0) {
       EXPECT_EQ(NamesOf(row.on).parameter, nullptr) << row.name;
@@ -98,9 +100,10 @@ TEST(OutputCatalogueTest, WireOutputsAndDefaultsFollowTheModelAndTheSwitches) {
                {"sentence_gates", {"B", "T"}}, {"unknown", {"B"}}};
   std::vector<std::string> names;
   for (const TensorSpec& s : WireOutputs(m)) names.push_back(s.name);
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"label", "probabilities", "labels", "scores", "tokens", "token_count",
-                                      "truncated", "attention", "sentence_attention", "gates", "sentence_gates"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"label", "probabilities", "labels", "scores", "tokens", "token_count",
+                                             "truncated", "attention", "sentence_attention", "gates", "sentence_gates",
+                                             "faithfulness_label", "faithfulness_score", "faithfulness_score_without",
+                                             "faithfulness_removed"}));
   EXPECT_EQ(WireOutputs(m)[1].shape, (std::vector<int64_t>{-1, 3}));
   EXPECT_EQ(OutputsOfModel(m), OutputsOf({Output::kLogits, Output::kAttention, Output::kGates,
                                           Output::kSentenceAttention, Output::kSentenceGates}));
@@ -110,6 +113,14 @@ TEST(OutputCatalogueTest, WireOutputsAndDefaultsFollowTheModelAndTheSwitches) {
   EXPECT_EQ(DefaultWireOutputs(m, o.outputs),
             (std::vector<Output>{Output::kLabel, Output::kProbabilities, Output::kTokenCount, Output::kGates,
                                  Output::kSentenceGates}));
+  // The check's tensors: only where the model has α, and in a default answer only when asked.
+  EXPECT_TRUE(HasWireOutput(m, Output::kFaithfulnessRemoved));
+  EXPECT_EQ(DefaultWireOutputs(m, SwitchedBy(OutputSwitch::kFaithfulness)),
+            (std::vector<Output>{Output::kLabel, Output::kProbabilities, Output::kFaithfulnessLabel,
+                                 Output::kFaithfulnessScore, Output::kFaithfulnessScoreWithout,
+                                 Output::kFaithfulnessRemoved}));
+  m.outputs = {{"logits", {"B", "C"}}};
+  EXPECT_FALSE(HasWireOutput(m, Output::kFaithfulnessLabel));
 }
 
 // qvi-client's lists of the outputs each option turns on (client/output_names.h): the client does not
