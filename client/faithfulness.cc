@@ -48,4 +48,18 @@ std::vector<std::string> FaithfulnessLines(const serving::v1::Faithfulness& f) {
   return lines;
 }
 
+std::string MethodFigure(const serving::v1::Faithfulness& f, const std::string& method) {
+  if (!f.measured()) return "";
+  double alpha = -1;
+  for (const auto& m : f.methods())
+    if (m.method() == "alpha") alpha = m.comprehensiveness().mean();
+  for (const auto& m : f.methods()) {
+    if (m.method() != method) continue;
+    std::string figure = "comprehensiveness " + Fixed(m.comprehensiveness().mean(), 3);
+    if (method != "alpha" && alpha > 0) figure += ", " + Fixed(m.comprehensiveness().mean() / alpha, 1) + "× α";
+    return figure;
+  }
+  return "";
+}
+
 }  // namespace qvi::client

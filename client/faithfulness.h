@@ -18,6 +18,12 @@ std::string FaithfulnessHeading(const serving::v1::Faithfulness& f);
 // sufficiency 0.127; leave-one-out agreement ρ 0.25". Empty when not measured.
 std::vector<std::string> FaithfulnessLines(const serving::v1::Faithfulness& f);
 
+// The card's figure for one served method, as a row of the report labels itself: "comprehensiveness
+// 0.396, 2.6× α" (`method` a card id: "alpha_value" is what options.contributions serves for the
+// predicted label; the ratio only for methods other than "alpha", when the card has α). Empty when
+// the card has no figure for it.
+std::string MethodFigure(const serving::v1::Faithfulness& f, const std::string& method);
+
 }  // namespace qvi::client
 
 #endif  // QVI_CLIENT_FAITHFULNESS_H_

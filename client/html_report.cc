@@ -1,6 +1,7 @@
 #include "client/html_report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -49,6 +50,7 @@ std::string TokenInfo(const v1::Token& t) {
   if (t.has_gate()) info += "  β=" + Fixed(t.gate());
   if (t.has_lambda_q()) info += "  λq=" + Fixed(t.lambda_q()) + " λk=" + Fixed(t.lambda_k());
   if (t.has_sentence_attention()) info += "  sentence α=" + Fixed(t.sentence_attention());
+  if (t.contribution_size() > 0) info += "  contribution=" + Fixed(t.contribution(0));
   return info;
 }
 
@@ -70,6 +72,33 @@ void HeatRow(std::ostringstream& out, const Tokens& tokens, const char* title, c
     out << Tok(t, w < 0 ? 0 : (scale_to_max && max > 0 ? w / max : w), rgb, TokenInfo(t));
   }
   out << "</div>\n";
+}
+
+// options.contributions: one row per returned label, each token coloured by its signed share of
+// the label's margin (teal for, magenta against, scaled to the row's largest share), first on the
+// page because the card measures it as the most faithful of the served explanations.
+void ContributionRows(std::ostringstream& out, const v1::Classification& r, const v1::Faithfulness& card) {
+  const std::string figure = MethodFigure(card, "alpha_value");
+  for (int j = 0; j < r.labels_size(); ++j) {
+    const v1::LabelScore& l = r.labels(j);
+    if (!l.has_margin()) continue;
+    double largest = 1e-12;
+    for (const auto& t : r.tokens())
+      if (j < t.contribution_size()) largest = std::max(largest, std::abs(static_cast<double>(t.contribution(j))));
+    out << "<div class=\"row heat contribution\" data-kind=\"contribution\" data-label=\"" << HtmlEscape(l.label())
+        << "\"><span class=\"row-title\">contribution to " << HtmlEscape(l.label())
+        << (figure.empty() || j > 0 ? "" : " <small>(" + HtmlEscape(figure) + ")</small>") << "</span>";
+    for (const auto& t : r.tokens()) {
+      const double share = j < t.contribution_size() ? t.contribution(j) : 0.0;
+      out << "<span class=\"tok\" data-share=\"" << Fixed(share, 6) << "\" style=\"background: rgba("
+          << (share >= 0 ? "13, 148, 136" : "192, 38, 211") << ", "
+          << Fixed(std::min(1.0, std::abs(share) / largest), 3) << ")\" data-info=\""
+          << HtmlEscape(TokenInfo(t) + "  share of " + l.label() + "'s margin " + Fixed(share)) << "\">"
+          << HtmlEscape(t.text()) << "</span>";
+    }
+    out << "<span class=\"note\"> margin " << Fixed(l.margin(), 3) << " = tokens + rest "
+        << Fixed(l.contribution_rest(), 3) << "</span></div>\n";
+  }
 }
 
 void Heatmaps(std::ostringstream& out, const Tokens& tokens) {
@@ -212,6 +241,7 @@ std::string HtmlReport(const v1::ModelVersion& model, const std::string& name, c
     out << "</p>\n";
     if (r.truncated())
       out << "<p class=\"note\">Truncated: the model read the first tokens of " << r.num_tokens() << ".</p>\n";
+    ContributionRows(out, r, model.metadata().faithfulness());
     Heatmaps(out, r.tokens());
     LayerMaps(out, r.tokens(), r.layers());
     out << "</section>\n";

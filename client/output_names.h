@@ -16,6 +16,9 @@ inline const std::vector<std::string_view> kAttentionOutputs = {"attention", "se
 inline const std::vector<std::string_view> kGateOutputs = {"gates", "sentence_gates", "lambda_q", "lambda_k"};
 // options.layers.gates
 inline const std::vector<std::string_view> kLayerGateOutputs = {"layer_gates", "layer_lambda_q", "layer_lambda_k"};
+// options.contributions (margin and contribution_rest come with them; no model lists those)
+inline const std::vector<std::string_view> kContributionOutputs = {"contribution", "sentence_contribution", "margin",
+                                                                   "contribution_rest"};
 // options.layers.attention_maps
 inline const std::vector<std::string_view> kLayerAttentionOutputs = {"layer_attention"};
 

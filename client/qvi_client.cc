@@ -3,7 +3,8 @@
 //   qvi-client tag --model ner "Barack Obama visited Paris."
 //   qvi-client classify --model sentiment "A moving film." --html why.html
 //   qvi-client models            qvi-client health [--model NAME]
-// Human output by default (heat-maps of α and β over the tokens when the terminal allows colour);
+// Human output by default (heat-maps of α and β over the tokens when the terminal allows colour, and
+// of each token's signed contribution with --contributions: green for, magenta against);
 // --json prints the response message as JSON for scripts; --html FILE writes a report to open in
 // a browser (client/html_report.h).
 #include <google/protobuf/util/json_util.h>
@@ -11,7 +12,9 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -52,6 +55,7 @@ struct Explain {
   std::string reduce = "none";
   std::string html;            // write an HTML report here
   int faithfulness_top_k = 0;  // Classify: options.faithfulness.top_k
+  bool contributions = false;  // Classify: options.contributions
 };
 
 bool UseColor(const Common& c) {
@@ -91,6 +95,42 @@ std::string Shade(const std::string& text, float weight, bool beta, bool color) 
   return "\033[48;5;" + std::to_string(bg) + (step >= 4 ? "m\033[97m" : "m\033[30m") + text + "\033[0m";
 }
 
+// A token on a background of two colours for a signed share (-1..1 of the text's largest): green
+// for a token that argues for the label, magenta for one that argues against it.
+std::string ShadeSigned(const std::string& text, float share, bool color) {
+  if (!color) return text;
+  static const int kFor[] = {231, 194, 157, 120, 77, 28};
+  static const int kAgainst[] = {231, 225, 219, 213, 170, 127};
+  const int step = std::clamp(static_cast<int>(std::abs(share) * 5.0f + 0.5f), 0, 5);
+  const int bg = share >= 0 ? kFor[step] : kAgainst[step];
+  return "\033[48;5;" + std::to_string(bg) + (step >= 4 ? "m\033[97m" : "m\033[30m") + text + "\033[0m";
+}
+
+// options.contributions: for each returned label, its tokens' shares of its margin as a heat-map
+// with sign (colour) or as signed numbers after each token (no colour), and how the margin adds up.
+void PrintContributions(const v1::Classification& r, bool color) {
+  for (int j = 0; j < r.labels_size(); ++j) {
+    const v1::LabelScore& l = r.labels(j);
+    if (!l.has_margin()) continue;
+    float largest = 1e-9f, carried = 0;
+    for (const auto& t : r.tokens()) {
+      if (j >= t.contribution_size()) continue;
+      largest = std::max(largest, std::abs(t.contribution(j)));
+      carried += t.contribution(j);
+    }
+    std::string line;
+    for (const auto& t : r.tokens()) {
+      const float share = j < t.contribution_size() ? t.contribution(j) : 0.0f;
+      char number[32];
+      std::snprintf(number, sizeof number, "(%+.2f)", share);
+      line += (color ? ShadeSigned(t.text(), share / largest, true) : t.text() + number) + " ";
+    }
+    std::printf("  contribution to %s: margin %.4f = tokens %.4f + rest %.4f\n", l.label().c_str(), l.margin(), carried,
+                l.contribution_rest());
+    std::cout << "    " << line << "\n";
+  }
+}
+
 void PrintTokens(const google::protobuf::RepeatedPtrField<v1::Token>& tokens, bool color) {
   float max_a = 1e-9f;
   bool any_a = false, any_b = false;
@@ -115,6 +155,7 @@ void PrintTokens(const google::protobuf::RepeatedPtrField<v1::Token>& tokens, bo
     if (t.has_attention()) std::printf("  α=%.4f", t.attention());
     if (t.has_gate()) std::printf("  β=%.4f", t.gate());
     if (t.has_lambda_q()) std::printf("  λq=%.4f λk=%.4f", t.lambda_q(), t.lambda_k());
+    if (t.contribution_size() > 0) std::printf("  contribution=%+.4f", t.contribution(0));
     std::printf("\n");
   }
 }
@@ -123,6 +164,7 @@ void Fill(v1::OutputOptions* o, const Explain& e) {
   o->set_top_k(e.top_k);
   o->set_attention(e.attention);
   o->set_gates(e.gates);
+  o->set_contributions(e.contributions);
   o->set_tokens(e.tokens || e.faithfulness_top_k > 0);  // the check names the tokens it deleted
   if (e.error_on_truncation) o->set_truncation(v1::TRUNCATION_POLICY_ERROR);
   if (e.faithfulness_top_k > 0) o->mutable_faithfulness()->set_top_k(e.faithfulness_top_k);
@@ -177,6 +219,7 @@ bool PrepareReport(v1::Inference::Stub& stub, const Common& c, Explain& e, v1::M
   e.tokens = true;
   e.attention = e.attention || has_any(qvi::client::kAttentionOutputs);
   e.gates = e.gates || has_any(qvi::client::kGateOutputs);
+  e.contributions = e.contributions || has_any(qvi::client::kContributionOutputs);
   if (model.metadata().layers() > 0 && !e.layer_gates && !e.attention_maps) {
     e.attention_maps = has_any(qvi::client::kLayerAttentionOutputs);
     e.layer_gates = has_any(qvi::client::kLayerGateOutputs);
@@ -242,6 +285,7 @@ int Classify(v1::Inference::Stub& stub, const Common& c, Explain e, const std::v
       std::printf("  check: %s %.4f -> %.4f without α's top %d (%s)\n", f.label().c_str(), f.score(), f.score_without(),
                   f.removed_size(), removed.c_str());
     }
+    if (r.tokens_size() > 0) PrintContributions(r, color);
     if (r.tokens_size() > 0) PrintTokens(r.tokens(), color);
   }
   std::cout << "(" << resp.model().name() << "@" << resp.model().version() << ")\n";
@@ -374,6 +418,9 @@ int main(int argc, char** argv) {
     sub->add_option("--top-k", explain.top_k, "labels to return (Classify)");
     sub->add_flag("--attention", explain.attention, "per-token attention weights α");
     sub->add_flag("--gates", explain.gates, "per-token QVI gates β");
+    sub->add_flag("--contributions", explain.contributions,
+                  "Classify: each token's signed share of each returned label's margin (the most faithful "
+                  "explanation served)");
     sub->add_flag("--tokens", explain.tokens, "list the tokens");
     sub->add_flag("--error-on-truncation", explain.error_on_truncation, "fail instead of truncating long texts");
     sub->add_option("--faithfulness-top-k", explain.faithfulness_top_k,

@@ -8,6 +8,11 @@ Output names and shapes (B batch, T tokens, C labels, K tags, L layers, H heads)
     attention         [B,T]      α per token, sums to 1 over a text's real tokens, 0 on padding
     gates             [B,T]      β per token (QVI models), in (0,1) on real tokens, 0 on padding
     sentence_attention, sentence_gates  [B,T]  HAN: the sentence-level α / β of each token's sentence
+    contribution      [B,T,C]    classifiers with attention: token i's share of each label's logit,
+                                 α_i (W_out g(q, v_i)); Σ_i contribution[:, i, c] + bias_c = logits[:, c]
+                                 (eval mode). HAN: its sentence's share times its word-level α
+    sentence_contribution [B,T,C] HAN: the exact share of the token's sentence (sums, over the
+                                 sentences, to the logits less the bias)
     lambda_q, lambda_k [B,T]     context-aware models: λ averaged over layers and heads
     layer_attention   [B,L,H,T,T] Transformer models: every layer's and head's attention map
     layer_gates       [B,L,H,T]  Transformer QVI models: β per layer, head and position
@@ -30,6 +35,7 @@ from torch import nn
 
 from qvi.nn import (CRF, AdditiveAttention, MaskedBiRNN, MaskedConv1d, TransformerEncoder,
                     check_interaction, sinusoidal_positions)
+from qvi.nn.additive import contributions
 from qvi.nn.self_attention import CONTEXTS
 from qvi.tokenizer import CASE_CLASSES
 
@@ -194,8 +200,9 @@ class CNNAtt(nn.Module):
 
     def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
         h = self.drop(self.cnn(self.drop(self.emb(token_ids)), mask))
-        pooled, alpha, beta = self.pool(h, mask)
-        out = {"logits": self.out(self.drop(pooled)), "attention": alpha}
+        pooled, alpha, beta, gv = self.pool(h, mask)
+        out = {"logits": self.out(self.drop(pooled)), "attention": alpha,
+               "contribution": contributions(alpha, gv, self.out.weight)}
         if beta is not None:
             out["gates"] = beta
         return out
@@ -214,8 +221,9 @@ class LSTMAtt(nn.Module):
 
     def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
         h = self.drop(self.rnn(self.drop(self.emb(token_ids)), mask))
-        pooled, alpha, beta = self.pool(h, mask)
-        out = {"logits": self.out(self.drop(pooled)), "attention": alpha}
+        pooled, alpha, beta, gv = self.pool(h, mask)
+        out = {"logits": self.out(self.drop(pooled)), "attention": alpha,
+               "contribution": contributions(alpha, gv, self.out.weight)}
         if beta is not None:
             out["gates"] = beta
         return out
@@ -268,19 +276,29 @@ class HAN(nn.Module):
         words = grid.view(b * n_sent, n_word, -1)
         word_mask = grid_mask.view(b * n_sent, n_word)
         hw = self.drop(self.word_rnn(words, word_mask))
-        sent_vec, w_alpha, w_beta = self.word_pool(hw, word_mask)
+        sent_vec, w_alpha, w_beta, _ = self.word_pool(hw, word_mask)
         sent_vec = sent_vec.view(b, n_sent, -1)
         sent_mask = word_mask.view(b, n_sent, n_word).any(-1)
         hs = self.drop(self.sent_rnn(sent_vec, sent_mask))
-        doc, s_alpha, s_beta = self.sent_pool(hs, sent_mask)
+        doc, s_alpha, s_beta, s_gv = self.sent_pool(hs, sent_mask)
         tok_sent = rows * n_sent + sent                              # [B,T] index into [B*S]
         word_alpha = w_alpha.reshape(-1)[flat.reshape(-1)].view(b, t)
         sent_alpha = s_alpha.reshape(-1)[tok_sent.reshape(-1)].view(b, t)
         zeros = torch.zeros(b, t, dtype=x.dtype, device=x.device)
+        # Each sentence's exact share of the logits, carried by each of its tokens; a token's
+        # `contribution` is its sentence's share times its word-level α (which sums to 1 over the
+        # sentence), so the tokens' shares still sum to the logits less the bias. The sentence GRU
+        # between the two poolings is not linear: the word-level split is α's, not an exact one.
+        sent_share = contributions(s_alpha, s_gv, self.out.weight)  # [B,S,C]
+        c = sent_share.size(-1)
+        tok_share = sent_share.reshape(-1, c)[tok_sent.reshape(-1)].view(b, t, c)
+        tok_share = torch.where(mask.unsqueeze(-1), tok_share, torch.zeros_like(tok_share))
         out = {
             "logits": self.out(self.drop(doc)),
             "attention": torch.where(mask, word_alpha * sent_alpha, zeros),
             "sentence_attention": torch.where(mask, sent_alpha, zeros),
+            "contribution": tok_share * word_alpha.unsqueeze(-1),
+            "sentence_contribution": tok_share,
         }
         if w_beta is not None and s_beta is not None:
             out["gates"] = torch.where(mask, w_beta.reshape(-1)[flat.reshape(-1)].view(b, t), zeros)
@@ -344,9 +362,10 @@ class TransformerClassifier(nn.Module):
 
     def _run(self, token_ids: torch.Tensor, mask: torch.Tensor, maps: str) -> Dict[str, torch.Tensor]:
         h, _, out = self.body(token_ids, mask, maps)
-        pooled, alpha, beta = self.pool(h, mask)
+        pooled, alpha, beta, gv = self.pool(h, mask)
         out["logits"] = self.out(self.drop(pooled))
         out["attention"] = alpha
+        out["contribution"] = contributions(alpha, gv, self.out.weight)
         if beta is not None:
             out["gates"] = beta
         return out
@@ -416,6 +435,7 @@ _SHAPES = {
     "sentence_gates": ["B", "T"], "lambda_q": ["B", "T"], "lambda_k": ["B", "T"],
     "layer_attention": ["B", "L", "H", "T", "T"], "layer_gates": ["B", "L", "H", "T"],
     "layer_lambda_q": ["B", "L", "H", "T"], "layer_lambda_k": ["B", "L", "H", "T"],
+    "contribution": ["B", "T", "C"], "sentence_contribution": ["B", "T", "C"],
 }
 
 

@@ -66,7 +66,7 @@ def ref_additive(m: AdditiveAttention, values: torch.Tensor, mask: torch.Tensor)
 def test_additive_attention_matches_equations(score, g):
     m = AdditiveAttention(5, score=score, g=g).double()
     values = torch.randn(3, 6, 5, dtype=torch.float64)
-    out, alpha, beta = m(values, MASK)
+    out, alpha, beta, _ = m(values, MASK)
     ref_out, ref_alpha, ref_beta = ref_additive(m, values, MASK)
     torch.testing.assert_close(out, ref_out.detach(), atol=1e-10, rtol=1e-9)
     torch.testing.assert_close(alpha, ref_alpha.detach(), atol=1e-12, rtol=1e-10)

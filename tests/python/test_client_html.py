@@ -85,6 +85,38 @@ def test_classify_report_renders_with_highlighted_tokens(server_process, work):
     assert blue > 300, f"{blue} blue pixels: the β highlight is missing"
 
 
+def test_the_report_and_the_terminal_lead_with_each_labels_contributions(server_process, work):
+    """Issue 54: --html asks for contributions where the model has them and draws one row per label
+    before α, with the --json answer's values and signs; the terminal prints each label's margin as
+    its tokens' sum plus the rest, and each token's signed share."""
+    import json
+    text = "A gorgeous, moving film, but the plot is dull."
+    answer = json.loads(client(server_process, "--json", "classify", "--model", "sentiment", "--top-k", "2",
+                               "--contributions", text))["results"][0]
+    page = os.path.join(work, "why.html")
+    client(server_process, "classify", "--model", "sentiment", "--top-k", "2", "--html", page, text)
+    dom, img = render(page, os.path.join(work, "why.png"))
+    assert 'data-ready="yes"' in dom and 'data-script-errors="yes"' not in dom
+    kinds = re.findall(r'class="row heat[^"]*" data-kind="([^"]+)"', dom)
+    assert kinds[:3] == ["contribution", "contribution", "α attention"], kinds
+    for j, label in enumerate(answer["labels"]):
+        row = re.search(r'data-kind="contribution" data-label="%s">(.*?)</div>' % re.escape(label["label"]), dom, re.S)
+        shares = [float(x) for x in re.findall(r'data-share="(-?[\d.]+)"', row.group(1))]
+        assert shares == pytest.approx([t["contribution"][j] for t in answer["tokens"]], abs=1e-5)
+        colours = re.findall(r'data-share="(-?[\d.]+)" style="background: rgba\((\d+, \d+, \d+)', row.group(1))
+        assert all((c == "13, 148, 136") == (float(v) >= 0) for v, c in colours), colours
+    teal = count(img, lambda p: near(p, (13, 148, 136), 20))
+    assert teal > 100, f"{teal} teal pixels: the contribution highlight is missing"
+    out = client(server_process, "classify", "--model", "sentiment", "--top-k", "2", "--contributions", text)
+    sums = re.findall(r"contribution to (\w+): margin (-?[\d.]+) = tokens (-?[\d.]+) \+ rest (-?[\d.]+)", out)
+    assert [s[0] for s in sums] == [lab["label"] for lab in answer["labels"]], out
+    for (label, margin, tokens, rest), want in zip(sums, answer["labels"]):
+        assert float(margin) == pytest.approx(want["margin"], abs=1e-4)
+        assert float(tokens) + float(rest) == pytest.approx(float(margin), abs=2e-4)
+    first = answer["tokens"][0]
+    assert "%s(%+.2f)" % (first["text"], first["contribution"][0]) in out, out
+
+
 def test_the_client_prints_a_models_faithfulness_one_line_per_method(server_process):
     out = client(server_process, "models", "--model", "topics")
     lines = out.splitlines()

@@ -155,6 +155,36 @@ def test_a_classification_typed_by_keyboard_shows_what_the_json_route_answers(br
     assert purple > 100, f"{purple} purple pixels: the attention maps are missing"
 
 
+def test_the_contribution_rows_come_first_with_the_json_answers_values_signs_and_card_figure(browser, server_process):
+    """Issue 54: the page leads with each label's contribution row; its tokens' values and signs are the
+    HTTP/JSON answer's (teal for, magenta against), the top row names its card figure, and the margin
+    note adds up."""
+    address = server_process.http_address
+    open_page(browser, address, "sentiment")
+    text = "A gorgeous, moving film, but the plot is dull."
+    assert ask(browser, text) == "answered"
+    no_script_errors(browser)
+    api = answer_of(address, "sentiment", "classify", text, contributions=True, topK=2)["results"][0]
+    kinds = [r.get_attribute("data-kind") for r in browser.find_elements(By.CSS_SELECTOR, "#answer .row.heat")]
+    assert kinds[:2] == ["contribution", "contribution"] and kinds.index("alpha") == 2, kinds
+    rows = browser.find_elements(By.CSS_SELECTOR, '#answer .row[data-kind="contribution"]')
+    assert [r.get_attribute("data-label") for r in rows] == [lab["label"] for lab in api["labels"]]
+    for j, (r, label) in enumerate(zip(rows, api["labels"])):
+        toks = r.find_elements(By.CSS_SELECTOR, ".tok")
+        assert [t.text for t in toks] == [t["text"] for t in api["tokens"]]
+        served = [t["contribution"][j] for t in api["tokens"]]
+        shown = [float(t.get_attribute("data-share")) for t in toks]
+        assert shown == pytest.approx(served, abs=1e-5)
+        for t, v in zip(toks, served):
+            colour = re.search(r"rgba?\((\d+), (\d+), (\d+)", t.get_attribute("style")).groups()
+            assert tuple(map(int, colour)) == ((13, 148, 136) if v >= 0 else (192, 38, 211)), (t.text, v)
+        assert sum(served) + label["contributionRest"] == pytest.approx(label["margin"], abs=1e-4)
+    assert any(v < 0 for t in api["tokens"] for v in t["contribution"][:1]) or \
+        any(v > 0 for t in api["tokens"] for v in t["contribution"][:1])
+    title = rows[0].find_element(By.CSS_SELECTOR, ".row-title").text
+    assert re.match(r"contribution to \w+ \(comprehensiveness 0\.\d{3}, \d+\.\d× α\)$", title), title
+
+
 def test_the_faithfulness_check_deletes_alphas_top_tokens(browser, server_process):
     open_page(browser, server_process.http_address, "sentiment")
     browser.find_element(By.ID, "want-check").click()

@@ -285,6 +285,63 @@ def test_explanations_equal_the_python_model(zoo, api, served, g):
         assert several_sentences >= 2  # TEXTS[3] and TEXTS[4]
 
 
+def margin_of(values, label):
+    """values[..., label] less the mean of the other labels' values (the server's margin)."""
+    c = values.shape[-1]
+    picked = values[..., label]
+    return picked - (values.sum(-1) - picked) / (c - 1)
+
+
+@pytest.mark.parametrize("served", [s for s in SERVED if s.partition(":")[0] in CLASSIFIERS])
+@pytest.mark.parametrize("g", ["qvi", "none"])
+def test_contributions_split_each_returned_labels_margin_as_the_python_model_does(zoo, api, served, g):
+    """options.contributions with top_k 3: for every returned label, each token's share of its margin
+    equals the Python model's contribution output read the same way, the margin equals the Python
+    logits', the rest equals the output layer's bias part, and the shares and the rest sum to the
+    margin (1e-4 relative); HAN's sentence shares likewise. The answer's labels and α are unchanged."""
+    pb, _ = api
+    proc, store, _ = zoo
+    name = model_name(served, g)
+    arch = served.partition(":")[0]
+    plain = call(api, proc, name, TEXTS, pb.OutputOptions(top_k=3, attention=True))
+    resp = call(api, proc, name, TEXTS, pb.OutputOptions(top_k=3, attention=True, contributions=True))
+    module, _, _ = artifact.load(os.path.join(store, name, "1", "model.pt"))
+    bias = module.out.bias.detach()
+    for text, res, before in zip(TEXTS, resp.results, plain.results):
+        out, enc = reference(store, name, text)
+        assert [(ls.label, round(ls.score, 6)) for ls in res.labels] == \
+            [(ls.label, round(ls.score, 6)) for ls in before.labels]
+        assert [t.attention for t in res.tokens] == [t.attention for t in before.tokens]
+        assert len(res.labels) == 3 and len(res.tokens) == len(enc.ids)
+        for j, ls in enumerate(res.labels):
+            y = LABELS.index(ls.label)
+            margin = float(margin_of(out["logits"][0], y))
+            assert ls.HasField("margin") and close(ls.margin, margin), (name, text, ls.label)
+            assert close(ls.contribution_rest, float(margin_of(bias, y))), (name, text, ls.label)
+            shares = margin_of(out["contribution"][0], y)
+            assert all_close([t.contribution[j] for t in res.tokens], shares, (name, text, ls.label))
+            carried = sum(t.contribution[j] for t in res.tokens) + ls.contribution_rest
+            assert abs(carried - ls.margin) <= 1e-4 * max(1.0, abs(ls.margin)), (name, text, ls.label)
+            if arch == "han":
+                sent = margin_of(out["sentence_contribution"][0], y)
+                assert all_close([t.sentence_contribution[j] for t in res.tokens], sent, (name, text))
+            else:
+                assert all(len(t.sentence_contribution) == 0 for t in res.tokens)
+        assert not any(ls.HasField("margin") for ls in before.labels)
+        assert all(len(t.contribution) == 0 for t in before.tokens)
+
+
+def test_a_tagger_refuses_contributions_naming_the_option(zoo, api):
+    import grpc
+    pb, _ = api
+    proc, _, _ = zoo
+    name = model_name("transformer_crf", "qvi")
+    with pytest.raises(grpc.RpcError) as refused:
+        call(api, proc, name, ["Obama went to Berlin"], pb.OutputOptions(contributions=True))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details().startswith(f"options.contributions: model '{name}'"), refused.value.details()
+
+
 @pytest.mark.parametrize("arch", BASELINES)
 def test_a_baseline_without_attention_answers_and_refuses_explanations(zoo, api, arch):
     """Table 1's CNN and LSTM: served with the Python model's label scores; the manifest lists no
@@ -308,6 +365,7 @@ def test_a_baseline_without_attention_answers_and_refuses_explanations(zoo, api,
         assert len(res.tokens) == len(enc.ids) and not any(t.HasField("attention") for t in res.tokens)
     for options, field in ((pb.OutputOptions(attention=True), "options.attention"),
                            (pb.OutputOptions(gates=True), "options.gates"),
+                           (pb.OutputOptions(contributions=True), "options.contributions"),
                            (pb.OutputOptions(layers=pb.LayerOptions(attention_maps=True)), "options.layers")):
         with pytest.raises(grpc.RpcError) as refused:
             call(api, proc, name, ["a good film"], options)

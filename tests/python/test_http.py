@@ -293,6 +293,27 @@ def test_v2_infer_answers_what_classify_answers(http_address):
             pytest.approx([t["attention"] for t in result["tokens"]], abs=1e-6)
 
 
+def test_v2_infer_answers_contributions_as_the_native_route_does(http_address):
+    texts = TEXTS[:2]
+    status, body, _ = http_call(http_address, "POST", "/v2/models/sentiment/infer",
+                                infer_body(texts, contributions=True, top_k=2))
+    assert status == 200, body
+    outputs = {o["name"]: o for o in body["outputs"]}
+    assert list(outputs) == ["label", "probabilities", "token_count", "contribution", "margin", "contribution_rest"]
+    _, native, _ = http_call(http_address, "POST", "/v1/models/sentiment:classify",
+                             {"texts": texts, "options": {"topK": 2, "contributions": True}})
+    n, k, t = outputs["contribution"]["shape"]
+    assert (n, k) == (2, 2) and outputs["contribution"]["datatype"] == "FP32"
+    for row, result in enumerate(native["results"]):
+        for j, label in enumerate(result["labels"]):
+            flat = outputs["contribution"]["data"][(row * k + j) * t:(row * k + j + 1) * t]
+            tokens = result["tokens"]
+            assert flat[:len(tokens)] == pytest.approx([tok["contribution"][j] for tok in tokens], abs=1e-6)
+            assert outputs["margin"]["data"][row * k + j] == pytest.approx(label["margin"], abs=1e-6)
+            assert outputs["contribution_rest"]["data"][row * k + j] == pytest.approx(label["contributionRest"], abs=1e-6)
+            assert sum(flat) + label["contributionRest"] == pytest.approx(label["margin"], abs=1e-4)
+
+
 def test_v2_infer_answers_the_faithfulness_check_as_the_native_route_does(http_address):
     texts = TEXTS[:2]
     status, body, _ = http_call(http_address, "POST", "/v2/models/sentiment/infer",

@@ -230,6 +230,39 @@ def test_the_faithfulness_check_through_modelinfer_equals_the_native_check(oip, 
     assert "parameters.faithfulness_top_k: the check is for classifiers; model 'ner' tags" in r[2]["message"]
 
 
+def test_contributions_through_modelinfer_equal_the_native_answers(oip, api, server):
+    """Issue 54: the switch `contributions` answers three tensors: contribution [N, K, T] (each returned
+    label's tokens' shares, K as `labels` has them), margin and contribution_rest [N, K]; the values
+    are the native API's; a tagger refuses it naming the parameter."""
+    r = oip([{"client": "triton", "rpc": "infer", "model": "sentiment", "texts": TEXTS,
+              "parameters": {"contributions": True, "top_k": 2}},
+             {"client": "triton", "rpc": "infer", "model": "sentiment", "texts": TEXTS,
+              "outputs": [{"name": "labels"}, {"name": "contribution"}, {"name": "margin"}],
+              "parameters": {"contributions": True, "top_k": 2}},
+             {"client": "triton", "rpc": "infer", "model": "ner", "texts": NER_TEXTS[:1],
+              "parameters": {"contributions": True}}])
+    out = value(r[0])["outputs"]
+    assert list(out) == ["label", "probabilities", "token_count", "contribution", "margin", "contribution_rest"]
+    pb, _ = api
+    want = native(api, server, "Classify", TEXTS, top_k=2, contributions=True)
+    t = max(len(w.tokens) for w in want.results)
+    assert out["contribution"]["shape"] == [len(TEXTS), 2, t] and out["margin"]["shape"] == [len(TEXTS), 2]
+    named = value(r[1])["outputs"]
+    for i, w in enumerate(want.results):
+        k = len(w.tokens)
+        assert named["labels"]["data"][i] == [lab.label for lab in w.labels]
+        for j, lab in enumerate(w.labels):
+            row = out["contribution"]["data"][i][j]
+            assert row[:k] == pytest.approx([tok.contribution[j] for tok in w.tokens], abs=TOL)
+            assert row[k:] == [0.0] * (t - k)
+            assert out["margin"]["data"][i][j] == pytest.approx(lab.margin, abs=TOL)
+            assert out["contribution_rest"]["data"][i][j] == pytest.approx(lab.contribution_rest, abs=TOL)
+            assert sum(row) + out["contribution_rest"]["data"][i][j] == pytest.approx(lab.margin, abs=1e-4)
+        assert named["contribution"]["data"][i] == out["contribution"]["data"][i]
+    assert r[2]["code"] == "INVALID_ARGUMENT", r[2]
+    assert "contributions: model 'ner'" in r[2]["message"], r[2]
+
+
 def test_kserve_client_calls_the_server(oip):
     r = oip([{"client": "kserve", "rpc": "live"},
              {"client": "kserve", "rpc": "ready"},

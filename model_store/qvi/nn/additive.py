@@ -30,7 +30,7 @@ class AdditiveAttention(nn.Module):
         g2:        g = q ∗ W v_i            g3: g = q ∗ W v_i + v_i
 
     Because q ∗ W v_i and v_i are summed, the query has the values' dimension D.
-    Returns (output [B,D], α [B,T], β [B,T] or None). β is 0 on padding.
+    Returns (output [B,D], α [B,T], β [B,T] or None, g(q, v_i) [B,T,D]). β is 0 on padding.
     """
 
     g: torch.jit.Final[str]
@@ -88,8 +88,18 @@ class AdditiveAttention(nn.Module):
         bb = beta.unsqueeze(-1)
         return (1.0 - bb) * inter + bb * values, beta
 
-    def forward(self, values: torch.Tensor, mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    def forward(self, values: torch.Tensor,
+                mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], torch.Tensor]:
+        """(output [B,D], α [B,T], β [B,T] or None, and the values α averaged, g(q, v_i) [B,T,D]:
+        what `contributions` splits the output into)."""
         alpha = masked_softmax(self.scores(values), mask, dim=-1)
         gv, beta = self.gated(values, mask)
         out = torch.bmm(alpha.unsqueeze(1), gv).squeeze(1)
-        return out, alpha, beta
+        return out, alpha, beta, gv
+
+def contributions(alpha: torch.Tensor, gv: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Each position's exact share of each output of a linear layer read after the pooling:
+    α_i (W g(q, v_i)) [B,T,C] for W [C,D]. The pooled output is Σ_i α_i g_i, so for every label c
+    Σ_i share[i, c] + b_c is the logit W_c·ô + b_c (in eval mode: dropout between them is off). A
+    label's margin over the mean of the others splits the same way, token by token."""
+    return alpha.unsqueeze(-1) * torch.matmul(gv, weight.t())

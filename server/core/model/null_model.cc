@@ -90,10 +90,10 @@ class NullModel final : public Model {
       } else if (row.kind == OutputKind::kAnswer) {
         out[*o] = torch::zeros(sizes, on);
       } else {
-        // [B, T] values broadcast over the middle dimensions (layers, heads, query tokens).
+        // [B, T] values broadcast over the other dimensions (layers, heads, query tokens, labels).
         std::vector<int64_t> view(sizes.size(), 1);
         view.front() = b;
-        view.back() = t;
+        view[TokenDimension(row.model_shape)] = t;
         const bool attention = row.on == OutputSwitch::kAttention || row.on == OutputSwitch::kLayerAttention;
         out[*o] = (attention ? uniform : half).view(view).expand(sizes);
       }
@@ -103,6 +103,16 @@ class NullModel final : public Model {
   }
 
  private:
+  // Where the last T of a catalogue shape is ("B,L,H,T,T": 4; "B,T,C": 1).
+  static size_t TokenDimension(const char* shape) {
+    const std::vector<absl::string_view> dims = absl::StrSplit(shape, ',');
+    size_t at = dims.size() - 1;
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (dims[d] == "T") at = d;
+    }
+    return at;
+  }
+
   // The sizes of a catalogue shape ("B,L,H,T") for this batch and this model.
   static std::vector<int64_t> Sizes(const char* shape, const Manifest& m, int64_t b, int64_t t) {
     std::vector<int64_t> sizes;

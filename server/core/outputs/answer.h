@@ -27,6 +27,10 @@ struct TokenOutput {
   std::optional<float> sentence_gate;
   std::optional<float> lambda_q;
   std::optional<float> lambda_k;
+  // options.contributions: the token's share of each returned label's margin, in the labels' order
+  // (HAN: and its sentence's share).
+  std::vector<float> contribution;
+  std::vector<float> sentence_contribution;
   std::string tag;
 };
 
@@ -56,7 +60,11 @@ struct FaithfulnessCheckOutput {
 
 struct TextResult {
   std::vector<std::pair<std::string, float>> labels;  // classification, best first
-  std::vector<SpanOutput> spans;                      // tagging
+  // options.contributions, one per label above: its logit margin over the mean of the others, and
+  // the part of it no token carries (margin = Σ tokens' contribution + rest).
+  std::vector<float> margins;
+  std::vector<float> contribution_rest;
+  std::vector<SpanOutput> spans;  // tagging
   std::vector<TokenOutput> tokens;
   bool truncated = false;
   uint32_t num_tokens = 0;

@@ -76,7 +76,8 @@ std::vector<TensorSpec> WireOutputs(const Manifest& m) {
 std::vector<Output> DefaultWireOutputs(const Manifest& m, const OutputSet& asked) {
   // Any per-token output in the answer brings token_count; any per-layer one, layer_index.
   const bool per_token = m.task == Task::kTagging || AnySwitchedBy(asked, OutputSwitch::kTokens) ||
-                         AnySwitchedBy(asked, OutputSwitch::kAttention) || AnySwitchedBy(asked, OutputSwitch::kGates);
+                         AnySwitchedBy(asked, OutputSwitch::kAttention) || AnySwitchedBy(asked, OutputSwitch::kGates) ||
+                         AnySwitchedBy(asked, OutputSwitch::kContributions);
   const bool layers =
       AnySwitchedBy(asked, OutputSwitch::kLayerGates) || AnySwitchedBy(asked, OutputSwitch::kLayerAttention);
   std::vector<Output> out;
@@ -264,6 +265,40 @@ void PerToken(const AnswerView& v, const OutputRow& row, int, TensorWriter& out)
       v, [&](const TokenOutput& t) { out.Float((t.*row.token_field).value_or(0.0f)); }, [&] { out.Float(0.0f); });
 }
 int64_t PerTokenBytes(const AnswerView& v, const OutputRow&, int) { return v.texts * v.max_tokens * 4; }
+
+void PerLabelToken(const AnswerView& v, const OutputRow& row, int, TensorWriter& out) {
+  out.SetShape({v.texts, v.top_k, v.max_tokens});
+  for (const TextResult& r : v.answer.results) {
+    for (int64_t j = 0; j < v.top_k; ++j) {
+      for (int64_t t = 0; t < v.max_tokens; ++t) {
+        const std::vector<float>* values = t < static_cast<int64_t>(r.tokens.size())
+                                               ? &(r.tokens[static_cast<size_t>(t)].*row.label_token_field)
+                                               : nullptr;
+        out.Float(values != nullptr && j < static_cast<int64_t>(values->size()) ? (*values)[static_cast<size_t>(j)]
+                                                                                : 0.0f);
+      }
+    }
+  }
+}
+int64_t PerLabelTokenBytes(const AnswerView& v, const OutputRow&, int) { return v.texts * v.top_k * v.max_tokens * 4; }
+
+namespace {
+void PerLabel(const AnswerView& v, std::vector<float> TextResult::*field, TensorWriter& out) {
+  out.SetShape({v.texts, v.top_k});
+  for (const TextResult& r : v.answer.results) {
+    const std::vector<float>& values = r.*field;
+    for (int64_t j = 0; j < v.top_k; ++j) {
+      out.Float(j < static_cast<int64_t>(values.size()) ? values[static_cast<size_t>(j)] : 0.0f);
+    }
+  }
+}
+}  // namespace
+
+void Margins(const AnswerView& v, const OutputRow&, int, TensorWriter& out) { PerLabel(v, &TextResult::margins, out); }
+void ContributionRests(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
+  PerLabel(v, &TextResult::contribution_rest, out);
+}
+int64_t PerLabelBytes(const AnswerView& v, const OutputRow&, int) { return v.texts * v.top_k * 4; }
 
 void LayerIndex(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
   out.SetShape({v.layer_maps, 2});

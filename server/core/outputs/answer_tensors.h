@@ -106,6 +106,14 @@ void Truncated(const AnswerView& v, const OutputRow& row, int classification, Te
 int64_t PerTextBytes1(const AnswerView& v, const OutputRow& row, int classification);
 void PerToken(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
 int64_t PerTokenBytes(const AnswerView& v, const OutputRow& row, int classification);
+// [N, K, T]: each text's per-label token values (label_token_field) for its K returned labels, 0
+// past a text's tokens or labels.
+void PerLabelToken(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
+int64_t PerLabelTokenBytes(const AnswerView& v, const OutputRow& row, int classification);
+// [N, K]: each returned label's margin, and the part of it no token carries.
+void Margins(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
+void ContributionRests(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
+int64_t PerLabelBytes(const AnswerView& v, const OutputRow& row, int classification);
 void LayerIndex(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
 int64_t LayerIndexBytes(const AnswerView& v, const OutputRow& row, int classification);
 void PerLayer(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);

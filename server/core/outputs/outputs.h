@@ -47,11 +47,17 @@ enum class Output : uint8_t {
   kSentenceGates,      // HAN: the sentence's β
   kLambdaQ,            // context-aware self-attention: λ_Q, averaged over layers and heads
   kLambdaK,            // λ_K
-  kLayerIndex,         // wire: (layer, head) of each per-layer map
-  kLayerGates,         // per layer and head: β of eq. 9
-  kLayerLambdaQ,       // per layer and head: λ_Q
-  kLayerLambdaK,       // per layer and head: λ_K
-  kLayerAttention,     // per layer and head: the self-attention map
+  // options.contributions (classifiers with attention): each token's signed share of each returned
+  // label's logit margin, the exact split of the pooled output the model computes (paper eq. 2/6)
+  kContribution,          // model: [B,T,C] each token's share of each logit; wire: per returned label
+  kSentenceContribution,  // HAN: the share of the token's sentence
+  kMargin,                // wire: each returned label's logit less the mean of the other labels' logits
+  kContributionRest,      // wire: the part of that margin no token carries (the output layer's bias)
+  kLayerIndex,            // wire: (layer, head) of each per-layer map
+  kLayerGates,            // per layer and head: β of eq. 9
+  kLayerLambdaQ,          // per layer and head: λ_Q
+  kLayerLambdaK,          // per layer and head: λ_K
+  kLayerAttention,        // per layer and head: the self-attention map
   // The per-answer faithfulness check (options.faithfulness; OIP's faithfulness_top_k), per text:
   kFaithfulnessLabel,         // wire: the label checked (the answer's best)
   kFaithfulnessScore,         // wire: its probability as answered
@@ -82,6 +88,7 @@ enum class OutputSwitch {
   kAnyLayer,        // in a default OIP answer whenever it has per-layer outputs (layer_index)
   kLayerGates,      // options.layers.gates
   kLayerAttention,  // options.layers.attention_maps
+  kContributions,   // options.contributions
   kFaithfulness,    // options.faithfulness.top_k > 0 (OIP: the int64 parameter faithfulness_top_k)
 };
 inline constexpr size_t kOutputSwitchCount = static_cast<size_t>(OutputSwitch::kFaithfulness) + 1;
@@ -107,17 +114,20 @@ struct OutputRow {
   const char* model_shape;
   bool model_int64;
   // The wire tensor (OIP, gRPC and REST): datatype and symbolic shape (N texts, T the longest text's
-  // tokens, C labels, K asked for, M maps). Null for outputs that never leave the server (logits).
+  // tokens, C labels, K asked for (the labels returned), M maps). Null for outputs that never leave the server
+  // (logits).
   const char* wire_datatype;
   const char* wire_shape;
   // The model output that must be present for this output to exist (an explanation: itself;
-  // layer_index: layer_attention). nullopt: every model of its task has it.
+  // layer_index: layer_attention; margin: contribution). nullopt: every model of its task has it.
   std::optional<Output> requires_output;
   // The answer field it fills: one value per token, or one vector per layer map.
   std::optional<float> TokenOutput::*token_field;
   std::vector<float> LayerMapOutput::*layer_field;
   // The field of the native API's Token or LayerMap that carries it (server/frontend/native/api.cc).
   const char* proto_field;
+  // Or the answer field it fills with one value per token and returned label (the labels' order).
+  std::vector<float> TokenOutput::*label_token_field;
   WriteTensor write;
   TensorBytes bytes;
 };

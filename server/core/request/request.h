@@ -47,7 +47,8 @@ struct OutputOptions {
   bool AsksLayers() const { return Asks(OutputSwitch::kLayerGates) || Asks(OutputSwitch::kLayerAttention); }
   // Whether anything per token is asked for (the answer then keeps its tokens).
   bool AsksPerToken() const {
-    return Asks(OutputSwitch::kTokens) || Asks(OutputSwitch::kAttention) || Asks(OutputSwitch::kGates) || AsksLayers();
+    return Asks(OutputSwitch::kTokens) || Asks(OutputSwitch::kAttention) || Asks(OutputSwitch::kGates) ||
+           Asks(OutputSwitch::kContributions) || AsksLayers();
   }
 };
 

@@ -87,6 +87,13 @@ int64_t LayerMapsPerText(const Manifest& m, const OutputOptions& o) {
                                                                 : layers * heads;
 }
 
+namespace {
+// How many labels a Classify answer carries.
+int64_t ClassifyLabels(const Manifest& m, const OutputOptions& o) {
+  return std::min<int64_t>(std::max(o.top_k, 1), static_cast<int64_t>(m.labels.size()));
+}
+}  // namespace
+
 int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceRequest& r,
                               const InferenceResponse& response) {
   const OutputOptions& o = r.options;
@@ -107,8 +114,10 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
     const int64_t n = static_cast<int64_t>(t.tokens.size());
     bytes += 16;
     if (method == Method::kClassify) {
-      const int64_t labels = std::min<int64_t>(std::max(o.top_k, 1), static_cast<int64_t>(m.labels.size()));
+      const int64_t labels = ClassifyLabels(m, o);
       bytes += labels * static_cast<int64_t>(longest_label + 8);
+      // options.contributions: each label's margin and rest.
+      if (o.Asks(OutputSwitch::kContributions)) bytes += labels * 10;
       // options.faithfulness: the label, two floats and at most top_k indices of up to 5 bytes.
       if (o.faithfulness_top_k > 0) bytes += static_cast<int64_t>(longest_label) + 16 + 5 * o.faithfulness_top_k;
     } else {
@@ -122,6 +131,8 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
         for (OutputSwitch on : {OutputSwitch::kAttention, OutputSwitch::kGates}) {
           if (o.Asks(on)) bytes += 5 * static_cast<int64_t>(SwitchedBy(on).count());
         }
+        // options.contributions: a float per returned label, for the token and for its sentence.
+        if (o.Asks(OutputSwitch::kContributions)) bytes += 2 * (4 + 4 * ClassifyLabels(m, o));
       }
     }
     bytes += maps * (8 + gate_outputs * (4 * n + 4) + (o.Asks(OutputSwitch::kLayerAttention) ? 4 * n * n + 4 : 0));

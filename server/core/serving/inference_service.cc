@@ -35,6 +35,12 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
   if (absl::Status s = CheckSwitch(r, m, OutputSwitch::kGates, "has no gates; it was trained without QVI"); !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckSwitch(r, m, OutputSwitch::kContributions,
+                                   "has no token contributions: classifiers with an attention pooling have them "
+                                   "(Classify), from an export of 2026-11-28 or later");
+      !s.ok()) {
+    return s;
+  }
   if (r.options.faithfulness_top_k > 0) {
     if (method != Method::kClassify) {
       return absl::InvalidArgumentError("options.faithfulness: the check is for Classify; Tag does not take it");
@@ -82,8 +88,8 @@ FaithfulnessCheckOutput CheckOutput(const Manifest& m, const ModelOutputs& outpu
 // The model tensors a request needs: its task's answer and what its switches turn on.
 OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o) {
   OutputSet wanted = AnswerTensors(m.task);
-  for (OutputSwitch on :
-       {OutputSwitch::kAttention, OutputSwitch::kGates, OutputSwitch::kLayerGates, OutputSwitch::kLayerAttention}) {
+  for (OutputSwitch on : {OutputSwitch::kAttention, OutputSwitch::kGates, OutputSwitch::kLayerGates,
+                          OutputSwitch::kLayerAttention, OutputSwitch::kContributions}) {
     if (o.Asks(on)) wanted |= ModelTensors(SwitchedBy(on));
   }
   if (o.faithfulness_top_k > 0) wanted.set(static_cast<size_t>(Output::kAttention));  // the check ranks by α
@@ -280,6 +286,7 @@ void InferenceService::PostProcessRow(Method method, const Manifest& m, const Ou
   }
   if (o.faithfulness_top_k > 0) result.faithfulness = CheckOutput(m, outputs, row);
   FillTokenExplanations(outputs, o, row, result);
+  if (method == Method::kClassify && o.Asks(OutputSwitch::kContributions)) FillContributions(m, outputs, row, result);
   if (o.AsksLayers()) result.layers = LayerMaps(outputs, o, row, static_cast<int64_t>(result.tokens.size()));
   if (method != Method::kTag && !o.AsksPerToken()) result.tokens.clear();
 }

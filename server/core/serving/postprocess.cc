@@ -132,6 +132,60 @@ void FillTokenExplanations(const ModelOutputs& outputs, const OutputOptions& opt
 
 namespace {
 
+// x[y] less the mean of the other values x[i * stride], i < count (x[y] itself for one label).
+float Margin(const float* x, int64_t count, int64_t stride, int64_t y) {
+  if (count <= 1) return x[y * stride];
+  double others = 0;
+  for (int64_t i = 0; i < count; ++i) others += i == y ? 0.0 : x[i * stride];
+  return static_cast<float>(x[y * stride] - others / static_cast<double>(count - 1));
+}
+
+}  // namespace
+
+void FillContributions(const Manifest& manifest, const ModelOutputs& outputs, int64_t row, TextResult& result) {
+  const torch::Tensor logits = OnCpuAs(outputs.at(Output::kLogits), torch::kFloat);
+  CheckDims(logits, 2, "logits");
+  CheckRow(logits, row, 0, "logits");
+  const int64_t c = logits.size(1);
+  std::vector<int64_t> labels;
+  for (const auto& [label, score] : result.labels) {
+    const auto at = std::find(manifest.labels.begin(), manifest.labels.end(), label);
+    if (at == manifest.labels.end() || at - manifest.labels.begin() >= c) {
+      throw std::out_of_range("label '" + label + "' has no logit");
+    }
+    labels.push_back(at - manifest.labels.begin());
+  }
+  const float* logit = logits.data_ptr<float>() + row * logits.stride(0);
+  result.margins.clear();
+  for (int64_t y : labels) result.margins.push_back(Margin(logit, c, logits.stride(1), y));
+  const int64_t n = static_cast<int64_t>(result.tokens.size());
+  for (Output output : {Output::kContribution, Output::kSentenceContribution}) {
+    if (!outputs.has(output)) continue;
+    const torch::Tensor all = OnCpuAs(outputs.at(output), torch::kFloat);
+    CheckDims(all, 3, "contributions");
+    CheckRow(all, row, n, "contributions");
+    if (all.size(2) != c) throw std::invalid_argument("contributions have a different number of labels than logits");
+    const float* v = all.data_ptr<float>() + row * all.stride(0);
+    std::vector<float> TokenOutput::*field = Row(output).label_token_field;
+    std::vector<double> carried(labels.size(), 0.0);
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<float>& shares = result.tokens[static_cast<size_t>(t)].*field;
+      shares.clear();
+      for (size_t j = 0; j < labels.size(); ++j) {
+        shares.push_back(Margin(v + t * all.stride(1), c, all.stride(2), labels[j]));
+        carried[j] += shares.back();
+      }
+    }
+    if (output != Output::kContribution) continue;
+    result.contribution_rest.clear();
+    for (size_t j = 0; j < labels.size(); ++j) {
+      result.contribution_rest.push_back(static_cast<float>(result.margins[j] - carried[j]));
+    }
+  }
+}
+
+namespace {
+
 std::vector<int64_t> Indices(const std::vector<int>& chosen, int64_t count) {
   std::vector<int64_t> out;
   if (chosen.empty()) {

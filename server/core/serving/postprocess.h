@@ -34,6 +34,11 @@ void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const to
 
 // Fills the per-token explanations asked for from the [B,T] outputs present in `outputs`.
 void FillTokenExplanations(const ModelOutputs& outputs, const OutputOptions& options, int64_t row, TextResult& result);
+// options.contributions of a classifier's row whose labels are set: for each returned label y, its
+// logit margin m_y = logit_y − mean of the other labels' logits, each token's share of it from the
+// model's contribution output (share_y − mean of the others' shares; HAN: and its sentence's), and
+// what no token carries, m_y − Σ shares (the output layer's bias, for the zoo's models).
+void FillContributions(const Manifest& manifest, const ModelOutputs& outputs, int64_t row, TextResult& result);
 
 // Per-layer maps of row `row` for its first `n` tokens: the per-layer outputs `options` asks for,
 // selected and reduced as it says.

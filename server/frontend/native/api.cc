@@ -22,6 +22,14 @@ constexpr TokenField kTokenFields[] = {
     {Output::kGates, &v1::Token::set_gate},          {Output::kSentenceGates, &v1::Token::set_sentence_gate},
     {Output::kLambdaQ, &v1::Token::set_lambda_q},    {Output::kLambdaK, &v1::Token::set_lambda_k},
 };
+struct LabelTokenField {
+  Output output;
+  google::protobuf::RepeatedField<float>* (v1::Token::*mutable_field)();
+};
+constexpr LabelTokenField kLabelTokenFields[] = {
+    {Output::kContribution, &v1::Token::mutable_contribution},
+    {Output::kSentenceContribution, &v1::Token::mutable_sentence_contribution},
+};
 struct LayerField {
   Output output;
   google::protobuf::RepeatedField<float>* (v1::LayerMap::*mutable_field)();
@@ -46,6 +54,10 @@ void TokensToProto(const std::vector<TokenOutput>& tokens, google::protobuf::Rep
     p->set_id(static_cast<int32_t>(t.id));
     for (const TokenField& f : kTokenFields) {
       if (const std::optional<float>& v = t.*(Row(f.output).token_field)) (p->*f.set)(*v);
+    }
+    for (const LabelTokenField& f : kLabelTokenFields) {
+      const std::vector<float>& values = t.*(Row(f.output).label_token_field);
+      (p->*f.mutable_field)()->Add(values.begin(), values.end());
     }
     if (!t.tag.empty()) p->set_tag(t.tag);
   }
@@ -102,6 +114,7 @@ void SetFaithfulness(const std::optional<FaithfulnessCard>& card, v1::Faithfulne
 std::vector<Output> OutputsWithProtoFields() {
   std::vector<Output> out;
   for (const TokenField& f : kTokenFields) out.push_back(f.output);
+  for (const LabelTokenField& f : kLabelTokenFields) out.push_back(f.output);
   for (const LayerField& f : kLayerFields) out.push_back(f.output);
   return out;
 }
@@ -112,10 +125,12 @@ void ToProto(const InferenceResponse& in, v1::ClassifyResponse* out) {
   out->set_request_id(in.request_id);
   for (const TextResult& r : in.results) {
     v1::Classification* c = out->add_results();
-    for (const auto& [label, score] : r.labels) {
+    for (size_t j = 0; j < r.labels.size(); ++j) {
       v1::LabelScore* l = c->add_labels();
-      l->set_label(label);
-      l->set_score(score);
+      l->set_label(r.labels[j].first);
+      l->set_score(r.labels[j].second);
+      if (j < r.margins.size()) l->set_margin(r.margins[j]);
+      if (j < r.contribution_rest.size()) l->set_contribution_rest(r.contribution_rest[j]);
     }
     TokensToProto(r.tokens, c->mutable_tokens());
     c->set_truncated(r.truncated);

@@ -13,11 +13,10 @@ InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::R
   o.top_k = options.top_k();
   const v1::LayerOptions& l = options.layers();
   // The API's switches, each turning on the outputs the catalogue gives it (outputs.h).
-  const std::pair<bool, OutputSwitch> switches[] = {{options.attention(), OutputSwitch::kAttention},
-                                                    {options.gates(), OutputSwitch::kGates},
-                                                    {options.tokens(), OutputSwitch::kTokens},
-                                                    {l.gates(), OutputSwitch::kLayerGates},
-                                                    {l.attention_maps(), OutputSwitch::kLayerAttention}};
+  const std::pair<bool, OutputSwitch> switches[] = {
+      {options.attention(), OutputSwitch::kAttention},     {options.gates(), OutputSwitch::kGates},
+      {options.tokens(), OutputSwitch::kTokens},           {l.gates(), OutputSwitch::kLayerGates},
+      {l.attention_maps(), OutputSwitch::kLayerAttention}, {options.contributions(), OutputSwitch::kContributions}};
   for (const auto& [on, which] : switches) {
     if (on) o.Ask(which);
   }

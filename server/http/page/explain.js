@@ -11,6 +11,7 @@
   var $ = function (id) { return document.getElementById(id); };
   var models = {};  // 'name@version' -> {name, version, md}
   var RED = '220, 38, 38', BLUE = '37, 99, 235', GREEN = '22, 163, 74', PURPLE = '124, 58, 237';
+  var TEAL = '13, 148, 136', MAGENTA = '192, 38, 211';
 
   function scriptError(message) {
     $('errors').textContent += message + '\n';
@@ -117,8 +118,9 @@
     if (!m) return;
     var md = m.md;
     var gates = hasOutput(md, /gate|lambda/), layers = md.layers > 0 && hasOutput(md, /^layer_/);
-    var classify = md.task === 'classification';
-    [['want-gates', gates], ['want-layers', layers], ['heads', layers], ['want-check', classify]].forEach(
+    var classify = md.task === 'classification', contributions = hasOutput(md, /^contribution$/);
+    [['want-gates', gates], ['want-layers', layers], ['heads', layers], ['want-check', classify],
+      ['want-contributions', contributions]].forEach(
       function (x) {
         $(x[0]).disabled = !x[1];
         $(x[0]).parentElement.classList.toggle('off', !x[1]);
@@ -158,6 +160,7 @@
     if (t.gate !== undefined) info += '  β=' + fixed(t.gate, 4);
     if (t.lambdaQ !== undefined) info += '  λq=' + fixed(t.lambdaQ, 4) + ' λk=' + fixed(t.lambdaK, 4);
     if (t.sentenceAttention !== undefined) info += '  sentence α=' + fixed(t.sentenceAttention, 4);
+    if (t.contribution && t.contribution.length) info += '  contribution=' + fixed(t.contribution[0], 4);
     return info;
   }
 
@@ -181,6 +184,49 @@
       [el('span', {className: 'row-title'}, title), toks]);
     roving(toks, Array.prototype.slice.call(toks.children), 0);
     return row;
+  }
+
+  // The card's figure for a method ("comprehensiveness 0.396, 2.6× α"), or '' when it has none.
+  function figure(md, method) {
+    var f = md.faithfulness, methods = (f && f.measured && f.methods) || [], alpha, found;
+    methods.forEach(function (m) {
+      if (m.method === 'alpha') alpha = m.comprehensiveness.mean;
+      if (m.method === method) found = m.comprehensiveness.mean;
+    });
+    if (found === undefined) return '';
+    return 'comprehensiveness ' + fixed(found, 3) + (alpha > 0 && method !== 'alpha' ? ', ' + fixed(found / alpha, 1) +
+        '× α' : '');
+  }
+
+  // options.contributions: per returned label, each token's signed share of the label's margin; teal
+  // for, magenta against, scaled to the row's largest share. First on the page: the card measures it as
+  // the most faithful of the served explanations (its "α·g" row is the best label's contribution).
+  function contributionRows(md, r) {
+    var tokens = r.tokens || [], rows = [];
+    (r.labels || []).forEach(function (l, j) {
+      if (l.margin === undefined) return;
+      var shares = tokens.map(function (t) { return (t.contribution || [])[j] || 0; });
+      var largest = Math.max.apply(null, [1e-12].concat(shares.map(Math.abs)));
+      var title = 'contribution to ' + l.label, fig = j === 0 ? figure(md, 'alpha_value') : '';
+      var toks = el('span', {className: 'toks', dir: 'auto'}, tokens.map(function (t, i) {
+        var v = shares[i], info = title + ' ' + (v >= 0 ? '+' : '') + fixed(v, 4) + ' · ' + tokenInfo(t);
+        var e = tok(t, v, Math.abs(v) / largest, v >= 0 ? TEAL : MAGENTA, info);
+        e.setAttribute('data-share', fixed(v, 6));
+        return e;
+      }));
+      var row = el('div', {className: 'row heat contribution', 'data-kind': 'contribution', 'data-label': l.label,
+        role: 'group', 'aria-label': title}, [el('span', {className: 'row-title'}, title + (fig ? ' (' + fig + ')' : '')),
+        toks, el('span', {className: 'note'}, ' margin ' + fixed(l.margin, 3) + ' = tokens + rest ' +
+          fixed(l.contributionRest || 0, 3))]);
+      roving(toks, Array.prototype.slice.call(toks.children), 0);
+      rows.push(row);
+    });
+    if (rows.length) {
+      rows.push(el('p', {className: 'note'}, 'Contribution: each token\'s exact, signed share of the label\'s logit ' +
+          'margin over the other labels (teal for the label, magenta against it), from the same forward pass; the ' +
+          'tokens\' shares and the rest (the output layer\'s bias) add up to the margin.'));
+    }
+    return rows;
   }
 
   function heatmaps(tokens) {
@@ -309,6 +355,7 @@
     }
     if (r.truncated) parts.push(el('p', {className: 'note'}, 'Truncated: the model read the first ' +
         (r.tokens || []).length + ' tokens of ' + r.numTokens + '.'));
+    if (m.md.task === 'classification') parts = parts.concat(contributionRows(m.md, r));
     parts = parts.concat(heatmaps(r.tokens || []), layerMaps(r.tokens || [], r.layers || []));
     out.textContent = '';
     parts.forEach(function (p) { if (p) out.appendChild(p); });
@@ -322,6 +369,7 @@
       options.layers = {attentionMaps: true, gates: hasOutput(md, /^layer_(gates|lambda)/), reduction: $('heads').value};
     }
     if (!$('want-check').disabled && $('want-check').checked) options.faithfulness = {topK: 3};
+    if (!$('want-contributions').disabled && $('want-contributions').checked) options.contributions = true;
     return {texts: [text], options: options};
   }
 

@@ -207,9 +207,10 @@ TEST(OipConvertTest, ParametersSetTheOptionsAndAreChecked) {
   EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.timeout: 0 µs is not positive");
   b = Request({"a"});
   (*b.mutable_parameters())["priority"].set_int64_param(1);
-  EXPECT_EQ(Error(FromModelInfer(b, Classifier())),
-            "parameters.priority: not a parameter of ModelInfer (attention, faithfulness_top_k, gates, heads, "
-            "layer_attention, layer_gates, layers, reduction, timeout, tokens, top_k, truncation)");
+  EXPECT_EQ(
+      Error(FromModelInfer(b, Classifier())),
+      "parameters.priority: not a parameter of ModelInfer (attention, contributions, faithfulness_top_k, gates, heads, "
+      "layer_attention, layer_gates, layers, reduction, timeout, tokens, top_k, truncation)");
 }
 
 // Every switch of the catalogue is a ModelInfer parameter, derived from the table (a row with a new

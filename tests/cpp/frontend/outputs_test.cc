@@ -36,11 +36,11 @@ TEST(OutputCatalogueTest, RowsFollowTheEnumAndNamesAreUnique) {
 TEST(OutputCatalogueTest, EveryAnswerFieldHasItsNativeApiField) {
   const std::vector<Output> bound = OutputsWithProtoFields();
   for (const OutputRow& row : OutputCatalogue()) {
-    const bool has_field = row.token_field != nullptr || row.layer_field != nullptr;
+    const bool has_field = row.token_field != nullptr || row.layer_field != nullptr || row.label_token_field != nullptr;
     EXPECT_EQ(has_field, row.proto_field != nullptr) << row.name;
     if (!has_field) continue;
     const google::protobuf::Descriptor* message =
-        row.token_field != nullptr ? serving::v1::Token::descriptor() : serving::v1::LayerMap::descriptor();
+        row.layer_field == nullptr ? serving::v1::Token::descriptor() : serving::v1::LayerMap::descriptor();
     EXPECT_NE(message->FindFieldByName(row.proto_field), nullptr) << row.name << " -> " << row.proto_field;
     EXPECT_NE(std::find(bound.begin(), bound.end(), row.id), bound.end())
         << row.name << " has an answer field but server/frontend/native/api.cc does not copy it into the native API";
@@ -81,7 +81,7 @@ TEST(OutputCatalogueTest, SwitchesTurnOnTheirOutputsAndNothingElse) {
   EXPECT_EQ(SwitchedBy(OutputSwitch::kGates),
             OutputsOf({Output::kGates, Output::kSentenceGates, Output::kLambdaQ, Output::kLambdaK}));
   for (OutputSwitch on : {OutputSwitch::kTokens, OutputSwitch::kAttention, OutputSwitch::kGates,
-                          OutputSwitch::kLayerGates, OutputSwitch::kLayerAttention}) {
+                          OutputSwitch::kLayerGates, OutputSwitch::kLayerAttention, OutputSwitch::kContributions}) {
     EXPECT_EQ(SwitchParameter(NamesOf(on).parameter), on);
     EXPECT_NE(std::string(NamesOf(on).option).find("options."), std::string::npos);
   }
@@ -121,6 +121,21 @@ TEST(OutputCatalogueTest, WireOutputsAndDefaultsFollowTheModelAndTheSwitches) {
                                  Output::kFaithfulnessRemoved}));
   m.outputs = {{"logits", {"B", "C"}}};
   EXPECT_FALSE(HasWireOutput(m, Output::kFaithfulnessLabel));
+  // Contributions: a model with them has the per-label tensors (HAN also its sentences'), a default
+  // answer carries them when asked, with token_count; a tagger never has them.
+  m.outputs = {{"logits", {"B", "C"}}, {"attention", {"B", "T"}}, {"contribution", {"B", "T", "C"}}};
+  EXPECT_TRUE(HasWireOutput(m, Output::kContribution));
+  EXPECT_TRUE(HasWireOutput(m, Output::kMargin));
+  EXPECT_FALSE(HasWireOutput(m, Output::kSentenceContribution));
+  EXPECT_EQ(DefaultWireOutputs(m, SwitchedBy(OutputSwitch::kContributions)),
+            (std::vector<Output>{Output::kLabel, Output::kProbabilities, Output::kTokenCount, Output::kContribution,
+                                 Output::kMargin, Output::kContributionRest}));
+  EXPECT_EQ(OutputsOfModel(m), OutputsOf({Output::kLogits, Output::kAttention, Output::kContribution}));
+  OutputOptions contributions;
+  contributions.Ask(OutputSwitch::kContributions);
+  EXPECT_TRUE(contributions.AsksPerToken());
+  m.task = Task::kTagging;
+  EXPECT_FALSE(HasWireOutput(m, Output::kContribution));
 }
 
 // qvi-client's lists of the outputs each option turns on (client/output_names.h): the client does not
@@ -138,6 +153,7 @@ TEST(OutputCatalogueTest, TheClientsOptionListsAreTheCatalogues) {
   EXPECT_EQ(set_of(client::kGateOutputs), names(OutputSwitch::kGates));
   EXPECT_EQ(set_of(client::kLayerGateOutputs), names(OutputSwitch::kLayerGates));
   EXPECT_EQ(set_of(client::kLayerAttentionOutputs), names(OutputSwitch::kLayerAttention));
+  EXPECT_EQ(set_of(client::kContributionOutputs), names(OutputSwitch::kContributions));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -84,6 +85,55 @@ TEST(DecodeTaggingTest, ReadsAnyLayoutAndRefusesRowsTheBatchLacks) {
   EXPECT_EQ(result_of(tags, emissions, 1).spans[0].text, "ab");
   EXPECT_THROW(result_of(tags, emissions, 2), std::out_of_range);
   EXPECT_THROW(result_of(tags.slice(1, 0, 3), emissions, 0), std::out_of_range);  // 4 tokens, 3 tags
+}
+
+// options.contributions: each returned label's margin over the mean of the others, each token's share
+// of it read from a [B,T,C] contribution output through its strides (a transposed batch here), and
+// the rest; a batch whose contributions disagree with the logits is refused.
+TEST(FillContributionsTest, SplitsEachReturnedLabelsMarginOverTheTokens) {
+  Manifest m;
+  m.labels = {"neg", "neu", "pos"};
+  torch::manual_seed(5);
+  const torch::Tensor share = torch::randn({2, 4, 3});
+  const torch::Tensor bias = torch::tensor({0.5f, -0.25f, 0.125f});
+  torch::Tensor mask = torch::ones({2, 4});
+  mask[1].slice(0, 3).zero_();  // text 1 has 3 tokens
+  const torch::Tensor contribution = (share * mask.unsqueeze(-1)).transpose(0, 1).contiguous().transpose(0, 1);
+  ModelOutputs outputs;
+  outputs[Output::kLogits] = contribution.sum(1) + bias;
+  outputs[Output::kContribution] = contribution;
+  auto margin = [](const torch::Tensor& v, int64_t y) {  // v[..., C]
+    return (v.select(-1, y) - (v.sum(-1) - v.select(-1, y)) / 2).item<float>();
+  };
+  TextResult result;
+  result.tokens.resize(3);
+  result.labels = TopK(SoftmaxRow(outputs.at(Output::kLogits), 1), m.labels, 2);
+  FillContributions(m, outputs, 1, result);
+  ASSERT_EQ(result.margins.size(), 2u);
+  ASSERT_EQ(result.contribution_rest.size(), 2u);
+  for (size_t j = 0; j < 2; ++j) {
+    const int64_t y = std::find(m.labels.begin(), m.labels.end(), result.labels[j].first) - m.labels.begin();
+    EXPECT_NEAR(result.margins[j], margin(outputs.at(Output::kLogits)[1], y), 1e-5);
+    EXPECT_NEAR(result.contribution_rest[j], margin(bias, y), 1e-5);
+    float carried = 0;
+    for (int64_t t = 0; t < 3; ++t) {
+      ASSERT_EQ(result.tokens[t].contribution.size(), 2u);
+      EXPECT_NEAR(result.tokens[t].contribution[j], margin(contribution[1][t], y), 1e-6);
+      carried += result.tokens[t].contribution[j];
+    }
+    EXPECT_NEAR(carried + result.contribution_rest[j], result.margins[j], 1e-5);
+    EXPECT_TRUE(result.tokens[0].sentence_contribution.empty());
+  }
+  // The best label argues for itself: its margin is positive.
+  EXPECT_GT(result.margins[0], 0);
+  ModelOutputs wrong = outputs;
+  wrong[Output::kContribution] = torch::zeros({2, 4, 2});
+  EXPECT_THROW(FillContributions(m, wrong, 1, result), std::invalid_argument);
+  wrong[Output::kContribution] = torch::zeros({2, 2, 3});  // fewer positions than the text's tokens
+  EXPECT_THROW(FillContributions(m, wrong, 1, result), std::out_of_range);
+  TextResult unknown = result;
+  unknown.labels = {{"other", 1.0f}};
+  EXPECT_THROW(FillContributions(m, outputs, 1, unknown), std::out_of_range);
 }
 
 }  // namespace
