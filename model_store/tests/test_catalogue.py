@@ -8,7 +8,7 @@ import re
 from conftest import REPO
 from qvi import models
 
-ROW = re.compile(r'\{Output::k\w+, "(?P<name>\w+)", K::\w+, S::\w+, F::\w+, (?:"(?P<shape>[A-Z,]+)"|nullptr)')
+ROW = re.compile(r'\{Output::k\w+,\s+"(?P<name>\w+)",\s+K::\w+,\s+S::\w+,\s+F::\w+,\s+(?:"(?P<shape>[A-Z,]+)"|nullptr)')
 
 
 def catalogue_shapes():
