@@ -380,10 +380,11 @@ absl::StatusOr<LaunchedForward> Model::Launch(const torch::Tensor& ids, const to
       out.head_index = selection.mean_heads ? torch::tensor(std::vector<int64_t>{-1}, torch::kLong) : pick->heads;
     }
     // On the CPU (the tests' emulated graphs) nothing was copied: the answer must not be the graph's
-    // buffer, which the next replay overwrites; cloned here, and the slot let go.
+    // buffer, which the next replay overwrites; cloned here, then the slot let go (not before: another
+    // thread may replay into the buffer as soon as it is free).
     if (slot != nullptr && !device_.is_cuda()) {
-      launched.Settle();
       out.ForEach([](Output, torch::Tensor& t) { t = t.clone(); });
+      launched.Settle();
     }
     launched.outputs_ = std::move(out);
   } catch (const std::exception& e) {
