@@ -62,4 +62,13 @@ std::string MethodFigure(const serving::v1::Faithfulness& f, const std::string& 
   return "";
 }
 
+std::vector<float> LabelOcclusion(const serving::v1::Classification& r, int label) {
+  std::vector<float> drops;
+  for (const auto& t : r.tokens()) {
+    if (label >= t.occlusion_size()) return {};
+    drops.push_back(t.occlusion(label));
+  }
+  return drops;
+}
+
 }  // namespace qvi::client

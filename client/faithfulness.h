@@ -24,6 +24,10 @@ std::vector<std::string> FaithfulnessLines(const serving::v1::Faithfulness& f);
 // the card has no figure for it.
 std::string MethodFigure(const serving::v1::Faithfulness& f, const std::string& method);
 
+// options.occlusion of a classifier's answer: returned label `label`'s drop per token; empty when the
+// answer has none (not asked for, or a text of one token).
+std::vector<float> LabelOcclusion(const serving::v1::Classification& r, int label);
+
 }  // namespace qvi::client
 
 #endif  // QVI_CLIENT_FAITHFULNESS_H_

@@ -27,10 +27,15 @@
 #include "client/faithfulness.h"
 #include "client/html_report.h"
 #include "client/output_names.h"
+#include "client/terminal.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "qvi/serving/v1/inference.grpc.pb.h"
 
 namespace v1 = qvi::serving::v1;
+using qvi::client::PrintContributions;
+using qvi::client::PrintEntityOcclusion;
+using qvi::client::PrintOcclusion;
+using qvi::client::PrintTokens;
 
 namespace {
 
@@ -56,6 +61,7 @@ struct Explain {
   std::string html;            // write an HTML report here
   int faithfulness_top_k = 0;  // Classify: options.faithfulness.top_k
   bool contributions = false;  // Classify: options.contributions
+  bool occlusion = false;      // options.occlusion
 };
 
 bool UseColor(const Common& c) {
@@ -84,87 +90,12 @@ void SetDeadline(grpc::ClientContext& ctx, const Common& c) {
                    std::chrono::milliseconds(static_cast<int64_t>(c.timeout * 1000)));
 }
 
-// A token on a background whose intensity follows its weight (0..1): a 6-step ramp of the
-// 256-colour palette from white to red (α) or to blue (β).
-std::string Shade(const std::string& text, float weight, bool beta, bool color) {
-  if (!color) return text;
-  static const int kRed[] = {231, 224, 217, 210, 203, 196};
-  static const int kBlue[] = {231, 195, 153, 111, 69, 27};
-  const int step = std::clamp(static_cast<int>(weight * 5.0f + 0.5f), 0, 5);
-  const int bg = beta ? kBlue[step] : kRed[step];
-  return "\033[48;5;" + std::to_string(bg) + (step >= 4 ? "m\033[97m" : "m\033[30m") + text + "\033[0m";
-}
-
-// A token on a background of two colours for a signed share (-1..1 of the text's largest): green
-// for a token that argues for the label, magenta for one that argues against it.
-std::string ShadeSigned(const std::string& text, float share, bool color) {
-  if (!color) return text;
-  static const int kFor[] = {231, 194, 157, 120, 77, 28};
-  static const int kAgainst[] = {231, 225, 219, 213, 170, 127};
-  const int step = std::clamp(static_cast<int>(std::abs(share) * 5.0f + 0.5f), 0, 5);
-  const int bg = share >= 0 ? kFor[step] : kAgainst[step];
-  return "\033[48;5;" + std::to_string(bg) + (step >= 4 ? "m\033[97m" : "m\033[30m") + text + "\033[0m";
-}
-
-// options.contributions: for each returned label, its tokens' shares of its margin as a heat-map
-// with sign (colour) or as signed numbers after each token (no colour), and how the margin adds up.
-void PrintContributions(const v1::Classification& r, bool color) {
-  for (int j = 0; j < r.labels_size(); ++j) {
-    const v1::LabelScore& l = r.labels(j);
-    if (!l.has_margin()) continue;
-    float largest = 1e-9f, carried = 0;
-    for (const auto& t : r.tokens()) {
-      if (j >= t.contribution_size()) continue;
-      largest = std::max(largest, std::abs(t.contribution(j)));
-      carried += t.contribution(j);
-    }
-    std::string line;
-    for (const auto& t : r.tokens()) {
-      const float share = j < t.contribution_size() ? t.contribution(j) : 0.0f;
-      char number[32];
-      std::snprintf(number, sizeof number, "(%+.2f)", share);
-      line += (color ? ShadeSigned(t.text(), share / largest, true) : t.text() + number) + " ";
-    }
-    std::printf("  contribution to %s: margin %.4f = tokens %.4f + rest %.4f\n", l.label().c_str(), l.margin(), carried,
-                l.contribution_rest());
-    std::cout << "    " << line << "\n";
-  }
-}
-
-void PrintTokens(const google::protobuf::RepeatedPtrField<v1::Token>& tokens, bool color) {
-  float max_a = 1e-9f;
-  bool any_a = false, any_b = false;
-  for (const auto& t : tokens) {
-    if (t.has_attention()) max_a = std::max(max_a, t.attention());
-    any_a = any_a || t.has_attention();
-    any_b = any_b || t.has_gate();
-  }
-  if (color && any_a) {  // α scaled to the text's largest weight, β as it is
-    std::string line;
-    for (const auto& t : tokens) line += Shade(t.text(), t.attention() / max_a, false, true) + " ";
-    std::cout << "  α " << line << "\n";
-  }
-  if (color && any_b) {
-    std::string line;
-    for (const auto& t : tokens) line += Shade(t.text(), t.gate(), true, true) + " ";
-    std::cout << "  β " << line << "\n";
-  }
-  for (const auto& t : tokens) {
-    std::printf("    %-18s [%u,%u)", t.text().c_str(), t.start(), t.end());
-    if (!t.tag().empty()) std::printf("  %-14s", t.tag().c_str());
-    if (t.has_attention()) std::printf("  α=%.4f", t.attention());
-    if (t.has_gate()) std::printf("  β=%.4f", t.gate());
-    if (t.has_lambda_q()) std::printf("  λq=%.4f λk=%.4f", t.lambda_q(), t.lambda_k());
-    if (t.contribution_size() > 0) std::printf("  contribution=%+.4f", t.contribution(0));
-    std::printf("\n");
-  }
-}
-
 void Fill(v1::OutputOptions* o, const Explain& e) {
   o->set_top_k(e.top_k);
   o->set_attention(e.attention);
   o->set_gates(e.gates);
   o->set_contributions(e.contributions);
+  o->set_occlusion(e.occlusion);
   o->set_tokens(e.tokens || e.faithfulness_top_k > 0);  // the check names the tokens it deleted
   if (e.error_on_truncation) o->set_truncation(v1::TRUNCATION_POLICY_ERROR);
   if (e.faithfulness_top_k > 0) o->mutable_faithfulness()->set_top_k(e.faithfulness_top_k);
@@ -220,6 +151,7 @@ bool PrepareReport(v1::Inference::Stub& stub, const Common& c, Explain& e, v1::M
   e.attention = e.attention || has_any(qvi::client::kAttentionOutputs);
   e.gates = e.gates || has_any(qvi::client::kGateOutputs);
   e.contributions = e.contributions || has_any(qvi::client::kContributionOutputs);
+  e.occlusion = true;  // every model: n + 1 forwards per text, worth it for a report a person reads
   if (model.metadata().layers() > 0 && !e.layer_gates && !e.attention_maps) {
     e.attention_maps = has_any(qvi::client::kLayerAttentionOutputs);
     e.layer_gates = has_any(qvi::client::kLayerGateOutputs);
@@ -286,6 +218,7 @@ int Classify(v1::Inference::Stub& stub, const Common& c, Explain e, const std::v
                   f.removed_size(), removed.c_str());
     }
     if (r.tokens_size() > 0) PrintContributions(r, color);
+    if (r.tokens_size() > 0) PrintOcclusion(r, color);
     if (r.tokens_size() > 0) PrintTokens(r.tokens(), color);
   }
   std::cout << "(" << resp.model().name() << "@" << resp.model().version() << ")\n";
@@ -312,6 +245,7 @@ int Tag(v1::Inference::Stub& stub, const Common& c, Explain e, const std::vector
       std::printf("  %-14s %-30s [%u,%u) score %.3f\n", sp.label().c_str(), sp.text().c_str(), sp.start(), sp.end(),
                   sp.score());
     }
+    PrintEntityOcclusion(r, color);
     if (e.attention || e.gates || e.tokens) PrintTokens(r.tokens(), color);
   }
   std::cout << "(" << resp.model().name() << "@" << resp.model().version() << ")\n";
@@ -421,6 +355,9 @@ int main(int argc, char** argv) {
     sub->add_flag("--contributions", explain.contributions,
                   "Classify: each token's signed share of each returned label's margin (the most faithful "
                   "explanation served)");
+    sub->add_flag("--occlusion", explain.occlusion,
+                  "leave-one-out: how much the answer (each returned label; each entity) drops without each token "
+                  "(n more rows per text of n tokens)");
     sub->add_flag("--tokens", explain.tokens, "list the tokens");
     sub->add_flag("--error-on-truncation", explain.error_on_truncation, "fail instead of truncating long texts");
     sub->add_option("--faithfulness-top-k", explain.faithfulness_top_k,

@@ -73,6 +73,7 @@ struct Options {
   bool attention = false, gates = false;
   int faithfulness_top_k = 0;  // Classify: options.faithfulness.top_k
   bool contributions = false;  // Classify: options.contributions
+  bool occlusion = false;      // options.occlusion: each text again without each of its tokens
   int channels = 4;            // connections: one HTTP/2 connection serialises its streams' frames
   int threads = 2;             // completion-queue threads that take answers and send the next calls
   std::string metrics;
@@ -130,8 +131,10 @@ class GrpcTarget {
       c.mutable_options()->set_gates(o.gates);
       if (o.faithfulness_top_k > 0) c.mutable_options()->mutable_faithfulness()->set_top_k(o.faithfulness_top_k);
       c.mutable_options()->set_contributions(o.contributions);
+      c.mutable_options()->set_occlusion(o.occlusion);
       t.mutable_options()->set_attention(o.attention);
       t.mutable_options()->set_gates(o.gates);
+      t.mutable_options()->set_occlusion(o.occlusion);
       classify_.push_back(std::move(c));
       tag_.push_back(std::move(t));
       // The same texts as one ModelInfer call: a BYTES tensor [N] in raw contents (4-byte length, bytes).
@@ -151,6 +154,7 @@ class GrpcTarget {
       if (o.attention) (*m.mutable_parameters())["attention"].set_bool_param(true);
       if (o.gates) (*m.mutable_parameters())["gates"].set_bool_param(true);
       if (o.contributions) (*m.mutable_parameters())["contributions"].set_bool_param(true);
+      if (o.occlusion) (*m.mutable_parameters())["occlusion"].set_bool_param(true);
       infer_.push_back(std::move(m));
     }
     for (int i = 0; i < o.threads; ++i) {
@@ -290,6 +294,7 @@ Step ClosedLoopHttp(const Options& o, const std::vector<std::string>& texts, int
   if (o.http_body == "json") {
     nlohmann::json options = {{"attention", o.attention}, {"gates", o.gates}};
     if (o.contributions) options["contributions"] = true;
+    if (o.occlusion) options["occlusion"] = true;
     for (const std::string& t : texts) bodies.push_back(nlohmann::json{{"texts", {t}}, {"options", options}}.dump());
   }
   const std::vector<std::string>& sent_bodies = bodies.empty() ? texts : bodies;
@@ -347,6 +352,7 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_flag("--attention", o.attention, "ask for α");
   app.add_flag("--gates", o.gates, "ask for β");
   app.add_flag("--contributions", o.contributions, "Classify: ask for each token's contribution to the label");
+  app.add_flag("--occlusion", o.occlusion, "ask for leave-one-out: n + 1 forwards per text of n tokens");
   app.add_option("--faithfulness-top-k", o.faithfulness_top_k,
                  "Classify: ask for the faithfulness check of α's top k tokens (a second forward per text)");
   app.add_option("--channels", o.channels, "gRPC connections to spread the calls over")

@@ -244,6 +244,7 @@ absl::Status Server::StartModels() {
   RequestLimits limits;
   limits.max_texts = options_.limits.max_texts;
   limits.max_text_bytes = options_.limits.max_text_bytes;
+  limits.max_occlusion_tokens = options_.limits.max_occlusion_tokens;
   limits.inline_prepare_bytes = options_.threads.inline_prepare_bytes;
   limits.max_response_bytes = options_.network.max_message_bytes;
   core_ = std::make_unique<InferenceService>(repository_.get(), executor_.get(), limits);

@@ -176,6 +176,11 @@ void AddLimitOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-text-bytes", o.limits.max_text_bytes, "UTF-8 bytes in one text")
       ->check(CLI::Range(1, 1 << 30))
       ->group("Limits");
+  app.add_option("--max-occlusion-tokens", o.limits.max_occlusion_tokens,
+                 "tokens of one request's options.occlusion variants: sum of n*(n-1) over its texts of n tokens "
+                 "(each text again without each token); 0 refuses occlusion")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->group("Limits");
   app.add_option("--max-queued-requests", o.limits.max_queued,
                  "requests waiting for a request thread; beyond it RESOURCE_EXHAUSTED")
       ->check(CLI::Range(1, 1 << 24))

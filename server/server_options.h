@@ -60,6 +60,8 @@ struct ServerOptions {
   struct Limits {
     int max_texts = 256;
     int max_text_bytes = 65536;
+    // options.occlusion: Σ n·(n − 1) tokens of a request's leave-one-out variants (RequestLimits).
+    int64_t max_occlusion_tokens = 131072;
     int max_queued = 1024;     // requests waiting for a request thread
     int max_queued_texts = 0;  // texts waiting in one model version's batch queue; 0: by device (defaults.h)
     int64_t max_inflight_request_bytes = int64_t{256}

@@ -85,6 +85,51 @@ def test_classify_report_renders_with_highlighted_tokens(server_process, work):
     assert blue > 300, f"{blue} blue pixels: the β highlight is missing"
 
 
+def card_order(server_process, model, rows):
+    """The report's explanation rows up to α's: per method the card measures, most comprehensive
+    first, `rows` rows each (a label's, or an entity's)."""
+    import json
+    info = json.loads(client(server_process, "--json", "models", "--model", model))
+    md = next(v for v in info["model"]["versions"] if v["state"] == "MODEL_STATE_READY")["metadata"]
+    comp = {m["method"]: m["comprehensiveness"]["mean"] for m in md["faithfulness"]["methods"]}
+    kinds = {"leave_one_out": ["entity-occlusion" if md["task"] == "tagging" else "occlusion"] * rows,
+             "alpha": ["α attention"]}
+    if md["task"] == "classification":
+        kinds["alpha_value"] = ["contribution"] * rows
+    return [k for m in sorted(kinds, key=lambda m: -comp[m]) for k in kinds[m]]
+
+
+def test_occlusion_in_the_terminal_and_the_report_equals_the_json_answer(server_process, work):
+    """Issue 54: --occlusion prints each label's (each entity's) drop per token; the tagger's report
+    draws one row per entity, in the card's order, with the JSON answer's values, its own tokens
+    unshaded."""
+    import json
+    text = "Angela Merkel met Barack Obama in Berlin ."
+    answer = json.loads(client(server_process, "--json", "tag", "--model", "ner", "--occlusion", text))["results"][0]
+    spans = answer["spans"]
+    assert spans and all("probability" in s and len(s["occlusion"]) == len(answer["tokens"]) for s in spans), spans
+    out = client(server_process, "tag", "--model", "ner", "--occlusion", text)
+    for s in spans:
+        assert 'why %s "%s" (p %.4f)' % (s["label"], s["text"], s["probability"]) in out, out
+    start, end = spans[0].get("token_start", 0), spans[0]["token_end"]
+    first = next(i for i in range(len(answer["tokens"])) if not start <= i < end)
+    assert "%s(%+.2f)" % (answer["tokens"][first]["text"], spans[0]["occlusion"][first]) in out, out
+    page = os.path.join(work, "ner-why.html")
+    client(server_process, "tag", "--model", "ner", "--html", page, text)
+    dom, _ = render(page, os.path.join(work, "ner-why.png"))
+    assert 'data-ready="yes"' in dom and 'data-script-errors="yes"' not in dom
+    kinds = re.findall(r'class="row heat[^"]*" data-kind="([^"]+)"', dom)
+    assert kinds[:kinds.index("α attention") + 1] == card_order(server_process, "ner", len(spans)), kinds
+    rows = re.findall(r'data-kind="entity-occlusion" data-label="[^"]*">(.*?)</div>', dom, re.S)
+    for s, row in zip(spans, rows):
+        assert [float(x) for x in re.findall(r'data-share="(-?[\d.]+)"', row)] == pytest.approx(s["occlusion"], abs=1e-5)
+        own = [i for i, c in enumerate(re.findall(r'<span class="tok( own)?"', row)) if c]
+        assert own == list(range(s.get("token_start", 0), s["token_end"]))
+    out = client(server_process, "classify", "--model", "sentiment", "--top-k", "2", "--occlusion",
+                 "a gorgeous , moving film")
+    assert re.search(r"occlusion of \w+ \(p [\d.]+\): the drop without each token\n    a\([+-][\d.]+\) gorgeous", out), out
+
+
 def test_the_report_and_the_terminal_lead_with_each_labels_contributions(server_process, work):
     """Issue 54: --html asks for contributions where the model has them and draws one row per label
     before α, with the --json answer's values and signs; the terminal prints each label's margin as
@@ -98,7 +143,7 @@ def test_the_report_and_the_terminal_lead_with_each_labels_contributions(server_
     dom, img = render(page, os.path.join(work, "why.png"))
     assert 'data-ready="yes"' in dom and 'data-script-errors="yes"' not in dom
     kinds = re.findall(r'class="row heat[^"]*" data-kind="([^"]+)"', dom)
-    assert kinds[:3] == ["contribution", "contribution", "α attention"], kinds
+    assert kinds[:kinds.index("α attention") + 1] == card_order(server_process, "sentiment", 2), kinds
     for j, label in enumerate(answer["labels"]):
         row = re.search(r'data-kind="contribution" data-label="%s">(.*?)</div>' % re.escape(label["label"]), dom, re.S)
         shares = [float(x) for x in re.findall(r'data-share="(-?[\d.]+)"', row.group(1))]

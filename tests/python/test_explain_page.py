@@ -166,7 +166,7 @@ def test_the_contribution_rows_come_first_with_the_json_answers_values_signs_and
     no_script_errors(browser)
     api = answer_of(address, "sentiment", "classify", text, contributions=True, topK=2)["results"][0]
     kinds = [r.get_attribute("data-kind") for r in browser.find_elements(By.CSS_SELECTOR, "#answer .row.heat")]
-    assert kinds[:2] == ["contribution", "contribution"] and kinds.index("alpha") == 2, kinds
+    assert kinds[:kinds.index("alpha") + 1] == card_order(address, "sentiment", 2), kinds
     rows = browser.find_elements(By.CSS_SELECTOR, '#answer .row[data-kind="contribution"]')
     assert [r.get_attribute("data-label") for r in rows] == [lab["label"] for lab in api["labels"]]
     for j, (r, label) in enumerate(zip(rows, api["labels"])):
@@ -183,6 +183,72 @@ def test_the_contribution_rows_come_first_with_the_json_answers_values_signs_and
         any(v > 0 for t in api["tokens"] for v in t["contribution"][:1])
     title = rows[0].find_element(By.CSS_SELECTOR, ".row-title").text
     assert re.match(r"contribution to \w+ \(comprehensiveness 0\.\d{3}, \d+\.\d× α\)$", title), title
+
+
+def card_order(address, model, labels):
+    """The page's explanation rows up to α's: per method the card measures, most comprehensive first,
+    a row per label (an entity's one row for a tagger's occlusion)."""
+    versions = json.loads(http_call(address, "GET", f"/v1/models/{model}", raw=True)[1])["model"]["versions"]
+    md = next(v for v in versions if v["state"] == "MODEL_STATE_READY")["metadata"]
+    comp = {m["method"]: m["comprehensiveness"]["mean"] for m in md["faithfulness"]["methods"]}
+    kinds = {"alpha_value": ["contribution"] * labels, "leave_one_out": ["occlusion"] * labels, "alpha": ["alpha"]}
+    if md["task"] == "tagging":
+        kinds = {"leave_one_out": ["entity-occlusion"] * labels, "alpha": ["alpha"]}
+    order = sorted(kinds, key=lambda m: -comp[m])
+    return [k for m in order for k in kinds[m]]
+
+
+def test_the_occlusion_rows_equal_the_json_answer_and_sit_where_the_card_ranks_them(browser, server_process):
+    """Issue 54: each returned label's occlusion row (its drop per token, teal for, magenta against) is
+    the HTTP/JSON answer's, labelled with the card's leave-one-out figure."""
+    address = server_process.http_address
+    open_page(browser, address, "sentiment")
+    text = "A gorgeous, moving film, but the plot is dull."
+    assert ask(browser, text) == "answered"
+    api = answer_of(address, "sentiment", "classify", text, occlusion=True, topK=2)["results"][0]
+    rows = browser.find_elements(By.CSS_SELECTOR, '#answer .row[data-kind="occlusion"]')
+    assert [r.get_attribute("data-label") for r in rows] == [lab["label"] for lab in api["labels"]]
+    for j, r in enumerate(rows):
+        toks = r.find_elements(By.CSS_SELECTOR, ".tok")
+        served = [t["occlusion"][j] for t in api["tokens"]]
+        assert [float(t.get_attribute("data-share")) for t in toks] == pytest.approx(served, abs=1e-5)
+        for t, v in zip(toks, served):
+            colour = re.search(r"rgba?\((\d+), (\d+), (\d+)", t.get_attribute("style")).groups()
+            assert tuple(map(int, colour)) == ((13, 148, 136) if v >= 0 else (192, 38, 211)), (t.text, v)
+    title = rows[0].find_element(By.CSS_SELECTOR, ".row-title").text
+    assert re.match(r"occlusion of \w+ \(comprehensiveness 0\.\d{3}, \d+\.\d× α\)$", title), title
+
+
+def test_a_click_on_an_entity_shows_why_it_was_found(browser, server_process):
+    """Issue 54: a tagger's answer shows one entity's occlusion row at a time; a click on another
+    entity (or Enter on it) shows that entity's row: its values are the JSON answer's, its own tokens
+    unshaded, and it leads the rows when the card ranks leave-one-out above α."""
+    address = server_process.http_address
+    open_page(browser, address, "ner")
+    text = "Angela Merkel met Barack Obama in Berlin on Tuesday."
+    assert ask(browser, text) == "answered"
+    api = answer_of(address, "ner", "tag", text, occlusion=True)["results"][0]
+    spans = api["spans"]
+    assert len(spans) >= 2, spans
+    kinds = [r.get_attribute("data-kind") for r in browser.find_elements(By.CSS_SELECTOR, "#answer .row.heat")
+             if r.is_displayed()]
+    assert kinds[:kinds.index("alpha") + 1] == card_order(address, "ner", 1), kinds
+    marks = browser.find_elements(By.CSS_SELECTOR, "#answer mark.ent")
+    for k in [len(spans) - 1, 0, 1]:
+        if k == 1:
+            marks[k].send_keys(Keys.ENTER)
+        else:
+            marks[k].click()
+        shown = [r for r in browser.find_elements(By.CSS_SELECTOR, "#entity-why .row") if r.is_displayed()]
+        assert [r.get_attribute("data-entity") for r in shown] == [str(k)]
+        assert marks[k].get_attribute("aria-pressed") == "true"
+        s = spans[k]
+        toks = shown[0].find_elements(By.CSS_SELECTOR, ".tok")
+        assert [float(t.get_attribute("data-share")) for t in toks] == pytest.approx(s["occlusion"], abs=1e-5)
+        own = [i for i, t in enumerate(toks) if "own" in t.get_attribute("class").split()]
+        assert own == list(range(s.get("tokenStart", 0), s["tokenEnd"]))
+        assert shown[0].find_element(By.CSS_SELECTOR, ".row-title").text.startswith(f'why {s["label"]} "{s["text"]}"')
+    no_script_errors(browser)
 
 
 def test_the_faithfulness_check_deletes_alphas_top_tokens(browser, server_process):

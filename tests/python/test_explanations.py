@@ -342,6 +342,51 @@ def test_a_tagger_refuses_contributions_naming_the_option(zoo, api):
     assert refused.value.details().startswith(f"options.contributions: model '{name}'"), refused.value.details()
 
 
+@pytest.mark.parametrize("served", SERVED)
+def test_occlusion_equals_the_python_leave_one_out(zoo, api, served):
+    """options.occlusion, served, equals faithfulness.py's leave-one-out (deletion) on the exported
+    model for the same answers: Classify, each token's drop in each of the 3 returned labels'
+    probability; Tag, for each entity, each token's drop in the entity's mean CRF marginal (0 on its
+    own tokens) and that probability itself. The labels, spans and tags are those answered without it."""
+    from qvi.faithfulness import Answer, Methods, Scorer
+    pb, _ = api
+    proc, store, _ = zoo
+    name = model_name(served, "qvi")
+    arch = served.partition(":")[0]
+    tagger = arch in TAGGERS
+    top_k = 0 if tagger else 3
+    plain = call(api, proc, name, TEXTS, pb.OutputOptions(top_k=top_k))
+    resp = call(api, proc, name, TEXTS, pb.OutputOptions(top_k=top_k, occlusion=True))
+    module, manifest, vocab = artifact.load(os.path.join(store, name, "1", "model.pt"))
+    config = ModelConfig(arch, len(VOCAB), len(TAGS if tagger else LABELS), g="qvi")
+    engine = Methods(Scorer(module, config, "delete"), ig_steps=1, seed=1)
+    checked = 0
+    for text, res, before in zip(TEXTS, resp.results, plain.results):
+        ids = encode(text, config_from_json(manifest["tokenizer"]), vocab).ids
+        assert len(res.tokens) == len(ids)
+        if tagger:
+            assert [(s.label, s.token_start, s.token_end) for s in res.spans] == \
+                [(s.label, s.token_start, s.token_end) for s in before.spans]
+            assert [t.tag for t in res.tokens] == [t.tag for t in before.tokens]
+            answers = [Answer(0, ids, span=(s.token_start, s.token_end),
+                              tags=[TAGS.index(t.tag) for t in res.tokens[s.token_start:s.token_end]])
+                       for s in res.spans]
+            full = engine.s.probs([(a, []) for a in answers]) if answers else []
+            for s, a, p, ref in zip(res.spans, answers, full, engine.leave_one_out(answers)):
+                assert s.HasField("probability") and close(s.probability, float(p)), (name, text, s.text)
+                assert all_close(list(s.occlusion), torch.tensor(ref), (name, text, s.text))
+                checked += 1
+            assert not any(s.HasField("probability") or len(s.occlusion) for s in before.spans)
+        else:
+            assert [ls.label for ls in res.labels] == [ls.label for ls in before.labels] and len(res.labels) == 3
+            answers = [Answer(0, ids, label=LABELS.index(ls.label)) for ls in res.labels]
+            for j, ref in enumerate(engine.leave_one_out(answers)):
+                assert all_close([t.occlusion[j] for t in res.tokens], torch.tensor(ref), (name, text, j))
+                checked += 1
+            assert all(len(t.occlusion) == 0 for t in before.tokens)
+    assert checked >= (1 if tagger else 3 * len(TEXTS)), (name, checked)
+
+
 @pytest.mark.parametrize("arch", BASELINES)
 def test_a_baseline_without_attention_answers_and_refuses_explanations(zoo, api, arch):
     """Table 1's CNN and LSTM: served with the Python model's label scores; the manifest lists no

@@ -314,6 +314,29 @@ def test_v2_infer_answers_contributions_as_the_native_route_does(http_address):
             assert sum(flat) + label["contributionRest"] == pytest.approx(label["margin"], abs=1e-4)
 
 
+def test_v2_infer_answers_entity_occlusion_as_the_native_route_does(http_address):
+    """options.occlusion over HTTP/JSON (spans with probability and occlusion per token) and KServe v2
+    REST (entity_occlusion [N, S, T], flat, and the probability in the spans' JSON) agree."""
+    texts = ["Angela Merkel visited Paris on Monday"]
+    status, native, _ = http_call(http_address, "POST", "/v1/models/ner:tag",
+                                  {"texts": texts, "options": {"occlusion": True}})
+    assert status == 200, native
+    spans = native["results"][0]["spans"]
+    n = len(native["results"][0]["tokens"])
+    assert spans and all(len(sp["occlusion"]) == n and 0 < sp["probability"] <= 1 for sp in spans), spans
+    for sp in spans:  # the entity's own tokens stay: 0 there
+        assert all(sp["occlusion"][t] == 0 for t in range(sp.get("tokenStart", 0), sp["tokenEnd"]))
+    status, body, _ = http_call(http_address, "POST", "/v2/models/ner/infer", infer_body(texts, occlusion=True))
+    assert status == 200, body
+    outputs = {o["name"]: o for o in body["outputs"]}
+    assert outputs["entity_occlusion"]["shape"] == [1, len(spans), n]
+    flat = outputs["entity_occlusion"]["data"]
+    for j, sp in enumerate(spans):
+        assert flat[j * n:(j + 1) * n] == pytest.approx(sp["occlusion"], abs=1e-6)
+    assert [sp["probability"] for sp in json.loads(outputs["spans"]["data"][0])] == \
+        pytest.approx([sp["probability"] for sp in spans], abs=1e-6)
+
+
 def test_v2_infer_answers_the_faithfulness_check_as_the_native_route_does(http_address):
     texts = TEXTS[:2]
     status, body, _ = http_call(http_address, "POST", "/v2/models/sentiment/infer",

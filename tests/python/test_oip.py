@@ -371,3 +371,39 @@ def test_the_readme_tritonclient_snippet_runs_as_written(interop_python, server_
     lines = out.stdout.splitlines()
     assert lines[0] == "[b'positive' b'negative']", out.stdout  # what the demo model answers
     assert "[[" in lines[1]
+
+
+def test_occlusion_through_modelinfer_equals_the_native_answers(oip, api, server):
+    """Issue 54: the switch `occlusion` answers occlusion [N, K, T] for a classifier (each returned
+    label's drop per token) and entity_occlusion [N, S, T] for a tagger (each entity's drop per token, S
+    the most entities of a text), with each entity's probability in the spans' JSON; the values are
+    the native API's."""
+    r = oip([{"client": "triton", "rpc": "infer", "model": "sentiment", "texts": TEXTS,
+              "parameters": {"occlusion": True, "top_k": 2}},
+             {"client": "triton", "rpc": "infer", "model": "ner", "texts": NER_TEXTS,
+              "parameters": {"occlusion": True}}])
+    out = value(r[0])["outputs"]
+    assert list(out) == ["label", "probabilities", "token_count", "occlusion"]
+    want = native(api, server, "Classify", TEXTS, top_k=2, occlusion=True)
+    t = max(len(w.tokens) for w in want.results)
+    assert out["occlusion"]["shape"] == [len(TEXTS), 2, t]
+    for i, w in enumerate(want.results):
+        k = len(w.tokens)
+        for j in range(len(w.labels)):
+            row = out["occlusion"]["data"][i][j]
+            assert row[:k] == pytest.approx([tok.occlusion[j] if tok.occlusion else 0.0 for tok in w.tokens], abs=TOL)
+            assert row[k:] == [0.0] * (t - k)
+    tagged = value(r[1])["outputs"]
+    assert "entity_occlusion" in tagged
+    want = native(api, server, "Tag", NER_TEXTS, occlusion=True)
+    s = max(len(w.spans) for w in want.results)
+    t = tagged["entity_occlusion"]["shape"][2]
+    assert s >= 1 and tagged["entity_occlusion"]["shape"] == [len(NER_TEXTS), s, t]
+    for i, w in enumerate(want.results):
+        spans = json.loads(tagged["spans"]["data"][i])
+        assert [sp["probability"] for sp in spans] == pytest.approx([sp.probability for sp in w.spans], abs=TOL)
+        for j, sp in enumerate(w.spans):
+            row = tagged["entity_occlusion"]["data"][i][j]
+            assert row[:len(sp.occlusion)] == pytest.approx(list(sp.occlusion), abs=TOL)
+            assert row[len(sp.occlusion):] == [0.0] * (t - len(sp.occlusion))
+

@@ -224,6 +224,7 @@ class AotiModel final : public Model {
     return info_.freezing_kept_by.empty() ? what : absl::StrCat(what, " (the faster on the compiling CPU)");
   }
   bool has_forward_without_maps() const override { return lean_ != nullptr; }
+  const CrfScores* crf() const override { return info_.crf ? &*info_.crf : nullptr; }
   // A tagger's tags are decoded on the host in Launch (Finish), which waits for the device there.
   bool asynchronous() const override { return Model::asynchronous() && !info_.crf; }
   using Model::WarmUp;

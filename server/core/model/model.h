@@ -22,6 +22,7 @@
 #include "server/core/model/cuda_support.h"
 #include "server/core/model/graphs.h"
 #include "server/core/model/model_outputs.h"
+#include "server/core/model/viterbi.h"
 #include "server/core/sched/env.h"
 #include "server/core/sched/sync.h"
 #include "server/core/text/tokenizer.h"
@@ -135,6 +136,9 @@ class Model {
   const std::string& fallback_reason() const { return fallback_reason_; }
   // Whether batches that want no attention maps run a forward that never forms them.
   virtual bool has_forward_without_maps() const = 0;
+  // A tagger's CRF scores (start, end, transitions), read once at load, for what the server computes
+  // over the emissions itself (options.occlusion's marginals); null when the model has no CRF.
+  virtual const CrfScores* crf() const { return nullptr; }
   // Its CUDA graphs: whether it has any, the buckets, capture time and memory, or why none.
   const GraphReport& graphs() const { return graph_report_; }
 

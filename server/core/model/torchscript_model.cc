@@ -3,7 +3,9 @@
 #include <torch/script.h>
 
 #include <exception>
+#include <map>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -12,16 +14,38 @@
 namespace qvi {
 namespace {
 
+std::vector<float> FloatsOf(const torch::Tensor& t) {
+  const torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+// The zoo's CRF (qvi.nn.CRF, a submodule `crf`): its parameters start [K], end [K] and trans [K,K]
+// (row = previous tag). nullopt when the module has none of that shape.
+std::optional<CrfScores> ReadCrf(const torch::jit::Module& module) {
+  std::map<std::string, torch::Tensor> p;
+  for (const auto& named : module.named_parameters(/*recurse=*/true)) p[named.name] = named.value;
+  const auto start = p.find("crf.start"), end = p.find("crf.end"), trans = p.find("crf.trans");
+  if (start == p.end() || end == p.end() || trans == p.end()) return std::nullopt;
+  const int64_t k = start->second.numel();
+  if (end->second.numel() != k || trans->second.dim() != 2 || trans->second.size(0) != k ||
+      trans->second.size(1) != k) {
+    return std::nullopt;
+  }
+  return CrfScores{FloatsOf(start->second), FloatsOf(end->second), FloatsOf(trans->second)};
+}
+
 class TorchScriptModel final : public Model {
  public:
   TorchScriptModel(torch::jit::Module module, Manifest manifest, Vocabulary vocabulary, torch::Device device,
                    std::string file)
       : Model(std::move(manifest), std::move(vocabulary), device, std::move(file)),
         module_(std::move(module)),
-        without_maps_(module_.find_method("forward_without_maps")) {}
+        without_maps_(module_.find_method("forward_without_maps")),
+        crf_(ReadCrf(module_)) {}
 
   std::string format() const override { return "torchscript"; }
   bool has_forward_without_maps() const override { return without_maps_.has_value(); }
+  const CrfScores* crf() const override { return crf_ ? &*crf_ : nullptr; }
   using Model::WarmUp;
 
  protected:
@@ -41,6 +65,7 @@ class TorchScriptModel final : public Model {
  private:
   mutable torch::jit::Module module_;               // forward() is not const in the API, but does not mutate
   std::optional<torch::jit::Method> without_maps_;  // declared after module_, which it refers to
+  std::optional<CrfScores> crf_;
 };
 
 }  // namespace

@@ -1,5 +1,9 @@
 #include "server/core/model/viterbi.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -65,6 +69,49 @@ absl::StatusOr<torch::Tensor> ViterbiDecode(const CrfScores& crf, const torch::T
     }
   }
   return tags;
+}
+
+namespace {
+// log Σ exp(x_i) over `count` values.
+double LogSumExp(const double* x, int count) {
+  double max = -std::numeric_limits<double>::infinity();
+  for (int i = 0; i < count; ++i) max = std::max(max, x[i]);
+  if (!std::isfinite(max)) return max;
+  double sum = 0;
+  for (int i = 0; i < count; ++i) sum += std::exp(x[i] - max);
+  return max + std::log(sum);
+}
+}  // namespace
+
+std::vector<float> CrfMarginals(const CrfScores& crf, const float* emissions, int64_t n, int64_t token_stride,
+                                int64_t tag_stride) {
+  const int k = crf.num_tags();
+  std::vector<float> out(static_cast<size_t>(n) * k);
+  if (n == 0 || k == 0) return out;
+  auto emission = [&](int64_t t, int j) { return static_cast<double>(emissions[t * token_stride + j * tag_stride]); };
+  auto trans = [&](int from, int to) {
+    return static_cast<double>(crf.transitions[static_cast<size_t>(from) * k + to]);
+  };
+  // alpha[t][j]: log Σ over paths ending in j at t; beta[t][j]: log Σ over the continuations from j at t.
+  std::vector<double> alpha(static_cast<size_t>(n) * k), beta(static_cast<size_t>(n) * k), terms(k);
+  for (int j = 0; j < k; ++j) alpha[j] = crf.start[j] + emission(0, j);
+  for (int64_t t = 1; t < n; ++t) {
+    for (int to = 0; to < k; ++to) {
+      for (int from = 0; from < k; ++from) terms[from] = alpha[(t - 1) * k + from] + trans(from, to);
+      alpha[t * k + to] = LogSumExp(terms.data(), k) + emission(t, to);
+    }
+  }
+  for (int j = 0; j < k; ++j) beta[(n - 1) * k + j] = crf.end[j];
+  for (int64_t t = n - 2; t >= 0; --t) {
+    for (int from = 0; from < k; ++from) {
+      for (int to = 0; to < k; ++to) terms[to] = trans(from, to) + emission(t + 1, to) + beta[(t + 1) * k + to];
+      beta[t * k + from] = LogSumExp(terms.data(), k);
+    }
+  }
+  for (int j = 0; j < k; ++j) terms[j] = alpha[(n - 1) * k + j] + crf.end[j];
+  const double log_z = LogSumExp(terms.data(), k);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(std::exp(alpha[i] + beta[i] - log_z));
+  return out;
 }
 
 }  // namespace qvi

@@ -25,6 +25,13 @@ struct CrfScores {
 absl::StatusOr<torch::Tensor> ViterbiDecode(const CrfScores& crf, const torch::Tensor& emissions,
                                             const torch::Tensor& mask);
 
+// p(y_t = k | x) under the CRF for one text of `n` tokens (forward-backward in log space, in double),
+// as model_store/qvi/faithfulness.py's crf_marginals computes it: element (t, k) of the result [n*K]
+// is the marginal probability of tag k at token t. The emission of (t, k) is
+// emissions[t * token_stride + k * tag_stride]. Empty for n = 0.
+std::vector<float> CrfMarginals(const CrfScores& crf, const float* emissions, int64_t n, int64_t token_stride,
+                                int64_t tag_stride);
+
 }  // namespace qvi
 
 #endif  // QVI_SERVER_CORE_MODEL_VITERBI_H_

@@ -31,6 +31,8 @@ struct TokenOutput {
   // (HAN: and its sentence's share).
   std::vector<float> contribution;
   std::vector<float> sentence_contribution;
+  // options.occlusion (Classify): the drop in each returned label's probability without this token.
+  std::vector<float> occlusion;
   std::string tag;
 };
 
@@ -41,6 +43,10 @@ struct SpanOutput {
   uint32_t token_start = 0, token_end = 0;
   std::string text;
   float score = 0;
+  // options.occlusion: the entity's probability (mean CRF marginal of its tags) and, per token of
+  // the text, its drop when that token is deleted (0 on the entity's own tokens).
+  std::optional<float> probability;
+  std::vector<float> occlusion;
 };
 
 struct LayerMapOutput {

@@ -37,6 +37,7 @@ nlohmann::json SpansJson(const std::vector<SpanOutput>& spans) {
                    {"byte_end", s.byte_end},
                    {"token_start", s.token_start},
                    {"token_end", s.token_end}});
+    if (s.probability) out.back()["probability"] = *s.probability;  // options.occlusion's baseline
   }
   return out;
 }
@@ -77,7 +78,8 @@ std::vector<Output> DefaultWireOutputs(const Manifest& m, const OutputSet& asked
   // Any per-token output in the answer brings token_count; any per-layer one, layer_index.
   const bool per_token = m.task == Task::kTagging || AnySwitchedBy(asked, OutputSwitch::kTokens) ||
                          AnySwitchedBy(asked, OutputSwitch::kAttention) || AnySwitchedBy(asked, OutputSwitch::kGates) ||
-                         AnySwitchedBy(asked, OutputSwitch::kContributions);
+                         AnySwitchedBy(asked, OutputSwitch::kContributions) ||
+                         AnySwitchedBy(asked, OutputSwitch::kOcclusion);
   const bool layers =
       AnySwitchedBy(asked, OutputSwitch::kLayerGates) || AnySwitchedBy(asked, OutputSwitch::kLayerAttention);
   std::vector<Output> out;
@@ -116,6 +118,7 @@ AnswerView::AnswerView(const InferenceResponse& a, int k) : answer(a), manifest(
       label_bytes = std::max<int64_t>(label_bytes, static_cast<int64_t>(label.first.size()));
     // A span's JSON: its text and label (escaped, at most 6 bytes a byte) and the numbers and keys.
     for (const SpanOutput& sp : r.spans) span_bytes += 6 * static_cast<int64_t>(sp.text.size() + sp.label.size()) + 200;
+    max_spans = std::max<int64_t>(max_spans, static_cast<int64_t>(r.spans.size()));
   }
   layer_maps = a.results.empty() ? 0 : static_cast<int64_t>(a.results[0].layers.size());
   for (size_t i = 0; i < manifest.labels.size(); ++i) label_index.emplace(manifest.labels[i], static_cast<int64_t>(i));
@@ -133,6 +136,7 @@ AnswerView AnswerView::Before(const InferenceResponse& tokenised, int top_k, int
     v.tag_bytes += n * longest_tag;
     const int64_t covered = n == 0 ? 0 : r.tokens.back().token.byte_end - r.tokens.front().token.byte_start;
     v.span_bytes += 6 * (covered + n * longest_tag) + 200 * n;  // as the constructor counts spans
+    v.max_spans = std::max(v.max_spans, n);                     // at most a span per token
   }
   v.layer_maps = layer_maps;
   return v;
@@ -281,6 +285,23 @@ void PerLabelToken(const AnswerView& v, const OutputRow& row, int, TensorWriter&
   }
 }
 int64_t PerLabelTokenBytes(const AnswerView& v, const OutputRow&, int) { return v.texts * v.top_k * v.max_tokens * 4; }
+
+void EntityOcclusion(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
+  out.SetShape({v.texts, v.max_spans, v.max_tokens});
+  for (const TextResult& r : v.answer.results) {
+    for (int64_t s = 0; s < v.max_spans; ++s) {
+      const std::vector<float>* values =
+          s < static_cast<int64_t>(r.spans.size()) ? &r.spans[static_cast<size_t>(s)].occlusion : nullptr;
+      for (int64_t t = 0; t < v.max_tokens; ++t) {
+        out.Float(values != nullptr && t < static_cast<int64_t>(values->size()) ? (*values)[static_cast<size_t>(t)]
+                                                                                : 0.0f);
+      }
+    }
+  }
+}
+int64_t EntityOcclusionBytes(const AnswerView& v, const OutputRow&, int) {
+  return v.texts * v.max_spans * v.max_tokens * 4;
+}
 
 namespace {
 void PerLabel(const AnswerView& v, std::vector<float> TextResult::*field, TensorWriter& out) {

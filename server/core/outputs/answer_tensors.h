@@ -51,6 +51,7 @@ struct AnswerView {
   int64_t texts = 0;        // N
   int64_t max_tokens = 0;   // T
   int64_t layer_maps = 0;   // M: per-layer maps of each text (the same for all)
+  int64_t max_spans = 0;    // S: the most entities any text has
   int top_k = 1;            // K of labels and scores
   int64_t label_bytes = 0;  // the longest label of any text
   int64_t token_bytes = 0, tag_bytes = 0, span_bytes = 0;
@@ -110,6 +111,10 @@ int64_t PerTokenBytes(const AnswerView& v, const OutputRow& row, int classificat
 // past a text's tokens or labels.
 void PerLabelToken(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
 int64_t PerLabelTokenBytes(const AnswerView& v, const OutputRow& row, int classification);
+// [N, S, T]: options.occlusion of a tagger, each entity's drop per token (SpanOutput::occlusion), 0
+// past a text's entities or tokens; S is the most entities any text has.
+void EntityOcclusion(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
+int64_t EntityOcclusionBytes(const AnswerView& v, const OutputRow& row, int classification);
 // [N, K]: each returned label's margin, and the part of it no token carries.
 void Margins(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
 void ContributionRests(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);

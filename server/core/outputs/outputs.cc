@@ -64,6 +64,11 @@ std::vector<OutputRow> MakeCatalogue() {
     {Output::kContributionRest, "contribution_rest", K::kAnswer, S::kContributions, F::kClassification, nullptr,
      false, "FP32", "N,K", Output::kContribution, nullptr, nullptr, nullptr, nullptr, t::ContributionRests,
      t::PerLabelBytes},
+    {Output::kOcclusion, "occlusion", K::kPerToken, S::kOcclusion, F::kClassification, nullptr, false, "FP32",
+     "N,K,T", std::nullopt, nullptr, nullptr, "occlusion", &TokenOutput::occlusion, t::PerLabelToken,
+     t::PerLabelTokenBytes},
+    {Output::kEntityOcclusion, "entity_occlusion", K::kAnswer, S::kOcclusion, F::kTagging, nullptr, false, "FP32",
+     "N,S,T", std::nullopt, nullptr, nullptr, nullptr, nullptr, t::EntityOcclusion, t::EntityOcclusionBytes},
     {Output::kLayerIndex, "layer_index", K::kPerLayer, S::kAnyLayer, F::kBoth, nullptr, false, "INT32", "M,2",
      Output::kLayerAttention, nullptr, nullptr, nullptr, nullptr, t::LayerIndex, t::LayerIndexBytes},
     {Output::kLayerGates, "layer_gates", K::kPerLayer, S::kLayerGates, F::kBoth, "B,L,H,T", false, "FP32", "N,M,T",
@@ -161,6 +166,8 @@ SwitchNames NamesOf(OutputSwitch on) {
       return {"layer_attention", "options.layers.attention_maps"};
     case OutputSwitch::kContributions:
       return {"contributions", "options.contributions"};
+    case OutputSwitch::kOcclusion:
+      return {"occlusion", "options.occlusion"};
     default:
       return {nullptr, nullptr};
   }

@@ -53,11 +53,14 @@ enum class Output : uint8_t {
   kSentenceContribution,  // HAN: the share of the token's sentence
   kMargin,                // wire: each returned label's logit less the mean of the other labels' logits
   kContributionRest,      // wire: the part of that margin no token carries (the output layer's bias)
-  kLayerIndex,            // wire: (layer, head) of each per-layer map
-  kLayerGates,            // per layer and head: β of eq. 9
-  kLayerLambdaQ,          // per layer and head: λ_Q
-  kLayerLambdaK,          // per layer and head: λ_K
-  kLayerAttention,        // per layer and head: the self-attention map
+  // options.occlusion (leave-one-out, from n more rows per text of its tokens less one; no model tensor)
+  kOcclusion,        // classifier: each token's drop in each returned label's probability (N,K,T)
+  kEntityOcclusion,  // tagger: each token's drop in each entity's probability (N,S,T)
+  kLayerIndex,       // wire: (layer, head) of each per-layer map
+  kLayerGates,       // per layer and head: β of eq. 9
+  kLayerLambdaQ,     // per layer and head: λ_Q
+  kLayerLambdaK,     // per layer and head: λ_K
+  kLayerAttention,   // per layer and head: the self-attention map
   // The per-answer faithfulness check (options.faithfulness; OIP's faithfulness_top_k), per text:
   kFaithfulnessLabel,         // wire: the label checked (the answer's best)
   kFaithfulnessScore,         // wire: its probability as answered
@@ -89,6 +92,7 @@ enum class OutputSwitch {
   kLayerGates,      // options.layers.gates
   kLayerAttention,  // options.layers.attention_maps
   kContributions,   // options.contributions
+  kOcclusion,       // options.occlusion
   kFaithfulness,    // options.faithfulness.top_k > 0 (OIP: the int64 parameter faithfulness_top_k)
 };
 inline constexpr size_t kOutputSwitchCount = static_cast<size_t>(OutputSwitch::kFaithfulness) + 1;
@@ -114,8 +118,8 @@ struct OutputRow {
   const char* model_shape;
   bool model_int64;
   // The wire tensor (OIP, gRPC and REST): datatype and symbolic shape (N texts, T the longest text's
-  // tokens, C labels, K asked for (the labels returned), M maps). Null for outputs that never leave the server
-  // (logits).
+  // tokens, C labels, K asked for (the labels returned), M maps, S the most entities of a text). Null
+  // for outputs that never leave the server (logits).
   const char* wire_datatype;
   const char* wire_shape;
   // The model output that must be present for this output to exist (an explanation: itself;

@@ -48,7 +48,7 @@ struct OutputOptions {
   // Whether anything per token is asked for (the answer then keeps its tokens).
   bool AsksPerToken() const {
     return Asks(OutputSwitch::kTokens) || Asks(OutputSwitch::kAttention) || Asks(OutputSwitch::kGates) ||
-           Asks(OutputSwitch::kContributions) || AsksLayers();
+           Asks(OutputSwitch::kContributions) || Asks(OutputSwitch::kOcclusion) || AsksLayers();
   }
 };
 

@@ -109,12 +109,12 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
           ? static_cast<int64_t>((OutputsOfModel(m) & SwitchedBy(OutputSwitch::kLayerGates)).count())
           : 0;
   int64_t bytes = 64 + static_cast<int64_t>(r.model.size() + r.request_id.size());
+  const int64_t labels = ClassifyLabels(m, o);
   for (size_t i = 0; i < response.results.size(); ++i) {
     const TextResult& t = response.results[i];
     const int64_t n = static_cast<int64_t>(t.tokens.size());
     bytes += 16;
     if (method == Method::kClassify) {
-      const int64_t labels = ClassifyLabels(m, o);
       bytes += labels * static_cast<int64_t>(longest_label + 8);
       // options.contributions: each label's margin and rest.
       if (o.Asks(OutputSwitch::kContributions)) bytes += labels * 10;
@@ -132,9 +132,13 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
           if (o.Asks(on)) bytes += 5 * static_cast<int64_t>(SwitchedBy(on).count());
         }
         // options.contributions: a float per returned label, for the token and for its sentence.
-        if (o.Asks(OutputSwitch::kContributions)) bytes += 2 * (4 + 4 * ClassifyLabels(m, o));
+        if (o.Asks(OutputSwitch::kContributions)) bytes += 2 * (4 + 4 * labels);
+        // options.occlusion (Classify): a float per returned label.
+        if (method == Method::kClassify && o.Asks(OutputSwitch::kOcclusion)) bytes += 4 + 4 * labels;
       }
     }
+    // options.occlusion (Tag): per entity (at most one per token) its probability and a float per token.
+    if (method == Method::kTag && o.Asks(OutputSwitch::kOcclusion)) bytes += n * (12 + 4 * n);
     bytes += maps * (8 + gate_outputs * (4 * n + 4) + (o.Asks(OutputSwitch::kLayerAttention) ? 4 * n * n + 4 : 0));
   }
   return bytes;

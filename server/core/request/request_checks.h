@@ -28,7 +28,15 @@ struct RequestLimits {
   // from its texts' tokens and the outputs it asks for, to be larger is refused before the model
   // runs. 0: no limit.
   int64_t max_response_bytes = 0;
+  // options.occlusion: the tokens of a request's leave-one-out variants, Σ n·(n − 1) over its texts
+  // of n tokens (each text again without each of its tokens), at most. 0: occlusion is refused.
+  int64_t max_occlusion_tokens = 131072;
 };
+
+// options.occlusion's rows for a text of `n` tokens: n variants (each token deleted once) of n − 1
+// tokens; none for a text of fewer than two tokens (nothing would be left to read).
+inline int64_t OcclusionVariants(int64_t n) { return n >= 2 ? n : 0; }
+inline int64_t OcclusionVariantTokens(int64_t n) { return OcclusionVariants(n) * (n - 1); }
 
 // An estimate of the protobuf size of the answer to `request`, whose texts have been tokenised into
 // `response` (tokens filled in, outputs not yet), for a model with manifest `m`. Counts what

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/sched/sync.h"
+#include "server/core/serving/occlusion.h"
 #include "server/core/serving/postprocess.h"
 
 namespace qvi {
@@ -20,14 +21,9 @@ absl::Status CheckSwitch(const InferenceRequest& r, const Manifest& m, OutputSwi
       absl::StrCat(NamesOf(on).option, ": model '", m.name, "' (", m.display_name, ") ", why));
 }
 
-absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const Model& model) {
+// The explanation switches against what the model has: its outputs, and a tagger's CRF for occlusion.
+absl::Status CheckExplanations(const InferenceRequest& r, const Model& model) {
   const Manifest& m = model.manifest();
-  const bool tagging = m.task == Task::kTagging;
-  if ((method == Method::kTag) != tagging) {
-    return absl::InvalidArgumentError(absl::StrCat("model '", m.name, "' is a ", tagging ? "tagging" : "classification",
-                                                   " model; call ", tagging ? "Tag" : "Classify", ", not ",
-                                                   MethodName(method)));
-  }
   if (absl::Status s = CheckSwitch(r, m, OutputSwitch::kAttention, "has no attention to explain its answer with");
       !s.ok()) {
     return s;
@@ -41,6 +37,22 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
       !s.ok()) {
     return s;
   }
+  if (r.options.Asks(OutputSwitch::kOcclusion) && m.task == Task::kTagging && model.crf() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("options.occlusion: model '", m.name, "' (", m.display_name,
+                                                   ") has no CRF to score its entities with"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const Model& model) {
+  const Manifest& m = model.manifest();
+  const bool tagging = m.task == Task::kTagging;
+  if ((method == Method::kTag) != tagging) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", m.name, "' is a ", tagging ? "tagging" : "classification",
+                                                   " model; call ", tagging ? "Tag" : "Classify", ", not ",
+                                                   MethodName(method)));
+  }
+  if (absl::Status s = CheckExplanations(r, model); !s.ok()) return s;
   if (r.options.faithfulness_top_k > 0) {
     if (method != Method::kClassify) {
       return absl::InvalidArgumentError("options.faithfulness: the check is for Classify; Tag does not take it");
@@ -62,6 +74,17 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
     }
     if (absl::Status s = CheckIndices("options.layers.layers", l.layers, m.layers, "layers"); !s.ok()) return s;
     if (absl::Status s = CheckIndices("options.layers.heads", l.heads, m.heads, "heads"); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// options.occlusion's values into each text's answer, once every row is done; a failure (outputs
+// that do not fit the model) fails the request.
+absl::Status FillOcclusion(const OcclusionRecord& record, int texts, InferenceResponse& response) {
+  try {
+    for (int i = 0; i < texts; ++i) record.Fill(i, response.results[static_cast<size_t>(i)]);
+  } catch (...) {
+    return absl::InternalError(absl::StrCat("options.occlusion failed: ", CurrentExceptionText()));
   }
   return absl::OkStatus();
 }
@@ -94,6 +117,33 @@ OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o) {
   }
   if (o.faithfulness_top_k > 0) wanted.set(static_cast<size_t>(Output::kAttention));  // the check ranks by α
   return wanted;
+}
+
+// options.occlusion's variants, Σ n·(n − 1) tokens in Σ n more rows, against --max-occlusion-tokens
+// and, with the texts, against the model's queue.
+absl::Status CheckOcclusion(const InferenceRequest& r, const std::vector<std::vector<int64_t>>& ids,
+                            const ServingConfig& serving, const RequestLimits& limits) {
+  if (!r.options.Asks(OutputSwitch::kOcclusion)) return absl::OkStatus();
+  int64_t rows = 0, variant_tokens = 0, tokens = 0;
+  for (const std::vector<int64_t>& text : ids) {
+    const auto n = static_cast<int64_t>(text.size());
+    rows += 1 + OcclusionVariants(n);
+    variant_tokens += OcclusionVariantTokens(n);
+    tokens += n;
+  }
+  if (variant_tokens > limits.max_occlusion_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("options.occlusion: the texts' leave-one-out variants hold ", variant_tokens,
+                     " tokens (n·(n − 1) for a text of n tokens), over the limit of ", limits.max_occlusion_tokens,
+                     " (--max-occlusion-tokens); send shorter or fewer texts"));
+  }
+  if (rows > serving.max_queued_texts || tokens + variant_tokens > serving.max_queued_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "options.occlusion: the texts and their variants, ", rows, " rows of ", tokens + variant_tokens,
+        " tokens, can never fit model '", r.model, "''s queue of ", serving.max_queued_texts, " texts and ",
+        serving.max_queued_tokens, " tokens (max_queued_texts, max_queued_tokens); send shorter or fewer texts"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckLive(const InferenceRequest& r, const Env& env) {
@@ -196,6 +246,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
                                                    "''s queue of ", serving.max_queued_tokens,
                                                    " tokens (max_queued_tokens); send fewer per request"));
   }
+  if (absl::Status s = CheckOcclusion(r, p.ids, serving, limits_); !s.ok()) return s;
   if (absl::Status s = CheckAnswerSize(method, m, r, response, limits_.max_response_bytes); !s.ok()) return s;
   return p;
 }
@@ -239,22 +290,38 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
   struct State {
     InferenceResponse response;
     Done done;
-    std::weak_ptr<RunnableRequest> request;  // alive whenever it calls on_done
+    std::weak_ptr<RunnableRequest> request;      // alive whenever it calls on_done
+    std::unique_ptr<OcclusionRecord> occlusion;  // options.occlusion's rows' leavings
   };
-  auto state = std::make_shared<State>(State{std::move(prepared->response), std::move(done), {}});
-  for (const std::vector<int64_t>& text : prepared->ids) state->response.tokens += static_cast<int64_t>(text.size());
+  auto state = std::make_shared<State>(State{std::move(prepared->response), std::move(done), {}, nullptr});
   // The request holds its version until it is answered: a version being replaced or removed is
   // unloaded only after its last request (ModelRepository).
   ServableHandle servable = std::move(prepared->handle);
   std::shared_ptr<const Model> model = servable->model;
+  const int texts = static_cast<int>(prepared->ids.size());
+  if (r.options.Asks(OutputSwitch::kOcclusion)) {
+    // The variants ride as more rows of the same request, after its texts (OcclusionRecord's order).
+    std::vector<int64_t> counts;
+    for (const std::vector<int64_t>& text : prepared->ids) counts.push_back(static_cast<int64_t>(text.size()));
+    state->occlusion = std::make_unique<OcclusionRecord>(model->manifest(), model->crf(), counts);
+    for (int i = 0; i < texts; ++i) {
+      for (std::vector<int64_t>& variant : OcclusionVariantIds(prepared->ids[static_cast<size_t>(i)])) {
+        prepared->ids.push_back(std::move(variant));
+      }
+    }
+  }
+  for (const std::vector<int64_t>& text : prepared->ids) state->response.tokens += static_cast<int64_t>(text.size());
   auto request = std::make_shared<RunnableRequest>(
       std::move(prepared->ids), WantedOutputs(model->manifest(), r.options), r.deadline, r.is_cancelled,
-      [state, model, method, options = r.options, texts = std::move(r.texts)](int i, const ModelOutputs& out,
-                                                                              int64_t row) {
-        PostProcessRow(method, model->manifest(), options, texts[i], out, row, state->response.results[i]);
+      [state, model, method, texts, options = r.options, text = std::move(r.texts)](int i, const ModelOutputs& out,
+                                                                                    int64_t row) {
+        if (i < texts)
+          PostProcessRow(method, model->manifest(), options, text[i], out, row, state->response.results[i]);
+        if (state->occlusion) state->occlusion->Record(i, out, row);
         return absl::OkStatus();
       },
-      [state, servable](absl::Status status) {
+      [state, servable, texts](absl::Status status) {
+        if (status.ok() && state->occlusion) status = FillOcclusion(*state->occlusion, texts, state->response);
         if (std::shared_ptr<RunnableRequest> self = state->request.lock()) {
           const RunnableRequest::Timing timing = self->timing();
           state->response.queued_at = timing.queued;
@@ -273,6 +340,7 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
                       std::vector<int64_t>(r.options.layers.heads.begin(), r.options.layers.heads.end()),
                       r.options.layers.reduction != LayerSelection::Reduction::kNone});
   request->set_faithfulness_top_k(r.options.faithfulness_top_k);
+  request->set_texts(texts);
   state->request = request;
   if (absl::Status s = servable->runner->Enqueue(std::move(request)); !s.ok()) state->done(s);
 }

@@ -18,7 +18,8 @@ RunnableRequest::RunnableRequest(std::vector<std::vector<int64_t>> ids, OutputSe
       wanted_(std::move(wanted)),
       on_row_(std::move(on_row)),
       selection_(std::move(selection)),
-      wants_layers_((wanted_ & (OfKind(OutputKind::kPerLayer) | OfKind(OutputKind::kPerLayerMap))).any()) {}
+      wants_layers_((wanted_ & (OfKind(OutputKind::kPerLayer) | OfKind(OutputKind::kPerLayerMap))).any()),
+      texts_(static_cast<int>(ids_.size())) {}
 
 std::vector<int> RunnableRequest::Counts(const std::vector<std::vector<int64_t>>& ids) {
   std::vector<int> counts;
@@ -284,8 +285,8 @@ absl::Status ModelRunner::RunChecks(const Batch& batch, ModelOutputs& outputs) c
   std::vector<std::vector<int64_t>> texts;
   torch::Tensor alpha;
   for (size_t b = 0; b < batch.size(); ++b) {
+    if (!batch[b].request->Checks(batch[b].index)) continue;
     const int k = batch[b].request->faithfulness_top_k();
-    if (k <= 0) continue;
     if (!alpha.defined()) alpha = outputs.at(Output::kAttention).to(torch::kCPU, torch::kFloat);
     const std::vector<int64_t>& ids = batch[b].request->ids(batch[b].index);
     const int64_t n = static_cast<int64_t>(ids.size());
@@ -354,7 +355,7 @@ void ModelRunner::Run(InFlight& flight) {
   const absl::Time forward_end = env_->Now();
   std::vector<absl::Status> statuses(batch.size(), out.ok() ? absl::OkStatus() : out.status());
   for (size_t b = 0; b < batch.size() && !checks.ok(); ++b) {
-    if (batch[b].request->faithfulness_top_k() > 0) statuses[b] = checks;
+    if (batch[b].request->Checks(batch[b].index)) statuses[b] = checks;
   }
   const absl::Duration device = out.ok() ? out->device_time : absl::ZeroDuration();
   if (absl::Status s = Report(batch, packed, start, forward_end, device, out.ok()); !s.ok()) {

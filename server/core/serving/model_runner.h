@@ -72,6 +72,13 @@ class RunnableRequest final : public BatchRequest {
   // options.faithfulness.top_k (0: no check); set once, before the request is enqueued.
   int faithfulness_top_k() const { return faithfulness_top_k_; }
   void set_faithfulness_top_k(int k) { faithfulness_top_k_ = k; }
+  // The rows that are the request's own texts, the first `texts` (the rest are options.occlusion's
+  // variants of them, which get no faithfulness check); all of them unless set, once, before it is
+  // enqueued.
+  int texts() const { return texts_; }
+  void set_texts(int texts) { texts_ = texts; }
+  // Whether row `index` takes the faithfulness check: a text of its own, of a request that asked.
+  bool Checks(int index) const { return faithfulness_top_k_ > 0 && index < texts_; }
   bool wants_layers() const { return wants_layers_; }
 
   // Where its time went: when its first text joined the queue, the longest wait of its texts in
@@ -102,6 +109,7 @@ class RunnableRequest final : public BatchRequest {
   const OutputSelection selection_;
   const bool wants_layers_;
   int faithfulness_top_k_ = 0;
+  int texts_;
   mutable Mutex timing_mu_;
   Timing timing_ ABSL_GUARDED_BY(timing_mu_);
 };

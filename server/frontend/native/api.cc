@@ -29,6 +29,7 @@ struct LabelTokenField {
 constexpr LabelTokenField kLabelTokenFields[] = {
     {Output::kContribution, &v1::Token::mutable_contribution},
     {Output::kSentenceContribution, &v1::Token::mutable_sentence_contribution},
+    {Output::kOcclusion, &v1::Token::mutable_occlusion},
 };
 struct LayerField {
   Output output;
@@ -163,6 +164,8 @@ void ToProto(const InferenceResponse& in, v1::TagResponse* out) {
       p->set_byte_end(s.byte_end);
       p->set_token_start(s.token_start);
       p->set_token_end(s.token_end);
+      if (s.probability) p->set_probability(*s.probability);
+      p->mutable_occlusion()->Add(s.occlusion.begin(), s.occlusion.end());
     }
     TokensToProto(r.tokens, t->mutable_tokens());
     t->set_truncated(r.truncated);

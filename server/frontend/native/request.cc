@@ -16,7 +16,8 @@ InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::R
   const std::pair<bool, OutputSwitch> switches[] = {
       {options.attention(), OutputSwitch::kAttention},     {options.gates(), OutputSwitch::kGates},
       {options.tokens(), OutputSwitch::kTokens},           {l.gates(), OutputSwitch::kLayerGates},
-      {l.attention_maps(), OutputSwitch::kLayerAttention}, {options.contributions(), OutputSwitch::kContributions}};
+      {l.attention_maps(), OutputSwitch::kLayerAttention}, {options.contributions(), OutputSwitch::kContributions},
+      {options.occlusion(), OutputSwitch::kOcclusion}};
   for (const auto& [on, which] : switches) {
     if (on) o.Ask(which);
   }

@@ -120,7 +120,7 @@
     var gates = hasOutput(md, /gate|lambda/), layers = md.layers > 0 && hasOutput(md, /^layer_/);
     var classify = md.task === 'classification', contributions = hasOutput(md, /^contribution$/);
     [['want-gates', gates], ['want-layers', layers], ['heads', layers], ['want-check', classify],
-      ['want-contributions', contributions]].forEach(
+      ['want-contributions', contributions], ['want-occlusion', true]].forEach(
       function (x) {
         $(x[0]).disabled = !x[1];
         $(x[0]).parentElement.classList.toggle('off', !x[1]);
@@ -161,6 +161,7 @@
     if (t.lambdaQ !== undefined) info += '  λq=' + fixed(t.lambdaQ, 4) + ' λk=' + fixed(t.lambdaK, 4);
     if (t.sentenceAttention !== undefined) info += '  sentence α=' + fixed(t.sentenceAttention, 4);
     if (t.contribution && t.contribution.length) info += '  contribution=' + fixed(t.contribution[0], 4);
+    if (t.occlusion && t.occlusion.length) info += '  occlusion=' + fixed(t.occlusion[0], 4);
     return info;
   }
 
@@ -205,21 +206,10 @@
     var tokens = r.tokens || [], rows = [];
     (r.labels || []).forEach(function (l, j) {
       if (l.margin === undefined) return;
-      var shares = tokens.map(function (t) { return (t.contribution || [])[j] || 0; });
-      var largest = Math.max.apply(null, [1e-12].concat(shares.map(Math.abs)));
-      var title = 'contribution to ' + l.label, fig = j === 0 ? figure(md, 'alpha_value') : '';
-      var toks = el('span', {className: 'toks', dir: 'auto'}, tokens.map(function (t, i) {
-        var v = shares[i], info = title + ' ' + (v >= 0 ? '+' : '') + fixed(v, 4) + ' · ' + tokenInfo(t);
-        var e = tok(t, v, Math.abs(v) / largest, v >= 0 ? TEAL : MAGENTA, info);
-        e.setAttribute('data-share', fixed(v, 6));
-        return e;
-      }));
-      var row = el('div', {className: 'row heat contribution', 'data-kind': 'contribution', 'data-label': l.label,
-        role: 'group', 'aria-label': title}, [el('span', {className: 'row-title'}, title + (fig ? ' (' + fig + ')' : '')),
-        toks, el('span', {className: 'note'}, ' margin ' + fixed(l.margin, 3) + ' = tokens + rest ' +
-          fixed(l.contributionRest || 0, 3))]);
-      roving(toks, Array.prototype.slice.call(toks.children), 0);
-      rows.push(row);
+      var fig = j === 0 ? figure(md, 'alpha_value') : '';
+      rows.push(signedRow(tokens, 'contribution', 'contribution to ' + l.label + (fig ? ' (' + fig + ')' : ''),
+        tokens.map(function (t) { return (t.contribution || [])[j] || 0; }), ' margin ' + fixed(l.margin, 3) +
+        ' = tokens + rest ' + fixed(l.contributionRest || 0, 3), {'data-label': l.label}, 0, 0));
     });
     if (rows.length) {
       rows.push(el('p', {className: 'note'}, 'Contribution: each token\'s exact, signed share of the label\'s logit ' +
@@ -229,9 +219,75 @@
     return rows;
   }
 
-  function heatmaps(tokens) {
+  // One row of signed values over the tokens, teal for (positive), magenta against, scaled to the row's
+  // largest; tokens [skipStart, skipEnd) (an entity's own) are left unshaded.
+  function signedRow(tokens, kind, title, values, note, attrs, skipStart, skipEnd) {
+    var largest = Math.max.apply(null, [1e-12].concat(values.map(Math.abs)));
+    var toks = el('span', {className: 'toks', dir: 'auto'}, tokens.map(function (t, i) {
+      var own = i >= skipStart && i < skipEnd, v = own ? 0 : values[i] || 0;
+      var info = own ? title + ': part of the entity · ' + tokenInfo(t) :
+        title + ' ' + (v >= 0 ? '+' : '') + fixed(v, 4) + ' · ' + tokenInfo(t);
+      var e = tok(t, v, Math.abs(v) / largest, v >= 0 ? TEAL : MAGENTA, info);
+      e.setAttribute('data-share', fixed(v, 6));
+      if (own) e.classList.add('own');
+      return e;
+    }));
+    var a = {className: 'row heat ' + kind, 'data-kind': kind.split(' ').pop(), role: 'group', 'aria-label': title};
+    Object.keys(attrs || {}).forEach(function (k) { a[k] = attrs[k]; });
+    var row = el('div', a, [el('span', {className: 'row-title'}, title), toks].concat(note ? [el('span',
+      {className: 'note'}, note)] : []));
+    roving(toks, Array.prototype.slice.call(toks.children), 0);
+    return row;
+  }
+
+  // options.occlusion of a classifier: per returned label, how much its probability drops without each
+  // token (leave-one-out, n more forwards).
+  function occlusionRows(md, r) {
+    var tokens = r.tokens || [], rows = [];
+    (r.labels || []).forEach(function (l, j) {
+      if (!tokens.length || !tokens.every(function (t) { return (t.occlusion || []).length > j; })) return;
+      var fig = j === 0 ? figure(md, 'leave_one_out') : '';
+      rows.push(signedRow(tokens, 'occlusion', 'occlusion of ' + l.label + (fig ? ' (' + fig + ')' : ''),
+        tokens.map(function (t) { return t.occlusion[j]; }), ' p ' + fixed(l.score, 3), {'data-label': l.label}, 0, 0));
+    });
+    if (rows.length) {
+      rows.push(el('p', {className: 'note'}, 'Occlusion: how much the label\'s probability drops when the token is ' +
+          'deleted and the text is read again (teal: the label needs it; magenta: it gains without it).'));
+    }
+    return rows;
+  }
+
+  // options.occlusion of a tagger: one row per entity, how much its probability (the mean CRF marginal
+  // of its tags) drops without each token around it; the row of the entity last clicked is shown.
+  function entityRows(md, r) {
+    var tokens = r.tokens || [], spans = r.spans || [];
+    if (!spans.some(function (s) { return s.probability !== undefined; })) return [];
+    var fig = figure(md, 'leave_one_out');
+    var rows = spans.map(function (s, k) {
+      var start = s.tokenStart || 0, row = signedRow(tokens, 'occlusion entity-occlusion', 'why ' + s.label + ' "' +
+          s.text + '"' + (fig ? ' (' + fig + ')' : ''), (s.occlusion || []).slice(), ' p ' + fixed(s.probability || 0, 3),
+        {'data-entity': k, 'data-label': s.label}, start, s.tokenEnd);
+      if (k > 0) row.hidden = true;
+      return row;
+    });
+    return [el('div', {id: 'entity-why'}, rows), el('p', {className: 'note'}, 'Click an entity to see why it was ' +
+        'found: how much its probability drops when each other token is deleted and the text is tagged again ' +
+        '(teal: the entity needs it; magenta: it gains without it).')];
+  }
+
+  // Shows entity k's occlusion row, hides the others.
+  function showEntity(k) {
+    var rows = document.querySelectorAll('#entity-why .entity-occlusion');
+    Array.prototype.forEach.call(rows, function (row) { row.hidden = row.getAttribute('data-entity') !== String(k); });
+    Array.prototype.forEach.call(document.querySelectorAll('mark.ent'), function (m) {
+      m.setAttribute('aria-pressed', m.getAttribute('data-entity') === String(k) ? 'true' : 'false');
+    });
+  }
+
+  function heatmaps(md, tokens) {
+    var fig = figure(md, 'alpha');
     var rows = [
-      heatRow(tokens, 'alpha', 'α attention', RED, true, function (t) { return t.attention; }),
+      heatRow(tokens, 'alpha', 'α attention' + (fig ? ' (' + fig + ')' : ''), RED, true, function (t) { return t.attention; }),
       heatRow(tokens, 'beta', 'β gate', BLUE, false, function (t) { return t.gate; }),
       heatRow(tokens, 'sentence-alpha', 'sentence α', RED, true, function (t) { return t.sentenceAttention; }),
       heatRow(tokens, 'sentence-beta', 'sentence β', BLUE, false, function (t) { return t.sentenceGate; }),
@@ -239,10 +295,28 @@
       heatRow(tokens, 'lambda-k', 'λ_K', GREEN, false, function (t) { return t.lambdaK; })
     ].filter(function (r) { return r !== null; });
     if (rows.length) {
-      rows.push(el('p', {className: 'note'}, 'α is scaled to the text\'s largest weight; β and λ are shown as they ' +
-          'are, in (0, 1). Hover or focus a token for its numbers.'));
+      rows.push(el('p', {className: 'note'}, 'What they measure: α is how much the pooling reads each token when it ' +
+          'forms the vector the answer comes from (eq. 4), scaled to the text\'s largest weight; β is the QVI gate, ' +
+          'how much of the token\'s own value passes into what is read (eq. 5, in (0, 1)); λ the context-aware ' +
+          'gates. Neither is the token\'s effect on the answer: contribution and occlusion are, and the model card ' +
+          'measures how far each ranking agrees with the answer. Hover or focus a token for its numbers.'));
     }
     return rows;
+  }
+
+  // The answer's explanation rows, the methods the card measures as most faithful first (its
+  // comprehensiveness; a method it has not measured goes after those it has, in the order given).
+  function ordered(md, groups) {
+    var score = function (g) {
+      var f = md.faithfulness, found = -1;
+      ((f && f.measured && f.methods) || []).forEach(function (m) {
+        if (m.method === g.method) found = m.comprehensiveness.mean;
+      });
+      return found;
+    };
+    return groups.map(function (g, i) { return {g: g, s: score(g), i: i}; }).sort(function (a, b) {
+      return b.s - a.s || a.i - b.i;
+    }).reduce(function (out, x) { return out.concat(x.g.rows); }, []);
   }
 
   function mapCaption(m) {
@@ -302,14 +376,15 @@
   // right-to-left scripts, CJK and characters outside the BMP keep their places.
   function markedText(text, spans) {
     var cps = Array.from(text), at = 0, parts = [];
-    spans.forEach(function (s) {
+    spans.forEach(function (s, k) {
       if (s.start < at || s.end > cps.length || s.start > s.end) return;
       var shown = cps.slice(s.start, s.end).join('');
       if (shown !== s.text) scriptError('span offsets [' + s.start + ',' + s.end + ') cut "' + shown + '", not "' + s.text + '"');
       var info = s.label + ' ' + fixed(s.score, 3) + ' [' + s.start + ',' + s.end + ')';
       parts.push(cps.slice(at, s.start).join(''));
-      parts.push(el('mark', {className: 'ent', tabindex: 0, 'data-label': s.label, 'data-start': s.start,
-        'data-end': s.end, 'data-info': info, 'aria-label': info}, [shown, el('span', {className: 'ent-label'}, s.label)]));
+      parts.push(el('mark', {className: 'ent', tabindex: 0, role: 'button', 'data-entity': k, 'data-label': s.label,
+        'data-start': s.start, 'data-end': s.end, 'data-info': info, 'aria-label': info},
+        [shown, el('span', {className: 'ent-label'}, s.label)]));
       at = s.end;
     });
     parts.push(cps.slice(at).join(''));
@@ -355,10 +430,14 @@
     }
     if (r.truncated) parts.push(el('p', {className: 'note'}, 'Truncated: the model read the first ' +
         (r.tokens || []).length + ' tokens of ' + r.numTokens + '.'));
-    if (m.md.task === 'classification') parts = parts.concat(contributionRows(m.md, r));
-    parts = parts.concat(heatmaps(r.tokens || []), layerMaps(r.tokens || [], r.layers || []));
+    var classify = m.md.task === 'classification';
+    parts = parts.concat(ordered(m.md, [
+      {method: 'alpha_value', rows: classify ? contributionRows(m.md, r) : []},
+      {method: 'leave_one_out', rows: classify ? occlusionRows(m.md, r) : entityRows(m.md, r)},
+      {method: 'alpha', rows: heatmaps(m.md, r.tokens || [])}]), layerMaps(r.tokens || [], r.layers || []));
     out.textContent = '';
     parts.forEach(function (p) { if (p) out.appendChild(p); });
+    if ($('entity-why')) showEntity(0);
   }
 
   function request(m, text) {
@@ -370,6 +449,7 @@
     }
     if (!$('want-check').disabled && $('want-check').checked) options.faithfulness = {topK: 3};
     if (!$('want-contributions').disabled && $('want-contributions').checked) options.contributions = true;
+    if ($('want-occlusion').checked) options.occlusion = true;
     return {texts: [text], options: options};
   }
 
@@ -416,6 +496,16 @@
     if (t) $('status').textContent = t.getAttribute('data-info');
   }
 
+  // A click (or Enter or Space) on an entity shows its occlusion row.
+  function onEntity(e) {
+    var m = e.target.closest ? e.target.closest('mark.ent') : null;
+    if (!m || (e.type === 'keydown' && e.key !== 'Enter' && e.key !== ' ')) return;
+    if (e.type === 'keydown') e.preventDefault();
+    showEntity(m.getAttribute('data-entity'));
+  }
+
+  document.addEventListener('click', onEntity);
+  document.addEventListener('keydown', onEntity);
   document.addEventListener('mouseover', showInfo);
   document.addEventListener('focusin', showInfo);
   $('ask').addEventListener('submit', explain);

@@ -210,7 +210,7 @@ TEST(OipConvertTest, ParametersSetTheOptionsAndAreChecked) {
   EXPECT_EQ(
       Error(FromModelInfer(b, Classifier())),
       "parameters.priority: not a parameter of ModelInfer (attention, contributions, faithfulness_top_k, gates, heads, "
-      "layer_attention, layer_gates, layers, reduction, timeout, tokens, top_k, truncation)");
+      "layer_attention, layer_gates, layers, occlusion, reduction, timeout, tokens, top_k, truncation)");
 }
 
 // Every switch of the catalogue is a ModelInfer parameter, derived from the table (a row with a new
@@ -251,8 +251,8 @@ TEST(OipConvertTest, TheOutputsAskedForDecideWhatIsComputed) {
   r.add_outputs()->set_name("spans");
   EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
             "outputs[0].name: model 'sentiment' has no output 'spans'; its outputs: label, probabilities, labels, "
-            "scores, tokens, token_count, truncated, attention, gates, faithfulness_label, faithfulness_score, "
-            "faithfulness_score_without, faithfulness_removed");
+            "scores, tokens, token_count, truncated, attention, gates, occlusion, faithfulness_label, "
+            "faithfulness_score, faithfulness_score_without, faithfulness_removed");
   r = Request({"a"});
   r.add_outputs()->set_name("label");
   r.add_outputs()->set_name("label");

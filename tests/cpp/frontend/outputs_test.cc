@@ -102,8 +102,8 @@ TEST(OutputCatalogueTest, WireOutputsAndDefaultsFollowTheModelAndTheSwitches) {
   for (const TensorSpec& s : WireOutputs(m)) names.push_back(s.name);
   EXPECT_EQ(names, (std::vector<std::string>{"label", "probabilities", "labels", "scores", "tokens", "token_count",
                                              "truncated", "attention", "sentence_attention", "gates", "sentence_gates",
-                                             "faithfulness_label", "faithfulness_score", "faithfulness_score_without",
-                                             "faithfulness_removed"}));
+                                             "occlusion", "faithfulness_label", "faithfulness_score",
+                                             "faithfulness_score_without", "faithfulness_removed"}));
   EXPECT_EQ(WireOutputs(m)[1].shape, (std::vector<int64_t>{-1, 3}));
   EXPECT_EQ(OutputsOfModel(m), OutputsOf({Output::kLogits, Output::kAttention, Output::kGates,
                                           Output::kSentenceAttention, Output::kSentenceGates}));
@@ -136,6 +136,18 @@ TEST(OutputCatalogueTest, WireOutputsAndDefaultsFollowTheModelAndTheSwitches) {
   EXPECT_TRUE(contributions.AsksPerToken());
   m.task = Task::kTagging;
   EXPECT_FALSE(HasWireOutput(m, Output::kContribution));
+  // Occlusion needs no model output: every classifier has `occlusion`, every tagger `entity_occlusion`
+  // (the server refuses a tagger without a CRF when asked), in a default answer only when asked.
+  EXPECT_TRUE(HasWireOutput(m, Output::kEntityOcclusion));
+  EXPECT_FALSE(HasWireOutput(m, Output::kOcclusion));
+  EXPECT_EQ(DefaultWireOutputs(m, SwitchedBy(OutputSwitch::kOcclusion)),
+            (std::vector<Output>{Output::kSpans, Output::kTags, Output::kTokenCount, Output::kEntityOcclusion}));
+  m.task = Task::kClassification;
+  EXPECT_EQ(DefaultWireOutputs(m, SwitchedBy(OutputSwitch::kOcclusion)),
+            (std::vector<Output>{Output::kLabel, Output::kProbabilities, Output::kTokenCount, Output::kOcclusion}));
+  OutputOptions occlusion;
+  occlusion.Ask(OutputSwitch::kOcclusion);
+  EXPECT_TRUE(occlusion.AsksPerToken());
 }
 
 // qvi-client's lists of the outputs each option turns on (client/output_names.h): the client does not

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -91,6 +92,42 @@ TEST(ViterbiTest, FindsTheBestPathAndMarksPadding) {
   // Row 1: 0,0 scores 2+0 = 2; 1,1 scores 0+3 = 3; 1,0 scores 0+0 = 0; 0,1 is forbidden.
   EXPECT_TRUE(torch::equal(*tags, torch::tensor({{1, 0, 0}, {1, 1, -1}}, torch::kLong))) << *tags;
   EXPECT_FALSE(ViterbiDecode(crf, torch::zeros({1, 3, 3}), torch::ones({1, 3}, torch::kBool)).ok());
+}
+
+TEST(CrfMarginalsTest, EqualTheMarginalsOfEveryPathEnumerated) {
+  // Three tags, four tokens, scores drawn from a seeded generator: p(y_t = k) by summing exp(score)
+  // over all 3^4 paths, against the forward-backward. The emissions are read through strides (a
+  // transposed layout), as a batch row of a [B,T,K] tensor may be.
+  torch::manual_seed(5);
+  const int k = 3, n = 4;
+  const torch::Tensor start = torch::randn({k}), end = torch::randn({k}), trans = torch::randn({k, k});
+  const torch::Tensor emissions = torch::randn({k, n}) * 2;  // [K, T]: token stride 1, tag stride n
+  CrfScores crf{std::vector<float>(start.data_ptr<float>(), start.data_ptr<float>() + k),
+                std::vector<float>(end.data_ptr<float>(), end.data_ptr<float>() + k),
+                std::vector<float>(trans.data_ptr<float>(), trans.data_ptr<float>() + k * k)};
+  const std::vector<float> got = CrfMarginals(crf, emissions.data_ptr<float>(), n, 1, n);
+  ASSERT_EQ(got.size(), static_cast<size_t>(n * k));
+  std::vector<double> want(n * k, 0.0);
+  double z = 0;
+  for (int path = 0; path < 81; ++path) {
+    int y[n];
+    for (int t = 0, rest = path; t < n; ++t, rest /= k) y[t] = rest % k;
+    double score = start[y[0]].item<float>() + end[y[n - 1]].item<float>();
+    for (int t = 0; t < n; ++t) score += emissions[y[t]][t].item<float>();
+    for (int t = 1; t < n; ++t) score += trans[y[t - 1]][y[t]].item<float>();
+    const double w = std::exp(score);
+    z += w;
+    for (int t = 0; t < n; ++t) want[t * k + y[t]] += w;
+  }
+  for (int t = 0; t < n; ++t) {
+    double sum = 0;
+    for (int j = 0; j < k; ++j) {
+      EXPECT_NEAR(got[t * k + j], want[t * k + j] / z, 1e-6) << "token " << t << " tag " << j;
+      sum += got[t * k + j];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-6) << "token " << t;
+  }
+  EXPECT_TRUE(CrfMarginals(crf, emissions.data_ptr<float>(), 0, 1, n).empty());
 }
 
 // --- Load(): which file of a version folder --------------------------------------------------
@@ -313,6 +350,26 @@ TEST_F(ModelLoadTest, TheTaggerAnswersTheSameFromBothFormatsTagsIncluded) {
   ASSERT_TRUE(fs::exists(demo_ / "ner" / "1" / "model.cpu.pt2"))
       << "run scripts/setup.sh first (it compiles the demo packages)";
   ExpectParity(demo_ / "ner" / "1", {"tags", "emissions", "attention", "gates", "layer_gates"});
+  // Both backends read the same CRF (options.occlusion's marginals use it); a classifier has none.
+  LoadOptions o;
+  o.device = "cpu";
+  o.format = ModelFormat::kTorchScript;
+  absl::StatusOr<std::unique_ptr<Model>> script = Model::Load((demo_ / "ner" / "1").string(), o);
+  o.format = ModelFormat::kPt2;
+  o.cpu_package = "base";
+  absl::StatusOr<std::unique_ptr<Model>> compiled = Model::Load((demo_ / "ner" / "1").string(), o);
+  ASSERT_TRUE(script.ok() && compiled.ok());
+  const CrfScores *a = (*script)->crf(), *c = (*compiled)->crf();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(a->num_tags(), static_cast<int>((*script)->manifest().tags.size()));
+  EXPECT_EQ(a->start, c->start);
+  EXPECT_EQ(a->end, c->end);
+  EXPECT_EQ(a->transitions, c->transitions);
+  o.format = ModelFormat::kTorchScript;
+  absl::StatusOr<std::unique_ptr<Model>> classifier = Model::Load((demo_ / "sentiment" / "1").string(), o);
+  ASSERT_TRUE(classifier.ok());
+  EXPECT_EQ((*classifier)->crf(), nullptr);
 }
 
 }  // namespace

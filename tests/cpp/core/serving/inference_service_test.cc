@@ -230,6 +230,124 @@ TEST_F(InferenceServiceTest, ARequestThatCanNeverFitTheQueueIsInvalidNotExhauste
   EXPECT_TRUE(Run(service, Method::kClassify, Request("sentiment", {"one two three"})).ok());
 }
 
+// The text's tokens joined by spaces, leaving out token `skip` (-1: none): the demo tokenizers read
+// it as the same ids less that one.
+std::string Without(const TextResult& r, int skip) {
+  std::string out;
+  for (size_t t = 0; t < r.tokens.size(); ++t) {
+    if (static_cast<int>(t) == skip) continue;
+    if (!out.empty()) out += " ";
+    out += r.tokens[t].token.text;
+  }
+  return out;
+}
+
+TEST_F(InferenceServiceTest, ClassifyOcclusionIsEachTokensDropInEachReturnedLabelsProbability) {
+  InferenceRequest r = Request("sentiment", {"a moving , funny and far too long film", "dull", "great"});
+  r.options.top_k = 2;
+  r.options.Ask(OutputSwitch::kOcclusion);
+  auto out = Run(Service(), Method::kClassify, r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const TextResult& text = out->results[0];
+  ASSERT_EQ(text.tokens.size(), 9u);
+  // Each variant asked alone, as a text of its own: its labels' probabilities.
+  std::vector<std::string> variants;
+  for (size_t i = 0; i < text.tokens.size(); ++i) variants.push_back(Without(text, static_cast<int>(i)));
+  InferenceRequest alone = Request("sentiment", variants);
+  alone.options.top_k = 2;
+  auto without = Run(Service(), Method::kClassify, alone);
+  ASSERT_TRUE(without.ok()) << without.status();
+  for (size_t i = 0; i < text.tokens.size(); ++i) {
+    ASSERT_EQ(text.tokens[i].occlusion.size(), 2u) << i;
+    for (size_t j = 0; j < 2; ++j) {
+      float p = 0;
+      for (const auto& [label, score] : without->results[i].labels) {
+        if (label == text.labels[j].first) p = score;
+      }
+      EXPECT_NEAR(text.tokens[i].occlusion[j], text.labels[j].second - p, 1e-5) << "token " << i << " label " << j;
+    }
+  }
+  // A one-token text has no variant: nothing would be left to read.
+  EXPECT_TRUE(out->results[1].tokens.at(0).occlusion.empty());
+  // With the faithfulness check too: the texts are checked, their variants are not (they have no
+  // check of their own), and the values are the same.
+  r.options.faithfulness_top_k = 2;
+  auto checked = Run(Service(), Method::kClassify, r);
+  ASSERT_TRUE(checked.ok()) << checked.status();
+  for (size_t i = 0; i < r.texts.size(); ++i) ASSERT_TRUE(checked->results[i].faithfulness.has_value()) << i;
+  for (size_t i = 0; i < text.tokens.size(); ++i) {
+    EXPECT_NEAR(checked->results[0].tokens[i].occlusion.at(0), text.tokens[i].occlusion[0], 1e-5) << i;
+  }
+  r.options.faithfulness_top_k = 0;
+  // Without the option nothing is computed, and the labels are the same.
+  r.options.outputs.reset();
+  auto plain = Run(Service(), Method::kClassify, r);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->results[0].labels, text.labels);
+  EXPECT_TRUE(plain->results[0].tokens.empty());
+}
+
+TEST_F(InferenceServiceTest, TagOcclusionIsEachTokensDropInEachEntitysProbability) {
+  InferenceRequest r = Request("ner", {"Angela Merkel met Barack Obama in Berlin on Tuesday ."});
+  r.options.Ask(OutputSwitch::kOcclusion);
+  auto out = Run(Service(), Method::kTag, r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const TextResult& text = out->results[0];
+  const size_t n = text.tokens.size();
+  ASSERT_GE(text.spans.size(), 2u);
+  // The entities' probabilities in each variant, where the variant's own answer has the entity too
+  // (shifted left when the deleted token came before it): there its probability is the record's.
+  int compared = 0;
+  for (size_t i = 0; i < n; ++i) {
+    InferenceRequest v = Request("ner", {Without(text, static_cast<int>(i))});
+    v.options.Ask(OutputSwitch::kOcclusion);
+    auto variant = Run(Service(), Method::kTag, v);
+    ASSERT_TRUE(variant.ok()) << variant.status();
+    for (const SpanOutput& s : text.spans) {
+      ASSERT_TRUE(s.probability.has_value());
+      ASSERT_EQ(s.occlusion.size(), n);
+      if (i >= s.token_start && i < s.token_end) {
+        EXPECT_EQ(s.occlusion[i], 0.0f) << s.text << ": its own token " << i << " stays";
+        continue;
+      }
+      const uint32_t shift = i < s.token_start ? 1 : 0;
+      for (const SpanOutput& w : variant->results[0].spans) {
+        if (w.token_start != s.token_start - shift || w.token_end != s.token_end - shift || w.label != s.label)
+          continue;
+        EXPECT_NEAR(s.occlusion[i], *s.probability - *w.probability, 1e-5) << s.text << " without token " << i;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GE(compared, static_cast<int>(n));
+}
+
+TEST_F(InferenceServiceTest, OcclusionIsLimitedBeforeItIsQueued) {
+  // 9 tokens: 9 variants of 8 tokens, 72 variant tokens.
+  InferenceRequest r = Request("sentiment", {"a moving , funny and far too long film"});
+  r.options.Ask(OutputSwitch::kOcclusion);
+  RequestLimits limits;
+  limits.max_occlusion_tokens = 71;
+  ExpectError(Run(Service(limits), Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+              "options.occlusion: the texts' leave-one-out variants hold 72 tokens (n·(n − 1) for a text of n "
+              "tokens), over the limit of 71 (--max-occlusion-tokens)");
+  limits.max_occlusion_tokens = 72;
+  EXPECT_TRUE(Run(Service(limits), Method::kClassify, r).ok());
+  // With the texts, the variants must fit the model's queue.
+  ServingConfig small;
+  small.device = "cpu";
+  small.max_queued_tokens = 60;
+  auto repo = ModelRepository::Create({store_->str(), small});
+  ASSERT_TRUE(repo.ok()) << repo.status();
+  (*repo)->Poll();
+  InferenceService service(repo->get(), executor_, RequestLimits{});
+  ExpectError(Run(service, Method::kClassify, r), absl::StatusCode::kInvalidArgument,
+              "options.occlusion: the texts and their variants, 10 rows of 81 tokens, can never fit model "
+              "'sentiment''s queue of 1024 texts and 60 tokens");
+  r.options.outputs.reset();
+  EXPECT_TRUE(Run(service, Method::kClassify, r).ok());
+}
+
 TEST_F(InferenceServiceTest, UnknownAndFailedModels) {
   ExpectError(Run(Service(), Method::kClassify, Request("nope", {"x"})), absl::StatusCode::kNotFound,
               "model 'nope' not found; models: ner, sentiment, topics");

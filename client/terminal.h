@@ -1,0 +1,23 @@
+// qvi-client's output for a person at a terminal: heat-maps of the explanations over the tokens (α
+// red, β blue; contributions and occlusion in two colours, green for and magenta against) when the
+// terminal allows colour, else the values written after each token.
+#ifndef QVI_CLIENT_TERMINAL_H_
+#define QVI_CLIENT_TERMINAL_H_
+
+#include "qvi/serving/v1/inference.pb.h"
+
+namespace qvi::client {
+
+// options.contributions: for each returned label, its tokens' shares of its margin, and how the margin
+// adds up (tokens + rest).
+void PrintContributions(const serving::v1::Classification& r, bool color);
+// options.occlusion of a classifier: for each returned label, its probability's drop without each token.
+void PrintOcclusion(const serving::v1::Classification& r, bool color);
+// options.occlusion of a tagger: for each entity, its probability's drop without each token around it.
+void PrintEntityOcclusion(const serving::v1::Tagging& r, bool color);
+// α and β rows over the tokens (colour), then one line per token with its numbers.
+void PrintTokens(const google::protobuf::RepeatedPtrField<serving::v1::Token>& tokens, bool color);
+
+}  // namespace qvi::client
+
+#endif  // QVI_CLIENT_TERMINAL_H_

@@ -1,0 +1,128 @@
+#include "server/core/serving/occlusion.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "server/core/request/request_checks.h"
+#include "server/core/serving/postprocess.h"
+
+namespace qvi {
+
+std::vector<std::vector<int64_t>> OcclusionVariantIds(const std::vector<int64_t>& ids) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(OcclusionVariants(n)));
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].reserve(ids.size() - 1);
+    for (size_t t = 0; t < ids.size(); ++t) {
+      if (t != i) out[i].push_back(ids[t]);
+    }
+  }
+  return out;
+}
+
+OcclusionRecord::OcclusionRecord(const Manifest& manifest, const CrfScores* crf, const std::vector<int64_t>& tokens)
+    : manifest_(manifest), crf_(crf), tokens_(tokens), first_(tokens.size(), -1), tags_(tokens.size()) {
+  if (manifest.task == Task::kTagging && crf == nullptr) throw std::logic_error("a tagger's occlusion needs its CRF");
+  int64_t rows = static_cast<int64_t>(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (OcclusionVariants(tokens[i]) == 0) continue;
+    first_[i] = rows;
+    rows += OcclusionVariants(tokens[i]);
+  }
+  slots_.resize(static_cast<size_t>(rows));
+  owner_.reserve(static_cast<size_t>(rows));
+  for (size_t i = 0; i < tokens.size(); ++i) owner_.push_back(static_cast<int>(i));
+  for (size_t i = 0; i < tokens.size(); ++i) owner_.insert(owner_.end(), OcclusionVariants(tokens[i]), static_cast<int>(i));
+}
+
+void OcclusionRecord::Record(int index, const ModelOutputs& outputs, int64_t row) {
+  if (index < 0 || index >= rows()) throw std::out_of_range("occlusion: no row " + std::to_string(index));
+  std::vector<float>& slot = slots_[static_cast<size_t>(index)];
+  if (manifest_.task == Task::kClassification) {
+    slot = SoftmaxRow(outputs.at(Output::kLogits), row);
+    return;
+  }
+  // The row's tokens: its text's, or one fewer for a variant.
+  const bool text = index < static_cast<int>(tokens_.size());
+  const int64_t n = tokens_[static_cast<size_t>(owner_[static_cast<size_t>(index)])] - (text ? 0 : 1);
+  const torch::Tensor all = outputs.at(Output::kEmissions);
+  const int64_t k = crf_->num_tags();
+  if (all.dim() != 3 || row < 0 || row >= all.size(0) || n > all.size(1) || all.size(2) != k) {
+    throw std::invalid_argument("occlusion: emissions of shape " + c10::str(all.sizes()) + " do not fit row " +
+                                std::to_string(row) + " of " + std::to_string(n) + " tokens and a CRF of " +
+                                std::to_string(k) + " tags");
+  }
+  const torch::Tensor e = all[row].to(torch::kCPU, torch::kFloat).contiguous();
+  slot = CrfMarginals(*crf_, e.data_ptr<float>(), n, k, 1);
+  if (!text) return;
+  const torch::Tensor tags = outputs.at(Output::kTags)[row].to(torch::kCPU, torch::kLong).contiguous();
+  if (tags.numel() < n) throw std::invalid_argument("occlusion: the tags do not cover the text");
+  tags_[static_cast<size_t>(index)].assign(tags.data_ptr<int64_t>(), tags.data_ptr<int64_t>() + n);
+}
+
+void OcclusionRecord::Fill(int text, TextResult& result) const {
+  if (text < 0 || text >= static_cast<int>(tokens_.size())) throw std::out_of_range("occlusion: no such text");
+  if (manifest_.task == Task::kClassification) {
+    FillLabels(text, result);
+  } else {
+    FillSpans(text, result);
+  }
+}
+
+void OcclusionRecord::FillLabels(int text, TextResult& result) const {
+  const int64_t first = first_[static_cast<size_t>(text)];
+  if (first < 0) return;  // one token: nothing left to read without it
+  const std::vector<float>& p = slots_[static_cast<size_t>(text)];
+  std::vector<size_t> labels;
+  for (const auto& [label, score] : result.labels) {
+    const auto at = std::find(manifest_.labels.begin(), manifest_.labels.end(), label);
+    if (at == manifest_.labels.end() || static_cast<size_t>(at - manifest_.labels.begin()) >= p.size()) {
+      throw std::out_of_range("occlusion: label '" + label + "' has no probability");
+    }
+    labels.push_back(static_cast<size_t>(at - manifest_.labels.begin()));
+  }
+  const int64_t n = tokens_[static_cast<size_t>(text)];
+  if (static_cast<int64_t>(result.tokens.size()) != n) throw std::logic_error("occlusion: the answer lost tokens");
+  for (int64_t i = 0; i < n; ++i) {
+    const std::vector<float>& without = slots_[static_cast<size_t>(first + i)];
+    if (without.size() != p.size()) throw std::logic_error("occlusion: a variant row was not recorded");
+    std::vector<float>& values = result.tokens[static_cast<size_t>(i)].occlusion;
+    values.clear();
+    for (size_t y : labels) values.push_back(p[y] - without[y]);
+  }
+}
+
+float OcclusionRecord::EntityProbability(const std::vector<float>& marginals, const std::vector<int64_t>& tags,
+                                         uint32_t start, uint32_t end, uint32_t shift) const {
+  const int64_t k = crf_->num_tags();
+  double sum = 0;
+  for (uint32_t t = start; t < end; ++t) {
+    const int64_t tag = std::clamp<int64_t>(tags.at(t), 0, k - 1);
+    sum += marginals.at(static_cast<size_t>((t - shift) * k + tag));
+  }
+  return end > start ? static_cast<float>(sum / (end - start)) : 0.0F;
+}
+
+void OcclusionRecord::FillSpans(int text, TextResult& result) const {
+  const int64_t n = tokens_[static_cast<size_t>(text)];
+  const int64_t first = first_[static_cast<size_t>(text)];
+  const std::vector<int64_t>& tags = tags_[static_cast<size_t>(text)];
+  const std::vector<float>& marginals = slots_[static_cast<size_t>(text)];
+  for (SpanOutput& span : result.spans) {
+    if (span.token_end > n || span.token_start >= span.token_end) throw std::logic_error("occlusion: a span outside");
+    const float p = EntityProbability(marginals, tags, span.token_start, span.token_end, 0);
+    span.probability = p;
+    span.occlusion.assign(static_cast<size_t>(n), 0.0F);
+    if (first < 0) continue;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i >= span.token_start && i < span.token_end) continue;  // the entity stays whole
+      const std::vector<float>& without = slots_[static_cast<size_t>(first + i)];
+      const uint32_t shift = i < span.token_start ? 1 : 0;
+      span.occlusion[static_cast<size_t>(i)] =
+          p - EntityProbability(without, tags, span.token_start, span.token_end, shift);
+    }
+  }
+}
+
+}  // namespace qvi
