@@ -121,15 +121,15 @@ OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o) {
 
 // options.occlusion's variants, Σ n·(n − 1) tokens in Σ n more rows, against --max-occlusion-tokens
 // and, with the texts, against the model's queue.
-absl::Status CheckOcclusion(const InferenceRequest& r, const std::vector<std::vector<int64_t>>& ids,
+// `tokens`: the texts' own, counted already.
+absl::Status CheckOcclusion(const InferenceRequest& r, const std::vector<std::vector<int64_t>>& ids, int64_t tokens,
                             const ServingConfig& serving, const RequestLimits& limits) {
   if (!r.options.Asks(OutputSwitch::kOcclusion)) return absl::OkStatus();
-  int64_t rows = 0, variant_tokens = 0, tokens = 0;
+  int64_t rows = 0, variant_tokens = 0;
   for (const std::vector<int64_t>& text : ids) {
     const auto n = static_cast<int64_t>(text.size());
     rows += 1 + OcclusionVariants(n);
     variant_tokens += OcclusionVariantTokens(n);
-    tokens += n;
   }
   if (variant_tokens > limits.max_occlusion_tokens) {
     return absl::InvalidArgumentError(
@@ -246,7 +246,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
                                                    "''s queue of ", serving.max_queued_tokens,
                                                    " tokens (max_queued_tokens); send fewer per request"));
   }
-  if (absl::Status s = CheckOcclusion(r, p.ids, serving, limits_); !s.ok()) return s;
+  if (absl::Status s = CheckOcclusion(r, p.ids, tokens, serving, limits_); !s.ok()) return s;
   if (absl::Status s = CheckAnswerSize(method, m, r, response, limits_.max_response_bytes); !s.ok()) return s;
   return p;
 }

@@ -188,12 +188,17 @@
   }
 
   // The card's figure for a method ("comprehensiveness 0.396, 2.6× α"), or '' when it has none.
-  function figure(md, method) {
-    var f = md.faithfulness, methods = (f && f.measured && f.methods) || [], alpha, found;
-    methods.forEach(function (m) {
-      if (m.method === 'alpha') alpha = m.comprehensiveness.mean;
+  // The card's comprehensiveness for a method; undefined when it has none.
+  function cardScore(md, method) {
+    var f = md.faithfulness, found;
+    ((f && f.measured && f.methods) || []).forEach(function (m) {
       if (m.method === method) found = m.comprehensiveness.mean;
     });
+    return found;
+  }
+
+  function figure(md, method) {
+    var alpha = cardScore(md, 'alpha'), found = cardScore(md, method);
     if (found === undefined) return '';
     return 'comprehensiveness ' + fixed(found, 3) + (alpha > 0 && method !== 'alpha' ? ', ' + fixed(found / alpha, 1) +
         '× α' : '');
@@ -308,11 +313,8 @@
   // comprehensiveness; a method it has not measured goes after those it has, in the order given).
   function ordered(md, groups) {
     var score = function (g) {
-      var f = md.faithfulness, found = -1;
-      ((f && f.measured && f.methods) || []).forEach(function (m) {
-        if (m.method === g.method) found = m.comprehensiveness.mean;
-      });
-      return found;
+      var found = cardScore(md, g.method);
+      return found === undefined ? -1 : found;
     };
     return groups.map(function (g, i) { return {g: g, s: score(g), i: i}; }).sort(function (a, b) {
       return b.s - a.s || a.i - b.i;

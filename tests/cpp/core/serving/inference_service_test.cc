@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "server/core/sched/sync.h"
 #include "tests/cpp/test_util/run.h"
@@ -38,6 +39,17 @@ class InferenceServiceTest : public ::testing::Test {
   InferenceService Service(RequestLimits limits = {}) { return InferenceService(repo_, executor_, limits); }
   static absl::StatusOr<InferenceResponse> Run(InferenceService service, Method method, InferenceRequest request) {
     return testing::RunAndWait(service, method, std::move(request));
+  }
+
+  // The demo store served with model queues of `max_queued_tokens` tokens; null when it cannot load.
+  static std::unique_ptr<ModelRepository> SmallQueue(int64_t max_queued_tokens) {
+    ServingConfig small;
+    small.device = "cpu";
+    small.max_queued_tokens = max_queued_tokens;
+    auto repo = ModelRepository::Create({store_->str(), small});
+    if (!repo.ok()) return nullptr;
+    (*repo)->Poll();
+    return *std::move(repo);
   }
 
   static InferenceRequest Request(std::string model, std::vector<std::string> texts) {
@@ -215,13 +227,9 @@ TEST_F(InferenceServiceTest, ARequestThatCanNeverFitTheQueueIsInvalidNotExhauste
               absl::StatusCode::kInvalidArgument,
               "texts: 1025 texts can never fit model 'sentiment''s queue of 1024 texts (max_queued_texts)");
   // The same store served with queues of 16 tokens.
-  ServingConfig small;
-  small.device = "cpu";
-  small.max_queued_tokens = 16;
-  auto repo = ModelRepository::Create({store_->str(), small});
-  ASSERT_TRUE(repo.ok()) << repo.status();
-  (*repo)->Poll();
-  InferenceService service(repo->get(), executor_, RequestLimits{});
+  std::unique_ptr<ModelRepository> repo = SmallQueue(16);
+  ASSERT_NE(repo, nullptr);
+  InferenceService service(repo.get(), executor_, RequestLimits{});
   ExpectError(Run(service, Method::kClassify,
                   Request("sentiment", {"one two three four five six seven eight nine",
                                         "ten eleven twelve thirteen fourteen fifteen sixteen seventeen"})),
@@ -334,13 +342,9 @@ TEST_F(InferenceServiceTest, OcclusionIsLimitedBeforeItIsQueued) {
   limits.max_occlusion_tokens = 72;
   EXPECT_TRUE(Run(Service(limits), Method::kClassify, r).ok());
   // With the texts, the variants must fit the model's queue.
-  ServingConfig small;
-  small.device = "cpu";
-  small.max_queued_tokens = 60;
-  auto repo = ModelRepository::Create({store_->str(), small});
-  ASSERT_TRUE(repo.ok()) << repo.status();
-  (*repo)->Poll();
-  InferenceService service(repo->get(), executor_, RequestLimits{});
+  std::unique_ptr<ModelRepository> repo = SmallQueue(60);
+  ASSERT_NE(repo, nullptr);
+  InferenceService service(repo.get(), executor_, RequestLimits{});
   ExpectError(Run(service, Method::kClassify, r), absl::StatusCode::kInvalidArgument,
               "options.occlusion: the texts and their variants, 10 rows of 81 tokens, can never fit model "
               "'sentiment''s queue of 1024 texts and 60 tokens");
