@@ -33,7 +33,8 @@ OcclusionRecord::OcclusionRecord(const Manifest& manifest, const CrfScores* crf,
   slots_.resize(static_cast<size_t>(rows));
   owner_.reserve(static_cast<size_t>(rows));
   for (size_t i = 0; i < tokens.size(); ++i) owner_.push_back(static_cast<int>(i));
-  for (size_t i = 0; i < tokens.size(); ++i) owner_.insert(owner_.end(), OcclusionVariants(tokens[i]), static_cast<int>(i));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    owner_.insert(owner_.end(), OcclusionVariants(tokens[i]), static_cast<int>(i));
 }
 
 void OcclusionRecord::Record(int index, const ModelOutputs& outputs, int64_t row) {

@@ -54,8 +54,8 @@ class OcclusionRecord {
 
   const Manifest& manifest_;
   const CrfScores* crf_;
-  std::vector<int64_t> tokens_;     // per text
-  std::vector<int64_t> first_;      // per text: the row of its first variant (or -1)
+  std::vector<int64_t> tokens_;             // per text
+  std::vector<int64_t> first_;              // per text: the row of its first variant (or -1)
   std::vector<int> owner_;                  // per row: the text it is (or is a variant of)
   std::vector<std::vector<float>> slots_;   // per row: probabilities, or marginals [n*K]
   std::vector<std::vector<int64_t>> tags_;  // per text (tagger): its decoded tag ids
