@@ -18,10 +18,15 @@ std::string FaithfulnessHeading(const serving::v1::Faithfulness& f);
 // sufficiency 0.127; leave-one-out agreement ρ 0.25". Empty when not measured.
 std::vector<std::string> FaithfulnessLines(const serving::v1::Faithfulness& f);
 
+// The card's figures for one method (a card id: "alpha", "contribution", "occlusion", ...), or null
+// when the card has none. Cards measured before the served methods were name them by their offline
+// twins, which compute the same values: "alpha_value" for "contribution", "leave_one_out" for
+// "occlusion"; those are found too.
+const serving::v1::MethodFaithfulness* CardMethod(const serving::v1::Faithfulness& f, const std::string& method);
+
 // The card's figure for one served method, as a row of the report labels itself: "comprehensiveness
-// 0.396, 2.6× α" (`method` a card id: "alpha_value" is what options.contributions serves for the
-// predicted label; the ratio only for methods other than "alpha", when the card has α). Empty when
-// the card has no figure for it.
+// 0.396, 2.6× α" (the ratio only for methods other than "alpha", when the card has α). Empty when the
+// card has no figure for it.
 std::string MethodFigure(const serving::v1::Faithfulness& f, const std::string& method);
 
 // options.occlusion of a classifier's answer: returned label `label`'s drop per token; empty when the

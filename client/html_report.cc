@@ -101,7 +101,7 @@ void SignedRow(std::ostringstream& out, const Tokens& tokens, const std::string&
 // options.contributions: one row per returned label, each token coloured by its signed share of
 // the label's margin.
 void ContributionRows(std::ostringstream& out, const v1::Classification& r, const v1::Faithfulness& card) {
-  const std::string figure = MethodFigure(card, "alpha_value");
+  const std::string figure = MethodFigure(card, "contribution");
   for (int j = 0; j < r.labels_size(); ++j) {
     const v1::LabelScore& l = r.labels(j);
     if (!l.has_margin()) continue;
@@ -116,7 +116,7 @@ void ContributionRows(std::ostringstream& out, const v1::Classification& r, cons
 // options.occlusion of a classifier: one row per returned label, how much its probability drops
 // without each token.
 void OcclusionRows(std::ostringstream& out, const v1::Classification& r, const v1::Faithfulness& card) {
-  const std::string figure = MethodFigure(card, "leave_one_out");
+  const std::string figure = MethodFigure(card, "occlusion");
   for (int j = 0; j < r.labels_size(); ++j) {
     const std::vector<float> drops = LabelOcclusion(r, j);
     if (drops.empty()) return;
@@ -129,7 +129,7 @@ void OcclusionRows(std::ostringstream& out, const v1::Classification& r, const v
 // options.occlusion of a tagger: one row per entity, how much its probability drops without each
 // token around it.
 void EntityOcclusionRows(std::ostringstream& out, const v1::Tagging& r, const v1::Faithfulness& card) {
-  const std::string figure = MethodFigure(card, "leave_one_out");
+  const std::string figure = MethodFigure(card, "occlusion");
   for (const v1::Span& s : r.spans()) {
     if (!s.has_probability()) continue;
     SignedRow(out, r.tokens(), "entity-occlusion", s.label(), "why " + s.label() + " \"" + s.text() + "\"", figure,
@@ -142,9 +142,8 @@ void EntityOcclusionRows(std::ostringstream& out, const v1::Tagging& r, const v1
 // measured after those it has, in the order given): each part is (card method, its rows' HTML).
 std::string Ordered(const v1::Faithfulness& card, std::vector<std::pair<std::string, std::string>> parts) {
   auto score = [&card](const std::string& method) {
-    for (const auto& m : card.methods())
-      if (card.measured() && m.method() == method) return m.comprehensiveness().mean();
-    return -1.0;
+    const v1::MethodFaithfulness* m = CardMethod(card, method);
+    return m == nullptr ? -1.0 : m->comprehensiveness().mean();
   };
   std::stable_sort(parts.begin(), parts.end(),
                    [&](const auto& a, const auto& b) { return score(a.first) > score(b.first); });
@@ -300,8 +299,8 @@ std::string HtmlReport(const v1::ModelVersion& model, const std::string& name, c
     ContributionRows(contribution, r, card);
     OcclusionRows(occlusion, r, card);
     Heatmaps(attention, r.tokens());
-    out << Ordered(
-        card, {{"alpha_value", contribution.str()}, {"leave_one_out", occlusion.str()}, {"alpha", attention.str()}});
+    out << Ordered(card,
+                   {{"contribution", contribution.str()}, {"occlusion", occlusion.str()}, {"alpha", attention.str()}});
     LayerMaps(out, r.tokens(), r.layers());
     out << "</section>\n";
   }
@@ -334,7 +333,7 @@ std::string HtmlReport(const v1::ModelVersion& model, const std::string& name, c
     std::ostringstream occlusion, attention;
     EntityOcclusionRows(occlusion, r, card);
     Heatmaps(attention, r.tokens());
-    out << Ordered(card, {{"leave_one_out", occlusion.str()}, {"alpha", attention.str()}});
+    out << Ordered(card, {{"occlusion", occlusion.str()}, {"alpha", attention.str()}});
     LayerMaps(out, r.tokens(), r.layers());
     out << "</section>\n";
   }

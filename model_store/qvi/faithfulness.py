@@ -25,19 +25,29 @@ and models with different ranges compare: 0 is the worst of those orderings, 1 t
 al. search orderings with a beam; ours is the cheaper stand-in and is reported as such.
 
 The methods (METHODS): a seeded random ranking (the floor); α, the pooling attention the server
-returns; α·g, the token's exact share of the predicted label's logit margin through the pooling
-(the output is Σ α_i g(q, v_i), eq. 2/6, and a linear layer follows, so the margin
-(w_ŷ − mean of the other rows)ᵀ Σ α_i g_i splits over tokens exactly; for QVI g_i holds β_i);
+returns; contribution (α·g), the token's exact share of the predicted label's logit margin through the
+pooling, as the server's options.contributions serves it (the output is Σ α_i g(q, v_i), eq. 2/6, and
+a linear layer follows, so the margin (w_ŷ − mean of the other rows)ᵀ Σ α_i g_i splits over tokens
+exactly; for QVI g_i holds β_i; read from the model's `contribution` output);
 for Transformers the last layer's attention and attention rollout (Abnar & Zuidema 2020), both
 read through α for a classifier (the pooled vector reads position i with weight α_i) and through
 the entity's rows for a tagger; gradient × input and integrated gradients from Captum on the
 embedding layer (signed, summed over the embedding; IG's baseline is [PAD] everywhere); and
-leave-one-out, p(x) − p(x ∖ i) for each candidate i, the expensive reference that the others'
-Spearman ρ is measured against.
+occlusion (leave-one-out), p(x) − p(x ∖ i) for each candidate i, computed as the server's
+options.occlusion computes it (each text's n variants scored once for all its answers), the expensive
+reference that the others' Spearman ρ is measured against.
+
+`run` measures through the exported model the server loads (model.pt, TorchScript): every
+probability, α, the contribution and the occlusion variants come from its forward (forward_without_maps
+where it has one, as the server calls it); only the gradient methods and the attention maps use the
+same weights in eager PyTorch (Captum hooks the embedding layer). Each method's cost is measured too
+(`method_costs`): wall ms per text computing it one text at a time and 32 texts at a time, and the
+forward passes it needs beyond the answer's own.
 """
 import argparse
 import json
 import math
+import platform
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -54,11 +64,12 @@ from qvi.models import CONTEXT_AWARE, ModelConfig, TransformerClassifier, Transf
 from qvi.tokenizer import config_from_json, encode
 
 KS = (1, 5, 10, 20, 50)
-METHODS = ("random", "alpha", "alpha_value", "last_layer", "rollout", "grad_input", "integrated_gradients",
-           "leave_one_out")
-NAMES = {"random": "random", "alpha": "α", "alpha_value": "α·g", "last_layer": "last-layer attention",
+METHODS = ("random", "alpha", "contribution", "last_layer", "rollout", "grad_input", "integrated_gradients",
+           "occlusion")
+NAMES = {"random": "random", "alpha": "α", "contribution": "contribution", "last_layer": "last-layer attention",
          "rollout": "attention rollout", "grad_input": "gradient × input", "integrated_gradients": "integrated gradients",
-         "leave_one_out": "leave-one-out"}
+         "occlusion": "occlusion"}
+REFERENCE = "occlusion"  # the method the others' ρ is measured against
 REMOVALS = ("delete", "pad")
 PAD = 0
 
@@ -80,30 +91,37 @@ class Answer:
 
 def supported_methods(config: ModelConfig, outputs: Sequence[str]) -> List[str]:
     """The methods a model supports: attention ones only where it returns attention."""
-    methods = ["random", "grad_input", "integrated_gradients", "leave_one_out"]
+    methods = ["random", "grad_input", "integrated_gradients", "occlusion"]
     if "attention" in outputs:
         methods.insert(1, "alpha")
-        if config.task == "classification" and config.arch != "han":
-            methods.insert(2, "alpha_value")
+    if "contribution" in outputs:
+        methods.insert(2, "contribution")
     if "layer_attention" in outputs:
         methods[methods.index("grad_input"):methods.index("grad_input")] = ["last_layer", "rollout"]
     return [m for m in METHODS if m in methods]
 
 
 class Scorer:
-    """p of answers, whole or with tokens removed, in batches; and the model's per-token views."""
+    """p of answers, whole or with tokens removed, in batches; and the model's per-token views.
+    `served`: the exported model (TorchScript) the server loads; forward passes without attention
+    maps and without gradients go through it, the others through the eager `model` (same weights)."""
 
-    def __init__(self, model: nn.Module, config: ModelConfig, removal: str, batch_tokens: int = 8192):
+    def __init__(self, model: nn.Module, config: ModelConfig, removal: str, batch_tokens: int = 8192,
+                 served: Optional[torch.jit.ScriptModule] = None):
         if removal not in REMOVALS:
             raise ValueError(f"removal must be one of {REMOVALS}, got {removal!r}")
         self.model = model.eval()
+        self.served = served
         self.config = config
         self.tagging = config.task == "tagging"
         self.removal = removal
         self.batch_tokens = batch_tokens
 
     # -- forward passes ---------------------------------------------------------------------------
-    def _outputs(self, ids: torch.Tensor, mask: torch.Tensor, maps: bool) -> Dict[str, torch.Tensor]:
+    def _outputs(self, ids: torch.Tensor, mask: torch.Tensor, maps: bool, eager: bool = False) -> Dict[str, torch.Tensor]:
+        if self.served is not None and not maps and not eager:
+            s = self.served
+            return s.forward_without_maps(ids, mask) if hasattr(s, "forward_without_maps") else s(ids, mask)
         m = self.model
         if isinstance(m, TransformerCRF):
             return m._run(ids, mask, "maps" if maps else "received", decode=False)
@@ -112,16 +130,24 @@ class Scorer:
         return m(ids, mask)
 
     def score(self, ids: torch.Tensor, mask: torch.Tensor, label: torch.Tensor, span: torch.Tensor,
-              tags: torch.Tensor) -> torch.Tensor:
+              tags: torch.Tensor, eager: bool = False) -> torch.Tensor:
         """p [B] of each row's answer: label [B] (classifier); span [B,T] bool and tags [B,T]
-        (tagger: the entity's positions and their predicted tags). Differentiable."""
-        out = self._outputs(ids, mask, maps=False)
+        (tagger: the entity's positions and their predicted tags). Differentiable when `eager`."""
+        table = self.table(ids, mask, eager)
         if not self.tagging:
-            return torch.softmax(out["logits"], dim=-1).gather(1, label.unsqueeze(1)).squeeze(1)
-        marg = crf_marginals(self.model.crf, out["emissions"], mask)  # type: ignore[union-attr]
-        picked = marg.gather(2, tags.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+            return table.gather(1, label.unsqueeze(1)).squeeze(1)
+        picked = table.gather(2, tags.clamp(min=0).unsqueeze(-1)).squeeze(-1)
         s = span.to(picked.dtype)
         return (picked * s).sum(1) / s.sum(1).clamp(min=1.0)
+
+    def table(self, ids: torch.Tensor, mask: torch.Tensor, eager: bool = False) -> torch.Tensor:
+        """What answers are scored from: p(label) [B,C] of a classifier, the CRF marginals [B,T,K]
+        (float64, as the server computes them) of a tagger."""
+        out = self._outputs(ids, mask, maps=False, eager=eager)
+        if not self.tagging:
+            return torch.softmax(out["logits"], dim=-1)
+        crf = (self.model if eager or self.served is None else self.served).crf  # type: ignore[union-attr]
+        return crf_marginals(crf, out["emissions"], mask)
 
     def variant(self, a: Answer, removed: Sequence[int]) -> Tuple[List[int], Tuple[int, int]]:
         """The answer's ids with `removed` positions taken out (delete) or set to [PAD] (pad), and
@@ -133,6 +159,37 @@ class Scorer:
         ids = [t for i, t in enumerate(a.ids) if i not in gone]
         before = sum(1 for i in gone if i < a.span[0])
         return ids, (a.span[0] - before, a.span[1] - before)
+
+    @torch.no_grad()
+    def tables(self, rows: Sequence[List[int]]) -> List[np.ndarray]:
+        """`table` of each row of ids (right-padded into batches of at most batch_tokens), as numpy:
+        [C] per classifier row, [n, K] per tagger row of n tokens."""
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        out: List[np.ndarray] = [np.zeros(0)] * len(rows)
+        start = 0
+        while start < len(order):
+            end = start + 1
+            while end < len(order) and (end - start + 1) * max(1, len(rows[order[end]])) <= self.batch_tokens:
+                end += 1
+            picked = order[start:end]
+            t = max(1, max(len(rows[i]) for i in picked))
+            ids = torch.zeros(len(picked), t, dtype=torch.long)
+            mask = torch.zeros(len(picked), t, dtype=torch.bool)
+            for r, i in enumerate(picked):
+                ids[r, :len(rows[i])] = torch.tensor(rows[i], dtype=torch.long)
+                mask[r, :len(rows[i])] = True
+            table = self.table(ids, mask).numpy()
+            for r, i in enumerate(picked):
+                out[i] = table[r] if not self.tagging else table[r, :len(rows[i])]
+            start = end
+        return out
+
+    def read(self, table: np.ndarray, a: Answer, span: Tuple[int, int]) -> float:
+        """p of answer `a` from its row's table, its entity at `span` there (a tagger)."""
+        if not self.tagging:
+            return float(table[a.label])
+        s, e = span
+        return float(np.mean([table[s + j, tag] for j, tag in enumerate(a.tags)])) if e > s else 0.0
 
     @torch.no_grad()
     def probs(self, items: Sequence[Tuple[Answer, Sequence[int]]], masked_suffix: bool = False) -> np.ndarray:
@@ -182,18 +239,20 @@ class Scorer:
 
 
 def crf_marginals(crf: nn.Module, emissions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """p(y_t = k | x) [B,T,K] under the CRF (forward-backward in log space); 0 on padding. Rows'
+    """p(y_t = k | x) [B,T,K] under the CRF (forward-backward in log space, float64 like the server's
+    CrfMarginals: float32 loses up to ~1e-4 of a marginal over a long text); 0 on padding. Rows'
     real tokens are a prefix (right padding), as the CRF's decode assumes."""
+    emissions = emissions.double()
     b, t, k = emissions.shape
     if t == 0:
         return emissions
-    start, end, trans = crf.start, crf.end, crf.trans  # type: ignore[union-attr]
+    start, end, trans = crf.start.double(), crf.end.double(), crf.trans.double()  # type: ignore[union-attr]
     fwd = [start.unsqueeze(0) + emissions[:, 0]]
     for i in range(1, t):
         nxt = torch.logsumexp(fwd[-1].unsqueeze(2) + trans.unsqueeze(0), dim=1) + emissions[:, i]
         fwd.append(torch.where(mask[:, i].unsqueeze(1), nxt, fwd[-1]))
     lengths = mask.long().sum(1)
-    bwd: List[torch.Tensor] = [torch.zeros(b, k)] * t
+    bwd: List[torch.Tensor] = [torch.zeros(b, k, dtype=emissions.dtype)] * t
     last = end.unsqueeze(0).expand(b, k)
     bwd[t - 1] = last
     for i in range(t - 2, -1, -1):
@@ -246,8 +305,8 @@ class Methods:
         """Per answer, a score per token (length len(ids)); only candidates' scores are read."""
         if name == "random":
             return [np.random.default_rng([self.seed, a.text, a.span[0]]).random(len(a.ids)) for a in answers]
-        if name == "leave_one_out":
-            return self.leave_one_out(answers)
+        if name == "occlusion":
+            return self.occlusion(answers)
         ids, mask, label, span, tags = self.s.batch(answers)
         if name in ("grad_input", "integrated_gradients"):
             scores = self.gradients(name, ids, mask, label, span, tags)
@@ -259,8 +318,8 @@ class Methods:
     def attention(self, name: str, answers: Sequence[Answer], ids: torch.Tensor, mask: torch.Tensor,
                   label: torch.Tensor) -> torch.Tensor:
         tagging = self.s.tagging
-        if name == "alpha_value":
-            return self.alpha_value(ids, mask, label)
+        if name == "contribution":
+            return self.contribution(ids, mask, label)
         out = self.s._outputs(ids, mask, maps=name != "alpha" or tagging)
         if name == "alpha" and not tagging:
             return out["attention"]
@@ -274,26 +333,20 @@ class Methods:
             view = _rollout(maps, mask)
         return torch.bmm(reader, view).squeeze(1)
 
-    def alpha_value(self, ids: torch.Tensor, mask: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
-        """α_i (w_ŷ − mean of the other rows)ᵀ g(q, v_i): the token's share of the logit margin."""
-        model = self.s.model
-        seen: Dict[str, torch.Tensor] = {}
-        hook = model.pool.register_forward_hook(lambda _m, inp, out: seen.update(values=inp[0], alpha=out[1]))
-        try:
-            self.s._outputs(ids, mask, maps=False)
-        finally:
-            hook.remove()
-        gv, _ = model.pool.gated(seen["values"], mask)
-        w = model.out.weight  # [C,D]
-        c = w.size(0)
-        direction = w[label] - (w.sum(0, keepdim=True) - w[label]) / max(c - 1, 1)  # [B,D]
-        return seen["alpha"] * torch.einsum("btd,bd->bt", gv, direction)
+    def contribution(self, ids: torch.Tensor, mask: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+        """The token's share of ŷ's logit margin over the mean of the other labels, from the model's
+        `contribution` output [B,T,C] (α_i W_out g(q, v_i)), as the server's options.contributions
+        returns it: contribution[:, i, ŷ] − mean of contribution[:, i, c ≠ ŷ]."""
+        share = self.s._outputs(ids, mask, maps=False)["contribution"]
+        c = share.size(2)
+        own = share.gather(2, label.view(-1, 1, 1).expand(-1, share.size(1), 1)).squeeze(2)  # [B,T]
+        return own - (share.sum(2) - own) / max(c - 1, 1)
 
     def gradients(self, name: str, ids: torch.Tensor, mask: torch.Tensor, label: torch.Tensor, span: torch.Tensor,
                   tags: torch.Tensor) -> torch.Tensor:
         from captum.attr import LayerGradientXActivation, LayerIntegratedGradients
         layer = token_embedding(self.s.model)
-        forward = lambda i, m, lab, sp, tg: self.s.score(i, m, lab, sp, tg)  # noqa: E731
+        forward = lambda i, m, lab, sp, tg: self.s.score(i, m, lab, sp, tg, eager=True)  # noqa: E731
         extra = (mask, label, span, tags)
         with torch.enable_grad():
             if name == "grad_input":
@@ -304,17 +357,31 @@ class Methods:
                     internal_batch_size=max(1, ids.size(0)))
         return attr.sum(-1) * mask.to(attr.dtype)
 
-    def leave_one_out(self, answers: Sequence[Answer]) -> List[np.ndarray]:
-        items = [(a, []) for a in answers]
-        for a in answers:
-            items.extend((a, [i]) for i in a.candidates)
-        p = self.s.probs(items)
-        out, at = [], len(answers)
+    def occlusion(self, answers: Sequence[Answer]) -> List[np.ndarray]:
+        """p(x) − p(x ∖ i) for each candidate i of each answer, as the server's occlusion lane
+        computes it: each text once and then once without each of its n tokens (a text of one token
+        has no variants and scores 0), every answer of the text read from those same passes."""
+        texts: Dict[int, List[int]] = {}
         for r, a in enumerate(answers):
+            texts.setdefault(a.text, []).append(r)
+        rows: List[List[int]] = []
+        first: Dict[int, int] = {}
+        for text, members in texts.items():
+            ids = answers[members[0]].ids
+            first[text] = len(rows)
+            rows.append(list(ids))
+            if len(ids) >= 2:
+                rows.extend(self.s.variant(Answer(text, ids), [i])[0] for i in range(len(ids)))
+        tables = self.s.tables(rows)
+        out = []
+        for a in answers:
+            at = first[a.text]
             scores = np.zeros(len(a.ids))
-            cand = a.candidates
-            scores[cand] = p[r] - p[at:at + len(cand)]
-            at += len(cand)
+            if len(a.ids) >= 2:
+                full = self.s.read(tables[at], a, a.span)
+                for i in a.candidates:
+                    shift = 1 if self.s.removal == "delete" and i < a.span[0] else 0
+                    scores[i] = full - self.s.read(tables[at + 1 + i], a, (a.span[0] - shift, a.span[1] - shift))
             out.append(scores)
         return out
 
@@ -383,9 +450,10 @@ class Options:
     seed: int = 1
     ig_steps: int = 20
     max_answers: int = 0          # 0: every answer of the split
-    loo_answers: int = 0          # leave-one-out (and ρ) on the first N answers in a seeded order; 0: all
+    loo_answers: int = 0          # occlusion (and ρ) on the first N answers in a seeded order; 0: all
     chunk: int = 32
     progress: bool = True
+    cost_texts: int = 32          # the costs: measured on this many texts' answers (0: not measured)
 
 
 Extra = Dict[str, Callable[[Sequence[Answer]], List[np.ndarray]]]
@@ -430,16 +498,16 @@ class Tally:
     @classmethod
     def of(cls, methods: Sequence[str]) -> "Tally":
         empty = lambda: {m: [] for m in methods}  # noqa: E731
-        return cls(empty(), empty(), empty(), empty(), {m: [] for m in methods if m != "leave_one_out"})
+        return cls(empty(), empty(), empty(), empty(), {m: [] for m in methods if m != REFERENCE})
 
 
 def _rank_chunk(engine: Methods, methods: Sequence[str], extra: Optional[Extra], chunk: Sequence[Answer],
                 in_loo: Sequence[bool], seconds: Dict[str, float]) -> Dict[str, List[Optional[np.ndarray]]]:
-    """Every method's token scores for each answer of the chunk (None where leave-one-out skips it)."""
+    """Every method's token scores for each answer of the chunk (None where the reference skips it)."""
     scores: Dict[str, List[Optional[np.ndarray]]] = {}
     for m in methods:
         t = time.time()
-        if m == "leave_one_out":
+        if m == REFERENCE:
             picked = [j for j, keep in enumerate(in_loo) if keep]
             row: List[Optional[np.ndarray]] = [None] * len(chunk)
             for j, s in zip(picked, engine.run(m, [chunk[j] for j in picked])):
@@ -457,7 +525,7 @@ def _measure_chunk(scorer: Scorer, chunk: Sequence[Answer], start: int,
                    scores: Dict[str, List[Optional[np.ndarray]]], tally: Tally) -> None:
     """Each method's curves (and its reverse's) and ρ with leave-one-out, for the chunk's answers."""
     full = scorer.probs([(a, []) for a in chunk])
-    loo = scores.get("leave_one_out", [None] * len(chunk))
+    loo = scores.get(REFERENCE, [None] * len(chunk))
     for m, per_answer in scores.items():
         rows = [j for j in range(len(chunk)) if per_answer[j] is not None]
         sub = [chunk[j] for j in rows]
@@ -478,10 +546,12 @@ def _measure_chunk(scorer: Scorer, chunk: Sequence[Answer], start: int,
 
 
 def evaluate(model: nn.Module, config: ModelConfig, manifest: Dict[str, object], encoded: Sequence[List[int]],
-             options: Options, extra: Optional[Extra] = None) -> Dict[str, object]:
-    """Runs every method over the answers the model gives on `encoded` and returns the report."""
+             options: Options, extra: Optional[Extra] = None,
+             served: Optional[torch.jit.ScriptModule] = None) -> Dict[str, object]:
+    """Runs every method over the answers the model gives on `encoded` and returns the report;
+    `served`, the exported model, answers wherever the server would (Scorer)."""
     t0 = time.time()
-    scorer = Scorer(model, config, options.removal)
+    scorer = Scorer(model, config, options.removal, served=served)
     methods = list(options.methods) + list(extra or {})
     answers = answers_of(scorer, manifest, encoded)
     rng = np.random.default_rng(options.seed)
@@ -498,9 +568,65 @@ def evaluate(model: nn.Module, config: ModelConfig, manifest: Dict[str, object],
         in_loo = [start + j in loo_set for j in range(len(chunk))]
         _measure_chunk(scorer, chunk, start, _rank_chunk(engine, methods, extra, chunk, in_loo, seconds), tally)
     report = summarise(answers, methods, tally, options, rng)
+    if options.cost_texts:
+        for m, cost in method_costs(engine, methods, extra, answers, options.cost_texts).items():
+            if m in report["methods"]:  # type: ignore[operator]
+                report["methods"][m]["cost"] = cost  # type: ignore[index]
+        report["cost_machine"] = machine()
     report["padding_check"] = padding_check(scorer, answers[:64])
     report["seconds"] = {"total": round(time.time() - t0, 1), **{m: round(v, 1) for m, v in seconds.items()}}
     return report
+
+
+# -- the cost -----------------------------------------------------------------------------------------
+def machine() -> str:
+    """Where costs were measured: the architecture, the processor and torch's thread count."""
+    name = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return f"{platform.machine()}{', ' + name if name else ''}, {torch.get_num_threads()} torch threads"
+
+
+def extra_forwards(method: str, texts: Sequence[Sequence[Answer]], ig_steps: int) -> float:
+    """Forward passes per text beyond the answer's own: each gradient method's passes also run
+    backwards, once per answer; occlusion runs each text again without each of its n ≥ 2 tokens."""
+    per_text = {"grad_input": lambda g: len(g), "integrated_gradients": lambda g: ig_steps * len(g),
+                "occlusion": lambda g: len(g[0].ids) if len(g[0].ids) >= 2 else 0}.get(method, lambda g: 0)
+    return float(np.mean([per_text(g) for g in texts]))
+
+
+def method_costs(engine: "Methods", methods: Sequence[str], extra: Optional[Extra], answers: Sequence[Answer],
+                 n_texts: int) -> Dict[str, Dict[str, float]]:
+    """Each method's cost on the first `n_texts` texts that have answers: wall ms per text computing
+    its token scores for every answer of one text at a time, and of 32 texts at a time (each timed
+    after a first, untimed round of the same calls: TorchScript specialises its graph on the first
+    calls of each shape), and its extra forwards per text."""
+    texts: Dict[int, List[Answer]] = {}
+    for a in answers:
+        if a.text in texts or len(texts) < n_texts:
+            texts.setdefault(a.text, []).append(a)
+    groups = list(texts.values())
+    if not groups:
+        return {}
+    out = {}
+    for m in methods:
+        compute = extra[m] if extra and m in extra else (lambda batch, m=m: engine.run(m, batch))
+        alone = batched = 0.0
+        for _ in range(2):  # the second round is the one kept
+            t = time.perf_counter()
+            for g in groups:
+                compute(g)
+            alone = (time.perf_counter() - t) / len(groups)
+            t = time.perf_counter()
+            for start in range(0, len(groups), 32):
+                compute([a for g in groups[start:start + 32] for a in g])
+            batched = (time.perf_counter() - t) / len(groups)
+        out[m] = {"ms_per_text_batch_1": round(alone * 1e3, 3), "ms_per_text_batch_32": round(batched * 1e3, 3),
+                  "extra_forwards_per_text": round(extra_forwards(m, groups, engine.ig_steps), 2)}
+    return out
 
 
 Bounds = Tuple[Dict[int, float], Dict[int, float]]
@@ -632,7 +758,7 @@ def run(artifact_path: str, split: str, options: Options, join: str = " ") -> Di
                                     config)
     tok = config_from_json(manifest["tokenizer"])  # type: ignore[arg-type]
     encoded = [encode(e.text, tok, vocab).ids for e in load_split(split, manifest, join)]
-    report = evaluate(model, config, manifest, encoded, options)
+    report = evaluate(model, config, manifest, encoded, options, served=module)
     card = manifest.get("model_card") or {}
     report.update({"model": manifest["name"], "architecture": config.display_name(), "split": split,
                    "task": config.task, "torch_threads": torch.get_num_threads(),
@@ -659,15 +785,21 @@ def card_summary(report: Dict[str, object]) -> Dict[str, object]:
         if "vs_random" in e:
             keep["vs_random"] = dict(est(e["vs_random"]["diff"], e["vs_random"]["ci"]),
                                      p=float(f"{e['vs_random']['wilcoxon_p']:.3g}"))
+        if "cost" in e:
+            keep["cost"] = e["cost"]
         methods.append(keep)
-    return {"split": report["split"], "answers": report["answers"], "texts": report["texts"], "ks": report["ks"],
-            "removal": report["removal"], "target": report["target"], "methods": methods}
+    out = {"split": report["split"], "answers": report["answers"], "texts": report["texts"], "ks": report["ks"],
+           "removal": report["removal"], "target": report["target"], "methods": methods}
+    if "cost_machine" in report:
+        out["cost_machine"] = report["cost_machine"]
+    return out
 
 
 def cmd_faithfulness(args: argparse.Namespace) -> None:
     torch.set_num_threads(max(1, args.threads))
     options = Options(methods=args.methods, removal=args.removal, seed=args.seed, ig_steps=args.ig_steps,
-                      max_answers=args.max_answers, loo_answers=args.loo_answers, progress=not args.quiet)
+                      max_answers=args.max_answers, loo_answers=args.loo_answers, progress=not args.quiet,
+                      cost_texts=args.cost_texts)
     report = run(args.artifact, args.test, options, args.conll_join)
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
@@ -739,7 +871,10 @@ def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> 
     p.add_argument("--ig-steps", type=int, default=20, help="integrated gradients' Riemann steps")
     p.add_argument("--max-answers", type=int, default=0, help="a seeded subsample of the answers (0: all)")
     p.add_argument("--loo-answers", type=int, default=0,
-                   help="leave-one-out (and ρ) on this many answers of a seeded subsample (0: all)")
+                   help="occlusion, the leave-one-out reference (and ρ), on this many answers of a seeded "
+                        "subsample (0: all)")
+    p.add_argument("--cost-texts", type=int, default=32,
+                   help="measure each method's cost on this many texts' answers (0: not measured)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--conll-join", default=" ")
     p.add_argument("--quiet", action="store_true")

@@ -2,6 +2,7 @@
 "explanation" that ignores the model scores like random; the CRF marginals, the removals, the
 statistics and the refusals are right."""
 import itertools
+import platform
 import json
 import random
 
@@ -76,8 +77,8 @@ def test_every_method_ranks_the_one_token_the_answer_depends_on_first(arch, laye
     path, test, vocab = trained(arch, tmp_path, layers=layers)
     hits, n = key_token_hits(path, test, vocab)
     assert hits.pop("random") < n / 2
-    expected = {"cnn_att": ["alpha", "alpha_value", "grad_input", "integrated_gradients", "leave_one_out"],
-                "lstm_att": ["alpha", "alpha_value", "grad_input", "integrated_gradients", "leave_one_out"],
+    expected = {"cnn_att": ["alpha", "contribution", "grad_input", "integrated_gradients", "occlusion"],
+                "lstm_att": ["alpha", "contribution", "grad_input", "integrated_gradients", "occlusion"],
                 "transformer": list(faithfulness.METHODS[1:])}[arch]
     assert list(hits) == expected
     for m, got in hits.items():
@@ -85,14 +86,14 @@ def test_every_method_ranks_the_one_token_the_answer_depends_on_first(arch, laye
 
 
 def test_two_layers_mix_the_token_into_every_state_so_alpha_misses_it_and_rollout_finds_it(tmp_path):
-    """Two Transformer layers carry "gold" into every position's state, so the pooling's α (and α·g),
+    """Two Transformer layers carry "gold" into every position's state, so the pooling's α (and contribution),
     which weigh the top layer's states, point elsewhere, while rollout, which follows the maps
     down to the words, and the occlusion and gradient references still find it. Pinned because it
     is what model_store/README.md and docs/serving.md warn about."""
     path, test, vocab = trained("transformer", tmp_path, layers=2)
     hits, n = key_token_hits(path, test, vocab)
-    assert hits["alpha"] <= 3 and hits["alpha_value"] <= 3, hits
-    for m in ("last_layer", "rollout", "integrated_gradients", "leave_one_out"):
+    assert hits["alpha"] <= 3 and hits["contribution"] <= 3, hits
+    for m in ("last_layer", "rollout", "integrated_gradients", "occlusion"):
         assert hits[m] == n, hits
 
 
@@ -156,7 +157,7 @@ def test_a_tagger_ranks_the_token_an_entity_type_depends_on_first(tmp_path):
     engine = faithfulness.Methods(scorer, ig_steps=20, seed=1)
     methods = faithfulness.supported_methods(config, list(manifest["outputs"]))
     assert methods == ["random", "alpha", "last_layer", "rollout", "grad_input", "integrated_gradients",
-                       "leave_one_out"]
+                       "occlusion"]
     # gradients saturate here too (and IG's straight path from [PAD] misses a few)
     least = {"random": 0, "grad_input": 20, "integrated_gradients": 25}
     for m in methods:
@@ -203,9 +204,9 @@ def test_the_command_writes_a_report_and_a_card_summary(tmp_path, capsys):
           "--loo-answers", "20", "--ig-steps", "8"])
     report = json.loads(out.read_text())
     assert report["model"] == "key" and report["architecture"] == "CNN-Att" and report["answers"] == 60
-    assert set(report["methods"]) == {"random", "alpha", "alpha_value", "grad_input", "integrated_gradients",
-                                      "leave_one_out"}
-    assert report["methods"]["leave_one_out"]["answers"] == 20
+    assert set(report["methods"]) == {"random", "alpha", "contribution", "grad_input", "integrated_gradients",
+                                      "occlusion"}
+    assert report["methods"]["occlusion"]["answers"] == 20
     assert report["methods"]["alpha"]["loo_spearman"]["answers"] <= 20
     for e in report["methods"].values():
         c = e["comprehensiveness"]
@@ -220,7 +221,7 @@ def test_the_command_writes_a_report_and_a_card_summary(tmp_path, capsys):
                                                         "high": full["ci"][1]}, abs=1e-4)
     assert "vs_random" not in card["methods"][0] and alpha["vs_random"]["p"] < 0.05
     printed = capsys.readouterr().out
-    assert "| α |" in printed and "| leave-one-out |" in printed
+    assert "| α |" in printed and "| occlusion |" in printed
 
 
 def test_refusals_name_the_methods_and_labels(tmp_path):
@@ -232,11 +233,11 @@ def test_refusals_name_the_methods_and_labels(tmp_path):
     test.write_text("pos\tw1 w2\nneg\tw3\n")
     base = ["faithfulness", "--artifact", path, "--test", str(test), "--out", str(tmp_path / "o.json"), "--quiet"]
     with pytest.raises(SystemExit, match="CNN returns no attention.*random grad_input integrated_gradients "
-                                         "leave_one_out"):
+                                         "occlusion"):
         main(base)
     with pytest.raises(SystemExit, match="CNN does not support alpha, rollout; it supports: random"):
         main(base + ["--methods", "alpha", "rollout"])
-    main(base + ["--methods", "random", "leave_one_out"])  # what it supports runs
+    main(base + ["--methods", "random", "occlusion"])  # what it supports runs
     test.write_text("pos\tw1 w2\nmaybe\tw3\nunsure\tw4\n")
     with pytest.raises(SystemExit, match=r"labels the model plain does not know: maybe, unsure \(it knows neg, pos\)"):
         main(base + ["--methods", "random"])
@@ -287,3 +288,75 @@ def test_bootstrap_resamples_texts():
     assert mean == 0.5 and 0.0 <= lo <= 0.5 <= hi <= 1.0
     same = faithfulness.bootstrap_mean(np.full(10, 0.3), np.arange(10), rng)
     assert same == pytest.approx((0.3, 0.3, 0.3))
+
+
+@pytest.mark.parametrize("arch", ["cnn_att", "transformer", "han"])
+def test_served_and_eager_answers_agree_and_occlusion_is_leave_one_out(arch, tmp_path):
+    """Through the exported model (as `run` measures) the contribution and occlusion equal the eager
+    model's; occlusion's shared variants give each answer what deleting each candidate alone gives."""
+    torch.manual_seed(5)
+    vocab = Vocabulary(["[PAD]", "[UNK]"] + [f"w{i}" for i in range(10)] + ["."])
+    config = ModelConfig(arch, len(vocab), 3, g="qvi", emb_dim=8, hidden=8, heads=2, ffn=16, layers=1,
+                         boundary_ids=[vocab.id(".")] if arch == "han" else [])
+    manifest = artifact.build_manifest("m", config, TOK, vocab, ["a", "b", "c"], "", {})
+    path = artifact.export(build_model(config), manifest, vocab, str(tmp_path), 1)
+    module, manifest, _ = artifact.load(path)
+    eager = build_model(config).eval()
+    eager.load_state_dict(module.state_dict())
+    rng = random.Random(2)
+    texts = [[rng.randrange(2, len(vocab)) for _ in range(rng.randint(1, 9))] for _ in range(12)]
+    answers = [faithfulness.Answer(i, ids, label=j) for i, ids in enumerate(texts) for j in range(3)]
+    served = faithfulness.Methods(faithfulness.Scorer(eager, config, "delete", served=module), 20, 1)
+    plain = faithfulness.Methods(faithfulness.Scorer(eager, config, "delete"), 20, 1)
+    for m in ("contribution", "occlusion"):
+        for a, x, y in zip(answers, served.run(m, answers), plain.run(m, answers)):
+            np.testing.assert_allclose(x, y, atol=1e-5, err_msg=f"{m} {a.ids}")
+    full = served.s.probs([(a, []) for a in answers])
+    for a, p, scores in zip(answers, full, served.run("occlusion", answers)):
+        if len(a.ids) < 2:
+            assert not scores.any(), "a text of one token has no variants"
+            continue
+        alone = served.s.probs([(a, [i]) for i in a.candidates])
+        np.testing.assert_allclose(scores, p - alone, atol=1e-6)
+
+
+def test_a_taggers_occlusion_reads_every_entity_of_a_text_from_the_same_variants():
+    torch.manual_seed(4)
+    cfg = ModelConfig("transformer_crf", 12, 5, emb_dim=8, hidden=8, heads=2, ffn=16, max_tokens=16)
+    model = build_model(cfg).eval()
+    with torch.no_grad():
+        model.crf.trans.normal_(0, 1)
+    ids = [3, 4, 5, 6, 7, 8, 9]
+    answers = [faithfulness.Answer(0, ids, span=(1, 3), tags=[1, 2]), faithfulness.Answer(0, ids, span=(5, 6), tags=[3])]
+    for removal in faithfulness.REMOVALS:
+        engine = faithfulness.Methods(faithfulness.Scorer(model, cfg, removal), 20, 1)
+        full = engine.s.probs([(a, []) for a in answers])
+        for a, p, scores in zip(answers, full, engine.run("occlusion", answers)):
+            alone = engine.s.probs([(a, [i]) for i in a.candidates])
+            np.testing.assert_allclose(scores[a.candidates], p - alone, atol=1e-6)
+            assert not scores[a.span[0]:a.span[1]].any(), "the entity's own tokens stay"
+
+
+def test_each_methods_cost_is_measured_and_kept_on_the_card(tmp_path):
+    path, test, _ = trained("cnn_att", tmp_path)
+    options = faithfulness.Options(methods=["random", "alpha", "contribution", "integrated_gradients", "occlusion"],
+                                   ig_steps=4, progress=False, cost_texts=8, max_answers=16)
+    report = faithfulness.run(path, test, options)
+    cost = {m: e["cost"] for m, e in report["methods"].items()}
+    assert all(c["ms_per_text_batch_1"] > 0 and c["ms_per_text_batch_32"] > 0 for c in cost.values()), cost
+    forwards = {m: c["extra_forwards_per_text"] for m, c in cost.items()}
+    # the answer's own pass holds α and the contribution; IG runs its steps; occlusion a variant per token
+    assert forwards["random"] == forwards["alpha"] == forwards["contribution"] == 0
+    assert forwards["integrated_gradients"] == 4
+    answers, *_ = answers_and_scorer(path, test)
+    rng = np.random.default_rng(options.seed)
+    kept = [answers[i] for i in sorted(rng.choice(len(answers), 16, replace=False))]
+    firsts = list({a.text: a for a in kept}.values())[:8]
+    assert forwards["occlusion"] == pytest.approx(np.mean([len(a.ids) for a in firsts]), abs=0.01)
+    assert report["cost_machine"].startswith(platform.machine()) and "torch threads" in report["cost_machine"]
+    card = faithfulness.card_summary(report)
+    assert card["cost_machine"] == report["cost_machine"]
+    assert [m["cost"] for m in card["methods"]] == list(cost.values())
+    none = faithfulness.run(path, test, faithfulness.Options(methods=["random"], progress=False, cost_texts=0,
+                                                             max_answers=4))
+    assert "cost" not in none["methods"]["random"] and "cost_machine" not in faithfulness.card_summary(none)

@@ -76,7 +76,8 @@ def test_classify_report_renders_with_highlighted_tokens(server_process, work):
     lines = re.findall(r"<li>(.*?)</li>", faith.group(2))
     assert lines[0].startswith("random: comprehensiveness AOPC ") and "(the floor)" in lines[0]
     assert any(re.match(r"α: comprehensiveness AOPC 0\.\d{3} \[0\.\d{3}, 0\.\d{3}\], random 0\.\d{3}; "
-                        r"sufficiency -?0\.\d{3}; leave-one-out agreement ρ -?0\.\d\d$", html.unescape(x))
+                        r"sufficiency -?0\.\d{3}; leave-one-out agreement ρ -?0\.\d\d; cost \d+\.\d\d ms/text alone, "
+                        r"\d+\.\d\d in batches of 32, \+0\.0 forwards$", html.unescape(x))
                for x in lines), lines
     # The most attended token of each text is drawn at full red; β boxes are blue.
     red = count(img, lambda p: near(p, (220, 38, 38)))
@@ -92,10 +93,10 @@ def card_order(server_process, model, rows):
     info = json.loads(client(server_process, "--json", "models", "--model", model))
     md = next(v for v in info["model"]["versions"] if v["state"] == "MODEL_STATE_READY")["metadata"]
     comp = {m["method"]: m["comprehensiveness"]["mean"] for m in md["faithfulness"]["methods"]}
-    kinds = {"leave_one_out": ["entity-occlusion" if md["task"] == "tagging" else "occlusion"] * rows,
+    kinds = {"occlusion": ["entity-occlusion" if md["task"] == "tagging" else "occlusion"] * rows,
              "alpha": ["α attention"]}
     if md["task"] == "classification":
-        kinds["alpha_value"] = ["contribution"] * rows
+        kinds["contribution"] = ["contribution"] * rows
     return [k for m in sorted(kinds, key=lambda m: -comp[m]) for k in kinds[m]]
 
 
@@ -166,10 +167,17 @@ def test_the_client_prints_a_models_faithfulness_one_line_per_method(server_proc
     out = client(server_process, "models", "--model", "topics")
     lines = out.splitlines()
     assert re.match(r"topics +v1 +READY +CNN-Att-QVI \(classification, cpu, 5 labels\)$", lines[0]), out
-    assert lines[1] == "  faithfulness on test.tsv: 223 answers in 223 texts, tokens deleted, p(predicted label)", out
+    assert lines[1].startswith("  faithfulness on test.tsv: 223 answers in 223 texts, tokens deleted, "
+                               "p(predicted label); costs measured on x86_64, "), out
     names = [line.strip().split(":")[0] for line in lines[2:]]
-    assert names == ["random", "α", "α·g", "gradient × input", "integrated gradients", "leave-one-out"], out
+    assert names == ["random", "α", "contribution", "gradient × input", "integrated gradients", "occlusion"], out
     assert "leave-one-out agreement ρ" in lines[3] and "leave-one-out agreement" not in lines[-1]
+    # each method's cost: what the answer's own pass holds costs no extra forward, occlusion one per token
+    forwards = {name: float(re.search(r"; cost \d+\.\d\d ms/text alone, \d+\.\d\d in batches of 32, "
+                                      r"\+(\d+\.\d) forwards$", line).group(1))
+                for name, line in zip(names, lines[2:])}
+    assert forwards["α"] == forwards["contribution"] == 0 and forwards["integrated gradients"] == 20, forwards
+    assert forwards["occlusion"] > 10, forwards
 
 
 def test_tag_report_highlights_the_entity(server_process, work):

@@ -192,7 +192,17 @@ def test_get_model_carries_the_cards_faithfulness_figures(server, api):
                     assert not got.HasField(key)
             if "vs_random" in want:
                 assert got.vs_random.mean == want["vs_random"]["mean"] and got.vs_random_p == want["vs_random"]["p"]
+            # issue 54: each method's cost, typed (a card without costs would have none)
+            c = want["cost"]
+            assert (got.cost.ms_per_text_batch_1, got.cost.ms_per_text_batch_32, got.cost.extra_forwards_per_text) == (
+                c["ms_per_text_batch_1"], c["ms_per_text_batch_32"], c["extra_forwards_per_text"]), (name, got.method)
+        assert f.cost_machine == card["cost_machine"] and f.cost_machine.startswith("x86_64"), name
         by = {m.method: m for m in f.methods}
+        # the served methods are on every demo card, measured through the exported model
+        assert "occlusion" in by and by["occlusion"].cost.extra_forwards_per_text > 1, name
+        assert by["alpha"].cost.extra_forwards_per_text == 0 and by["alpha"].cost.ms_per_text_batch_1 > 0, name
+        if md.task == "classification":
+            assert by["contribution"].cost.extra_forwards_per_text == 0, name
         if md.task == "classification":  # issue 31's target: α significantly above random
             assert by["alpha"].comprehensiveness.low > by["random"].comprehensiveness.high, name
 

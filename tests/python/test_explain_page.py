@@ -146,6 +146,10 @@ def test_a_classification_typed_by_keyboard_shows_what_the_json_route_answers(br
     methods = [r.get_attribute("data-method") for r in browser.find_elements(By.CSS_SELECTOR, "#faithfulness-table tr[data-method]")]
     assert methods == [m["method"] for m in md["faithfulness"]["methods"]] and "alpha" in methods
     assert browser.find_element(By.CSS_SELECTOR, "#faithfulness summary").text.startswith("faithfulness on test.tsv: ")
+    # what the model scored on its test split, from its card
+    test = json.loads(md["modelCardJson"])["metrics"]["test"]
+    scored = browser.find_element(By.CSS_SELECTOR, '#card dd[data-fact="on its test split"]').text
+    assert scored == f"accuracy {100 * test['accuracy']:.1f} %, macro F1 {100 * test['macro_f1']:.1f} %", scored
     img = screenshot(browser, "classify.png")
     red = pixels(img, lambda p: near(p, (220, 38, 38)))
     blue = pixels(img, lambda p: p[2] > 200 and p[2] - p[0] > 90 and p[2] - p[1] > 50)
@@ -191,9 +195,9 @@ def card_order(address, model, labels):
     versions = json.loads(http_call(address, "GET", f"/v1/models/{model}", raw=True)[1])["model"]["versions"]
     md = next(v for v in versions if v["state"] == "MODEL_STATE_READY")["metadata"]
     comp = {m["method"]: m["comprehensiveness"]["mean"] for m in md["faithfulness"]["methods"]}
-    kinds = {"alpha_value": ["contribution"] * labels, "leave_one_out": ["occlusion"] * labels, "alpha": ["alpha"]}
+    kinds = {"contribution": ["contribution"] * labels, "occlusion": ["occlusion"] * labels, "alpha": ["alpha"]}
     if md["task"] == "tagging":
-        kinds = {"leave_one_out": ["entity-occlusion"] * labels, "alpha": ["alpha"]}
+        kinds = {"occlusion": ["entity-occlusion"] * labels, "alpha": ["alpha"]}
     order = sorted(kinds, key=lambda m: -comp[m])
     return [k for m in order for k in kinds[m]]
 
@@ -331,6 +335,18 @@ def test_a_refused_request_shows_the_servers_error(browser, server_process):
     assert browser.find_element(By.ID, "error").text == ""
 
 
+# A card with measured costs (the shape card_summary writes), on the HAN of explained_zoo.
+CARD = {"faithfulness": {
+    "split": "test.tsv", "answers": 10, "texts": 10, "ks": [1, 5, 10, 20, 50], "removal": "delete",
+    "target": "p(predicted label)", "cost_machine": "x86_64, 2 torch threads",
+    "methods": [{"method": m, "name": name,
+                 **{k: {"mean": v, "low": v - 0.01, "high": v + 0.01}
+                    for k in ("comprehensiveness", "sufficiency", "normalised_comprehensiveness")},
+                 "cost": {"ms_per_text_batch_1": ms1, "ms_per_text_batch_32": ms32, "extra_forwards_per_text": fw}}
+                for m, name, v, ms1, ms32, fw in (("occlusion", "occlusion", 0.4, 12.5, 1.25, 21.4),
+                                                  ("alpha", "α", 0.15, 2.0, 0.125, 0))]}}
+
+
 @pytest.fixture(scope="module")
 def explained_zoo():
     """A context-aware Transformer (λ) and a HAN (sentence α and β), small and seeded, served."""
@@ -346,7 +362,8 @@ def explained_zoo():
         torch.manual_seed(3)
         cfg = ModelConfig(arch, len(vocab), 2, g="qvi", emb_dim=8, hidden=8, heads=2, layers=2, ffn=16,
                           boundary_ids=boundaries if arch == "han" else [])
-        manifest = artifact.build_manifest(name, cfg, TokenizerConfig(max_tokens=32), vocab, ["neg", "pos"], "", {})
+        manifest = artifact.build_manifest(name, cfg, TokenizerConfig(max_tokens=32), vocab, ["neg", "pos"], "",
+                                           CARD if arch == "han" else {})
         artifact.export(build_model(cfg), manifest, vocab, store, 1)
     proc = ServerProcess(store, work)
     yield proc
@@ -380,6 +397,18 @@ def test_context_aware_and_hierarchical_models_show_lambda_and_sentence_weights(
     assert row(browser, "sentence-beta")
     # A model without self-attention has no layer maps to ask for.
     assert browser.find_element(By.ID, "want-layers").get_attribute("disabled") == "true"
+
+
+def test_the_cards_table_shows_each_methods_cost(browser, explained_zoo):
+    """Issue 54 item 4: beside each method's faithfulness, what it costs (ms per text alone and in
+    batches of 32, and the forwards beyond the answer's own), and the machine that measured it."""
+    open_page(browser, explained_zoo.http_address, "han")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#faithfulness-table tr[data-method]")
+    shown = [(r.get_attribute("data-method"), r.find_element(By.CSS_SELECTOR, "td.cost").text,
+              r.find_element(By.CSS_SELECTOR, "td.forwards").text) for r in rows]
+    assert shown == [("occlusion", "12.50 / 1.25", "+21.4"), ("alpha", "2.00 / 0.13", "+0.0")], shown
+    summary = browser.find_element(By.CSS_SELECTOR, "#faithfulness summary").text
+    assert summary.endswith("costs measured on x86_64, 2 torch threads"), summary
 
 
 def test_the_page_is_self_contained_and_runs_only_its_own_script(server_process):

@@ -344,7 +344,7 @@ def test_a_tagger_refuses_contributions_naming_the_option(zoo, api):
 
 @pytest.mark.parametrize("served", SERVED)
 def test_occlusion_equals_the_python_leave_one_out(zoo, api, served):
-    """options.occlusion, served, equals faithfulness.py's leave-one-out (deletion) on the exported
+    """options.occlusion, served, equals faithfulness.py's occlusion (leave-one-out, deletion) on the exported
     model for the same answers: Classify, each token's drop in each of the 3 returned labels'
     probability; Tag, for each entity, each token's drop in the entity's mean CRF marginal (0 on its
     own tokens) and that probability itself. The labels, spans and tags are those answered without it."""
@@ -372,7 +372,7 @@ def test_occlusion_equals_the_python_leave_one_out(zoo, api, served):
                               tags=[TAGS.index(t.tag) for t in res.tokens[s.token_start:s.token_end]])
                        for s in res.spans]
             full = engine.s.probs([(a, []) for a in answers]) if answers else []
-            for s, a, p, ref in zip(res.spans, answers, full, engine.leave_one_out(answers)):
+            for s, a, p, ref in zip(res.spans, answers, full, engine.occlusion(answers)):
                 assert s.HasField("probability") and close(s.probability, float(p)), (name, text, s.text)
                 assert all_close(list(s.occlusion), torch.tensor(ref), (name, text, s.text))
                 checked += 1
@@ -380,7 +380,7 @@ def test_occlusion_equals_the_python_leave_one_out(zoo, api, served):
         else:
             assert [ls.label for ls in res.labels] == [ls.label for ls in before.labels] and len(res.labels) == 3
             answers = [Answer(0, ids, label=LABELS.index(ls.label)) for ls in res.labels]
-            for j, ref in enumerate(engine.leave_one_out(answers)):
+            for j, ref in enumerate(engine.occlusion(answers)):
                 assert all_close([t.occlusion[j] for t in res.tokens], torch.tensor(ref), (name, text, j))
                 checked += 1
             assert all(len(t.occlusion) == 0 for t in before.tokens)

@@ -5,24 +5,22 @@ explanations, and the health service answers per model."""
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-from qvi_testing import doc_commands, wait_until
+from qvi_testing import REPO, doc_commands, wait_until
 
-GRPCURL = os.path.join(os.path.dirname(sys.executable), "grpcurl")
+GRPCURL = os.path.join(REPO, ".venv", "bin", "grpcurl")
 
 
-COMMANDS = doc_commands("README.md", "### From grpcurl", "grpcurl")
+COMMANDS = doc_commands("README.md", "### From grpcurl", ".venv/bin/grpcurl")
 
 
 def run(command, address):
+    """The command as the README writes it, from the checkout's root, only the address changed."""
     assert "localhost:8500" in command, command
-    script = command.replace("localhost:8500", address)
-    assert script.startswith("grpcurl ")
-    return subprocess.run(["bash", "-c", GRPCURL + script[len("grpcurl"):]], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(["bash", "-c", command.replace("localhost:8500", address)], capture_output=True, text=True,
+                          timeout=60, cwd=REPO)
 
 
 def command(fragment):

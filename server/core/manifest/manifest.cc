@@ -128,6 +128,17 @@ absl::Status ParseEstimate(const json& j, const std::string& path, Estimate& e) 
   return Get(j, "high", path + ".", e.high);
 }
 
+absl::Status ParseMethodCost(const json& j, const std::string& path, MethodCost& c) {
+  if (!j.is_object()) return Bad(path, "is not an object");
+  for (auto [key, out] : {std::pair{"ms_per_text_batch_1", &c.ms_per_text_batch_1},
+                          std::pair{"ms_per_text_batch_32", &c.ms_per_text_batch_32},
+                          std::pair{"extra_forwards_per_text", &c.extra_forwards_per_text}}) {
+    QVI_RETURN_IF_ERROR(Get(j, key, path + ".", *out));
+    if (!(*out >= 0)) return Bad(absl::StrCat(path, ".", key), "must be a number at least 0");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseMethodFaithfulness(const json& j, const std::string& path, MethodFaithfulness& m) {
   if (!j.is_object()) return Bad(path, "is not an object");
   QVI_RETURN_IF_ERROR(Get(j, "method", path + ".", m.method));
@@ -145,6 +156,7 @@ absl::Status ParseMethodFaithfulness(const json& j, const std::string& path, Met
     QVI_RETURN_IF_ERROR(ParseEstimate(j["vs_random"], path + ".vs_random", m.vs_random.emplace()));
     QVI_RETURN_IF_ERROR(Get(j["vs_random"], "p", path + ".vs_random.", m.vs_random_p));
   }
+  if (j.contains("cost")) QVI_RETURN_IF_ERROR(ParseMethodCost(j["cost"], path + ".cost", m.cost.emplace()));
   return absl::OkStatus();
 }
 
@@ -158,6 +170,7 @@ absl::Status ParseFaithfulness(const json& j, FaithfulnessCard& f) {
   QVI_RETURN_IF_ERROR(Get(j, "removal", path + ".", f.removal));
   QVI_RETURN_IF_ERROR(Get(j, "target", path + ".", f.target));
   QVI_RETURN_IF_ERROR(Get(j, "ks", path + ".", f.ks));
+  if (j.contains("cost_machine")) QVI_RETURN_IF_ERROR(Get(j, "cost_machine", path + ".", f.cost_machine));
   if (!j.contains("methods") || !j["methods"].is_array()) return Bad(path + ".methods", "is missing or not a list");
   for (size_t i = 0; i < j["methods"].size(); ++i) {
     QVI_RETURN_IF_ERROR(

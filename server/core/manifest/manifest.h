@@ -36,6 +36,14 @@ struct Estimate {
   double high = 0;
 };
 
+// What one method's explanation costs on the card's machine (FaithfulnessCard::cost_machine): wall ms
+// per text alone and in batches of 32, and the forward passes beyond the answer's own.
+struct MethodCost {
+  double ms_per_text_batch_1 = 0;
+  double ms_per_text_batch_32 = 0;
+  double extra_forwards_per_text = 0;
+};
+
 // One explanation method's faithfulness figures (ERASER; model_store/qvi/faithfulness.py).
 struct MethodFaithfulness {
   std::string method;  // "alpha", "random", ...
@@ -46,6 +54,7 @@ struct MethodFaithfulness {
   std::optional<Estimate> loo_spearman;
   std::optional<Estimate> vs_random;
   double vs_random_p = 1.0;
+  std::optional<MethodCost> cost;  // absent: the card measured none
 };
 
 // model_card.faithfulness, written at export by `python -m qvi faithfulness`.
@@ -57,6 +66,7 @@ struct FaithfulnessCard {
   std::string target;
   std::vector<int> ks;
   std::vector<MethodFaithfulness> methods;
+  std::string cost_machine;  // where the methods' costs were measured; empty without costs
 };
 
 struct Manifest {

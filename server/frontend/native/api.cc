@@ -107,7 +107,14 @@ void SetFaithfulness(const std::optional<FaithfulnessCard>& card, v1::Faithfulne
       SetEstimate(*m.vs_random, p->mutable_vs_random());
       p->set_vs_random_p(m.vs_random_p);
     }
+    if (m.cost) {
+      v1::MethodCost* c = p->mutable_cost();
+      c->set_ms_per_text_batch_1(m.cost->ms_per_text_batch_1);
+      c->set_ms_per_text_batch_32(m.cost->ms_per_text_batch_32);
+      c->set_extra_forwards_per_text(m.cost->extra_forwards_per_text);
+    }
   }
+  out->set_cost_machine(card->cost_machine);
 }
 
 }  // namespace

@@ -60,7 +60,8 @@
     if (!f || !f.measured) return 'faithfulness: ' + ((f && f.note) || 'not measured');
     var split = (f.split || '').split('/').pop();
     return 'faithfulness on ' + split + ': ' + f.answers + ' answers in ' + f.texts + ' texts, tokens ' +
-        (f.removal === 'pad' ? 'replaced by [PAD]' : 'deleted') + ', ' + f.target;
+        (f.removal === 'pad' ? 'replaced by [PAD]' : 'deleted') + ', ' + f.target +
+        (f.costMachine ? '; costs measured on ' + f.costMachine : '');
   }
 
   function interval(e, digits) {
@@ -69,14 +70,31 @@
 
   function faithTable(f) {
     var head = el('tr', {}, ['method', 'comprehensiveness AOPC [95 % CI]', 'minus random', 'sufficiency',
-      'leave-one-out ρ'].map(function (h) { return el('th', {}, h); }));
+      'leave-one-out ρ', 'ms per text alone / in batches of 32', 'extra forwards per text'].map(
+      function (h) { return el('th', {}, h); }));
     var rows = (f.methods || []).map(function (m) {
       var vs = m.method === 'random' ? 'the floor' : (m.vsRandom ? interval(m.vsRandom, 3) : '–');
+      var c = m.cost;
+      // proto3 JSON leaves out zeros, so a present cost with an absent field is 0
+      var ms = c ? fixed(c.msPerTextBatch1 || 0, 2) + ' / ' + fixed(c.msPerTextBatch32 || 0, 2) : '–';
+      var forwards = c ? '+' + fixed(c.extraForwardsPerText || 0, 1) : '–';
       return el('tr', {'data-method': m.method}, [el('td', {}, m.name), el('td', {}, interval(m.comprehensiveness, 3)),
         el('td', {}, vs), el('td', {}, m.sufficiency ? fixed(m.sufficiency.mean, 3) : '–'),
-        el('td', {}, m.looSpearman ? fixed(m.looSpearman.mean, 2) : '–')]);
+        el('td', {}, m.looSpearman ? fixed(m.looSpearman.mean, 2) : '–'), el('td', {className: 'cost'}, ms),
+        el('td', {className: 'forwards'}, forwards)]);
     });
     return el('table', {className: 'faith', id: 'faithfulness-table'}, [head].concat(rows));
+  }
+
+  // What the card says the model scored on its test split ("accuracy 79.2 %, macro F1 78.3 %"), or ''.
+  function testScores(md) {
+    var test;
+    try { test = ((JSON.parse(md.modelCardJson || '{}').metrics) || {}).test; } catch (e) { return ''; }
+    if (!test) return '';
+    var names = {accuracy: 'accuracy', macro_f1: 'macro F1', f1: 'F1', precision: 'precision', recall: 'recall'};
+    return Object.keys(names).filter(function (k) { return typeof test[k] === 'number'; }).map(function (k) {
+      return names[k] + ' ' + fixed(100 * test[k], 1) + ' %';
+    }).join(', ');
   }
 
   function renderCard(m) {
@@ -88,9 +106,13 @@
     ['tokenizer', md.tokenizer ? md.tokenizer.level + ' level, ' + (md.tokenizer.lowercase ? 'lower-cased, ' : '') +
         'up to ' + md.tokenizer.maxTokens + ' tokens' : ''],
     ['layers × heads', md.layers ? md.layers + ' × ' + md.heads : 'no self-attention'],
-    ['runs on', md.device + ' from ' + md.format]];
+    ['runs on', md.device + ' from ' + md.format], ['on its test split', testScores(md)]];
     var dl = el('dl', {});
-    facts.forEach(function (f) { dl.appendChild(el('dt', {}, f[0])); dl.appendChild(el('dd', {}, f[1] || '')); });
+    facts.forEach(function (f) {
+      if (f[0] === 'on its test split' && !f[1]) return;
+      dl.appendChild(el('dt', {}, f[0]));
+      dl.appendChild(el('dd', {'data-fact': f[0]}, f[1] || ''));
+    });
     card.appendChild(el('h2', {}, 'Model card: ' + m.name + ' version ' + m.version));
     card.appendChild(el('p', {id: 'description'}, md.description || ''));
     card.appendChild(dl);
@@ -189,12 +211,15 @@
 
   // The card's figure for a method ("comprehensiveness 0.396, 2.6× α"), or '' when it has none.
   // The card's comprehensiveness for a method; undefined when it has none.
+  // Cards measured before the served methods name them by their offline twins (same values).
+  var OLDER = {contribution: 'alpha_value', occlusion: 'leave_one_out'};
   function cardScore(md, method) {
-    var f = md.faithfulness, found;
+    var f = md.faithfulness, found, older;
     ((f && f.measured && f.methods) || []).forEach(function (m) {
       if (m.method === method) found = m.comprehensiveness.mean;
+      if (m.method === OLDER[method]) older = m.comprehensiveness.mean;
     });
-    return found;
+    return found !== undefined ? found : older;
   }
 
   function figure(md, method) {
@@ -206,12 +231,12 @@
 
   // options.contributions: per returned label, each token's signed share of the label's margin; teal
   // for, magenta against, scaled to the row's largest share. First on the page: the card measures it as
-  // the most faithful of the served explanations (its "α·g" row is the best label's contribution).
+  // the most faithful of the served explanations (its "contribution" row is the best label's).
   function contributionRows(md, r) {
     var tokens = r.tokens || [], rows = [];
     (r.labels || []).forEach(function (l, j) {
       if (l.margin === undefined) return;
-      var fig = j === 0 ? figure(md, 'alpha_value') : '';
+      var fig = j === 0 ? figure(md, 'contribution') : '';
       rows.push(signedRow(tokens, 'contribution', 'contribution to ' + l.label + (fig ? ' (' + fig + ')' : ''),
         tokens.map(function (t) { return (t.contribution || [])[j] || 0; }), ' margin ' + fixed(l.margin, 3) +
         ' = tokens + rest ' + fixed(l.contributionRest || 0, 3), {'data-label': l.label}, 0, 0));
@@ -251,7 +276,7 @@
     var tokens = r.tokens || [], rows = [];
     (r.labels || []).forEach(function (l, j) {
       if (!tokens.length || !tokens.every(function (t) { return (t.occlusion || []).length > j; })) return;
-      var fig = j === 0 ? figure(md, 'leave_one_out') : '';
+      var fig = j === 0 ? figure(md, 'occlusion') : '';
       rows.push(signedRow(tokens, 'occlusion', 'occlusion of ' + l.label + (fig ? ' (' + fig + ')' : ''),
         tokens.map(function (t) { return t.occlusion[j]; }), ' p ' + fixed(l.score, 3), {'data-label': l.label}, 0, 0));
     });
@@ -267,7 +292,7 @@
   function entityRows(md, r) {
     var tokens = r.tokens || [], spans = r.spans || [];
     if (!spans.some(function (s) { return s.probability !== undefined; })) return [];
-    var fig = figure(md, 'leave_one_out');
+    var fig = figure(md, 'occlusion');
     var rows = spans.map(function (s, k) {
       var start = s.tokenStart || 0, row = signedRow(tokens, 'occlusion entity-occlusion', 'why ' + s.label + ' "' +
           s.text + '"' + (fig ? ' (' + fig + ')' : ''), (s.occlusion || []).slice(), ' p ' + fixed(s.probability || 0, 3),
@@ -434,8 +459,8 @@
         (r.tokens || []).length + ' tokens of ' + r.numTokens + '.'));
     var classify = m.md.task === 'classification';
     parts = parts.concat(ordered(m.md, [
-      {method: 'alpha_value', rows: classify ? contributionRows(m.md, r) : []},
-      {method: 'leave_one_out', rows: classify ? occlusionRows(m.md, r) : entityRows(m.md, r)},
+      {method: 'contribution', rows: classify ? contributionRows(m.md, r) : []},
+      {method: 'occlusion', rows: classify ? occlusionRows(m.md, r) : entityRows(m.md, r)},
       {method: 'alpha', rows: heatmaps(m.md, r.tokens || [])}]), layerMaps(r.tokens || [], r.layers || []));
     out.textContent = '';
     parts.forEach(function (p) { if (p) out.appendChild(p); });

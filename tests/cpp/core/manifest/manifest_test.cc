@@ -66,7 +66,9 @@ nlohmann::json Faithfulness() {
       {"method": "alpha", "name": "α", "comprehensiveness": {"mean": 0.31, "low": 0.28, "high": 0.34},
        "sufficiency": {"mean": 0.1, "low": 0.09, "high": 0.11},
        "normalised_comprehensiveness": {"mean": 0.6, "low": 0.58, "high": 0.62},
-       "vs_random": {"mean": 0.26, "low": 0.23, "high": 0.29, "p": 1e-30}}]})");
+       "vs_random": {"mean": 0.26, "low": 0.23, "high": 0.29, "p": 1e-30},
+       "cost": {"ms_per_text_batch_1": 2.5, "ms_per_text_batch_32": 0.25, "extra_forwards_per_text": 0}}],
+    "cost_machine": "x86_64, 2 torch threads"})");
 }
 
 TEST(ManifestTest, ReadsTheCardsFaithfulnessFigures) {
@@ -92,6 +94,12 @@ TEST(ManifestTest, ReadsTheCardsFaithfulnessFigures) {
   EXPECT_DOUBLE_EQ(f.methods[1].vs_random->mean, 0.26);
   EXPECT_DOUBLE_EQ(f.methods[1].vs_random_p, 1e-30);
   EXPECT_FALSE(f.methods[1].loo_spearman.has_value());
+  EXPECT_FALSE(f.methods[0].cost.has_value()) << "a method without a cost: not measured";
+  ASSERT_TRUE(f.methods[1].cost.has_value());
+  EXPECT_DOUBLE_EQ(f.methods[1].cost->ms_per_text_batch_1, 2.5);
+  EXPECT_DOUBLE_EQ(f.methods[1].cost->ms_per_text_batch_32, 0.25);
+  EXPECT_DOUBLE_EQ(f.methods[1].cost->extra_forwards_per_text, 0);
+  EXPECT_EQ(f.cost_machine, "x86_64, 2 torch threads");
 }
 
 struct BadCase {
@@ -142,6 +150,18 @@ TEST(ManifestTest, ErrorsNameTheField) {
          j["model_card"]["faithfulness"]["methods"] = "alpha";
        },
        "field 'model_card.faithfulness.methods' is missing or not a list"},
+      {"method cost",
+       [](auto& j) {
+         j["model_card"]["faithfulness"] = Faithfulness();
+         j["model_card"]["faithfulness"]["methods"][1]["cost"]["ms_per_text_batch_32"] = -1;
+       },
+       "field 'model_card.faithfulness.methods[1].cost.ms_per_text_batch_32' must be a number at least 0"},
+      {"method cost's forwards",
+       [](auto& j) {
+         j["model_card"]["faithfulness"] = Faithfulness();
+         j["model_card"]["faithfulness"]["methods"][1]["cost"].erase("extra_forwards_per_text");
+       },
+       "field 'model_card.faithfulness.methods[1].cost.extra_forwards_per_text' is missing"},
   };
   for (const BadCase& c : cases) {
     nlohmann::json j = Valid();
