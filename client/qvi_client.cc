@@ -24,8 +24,10 @@
 #include <fstream>
 
 #include "client/channel.h"
+#include "client/errors.h"
 #include "client/faithfulness.h"
 #include "client/html_report.h"
+#include "client/input.h"
 #include "client/output_names.h"
 #include "client/terminal.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -34,6 +36,7 @@
 namespace v1 = qvi::serving::v1;
 using qvi::client::PrintContributions;
 using qvi::client::PrintEntityOcclusion;
+using qvi::client::PrintLayers;
 using qvi::client::PrintOcclusion;
 using qvi::client::PrintTokens;
 
@@ -46,6 +49,7 @@ struct Common {
   bool json = false;
   double timeout = 30;
   std::string color = "auto";
+  int chunk = 256;  // texts per request (the server's default --max-texts-per-request)
 };
 
 struct Explain {
@@ -80,8 +84,8 @@ std::string Json(const google::protobuf::Message& m) {
   return out;
 }
 
-int Fail(const grpc::Status& s) {
-  std::cerr << "error: " << s.error_code() << " " << s.error_message() << "\n";
+int Fail(const grpc::Status& s, const Common& c) {
+  std::cerr << qvi::client::ErrorLines(s, c.server);
   return 1;
 }
 
@@ -127,7 +131,7 @@ bool PrepareReport(v1::Inference::Stub& stub, const Common& c, Explain& e, v1::M
   v1::GetModelResponse resp;
   grpc::Status s = GetModel(stub, c, resp);
   if (!s.ok()) {
-    Fail(s);
+    Fail(s, c);
     return false;
   }
   for (const auto& v : resp.model().versions()) {
@@ -171,19 +175,33 @@ bool WriteReport(const std::string& path, const std::string& html) {
   return true;
 }
 
-// Builds a Classify or Tag request, calls `rpc`, and prints JSON when asked. Returns the exit code
-// when the caller has nothing more to print, or -1 when `resp` is to be printed for humans.
+// Builds Classify or Tag requests of at most --chunk texts each, calls `rpc` for each in turn, gathers
+// their results into `resp` in the texts' order, and prints JSON when asked. Returns the exit code when
+// the caller has nothing more to print, or -1 when `resp` is to be printed for humans.
 template <typename Request, typename Response, typename Rpc>
 int Call(Rpc rpc, const Common& c, const Explain& e, const std::vector<std::string>& texts, Response& resp) {
-  Request req;
-  req.mutable_model()->set_name(c.model);
-  req.mutable_model()->set_version(c.version);
-  for (const auto& t : texts) req.add_texts(t);
-  Fill(req.mutable_options(), e);
-  grpc::ClientContext ctx;
-  SetDeadline(ctx, c);
-  grpc::Status s = rpc(&ctx, req, &resp);
-  if (!s.ok()) return Fail(s);
+  const size_t chunk = static_cast<size_t>(c.chunk);
+  for (size_t start = 0; start < texts.size(); start += chunk) {
+    const size_t end = std::min(texts.size(), start + chunk);
+    Request req;
+    req.mutable_model()->set_name(c.model);
+    req.mutable_model()->set_version(c.version);
+    for (size_t i = start; i < end; ++i) req.add_texts(texts[i]);
+    Fill(req.mutable_options(), e);
+    grpc::ClientContext ctx;
+    SetDeadline(ctx, c);
+    Response part;
+    grpc::Status s = rpc(&ctx, req, &part);
+    if (!s.ok()) {
+      if (texts.size() > chunk) std::cerr << "texts " << start + 1 << "-" << end << " of " << texts.size() << ": ";
+      return Fail(s, c);
+    }
+    if (start == 0) {
+      resp = std::move(part);
+    } else {
+      resp.mutable_results()->MergeFrom(part.results());
+    }
+  }
   if (c.json) {
     std::cout << Json(resp);
     return 0;
@@ -219,7 +237,8 @@ int Classify(v1::Inference::Stub& stub, const Common& c, Explain e, const std::v
     }
     if (r.tokens_size() > 0) PrintContributions(r, color);
     if (r.tokens_size() > 0) PrintOcclusion(r, color);
-    if (r.tokens_size() > 0) PrintTokens(r.tokens(), color);
+    if (e.attention || e.gates || e.tokens) PrintTokens(r.tokens(), color);
+    PrintLayers(r.layers(), r.tokens());
   }
   std::cout << "(" << resp.model().name() << "@" << resp.model().version() << ")\n";
   return 0;
@@ -247,6 +266,7 @@ int Tag(v1::Inference::Stub& stub, const Common& c, Explain e, const std::vector
     }
     PrintEntityOcclusion(r, color);
     if (e.attention || e.gates || e.tokens) PrintTokens(r.tokens(), color);
+    PrintLayers(r.layers(), r.tokens());
   }
   std::cout << "(" << resp.model().name() << "@" << resp.model().version() << ")\n";
   return 0;
@@ -287,7 +307,7 @@ void PrintVersions(const v1::ModelInfo& m, bool details) {
 int Model(v1::Inference::Stub& stub, const Common& c) {
   v1::GetModelResponse resp;
   grpc::Status s = GetModel(stub, c, resp);
-  if (!s.ok()) return Fail(s);
+  if (!s.ok()) return Fail(s, c);
   if (c.json) {
     std::cout << Json(resp);
     return 0;
@@ -302,7 +322,7 @@ int Models(v1::Inference::Stub& stub, const Common& c) {
   grpc::ClientContext ctx;
   SetDeadline(ctx, c);
   grpc::Status s = stub.ListModels(&ctx, v1::ListModelsRequest(), &resp);
-  if (!s.ok()) return Fail(s);
+  if (!s.ok()) return Fail(s, c);
   if (c.json) {
     std::cout << Json(resp);
     return 0;
@@ -319,7 +339,7 @@ int Health(const std::shared_ptr<grpc::Channel>& channel, const Common& c) {
   grpc::ClientContext ctx;
   SetDeadline(ctx, c);
   grpc::Status s = stub->Check(&ctx, req, &resp);
-  if (!s.ok()) return Fail(s);
+  if (!s.ok()) return Fail(s, c);
   const std::string status = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
   if (c.json) {
     std::cout << Json(resp);
@@ -327,6 +347,54 @@ int Health(const std::shared_ptr<grpc::Channel>& channel, const Common& c) {
     std::cout << (c.model.empty() ? "server" : c.model) << ": " << status << "\n";
   }
   return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 3;
+}
+
+// The options of classify and tag.
+void AddInferOptions(CLI::App* sub, Common& common, Explain& explain, std::vector<std::string>& texts) {
+  sub->add_option("--model", common.model, "model name")->required();
+  sub->add_option("--version", common.version, "model version; 0 = newest ready");
+  sub->add_option("--top-k", explain.top_k, "labels to return (Classify)");
+  sub->add_flag("--attention", explain.attention, "per-token attention weights α");
+  sub->add_flag("--gates", explain.gates, "per-token QVI gates β");
+  sub->add_flag("--contributions", explain.contributions,
+                "Classify: each token's signed share of each returned label's margin (the most faithful "
+                "explanation served)");
+  sub->add_flag("--occlusion", explain.occlusion,
+                "leave-one-out: how much the answer (each returned label; each entity) drops without each token "
+                "(n more rows per text of n tokens)");
+  sub->add_flag("--tokens", explain.tokens, "list the tokens");
+  sub->add_flag("--error-on-truncation", explain.error_on_truncation, "fail instead of truncating long texts");
+  sub->add_option("--faithfulness-top-k", explain.faithfulness_top_k,
+                  "Classify: also check α by deleting its top K tokens and running the rest again");
+  sub->add_flag("--layer-gates", explain.layer_gates, "Transformers: gates of each layer and head");
+  sub->add_flag("--attention-maps", explain.attention_maps, "Transformers: T x T self-attention maps");
+  sub->add_option("--layers", explain.layers, "layers to return (default all)")->delimiter(',');
+  sub->add_option("--heads", explain.heads, "heads to return (default all)")->delimiter(',');
+  sub->add_option("--reduce", explain.reduce, "none, mean-heads or mean-all")
+      ->check(CLI::IsMember({"none", "mean-heads", "mean-all"}));
+  sub->add_option(
+      "--html", explain.html,
+      "also write a self-contained HTML report of every explanation the model gives (open it in a browser)");
+  sub->add_option("texts", texts,
+                  "texts to send; '-' reads one text per line from standard input (blank lines skipped)")
+      ->required();
+}
+
+// Replaces "-" by the lines of standard input; an exit code when they cannot be sent, else -1.
+int ReadStandardInput(std::vector<std::string>& texts) {
+  if (texts.size() != 1 || texts[0] != "-") return -1;
+  qvi::client::StdinTexts in = qvi::client::ReadTexts(std::cin);
+  if (!in.error.empty()) {
+    std::cerr << "qvi-client: " << in.error << "\n";
+    return 2;
+  }
+  if (in.blank_lines > 0) std::cerr << "qvi-client: skipped " << in.blank_lines << " blank line(s) of standard input\n";
+  if (in.texts.empty()) {
+    std::cerr << "qvi-client: standard input held no text\n";
+    return 2;
+  }
+  texts = std::move(in.texts);
+  return -1;
 }
 
 }  // namespace
@@ -345,38 +413,16 @@ int main(int argc, char** argv) {
   app.add_flag("--json", common.json, "print the response as JSON");
   app.add_option("--timeout", common.timeout, "seconds before giving up")->capture_default_str();
   app.add_option("--color", common.color, "auto, always or never")->check(CLI::IsMember({"auto", "always", "never"}));
+  app.add_option("--chunk", common.chunk,
+                 "classify/tag: send at most this many texts per request (more go in further requests, answered "
+                 "in order)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
 
-  auto add_infer = [&](CLI::App* sub) {
-    sub->add_option("--model", common.model, "model name")->required();
-    sub->add_option("--version", common.version, "model version; 0 = newest ready");
-    sub->add_option("--top-k", explain.top_k, "labels to return (Classify)");
-    sub->add_flag("--attention", explain.attention, "per-token attention weights α");
-    sub->add_flag("--gates", explain.gates, "per-token QVI gates β");
-    sub->add_flag("--contributions", explain.contributions,
-                  "Classify: each token's signed share of each returned label's margin (the most faithful "
-                  "explanation served)");
-    sub->add_flag("--occlusion", explain.occlusion,
-                  "leave-one-out: how much the answer (each returned label; each entity) drops without each token "
-                  "(n more rows per text of n tokens)");
-    sub->add_flag("--tokens", explain.tokens, "list the tokens");
-    sub->add_flag("--error-on-truncation", explain.error_on_truncation, "fail instead of truncating long texts");
-    sub->add_option("--faithfulness-top-k", explain.faithfulness_top_k,
-                    "Classify: also check α by deleting its top K tokens and running the rest again");
-    sub->add_flag("--layer-gates", explain.layer_gates, "Transformers: gates of each layer and head");
-    sub->add_flag("--attention-maps", explain.attention_maps, "Transformers: T x T self-attention maps");
-    sub->add_option("--layers", explain.layers, "layers to return (default all)")->delimiter(',');
-    sub->add_option("--heads", explain.heads, "heads to return (default all)")->delimiter(',');
-    sub->add_option("--reduce", explain.reduce, "none, mean-heads or mean-all")
-        ->check(CLI::IsMember({"none", "mean-heads", "mean-all"}));
-    sub->add_option(
-        "--html", explain.html,
-        "also write a self-contained HTML report of every explanation the model gives (open it in a browser)");
-    sub->add_option("texts", texts, "texts to send; '-' reads one text per line from standard input")->required();
-  };
   CLI::App* classify = app.add_subcommand("classify", "labels for each text");
-  add_infer(classify);
+  AddInferOptions(classify, common, explain, texts);
   CLI::App* tag = app.add_subcommand("tag", "entity spans for each text");
-  add_infer(tag);
+  AddInferOptions(tag, common, explain, texts);
   CLI::App* models = app.add_subcommand(
       "models",
       "the models and the state of each version; with --model, one model's versions and how faithful its "
@@ -387,12 +433,19 @@ int main(int argc, char** argv) {
   health->add_option("--model", common.model, "model name (empty: the whole server)");
   qvi::TlsClientOptions tls;
   qvi::AddTlsOptions(app, tls);
-  CLI11_PARSE(app, argc, argv);
-
-  if (texts.size() == 1 && texts[0] == "-") {
-    texts.clear();
-    for (std::string line; std::getline(std::cin, line);) texts.push_back(line);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const std::string unknown =
+        qvi::client::UnknownSubcommand({argv + 1, argv + argc}, {"classify", "tag", "models", "health"});
+    if (e.get_exit_code() != 0 && !unknown.empty()) {
+      std::cerr << unknown << "\n";
+      return e.get_exit_code();
+    }
+    return app.exit(e);
   }
+
+  if (const int rc = ReadStandardInput(texts); rc >= 0) return rc;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
   std::shared_ptr<grpc::Channel> channel;

@@ -129,4 +129,55 @@ void PrintTokens(const google::protobuf::RepeatedPtrField<v1::Token>& tokens, bo
   }
 }
 
+namespace {
+
+std::string Caption(const v1::LayerMap& m) {
+  return (m.layer() < 0 ? std::string("all layers") : "layer " + std::to_string(m.layer())) + ", " +
+         (m.head() < 0 ? std::string("mean of heads") : "head " + std::to_string(m.head()));
+}
+
+// "name: tok(0.52) tok(0.31) ..." over the text's tokens.
+void PerToken(const char* name, const google::protobuf::RepeatedPtrField<v1::Token>& tokens,
+              const google::protobuf::RepeatedField<float>& values) {
+  if (values.empty()) return;
+  std::string line;
+  char number[32];
+  for (int t = 0; t < tokens.size() && t < values.size(); ++t) {
+    std::snprintf(number, sizeof number, "(%.2f) ", values[t]);
+    line += tokens[t].text() + number;
+  }
+  std::printf("    %s: %s\n", name, line.c_str());
+}
+
+}  // namespace
+
+void PrintLayers(const google::protobuf::RepeatedPtrField<v1::LayerMap>& layers,
+                 const google::protobuf::RepeatedPtrField<v1::Token>& tokens) {
+  const int n = tokens.size();
+  for (const v1::LayerMap& m : layers) {
+    std::printf("  %s\n", Caption(m).c_str());
+    PerToken("β", tokens, m.gates());
+    PerToken("λ_Q", tokens, m.lambda_q());
+    PerToken("λ_K", tokens, m.lambda_k());
+    if (m.attention_size() != n * n || n == 0) continue;
+    // A T x T map does not fit a terminal: each query token with the three keys it attends to most.
+    std::printf("    attention, each token's three most attended:\n");
+    for (int q = 0; q < n; ++q) {
+      std::vector<int> keys(static_cast<size_t>(n));
+      for (int k = 0; k < n; ++k) keys[static_cast<size_t>(k)] = k;
+      const int top = std::min(3, n);
+      std::partial_sort(keys.begin(), keys.begin() + top, keys.end(),
+                        [&](int a, int b) { return m.attention(q * n + a) > m.attention(q * n + b); });
+      std::string line;
+      char number[32];
+      for (int i = 0; i < top; ++i) {
+        const int k = keys[static_cast<size_t>(i)];
+        std::snprintf(number, sizeof number, "(%.2f) ", m.attention(q * n + k));
+        line += tokens[k].text() + number;
+      }
+      std::printf("      %-16s -> %s\n", tokens[q].text().c_str(), line.c_str());
+    }
+  }
+}
+
 }  // namespace qvi::client

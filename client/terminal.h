@@ -18,6 +18,11 @@ void PrintEntityOcclusion(const serving::v1::Tagging& r, bool color);
 // α and β rows over the tokens (colour), then one line per token with its numbers.
 void PrintTokens(const google::protobuf::RepeatedPtrField<serving::v1::Token>& tokens, bool color);
 
+// --layer-gates / --attention-maps: per returned layer and head, its gates per token and, for a map,
+// each token's three most attended keys with their weights.
+void PrintLayers(const google::protobuf::RepeatedPtrField<serving::v1::LayerMap>& layers,
+                 const google::protobuf::RepeatedPtrField<serving::v1::Token>& tokens);
+
 }  // namespace qvi::client
 
 #endif  // QVI_CLIENT_TERMINAL_H_

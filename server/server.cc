@@ -295,9 +295,8 @@ absl::Status Server::StartGrpc() {
   oip_ = std::make_unique<OipServiceImpl>(frontend_core_.get(), oip_api_.get(), calls_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
-  // gRPC's built-in health service carries no descriptor of its own, so reflection would list
-  // grpc.health.v1.Health but could not describe it, and grpcurl would refuse to call it. Touching the
-  // generated health.proto links its descriptor into the server, where reflection finds it.
+  // gRPC's health service carries no descriptor, so reflection could list but not describe it (and grpcurl
+  // would refuse it); touching the generated health.proto links its descriptor in, where reflection finds it.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
   // Reflection of our own (reflection_service.h): gRPC's plugin parses what it is sent unbounded.
   const std::vector<std::string> services = {
@@ -309,6 +308,7 @@ absl::Status Server::StartGrpc() {
   grpc::ServerBuilder builder;
   const std::string address = net.host + ":" + std::to_string(net.port);
   builder.AddListeningPort(address, tls_ ? tls_->credentials() : grpc::InsecureServerCredentials(), &port_);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // else a second server shares the port silently
   builder.SetMaxReceiveMessageSize(net.max_message_bytes);
   builder.SetMaxSendMessageSize(net.max_message_bytes);
   const auto ms = [](double seconds) { return static_cast<int>(seconds * 1000); };
@@ -336,7 +336,8 @@ absl::Status Server::StartGrpc() {
   builder.RegisterService(reflection_.get());
   builder.RegisterService(reflection_alpha_.get());
   server_ = builder.BuildAndStart();
-  if (!server_ || port_ == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  const char* in_use = " (--port): is another process listening there?";
+  if (!server_ || port_ == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", address, in_use));
   health_ptr_ = server_->GetHealthCheckService();
   PublishHealth(server_->GetHealthCheckService(), *repository_);
   serving_ = true;

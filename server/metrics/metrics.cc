@@ -4,6 +4,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <exception>
@@ -128,13 +129,23 @@ Metrics::Metrics()
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Serve(const std::string& host, int port) {
   auto metrics = std::make_unique<Metrics>();
   metrics->http_ = std::make_unique<httplib::Server>();
+  // cpp-httplib's default sets SO_REUSEPORT, with which a second server on the same port binds too and
+  // the kernel splits the scrapes between them; SO_REUSEADDR alone lets a restart rebind at once but
+  // refuses a port another process listens on.
+  metrics->http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   Metrics* m = metrics.get();
   metrics->http_->Get("/metrics", [m](const httplib::Request&, httplib::Response& res) {
     res.set_content(m->Serialize(), "text/plain; version=0.0.4; charset=utf-8");
   });
   const int bound =
       port == 0 ? metrics->http_->bind_to_any_port(host) : (metrics->http_->bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", host, ":", port));
+  if (bound <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", host, ":", port,
+                                               " (--metrics-port): is another process listening there?"));
+  }
   metrics->port_ = bound;
   metrics->http_thread_ = Env::Default()->StartThread("qvi-metrics", [m] { m->http_->listen_after_bind(); });
   return metrics;

@@ -213,3 +213,14 @@ def test_the_readme_python_snippet_runs_as_written(client_python, server_process
     lines = out.stdout.splitlines()
     assert lines[0].split()[0] == "positive" and lines[1].split()[0] == "negative"  # top_k=2, best first
     assert lines[2].split()[:3] == ["A", "0", "1"]  # the first token, its code-point offsets
+
+
+def test_the_set_up_installs_the_package_into_the_projects_venv():
+    """The README's Python snippet runs with .venv/bin/python as the set-up leaves it; its stubs are
+    those of this checkout's proto (the set-up reinstalls when the proto changes)."""
+    python = os.path.join(REPO, ".venv", "bin", "python")
+    out = subprocess.run([python, "-c", "import json, qvi_client; from qvi_client._proto.qvi.serving.v1 import "
+                          "inference_pb2 as pb; print(json.dumps(sorted(pb.MethodCost.DESCRIPTOR.fields_by_name)))"],
+                         capture_output=True, text=True, timeout=60, cwd=tempfile.gettempdir())
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == ["extra_forwards_per_text", "ms_per_text_batch_1", "ms_per_text_batch_32"]

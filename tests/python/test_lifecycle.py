@@ -360,3 +360,35 @@ def test_max_connection_age_makes_clients_reconnect(api):
     finally:
         proc.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.parametrize("flag,field", [("--port", "address"), ("--metrics-port", "metrics_address")])
+def test_a_second_server_on_a_port_in_use_is_refused_naming_the_flag(live, flag, field, tmp_path):
+    """gRPC and cpp-httplib set SO_REUSEPORT by default, with which a second server would bind the same
+    port and silently take part of the first one's traffic; it must refuse to start instead."""
+    proc, _ = live
+    port = getattr(proc, field).rsplit(":", 1)[1]
+    ports = {"--port": "0", "--metrics-port": "0", "--http-port": "0", flag: port}
+    second = subprocess.run([SERVER, "--model-store", str(tmp_path), "--host", "127.0.0.1", "--device", "cpu",
+                             *[x for kv in ports.items() for x in kv]], capture_output=True, text=True, timeout=120)
+    assert second.returncode != 0, second.stderr
+    assert f"127.0.0.1:{port} ({flag}): is another process listening there?" in second.stderr + second.stdout, \
+        second.stderr[-2000:]
+
+
+def test_run_sh_passes_its_flags_to_the_server_over_its_own_defaults(tmp_path):
+    """scripts/run.sh --port N (its own usage line) used to give qvi-server --port twice."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    port_file = tmp_path / "port"
+    proc = subprocess.Popen(["scripts/run.sh", "--port=0", "--host", "127.0.0.1", "--port-file", str(port_file),
+                             "--metrics-port", "0", "--http-port", "0", "--device", "cpu"], cwd=root,
+                            env=dict(os.environ, QVI_SKIP_SETUP="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: port_file.exists() or proc.poll() is not None, "run.sh's server to start", seconds=120)
+        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+        channel = grpc.insecure_channel(f"127.0.0.1:{int(port_file.read_text())}")
+        grpc.channel_ready_future(channel).result(timeout=30)
+        channel.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0

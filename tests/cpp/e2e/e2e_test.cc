@@ -275,9 +275,65 @@ TEST_F(EndToEnd, QviClientPrintsLabelsAndJson) {
   EXPECT_EQ(rc5, 0) << after;
   const std::regex request_id(R"("request_id": "[^"]*")");  // the server numbers its requests
   EXPECT_EQ(std::regex_replace(after, request_id, ""), std::regex_replace(json, request_id, ""));
+  // Per-layer outputs print their numbers in the terminal too: β per token, each token's top keys.
+  auto [rc7, layers] =
+      run(base + "classify --model sentiment --layer-gates --attention-maps --layers 1 --heads 0 'A fine film.'");
+  EXPECT_EQ(rc7, 0) << layers;
+  EXPECT_TRUE(std::regex_search(layers, std::regex(R"(  layer 1, head 0\n    β: A\(0\.\d\d\) fine\(0\.\d\d\))")))
+      << layers;
+  EXPECT_TRUE(std::regex_search(layers, std::regex(R"(      film +-> \S+\(0\.\d\d\) \S+\(0\.\d\d\) \S+\(0\.\d\d\))")))
+      << layers;
+  EXPECT_EQ(layers.find("[0,1)"), std::string::npos) << "no bare token lines nobody asked for";
   auto [rc6, unknown] = run(client + "classify --model sentiment --no-such-option x 2>&1");
   EXPECT_NE(rc6, 0) << unknown;
   EXPECT_NE(unknown.find("--no-such-option"), std::string::npos) << unknown;
+}
+
+// Standard input past one request's texts goes in chunks answered in order; blank lines are skipped
+// with a note, invalid UTF-8 is refused naming the line; errors print their code's name and a hint.
+TEST_F(EndToEnd, QviClientChunksStandardInputAndNamesItsErrors) {
+  auto run = [](const std::string& cmd) {
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    const int rc = pclose(p);
+    return std::make_pair(WEXITSTATUS(rc), out);
+  };
+  const std::string dir = ::testing::TempDir();
+  const std::string input = dir + "/qvi_client_stdin.txt";
+  {
+    std::ofstream f(input, std::ios::binary);
+    for (int i = 0; i < 30; ++i) f << "line " << i << (i == 7 || i == 15 ? "\n  \n" : "\n");
+  }
+  const std::string base = std::string(QVI_CLIENT_BINARY) + " --server " + server_->address() + " --color never ";
+  auto [rc, out] = run(base + "--chunk 8 classify --model sentiment - < " + input + " 2>&1");
+  ASSERT_EQ(rc, 0) << out.substr(0, 2000);
+  EXPECT_NE(out.find("qvi-client: skipped 2 blank line(s) of standard input"), std::string::npos);
+  size_t at = 0;
+  for (int i = 0; i < 30; ++i) {  // every text answered, in the order given, across four requests (8 at most each)
+    at = out.find("line " + std::to_string(i) + "\n", at);
+    ASSERT_NE(at, std::string::npos) << "line " << i << " missing or out of order";
+  }
+  {
+    std::ofstream f(input, std::ios::binary);
+    f << "fine\nbad \xC3\x28 byte\n";
+  }
+  auto [rc2, utf8] = run(base + "classify --model sentiment - < " + input + " 2>&1");
+  EXPECT_EQ(rc2, 2);
+  EXPECT_NE(utf8.find("line 2 of standard input is not valid UTF-8 (byte 5)"), std::string::npos) << utf8;
+  auto [rc3, missing] = run(base + "classify --model nope x 2>&1");
+  EXPECT_EQ(rc3, 1);
+  EXPECT_NE(missing.find("error: NOT_FOUND: "), std::string::npos) << missing;
+  EXPECT_NE(missing.find("hint: qvi-client models lists the models"), std::string::npos) << missing;
+  auto [rc4, typo] = run(base + "clasify --model sentiment x 2>&1");
+  EXPECT_NE(rc4, 0);
+  EXPECT_NE(typo.find("'clasify' is not a subcommand: use classify, tag, models or health"), std::string::npos) << typo;
+  auto [rc5, nobody] = run(std::string(QVI_CLIENT_BINARY) + " --server 127.0.0.1:1 --timeout 5 health 2>&1");
+  EXPECT_EQ(rc5, 1);
+  EXPECT_NE(nobody.find("error: UNAVAILABLE: "), std::string::npos) << nobody;
+  EXPECT_NE(nobody.find("hint: no server answered at 127.0.0.1:1: start one with scripts/run.sh"), std::string::npos)
+      << nobody;
 }
 
 // 64 clients through gRPC, each sending a fixed number of requests of random sizes; some with

@@ -1,0 +1,76 @@
+"""The README's console examples, replayed: every `$ build/qvi-client ...` line of a ```console block
+in README.md runs against a qvi-server on the demo models (only the address added), and its output must
+be what the README shows — the same lines, the same words, labels and offsets, and every decimal number
+within NUMBER_TOLERANCE of the README's (the demo models are retrained on each fresh machine; the last
+digit of a probability may move). A line `    ...` stands for the rest of the output, left out."""
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+from qvi_testing import REPO, STORE, ServerProcess
+
+CLIENT = os.path.join(REPO, "build", "qvi-client")
+NUMBER = re.compile(r"[-+]?\d+\.\d+")
+NUMBER_TOLERANCE = 0.011  # absolute; the README prints probabilities to 3-4 places, shares to 2
+
+
+def console_examples(doc):
+    """(command, expected output lines) of each `$ ` line of the doc's console blocks."""
+    with open(os.path.join(REPO, doc), encoding="utf-8") as f:
+        blocks = re.findall(r"```console\n(.*?)```", f.read(), re.S)
+    examples = []
+    for block in blocks:
+        for line in block.splitlines():
+            if line.startswith("$ "):
+                examples.append((line[2:], []))
+            else:
+                examples[-1][1].append(line)
+    return examples
+
+
+EXAMPLES = console_examples("README.md")
+
+
+@pytest.fixture(scope="module")
+def demo_server():
+    """The demo store as the README's reader has it (nothing added), served."""
+    work = tempfile.mkdtemp(prefix="qvi_readme_py_")
+    proc = ServerProcess(STORE, work)
+    yield proc
+    proc.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def same_line(got, want):
+    """Equal but for decimal numbers, which may differ by NUMBER_TOLERANCE, and trailing spaces."""
+    got, want = got.rstrip(), want.rstrip()
+    if NUMBER.sub("#", got) != NUMBER.sub("#", want):
+        return False
+    return all(abs(float(a) - float(b)) <= NUMBER_TOLERANCE for a, b in zip(NUMBER.findall(got), NUMBER.findall(want)))
+
+
+def test_the_readme_has_console_examples_of_each_command():
+    commands = [shlex.split(c)[1] for c, _ in EXAMPLES]
+    assert {"classify", "tag", "models", "health"} <= set(commands), commands
+    assert all(c.startswith("build/qvi-client ") for c, _ in EXAMPLES), "only qvi-client examples are replayed"
+
+
+@pytest.mark.parametrize("command,expected", EXAMPLES, ids=[c[:60] for c, _ in EXAMPLES])
+def test_a_readme_console_example_prints_what_the_readme_shows(demo_server, command, expected):
+    argv = shlex.split(command)
+    assert argv[0] == "build/qvi-client", command
+    out = subprocess.run([CLIENT, "--server", demo_server.address, "--color", "never", *argv[1:]], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = out.stdout.splitlines()
+    if expected and expected[-1].strip() == "...":
+        expected = expected[:-1]
+        got = got[:len(expected)]
+    assert len(got) == len(expected), "\n".join(["README:", *expected, "got:", *out.stdout.splitlines()])
+    for g, w in zip(got, expected):
+        assert same_line(g, w), f"README shows\n  {w}\nthe client prints\n  {g}\n(whole output:\n{out.stdout})"
