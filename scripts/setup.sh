@@ -44,7 +44,7 @@ failed() {
   local rc=$?
   [[ $BASHPID == "$$" ]] || exit "$rc"  # a subshell's failure is reported once, by the script itself
   printf '\033[1m[setup %s]\033[0m failed in stage "%s" after %d s (exit %d); the log: %s; its last lines:\n' \
-    "$(clock)" "$STAGE" $((SECONDS - STAGE_START)) "$rc" "$LOG" >&2
+    "$(clock)" "${STAGE:-checking what is up to date}" $((SECONDS - STAGE_START)) "$rc" "$LOG" >&2
   tail -n 25 "$LOG" >&2
   exit "$rc"
 }
