@@ -446,6 +446,12 @@ int main(int argc, char** argv) {
   }
 
   if (const int rc = ReadStandardInput(texts); rc >= 0) return rc;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (const size_t at = qvi::client::InvalidUtf8At(texts[i]); at != std::string_view::npos) {
+      std::cerr << "qvi-client: text " << i + 1 << " is not valid UTF-8 (byte " << at + 1 << ")\n";
+      return 2;
+    }
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
   std::shared_ptr<grpc::Channel> channel;

@@ -322,6 +322,9 @@ TEST_F(EndToEnd, QviClientChunksStandardInputAndNamesItsErrors) {
   auto [rc2, utf8] = run(base + "classify --model sentiment - < " + input + " 2>&1");
   EXPECT_EQ(rc2, 2);
   EXPECT_NE(utf8.find("line 2 of standard input is not valid UTF-8 (byte 5)"), std::string::npos) << utf8;
+  auto [rc8, arg] = run(base + "classify --model sentiment fine \"$(printf 'bad \\377')\" 2>&1");
+  EXPECT_EQ(rc8, 2);
+  EXPECT_NE(arg.find("qvi-client: text 2 is not valid UTF-8 (byte 5)"), std::string::npos) << arg;
   auto [rc3, missing] = run(base + "classify --model nope x 2>&1");
   EXPECT_EQ(rc3, 1);
   EXPECT_NE(missing.find("error: NOT_FOUND: "), std::string::npos) << missing;
