@@ -8,7 +8,7 @@ size_t InvalidUtf8At(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     const auto b = static_cast<unsigned char>(s[i]);
-    int n = 0;  // continuation bytes
+    int n = 0;                           // continuation bytes
     unsigned char lo = 0x80, hi = 0xBF;  // the allowed range of the first continuation byte
     if (b < 0x80) {
       ++i;
