@@ -57,7 +57,7 @@ summary() {
   local line name secs
   for line in "${DONE[@]}"; do
     IFS=$'\t' read -r name secs <<< "$line"
-    printf '    %-44s %5d s\n' "$name" "$secs"
+    printf '    %-72s %5d s\n' "$name" "$secs"
     LAST[$name]=$secs
   done
   for name in "${!LAST[@]}"; do printf '%s\t%s\n' "$name" "${LAST[$name]}"; done | sort > "$TIMES"

@@ -55,7 +55,7 @@ def measure(name, answers_wanted, seed):
     answers = [a for a in answers_of(scorer, manifest, encoded) if len(a.candidates) >= 4]
     rng = np.random.default_rng(seed)
     answers = [answers[i] for i in sorted(rng.choice(len(answers), min(answers_wanted, len(answers)), replace=False))]
-    loo = Methods(scorer, 1, seed).leave_one_out(answers)
+    loo = Methods(scorer, 1, seed).occlusion(answers)
     contrib = contribution_margin(module, answers) if config.task == "classification" else [None] * len(answers)
     rho_c, rho_l, hit_c, hit_l, chance = [], [], [], [], []
     for a, l, c in zip(answers, loo, contrib):

@@ -117,7 +117,7 @@ def margins(values: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
 def test_contributions_split_every_logit_exactly_and_equal_the_offline_reference(arch, g, score):
     """Σ_i contribution[i, c] + bias_c = logit_c for every label (issue 54's 1e-4 relative bound, met
     here to float rounding), 0 on padding; for every model but HAN each token's share of the best
-    label's margin is the one qvi.faithfulness's α·g computes through its own hooks; for HAN the
+    label's margin is α·g computed apart through hooks on the pooling; for HAN the
     sentences' shares also split the logits and each token's share is its sentence's times word α."""
     from qvi import faithfulness
     model = make(arch, g, score)
@@ -138,10 +138,28 @@ def test_contributions_split_every_logit_exactly_and_equal_the_offline_reference
         torch.testing.assert_close(share, sentences * (out["attention"] / out["sentence_attention"].clamp(min=1e-30))
                                    .unsqueeze(-1), atol=1e-6, rtol=1e-4)
         return
+    torch.testing.assert_close(per_token, alpha_value(model, ids, mask, best), atol=1e-6, rtol=1e-4)
+    # and qvi.faithfulness's `contribution` method (what the cards measure) reads exactly that share
     scorer = faithfulness.Scorer(model, ModelConfig(arch.partition(":")[0], VOCAB, 5), "delete")
     with torch.no_grad():
-        reference = faithfulness.Methods(scorer, ig_steps=2, seed=0).alpha_value(ids, mask, best)
-    torch.testing.assert_close(per_token, reference, atol=1e-6, rtol=1e-4)
+        read = faithfulness.Methods(scorer, ig_steps=2, seed=0).contribution(ids, mask, best)
+    torch.testing.assert_close(read, per_token, atol=1e-6, rtol=1e-4)
+
+
+def alpha_value(model, ids, mask, label):
+    """The offline reference, apart from the model's own output: α_i (w_ŷ − mean of the other rows)ᵀ
+    g(q, v_i), from the pooling's inputs and weights caught by a hook."""
+    seen = {}
+    hook = model.pool.register_forward_hook(lambda _m, inp, out: seen.update(values=inp[0], alpha=out[1]))
+    try:
+        with torch.no_grad():
+            model(ids, mask)
+            gv, _ = model.pool.gated(seen["values"], mask)
+    finally:
+        hook.remove()
+    w = model.out.weight
+    direction = w[label] - (w.sum(0, keepdim=True) - w[label]) / (w.size(0) - 1)
+    return seen["alpha"] * torch.einsum("btd,bd->bt", gv, direction)
 
 
 @pytest.mark.parametrize("arch,g,score", [(a, g, "additive") for a, g in ALL] + SCORED + PLAIN)
