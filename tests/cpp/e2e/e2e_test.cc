@@ -243,16 +243,19 @@ TEST_F(EndToEnd, InvalidUtf8IsRejected) {
   EXPECT_EQ(s.error_message(), "texts[1]: invalid UTF-8 at byte 4");
 }
 
+// A shell command's exit code and standard output.
+std::pair<int, std::string> RunShell(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  const int rc = pclose(p);
+  return {WEXITSTATUS(rc), out};
+}
+
 TEST_F(EndToEnd, QviClientPrintsLabelsAndJson) {
   const std::string base = std::string(QVI_CLIENT_BINARY) + " --server " + server_->address() + " --color never ";
-  auto run = [](const std::string& cmd) {
-    std::string out;
-    FILE* p = popen(cmd.c_str(), "r");
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    const int rc = pclose(p);
-    return std::make_pair(WEXITSTATUS(rc), out);
-  };
+  const auto run = RunShell;
   auto [rc, human] = run(base + "classify --model sentiment --attention --gates 'A fine film.'");
   EXPECT_EQ(rc, 0) << human;
   EXPECT_TRUE(human.find("positive") != std::string::npos || human.find("negative") != std::string::npos) << human;
@@ -292,14 +295,7 @@ TEST_F(EndToEnd, QviClientPrintsLabelsAndJson) {
 // Standard input past one request's texts goes in chunks answered in order; blank lines are skipped
 // with a note, invalid UTF-8 is refused naming the line; errors print their code's name and a hint.
 TEST_F(EndToEnd, QviClientChunksStandardInputAndNamesItsErrors) {
-  auto run = [](const std::string& cmd) {
-    std::string out;
-    FILE* p = popen(cmd.c_str(), "r");
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    const int rc = pclose(p);
-    return std::make_pair(WEXITSTATUS(rc), out);
-  };
+  const auto run = RunShell;
   const std::string dir = ::testing::TempDir();
   const std::string input = dir + "/qvi_client_stdin.txt";
   {
