@@ -98,18 +98,11 @@ def cmd_demo(args: argparse.Namespace) -> None:
         else:
             if os.path.exists(target) and not args.force:
                 print(f"{target} exists (use --force to rebuild, --reexport to export it again)")
-                _demo_package(target, args, force=False)
+                _demo_finish(name, target, path, corpus, args)
                 continue
             ckpt = run_training(_parse(argv))
             torch.save(ckpt, path)
-        if args.g != "qvi":
-            description += f" Trained with --g {args.g} instead of QVI, as its twin for comparisons."
-        card = {"description": description,
-                "training_data": CORPUS_CARDS[corpus],
-                "intended_use": USE_CARD,
-                "reproduce": "python -m qvi train " + " ".join(argv)}
-        if "--vectors" in argv:
-            card["pretrained_vectors"] = VECTORS_CARD
+        card = _demo_card(description, corpus, argv, args.g)
         out = export_checkpoint(path, args.store, name, 1, card)[0]
         print(f"{out}: test {json.dumps(ckpt['metrics'].get('test'))} ({time.time() - t0:.0f} s)")
         test = os.path.join(args.corpora, corpus, f"test.{EXTENSIONS[corpus]}")
@@ -125,6 +118,40 @@ def cmd_demo(args: argparse.Namespace) -> None:
                                          freezing=args.cpu_freezing)[1:]:
             print(written)
         print(f"{name}: packages {', '.join(['base'] + variants) if variants else 'base'} ({time.time() - t0:.0f} s)")
+
+
+def _demo_card(description: str, corpus: str, argv: Sequence[str], g: str) -> Dict[str, object]:
+    if g != "qvi":
+        description += f" Trained with --g {g} instead of QVI, as its twin for comparisons."
+    card: Dict[str, object] = {"description": description,
+                               "training_data": CORPUS_CARDS[corpus],
+                               "intended_use": USE_CARD,
+                               "reproduce": "python -m qvi train " + " ".join(argv)}
+    if "--vectors" in argv:
+        card["pretrained_vectors"] = VECTORS_CARD
+    return card
+
+
+def _demo_finish(name: str, target: str, ckpt: str, corpus: str, args: argparse.Namespace) -> None:
+    """A model already in the store gets what it lacks: the faithfulness figures on its card (a model
+    exported with --no-faithfulness, as scripts/run.sh does to serve it sooner; model.pt is written
+    again from its checkpoint, atomically, and the server loads it again) and its native package."""
+    from qvi import artifact
+    card = artifact.load(target)[1]["model_card"]
+    assert isinstance(card, dict)
+    if args.no_faithfulness or "faithfulness" in card:
+        _demo_package(target, args, force=False)
+        return
+    if not os.path.exists(ckpt):
+        print(f"{target}: its card has no faithfulness figures, and its checkpoint {ckpt} is not here to add "
+              f"them (`python -m qvi demo --force --models {name}` trains it again)")
+        _demo_package(target, args, force=False)
+        return
+    test = os.path.join(args.corpora, corpus, f"test.{EXTENSIONS[corpus]}")
+    card["faithfulness"] = _demo_faithfulness(name, target, test)
+    export_checkpoint(ckpt, args.store, name, 1, card)
+    print(f"{target}: its card carries the faithfulness figures now")
+    _demo_package(target, args, force=True)  # the package carries the card too
 
 
 # The faithfulness figures each demo card carries (qvi/faithfulness.py over the test split, as served):

@@ -1,5 +1,6 @@
 """The serving artifact: manifest and vocabulary round-trip through torch.jit.load; the CLI trains
 deterministically, exports, and scores the exported file as it scores the checkpoint."""
+import argparse
 import json
 import os
 import random
@@ -11,6 +12,7 @@ from qvi import artifact, demo
 from qvi.cli import evaluate_artifact, load_checkpoint, main
 from qvi.models import ModelConfig, build_model
 from qvi.tokenizer import TokenizerConfig, Vocabulary
+from qvi.workflow import export_checkpoint
 
 from conftest import REPO
 
@@ -210,3 +212,39 @@ def test_the_paired_t_pairs_seeds_in_order():
     assert demo._paired_t([1.0, 1.0, 1.0], [2.0, 3.0, 4.0]) == "-3.46"
     assert demo._paired_t([2.0, 3.0], [1.0, 2.0]) == "n/a"  # no spread in the differences
     assert demo._paired_t([2.0, 3.0, 4.0], [1.0, 1.0]) == "n/a"  # seeds do not pair
+
+
+def test_demo_adds_the_faithfulness_figures_a_card_was_exported_without(tmp_path, capsys):
+    """scripts/run.sh serves the demo models before their figures are measured (`qvi demo --no-faithfulness
+    --no-pt2`); the next `qvi demo` finds such a card, measures it and writes model.pt again, atomically,
+    with the same weights; once the card has them it leaves the file alone."""
+    corpora = tmp_path / "corpora"
+    (corpora / "sentiment").mkdir(parents=True)
+    write_corpora(corpora / "sentiment")
+    ckpt = str(tmp_path / "sentiment.ckpt")
+    main(["train", "--task", "classification", "--arch", "cnn_att", "--epochs", "2", "--batch-size", "8", "--quiet",
+          "--threads", "1", "--emb-dim", "8", "--hidden", "8", "--train", str(corpora / "sentiment/train.tsv"),
+          "--dev", str(corpora / "sentiment/dev.tsv"), "--out", ckpt])
+    store = str(tmp_path / "store")
+    target = export_checkpoint(ckpt, store, "sentiment", 1, {"description": "toy"})[0]
+    args = argparse.Namespace(corpora=str(corpora), store=store, no_faithfulness=False, no_pt2=True)
+    before = os.stat(target)
+    module_before = artifact.load(target)[0]
+
+    demo._demo_finish("sentiment", target, str(tmp_path / "missing.ckpt"), "sentiment", args)
+    assert "its checkpoint" in capsys.readouterr().out and os.stat(target).st_ino == before.st_ino
+
+    demo._demo_finish("sentiment", target, ckpt, "sentiment", args)
+    assert f"{target}: its card carries the faithfulness figures now" in capsys.readouterr().out
+    module, manifest, _ = artifact.load(target)
+    card = manifest["model_card"]
+    assert card["description"] == "toy" and card["faithfulness"]["answers"] == 30, card
+    assert card["faithfulness"]["split"] == os.path.relpath(str(corpora / "sentiment/test.tsv"), demo.HERE)
+    assert os.stat(target).st_ino != before.st_ino, "written to a new file and renamed over the old one"
+    assert os.listdir(os.path.dirname(target)) == ["model.pt"]
+    for k, v in module_before.state_dict().items():
+        assert torch.equal(v, module.state_dict()[k]), k
+
+    measured = os.stat(target)
+    demo._demo_finish("sentiment", target, ckpt, "sentiment", args)
+    assert os.stat(target).st_ino == measured.st_ino and os.stat(target).st_mtime_ns == measured.st_mtime_ns

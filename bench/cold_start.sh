@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# What a newcomer waits for: scripts/run.sh in a fresh clone of this checkout's HEAD with the project's
+# caches off — no ccache, pip's cache off (torch is downloaded again), an empty demo-model cache, empty
+# caches for the compiled packages (QVI_PT2_CACHE, TORCHINDUCTOR_CACHE_DIR) — timed from the command to
+# the first Classify answered, to each demo model answering, and to the demo models complete (their
+# faithfulness figures and packages in). Prints a line per event, then run.sh's set-up and model lines.
+# Debian packages already installed stay installed (the set-up skips them): quote their time apart.
+# Usage: bench/cold_start.sh [PORT]    (default 18900; the clone goes to a temp dir, removed after)
+# Takes about half an hour on two cores.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PORT=${1:-18900}
+work=$(mktemp -d /tmp/qvi-cold.XXXXXX)
+git clone -q "$ROOT" "$work/repo"
+export CCACHE_DISABLE=1 PIP_NO_CACHE_DIR=1 QVI_MODEL_CACHE=$work/model-cache QVI_PT2_CACHE=$work/pt2-cache \
+  TORCHINDUCTOR_CACHE_DIR=$work/inductor
+echo "cold start of $(git -C "$ROOT" rev-parse --short HEAD) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo |
+  cut -d: -f2 | sed 's/^ *//')), $(date -u +%F)"
+start=$SECONDS
+(cd "$work/repo" && exec scripts/run.sh --port "$PORT" --metrics-port 0 --http-port 0) > "$work/run.out" 2>&1 &
+run=$!
+cleanup() {
+  kill -TERM "$run" 2>/dev/null && wait "$run" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+at() { local s=$((SECONDS - start)); printf '[cold %2d:%02d] %s\n' $((s / 60)) $((s % 60)) "$*"; }
+client=$work/repo/build/qvi-client
+declare -A asked=([sentiment]='classify --model sentiment' [ner]='tag --model ner' [topics]='classify --model topics')
+declare -A answered=()
+complete=0
+while ((${#answered[@]} < 3 || !complete)); do
+  if ! kill -0 "$run" 2>/dev/null; then
+    at "scripts/run.sh ended early; its last lines:"
+    tail -n 30 "$work/run.out"
+    exit 1
+  fi
+  if [[ -x $client ]]; then
+    for m in sentiment ner topics; do
+      [[ -n ${answered[$m]:-} ]] && continue
+      # shellcheck disable=SC2086  # the command's words split on purpose
+      if "$client" --server "localhost:$PORT" --timeout 5 ${asked[$m]} "Shares in Siemens rose in Munich." \
+        > /dev/null 2>&1; then
+        answered[$m]=1
+        at "$m answered (${asked[$m]%% *})"
+      fi
+    done
+  fi
+  if ((!complete)) && grep -q 'the demo models are complete' "$work/run.out"; then
+    complete=1
+    at "the demo models are complete (faithfulness figures and native packages in)"
+  fi
+  sleep 5
+done
+echo "run.sh's set-up and model lines:"
+grep -E '^\S*\[(setup|models) |^    ' "$work/run.out" | sed 's/\x1b\[[0-9;]*m//g'
