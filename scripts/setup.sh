@@ -176,6 +176,11 @@ announce() {  # the demo's lines worth a terminal line; all of them are in $MODE
 cache_store() {  # the finished store into the cache, under its key, unless it is there
   [[ -n $MODEL_CACHE && ! -d $MODEL_CACHE/$key/store ]] || return 0
   mkdir -p "$MODEL_CACHE" && tmp=$(mktemp -d "$MODEL_CACHE/.new.XXXXXX")
+  # The checkpoints too (32 MB), so that `qvi demo --reexport` and `qvi export --checkpoint work/...` work
+  # in a clone that copied its store.
+  mkdir -p "$tmp/work" && for m in sentiment ner topics; do
+    [[ ! -f model_store/work/$m.ckpt ]] || cp -a "model_store/work/$m.ckpt" "$tmp/work/"
+  done
   cp -a model_store/store "$tmp/store" && mv -T "$tmp" "$MODEL_CACHE/$key" 2>/dev/null || rm -rf "$tmp"
   # Older keys' stores are left for a week, then removed.
   find "$MODEL_CACHE" -mindepth 1 -maxdepth 1 -type d -mtime +7 -exec rm -rf {} + 2>/dev/null || true
@@ -221,6 +226,7 @@ if ((BUILD_MODELS)); then
   if [[ -n $MODEL_CACHE && ! -d model_store/store && -d $MODEL_CACHE/$key/store ]]; then
     stage "demo models from the cache ($MODEL_CACHE/$key)"
     cp -a "$MODEL_CACHE/$key/store" model_store/store
+    if [[ -d $MODEL_CACHE/$key/work ]]; then mkdir -p model_store/work && cp -an "$MODEL_CACHE/$key/work/." model_store/work/; fi
   fi
   complete=1
   for m in sentiment ner topics; do

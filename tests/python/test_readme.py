@@ -1,5 +1,5 @@
 """The README's console examples, replayed: every `$ build/qvi-client ...` line of a ```console block
-in README.md runs against a qvi-server on the demo models (only the address added), and its output must
+in README.md (and docs/serving.md) runs against a qvi-server on the demo models (only the address added), and its output must
 be what the README shows — the same lines, the same words, labels and offsets, and every decimal number
 within NUMBER_TOLERANCE of the README's (the demo models are retrained on each fresh machine; the last
 digit of a probability may move). A line `    ...` stands for the rest of the output, left out."""
@@ -34,6 +34,7 @@ def console_examples(doc):
 
 
 EXAMPLES = console_examples("README.md")
+DOC_EXAMPLES = console_examples("docs/serving.md")
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +61,12 @@ def test_the_readme_has_console_examples_of_each_command():
     assert all(c.startswith("build/qvi-client ") for c, _ in EXAMPLES), "only qvi-client examples are replayed"
 
 
-@pytest.mark.parametrize("command,expected", EXAMPLES, ids=[c[:60] for c, _ in EXAMPLES])
+def test_docs_serving_has_console_examples_too():
+    assert DOC_EXAMPLES and all(c.startswith("build/qvi-client ") for c, _ in DOC_EXAMPLES), DOC_EXAMPLES
+
+
+@pytest.mark.parametrize("command,expected", EXAMPLES + DOC_EXAMPLES,
+                         ids=[c[:60] for c, _ in EXAMPLES + DOC_EXAMPLES])
 def test_a_readme_console_example_prints_what_the_readme_shows(demo_server, command, expected):
     argv = shlex.split(command)
     assert argv[0] == "build/qvi-client", command
@@ -74,3 +80,32 @@ def test_a_readme_console_example_prints_what_the_readme_shows(demo_server, comm
     assert len(got) == len(expected), "\n".join(["README:", *expected, "got:", *out.stdout.splitlines()])
     for g, w in zip(got, expected):
         assert same_line(g, w), f"README shows\n  {w}\nthe client prints\n  {g}\n(whole output:\n{out.stdout})"
+
+
+def sh_client_commands():
+    """The `build/qvi-client` lines of the ```sh blocks of the README and docs/, but those that name a
+    server of their own (placeholders such as qvi.example.com, with TLS files test_tls.py makes)."""
+    commands = []
+    for doc in ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(REPO, "docs"))
+                                      if f.endswith(".md")):
+        with open(os.path.join(REPO, doc), encoding="utf-8") as f:
+            for block in re.findall(r"```sh\n(.*?)```", f.read(), re.S):
+                commands += [(doc, line.split("#")[0].strip()) for line in block.splitlines()
+                             if line.startswith("build/qvi-client ") and "--server" not in line]
+    return commands
+
+
+SH_COMMANDS = sh_client_commands()
+
+
+def test_the_docs_sh_blocks_have_client_commands():
+    assert {doc for doc, _ in SH_COMMANDS} >= {"docs/serving.md", "docs/deploy.md"}, SH_COMMANDS
+
+
+@pytest.mark.parametrize("doc,command", SH_COMMANDS, ids=[f"{d}: {c[:50]}" for d, c in SH_COMMANDS])
+def test_a_client_command_of_the_docs_runs_as_written(demo_server, doc, command):
+    argv = shlex.split(command)
+    out = subprocess.run([CLIENT, "--server", demo_server.address, "--color", "never", *argv[1:]], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"{doc}: {command}\n{out.stderr}"
+    assert out.stdout.strip(), f"{doc}: {command} printed nothing"
