@@ -17,10 +17,14 @@ export CCACHE_DISABLE=1 PIP_NO_CACHE_DIR=1 QVI_MODEL_CACHE=$work/model-cache QVI
 echo "cold start of $(git -C "$ROOT" rev-parse --short HEAD) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo |
   cut -d: -f2 | sed 's/^ *//')), $(date -u +%F)"
 start=$SECONDS
+set -m  # run.sh in a process group of its own: Ctrl-C's signal goes to all of it, as in a terminal
 (cd "$work/repo" && exec scripts/run.sh --port "$PORT" --metrics-port 0 --http-port 0) > "$work/run.out" 2>&1 &
 run=$!
+set +m
 cleanup() {
-  kill -TERM "$run" 2>/dev/null && wait "$run" 2>/dev/null
+  kill -INT -- "-$run" 2>/dev/null && wait "$run" 2>/dev/null
+  local models
+  models=$(cat "$work/repo/.stamps/demo-models.pid" 2>/dev/null) && kill -TERM -- "-$models" 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT

@@ -133,9 +133,10 @@ fi
 # (step 5), with its own log; its lines (each model trained, measured, packaged) come to the terminal.
 # --serve-early (scripts/run.sh): all three models are trained first and exported without their
 # faithfulness figures and packages, which follow as in-place updates of version 1 (the server loads
-# them again); the C++ build is only the server and the client; and set-up returns as soon as the first
-# model (sentiment) is in the store and the server is built, leaving the rest running (its pid in
-# .stamps/demo-models.pid).
+# them again); sentiment trains beside the build at the same priority, everything after it at the
+# lowest (nice 19); the C++ build is only the server and the client; and set-up returns as soon as
+# the first model (sentiment) is in the store and the server is built, leaving the rest running (its
+# pid in .stamps/demo-models.pid).
 MODELS_PID="" MODELS_PIDFILE=$ROOT/.stamps/demo-models.pid MODELS_LOG=$ROOT/.stamps/demo-models.log
 stop_models() {  # set-up ends before the background's work is handed over (a failure, Ctrl-C): stop it
   [[ -n $MODELS_PID ]] || return 0
@@ -188,12 +189,16 @@ cache_store() {  # the finished store into the cache, under its key, unless it i
 demo_models() {  # runs in the background; reports its own failure (set-up may have returned by then)
   trap - ERR
   set +e
-  local t0=$SECONDS rc=0 pass
-  local passes=("")
-  ((EARLY)) && passes=("--no-faithfulness --no-pt2" "")
+  local t0=$SECONDS rc=0 pass nice
+  local passes=("0 ")
+  # Early: sentiment first, beside the server's build at the same priority (the first answer waits for
+  # both); then the rest at the lowest priority, so that they take no time from that build.
+  ((EARLY)) && passes=("0 --models sentiment --no-faithfulness --no-pt2" "19 --no-faithfulness --no-pt2" "19 ")
   for pass in "${passes[@]}"; do
+    nice=${pass%% *} pass=${pass#* }
     # shellcheck disable=SC2086  # the pass's flags split on purpose
-    (cd model_store && exec "$VPY" -m qvi demo --store store $pass 2>&1) | tee -a "$MODELS_LOG" | announce "$t0"
+    (cd model_store && exec nice -n "$nice" "$VPY" -m qvi demo --store store $pass 2>&1) | tee -a "$MODELS_LOG" |
+      announce "$t0"
     rc=${PIPESTATUS[0]}
     if ((rc)); then
       printf '\033[1m[models %s]\033[0m the demo models failed (exit %d); the log: %s; its last lines:\n' \
