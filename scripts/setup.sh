@@ -133,12 +133,16 @@ fi
 # (step 5), with its own log; its lines (each model trained, measured, packaged) come to the terminal.
 # --serve-early (scripts/run.sh): all three models are trained first and exported without their
 # faithfulness figures and packages, which follow as in-place updates of version 1 (the server loads
-# them again); sentiment trains beside the build at the same priority, everything after it at the
-# lowest (nice 19); the C++ build is only the server and the client; and set-up returns as soon as
+# them again); sentiment trains beside the build (which runs at nice 19, taking what training leaves),
+# the rest waits for the build, then runs at nice 19 beside the server; the C++ build is only the
+# server and the client; and set-up returns as soon as
 # the first model (sentiment) is in the store and the server is built, leaving the rest running (its
 # pid in .stamps/demo-models.pid).
 MODELS_PID="" MODELS_PIDFILE=$ROOT/.stamps/demo-models.pid MODELS_LOG=$ROOT/.stamps/demo-models.log
+BUILDING=$ROOT/.stamps/building  # there while step 5 builds
+rm -f "$BUILDING"
 stop_models() {  # set-up ends before the background's work is handed over (a failure, Ctrl-C): stop it
+  rm -f "$BUILDING"
   [[ -n $MODELS_PID ]] || return 0
   kill -TERM -- "-$MODELS_PID" 2>/dev/null || true
   rm -f "$MODELS_PIDFILE"
@@ -196,6 +200,8 @@ demo_models() {  # runs in the background; reports its own failure (set-up may h
   ((EARLY)) && passes=("0 --models sentiment --no-faithfulness --no-pt2" "19 --no-faithfulness --no-pt2" "19 ")
   for pass in "${passes[@]}"; do
     nice=${pass%% *} pass=${pass#* }
+    # Early, after sentiment: the server's build (BUILDING) has the cores to itself until it is done.
+    while ((EARLY && nice)) && [[ -f $BUILDING ]]; do sleep 2; done
     # shellcheck disable=SC2086  # the pass's flags split on purpose
     (cd model_store && exec nice -n "$nice" "$VPY" -m qvi demo --store store $pass 2>&1) | tee -a "$MODELS_LOG" |
       announce "$t0"
@@ -263,8 +269,13 @@ fi
 if [[ -n $(ninja -C build -n "${TARGETS[@]}" 2>/dev/null | grep -m1 -E '^\[[0-9]+/[0-9]+\]') ]]; then
   stage "building C++${TARGETS:+ (${TARGETS[*]})} (ninja -j2; ccache keeps what earlier builds compiled)"
 fi
+# Beside the demo models the build runs at the lowest priority: it takes what their training leaves.
+# (At the same priority the two compilers and the trainer's two threads thrash: torch's threads wait for
+# each other at every step, and the build made 32 of 104 objects in 8 minutes.)
+NICE=0
+[[ -n $MODELS_PID ]] && NICE=19 && touch "$BUILDING"
 # ninja's counter as progress: one line every 10 % (rewritten in place on a terminal).
-NINJA_STATUS="[%f/%t] " ninja -C build -j2 "${TARGETS[@]}" 2>&1 | tee -a "$LOG" | {
+NINJA_STATUS="[%f/%t] " nice -n $NICE ninja -C build -j2 "${TARGETS[@]}" 2>&1 | tee -a "$LOG" | {
   step=0
   while IFS= read -r line; do
     [[ $line =~ ^\[([0-9]+)/([0-9]+)\] ]] || continue
@@ -278,6 +289,7 @@ NINJA_STATUS="[%f/%t] " ninja -C build -j2 "${TARGETS[@]}" 2>&1 | tee -a "$LOG" 
     fi
   done
 }
+rm -f "$BUILDING"
 if [[ -n $MODELS_PID ]]; then
   if ((EARLY)); then
     if [[ ! -f model_store/store/sentiment/1/model.pt ]]; then

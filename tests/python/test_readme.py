@@ -109,3 +109,26 @@ def test_a_client_command_of_the_docs_runs_as_written(demo_server, doc, command)
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, f"{doc}: {command}\n{out.stderr}"
     assert out.stdout.strip(), f"{doc}: {command} printed nothing"
+
+
+def cold_start_results():
+    """The newest bench/results/cold-start-*.txt (bench/cold_start.sh's output) and its `[cold m:ss]` lines."""
+    folder = os.path.join(REPO, "bench", "results")
+    newest = sorted(f for f in os.listdir(folder) if f.startswith("cold-start-") and f.endswith(".txt"))[-1]
+    with open(os.path.join(folder, newest), encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    return newest, lines
+
+
+def test_the_readme_quotes_the_newest_cold_start_measurement():
+    """The README's timings of a newcomer's first run are bench/cold_start.sh's lines, quoted whole from
+    the results file it names (so a new measurement that is not quoted fails here)."""
+    name, lines = cold_start_results()
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    assert f"bench/results/{name}" in readme, f"the README does not name the newest measurement, {name}"
+    events = [line for line in lines if line.startswith("[cold ")]
+    assert any("sentiment answered" in e for e in events) and any("complete" in e for e in events), events
+    quoted = re.search(r"```text\n(\[cold .*?)```", readme, re.S)
+    assert quoted, "the README has no ```text block of [cold ...] lines"
+    assert quoted.group(1).splitlines() == events, "the README's quote differs from " + name
