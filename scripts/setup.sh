@@ -166,7 +166,11 @@ announce() {  # the demo's lines worth a terminal line; all of them are in $MODE
     if [[ $line =~ ^store/([a-z]+)/1/model\.pt:\ test\ (.*)\ \(([0-9]+)\ s\)$ ]]; then
       local m=${BASH_REMATCH[1]}
       printf '\033[1m%s\033[0m %s trained in %s s (test %s)\n' "$at" "$m" "${BASH_REMATCH[3]}" "${BASH_REMATCH[2]}"
-      if ((EARLY)); then printf '    served within --poll-store-seconds; try: %s\n' "$(try_line "$m")"; fi
+      if ((EARLY)) && [[ -f $BUILDING ]]; then
+        printf '    served once the server is built and started\n'
+      elif ((EARLY)); then
+        printf '    served within --poll-store-seconds; try: %s\n' "$(try_line "$m")"
+      fi
     elif [[ $line =~ ^store/([a-z]+)/1/model\.cpu\.pt2\ \(([0-9]+)\ s\)$ ]]; then
       printf '\033[1m%s\033[0m %s: native CPU package compiled (%s s)%s\n' "$at" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" \
         "$(((EARLY)) && echo "; the server loads version 1 again (it warns that the files changed in place)")"
@@ -310,6 +314,7 @@ summary
 if [[ -n ${HANDED:-} ]]; then
   log "ready to serve sentiment; the other models, then each model's faithfulness figures and native package," \
     "follow in the background (pid $HANDED, the log $MODELS_LOG)"
+  printf '    once the server below says it serves, try: %s\n' "$(try_line sentiment)"
 else
   log "ready"
 fi

@@ -114,7 +114,7 @@ def test_a_client_command_of_the_docs_runs_as_written(demo_server, doc, command)
 def cold_start_results():
     """The newest bench/results/cold-start-*.txt (bench/cold_start.sh's output) and its `[cold m:ss]` lines."""
     folder = os.path.join(REPO, "bench", "results")
-    newest = sorted(f for f in os.listdir(folder) if f.startswith("cold-start-") and f.endswith(".txt"))[-1]
+    newest = sorted(f for f in os.listdir(folder) if re.fullmatch(r"cold-start-\d{4}-\d\d-\d\d\.txt", f))[-1]
     with open(os.path.join(folder, newest), encoding="utf-8") as f:
         lines = f.read().splitlines()
     return newest, lines
