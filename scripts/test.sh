@@ -7,35 +7,47 @@ scripts/setup.sh
 # One torch thread per process: the machine has two cores.
 export OMP_NUM_THREADS=1
 status=0
-echo "[test $(date +%T)] C++ formatting: clang-format with .clang-format (scripts/format.sh --check)"
+# Each stage's time, printed at the end (set-up's own are in its summary above) and kept in
+# .stamps/test-times.tsv: what a cold or a warm run spends where.
+STAGE="" STAGE_START=$SECONDS TIMES=("$SECONDS"$'\t'"set-up (scripts/setup.sh)")
+begin() {
+  [[ -z $STAGE ]] || TIMES+=("$((SECONDS - STAGE_START))"$'\t'"${STAGE%%:*}")
+  STAGE=$1 STAGE_START=$SECONDS
+  [[ $1 == done* ]] || echo "[test $(date +%T)] $1"
+}
+begin "C++ formatting: clang-format with .clang-format (scripts/format.sh --check)"
 scripts/format.sh --check || status=1
-echo "[test $(date +%T)] complexity: no function over 80 lines or CCN 20 outside the allow-list, no file over its size (scripts/complexity.sh)"
+begin "complexity: no function over 80 lines or CCN 20 outside the allow-list, no file over its size (scripts/complexity.sh)"
 scripts/complexity.sh || status=1
-echo "[test $(date +%T)] layers: every include of server/ is of a library the target links, every link is used (scripts/check_layers.py)"
+begin "layers: every include of server/ is of a library the target links, every link is used (scripts/check_layers.py)"
 .venv/bin/python scripts/check_layers.py build || status=1
-echo "[test $(date +%T)] C++ unit and end-to-end tests (ctest)"
+begin "C++ unit and end-to-end tests (ctest)"
 (cd build && ctest --output-on-failure -j1) || status=1
-echo "[test $(date +%T)] scheduler and serving-core stress tests under ASan/UBSan and TSan; the e2e suite against an ASan qvi-server"
+begin "scheduler and serving-core stress tests under ASan/UBSan and TSan; the e2e suite against an ASan qvi-server"
 scripts/sanitize.sh || status=1
-echo "[test $(date +%T)] lock annotations: clang -Wthread-safety -Werror=thread-safety (scripts/thread_safety.sh)"
+begin "lock annotations: clang -Wthread-safety -Werror=thread-safety (scripts/thread_safety.sh)"
 scripts/thread_safety.sh || status=1
-echo "[test $(date +%T)] fuzz smoke: every libFuzzer target 10 s under ASan/UBSan (scripts/fuzz.sh; long runs: scripts/fuzz.sh 600)"
+begin "fuzz smoke: every libFuzzer target 10 s under ASan/UBSan (scripts/fuzz.sh; long runs: scripts/fuzz.sh 600)"
 scripts/fuzz.sh 10 || status=1
-echo "[test $(date +%T)] soak, short: 60 s of mixed traffic with cancellations, short deadlines and a rollout every 15 s"
+begin "soak, short: 60 s of mixed traffic with cancellations, short deadlines and a rollout every 15 s"
 echo "       (gates on status codes and a clean exit, not on timings; the 30-minute run: scripts/soak.py)"
 .venv/bin/python scripts/soak.py --seconds 60 --rollout-seconds 15 --clients 4 || status=1
-echo "[test $(date +%T)] model zoo (pytest)"
+begin "model zoo (pytest)"
 (cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider) || status=1
-echo "[test $(date +%T)] benchmark harness, smoke mode (checks that it runs; gates on no timing)"
+begin "benchmark harness, smoke mode (checks that it runs; gates on no timing)"
 .venv/bin/python bench/run.py --smoke || status=1
-echo "[test $(date +%T)] container image: docker/build.sh cpu (cached; tests/python/test_deploy_image.py runs it)"
+begin "container image: docker/build.sh cpu (cached; tests/python/test_deploy_image.py runs it)"
 docker/build.sh cpu || status=1
 # The cuda image (about 4 GB): built and served on the CPU here. QVI_TEST_CUDA_IMAGE=0 leaves it out.
 if [[ ${QVI_TEST_CUDA_IMAGE:-1} == 1 ]]; then
-  echo "[test $(date +%T)] cuda image: docker/build.sh cuda, then a smoke run on the CPU (docker/smoke.sh)"
+  begin "cuda image: docker/build.sh cuda, then a smoke run on the CPU (docker/smoke.sh)"
   (docker/build.sh cuda && docker/smoke.sh localhost/qvi-serve:cuda) || status=1
 fi
-echo "[test $(date +%T)] Python client against qvi-server, deployment files and image (pytest)"
+begin "Python client against qvi-server, deployment files and image (pytest)"
 (cd tests/python && ../../.venv/bin/python -m pytest -p no:cacheprovider) || status=1
-echo "[test $(date +%T)] done: exit $status"
+begin "done"
+echo "[test $(date +%T)] done in $((SECONDS / 60)) min; each stage:"
+for t in "${TIMES[@]}"; do printf '    %5d s  %s\n' "${t%%$'\t'*}" "${t#*$'\t'}"; done
+printf '%s\n' "${TIMES[@]}" > .stamps/test-times.tsv
+echo "[test $(date +%T)] exit $status"
 exit $status
