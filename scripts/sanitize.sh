@@ -42,7 +42,7 @@ for kind in "${kinds[@]}"; do
     (cd tests/python &&
       QVI_SERVER="$PWD/../../$dir/qvi-server" ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        ../../.venv/bin/python -m pytest -p no:cacheprovider -q \
+        ../../.venv/bin/python -m pytest -p no:cacheprovider -q --durations=10 \
         --ignore=test_deploy_image.py --ignore=test_deploy_manifests.py) || status=1
   fi
 done

@@ -33,7 +33,7 @@ begin "soak, short: 60 s of mixed traffic with cancellations, short deadlines an
 echo "       (gates on status codes and a clean exit, not on timings; the 30-minute run: scripts/soak.py)"
 .venv/bin/python scripts/soak.py --seconds 60 --rollout-seconds 15 --clients 4 || status=1
 begin "model zoo (pytest)"
-(cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider) || status=1
+(cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider --durations=10) || status=1
 begin "benchmark harness, smoke mode (checks that it runs; gates on no timing)"
 .venv/bin/python bench/run.py --smoke || status=1
 begin "container image: docker/build.sh cpu (cached; tests/python/test_deploy_image.py runs it)"
@@ -44,7 +44,7 @@ if [[ ${QVI_TEST_CUDA_IMAGE:-1} == 1 ]]; then
   (docker/build.sh cuda && docker/smoke.sh localhost/qvi-serve:cuda) || status=1
 fi
 begin "Python client against qvi-server, deployment files and image (pytest)"
-(cd tests/python && ../../.venv/bin/python -m pytest -p no:cacheprovider) || status=1
+(cd tests/python && ../../.venv/bin/python -m pytest -p no:cacheprovider --durations=10) || status=1
 begin "done"
 echo "[test $(date +%T)] done in $((SECONDS / 60)) min; each stage:"
 for t in "${TIMES[@]}"; do printf '    %5d s  %s\n' "${t%%$'\t'*}" "${t#*$'\t'}"; done
