@@ -5,11 +5,14 @@
 # the first Classify answered, to each demo model answering, and to the demo models complete (their
 # faithfulness figures and packages in). Prints a line per event, then run.sh's set-up and model lines.
 # Debian packages already installed stay installed (the set-up skips them): quote their time apart.
-# Usage: bench/cold_start.sh [PORT]    (default 18900; the clone goes to a temp dir, removed after)
+# Usage: bench/cold_start.sh [run|setup] [PORT]    (default run, port 18900; the clone goes to a temp dir,
+#        removed after). `setup` times scripts/setup.sh instead, the set-up scripts/test.sh runs (every
+#        target built, the demo models complete before it returns), and prints its stage summary.
 # Takes about half an hour on two cores.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PORT=${1:-18900}
+MODE=${1:-run}
+PORT=${2:-18900}
 work=$(mktemp -d /tmp/qvi-cold.XXXXXX)
 git clone -q "$ROOT" "$work/repo"
 export CCACHE_DISABLE=1 PIP_NO_CACHE_DIR=1 QVI_MODEL_CACHE=$work/model-cache QVI_PT2_CACHE=$work/pt2-cache \
@@ -17,6 +20,15 @@ export CCACHE_DISABLE=1 PIP_NO_CACHE_DIR=1 QVI_MODEL_CACHE=$work/model-cache QVI
 echo "cold start of $(git -C "$ROOT" rev-parse --short HEAD) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo |
   cut -d: -f2 | sed 's/^ *//')), $(date -u +%F)"
 start=$SECONDS
+if [[ $MODE == setup ]]; then
+  trap 'rm -rf "$work"' EXIT
+  rc=0
+  (cd "$work/repo" && scripts/setup.sh) > "$work/setup.out" 2>&1 || rc=$?
+  s=$((SECONDS - start))
+  printf '[cold %2d:%02d] scripts/setup.sh ended (exit %d); its lines:\n' $((s / 60)) $((s % 60)) "$rc"
+  grep -E '^\S*\[(setup|models) |^    ' "$work/setup.out" | sed 's/\x1b\[[0-9;]*m//g'
+  exit "$rc"
+fi
 set -m  # run.sh in a process group of its own: Ctrl-C's signal goes to all of it, as in a terminal
 (cd "$work/repo" && exec scripts/run.sh --port "$PORT" --metrics-port 0 --http-port 0) > "$work/run.out" 2>&1 &
 run=$!
