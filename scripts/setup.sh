@@ -135,9 +135,8 @@ fi
 # faithfulness figures and packages, which follow as in-place updates of version 1 (the server loads
 # them again); sentiment trains beside the build (which runs at nice 19, taking what training leaves),
 # the rest waits for the build, then runs at nice 19 beside the server; the C++ build is only the
-# server and the client; and set-up returns as soon as
-# the first model (sentiment) is in the store and the server is built, leaving the rest running (its
-# pid in .stamps/demo-models.pid).
+# server and the client; and set-up returns as soon as the first model (sentiment) is in the store and
+# the server is built, leaving the rest running (its pid in .stamps/demo-models.pid).
 MODELS_PID="" MODELS_PIDFILE=$ROOT/.stamps/demo-models.pid MODELS_LOG=$ROOT/.stamps/demo-models.log
 BUILDING=$ROOT/.stamps/building  # there while step 5 builds
 rm -f "$BUILDING"
@@ -199,8 +198,8 @@ demo_models() {  # runs in the background; reports its own failure (set-up may h
   set +e
   local t0=$SECONDS rc=0 pass nice
   local passes=("0 ")
-  # Early: sentiment first, beside the server's build at the same priority (the first answer waits for
-  # both); then the rest at the lowest priority, so that they take no time from that build.
+  # Early: sentiment first, beside the server's build (which runs at nice 19: the first answer waits for
+  # both); then the rest, after that build and at nice 19 beside the server.
   ((EARLY)) && passes=("0 --models sentiment --no-faithfulness --no-pt2" "19 --no-faithfulness --no-pt2" "19 ")
   for pass in "${passes[@]}"; do
     nice=${pass%% *} pass=${pass#* }
