@@ -13,7 +13,7 @@
 // core cold is measured beside the back-to-back loop; the sleep itself is not timed. With
 // --idle-spin the thread spins through the gap instead of sleeping: what a forward costs when only
 // the core's idling, not the time, is taken away.
-#include <torch/torch.h>
+#include <ATen/Parallel.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
   Flags f;
   AddFlags(app, f);
   CLI11_PARSE(app, argc, argv);
-  torch::set_num_threads(f.threads);
+  at::set_num_threads(f.threads);
 
   std::cerr << qvi::LoadCudaSupport() << "\n";
   absl::StatusOr<qvi::GraphBackend*> graph_backend = qvi::LoadCudaGraphBackend();

@@ -11,8 +11,9 @@
 // without torch", has the results and the command. The code it replaced (through torch's operations
 // per row) was measured against it at commit f857303 (bench/results/postprocess-2026-11-27.txt); no
 // copy of it is kept here.
+#include <ATen/Parallel.h>
 #include <benchmark/benchmark.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <string>
 #include <vector>
@@ -37,7 +38,7 @@ std::vector<std::string> Labels(int64_t c) {
 }
 
 void Classify(benchmark::State& state) {
-  const torch::Tensor logits = torch::randn({kBatch, state.range(0)});
+  const at::Tensor logits = torch::randn({kBatch, state.range(0)});
   const std::vector<std::string> labels = Labels(state.range(0));
   const int64_t allocs = testing::Allocations();
   for (auto _ : state) {
@@ -49,8 +50,8 @@ void Classify(benchmark::State& state) {
 
 struct Tagging {
   Manifest manifest;
-  torch::Tensor tags = torch::randint(0, 9, {kBatch, kTokens}, torch::kLong);
-  torch::Tensor emissions = torch::randn({kBatch, kTokens, 9});
+  at::Tensor tags = torch::randint(0, 9, {kBatch, kTokens}, torch::kLong);
+  at::Tensor emissions = torch::randn({kBatch, kTokens, 9});
   TextResult result;
   std::string text = std::string(kTokens * 5, 'a');
   Tagging() {
@@ -64,7 +65,7 @@ struct Tagging {
   }
 };
 
-template <void (*Decode)(const Manifest&, const torch::Tensor&, const torch::Tensor&, int64_t, const std::string&,
+template <void (*Decode)(const Manifest&, const at::Tensor&, const at::Tensor&, int64_t, const std::string&,
                          TextResult&)>
 void TagWith(benchmark::State& state) {
   Tagging in;
@@ -88,7 +89,7 @@ BENCHMARK(Tag);
 }  // namespace qvi
 
 int main(int argc, char** argv) {
-  torch::set_num_threads(1);
+  at::set_num_threads(1);
   torch::manual_seed(1);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

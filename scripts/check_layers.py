@@ -145,6 +145,7 @@ def main() -> int:
                 if lib not in reach:
                     problems.append(f"{f} ({name}): includes {inc} of {lib}, which {name} does not link")
                 used_edges[name].add(lib)
+    problems += heavy_torch_includes()
     # Direct edges between the project's libraries that no include uses.
     for name in sorted(libraries):
         if not PROJECT_LIB.match(name):
@@ -158,8 +159,31 @@ def main() -> int:
             print("  " + p)
         return 1
     print(f"check_layers: {len(sources)} targets, every include of server/ is of a linked library "
-          f"and every link between the project's libraries is used")
+          f"and every link between the project's libraries is used, "
+          f"no header includes torch's umbrella headers")
     return 0
+
+
+# torch's umbrella headers cost a translation unit 13-34 s of compiling each (torch/torch.h 34 s,
+# torch/script.h 22, torch/types.h 18, ATen/ATen.h 13; ATen/core/Tensor.h 3): in a header they reach
+# every file that includes it, in every build (host, ASan, TSan, clang, the images). Headers declare
+# with ATen/core/Tensor.h and c10/core/*.h; a .cc that calls torch's functions includes
+# torch/types.h (or torch/script.h to load TorchScript); torch/torch.h (the training API) is never needed.
+HEAVY_TORCH = re.compile(r'^\s*#\s*include\s+<(torch/torch\.h|torch/script\.h|torch/types\.h|ATen/ATen\.h)>', re.M)
+
+
+def heavy_torch_includes() -> list[str]:
+    problems = []
+    for folder in ("server", "tests/cpp", "bench", "fuzz"):
+        for f in sorted((ROOT / folder).rglob("*")):
+            if f.suffix not in (".h", ".cc"):
+                continue
+            for header in HEAVY_TORCH.findall(f.read_text(errors="replace")):
+                if f.suffix == ".h" or header == "torch/torch.h":
+                    where = "a header" if f.suffix == ".h" else "a source"
+                    problems.append(f"{f.relative_to(ROOT)}: includes <{header}> in {where}; declare with "
+                                    "<ATen/core/Tensor.h> and include <torch/types.h> in the .cc that calls torch")
+    return problems
 
 
 def _headers_near(srcs: set[str]) -> set[str]:

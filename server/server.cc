@@ -1,10 +1,10 @@
 #include "server/server.h"
 
+#include <ATen/Parallel.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <spdlog/spdlog.h>
-#include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
@@ -49,8 +49,8 @@ void ConfigureThreads(ServerOptions& options) {
   }
   if (t.answers < 0) t.answers = budget.cpus;
   if (options.network.http_threads <= 0) options.network.http_threads = budget.cpus;
-  torch::set_num_threads(t.torch_intra);
-  torch::set_num_interop_threads(t.torch_inter);
+  at::set_num_threads(t.torch_intra);
+  at::set_num_interop_threads(t.torch_inter);
   spdlog::info("memory allocator: {}", ReadAllocatorStats().allocator);
 }
 

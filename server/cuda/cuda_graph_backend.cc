@@ -48,7 +48,7 @@ class CudaPool final : public GraphPool {
 
 class CudaCapturedForward final : public CapturedForward {
  public:
-  const ModelOutputs& Replay(const torch::Tensor& ids, const torch::Tensor& mask) override {
+  const ModelOutputs& Replay(const at::Tensor& ids, const at::Tensor& mask) override {
     // Both copies and the replay go to the calling thread's stream, in that order.
     static_ids_.copy_(ids, /*non_blocking=*/true);
     static_mask_.copy_(mask, /*non_blocking=*/true);
@@ -59,7 +59,7 @@ class CudaCapturedForward final : public CapturedForward {
  private:
   friend class CudaGraphBackend;
   at::cuda::CUDAGraph graph_;
-  torch::Tensor static_ids_, static_mask_;
+  at::Tensor static_ids_, static_mask_;
   ModelOutputs outputs_;
 };
 
@@ -90,14 +90,14 @@ void EndBrokenCapture(const c10::cuda::CUDAStream& stream, const CudaPool& pool)
 
 class CudaGraphBackend final : public GraphBackend {
  public:
-  bool Supports(const torch::Device& device) const override { return device.is_cuda(); }
+  bool Supports(const c10::Device& device) const override { return device.is_cuda(); }
 
-  std::unique_ptr<GraphPool> NewPool(const torch::Device& device) override {
+  std::unique_ptr<GraphPool> NewPool(const c10::Device& device) override {
     return std::make_unique<CudaPool>(device.index());
   }
 
-  absl::StatusOr<std::unique_ptr<CapturedForward>> Capture(const DeviceForward& forward, const torch::Tensor& ids,
-                                                           const torch::Tensor& mask, GraphPool& pool_base) override {
+  absl::StatusOr<std::unique_ptr<CapturedForward>> Capture(const DeviceForward& forward, const at::Tensor& ids,
+                                                           const at::Tensor& mask, GraphPool& pool_base) override {
     auto& pool = static_cast<CudaPool&>(pool_base);
     auto captured = std::make_unique<CudaCapturedForward>();
     c10::cuda::CUDAGuard device_guard(ids.device());
@@ -130,7 +130,7 @@ class CudaGraphBackend final : public GraphBackend {
     return captured;
   }
 
-  int64_t ReservedBytes(const torch::Device& device) const override {
+  int64_t ReservedBytes(const c10::Device& device) const override {
     const c10::CachingDeviceAllocator::DeviceStats stats =
         c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
     return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;

@@ -5,6 +5,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/headeronly/version.h>
+#include <torch/types.h>
 
 #include <dlfcn.h>
 
@@ -163,7 +164,7 @@ class Method {
 
   // `instance` >= 0: that instance's loader (a graph's capture, which must record the kernels of the
   // loader it will replay as); -1: any idle one.
-  std::vector<torch::Tensor> Run(const std::vector<torch::Tensor>& inputs, void* stream, int instance = -1) const {
+  std::vector<at::Tensor> Run(const std::vector<at::Tensor>& inputs, void* stream, int instance = -1) const {
     if (!single_threaded_) return loaders_.front()->run(inputs, stream);
     const size_t i = Borrow(instance);
     struct GiveBack {
@@ -209,7 +210,7 @@ class Method {
 
 class AotiModel final : public Model {
  public:
-  AotiModel(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file, PackageInfo info,
+  AotiModel(Manifest manifest, Vocabulary vocabulary, c10::Device device, std::string file, PackageInfo info,
             std::unique_ptr<Method> full, std::unique_ptr<Method> lean)
       : Model(std::move(manifest), std::move(vocabulary), device, std::move(file)),
         info_(std::move(info)),
@@ -230,20 +231,19 @@ class AotiModel final : public Model {
   using Model::WarmUp;
 
  protected:
-  ModelOutputs Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const override {
+  ModelOutputs Run(const at::Tensor& ids, const at::Tensor& mask, bool maps) const override {
     return RunOn(-1, ids, mask, maps);
   }
   // Each instance's graphs are captured through its own loader (on a GPU each instance has one):
   // captured one after another, they would otherwise all record the one loader that happens to be idle,
   // and every instance would replay that loader's kernels on its own stream.
-  ModelOutputs RunInstance(int instance, const torch::Tensor& ids, const torch::Tensor& mask,
-                           bool maps) const override {
+  ModelOutputs RunInstance(int instance, const at::Tensor& ids, const at::Tensor& mask, bool maps) const override {
     return RunOn(instance, ids, mask, maps);
   }
 
  private:
   // Run on instance `instance`'s loader, or any idle one (-1).
-  ModelOutputs RunOn(int instance, const torch::Tensor& ids_in, const torch::Tensor& mask_in, bool maps) const {
+  ModelOutputs RunOn(int instance, const at::Tensor& ids_in, const at::Tensor& mask_in, bool maps) const {
     // The package's CPU kernels open OpenMP teams as large as the calling thread's OpenMP setting
     // (they are compiled with dynamic threads, pt2.py). A thread starts with OpenMP's default, every
     // core; give each instance thread torch's intra-op count once, as torch's own kernels do.
@@ -251,7 +251,7 @@ class AotiModel final : public Model {
     (void)threads_set;
     const Method& method = maps || !lean_ ? *full_ : *lean_;
     const int64_t tokens = ids_in.size(1);
-    torch::Tensor ids = ids_in, mask = mask_in;
+    at::Tensor ids = ids_in, mask = mask_in;
     // The package's shapes start at min_tokens: pad shorter batches (padding changes no answer)
     // and cut the outputs back below.
     const int64_t pad = std::max<int64_t>(info_.min_tokens - tokens, 0);
@@ -264,10 +264,10 @@ class AotiModel final : public Model {
       c10::impl::VirtualGuardImpl impl(torch_device().type());
       stream = impl.getStream(torch_device()).native_handle();
     }
-    std::vector<std::vector<torch::Tensor>> chunks;
+    std::vector<std::vector<at::Tensor>> chunks;
     for (int64_t begin = 0; begin < ids.size(0); begin += info_.max_batch) {
       const int64_t end = std::min(ids.size(0), begin + info_.max_batch);
-      std::vector<torch::Tensor> outs =
+      std::vector<at::Tensor> outs =
           method.Run({ids.slice(0, begin, end).contiguous(), mask.slice(0, begin, end).contiguous()}, stream, instance);
       if (outs.size() != method.names().size()) {
         throw std::runtime_error(absl::StrCat("the package returned ", outs.size(), " outputs; its call spec names ",
@@ -280,11 +280,11 @@ class AotiModel final : public Model {
       // Names the catalogue has no model tensor for cannot be asked for: left out.
       const std::optional<Output> output = OutputNamed(method.names()[i]);
       if (!output || Row(*output).model_shape == nullptr) continue;
-      torch::Tensor t;
+      at::Tensor t;
       if (chunks.size() == 1) {
         t = std::move(chunks[0][i]);
       } else {
-        std::vector<torch::Tensor> parts;
+        std::vector<at::Tensor> parts;
         for (auto& c : chunks) parts.push_back(std::move(c[i]));
         t = torch::cat(parts, 0);
       }
@@ -296,9 +296,9 @@ class AotiModel final : public Model {
 
  protected:
   // The tags, decoded on the host from the emissions (the package stops there: see model_store).
-  void Finish(ModelOutputs& out, const torch::Tensor& mask) const override {
+  void Finish(ModelOutputs& out, const at::Tensor& mask) const override {
     if (!info_.crf || !out.has(Output::kEmissions)) return;
-    absl::StatusOr<torch::Tensor> tags = ViterbiDecode(*info_.crf, out[Output::kEmissions], mask);
+    absl::StatusOr<at::Tensor> tags = ViterbiDecode(*info_.crf, out[Output::kEmissions], mask);
     if (!tags.ok()) throw std::runtime_error(std::string(tags.status().message()));
     out[Output::kTags] = *std::move(tags);
   }
@@ -357,7 +357,7 @@ void RemoveExtractedFolders(const std::set<std::string>& before) {
 }
 
 absl::StatusOr<std::unique_ptr<Method>> LoadMethod(const std::string& path, const std::string& name,
-                                                   const torch::Device& device, int instances,
+                                                   const c10::Device& device, int instances,
                                                    const std::vector<std::string>& expected) {
   // The CPU: one loader with a runner per instance. A GPU: a single-threaded loader per instance (Method).
   const size_t count = device.is_cuda() ? static_cast<size_t>(std::max(instances, 1)) : 1;
@@ -387,7 +387,7 @@ absl::StatusOr<std::unique_ptr<Method>> LoadMethod(const std::string& path, cons
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> LoadAotInductor(const std::string& path, const torch::Device& device,
+absl::StatusOr<std::unique_ptr<Model>> LoadAotInductor(const std::string& path, const c10::Device& device,
                                                        int instances) {
   std::string manifest_json, vocab_txt, info_json;
   try {

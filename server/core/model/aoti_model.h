@@ -19,7 +19,7 @@
 namespace qvi {
 
 // `instances`: how many threads will call Forward() at once (one compiled runner each).
-absl::StatusOr<std::unique_ptr<Model>> LoadAotInductor(const std::string& path, const torch::Device& device,
+absl::StatusOr<std::unique_ptr<Model>> LoadAotInductor(const std::string& path, const c10::Device& device,
                                                        int instances);
 
 }  // namespace qvi

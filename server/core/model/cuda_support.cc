@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <torch/cuda.h>
+#include <torch/types.h>
 
 #include <exception>
 #include <filesystem>
@@ -67,11 +68,11 @@ absl::StatusOr<GraphBackend*> LoadGraphPlugin(const std::string& path) {
   return entry();  // the plugin stays loaded for the life of the process
 }
 
-absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec) {
+absl::StatusOr<c10::Device> ResolveDevice(const std::string& spec) {
   if (spec == "auto") {
-    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+    return torch::cuda::is_available() ? c10::Device(torch::kCUDA, 0) : c10::Device(torch::kCPU);
   }
-  if (spec == "cpu") return torch::Device(torch::kCPU);
+  if (spec == "cpu") return c10::Device(torch::kCPU);
   if (spec == "cuda" || spec.rfind("cuda:", 0) == 0) {
     int index = 0;
     if (spec.size() > 5) {
@@ -88,12 +89,12 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec) {
       return absl::FailedPreconditionError(
           absl::StrCat("device '", spec, "' was asked for but this machine has ", count, " CUDA device(s)"));
     }
-    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+    return c10::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
   return absl::InvalidArgumentError(absl::StrCat("device '", spec, "' is not auto, cpu, cuda or cuda:N"));
 }
 
-DeviceStreamScope::DeviceStreamScope(torch::Device device) {
+DeviceStreamScope::DeviceStreamScope(c10::Device device) {
   if (device.is_cuda()) {
     c10::impl::VirtualGuardImpl impl(device.type());
     guard_ = std::make_unique<c10::StreamGuard>(impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false));

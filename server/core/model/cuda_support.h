@@ -4,7 +4,8 @@
 #ifndef QVI_SERVER_CORE_MODEL_CUDA_SUPPORT_H_
 #define QVI_SERVER_CORE_MODEL_CUDA_SUPPORT_H_
 
-#include <torch/types.h>
+#include <c10/core/Device.h>
+#include <c10/core/StreamGuard.h>
 
 #include <memory>
 #include <string>
@@ -28,7 +29,7 @@ std::string LoadCudaSupport();
 std::string TorchLibraryDir();
 
 // "auto" (the first GPU when one is present, else the CPU), "cpu", "cuda" or "cuda:N".
-absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec);
+absl::StatusOr<c10::Device> ResolveDevice(const std::string& spec);
 
 // Gives the calling thread a stream of its own on `device` while it lives: a CUDA stream from
 // torch's pool on a GPU, nothing on the CPU. Each model instance thread holds one, so instances
@@ -36,7 +37,7 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& spec);
 // device-generic c10 API, so the same code builds against the CPU and the CUDA torch.
 class DeviceStreamScope {
  public:
-  explicit DeviceStreamScope(torch::Device device);
+  explicit DeviceStreamScope(c10::Device device);
   ~DeviceStreamScope();
   DeviceStreamScope(const DeviceStreamScope&) = delete;
   DeviceStreamScope& operator=(const DeviceStreamScope&) = delete;

@@ -9,7 +9,8 @@
 #ifndef QVI_SERVER_CORE_MODEL_GRAPHS_H_
 #define QVI_SERVER_CORE_MODEL_GRAPHS_H_
 
-#include <torch/script.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <functional>
@@ -24,7 +25,7 @@
 namespace qvi {
 
 // A model's forward on ids and mask already on its device: what a graph captures.
-using DeviceForward = std::function<ModelOutputs(const torch::Tensor& ids, const torch::Tensor& mask)>;
+using DeviceForward = std::function<ModelOutputs(const at::Tensor& ids, const at::Tensor& mask)>;
 
 // One forward captured at one shape, with its static inputs and outputs on the device.
 class CapturedForward {
@@ -33,7 +34,7 @@ class CapturedForward {
   // Copies ids and mask (the captured shape; on the CPU or the device) into the static inputs and
   // replays the graph on the calling thread's current stream. The outputs are the graph's own
   // buffers: read (copy) them before the next Replay of any graph of the same pool.
-  virtual const ModelOutputs& Replay(const torch::Tensor& ids, const torch::Tensor& mask) = 0;
+  virtual const ModelOutputs& Replay(const at::Tensor& ids, const at::Tensor& mask) = 0;
 };
 
 // Memory shared by the graphs one model instance replays, one at a time.
@@ -46,16 +47,15 @@ class GraphBackend {
  public:
   virtual ~GraphBackend() = default;
   // Whether this backend can capture forwards of models on `device`.
-  virtual bool Supports(const torch::Device& device) const = 0;
-  virtual std::unique_ptr<GraphPool> NewPool(const torch::Device& device) = 0;
+  virtual bool Supports(const c10::Device& device) const = 0;
+  virtual std::unique_ptr<GraphPool> NewPool(const c10::Device& device) = 0;
   // Runs `forward` a few times on a side stream (so that lazy initialisation and TorchScript's
   // profiling runs are over), then captures one run into `pool`, with static inputs shaped like
   // `ids` and `mask`. An operation that cannot be captured (a host synchronisation) is an error.
-  virtual absl::StatusOr<std::unique_ptr<CapturedForward>> Capture(const DeviceForward& forward,
-                                                                   const torch::Tensor& ids, const torch::Tensor& mask,
-                                                                   GraphPool& pool) = 0;
+  virtual absl::StatusOr<std::unique_ptr<CapturedForward>> Capture(const DeviceForward& forward, const at::Tensor& ids,
+                                                                   const at::Tensor& mask, GraphPool& pool) = 0;
   // Device memory held for tensors and graphs on `device` (the caching allocator's reserved bytes).
-  virtual int64_t ReservedBytes(const torch::Device& device) const = 0;
+  virtual int64_t ReservedBytes(const c10::Device& device) const = 0;
 };
 
 // What a model's graphs are, for GetModel and the log.

@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <torch/cuda.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <exception>
@@ -28,7 +29,7 @@ namespace {
 // the tags; L and H (layers, heads) may be any size.
 absl::Status CheckOutputs(const Manifest& m, const ModelOutputs& out, int64_t batch, int64_t width) {
   absl::Status status;
-  out.ForEach([&](Output output, const torch::Tensor& t) {
+  out.ForEach([&](Output output, const at::Tensor& t) {
     if (!status.ok()) return;
     const OutputRow& row = Row(output);
     const std::vector<std::string> dims = absl::StrSplit(row.model_shape, ',');
@@ -56,7 +57,7 @@ absl::Status CheckOutputs(const Manifest& m, const ModelOutputs& out, int64_t ba
 
 }  // namespace
 
-Model::Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file)
+Model::Model(Manifest manifest, Vocabulary vocabulary, c10::Device device, std::string file)
     : manifest_(std::make_shared<const Manifest>(std::move(manifest))),
       vocabulary_(std::move(vocabulary)),
       tokenizer_(manifest_->tokenizer),
@@ -64,8 +65,8 @@ Model::Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std
       file_(std::move(file)) {}
 
 absl::Status Model::WarmUp() {
-  torch::Tensor ids = torch::full({2, 4}, Vocabulary::kUnkId, torch::kLong);
-  torch::Tensor mask = torch::ones({2, 4}, torch::kBool);
+  at::Tensor ids = torch::full({2, 4}, Vocabulary::kUnkId, torch::kLong);
+  at::Tensor mask = torch::ones({2, 4}, torch::kBool);
   mask.index_put_({1, torch::indexing::Slice(2)}, false);
   const OutputSet all = OutputsOfModel(*manifest_);
   OutputSet lean_wanted = all;
@@ -99,7 +100,7 @@ absl::Status Model::WarmUp() {
   return absl::OkStatus();
 }
 
-torch::Tensor Model::NarrowTokens(Output output, torch::Tensor t, int64_t tokens) {
+at::Tensor Model::NarrowTokens(Output output, at::Tensor t, int64_t tokens) {
   const char* shape = Row(output).model_shape;
   if (shape == nullptr) return t;
   int64_t d = 0;
@@ -147,13 +148,13 @@ absl::Status Model::PrepareGraphs(const ServingConfig& serving, GraphBackend* ba
     for (int i = 0; i < std::max(serving.instances, 1); ++i) {
       auto slot = std::make_unique<GraphSlot>();
       slot->pool = backend->NewPool(device_);
-      const DeviceForward forward = [this, i, maps](const torch::Tensor& ids, const torch::Tensor& mask) {
+      const DeviceForward forward = [this, i, maps](const at::Tensor& ids, const at::Tensor& mask) {
         return RunInstance(i, ids, mask, maps);
       };
       for (const ShapeBucket& bucket : buckets.All()) {
-        const torch::Tensor ids = torch::full({bucket.batch, bucket.tokens}, Vocabulary::kUnkId,
-                                              torch::TensorOptions().dtype(torch::kLong).device(device_));
-        const torch::Tensor mask =
+        const at::Tensor ids = torch::full({bucket.batch, bucket.tokens}, Vocabulary::kUnkId,
+                                           torch::TensorOptions().dtype(torch::kLong).device(device_));
+        const at::Tensor mask =
             torch::ones({bucket.batch, bucket.tokens}, torch::TensorOptions().dtype(torch::kBool).device(device_));
         absl::StatusOr<std::unique_ptr<CapturedForward>> graph = backend->Capture(forward, ids, mask, *slot->pool);
         if (!graph.ok()) {
@@ -216,10 +217,10 @@ void Model::ReleaseGraphSlot(GraphSlot* slot) const {
   --slot->users;
 }
 
-ModelOutputs Model::Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
-                           const torch::Tensor& mask) const {
+ModelOutputs Model::Replay(GraphSlot& slot, const ShapeBucket& bucket, const at::Tensor& ids,
+                           const at::Tensor& mask) const {
   const int64_t batch = ids.size(0), tokens = ids.size(1);
-  torch::Tensor padded_ids = ids, padded_mask = mask;
+  at::Tensor padded_ids = ids, padded_mask = mask;
   if (bucket.batch > batch || bucket.tokens > tokens) {
     // Padding changes no text's answer (model_store's padding tests); the rows added to fill the
     // bucket hold one unknown token each, so that no row is all padding.
@@ -232,7 +233,7 @@ ModelOutputs Model::Replay(GraphSlot& slot, const ShapeBucket& bucket, const tor
     }
   }
   ModelOutputs result;
-  slot.graphs.at(bucket)->Replay(padded_ids, padded_mask).ForEach([&](Output o, const torch::Tensor& t) {
+  slot.graphs.at(bucket)->Replay(padded_ids, padded_mask).ForEach([&](Output o, const at::Tensor& t) {
     result[o] = NarrowTokens(o, t.narrow(0, 0, batch), tokens);
   });
   return result;
@@ -243,8 +244,8 @@ namespace {
 // Only the selected layers and heads of the per-layer outputs leave the device: the index tensors,
 // made once per batch (on the CPU for the answer, on the device for index_select).
 struct LayerPick {
-  torch::Tensor layers, heads, layers_on_device, heads_on_device;
-  LayerPick(const OutputSelection& selection, const torch::Device& device) {
+  at::Tensor layers, heads, layers_on_device, heads_on_device;
+  LayerPick(const OutputSelection& selection, const c10::Device& device) {
     if (!selection.layers.empty()) {
       layers = torch::tensor(selection.layers, torch::kLong);
       layers_on_device = layers.to(device);
@@ -264,7 +265,7 @@ namespace {
 // on their device.
 absl::Status SelectLayers(ModelOutputs& out, const OutputSelection& selection, std::optional<LayerPick>& pick) {
   absl::Status picked;
-  out.ForEach([&](Output o, torch::Tensor& t) {
+  out.ForEach([&](Output o, at::Tensor& t) {
     const OutputKind kind = Row(o).kind;
     if (!picked.ok() || (kind != OutputKind::kPerLayer && kind != OutputKind::kPerLayerMap)) return;
     if (!pick) pick.emplace(selection, t.device());
@@ -287,8 +288,8 @@ absl::Status SelectLayers(ModelOutputs& out, const OutputSelection& selection, s
 // (non-blocking copies to the CPU allocate it so); one event recorded after them then says when they
 // are all done: one synchronisation of the instance's stream per batch, not one per output, and
 // none of the device. Returns the wait for it.
-std::function<void()> CopyToHost(ModelOutputs& out, const torch::Device& device) {
-  out.ForEach([](Output, torch::Tensor& t) { t = t.to(t.options().device(torch::kCPU), /*non_blocking=*/true); });
+std::function<void()> CopyToHost(ModelOutputs& out, const c10::Device& device) {
+  out.ForEach([](Output, at::Tensor& t) { t = t.to(t.options().device(torch::kCPU), /*non_blocking=*/true); });
   c10::impl::VirtualGuardImpl impl(device.type());
   auto copied = std::make_shared<c10::Event>(device.type());
   copied->record(impl.getStream(device));
@@ -297,7 +298,7 @@ std::function<void()> CopyToHost(ModelOutputs& out, const torch::Device& device)
 
 }  // namespace
 
-ModelOutputs Model::RunBatch(const torch::Tensor& ids, const torch::Tensor& mask, const OutputSet& wanted,
+ModelOutputs Model::RunBatch(const at::Tensor& ids, const at::Tensor& mask, const OutputSet& wanted,
                              LaunchedForward& launched, GraphSlot*& slot) const {
   const bool cuda = device_.is_cuda();
   const bool maps = wanted.test(static_cast<size_t>(Output::kLayerAttention)) || !has_forward_without_maps();
@@ -307,8 +308,8 @@ ModelOutputs Model::RunBatch(const torch::Tensor& ids, const torch::Tensor& mask
   if (slot != nullptr) launched.release_ = [this, held = slot] { ReleaseGraphSlot(held); };
   // On a GPU the inputs go from pinned memory (torch's host cache, which keeps each block until the
   // stream's copy of it is done), so that their copies do not wait for the host either.
-  const torch::Tensor host_ids = cuda ? ids.pin_memory() : ids;
-  const torch::Tensor host_mask = cuda ? mask.pin_memory() : mask;
+  const at::Tensor host_ids = cuda ? ids.pin_memory() : ids;
+  const at::Tensor host_mask = cuda ? mask.pin_memory() : mask;
   ModelOutputs result = slot != nullptr ? Replay(*slot, *bucket, host_ids, host_mask)
                                         : Run(cuda ? host_ids.to(device_, /*non_blocking=*/true) : ids,
                                               cuda ? host_mask.to(device_, /*non_blocking=*/true) : mask, maps);
@@ -357,8 +358,8 @@ void LaunchedForward::Settle() {
   if (wait_) std::exchange(wait_, nullptr)();
 }
 
-absl::StatusOr<LaunchedForward> Model::Launch(const torch::Tensor& ids, const torch::Tensor& mask,
-                                              const OutputSet& wanted, const OutputSelection& selection) const {
+absl::StatusOr<LaunchedForward> Model::Launch(const at::Tensor& ids, const at::Tensor& mask, const OutputSet& wanted,
+                                              const OutputSelection& selection) const {
   LaunchedForward launched;  // dropped on an error: waits for the device, lets go of the slot
   GraphSlot* slot = nullptr;
   try {
@@ -383,7 +384,7 @@ absl::StatusOr<LaunchedForward> Model::Launch(const torch::Tensor& ids, const to
     // buffer, which the next replay overwrites; cloned here, then the slot let go (not before: another
     // thread may replay into the buffer as soon as it is free).
     if (slot != nullptr && !device_.is_cuda()) {
-      out.ForEach([](Output, torch::Tensor& t) { t = t.clone(); });
+      out.ForEach([](Output, at::Tensor& t) { t = t.clone(); });
       launched.Settle();
     }
     launched.outputs_ = std::move(out);
@@ -401,7 +402,7 @@ absl::StatusOr<ModelOutputs> Model::Collect(LaunchedForward launched) const {
     ModelOutputs out = std::move(launched.outputs_);
     // A half-precision model (bf16, fp16) answers in float32 like any other: converted after the
     // copy, which then moves half the bytes.
-    out.ForEach([](Output, torch::Tensor& t) {
+    out.ForEach([](Output, at::Tensor& t) {
       if (t.is_floating_point() && t.scalar_type() != torch::kFloat) t = t.to(torch::kFloat);
     });
     return out;
@@ -411,8 +412,8 @@ absl::StatusOr<ModelOutputs> Model::Collect(LaunchedForward launched) const {
   }
 }
 
-absl::StatusOr<ModelOutputs> Model::Forward(const torch::Tensor& ids, const torch::Tensor& mask,
-                                            const OutputSet& wanted, const OutputSelection& selection) const {
+absl::StatusOr<ModelOutputs> Model::Forward(const at::Tensor& ids, const at::Tensor& mask, const OutputSet& wanted,
+                                            const OutputSelection& selection) const {
   absl::StatusOr<LaunchedForward> launched = Launch(ids, mask, wanted, selection);
   if (!launched.ok()) return launched.status();
   return Collect(*std::move(launched));

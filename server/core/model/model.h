@@ -3,7 +3,9 @@
 #ifndef QVI_SERVER_CORE_MODEL_MODEL_H_
 #define QVI_SERVER_CORE_MODEL_MODEL_H_
 
-#include <torch/script.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
 
 #include <atomic>
 #include <functional>
@@ -69,7 +71,7 @@ using LoadOptions = Placement;
 
 inline constexpr char kTorchScriptFile[] = "model.pt";
 // model.cpu.pt2 or model.cuda.pt2.
-std::string Pt2FileName(const torch::Device& device);
+std::string Pt2FileName(const c10::Device& device);
 // Every file name a version folder's model may have; a change to any of them reloads it.
 std::vector<std::string> ModelFileNames();
 
@@ -96,7 +98,7 @@ class Model {
   // Work goes to the calling thread's current stream (see DeviceStreamScope); the result is on the
   // CPU and complete when this returns. Outputs whose shape or type contradicts the manifest are an
   // INTERNAL error: a model file is untrusted input too.
-  absl::StatusOr<ModelOutputs> Forward(const torch::Tensor& ids, const torch::Tensor& mask, const OutputSet& wanted,
+  absl::StatusOr<ModelOutputs> Forward(const at::Tensor& ids, const at::Tensor& mask, const OutputSet& wanted,
                                        const OutputSelection& selection = {}) const;
 
   // Forward in two halves, so that a caller can prepare and launch the next batch while the device
@@ -108,7 +110,7 @@ class Model {
   // stream that launched on it until its last batch is collected, and batches launched after one
   // another there replay its graphs in stream order (each after the copies of the one before). Where
   // the device is synchronous (the CPU: asynchronous() is false) Launch does all the work.
-  absl::StatusOr<LaunchedForward> Launch(const torch::Tensor& ids, const torch::Tensor& mask, const OutputSet& wanted,
+  absl::StatusOr<LaunchedForward> Launch(const at::Tensor& ids, const at::Tensor& mask, const OutputSet& wanted,
                                          const OutputSelection& selection = {}) const;
   absl::StatusOr<ModelOutputs> Collect(LaunchedForward launched) const;
   // Whether Launch returns before the device is done with the batch: a GPU (unless the backend
@@ -123,7 +125,7 @@ class Model {
   const Vocabulary& vocabulary() const { return vocabulary_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   std::string device() const { return device_.str(); }
-  torch::Device torch_device() const { return device_; }
+  c10::Device torch_device() const { return device_; }
   // "torchscript" or "pt2" (or what a test's fake says).
   virtual std::string format() const = 0;
   // A package's arithmetic ("float32", "bfloat16"); empty when the backend does not say.
@@ -155,28 +157,27 @@ class Model {
                              const Env* env = Env::Default());
 
  protected:
-  Model(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file);
+  Model(Manifest manifest, Vocabulary vocabulary, c10::Device device, std::string file);
 
   // The backend: runs forward (maps = true) or the forward without maps on ids and mask already
   // on the device, under InferenceMode, and returns every output it has, by name, on the device.
   // May throw; Forward() turns that into a status.
-  virtual ModelOutputs Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const = 0;
+  virtual ModelOutputs Run(const at::Tensor& ids, const at::Tensor& mask, bool maps) const = 0;
 
   // Run for the capture of instance `instance`'s graphs (0 .. instances-1): a backend whose instances
   // hold state of their own (the AOTInductor package's loader per instance on a GPU) runs that
   // instance's, so that each instance's graphs replay its own; Run by default.
-  virtual ModelOutputs RunInstance(int /*instance*/, const torch::Tensor& ids, const torch::Tensor& mask,
-                                   bool maps) const {
+  virtual ModelOutputs RunInstance(int /*instance*/, const at::Tensor& ids, const at::Tensor& mask, bool maps) const {
     return Run(ids, mask, maps);
   }
 
   // Host work after Run (or a graph's replay) on outputs already cut to the batch's shape, with the
   // batch's own mask (on the CPU): the AOTInductor tagger decodes its tags here. A graph captures Run
   // only, so nothing here may be captured.
-  virtual void Finish(ModelOutputs& /*out*/, const torch::Tensor& /*mask*/) const {}
+  virtual void Finish(ModelOutputs& /*out*/, const at::Tensor& /*mask*/) const {}
 
   // Narrows every dimension the catalogue names "T" in `output`'s tensor to `tokens`.
-  static torch::Tensor NarrowTokens(Output output, torch::Tensor t, int64_t tokens);
+  static at::Tensor NarrowTokens(Output output, at::Tensor t, int64_t tokens);
 
   // Two warm-up batches through every method, checking that the forward without maps returns what
   // forward does, maps aside: the server picks between them per batch, and an output missing from
@@ -187,7 +188,7 @@ class Model {
   std::shared_ptr<const Manifest> manifest_;
   Vocabulary vocabulary_;
   Tokenizer tokenizer_;
-  torch::Device device_;
+  c10::Device device_;
   std::string file_;
   std::string fallback_reason_;
 
@@ -205,11 +206,10 @@ class Model {
   void ReleaseGraphSlot(GraphSlot* slot) const;
   // Runs the batch (ids and mask on the CPU, `bucket` fits it) through `slot`'s graph: pads to the
   // bucket, replays, and cuts the outputs back to the batch. They alias the graph's buffers.
-  ModelOutputs Replay(GraphSlot& slot, const ShapeBucket& bucket, const torch::Tensor& ids,
-                      const torch::Tensor& mask) const;
+  ModelOutputs Replay(GraphSlot& slot, const ShapeBucket& bucket, const at::Tensor& ids, const at::Tensor& mask) const;
   // Launch's device work: the batch through a graph slot (held in `slot`, let go by `launched`) or
   // Run, Finish, and only the outputs `wanted` kept, still on the device.
-  ModelOutputs RunBatch(const torch::Tensor& ids, const torch::Tensor& mask, const OutputSet& wanted,
+  ModelOutputs RunBatch(const at::Tensor& ids, const at::Tensor& mask, const OutputSet& wanted,
                         LaunchedForward& launched, GraphSlot*& slot) const;
   std::vector<std::unique_ptr<GraphSlot>> graph_slots_;
   mutable Mutex slots_mu_;

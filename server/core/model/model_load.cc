@@ -12,7 +12,7 @@
 
 namespace qvi {
 
-std::string Pt2FileName(const torch::Device& device) { return device.is_cuda() ? "model.cuda.pt2" : "model.cpu.pt2"; }
+std::string Pt2FileName(const c10::Device& device) { return device.is_cuda() ? "model.cuda.pt2" : "model.cpu.pt2"; }
 
 std::vector<std::string> ModelFileNames() {
   std::vector<std::string> names = {kTorchScriptFile, "model.cuda.pt2", kNullModelFile};
@@ -25,7 +25,7 @@ namespace {
 // The packages Load tries for `device`, in order, of those the folder holds: on a GPU
 // model.cuda.pt2; on the CPU the one `cpu_package` pins, or each of kCpuPackages. `pinned_missing`
 // names a pinned file the folder lacks.
-std::vector<std::string> PackageCandidates(const std::filesystem::path& folder, const torch::Device& device,
+std::vector<std::string> PackageCandidates(const std::filesystem::path& folder, const c10::Device& device,
                                            const std::string& cpu_package, std::string& pinned_missing) {
   std::vector<std::string> names;
   if (device.is_cuda()) {
@@ -64,7 +64,7 @@ absl::StatusOr<std::pair<Manifest, Vocabulary>> ParseArtifactFiles(const std::st
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOptions& options) {
-  absl::StatusOr<torch::Device> device = ResolveDevice(options.device);
+  absl::StatusOr<c10::Device> device = ResolveDevice(options.device);
   if (!device.ok()) return device.status();
   if (absl::Status s = CheckCpuPackage(options.cpu_package); !s.ok()) return s;
   const std::filesystem::path folder(dir);

@@ -1,5 +1,6 @@
 #include "server/core/model/null_model.h"
 
+#include <torch/types.h>
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -56,7 +57,7 @@ class EmulatedDevice {
 
 class NullModel final : public Model {
  public:
-  NullModel(Manifest manifest, Vocabulary vocabulary, torch::Device device, std::string file,
+  NullModel(Manifest manifest, Vocabulary vocabulary, c10::Device device, std::string file,
             std::unique_ptr<EmulatedDevice> emulated)
       : Model(std::move(manifest), std::move(vocabulary), device, std::move(file)), emulated_(std::move(emulated)) {}
 
@@ -71,13 +72,13 @@ class NullModel final : public Model {
   // Every output the manifest lists, shaped by its catalogue row's model shape (so that a new row needs
   // nothing here): int64 outputs (tags) and the answer's scores zero, the attention-like outputs α
   // spread evenly over a text's tokens, every gate-like one 0.5.
-  ModelOutputs Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const override {
+  ModelOutputs Run(const at::Tensor& ids, const at::Tensor& mask, bool maps) const override {
     const Manifest& m = manifest();
     const int64_t b = ids.size(0), t = ids.size(1);
     const auto on = ids.options().dtype(torch::kFloat);
-    const torch::Tensor real = mask.to(torch::kFloat);
-    const torch::Tensor uniform = real / real.sum(1, /*keepdim=*/true).clamp_min(1.0);  // α: 1/n per token
-    const torch::Tensor half = real * 0.5;
+    const at::Tensor real = mask.to(torch::kFloat);
+    const at::Tensor uniform = real / real.sum(1, /*keepdim=*/true).clamp_min(1.0);  // α: 1/n per token
+    const at::Tensor half = real * 0.5;
     ModelOutputs out;
     for (const auto& [name, shape] : m.outputs) {
       const std::optional<Output> o = OutputNamed(name);
@@ -169,7 +170,7 @@ absl::StatusOr<std::unique_ptr<EmulatedDevice>> ParseDeviceTime(const nlohmann::
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> LoadNullModel(const std::string& path, const torch::Device& device) {
+absl::StatusOr<std::unique_ptr<Model>> LoadNullModel(const std::string& path, const c10::Device& device) {
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();

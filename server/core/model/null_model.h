@@ -28,7 +28,7 @@ namespace qvi {
 inline constexpr char kNullModelFile[] = "model.null";
 
 // Reads `path` (model.null), checks its manifest and vocabulary and warms it up like any model.
-absl::StatusOr<std::unique_ptr<Model>> LoadNullModel(const std::string& path, const torch::Device& device);
+absl::StatusOr<std::unique_ptr<Model>> LoadNullModel(const std::string& path, const c10::Device& device);
 
 }  // namespace qvi
 

@@ -14,15 +14,15 @@
 namespace qvi {
 namespace {
 
-std::vector<float> FloatsOf(const torch::Tensor& t) {
-  const torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat).contiguous();
+std::vector<float> FloatsOf(const at::Tensor& t) {
+  const at::Tensor c = t.detach().to(torch::kCPU, torch::kFloat).contiguous();
   return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
 }
 
 // The zoo's CRF (qvi.nn.CRF, a submodule `crf`): its parameters start [K], end [K] and trans [K,K]
 // (row = previous tag). nullopt when the module has none of that shape.
 std::optional<CrfScores> ReadCrf(const torch::jit::Module& module) {
-  std::map<std::string, torch::Tensor> p;
+  std::map<std::string, at::Tensor> p;
   for (const auto& named : module.named_parameters(/*recurse=*/true)) p[named.name] = named.value;
   const auto start = p.find("crf.start"), end = p.find("crf.end"), trans = p.find("crf.trans");
   if (start == p.end() || end == p.end() || trans == p.end()) return std::nullopt;
@@ -36,7 +36,7 @@ std::optional<CrfScores> ReadCrf(const torch::jit::Module& module) {
 
 class TorchScriptModel final : public Model {
  public:
-  TorchScriptModel(torch::jit::Module module, Manifest manifest, Vocabulary vocabulary, torch::Device device,
+  TorchScriptModel(torch::jit::Module module, Manifest manifest, Vocabulary vocabulary, c10::Device device,
                    std::string file)
       : Model(std::move(manifest), std::move(vocabulary), device, std::move(file)),
         module_(std::move(module)),
@@ -49,7 +49,7 @@ class TorchScriptModel final : public Model {
   using Model::WarmUp;
 
  protected:
-  ModelOutputs Run(const torch::Tensor& ids, const torch::Tensor& mask, bool maps) const override {
+  ModelOutputs Run(const at::Tensor& ids, const at::Tensor& mask, bool maps) const override {
     std::vector<torch::jit::IValue> inputs{ids, mask};
     c10::Dict<c10::IValue, c10::IValue> result =
         (maps || !without_maps_ ? module_.forward(inputs) : (*without_maps_)(inputs)).toGenericDict();
@@ -70,7 +70,7 @@ class TorchScriptModel final : public Model {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> LoadTorchScript(const std::string& path, const torch::Device& device) {
+absl::StatusOr<std::unique_ptr<Model>> LoadTorchScript(const std::string& path, const c10::Device& device) {
   torch::jit::ExtraFilesMap extra{{"manifest.json", ""}, {"vocab.txt", ""}};
   torch::jit::Module module;
   try {

@@ -12,7 +12,7 @@
 namespace qvi {
 
 // Reads `path`, checks its manifest and vocabulary, moves it to `device` and warms it up.
-absl::StatusOr<std::unique_ptr<Model>> LoadTorchScript(const std::string& path, const torch::Device& device);
+absl::StatusOr<std::unique_ptr<Model>> LoadTorchScript(const std::string& path, const c10::Device& device);
 
 }  // namespace qvi
 

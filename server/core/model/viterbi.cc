@@ -1,5 +1,6 @@
 #include "server/core/model/viterbi.h"
 
+#include <torch/types.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,8 +11,8 @@
 
 namespace qvi {
 
-absl::StatusOr<torch::Tensor> ViterbiDecode(const CrfScores& crf, const torch::Tensor& emissions_in,
-                                            const torch::Tensor& mask_in) {
+absl::StatusOr<at::Tensor> ViterbiDecode(const CrfScores& crf, const at::Tensor& emissions_in,
+                                         const at::Tensor& mask_in) {
   const int k = crf.num_tags();
   if (emissions_in.dim() != 3 || emissions_in.size(2) != k || mask_in.dim() != 2 ||
       mask_in.size(0) != emissions_in.size(0) || mask_in.size(1) != emissions_in.size(1) ||
@@ -20,10 +21,10 @@ absl::StatusOr<torch::Tensor> ViterbiDecode(const CrfScores& crf, const torch::T
         "Viterbi: emissions of shape [", absl::StrJoin(emissions_in.sizes().vec(), ","), "] and mask of shape [",
         absl::StrJoin(mask_in.sizes().vec(), ","), "] do not fit a CRF of ", k, " tags"));
   }
-  const torch::Tensor emissions = emissions_in.to(torch::kCPU, torch::kFloat).contiguous();
-  const torch::Tensor mask = mask_in.to(torch::kCPU, torch::kBool).contiguous();
+  const at::Tensor emissions = emissions_in.to(torch::kCPU, torch::kFloat).contiguous();
+  const at::Tensor mask = mask_in.to(torch::kCPU, torch::kBool).contiguous();
   const int64_t b = emissions.size(0), t = emissions.size(1);
-  torch::Tensor tags = torch::full({b, t}, -1, torch::kLong);
+  at::Tensor tags = torch::full({b, t}, -1, torch::kLong);
   if (t == 0) return tags;
   const float* e = emissions.data_ptr<float>();
   const bool* m = mask.data_ptr<bool>();

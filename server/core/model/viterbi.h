@@ -5,7 +5,7 @@
 #ifndef QVI_SERVER_CORE_MODEL_VITERBI_H_
 #define QVI_SERVER_CORE_MODEL_VITERBI_H_
 
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 
 #include <vector>
 
@@ -22,8 +22,7 @@ struct CrfScores {
 
 // emissions float [B,T,K], mask bool [B,T] (each row's real tokens a prefix), both on the CPU.
 // Returns int64 [B,T]: the best path, -1 on padding. K must match the scores.
-absl::StatusOr<torch::Tensor> ViterbiDecode(const CrfScores& crf, const torch::Tensor& emissions,
-                                            const torch::Tensor& mask);
+absl::StatusOr<at::Tensor> ViterbiDecode(const CrfScores& crf, const at::Tensor& emissions, const at::Tensor& mask);
 
 // p(y_t = k | x) under the CRF for one text of `n` tokens (forward-backward in log space, in double),
 // as model_store/qvi/faithfulness.py's crf_marginals computes it: element (t, k) of the result [n*K]

@@ -19,7 +19,7 @@
 #include <map>
 #include <string>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"

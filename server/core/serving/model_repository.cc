@@ -48,7 +48,7 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(Options
   if (!fs::is_directory(options.root, ec)) {
     return absl::InvalidArgumentError(absl::StrCat("--model-store '", options.root, "' is not a directory"));
   }
-  absl::StatusOr<torch::Device> device = ResolveDevice(options.defaults.device);
+  absl::StatusOr<c10::Device> device = ResolveDevice(options.defaults.device);
   if (!device.ok()) return device.status();
   return std::unique_ptr<ModelRepository>(new ModelRepository(std::move(options)));
 }

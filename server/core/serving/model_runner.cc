@@ -1,6 +1,7 @@
 #include "server/core/serving/model_runner.h"
 #include "server/core/sched/exception_text.h"
 
+#include <torch/types.h>
 #include <algorithm>
 #include <atomic>
 #include <set>
@@ -283,7 +284,7 @@ absl::Status ModelRunner::RunChecks(const Batch& batch, ModelOutputs& outputs) c
   outputs.check_row.assign(batch.size(), -1);
   outputs.check_removed.assign(batch.size(), {});
   std::vector<std::vector<int64_t>> texts;
-  torch::Tensor alpha;
+  at::Tensor alpha;
   for (size_t b = 0; b < batch.size(); ++b) {
     if (!batch[b].request->Checks(batch[b].index)) continue;
     const int k = batch[b].request->faithfulness_top_k();
@@ -292,7 +293,7 @@ absl::Status ModelRunner::RunChecks(const Batch& batch, ModelOutputs& outputs) c
     const int64_t n = static_cast<int64_t>(ids.size());
     std::vector<int64_t>& removed = outputs.check_removed[b];
     if (const int64_t take = std::min<int64_t>(k, n); take > 0) {
-      const torch::Tensor top = std::get<1>(alpha[static_cast<int64_t>(b)].slice(0, 0, n).topk(take)).contiguous();
+      const at::Tensor top = std::get<1>(alpha[static_cast<int64_t>(b)].slice(0, 0, n).topk(take)).contiguous();
       removed.assign(top.data_ptr<int64_t>(), top.data_ptr<int64_t>() + take);
       std::sort(removed.begin(), removed.end());
     }

@@ -36,7 +36,7 @@
 #ifndef QVI_SERVER_CORE_SERVING_MODEL_RUNNER_H_
 #define QVI_SERVER_CORE_SERVING_MODEL_RUNNER_H_
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <functional>
 #include <map>
@@ -119,8 +119,8 @@ BatchSchedulerOptions BatchingOptions(const ServingConfig& serving);
 
 // Texts of token ids padded into one batch, as Model::Forward takes them.
 struct PackedBatch {
-  torch::Tensor ids;   // [rows, width] int64, zero after each text's end
-  torch::Tensor mask;  // [rows, width] bool, true on each text's tokens
+  at::Tensor ids;      // [rows, width] int64, zero after each text's end
+  at::Tensor mask;     // [rows, width] bool, true on each text's tokens
   int64_t tokens = 0;  // real tokens, padding left out
 };
 

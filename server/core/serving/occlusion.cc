@@ -1,5 +1,6 @@
 #include "server/core/serving/occlusion.h"
 
+#include <torch/types.h>
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -47,17 +48,17 @@ void OcclusionRecord::Record(int index, const ModelOutputs& outputs, int64_t row
   // The row's tokens: its text's, or one fewer for a variant.
   const bool text = index < static_cast<int>(tokens_.size());
   const int64_t n = tokens_[static_cast<size_t>(owner_[static_cast<size_t>(index)])] - (text ? 0 : 1);
-  const torch::Tensor all = outputs.at(Output::kEmissions);
+  const at::Tensor all = outputs.at(Output::kEmissions);
   const int64_t k = crf_->num_tags();
   if (all.dim() != 3 || row < 0 || row >= all.size(0) || n > all.size(1) || all.size(2) != k) {
     throw std::invalid_argument("occlusion: emissions of shape " + c10::str(all.sizes()) + " do not fit row " +
                                 std::to_string(row) + " of " + std::to_string(n) + " tokens and a CRF of " +
                                 std::to_string(k) + " tags");
   }
-  const torch::Tensor e = all[row].to(torch::kCPU, torch::kFloat).contiguous();
+  const at::Tensor e = all[row].to(torch::kCPU, torch::kFloat).contiguous();
   slot = CrfMarginals(*crf_, e.data_ptr<float>(), n, k, 1);
   if (!text) return;
-  const torch::Tensor tags = outputs.at(Output::kTags)[row].to(torch::kCPU, torch::kLong).contiguous();
+  const at::Tensor tags = outputs.at(Output::kTags)[row].to(torch::kCPU, torch::kLong).contiguous();
   if (tags.numel() < n) throw std::invalid_argument("occlusion: the tags do not cover the text");
   tags_[static_cast<size_t>(index)].assign(tags.data_ptr<int64_t>(), tags.data_ptr<int64_t>() + n);
 }

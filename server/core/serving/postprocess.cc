@@ -1,5 +1,6 @@
 #include "server/core/serving/postprocess.h"
 
+#include <torch/types.h>
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -15,11 +16,11 @@ namespace {
 
 // `t` when it already is a CPU tensor of `type`, else a converted copy: its rows are then read through
 // their strides, with no torch operation per row.
-torch::Tensor OnCpuAs(const torch::Tensor& t, torch::ScalarType type) {
+at::Tensor OnCpuAs(const at::Tensor& t, torch::ScalarType type) {
   return t.device().is_cpu() && t.scalar_type() == type ? t : t.to(torch::kCPU, type);
 }
 
-void CheckDims(const torch::Tensor& t, int64_t dims, const char* what) {
+void CheckDims(const at::Tensor& t, int64_t dims, const char* what) {
   if (t.dim() != dims) {
     throw std::invalid_argument(std::string(what) + " has " + std::to_string(t.dim()) + " dimensions, not " +
                                 std::to_string(dims));
@@ -27,7 +28,7 @@ void CheckDims(const torch::Tensor& t, int64_t dims, const char* what) {
 }
 
 // Row `row` of [B,T,...] `t` exists and holds `tokens` tokens.
-void CheckRow(const torch::Tensor& t, int64_t row, int64_t tokens, const char* what) {
+void CheckRow(const at::Tensor& t, int64_t row, int64_t tokens, const char* what) {
   if (row < 0 || row >= t.size(0) || tokens > t.size(1)) {
     throw std::out_of_range(std::string(what) + " of shape " + c10::str(t.sizes()) + " have no row " +
                             std::to_string(row) + " of " + std::to_string(tokens) + " tokens");
@@ -49,8 +50,8 @@ struct Softmax {
 
 }  // namespace
 
-std::vector<float> SoftmaxRow(const torch::Tensor& logits, int64_t row) {
-  const torch::Tensor t = OnCpuAs(logits, torch::kFloat);
+std::vector<float> SoftmaxRow(const at::Tensor& logits, int64_t row) {
+  const at::Tensor t = OnCpuAs(logits, torch::kFloat);
   CheckDims(t, 2, "logits");
   CheckRow(t, row, 0, "logits");
   const float* x = t.data_ptr<float>() + row * t.stride(0);
@@ -74,10 +75,10 @@ std::vector<std::pair<std::string, float>> TopK(const std::vector<float>& probs,
   return out;
 }
 
-void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const torch::Tensor& emissions, int64_t row,
+void DecodeTagging(const Manifest& manifest, const at::Tensor& tags, const at::Tensor& emissions, int64_t row,
                    const std::string& text, TextResult& result) {
   const int64_t n = static_cast<int64_t>(result.tokens.size());
-  const torch::Tensor tag_all = OnCpuAs(tags, torch::kLong), emission_all = OnCpuAs(emissions, torch::kFloat);
+  const at::Tensor tag_all = OnCpuAs(tags, torch::kLong), emission_all = OnCpuAs(emissions, torch::kFloat);
   CheckDims(tag_all, 2, "tags");
   CheckDims(emission_all, 3, "emissions");
   CheckRow(tag_all, row, n, "tags");
@@ -121,7 +122,7 @@ void FillTokenExplanations(const ModelOutputs& outputs, const OutputOptions& opt
   // Every per-token value of a switch the request turned on, that the batch computed.
   for (const OutputRow& r : OutputCatalogue()) {
     if (r.token_field == nullptr || !options.Asks(r.on) || !outputs.has(r.id)) continue;
-    const torch::Tensor all = OnCpuAs(outputs.at(r.id), torch::kFloat);
+    const at::Tensor all = OnCpuAs(outputs.at(r.id), torch::kFloat);
     CheckDims(all, 2, "a per-token output");
     CheckRow(all, row, static_cast<int64_t>(result.tokens.size()), "a per-token output");
     const float* v = all.data_ptr<float>() + row * all.stride(0);
@@ -143,7 +144,7 @@ float Margin(const float* x, int64_t count, int64_t stride, int64_t y) {
 }  // namespace
 
 void FillContributions(const Manifest& manifest, const ModelOutputs& outputs, int64_t row, TextResult& result) {
-  const torch::Tensor logits = OnCpuAs(outputs.at(Output::kLogits), torch::kFloat);
+  const at::Tensor logits = OnCpuAs(outputs.at(Output::kLogits), torch::kFloat);
   CheckDims(logits, 2, "logits");
   CheckRow(logits, row, 0, "logits");
   const int64_t c = logits.size(1);
@@ -161,7 +162,7 @@ void FillContributions(const Manifest& manifest, const ModelOutputs& outputs, in
   const int64_t n = static_cast<int64_t>(result.tokens.size());
   for (Output output : {Output::kContribution, Output::kSentenceContribution}) {
     if (!outputs.has(output)) continue;
-    const torch::Tensor all = OnCpuAs(outputs.at(output), torch::kFloat);
+    const at::Tensor all = OnCpuAs(outputs.at(output), torch::kFloat);
     CheckDims(all, 3, "contributions");
     CheckRow(all, row, n, "contributions");
     if (all.size(2) != c) throw std::invalid_argument("contributions have a different number of labels than logits");
@@ -196,8 +197,8 @@ std::vector<int64_t> Indices(const std::vector<int>& chosen, int64_t count) {
   return out;
 }
 
-std::vector<float> ToVector(const torch::Tensor& t) {
-  const torch::Tensor c = t.to(torch::kFloat).contiguous();
+std::vector<float> ToVector(const at::Tensor& t) {
+  const at::Tensor c = t.to(torch::kFloat).contiguous();
   return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
 }
 
@@ -207,12 +208,12 @@ std::vector<LayerMapOutput> LayerMaps(const ModelOutputs& outputs, const OutputO
                                       int64_t n) {
   const LayerSelection& selection = options.layers;
   // Each per-layer output present, for this row, cut to the text's tokens: [L,H,n] or [L,H,n,n].
-  std::vector<std::pair<const OutputRow*, torch::Tensor>> parts;
+  std::vector<std::pair<const OutputRow*, at::Tensor>> parts;
   int64_t layers = 0, heads = 0;
-  outputs.ForEach([&](Output output, const torch::Tensor& all) {
+  outputs.ForEach([&](Output output, const at::Tensor& all) {
     const OutputRow& r = Row(output);
     if (r.layer_field == nullptr) return;
-    torch::Tensor t = all[row].slice(2, 0, n);
+    at::Tensor t = all[row].slice(2, 0, n);
     if (t.dim() == 4) t = t.slice(3, 0, n);
     layers = t.size(0);
     heads = t.size(1);
@@ -220,9 +221,9 @@ std::vector<LayerMapOutput> LayerMaps(const ModelOutputs& outputs, const OutputO
   });
   // The batch may carry only some layers and heads (Model::Forward's OutputSelection): the original
   // index of each position is in layer_index / head_index.
-  auto present = [](const torch::Tensor& index, int64_t count) {
+  auto present = [](const at::Tensor& index, int64_t count) {
     if (!index.defined()) return Indices({}, count);
-    const torch::Tensor c = index.contiguous();
+    const at::Tensor c = index.contiguous();
     return std::vector<int64_t>(c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel());
   };
   const std::vector<int64_t> have_layers = present(outputs.layer_index, layers),
@@ -236,11 +237,11 @@ std::vector<LayerMapOutput> LayerMaps(const ModelOutputs& outputs, const OutputO
     for (int64_t w : wanted) pos.push_back(std::find(have.begin(), have.end(), w) - have.begin());
     return torch::tensor(pos, torch::kLong);
   };
-  const torch::Tensor li = positions(ls, have_layers), hi = positions(hs, have_heads);
+  const at::Tensor li = positions(ls, have_layers), hi = positions(hs, have_heads);
   for (auto& [r, t] : parts) t = t.index_select(0, li).index_select(1, hi);  // [l,h,...]
 
   std::vector<LayerMapOutput> out;
-  auto emit = [&](int layer, int head, const std::function<torch::Tensor(const torch::Tensor&)>& pick) {
+  auto emit = [&](int layer, int head, const std::function<at::Tensor(const at::Tensor&)>& pick) {
     LayerMapOutput m;
     m.layer = layer;
     m.head = head;
@@ -251,15 +252,15 @@ std::vector<LayerMapOutput> LayerMaps(const ModelOutputs& outputs, const OutputO
   };
   using R = LayerSelection::Reduction;
   if (selection.reduction == R::kMeanAll) {
-    emit(-1, -1, [](const torch::Tensor& t) { return t.mean(std::vector<int64_t>{0, 1}); });
+    emit(-1, -1, [](const at::Tensor& t) { return t.mean(std::vector<int64_t>{0, 1}); });
   } else {
     for (size_t a = 0; a < ls.size(); ++a) {
       if (selection.reduction == R::kMeanHeads) {
-        emit(static_cast<int>(ls[a]), -1, [a](const torch::Tensor& t) { return t[a].mean(0); });
+        emit(static_cast<int>(ls[a]), -1, [a](const at::Tensor& t) { return t[a].mean(0); });
         continue;
       }
       for (size_t b = 0; b < hs.size(); ++b) {
-        emit(static_cast<int>(ls[a]), static_cast<int>(hs[b]), [a, b](const torch::Tensor& t) { return t[a][b]; });
+        emit(static_cast<int>(ls[a]), static_cast<int>(hs[b]), [a, b](const at::Tensor& t) { return t[a][b]; });
       }
     }
   }

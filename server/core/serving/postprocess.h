@@ -3,7 +3,7 @@
 #ifndef QVI_SERVER_CORE_SERVING_POSTPROCESS_H_
 #define QVI_SERVER_CORE_SERVING_POSTPROCESS_H_
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 #include <map>
 #include <string>
@@ -21,7 +21,7 @@ namespace qvi {
 // conversion and softmax through torch's dispatcher cost microseconds per request on the serving path
 // (docs/performance.md, "Post-processing without torch"). A tensor that is not a CPU float one is
 // converted first (a copy).
-std::vector<float> SoftmaxRow(const torch::Tensor& logits, int64_t row);
+std::vector<float> SoftmaxRow(const at::Tensor& logits, int64_t row);
 
 // The k best of `probs` (k = 0 means 1; k > C means all), best first, named by `labels`; ties go to
 // the label listed first.
@@ -29,7 +29,7 @@ std::vector<std::pair<std::string, float>> TopK(const std::vector<float>& probs,
                                                 int k);
 
 // Tags of row `row` over the result's tokens and the spans they make; also sets TokenOutput::tag.
-void DecodeTagging(const Manifest& manifest, const torch::Tensor& tags, const torch::Tensor& emissions, int64_t row,
+void DecodeTagging(const Manifest& manifest, const at::Tensor& tags, const at::Tensor& emissions, int64_t row,
                    const std::string& text, TextResult& result);
 
 // Fills the per-token explanations asked for from the [B,T] outputs present in `outputs`.

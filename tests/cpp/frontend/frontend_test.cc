@@ -7,7 +7,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
+#include <ATen/Parallel.h>
 
 #include <atomic>
 #include <memory>
@@ -122,7 +122,7 @@ class FakeCore final : public Core {
 class FrontendTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    torch::set_num_threads(1);
+    at::set_num_threads(1);
     store_ = new testing::TempStore("frontend_test");
     store_->CopyDemoFile("sentiment/1/model.pt", "sentiment/1/model.pt");
     auto repo = testing::PolledCpuRepository(store_->str());

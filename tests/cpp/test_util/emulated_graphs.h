@@ -24,44 +24,44 @@ class EmulatedGraphBackend final : public GraphBackend {
   // Captures at this shape fail, as a forward with a host synchronisation would on a GPU.
   std::optional<ShapeBucket> fail_at;
 
-  bool Supports(const torch::Device& device) const override { return device.is_cpu(); }
-  std::unique_ptr<GraphPool> NewPool(const torch::Device&) override { return std::make_unique<GraphPool>(); }
+  bool Supports(const c10::Device& device) const override { return device.is_cpu(); }
+  std::unique_ptr<GraphPool> NewPool(const c10::Device&) override { return std::make_unique<GraphPool>(); }
 
-  absl::StatusOr<std::unique_ptr<CapturedForward>> Capture(const DeviceForward& forward, const torch::Tensor& ids,
-                                                           const torch::Tensor& mask, GraphPool&) override {
+  absl::StatusOr<std::unique_ptr<CapturedForward>> Capture(const DeviceForward& forward, const at::Tensor& ids,
+                                                           const at::Tensor& mask, GraphPool&) override {
     if (fail_at && fail_at->batch == ids.size(0) && fail_at->tokens == ids.size(1)) {
       return absl::FailedPreconditionError("operation not permitted when stream is capturing");
     }
     auto graph = std::make_unique<Graph>(this, forward, ids.clone(), mask.clone());
-    graph->outputs.ForEach([&](Output, const torch::Tensor& t) { bytes_ += static_cast<int64_t>(t.nbytes()); });
+    graph->outputs.ForEach([&](Output, const at::Tensor& t) { bytes_ += static_cast<int64_t>(t.nbytes()); });
     ++captures_;
     return graph;
   }
 
-  int64_t ReservedBytes(const torch::Device&) const override { return bytes_; }
+  int64_t ReservedBytes(const c10::Device&) const override { return bytes_; }
 
   int captures() const { return captures_; }
   int replays() const { return replays_; }
 
  private:
   struct Graph final : CapturedForward {
-    Graph(EmulatedGraphBackend* backend, DeviceForward forward, torch::Tensor ids, torch::Tensor mask)
+    Graph(EmulatedGraphBackend* backend, DeviceForward forward, at::Tensor ids, at::Tensor mask)
         : backend(backend), forward(std::move(forward)), ids(std::move(ids)), mask(std::move(mask)) {
-      this->forward(this->ids, this->mask).ForEach([&](Output o, const torch::Tensor& t) { outputs[o] = t.clone(); });
+      this->forward(this->ids, this->mask).ForEach([&](Output o, const at::Tensor& t) { outputs[o] = t.clone(); });
     }
-    const ModelOutputs& Replay(const torch::Tensor& new_ids, const torch::Tensor& new_mask) override {
+    const ModelOutputs& Replay(const at::Tensor& new_ids, const at::Tensor& new_mask) override {
       if (!new_ids.sizes().equals(ids.sizes()) || !new_mask.sizes().equals(mask.sizes())) {
         throw std::runtime_error(absl::StrCat("replayed at another shape than captured"));
       }
       ids.copy_(new_ids);
       mask.copy_(new_mask);
-      forward(ids, mask).ForEach([&](Output o, const torch::Tensor& t) { outputs[o].copy_(t); });
+      forward(ids, mask).ForEach([&](Output o, const at::Tensor& t) { outputs[o].copy_(t); });
       ++backend->replays_;
       return outputs;
     }
     EmulatedGraphBackend* backend;
     DeviceForward forward;
-    torch::Tensor ids, mask;
+    at::Tensor ids, mask;
     ModelOutputs outputs;
   };
 

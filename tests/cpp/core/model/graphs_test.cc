@@ -3,8 +3,10 @@
 // replay at a time per instance, the report, the reasons for running without) on a backend that
 // emulates graphs on the CPU (test_util/emulated_graphs.h), with the fake and with the demo models.
 // The CUDA plugin itself is only loaded here; it captures on a GPU machine (docs/performance.md).
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -83,12 +85,12 @@ TEST(ShapeBucketsTest, ServingJsonTurnsGraphsOffOrSetsTheBuckets) {
   }
 }
 
-std::pair<torch::Tensor, torch::Tensor> RandomBatch(int64_t batch, int64_t tokens, int64_t vocab, uint64_t seed) {
+std::pair<at::Tensor, at::Tensor> RandomBatch(int64_t batch, int64_t tokens, int64_t vocab, uint64_t seed) {
   torch::manual_seed(seed);
-  torch::Tensor lengths = torch::randint(1, tokens + 1, {batch}, torch::kLong);
+  at::Tensor lengths = torch::randint(1, tokens + 1, {batch}, torch::kLong);
   lengths[0] = tokens;
-  torch::Tensor mask = torch::arange(tokens).unsqueeze(0) < lengths.unsqueeze(1);
-  torch::Tensor ids = torch::randint(2, vocab, {batch, tokens}, torch::kLong) * mask;
+  at::Tensor mask = torch::arange(tokens).unsqueeze(0) < lengths.unsqueeze(1);
+  at::Tensor ids = torch::randint(2, vocab, {batch, tokens}, torch::kLong) * mask;
   return {ids, mask};
 }
 
@@ -102,8 +104,8 @@ void ExpectSameAnswers(const ModelOutputs& got, const ModelOutputs& want, const 
   ASSERT_EQ(got.present(), want.present()) << where;
   for (Output output : InOrder(want.present())) {
     const char* name = OutputName(output);
-    const torch::Tensor& w = want.at(output);
-    const torch::Tensor& g = got.at(output);
+    const at::Tensor& w = want.at(output);
+    const at::Tensor& g = got.at(output);
     ASSERT_EQ(g.sizes(), w.sizes()) << name << " " << where;
     if (w.is_floating_point()) {
       const double scale = std::max(1.0, w.abs().max().item<double>());
@@ -184,7 +186,7 @@ TEST(ModelGraphsTest, AnAnswerIsNotOverwrittenByTheNextReplay) {
   auto [b_ids, b_mask] = RandomBatch(2, 4, 5, 2);
   auto first = model->Forward(a_ids, a_mask, testing::Named({"logits", "gates"}));
   ASSERT_TRUE(first.ok());
-  const torch::Tensor kept = first->at(Output::kGates).clone();
+  const at::Tensor kept = first->at(Output::kGates).clone();
   auto second = model->Forward(b_ids, b_mask, testing::Named({"logits", "gates"}));
   ASSERT_TRUE(second.ok());
   EXPECT_FALSE(torch::equal(first->at(Output::kGates), second->at(Output::kGates)));
@@ -199,7 +201,7 @@ TEST(ModelGraphsTest, LaunchedBatchesKeepTheirOwnAnswersCollectedInAnyOrder) {
   ASSERT_TRUE(model->PrepareGraphs(GraphOptions(1, {4}, {8}), &backend).ok());
   // Three batches launched on the one instance's graphs before any is collected, collected last first.
   std::vector<LaunchedForward> launched;
-  std::vector<torch::Tensor> want;
+  std::vector<at::Tensor> want;
   for (int i = 0; i < 3; ++i) {
     auto [ids, mask] = RandomBatch(3, 6, 5, static_cast<uint64_t>(40 + i));
     want.push_back((ids.to(torch::kFloat) * mask.to(torch::kFloat)).sum(1));
@@ -227,7 +229,7 @@ TEST(ModelGraphsTest, ConcurrentCallersGetTheirOwnAnswers) {
       for (int i = 0; i < 50; ++i) {
         auto [ids, mask] = RandomBatch(3, 6, 5, static_cast<uint64_t>(c * 1000 + i));
         auto out = model->Forward(ids, mask, testing::Named({"logits"}));
-        const torch::Tensor want = (ids.to(torch::kFloat) * mask.to(torch::kFloat)).sum(1);
+        const at::Tensor want = (ids.to(torch::kFloat) * mask.to(torch::kFloat)).sum(1);
         if (!out.ok() || !torch::equal(out->at(Output::kLogits).select(1, 0), want)) ++wrong;
       }
     });
@@ -302,7 +304,7 @@ void ExpectGraphParity(const fs::path& version, const std::string& format,
   // Launched one after another on one thread before any is collected (the runner's pipeline): each
   // batch still gets its own answers; on a GPU they replay on the slot that thread's stream holds,
   // one after another, each after the copies of the one before.
-  DeviceStreamScope stream{torch::Device(device)};
+  DeviceStreamScope stream{c10::Device(device)};
   std::vector<LaunchedForward> launched;
   std::vector<ModelOutputs> wants;
   const std::vector<std::pair<int64_t, int64_t>> shapes{{4, 8}, {4, 8}, {1, 30}, {8, 9}, {4, 8}};
@@ -353,8 +355,8 @@ TEST(CudaGraphPluginTest, LoadsAndSupportsCudaDevicesOnly) {
   LoadCudaSupport();
   absl::StatusOr<GraphBackend*> backend = LoadGraphPlugin(QVI_GRAPH_PLUGIN);
   ASSERT_TRUE(backend.ok()) << backend.status();
-  EXPECT_TRUE((*backend)->Supports(torch::Device(torch::kCUDA, 0)));
-  EXPECT_FALSE((*backend)->Supports(torch::Device(torch::kCPU)));
+  EXPECT_TRUE((*backend)->Supports(c10::Device(torch::kCUDA, 0)));
+  EXPECT_FALSE((*backend)->Supports(c10::Device(torch::kCPU)));
   if (!torch::cuda::is_available()) {
     absl::StatusOr<GraphBackend*> beside = LoadCudaGraphBackend();
     EXPECT_FALSE(beside.ok());
@@ -379,11 +381,11 @@ TEST(CudaGraphPluginTest, OnAGpuAFailedCaptureLeavesTheThreadServing) {
     GTEST_SKIP() << "needs a CUDA device (run on a GPU machine: bench/gpu_session.sh graphs)";
   absl::StatusOr<GraphBackend*> backend = GpuPlugin();
   ASSERT_TRUE(backend.ok()) << backend.status();
-  const torch::Device cuda(torch::kCUDA, 0);
-  const torch::Tensor ids = torch::arange(16, torch::TensorOptions().dtype(torch::kLong).device(cuda)).view({2, 8});
-  const torch::Tensor mask = torch::ones({2, 8}, torch::TensorOptions().dtype(torch::kBool).device(cuda));
+  const c10::Device cuda(torch::kCUDA, 0);
+  const at::Tensor ids = torch::arange(16, torch::TensorOptions().dtype(torch::kLong).device(cuda)).view({2, 8});
+  const at::Tensor mask = torch::ones({2, 8}, torch::TensorOptions().dtype(torch::kBool).device(cuda));
   bool synchronise = true;
-  const DeviceForward forward = [&synchronise](const torch::Tensor& i, const torch::Tensor& m) {
+  const DeviceForward forward = [&synchronise](const at::Tensor& i, const at::Tensor& m) {
     ModelOutputs out;
     out[Output::kLogits] = (i.to(torch::kFloat) * m.to(torch::kFloat)).sum(1, /*keepdim=*/true) * 2;
     if (synchronise) torch::cuda::synchronize();  // fine in the warm-up runs, forbidden in the capture
@@ -399,7 +401,7 @@ TEST(CudaGraphPluginTest, OnAGpuAFailedCaptureLeavesTheThreadServing) {
   synchronise = false;
   absl::StatusOr<std::unique_ptr<CapturedForward>> graph = (*backend)->Capture(forward, ids, mask, *pool);
   ASSERT_TRUE(graph.ok()) << graph.status();
-  const torch::Tensor other = ids.flip(0).contiguous();
+  const at::Tensor other = ids.flip(0).contiguous();
   const ModelOutputs& replayed = (*graph)->Replay(other, mask);
   EXPECT_TRUE(torch::equal(replayed.at(Output::kLogits).cpu(), forward(other, mask).at(Output::kLogits).cpu()));
 }

@@ -3,8 +3,9 @@
 // every output, and the tags the server's Viterbi decodes against the model's own).
 #include "server/core/model/model.h"
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <cmath>
 #include <filesystem>
@@ -21,11 +22,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::pair<torch::Tensor, torch::Tensor> Batch(const std::vector<std::vector<int64_t>>& rows) {
+std::pair<at::Tensor, at::Tensor> Batch(const std::vector<std::vector<int64_t>>& rows) {
   int64_t width = 1;
   for (const auto& r : rows) width = std::max<int64_t>(width, static_cast<int64_t>(r.size()));
-  torch::Tensor ids = torch::zeros({static_cast<int64_t>(rows.size()), width}, torch::kLong);
-  torch::Tensor mask = torch::zeros_like(ids, torch::kBool);
+  at::Tensor ids = torch::zeros({static_cast<int64_t>(rows.size()), width}, torch::kLong);
+  at::Tensor mask = torch::zeros_like(ids, torch::kBool);
   for (size_t b = 0; b < rows.size(); ++b) {
     for (size_t t = 0; t < rows[b].size(); ++t) {
       ids[b][t] = rows[b][t];
@@ -84,10 +85,10 @@ TEST(ViterbiTest, FindsTheBestPathAndMarksPadding) {
   CrfScores crf{{0.0f, 0.0f}, {0.0f, 0.0f}, {0.0f, -100.0f, 0.0f, 0.0f}};
   // Row 0: 1,0,0 scores 5+3+3 = 11, the best. Row 1 (two real tokens) prefers 0 then 1, which
   // needs 0 -> 1.
-  torch::Tensor e =
+  at::Tensor e =
       torch::tensor({{{0.0f, 5.0f}, {3.0f, 0.0f}, {3.0f, 0.0f}}, {{2.0f, 0.0f}, {0.0f, 3.0f}, {9.0f, 9.0f}}});
-  torch::Tensor mask = torch::tensor({{true, true, true}, {true, true, false}});
-  absl::StatusOr<torch::Tensor> tags = ViterbiDecode(crf, e, mask);
+  at::Tensor mask = torch::tensor({{true, true, true}, {true, true, false}});
+  absl::StatusOr<at::Tensor> tags = ViterbiDecode(crf, e, mask);
   ASSERT_TRUE(tags.ok()) << tags.status();
   // Row 1: 0,0 scores 2+0 = 2; 1,1 scores 0+3 = 3; 1,0 scores 0+0 = 0; 0,1 is forbidden.
   EXPECT_TRUE(torch::equal(*tags, torch::tensor({{1, 0, 0}, {1, 1, -1}}, torch::kLong))) << *tags;
@@ -100,8 +101,8 @@ TEST(CrfMarginalsTest, EqualTheMarginalsOfEveryPathEnumerated) {
   // transposed layout), as a batch row of a [B,T,K] tensor may be.
   torch::manual_seed(5);
   const int k = 3, n = 4;
-  const torch::Tensor start = torch::randn({k}), end = torch::randn({k}), trans = torch::randn({k, k});
-  const torch::Tensor emissions = torch::randn({k, n}) * 2;  // [K, T]: token stride 1, tag stride n
+  const at::Tensor start = torch::randn({k}), end = torch::randn({k}), trans = torch::randn({k, k});
+  const at::Tensor emissions = torch::randn({k, n}) * 2;  // [K, T]: token stride 1, tag stride n
   CrfScores crf{std::vector<float>(start.data_ptr<float>(), start.data_ptr<float>() + k),
                 std::vector<float>(end.data_ptr<float>(), end.data_ptr<float>() + k),
                 std::vector<float>(trans.data_ptr<float>(), trans.data_ptr<float>() + k * k)};
@@ -135,7 +136,7 @@ TEST(CrfMarginalsTest, EqualTheMarginalsOfEveryPathEnumerated) {
 class ModelLoadTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    torch::set_num_threads(1);
+    at::set_num_threads(1);
     demo_ = fs::path(QVI_SOURCE_DIR) / "model_store" / "store";
     ASSERT_TRUE(fs::exists(demo_ / "sentiment" / "1" / "model.pt")) << "run scripts/setup.sh first";
     ASSERT_TRUE(fs::exists(demo_ / "sentiment" / "1" / "model.cpu.pt2"))
@@ -315,10 +316,10 @@ void ExpectParity(const fs::path& version, const std::vector<std::string>& outpu
   // A one-token batch (below the package's smallest length: padded and cut back), odd sizes, the
   // longest texts, and padding in every batch but the first.
   for (auto [b, t] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {3, 17}, {8, max_tokens}, {5, 40}}) {
-    torch::Tensor lengths = torch::randint(1, t + 1, {b}, torch::kLong);
+    at::Tensor lengths = torch::randint(1, t + 1, {b}, torch::kLong);
     lengths[0] = t;
-    torch::Tensor mask = torch::arange(t).unsqueeze(0) < lengths.unsqueeze(1);
-    torch::Tensor ids = torch::randint(2, vocab, {b, t}, torch::kLong) * mask;
+    at::Tensor mask = torch::arange(t).unsqueeze(0) < lengths.unsqueeze(1);
+    at::Tensor ids = torch::randint(2, vocab, {b, t}, torch::kLong) * mask;
     for (bool maps : {true, false}) {
       OutputSet wanted = testing::Named(outputs);
       if (maps) wanted.set(static_cast<size_t>(Output::kLayerAttention));
@@ -329,8 +330,8 @@ void ExpectParity(const fs::path& version, const std::vector<std::string>& outpu
       ASSERT_EQ(a->present(), c->present());
       for (Output output : InOrder(a->present())) {
         const char* name = OutputName(output);
-        const torch::Tensor& want = a->at(output);
-        const torch::Tensor& got = c->at(output);
+        const at::Tensor& want = a->at(output);
+        const at::Tensor& got = c->at(output);
         ASSERT_EQ(got.sizes(), want.sizes()) << name << " at batch " << b << "x" << t;
         if (want.is_floating_point()) {
           EXPECT_LE((got - want).abs().max().item<float>(), 1e-5) << name << " at batch " << b << "x" << t;

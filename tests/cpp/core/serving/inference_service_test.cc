@@ -5,7 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
+#include <ATen/Parallel.h>
+#include <torch/types.h>
 
 #include <filesystem>
 #include <fstream>
@@ -21,7 +22,7 @@ namespace {
 class InferenceServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    torch::set_num_threads(1);
+    at::set_num_threads(1);
     store_ = new testing::TempStore("core_test");
     store_->CopyDemo();
     store_->Write("sentiment/2/model.pt", "this is not a TorchScript archive");
@@ -433,8 +434,8 @@ TEST_F(InferenceServiceTest, OnlySelectedLayersAndHeadsLeaveTheModel) {
   absl::StatusOr<ServableHandle> h = repo_->Resolve("sentiment", 0);
   ASSERT_TRUE(h.ok()) << h.status();
   const Model& model = *(*h)->model;
-  torch::Tensor ids = torch::arange(2, 12, torch::kLong).view({2, 5});  // distinct tokens: heads differ
-  torch::Tensor mask = torch::ones({2, 5}, torch::kBool);
+  at::Tensor ids = torch::arange(2, 12, torch::kLong).view({2, 5});  // distinct tokens: heads differ
+  at::Tensor mask = torch::ones({2, 5}, torch::kBool);
   auto all = model.Forward(ids, mask, testing::Named({"layer_attention", "layer_gates"}));
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_EQ(all->at(Output::kLayerAttention).sizes(), (std::vector<int64_t>{2, 2, 4, 5, 5}));
@@ -493,8 +494,8 @@ TEST_F(InferenceServiceTest, BatchesWithoutMapsSkipThemAndAnswerTheSame) {
     const Model& model = *(*h)->model;
     ASSERT_TRUE(model.has_forward_without_maps())
         << name << ": re-export the demo models (python -m qvi demo --reexport)";
-    torch::Tensor ids = torch::arange(2, 20, torch::kLong).view({3, 6});
-    torch::Tensor mask = torch::ones({3, 6}, torch::kBool);
+    at::Tensor ids = torch::arange(2, 20, torch::kLong).view({3, 6});
+    at::Tensor mask = torch::ones({3, 6}, torch::kBool);
     mask.index_put_({1, torch::indexing::Slice(2)}, false);
     mask.index_put_({2, torch::indexing::Slice(4)}, false);
     const OutputSet explained = testing::Named({"logits", "emissions", "tags", "attention", "gates", "layer_gates"});
@@ -508,7 +509,7 @@ TEST_F(InferenceServiceTest, BatchesWithoutMapsSkipThemAndAnswerTheSame) {
     EXPECT_TRUE(full->has(Output::kLayerAttention));
     size_t compared = 0;
     for (Output output : InOrder(lean->present())) {
-      const torch::Tensor& t = lean->at(output);
+      const at::Tensor& t = lean->at(output);
       ASSERT_TRUE(full->has(output)) << name << " " << OutputName(output);
       if (t.is_floating_point()) {
         EXPECT_TRUE(torch::allclose(t, full->at(output), 1e-5, 1e-5)) << name << " " << OutputName(output);

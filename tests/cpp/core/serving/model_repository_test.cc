@@ -3,8 +3,8 @@
 // request, corrupt files isolated and retried when they change, removal, shutdown.
 #include "server/core/serving/model_repository.h"
 
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <filesystem>
 #include <fstream>
@@ -69,7 +69,7 @@ class Events {
 class ModelRepositoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    torch::set_num_threads(1);
+    at::set_num_threads(1);
     demo_ = qvi::testing::DemoStore() / "sentiment" / "1" / "model.pt";
     ASSERT_TRUE(fs::exists(demo_)) << "run scripts/setup.sh first";
     store_ = std::make_unique<qvi::testing::TempStore>(std::string("repo_test_") +

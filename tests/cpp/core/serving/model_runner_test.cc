@@ -6,7 +6,7 @@
 #include "tests/cpp/test_util/fake_model.h"
 
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
 
 #include <pthread.h>
 
@@ -423,7 +423,7 @@ class RunnerStressTest : public ModelRunnerTest {
                 const std::vector<int64_t>& t = (*texts)[static_cast<size_t>(index)];
                 int64_t sum = 0;
                 for (int64_t id : t) sum += id;
-                const torch::Tensor l = o.at(Output::kLogits)[row];
+                const at::Tensor l = o.at(Output::kLogits)[row];
                 if (l[0].item<float>() != static_cast<float>(sum) || l[1].item<float>() != static_cast<float>(t.size()))
                   ++wrong_rows;
                 return absl::OkStatus();

@@ -4,7 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include <torch/torch.h>
+#include <ATen/Parallel.h>
+#include <torch/types.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -37,12 +38,12 @@ TEST(TopKTest, SortsByProbabilityAndClampsK) {
 // (converted), and logits far apart (the maximum is subtracted, so nothing overflows).
 TEST(TopKTest, SoftmaxRowMatchesTorchOnAnyLayout) {
   torch::manual_seed(7);
-  const torch::Tensor base = torch::randn({6, 5}) * 4;
-  const std::vector<torch::Tensor> layouts = {base, base.t().contiguous().t(), torch::randn({6, 9}).slice(1, 2, 7),
-                                              base.to(torch::kBFloat16), base * 30};
-  for (const torch::Tensor& logits : layouts) {
+  const at::Tensor base = torch::randn({6, 5}) * 4;
+  const std::vector<at::Tensor> layouts = {base, base.t().contiguous().t(), torch::randn({6, 9}).slice(1, 2, 7),
+                                           base.to(torch::kBFloat16), base * 30};
+  for (const at::Tensor& logits : layouts) {
     for (int64_t row = 0; row < logits.size(0); ++row) {
-      const torch::Tensor want = torch::softmax(logits[row].to(torch::kFloat), 0);
+      const at::Tensor want = torch::softmax(logits[row].to(torch::kFloat), 0);
       const std::vector<float> got = SoftmaxRow(logits, row);
       ASSERT_EQ(static_cast<int64_t>(got.size()), want.size(0));
       for (size_t c = 0; c < got.size(); ++c) EXPECT_NEAR(got[c], want[c].item<float>(), 1e-6) << row << "," << c;
@@ -57,11 +58,11 @@ TEST(TopKTest, SoftmaxRowMatchesTorchOnAnyLayout) {
 TEST(DecodeTaggingTest, ReadsAnyLayoutAndRefusesRowsTheBatchLacks) {
   Manifest m;
   m.tags = {"O", "B-PER", "I-PER"};
-  const torch::Tensor tags = torch::tensor({0, 1, 2, 0, 1, 0, 0, 0}, torch::kLong).reshape({2, 4});
+  const at::Tensor tags = torch::tensor({0, 1, 2, 0, 1, 0, 0, 0}, torch::kLong).reshape({2, 4});
   torch::manual_seed(3);
-  const torch::Tensor emissions = torch::randn({2, 4, 3});
+  const at::Tensor emissions = torch::randn({2, 4, 3});
   const std::string text = "ab cd ef gh";
-  auto result_of = [&](const torch::Tensor& t, const torch::Tensor& e, int64_t row) {
+  auto result_of = [&](const at::Tensor& t, const at::Tensor& e, int64_t row) {
     TextResult r;
     for (uint32_t i = 0; i < 4; ++i) {
       TokenOutput out;
@@ -75,7 +76,7 @@ TEST(DecodeTaggingTest, ReadsAnyLayoutAndRefusesRowsTheBatchLacks) {
   const TextResult r = result_of(tags, emissions, 0);
   ASSERT_EQ(r.spans.size(), 1u);
   EXPECT_EQ(r.spans[0].text, "cd ef");
-  const torch::Tensor p = torch::softmax(emissions[0], 1);
+  const at::Tensor p = torch::softmax(emissions[0], 1);
   EXPECT_NEAR(r.spans[0].score, (p[1][1].item<float>() + p[2][2].item<float>()) / 2, 1e-6);
   // The same batch laid out transposed in memory.
   const TextResult strided =
@@ -94,15 +95,15 @@ TEST(FillContributionsTest, SplitsEachReturnedLabelsMarginOverTheTokens) {
   Manifest m;
   m.labels = {"neg", "neu", "pos"};
   torch::manual_seed(5);
-  const torch::Tensor share = torch::randn({2, 4, 3});
-  const torch::Tensor bias = torch::tensor({0.5f, -0.25f, 0.125f});
-  torch::Tensor mask = torch::ones({2, 4});
+  const at::Tensor share = torch::randn({2, 4, 3});
+  const at::Tensor bias = torch::tensor({0.5f, -0.25f, 0.125f});
+  at::Tensor mask = torch::ones({2, 4});
   mask[1].slice(0, 3).zero_();  // text 1 has 3 tokens
-  const torch::Tensor contribution = (share * mask.unsqueeze(-1)).transpose(0, 1).contiguous().transpose(0, 1);
+  const at::Tensor contribution = (share * mask.unsqueeze(-1)).transpose(0, 1).contiguous().transpose(0, 1);
   ModelOutputs outputs;
   outputs[Output::kLogits] = contribution.sum(1) + bias;
   outputs[Output::kContribution] = contribution;
-  auto margin = [](const torch::Tensor& v, int64_t y) {  // v[..., C]
+  auto margin = [](const at::Tensor& v, int64_t y) {  // v[..., C]
     return (v.select(-1, y) - (v.sum(-1) - v.select(-1, y)) / 2).item<float>();
   };
   TextResult result;

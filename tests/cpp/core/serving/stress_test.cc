@@ -4,8 +4,8 @@
 // the store and switched to. Every request must be answered exactly once, and every answer must be
 // the right one for its own texts (equal to that text served alone). The answers are made on an
 // answer pool, as the server makes them (ModelRunner), so batches overlap their answers.
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
 
 #include <atomic>
 #include <filesystem>
@@ -38,7 +38,7 @@ enum class Kind { kNormal, kShortDeadline, kCancelled };
 class StressTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    torch::set_num_threads(1);
+    at::set_num_threads(1);
     demo_ = testing::DemoStore() / "sentiment" / "1" / "model.pt";
     store_ = std::make_unique<testing::TempStore>("stress_test");
     store_->CopyDemoFile("sentiment/1/model.pt", "sentiment/1/model.pt");
