@@ -5,10 +5,13 @@
 # the first Classify answered, to each demo model answering, and to the demo models complete (their
 # faithfulness figures and packages in). Prints a line per event, then run.sh's set-up and model lines.
 # Debian packages already installed stay installed (the set-up skips them): quote their time apart.
-# Usage: bench/cold_start.sh [run|setup] [PORT]    (default run, port 18900; the clone goes to a temp dir,
-#        removed after). `setup` times scripts/setup.sh instead, the set-up scripts/test.sh runs (every
-#        target built, the demo models complete before it returns), and prints its stage summary.
-# Takes about half an hour on two cores.
+# Usage: bench/cold_start.sh [run|setup|test] [PORT]    (default run, port 18900; the clone goes to a temp
+#        dir, removed after). `setup` times scripts/setup.sh instead, the set-up scripts/test.sh runs
+#        (every target built, the demo models complete before it returns), and prints its stage summary.
+#        `test` times the whole scripts/test.sh (what CI runs), with the images built without podman's
+#        layer cache or ccache (QVI_IMAGE_NO_CACHE=1; the base image and the image build's pip cache
+#        stay), and prints set-up's and test.sh's stage summaries.
+# Takes about half an hour on two cores (run, setup); test about an hour and a half.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODE=${1:-run}
@@ -20,13 +23,24 @@ export CCACHE_DISABLE=1 PIP_NO_CACHE_DIR=1 QVI_MODEL_CACHE=$work/model-cache QVI
 echo "cold start of $(git -C "$ROOT" rev-parse --short HEAD) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo |
   cut -d: -f2 | sed 's/^ *//')), $(date -u +%F)"
 start=$SECONDS
-if [[ $MODE == setup ]]; then
+if [[ $MODE == setup || $MODE == test ]]; then
   trap 'rm -rf "$work"' EXIT
   rc=0
-  (cd "$work/repo" && scripts/setup.sh) > "$work/setup.out" 2>&1 || rc=$?
+  script=scripts/$MODE.sh
+  [[ $MODE == test ]] && export QVI_IMAGE_NO_CACHE=1
+  (cd "$work/repo" && $script) > "$work/$MODE.out" 2>&1 || rc=$?
   s=$((SECONDS - start))
-  printf '[cold %2d:%02d] scripts/setup.sh ended (exit %d); its lines:\n' $((s / 60)) $((s % 60)) "$rc"
-  grep -E '^\S*\[(setup|models) |^    ' "$work/setup.out" | sed 's/\x1b\[[0-9;]*m//g'
+  printf '[cold %2d:%02d] %s ended (exit %d); its lines:\n' $((s / 60)) $((s % 60)) "$script" "$rc"
+  if [[ $MODE == setup ]]; then
+    grep -E '^\S*\[(setup|models) |^    ' "$work/$MODE.out" | sed 's/\x1b\[[0-9;]*m//g'
+  else
+    # set-up's lines and summary, then test.sh's stage lines and its summary (the rest: the log below)
+    sed 's/\x1b\[[0-9;]*m//g' "$work/$MODE.out" |
+      awk '/^\S*\[(setup|models|test) /{print; if (/^\[test /) t=1; if (/done in/) d=1; next} /^    / && (!t || d)'
+    cp "$work/$MODE.out" /tmp/qvi-cold-test.log
+    echo "the whole log: /tmp/qvi-cold-test.log"
+  fi
+  ((rc == 0)) || { echo "its last lines:"; tail -n 60 "$work/$MODE.out"; }
   exit "$rc"
 fi
 set -m  # run.sh in a process group of its own: Ctrl-C's signal goes to all of it, as in a terminal

@@ -58,10 +58,14 @@ if ((free_gb < need_gb)); then
   log "only $free_gb GB free in $graph_root (want $need_gb): dropping the cached $variant build stage first"
   "${QVI_PODMAN[@]}" image prune -f --filter label=io.qvi.build-stage="$variant" > /dev/null
 fi
+# QVI_IMAGE_NO_CACHE=1: as on a fresh machine (bench/cold_start.sh test): no layer cache, no ccache;
+# the base image and the pip wheels' cache mount stay.
+cold=()
+[[ ${QVI_IMAGE_NO_CACHE:-0} == 1 ]] && cold=(--no-cache --build-arg CCACHE_DISABLE=1)
 start=$SECONDS
 started_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 log "building $IMAGE:$variant (revision $revision)"
-"${QVI_PODMAN[@]}" build --network=host --format docker --pull=never --layers \
+"${QVI_PODMAN[@]}" build --network=host --format docker --pull=never --layers "${cold[@]}" \
   --secret id=ca-bundle,src="$ca_bundle" \
   -f docker/Dockerfile --build-arg BASE="$BASE" --build-arg VARIANT="$variant" \
   --build-arg VERSION="$VERSION" --build-arg REVISION="$revision" --build-arg SOURCE="$source_url" \
