@@ -21,6 +21,10 @@ std::string ErrorLines(const grpc::Status& s, const std::string& server) {
     hint = "no answer within --timeout; give it longer (seconds), or ask for fewer texts or explanations";
   } else if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
     hint = "qvi-client models lists the models the server has";
+  } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED && m.find("API key") != std::string::npos) {
+    hint = "give the key with --api-key KEY, or in the environment as QVI_API_KEY (kept out of the shell's history)";
+  } else if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+    hint = "ask whoever runs the server for a key with that scope";
   } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED || m.find("handshake") != std::string::npos) {
     hint = "a server with TLS needs --tls-ca (and --tls-cert/--tls-key where it asks for a client certificate)";
   }

@@ -49,7 +49,8 @@ struct Common {
   bool json = false;
   double timeout = 30;
   std::string color = "auto";
-  int chunk = 256;  // texts per request (the server's default --max-texts-per-request)
+  int chunk = 256;      // texts per request (the server's default --max-texts-per-request)
+  std::string api_key;  // sent as `authorization: Bearer KEY` when set (--api-key, QVI_API_KEY)
 };
 
 struct Explain {
@@ -89,9 +90,11 @@ int Fail(const grpc::Status& s, const Common& c) {
   return 1;
 }
 
-void SetDeadline(grpc::ClientContext& ctx, const Common& c) {
+// What every call carries: the deadline (--timeout) and the API key, when one is given.
+void SetUp(grpc::ClientContext& ctx, const Common& c) {
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(c.timeout * 1000)));
+  if (!c.api_key.empty()) ctx.AddMetadata("authorization", "Bearer " + c.api_key);
 }
 
 void Fill(v1::OutputOptions* o, const Explain& e) {
@@ -121,7 +124,7 @@ grpc::Status GetModel(v1::Inference::Stub& stub, const Common& c, v1::GetModelRe
   req.mutable_model()->set_name(c.model);
   req.mutable_model()->set_version(c.version);
   grpc::ClientContext ctx;
-  SetDeadline(ctx, c);
+  SetUp(ctx, c);
   return stub.GetModel(&ctx, req, &resp);
 }
 
@@ -189,7 +192,7 @@ int Call(Rpc rpc, const Common& c, const Explain& e, const std::vector<std::stri
     for (size_t i = start; i < end; ++i) req.add_texts(texts[i]);
     Fill(req.mutable_options(), e);
     grpc::ClientContext ctx;
-    SetDeadline(ctx, c);
+    SetUp(ctx, c);
     Response part;
     grpc::Status s = rpc(&ctx, req, &part);
     if (!s.ok()) {
@@ -320,7 +323,7 @@ int Models(v1::Inference::Stub& stub, const Common& c) {
   if (!c.model.empty()) return Model(stub, c);
   v1::ListModelsResponse resp;
   grpc::ClientContext ctx;
-  SetDeadline(ctx, c);
+  SetUp(ctx, c);
   grpc::Status s = stub.ListModels(&ctx, v1::ListModelsRequest(), &resp);
   if (!s.ok()) return Fail(s, c);
   if (c.json) {
@@ -337,7 +340,7 @@ int Health(const std::shared_ptr<grpc::Channel>& channel, const Common& c) {
   req.set_service(c.model);
   grpc::health::v1::HealthCheckResponse resp;
   grpc::ClientContext ctx;
-  SetDeadline(ctx, c);
+  SetUp(ctx, c);
   grpc::Status s = stub->Check(&ctx, req, &resp);
   if (!s.ok()) return Fail(s, c);
   const std::string status = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status());
@@ -412,6 +415,10 @@ int main(int argc, char** argv) {
   app.add_option("--server", common.server, "host:port of the server")->capture_default_str();
   app.add_flag("--json", common.json, "print the response as JSON");
   app.add_option("--timeout", common.timeout, "seconds before giving up")->capture_default_str();
+  app.add_option("--api-key", common.api_key,
+                 "the API key of a server with --api-keys (sent as 'authorization: Bearer KEY'); better given in "
+                 "the environment, where the shell's history does not keep it")
+      ->envname("QVI_API_KEY");
   app.add_option("--color", common.color, "auto, always or never")->check(CLI::IsMember({"auto", "always", "never"}));
   app.add_option("--chunk", common.chunk,
                  "classify/tag: send at most this many texts per request (more go in further requests, answered "

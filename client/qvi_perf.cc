@@ -54,7 +54,8 @@ namespace {
 struct Options {
   std::string server = "localhost:8500";
   qvi::TlsClientOptions tls;
-  std::string http;  // a TorchServe-style endpoint instead: POST one text, any 200 answer counts
+  std::string api_key;  // sent as `authorization: Bearer KEY` with every call (--api-key, QVI_API_KEY)
+  std::string http;     // a TorchServe-style endpoint instead: POST one text, any 200 answer counts
   // The body of each POST: "text" (the text itself, TorchServe's API) or "json" (qvi-server's
   // HTTP/JSON route: {"texts": [the text]}, with --attention / --gates in its options).
   std::string http_body = "text";
@@ -182,6 +183,7 @@ class GrpcTarget {
     const uint64_t n = next_.fetch_add(1);
     auto* call = new Call;
     call->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    if (!o_.api_key.empty()) call->ctx.AddMetadata("authorization", "Bearer " + o_.api_key);
     call->done = std::move(done);
     v1::Inference::Stub& stub = *stubs_[n % stubs_.size()];
     grpc::CompletionQueue* cq = queues_[(n / stubs_.size()) % queues_.size()].get();
@@ -299,6 +301,8 @@ Step ClosedLoopHttp(const Options& o, const std::vector<std::string>& texts, int
   }
   const std::vector<std::string>& sent_bodies = bodies.empty() ? texts : bodies;
   const char* content_type = bodies.empty() ? "text/plain" : "application/json";
+  httplib::Headers headers;
+  if (!o.api_key.empty()) headers.emplace("Authorization", "Bearer " + o.api_key);
   for (int c = 0; c < concurrency; ++c) {
     threads.emplace_back([&, c] {
       httplib::Client cli(host);
@@ -307,7 +311,7 @@ Step ClosedLoopHttp(const Options& o, const std::vector<std::string>& texts, int
       cli.set_read_timeout(60);
       for (size_t i = c; Clock::now() < end; i += concurrency) {
         const auto sent = Clock::now();
-        auto res = cli.Post(path, sent_bodies[i % sent_bodies.size()], content_type);
+        auto res = cli.Post(path, headers, sent_bodies[i % sent_bodies.size()], content_type);
         const std::string error = !res ? "HTTP_" + httplib::to_string(res.error())
                                        : (res->status == 200 ? "" : "HTTP_" + std::to_string(res->status));
         rec.Record(sent, Clock::now(), error);
@@ -321,6 +325,7 @@ Step ClosedLoopHttp(const Options& o, const std::vector<std::string>& texts, int
 void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--server", o.server, "host:port of a qvi.serving.v1.Inference server")->capture_default_str();
   qvi::AddTlsOptions(app, o.tls);
+  app.add_option("--api-key", o.api_key, "the API key of a server with --api-keys")->envname("QVI_API_KEY");
   app.add_option("--http", o.http, "instead: an HTTP endpoint taking one text per POST (TorchServe's inference API)");
   app.add_option("--http-body", o.http_body,
                  "with --http: text (the text is the body, TorchServe) or json ({\"texts\": [text]}, qvi-server's "

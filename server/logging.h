@@ -82,6 +82,9 @@ struct AccessRecord {
   // pass and post-processing, and building and serialising the answer.
   std::string trace_id;
   bool traced = false;
+  // The API key's name (--api-keys; "_none" for a call without a valid key), "" when the server holds
+  // no keys. Never the key itself.
+  std::string key;
   double prepare_ms = 0, forward_ms = 0, postprocess_ms = 0, serialize_ms = 0;
 };
 

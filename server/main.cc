@@ -76,7 +76,13 @@ int Run(ServerOptions options, const sigset_t& signals, const absl::Status& poli
     spdlog::critical("{}", std::string(status.message()));
     return ExitWithoutWaitingForLoads(*server, 1);
   }
-  if (sig == 0) sig = WaitForSignal(signals);
+  // Serving: SIGHUP reads the key file again; SIGTERM or SIGINT drains.
+  sigset_t serving = signals;
+  sigaddset(&serving, SIGHUP);
+  while (sig == 0 || sig == SIGHUP) {
+    if (sig == SIGHUP) server->Reload();
+    sig = WaitForSignal(serving);
+  }
   if (server->Drain(sig, signals) != 0) {
     FlushLogsNow();  // not the access queue: stderr may be what is stuck
     std::_Exit(1);   // a call or batch still runs: no destructor may wait for it
@@ -109,7 +115,10 @@ int main(int argc, char** argv) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGHUP (read the key file again) is blocked too, and taken only while serving (Run).
+  sigset_t blocked = signals;
+  sigaddset(&blocked, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
   // A handler besides the mask: as a container's PID 1 the process would otherwise not be sent
   // SIGTERM at all (the kernel drops signals that PID 1 leaves at their default action). Never runs:
   // the signals stay blocked and sigwait takes them.
@@ -117,6 +126,7 @@ int main(int argc, char** argv) {
   noop.sa_handler = [](int) {};
   sigaction(SIGTERM, &noop, nullptr);
   sigaction(SIGINT, &noop, nullptr);
+  sigaction(SIGHUP, &noop, nullptr);
 
   absl::StatusOr<qvi::ServerOptions> options = qvi::ParseServerOptions(argc, argv);
   if (!options.ok()) {

@@ -28,11 +28,6 @@
 namespace qvi {
 namespace {
 
-std::string DescribeCertificate(const TlsSet& set) {
-  return absl::StrCat("certificate sha256:", set.fingerprint.substr(0, 16), " valid until ",
-                      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", set.not_after, absl::UTCTimeZone()));
-}
-
 // Fills in the thread counts left at their defaults (instances, torch, answer and HTTP threads) from
 // the CPUs this process may use, read once, logs the choice, and sets torch's thread counts.
 void ConfigureThreads(ServerOptions& options) {
@@ -136,6 +131,7 @@ void WaitForSignalOrTimeout(const sigset_t& signals, double seconds) {
 absl::Status Server::Start() {
   const auto aborted = [this] { return absl::CancelledError("start-up abandoned: the server was told to stop"); };
   if (absl::Status st = StartMetrics(); !st.ok()) return st;
+  if (absl::Status st = StartApiKeys(); !st.ok()) return st;  // a bad file stops us before any load
   if (absl::Status st = StartModels(); !st.ok()) return st;
   // Abort() may have come while the models loaded: their loads were abandoned, the store shut down.
   if (aborted_) return aborted();
@@ -252,44 +248,13 @@ absl::Status Server::StartModels() {
   return absl::OkStatus();
 }
 
-absl::Status Server::StartTls() {
-  const ServerOptions::Tls& tls = options_.tls;
-  if (tls.cert.empty()) return absl::OkStatus();
-  const TlsFiles files{tls.cert, tls.key, tls.client_ca};
-  absl::StatusOr<TlsSet> set = LoadTlsSet(files, absl::Now());  // checked with the flags; the files may change
-  if (!set.ok()) return set.status();
-  spdlog::info("TLS {}; the files are checked for changes every {} s", DescribeCertificate(*set), tls.reload_seconds);
-  tls_ = std::make_shared<ReloadingTlsCredentials>(
-      files, *set, absl::Seconds(tls.reload_seconds), [](const absl::StatusOr<TlsSet>& reload, const TlsSet& in_use) {
-        if (reload.ok()) {
-          spdlog::info("TLS files reloaded: {} serves new connections", DescribeCertificate(in_use));
-        } else {
-          // One line per change of the files, not per connection: the watcher looks again only
-          // once they change again.
-          spdlog::error("TLS files changed and were refused ({}); the {} still serves",
-                        std::string(reload.status().message()), DescribeCertificate(in_use));
-        }
-      });
-  if (metrics_) {
-    // The scrapes hold the credentials: /metrics may be read while the server is torn down.
-    metrics_->AddScrapedCounter("qvi_tls_reload_failures_total",
-                                "Changes of the TLS files refused (bad PEM, key not the certificate's, expired); the "
-                                "last good set kept serving",
-                                [tls = tls_] { return static_cast<double>(tls->reload_failures()); });
-    metrics_->AddScrapedGauge("qvi_tls_certificate_expiry_timestamp_seconds",
-                              "Expiry of the TLS certificate in use, in seconds since the epoch",
-                              [tls = tls_] { return tls->expiry_seconds(); });
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Server::StartGrpc() {
   if (absl::Status st = StartTls(); !st.ok()) return st;
   const ServerOptions::Network& net = options_.network;
-  calls_ =
-      std::make_unique<Calls>(repository_.get(), Calls::Options{options_.logging.access_log, metrics_.get(),
-                                                                options_.limits.max_inflight_request_bytes,
-                                                                net.max_message_bytes, options_.logging.trace_rate});
+  calls_ = std::make_unique<Calls>(
+      repository_.get(),
+      Calls::Options{options_.logging.access_log, metrics_.get(), options_.limits.max_inflight_request_bytes,
+                     net.max_message_bytes, options_.logging.trace_rate, api_keys_.get()});
   oip_api_ = std::make_unique<OipApi>(repository_.get(), core_->limits(), calls_.get(), &serving_);
   service_ = std::make_unique<InferenceServiceImpl>(frontend_core_.get(), repository_.get(), calls_.get());
   oip_ = std::make_unique<OipServiceImpl>(frontend_core_.get(), oip_api_.get(), calls_.get());

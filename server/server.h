@@ -50,6 +50,9 @@ class Server {
   // process must not wait for them on its way out.
   std::vector<std::string> LoadsStillRunning() const;
 
+  // SIGHUP: reads the --api-keys file again (a bad file keeps the keys in use and says why).
+  void Reload();
+
   int port() const { return port_; }
   int http_port() const { return http_port_; }  // 0 when the HTTP port is off
 
@@ -64,6 +67,7 @@ class Server {
   absl::Status StartMetrics();
   absl::Status StartModels();
   absl::Status StartTls();
+  absl::Status StartApiKeys();  // server_security.cc, as StartTls
   absl::Status StartGrpc();
   absl::Status StartHttp();
   void LogServing() const;
@@ -81,6 +85,7 @@ class Server {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<InferenceService> core_;
   std::unique_ptr<ServingCore> frontend_core_;  // what the front ends call core_ through
+  std::shared_ptr<ApiKeys> api_keys_;           // before calls_, which reads it
   std::unique_ptr<Calls> calls_;
   std::unique_ptr<OipApi> oip_api_;
   std::unique_ptr<InferenceServiceImpl> service_;

@@ -167,6 +167,19 @@ void AddTlsOptions(CLI::App& app, ServerOptions& o) {
       ->group("TLS");
 }
 
+// API keys with scopes (docs/security.md, "API keys").
+void AddAuthOptions(CLI::App& app, ServerOptions& o) {
+  app.add_option("--api-keys", o.auth.api_keys,
+                 "JSON file of API keys (name, SHA-256, scopes): every call but the probes must present one as "
+                 "'authorization: Bearer KEY'; read again when it changes or on SIGHUP")
+      ->check(CLI::ExistingFile)
+      ->group("Security");
+  app.add_option("--api-keys-reload-seconds", o.auth.reload_seconds,
+                 "look at the --api-keys file for changes this often")
+      ->check(CLI::Range(1, 86400))
+      ->group("Security");
+}
+
 // Request and queue limits.
 void AddLimitOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-texts-per-request", o.limits.max_texts,
@@ -302,8 +315,8 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
       defaults::kGpuMaxBatchSize, " max_batch_tokens=", defaults::kGpuMaxBatchTokens,
       " max_queued_texts=", defaults::kGpuMaxQueuedTexts, " max_queued_tokens=", defaults::kGpuMaxQueuedTokens));
 
-  for (auto* add : {&AddModelOptions, &AddNetworkOptions, &AddHttpOptions, &AddTlsOptions, &AddLimitOptions,
-                    &AddThreadOptions, &AddLoggingAndLifecycleOptions}) {
+  for (auto* add : {&AddModelOptions, &AddNetworkOptions, &AddHttpOptions, &AddTlsOptions, &AddAuthOptions,
+                    &AddLimitOptions, &AddThreadOptions, &AddLoggingAndLifecycleOptions}) {
     add(app, o);
   }
 

@@ -57,6 +57,10 @@ struct ServerOptions {
     std::string client_ca;    // PEM CA bundle; when set, clients must present a certificate it signed (mTLS)
     int reload_seconds = 60;  // the three files are read again this often: a renewed certificate is used
   } tls;
+  struct Auth {
+    std::string api_keys;     // the key file (server/auth/api_keys.h); empty: no key is asked for
+    int reload_seconds = 10;  // the file is looked at this often (and read again on SIGHUP)
+  } auth;
   struct Limits {
     int max_texts = 256;
     int max_text_bytes = 65536;

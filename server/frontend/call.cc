@@ -14,6 +14,14 @@ namespace qvi {
 
 std::string StatusCodeName(absl::StatusCode code) { return absl::StatusCodeToString(code); }
 
+Calls::Calls(const ModelRepository* repository, Options options)
+    : repository_(repository),
+      options_(options),
+      tracer_(options.trace_rate),
+      limiter_([metrics = options.metrics](const std::string& key, absl::string_view limit) {
+        if (metrics != nullptr) metrics->OnKeyLimited(key, std::string(limit));
+      }) {}
+
 std::string Calls::NextRequestId() { return absl::StrCat("req-", next_id_.fetch_add(1)); }
 
 CallTrace Calls::TraceOf(std::string_view traceparent) const {
@@ -24,6 +32,21 @@ CallTrace Calls::TraceOf(std::string_view traceparent) const {
   trace.trace_id = tracer_.Draw();
   trace.traced = !trace.trace_id.empty();
   return trace;
+}
+
+absl::Status Calls::Authorize(absl::string_view authorization, Scope scope, std::shared_ptr<const ApiKey>* key,
+                              bool count_refusal) const {
+  if (options_.api_keys == nullptr) return absl::OkStatus();
+  absl::StatusOr<std::shared_ptr<const ApiKey>> found = options_.api_keys->Find(authorization);
+  absl::Status s = found.ok() ? ApiKeys::CheckScope(**found, scope) : found.status();
+  if (s.ok()) s = limiter_.TakeRequest((*found)->bucket(), env().Now());
+  if (found.ok() && key != nullptr) *key = *found;  // a valid key, even one refused: the log names it
+  // Counted under the key's name when it was valid (it lacked the scope, or was over a limit), else
+  // under "_none".
+  if (!s.ok() && count_refusal && options_.metrics != nullptr) {
+    options_.metrics->OnKeyRequest(found.ok() ? (*found)->name : "_none", StatusCodeName(s.code()));
+  }
+  return s;
 }
 
 absl::Status Calls::CheckAnswerSize(int64_t bytes) const {
@@ -46,7 +69,7 @@ absl::Status Calls::CheckHeld(int64_t held, int64_t answer_bytes) const {
 
 void Calls::Record(const char* method, const std::string& peer, const std::string& model, const std::string& request_id,
                    int64_t texts, const absl::Status& status, absl::Time start, const AnswerSummary* answer,
-                   const CallTrace& trace) const {
+                   const CallTrace& trace, const ApiKey* key) const {
   const absl::Duration latency = repository_->env()->Now() - start;
   const int64_t version = answer != nullptr ? answer->version : 0;
   const std::string code = StatusCodeName(status.code());
@@ -63,6 +86,7 @@ void Calls::Record(const char* method, const std::string& peer, const std::strin
     a.ms = absl::ToDoubleMilliseconds(latency);
     a.trace_id = trace.trace_id;
     a.traced = trace.traced;
+    if (options_.api_keys != nullptr) a.key = key != nullptr ? key->name : "_none";
     if (answer != nullptr) {
       a.tokens = answer->tokens;
       a.queue_ms = absl::ToDoubleMilliseconds(answer->queue);
@@ -82,6 +106,7 @@ void Calls::Record(const char* method, const std::string& peer, const std::strin
     // Only names in the store become label values (see metrics.h).
     const bool known = version > 0 || repository_->Has(model);
     options_.metrics->OnRequestDone(method, known ? model : "_unknown", version, code, latency);
+    if (options_.api_keys != nullptr) options_.metrics->OnKeyRequest(key != nullptr ? key->name : "_none", code);
   }
 }
 
@@ -92,13 +117,21 @@ Call::Call(Calls* calls, const char* method, int64_t request_bytes)
   held_ = calls_->inflight_bytes_.fetch_add(bytes_) + bytes_;
 }
 
+absl::Status Call::Admission(absl::string_view authorization) {
+  // Counted once, by Record, like every call.
+  if (absl::Status s = calls_->Authorize(authorization, Scope::kInfer, &key_, /*count_refusal=*/false); !s.ok()) {
+    return s;
+  }
+  return calls_->CheckHeld(held_, 0);
+}
+
 void Call::SetOrigin(std::string peer, std::string_view traceparent) {
   peer_ = std::move(peer);
   trace_ = calls_->TraceOf(traceparent);
 }
 
-void Call::Prepare(InferenceRequest& r, std::string_view fallback_id, absl::Time deadline, absl::Duration timeout,
-                   std::shared_ptr<void> owner) {
+absl::Status Call::Prepare(InferenceRequest& r, std::string_view fallback_id, absl::Time deadline,
+                           absl::Duration timeout, std::shared_ptr<void> owner) {
   if (r.request_id.empty()) r.request_id = fallback_id.empty() ? calls_->NextRequestId() : std::string(fallback_id);
   request_id_ = r.request_id;
   model = r.model;
@@ -106,6 +139,8 @@ void Call::Prepare(InferenceRequest& r, std::string_view fallback_id, absl::Time
   r.deadline = std::min(r.deadline, deadline);
   if (timeout != absl::InfiniteDuration()) r.deadline = std::min(r.deadline, start_ + timeout);
   r.hold_answer_bytes = [this, owner = std::move(owner)](int64_t bytes) { return HoldAnswer(bytes); };
+  if (!key_) return absl::OkStatus();
+  return calls_->limiter_.TakeTexts(key_->bucket(), texts_, start_);
 }
 
 absl::Status Call::HoldAnswer(int64_t answer_bytes) {
@@ -124,9 +159,13 @@ bool Call::Claim() {
   return true;
 }
 
+void Call::ChargeTokens(int64_t tokens) const {
+  if (key_) calls_->limiter_.ChargeTokens(key_->bucket(), tokens, calls_->env().Now());
+}
+
 void Call::Record(const absl::Status& seen, const AnswerSummary* answer) const {
   try {
-    calls_->Record(method_, peer_, model, request_id_, texts_, seen, start_, answer, trace_);
+    calls_->Record(method_, peer_, model, request_id_, texts_, seen, start_, answer, trace_, key_.get());
   } catch (...) {
     spdlog::error("counting a finished {} call (request_id {}, trace_id {}) failed: {}", method_, Capped(request_id_),
                   trace_.trace_id.empty() ? "none" : trace_.trace_id, CurrentExceptionText());

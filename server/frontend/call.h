@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/auth/api_keys.h"
 #include "server/core/request/request.h"
 #include "server/core/sched/env.h"
 #include "server/core/sched/exception_text.h"
@@ -71,10 +72,11 @@ class Calls {
     int64_t max_response_bytes = 0;
     // The share of calls without a traceparent whose timings the access log gets (--trace-rate).
     double trace_rate = 0;
+    // The API keys every call but the probes must present (--api-keys); null: no key is asked for.
+    const ApiKeys* api_keys = nullptr;
   };
 
-  Calls(const ModelRepository* repository, Options options)
-      : repository_(repository), options_(options), tracer_(options.trace_rate) {}
+  Calls(const ModelRepository* repository, Options options);
 
   const Options& options() const { return options_; }
   const Env& env() const { return *repository_->env(); }
@@ -86,6 +88,15 @@ class Calls {
   // else the draw of --trace-rate. Empty when the access log is off.
   CallTrace TraceOf(std::string_view traceparent) const;
 
+  // Whether `authorization` (the header's value, "" when absent) carries a key with `scope`: always
+  // OK without --api-keys; else UNAUTHENTICATED or PERMISSION_DENIED (api_keys.h), or
+  // RESOURCE_EXHAUSTED when the key is over its requests-per-second limit (rate_limit.h; the status
+  // says when to retry). `key` gets the key whenever it was valid, refused or not. With `count_refusal`,
+  // a refusal is counted for the key (the metrics' qvi_key_requests_total; inference calls are counted
+  // by Record instead, whatever their end).
+  absl::Status Authorize(absl::string_view authorization, Scope scope, std::shared_ptr<const ApiKey>* key = nullptr,
+                         bool count_refusal = true) const;
+
   // RESOURCE_EXHAUSTED, the one message every protocol answers, when an answer of `bytes` (exact, or
   // at least that many) is over the send limit (--max-message-bytes); OK otherwise.
   absl::Status CheckAnswerSize(int64_t bytes) const;
@@ -93,7 +104,7 @@ class Calls {
   // Counts and logs one finished call. `method` is the metric's and the access log's method label.
   void Record(const char* method, const std::string& peer, const std::string& model, const std::string& request_id,
               int64_t texts, const absl::Status& status, absl::Time start, const AnswerSummary* answer,
-              const CallTrace& trace = {}) const;
+              const CallTrace& trace = {}, const ApiKey* key = nullptr) const;
 
  private:
   friend class Call;
@@ -104,6 +115,7 @@ class Calls {
   const ModelRepository* repository_;
   const Options options_;
   const Tracer tracer_;
+  mutable RateLimiter limiter_;  // the keys' buckets (with --api-keys)
   std::atomic<uint64_t> next_id_{1};
   std::atomic<int64_t> inflight_bytes_{0};
 };
@@ -122,17 +134,20 @@ class Call {
   bool wants_origin() const { return calls_->options_.access_log; }
   void SetOrigin(std::string peer, std::string_view traceparent);
 
-  // RESOURCE_EXHAUSTED when this call's bytes took the bytes in flight over the limit: answer that,
-  // before parsing anything.
-  absl::Status Admission() const { return calls_->CheckHeld(held_, 0); }
+  // The checks before anything of the request is parsed: the caller's API key (`authorization`, the
+  // header's value; with --api-keys it must have the `infer` scope), then RESOURCE_EXHAUSTED when this
+  // call's bytes took the bytes in flight over the limit. Answer what it returns when not OK.
+  absl::Status Admission(absl::string_view authorization);
 
   // What every protocol does once its request is decoded and checked: the request id (the request's
   // own, else `fallback_id`, else one made up), the model and text count the call is recorded with,
   // the deadline (the sooner of `deadline`, a time of the core's clock, and `timeout` from the call's
   // arrival), and the hook that holds the answer's estimated bytes (HoldAnswer). `owner`, when given,
   // is kept alive by that hook (an HTTP call owned by a shared_ptr).
-  void Prepare(InferenceRequest& r, std::string_view fallback_id, absl::Time deadline,
-               absl::Duration timeout = absl::InfiniteDuration(), std::shared_ptr<void> owner = nullptr);
+  // RESOURCE_EXHAUSTED when the caller's key is over its texts-per-second limit (rate_limit.h): answer
+  // that, before anything is tokenised.
+  absl::Status Prepare(InferenceRequest& r, std::string_view fallback_id, absl::Time deadline,
+                       absl::Duration timeout = absl::InfiniteDuration(), std::shared_ptr<void> owner = nullptr);
 
   // Counts the answer's estimated bytes as held with the request's until the call is answered;
   // RESOURCE_EXHAUSTED when they take the bytes in flight over the limit. Only the first call holds.
@@ -153,6 +168,8 @@ class Call {
   void Record(const absl::Status& seen, const AnswerSummary* answer) const;
 
   absl::Time start() const { return start_; }
+  // Charges an answer's tokens to the caller's key (its tokens-per-second limit, rate_limit.h).
+  void ChargeTokens(int64_t tokens) const;
   const std::string& request_id() const { return request_id_; }
   // An id known before Prepare (OIP's, read while planning), so that a refusal is recorded with it.
   void set_request_id(std::string id) { request_id_ = std::move(id); }
@@ -171,7 +188,8 @@ class Call {
   std::atomic<int64_t> answer_bytes_{0};  // the answer's estimate, held since HoldAnswer
   std::atomic<bool> answered_{false};
   std::string peer_;
-  CallTrace trace_;  // set when the access log is on
+  CallTrace trace_;                    // set when the access log is on
+  std::shared_ptr<const ApiKey> key_;  // the caller's key, once Admission found it valid (refused or not)
   std::string request_id_;
   int64_t texts_ = 0;
 };
@@ -188,6 +206,7 @@ absl::Status Call::BuildAnswer(const InferenceResponse& answer, Build&& build, A
     status = absl::InternalError(absl::StrCat("building the answer failed: ", CurrentExceptionText()));
   }
   if (status.ok()) {
+    ChargeTokens(answer.tokens);  // before the answer leaves: the caller's next call sees the charge
     *summary = AnswerSummary{answer.version,   answer.tokens,       answer.queue_time,       answer.compute_time,
                              answer.queued_at, answer.forward_time, answer.postprocess_time, env.Now() - building};
   }

@@ -1,11 +1,27 @@
 #include "server/grpc/infer_call.h"
 
 #include <chrono>
+#include <optional>
 #include <string_view>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/auth/rate_limit.h"
 
 namespace qvi {
+
+absl::string_view Authorization(const grpc::CallbackServerContext* ctx) {
+  const auto& metadata = ctx->client_metadata();
+  const auto header = metadata.find("authorization");
+  return header == metadata.end() ? absl::string_view()
+                                  : absl::string_view(header->second.data(), header->second.size());
+}
+
+void AddRetryPushback(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  if (std::optional<absl::Duration> after = RetryAfter(status)) {
+    ctx->AddTrailingMetadata("grpc-retry-pushback-ms", absl::StrCat(absl::ToInt64Milliseconds(*after)));
+  }
+}
 
 absl::Time Deadline(const grpc::CallbackServerContext* ctx) {
   const auto d = ctx->deadline();
@@ -29,6 +45,7 @@ void InferCall::Answer(const absl::Status& status, const AnswerSummary* answer) 
   status_ = status;
   if (answer != nullptr) answer_ = *answer;
   answer_valid_ = answer != nullptr;
+  AddRetryPushback(ctx_, status);
   Finish(ToGrpcStatus(status));
 }
 

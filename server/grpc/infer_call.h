@@ -49,6 +49,13 @@ class InferCall final : public grpc::ServerUnaryReactor {
   bool answer_valid_ = false;
 };
 
+// The value of the call's `authorization` metadata ("Bearer KEY"), "" when it has none.
+absl::string_view Authorization(const grpc::CallbackServerContext* ctx);
+
+// A refusal for a rate limit says when to retry: as gRPC's grpc-retry-pushback-ms trailing metadata,
+// which a channel's retry policy waits for.
+void AddRetryPushback(grpc::CallbackServerContext* ctx, const absl::Status& status);
+
 // The call's deadline as gRPC gives it, in wall time (InfiniteFuture when it has none).
 absl::Time Deadline(const grpc::CallbackServerContext* ctx);
 
@@ -65,16 +72,16 @@ struct PlannedCall {
   std::function<absl::Status(const InferenceResponse&, Message*)> build;
 };
 
-// Starts one inference call: admission by request bytes; then `plan(raw, call)`, which decodes and
-// checks the request and returns a PlannedCall<Message> or the error to answer (it may set the
-// call's model and request id as soon as it knows them, so that a refusal is recorded with them);
-// then Prepare (request id, deadline: the sooner of gRPC's and the plan's timeout), cancellation, and
-// Submit. The call answers exactly once, whatever fails.
+// Starts one inference call: admission (the caller's API key, then the request's bytes); then `plan(raw, call)`, which
+// decodes and checks the request and returns a PlannedCall<Message> or the error to answer (it may set the call's model
+// and request id as soon as it knows them, so that a refusal is recorded with them); then Prepare (request id,
+// deadline: the sooner of gRPC's and the plan's timeout), cancellation, and Submit. The call answers exactly once,
+// whatever fails.
 template <typename Message, typename Plan>
 grpc::ServerUnaryReactor* StartInferCall(Calls* calls, Core* core, const char* method, grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response, Plan&& plan) {
   auto* call = new InferCall(calls, ctx, method, static_cast<int64_t>(raw->Length()));
-  if (absl::Status admitted = call->call().Admission(); !admitted.ok()) {
+  if (absl::Status admitted = call->call().Admission(Authorization(ctx)); !admitted.ok()) {
     call->Answer(admitted);
     return call;
   }
@@ -85,7 +92,12 @@ grpc::ServerUnaryReactor* StartInferCall(Calls* calls, Core* core, const char* m
       return call;
     }
     InferenceRequest& r = planned->request;
-    call->call().Prepare(r, call->call().request_id(), MonotonicDeadline(core->env(), Deadline(ctx)), planned->timeout);
+    if (absl::Status s = call->call().Prepare(r, call->call().request_id(),
+                                              MonotonicDeadline(core->env(), Deadline(ctx)), planned->timeout);
+        !s.ok()) {
+      call->Answer(s);
+      return call;
+    }
     r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
     core->Submit(
         planned->method, std::move(r),

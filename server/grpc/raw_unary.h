@@ -9,23 +9,28 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/sched/exception_text.h"
+#include "server/grpc/infer_call.h"
 #include "server/grpc/status.h"
 #include "server/grpc/wire/wire_scan.h"
 
 namespace qvi {
 
-// Decodes a Request from `raw`, runs `handle(request, &response)` (an absl::Status), and answers with
-// the serialised Response or the error. Nothing throws into gRPC: a failure (std::bad_alloc, say) is
-// INTERNAL for this call alone.
+// With `allowed` OK (the caller's key has the call's scope, Calls::Authorize): decodes a Request from
+// `raw`, runs `handle(request, &response)` (an absl::Status), and answers with the serialised Response
+// or the error; else answers `allowed` without decoding anything. Nothing throws into gRPC: a failure
+// (std::bad_alloc, say) is INTERNAL for this call alone.
 template <typename Request, typename Response, typename Handle>
 grpc::ServerUnaryReactor* RawUnary(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
-                                   grpc::ByteBuffer* raw_response, const WireCaps& caps, Handle&& handle) {
+                                   grpc::ByteBuffer* raw_response, const WireCaps& caps, const absl::Status& allowed,
+                                   Handle&& handle) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   grpc::Status status;
   try {
     Request request;
     Response response;
-    absl::Status s = DecodeRequest(*raw, caps, &request);
+    absl::Status s = allowed;
+    if (!s.ok()) AddRetryPushback(ctx, s);
+    if (s.ok()) s = DecodeRequest(*raw, caps, &request);
     if (s.ok()) s = handle(request, &response);
     status = ToGrpcStatus(s);
     if (status.ok()) {

@@ -34,7 +34,8 @@ HttpResponse HttpApi::Preflight(const HttpRequest& request) const {
   }
   const std::string asked = request.Header("Access-Control-Request-Headers");
   r.headers.emplace_back("Access-Control-Allow-Methods", methods);
-  r.headers.emplace_back("Access-Control-Allow-Headers", asked.empty() ? "Content-Type, X-Request-Id" : asked);
+  r.headers.emplace_back("Access-Control-Allow-Headers",
+                         asked.empty() ? "Content-Type, X-Request-Id, Authorization" : asked);
   r.headers.emplace_back("Access-Control-Max-Age", "600");
   return r;
 }
@@ -94,6 +95,16 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
   }
   using Kind = HttpRoute::Kind;
   switch (route->kind) {
+    case Kind::kListModels:
+    case Kind::kGetModel:
+    case Kind::kServerMetadata:
+    case Kind::kModelMetadata:
+      // What the models are: the `read` scope with --api-keys. The probes (live, ready, a model's
+      // ready), the OpenAPI document and the page need no key; the page asks for one (explain_page).
+      if (absl::Status s = calls_->Authorize(request.Header("Authorization"), Scope::kRead); !s.ok()) {
+        return reply(ErrorResponse(s));
+      }
+      return reply(Describe(*route));
     case Kind::kClassify:
     case Kind::kTag:
       return ServeNativeInfer(core_, calls_, *route, std::move(request), std::move(reply));

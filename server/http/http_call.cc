@@ -35,9 +35,9 @@ absl::Status HttpCall::Prepare(InferenceRequest& r, const HttpRequest& request, 
   absl::StatusOr<absl::Duration> header = RequestTimeout(request.Header("X-Request-Timeout-Ms"));
   const absl::Time deadline =
       header.ok() && *header != absl::InfiniteDuration() ? call_.start() + *header : absl::InfiniteFuture();
-  call_.Prepare(r, request.Header("X-Request-Id"), deadline, timeout, shared_from_this());
+  absl::Status limited = call_.Prepare(r, request.Header("X-Request-Id"), deadline, timeout, shared_from_this());
   echo_id_ = static_cast<int>(call_.request_id().size()) <= max_request_id_bytes;
-  return header.status();
+  return header.ok() ? limited : header.status();
 }
 
 void HttpCall::Fail(const absl::Status& status) { Finish(status, ErrorResponse(status), nullptr); }

@@ -233,6 +233,15 @@ std::string BuildOpenApiDocument() {
   AddModelPaths(paths, schemas);
   json doc = {{"openapi", "3.1.0"}, {"paths", std::move(paths)}};
   doc["components"]["schemas"] = std::move(schemas);
+  // With --api-keys every route but the probes, this document and the page wants a key (docs/security.md).
+  doc["components"]["securitySchemes"]["apiKey"] = {
+      {"type", "http"},
+      {"scheme", "bearer"},
+      {"description",
+       "With qvi-server --api-keys: 'Authorization: Bearer KEY'; the read scope for the models' list, cards and "
+       "metadata, infer for classify, tag and infer. The health routes, a model's ready route, this document "
+       "and the page need none. Without --api-keys no key is asked for."}};
+  doc["security"] = json::array({json::object(), {{"apiKey", json::array()}}});  // optional: the server decides
   doc["info"] = {{"title", "qvi-server HTTP/JSON"},
                  {"version", QVI_VERSION},
                  {"description",

@@ -1,5 +1,7 @@
 #include "server/http/routes.h"
 
+#include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -8,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
+#include "server/auth/rate_limit.h"
 
 namespace qvi {
 
@@ -149,7 +152,15 @@ HttpResponse JsonError(int status, absl::string_view message) {
 }
 
 HttpResponse ErrorResponse(const absl::Status& status) {
-  return JsonError(HttpStatus(status.code()), status.message());
+  HttpResponse r = JsonError(HttpStatus(status.code()), status.message());
+  // RFC 6750: a 401 says which scheme the server wants.
+  if (status.code() == absl::StatusCode::kUnauthenticated) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  // A rate limit's refusal says when the same call would pass (RFC 9110: whole seconds).
+  if (std::optional<absl::Duration> after = RetryAfter(status)) {
+    r.headers.emplace_back(
+        "Retry-After", absl::StrCat(std::max<int64_t>(1, absl::ToInt64Seconds(absl::Ceil(*after, absl::Seconds(1))))));
+  }
+  return r;
 }
 
 }  // namespace qvi

@@ -49,6 +49,12 @@ void RemoveVersionSeries(Series& series, Family& family, const std::string& mode
   }
 }
 
+// A counter family of the API keys (registered at start: its HELP shows before the first call).
+prometheus::Family<prometheus::Counter>& KeyCounters(prometheus::Registry& registry, const std::string& name,
+                                                     const std::string& help) {
+  return BuildCounter().Name(name).Help(help).Register(registry);
+}
+
 // The state label: the repository's name of the state, in lower case ("ready").
 std::string StateLabel(ModelState s) { return absl::AsciiStrToLower(ModelStateName(s)); }
 
@@ -124,7 +130,13 @@ Metrics::Metrics()
                         .Name("qvi_model_file_changes_total")
                         .Help("READY versions whose model files changed in place, by model and result: reloaded "
                               "(the new files serve) or failed (the files loaded before still serve)")
-                        .Register(*registry_)) {}
+                        .Register(*registry_)),
+      key_requests_(KeyCounters(*registry_, "qvi_key_requests_total",
+                                "With --api-keys: inference calls by API key name and gRPC status code, and every "
+                                "call refused for its key (key \"_none\": no valid key)")),
+      key_limited_(KeyCounters(*registry_, "qvi_key_limited_total",
+                               "With --api-keys: calls refused for a rate limit, by API key name and limit "
+                               "(requests, texts, tokens)")) {}
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Serve(const std::string& host, int port) {
   auto metrics = std::make_unique<Metrics>();
@@ -298,6 +310,28 @@ void Metrics::OnRequestDone(const std::string& method, const std::string& model,
   }
   counter->Increment();
   histogram->Observe(absl::ToDoubleSeconds(latency));
+}
+
+void Metrics::OnKeyRequest(const std::string& key, const std::string& code) {
+  prometheus::Counter* counter = nullptr;
+  {
+    MutexLock lock(&mu_);
+    prometheus::Counter*& c = key_counters_[{key, code}];
+    if (c == nullptr) c = &key_requests_.Add({{"key", key}, {"code", code}});
+    counter = c;
+  }
+  counter->Increment();
+}
+
+void Metrics::OnKeyLimited(const std::string& key, const std::string& limit) {
+  prometheus::Counter* counter = nullptr;
+  {
+    MutexLock lock(&mu_);
+    prometheus::Counter*& c = key_limited_counters_[{key, limit}];
+    if (c == nullptr) c = &key_limited_.Add({{"key", key}, {"limit", limit}});
+    counter = c;
+  }
+  counter->Increment();
 }
 
 Metrics::VersionSeries& Metrics::SeriesFor(const std::string& model, int64_t version) {

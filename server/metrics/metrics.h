@@ -54,6 +54,12 @@ class Metrics final : public ServingObserver {
   void OnRequestDone(const std::string& method, const std::string& model, int64_t version, const std::string& code,
                      absl::Duration latency);
 
+  // A call of a server with --api-keys, by the key's name (names come from the key file only:
+  // a bounded set) and the gRPC status code name.
+  void OnKeyRequest(const std::string& key, const std::string& code);
+  // A call refused for a key's rate limit: "requests", "texts" or "tokens".
+  void OnKeyLimited(const std::string& key, const std::string& limit);
+
   // ServingObserver: from the model instance threads.
   void OnBatch(const std::string& model, int64_t version, const BatchReport& batch) override;
   void OnQueueDepth(const std::string& model, int64_t version, size_t texts) override;
@@ -109,6 +115,8 @@ class Metrics final : public ServingObserver {
   prometheus::Family<prometheus::Gauge>& model_state_;
   prometheus::Family<prometheus::Gauge>& model_info_;
   prometheus::Family<prometheus::Counter>& file_changes_;
+  prometheus::Family<prometheus::Counter>& key_requests_;
+  prometheus::Family<prometheus::Counter>& key_limited_;
 
   struct ScrapedCounter {
     std::string name, help;
@@ -124,6 +132,8 @@ class Metrics final : public ServingObserver {
   std::map<std::tuple<std::string, std::string, int64_t, std::string>, prometheus::Counter*> request_counters_
       ABSL_GUARDED_BY(mu_);
   std::map<std::tuple<std::string, std::string, int64_t>, prometheus::Histogram*> request_latency_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> key_counters_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> key_limited_counters_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int64_t>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> state_
       ABSL_GUARDED_BY(mu_);  // (state gauge, info gauge)
 };

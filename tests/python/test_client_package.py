@@ -224,3 +224,40 @@ def test_the_set_up_installs_the_package_into_the_projects_venv():
                          capture_output=True, text=True, timeout=60, cwd=tempfile.gettempdir())
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout) == ["extra_forwards_per_text", "ms_per_text_batch_1", "ms_per_text_batch_32"]
+
+
+def test_the_api_key_goes_with_every_call_over_both_protocols(client_python, tmp_path):
+    """Client(api_key=...) or QVI_API_KEY in the environment: a server with --api-keys answers; without a
+    key it raises QviError UNAUTHENTICATED."""
+    import hashlib
+    key = "client-secret-2b7d"
+    keys = os.path.join(tmp_path, "keys.json")
+    with open(keys, "w") as f:
+        json.dump({"keys": [{"name": "py", "sha256": hashlib.sha256(key.encode()).hexdigest(),
+                             "scopes": ["infer", "read"]}]}, f)
+    proc = ServerProcess(STORE, str(tmp_path), "--api-keys", keys)
+    try:
+        script = """
+            import json, sys
+            from qvi_client import Client, QviError
+            target, protocol, key = sys.argv[1], sys.argv[2], sys.argv[3] or None
+            with Client(target, protocol=protocol, api_key=key, retries=0) as c:
+                try:
+                    print(json.dumps([c.classify("sentiment", "a fine film").results[0].labels[0].label,
+                                      sorted(m.name for m in c.list_models())]))
+                except QviError as e:
+                    print(json.dumps([e.code.name, e.message]))
+        """
+        for protocol, address in (("grpc", proc.address), ("http", proc.http_address)):
+            got, _ = run(client_python, script, address, protocol, key)
+            assert got[0] in ("positive", "negative") and got[1] == ["ner", "sentiment", "topics"], (protocol, got)
+            got, _ = run(client_python, script, address, protocol, "")
+            assert got[0] == "UNAUTHENTICATED" and "API key" in got[1], (protocol, got)
+        os.environ["QVI_API_KEY"] = key
+        try:
+            got, _ = run(client_python, script, proc.address, "grpc", "")
+        finally:
+            del os.environ["QVI_API_KEY"]
+        assert got[0] in ("positive", "negative"), got
+    finally:
+        proc.stop()

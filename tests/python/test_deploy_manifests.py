@@ -32,14 +32,14 @@ def render(path):
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-def with_servicemonitor(work):
-    """An overlay of overlays/cpu with the servicemonitor component, as docs/deploy.md shows."""
-    folder = os.path.join(work, "monitored")
+def with_component(work, component):
+    """An overlay of overlays/cpu with a component of deploy/k8s/components, as its comment shows."""
+    folder = os.path.join(work, component)
     os.makedirs(folder)
     rel = lambda *p: os.path.relpath(os.path.join(K8S, *p), folder)  # kustomize takes relative paths only
     with open(os.path.join(folder, "kustomization.yaml"), "w") as f:
         f.write(f"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-                f"resources: [{rel('overlays', 'cpu')}]\ncomponents: [{rel('components', 'servicemonitor')}]\n")
+                f"resources: [{rel('overlays', 'cpu')}]\ncomponents: [{rel('components', component)}]\n")
     return folder
 
 
@@ -65,7 +65,8 @@ def rendered():
     yield {
         "cpu": render(os.path.join(K8S, "overlays", "cpu")),
         "gpu": render(os.path.join(K8S, "overlays", "gpu")),
-        "cpu+servicemonitor": render(with_servicemonitor(work)),
+        "cpu+servicemonitor": render(with_component(work, "servicemonitor")),
+        "cpu+api-keys": render(with_component(work, "api-keys")),
         "demo-models": render(os.path.join(K8S, "demo-models")),
     }
     shutil.rmtree(work, ignore_errors=True)
@@ -182,6 +183,27 @@ def test_servicemonitor_selects_the_service_and_its_metrics_port(rendered):
     service = one(objects, "Service", "qvi-serve")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+def test_the_api_keys_component_mounts_the_secret_where_the_server_reads_it(rendered):
+    objects = rendered["cpu+api-keys"]
+    container = server_container(objects)
+    flag = [a for a in container["args"] if a.startswith("--api-keys=")]
+    assert len(flag) == 1, container["args"]
+    path = flag[0].split("=", 1)[1]
+    mount = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/")]
+    assert len(mount) == 1 and mount[0].get("readOnly") and "subPath" not in mount[0], mount  # updates reach it
+    volume = one_volume(objects, mount[0]["name"])
+    assert volume["secret"]["secretName"] == "qvi-api-keys"
+    assert os.path.relpath(path, mount[0]["mountPath"]) == "keys.json"  # the Secret's key, as the comment says
+    # The probes stay open: the gRPC health probe needs no key.
+    assert container["readinessProbe"] == server_container(rendered["cpu"])["readinessProbe"]
+
+
+def one_volume(objects, name):
+    volumes = [v for v in one(objects, "Deployment")["spec"]["template"]["spec"]["volumes"] if v["name"] == name]
+    assert len(volumes) == 1, volumes
+    return volumes[0]
 
 
 def test_demo_models_job_writes_the_deployments_model_store(rendered):

@@ -437,3 +437,43 @@ def test_the_page_can_be_turned_off(tmp_path):
         assert "the explanation page is at /" not in proc.log()
     finally:
         proc.stop()
+
+
+def test_a_server_with_api_keys_makes_the_page_ask_for_one(browser, tmp_path):
+    """Without a key the page shows the key row (the server answered 401); a wrong key says the server did
+    not take it; the right one lists the models and explains, and no URL holds it."""
+    store = os.path.join(tmp_path, "store")
+    shutil.copytree(os.path.join(REPO, "model_store", "store", "sentiment"), os.path.join(store, "sentiment"))
+    keys = os.path.join(tmp_path, "keys.json")
+    key = "page-secret-4c8e1"
+    with open(keys, "w") as f:
+        json.dump({"keys": [{"name": "page", "sha256": hashlib.sha256(key.encode()).hexdigest(),
+                             "scopes": ["infer", "read"]}]}, f)
+    proc = ServerProcess(store, str(tmp_path), "--api-keys", keys)
+    try:
+        browser.get("about:blank")
+        browser.get(f"http://{proc.http_address}/")
+        WebDriverWait(browser, WAIT_S).until(lambda d: state(d) != "loading")
+        assert state(browser) == "error"
+        row = browser.find_element(By.ID, "key-row")
+        assert row.is_displayed() and "This server wants an API key." in row.text
+        assert "HTTP 401" in browser.find_element(By.ID, "error").text
+
+        def use(k):
+            field = browser.find_element(By.ID, "api-key")
+            field.clear()
+            field.send_keys(k, Keys.ENTER)
+        use("not-the-key")
+        WebDriverWait(browser, WAIT_S).until(
+            lambda d: "The server did not take this key" in d.find_element(By.ID, "key-note").text)
+        assert state(browser) == "error"
+        use(key)
+        WebDriverWait(browser, WAIT_S).until(lambda d: state(d) == "ready")
+        assert not browser.find_element(By.ID, "key-row").is_displayed()
+        ask(browser, "A moving , wonderful film .")
+        assert state(browser) == "answered", browser.find_element(By.ID, "error").text
+        assert key not in browser.current_url
+        no_script_errors(browser)
+    finally:
+        browser.execute_script("sessionStorage.clear()")
+        proc.stop()

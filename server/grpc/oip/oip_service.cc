@@ -10,7 +10,8 @@ namespace qvi {
 grpc::ServerUnaryReactor* OipServiceImpl::ServerLive(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
                                                      grpc::ByteBuffer* raw_response) {
   return RawUnary<inference::ServerLiveRequest, inference::ServerLiveResponse>(
-      ctx, raw, raw_response, caps_, [](const inference::ServerLiveRequest&, inference::ServerLiveResponse* response) {
+      ctx, raw, raw_response, caps_, absl::OkStatus(),
+      [](const inference::ServerLiveRequest&, inference::ServerLiveResponse* response) {
         response->set_live(true);
         return absl::OkStatus();
       });
@@ -19,7 +20,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ServerLive(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* OipServiceImpl::ServerReady(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
                                                       grpc::ByteBuffer* raw_response) {
   return RawUnary<inference::ServerReadyRequest, inference::ServerReadyResponse>(
-      ctx, raw, raw_response, caps_,
+      ctx, raw, raw_response, caps_, absl::OkStatus(),  // a probe: no key
       [this](const inference::ServerReadyRequest&, inference::ServerReadyResponse* response) {
         response->set_ready(api_->ServerReady());
         return absl::OkStatus();
@@ -29,7 +30,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ServerReady(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* OipServiceImpl::ModelReady(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
                                                      grpc::ByteBuffer* raw_response) {
   return RawUnary<inference::ModelReadyRequest, inference::ModelReadyResponse>(
-      ctx, raw, raw_response, caps_,
+      ctx, raw, raw_response, caps_, absl::OkStatus(),  // a probe: no key
       [this](const inference::ModelReadyRequest& request, inference::ModelReadyResponse* response) {
         return api_->ModelReady(request, response);
       });
@@ -38,7 +39,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelReady(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* OipServiceImpl::ServerMetadata(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
                                                          grpc::ByteBuffer* raw_response) {
   return RawUnary<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
-      ctx, raw, raw_response, caps_,
+      ctx, raw, raw_response, caps_, calls_->Authorize(Authorization(ctx), Scope::kRead),
       [](const inference::ServerMetadataRequest&, inference::ServerMetadataResponse* response) {
         OipApi::ServerMetadata(response);
         return absl::OkStatus();
@@ -48,7 +49,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ServerMetadata(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* OipServiceImpl::ModelMetadata(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
                                                         grpc::ByteBuffer* raw_response) {
   return RawUnary<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
-      ctx, raw, raw_response, caps_,
+      ctx, raw, raw_response, caps_, calls_->Authorize(Authorization(ctx), Scope::kRead),
       [this](const inference::ModelMetadataRequest& request, inference::ModelMetadataResponse* response) {
         return api_->ModelMetadata(request, response);
       });

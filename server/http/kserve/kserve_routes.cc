@@ -36,7 +36,8 @@ void ServeKServeInfer(Core* core, Calls* calls, const OipApi* oip, const HttpRou
                       HttpServer::Reply reply) {
   auto call = std::make_shared<HttpCall>(calls, "ModelInfer", request, std::move(reply));
   call->call().model = route.model;
-  if (absl::Status admitted = call->call().Admission(); !admitted.ok()) return call->Fail(admitted);
+  if (absl::Status admitted = call->call().Admission(request.Header("Authorization")); !admitted.ok())
+    return call->Fail(admitted);
   // The binary-data extension: the JSON header is the body's first Inference-Header-Content-Length bytes.
   absl::StatusOr<size_t> header_bytes = JsonHeaderBytes(request);
   if (!header_bytes.ok()) return call->Fail(header_bytes.status());

@@ -34,7 +34,8 @@ void Serve(Core* core, Calls* calls, Method method, const HttpRoute& route, Http
   auto call =
       std::make_shared<HttpCall>(calls, method == Method::kClassify ? "Classify" : "Tag", request, std::move(reply));
   call->call().model = route.model;
-  if (absl::Status admitted = call->call().Admission(); !admitted.ok()) return call->Fail(admitted);
+  if (absl::Status admitted = call->call().Admission(request.Header("Authorization")); !admitted.ok())
+    return call->Fail(admitted);
   Request message;
   if (absl::Status parsed = ParseBody(request.body, core->limits().max_texts, &message); !parsed.ok()) {
     return call->Fail(parsed);

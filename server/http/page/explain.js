@@ -36,12 +36,27 @@
     return e;
   }
 
+  // The API key, when the server wants one (qvi-server --api-keys): typed into the key row, which shows
+  // after a 401, and kept for this tab only (sessionStorage), never in the URL.
+  function apiKey() { try { return sessionStorage.getItem('qvi-api-key') || ''; } catch (e) { return ''; } }
+
+  function askForKey(message) {
+    $('key-row').hidden = false;
+    $('key-note').textContent = message;
+    $('api-key').focus();
+  }
+
   async function call(url, body) {
-    var init = body === undefined ? {} : {
-      method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)};
+    var headers = body === undefined ? {} : {'Content-Type': 'application/json'};
+    if (apiKey()) headers['Authorization'] = 'Bearer ' + apiKey();
+    var init = body === undefined ? {headers: headers} : {method: 'POST', headers: headers, body: JSON.stringify(body)};
     var r = await fetch(url, init);
     var data = null;
     try { data = await r.json(); } catch (e) { /* not JSON: reported below */ }
+    if (r.status === 401) {
+      askForKey(apiKey() ? 'The server did not take this key: ' + (data && data.error ? data.error : '')
+                         : 'This server wants an API key.');
+    }
     if (!r.ok) throw new Error('HTTP ' + r.status + ': ' + (data && data.error ? data.error : r.statusText));
     if (data === null) throw new Error('HTTP ' + r.status + ': the answer was not JSON');
     return data;
@@ -540,8 +555,20 @@
   $('text').addEventListener('keydown', function (e) {
     if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) explain(e);
   });
-  loadModels().then(function () { setState('ready'); }, function (e) {
-    $('error').textContent = 'could not list the models: ' + e.message;
-    setState('error');
+  function start() {
+    $('error').textContent = '';
+    loadModels().then(function () { setState('ready'); }, function (e) {
+      $('error').textContent = 'could not list the models: ' + e.message;
+      setState('error');
+    });
+  }
+  $('key-form').addEventListener('submit', function (e) {
+    e.preventDefault();
+    try { sessionStorage.setItem('qvi-api-key', $('api-key').value.trim()); } catch (err) { /* private mode */ }
+    $('api-key').value = '';
+    $('key-row').hidden = true;
+    setState('loading');
+    start();
   });
+  start();
 })();

@@ -11,7 +11,7 @@ CALLS.json: {"target": "host:port", "calls": [...]}, every call made with the sa
 
 A call: {"client": "triton" | "triton_http" | "kserve" | "kserve_rest", "rpc": "live" | "ready" | "model_ready" | "server_metadata" |
 "model_metadata" | "infer", "model", "version", "texts", "outputs": [{"name", "class_count"}],
-"parameters", "timeout" (the client's deadline, s), "server_timeout" (the "timeout"
+"parameters", "headers" (tritonclient only: gRPC metadata or HTTP headers), "timeout" (the client's deadline, s), "server_timeout" (the "timeout"
 parameter, µs), "id", "input": {"name", "datatype", "shape"}, "as_list": bool, "binary": bool}.
 A result: {"ok": true, "value": ...} or {"ok": false, "code": "INVALID_ARGUMENT", "message": ...}.
 """
@@ -37,19 +37,20 @@ def triton_call(client, call, tg=None):
     http = tg.__name__ == "tritonclient.http"
     binary = call.get("binary", True)  # the HTTP client's defaults: inputs and outputs in binary
 
+    headers = call.get("headers")  # {"authorization": "Bearer KEY"}, say
     rpc = call["rpc"]
     if rpc == "live":
-        return client.is_server_live()
+        return client.is_server_live(headers=headers)
     if rpc == "ready":
-        return client.is_server_ready()
+        return client.is_server_ready(headers=headers)
     if rpc == "model_ready":
-        return client.is_model_ready(call["model"], call.get("version", ""))
+        return client.is_model_ready(call["model"], call.get("version", ""), headers=headers)
     if rpc == "server_metadata":
-        return client.get_server_metadata() if http else client.get_server_metadata(as_json=True)
+        return client.get_server_metadata(headers=headers) if http else client.get_server_metadata(headers=headers, as_json=True)
     if rpc == "model_metadata":
         if http:
-            return client.get_model_metadata(call["model"], call.get("version", ""))
-        return client.get_model_metadata(call["model"], call.get("version", ""), as_json=True)
+            return client.get_model_metadata(call["model"], call.get("version", ""), headers=headers)
+        return client.get_model_metadata(call["model"], call.get("version", ""), headers=headers, as_json=True)
     spec = call.get("input", {})
     texts = np.array([t.encode("utf-8") for t in call["texts"]], dtype=object)
     shape = spec.get("shape", [len(texts)])
@@ -60,7 +61,7 @@ def triton_call(client, call, tg=None):
                    for o in call.get("outputs", [])]
         result = client.infer(call["model"], [inp], model_version=call.get("version", ""), outputs=outputs or None,
                               request_id=call.get("id", ""), parameters=call.get("parameters"),
-                              timeout=call.get("server_timeout"))
+                              timeout=call.get("server_timeout"), headers=headers)
         response = result.get_response()  # a dict: the JSON header
         tensors = [(o["name"], o["datatype"], o["shape"]) for o in response["outputs"]]
         ids = (response["model_name"], response["model_version"], response.get("id", ""))
@@ -70,7 +71,7 @@ def triton_call(client, call, tg=None):
                    for o in call.get("outputs", [])]
         result = client.infer(call["model"], [inp], model_version=call.get("version", ""), outputs=outputs or None,
                               request_id=call.get("id", ""), parameters=call.get("parameters"),
-                              client_timeout=call.get("timeout"), timeout=call.get("server_timeout"))
+                              client_timeout=call.get("timeout"), timeout=call.get("server_timeout"), headers=headers)
         response = result.get_response()
         tensors = [(o.name, o.datatype, o.shape) for o in response.outputs]
         ids = (response.model_name, response.model_version, response.id)

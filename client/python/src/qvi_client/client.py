@@ -21,6 +21,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import random
 import threading
 import time
@@ -197,7 +198,8 @@ class _HttpStub:
     are: the same request messages, sent in protobuf's JSON mapping. One keep-alive connection per
     thread."""
 
-    def __init__(self, target: str):
+    def __init__(self, target: str, api_key: Optional[str] = None):
+        self._api_key = api_key
         host, _, port = target.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"target: {target!r}; want host:port")
@@ -220,6 +222,8 @@ class _HttpStub:
 
     def _request(self, method: str, path: str, body: Optional[bytes], timeout: float) -> bytes:
         headers = {"Content-Type": "application/json"} if body is not None else {}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
         for attempt in (1, 2):  # a keep-alive connection the server closed meanwhile is opened again, once
             conn = self._connection(timeout)
             try:
@@ -282,12 +286,14 @@ class Client:
     """A connection to qvi-server. `target` is host:port. tls=True speaks TLS (root_certificates: the
     server's CA, PEM bytes or a path; None = the system's roots); certificate_chain and private_key
     add a client certificate (mutual TLS). protocol="http" calls the server's HTTP/JSON port (plain
-    HTTP only) instead of gRPC, with the same methods, answers and errors."""
+    HTTP only) instead of gRPC, with the same methods, answers and errors. api_key: the key of a server
+    with --api-keys, sent as `authorization: Bearer KEY` (default: the environment's QVI_API_KEY, if set)."""
 
     def __init__(self, target: str, *, protocol: str = "grpc", tls: bool = False, root_certificates: Union[bytes, str, None] = None,
                  certificate_chain: Union[bytes, str, None] = None, private_key: Union[bytes, str, None] = None,
                  timeout: float = 10.0, retries: int = 3, backoff: float = 0.1, max_backoff: float = 2.0,
-                 options: Sequence[Tuple[str, object]] = (), sleep: Callable[[float], None] = time.sleep):
+                 options: Sequence[Tuple[str, object]] = (), sleep: Callable[[float], None] = time.sleep,
+                 api_key: Optional[str] = None):
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         if retries < 0:
@@ -295,10 +301,12 @@ class Client:
         if protocol not in ("grpc", "http"):
             raise ValueError(f"protocol: {protocol!r}; want 'grpc' or 'http'")
         self._channel = None
+        api_key = api_key if api_key is not None else os.environ.get("QVI_API_KEY") or None
+        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
         if protocol == "http":
             if tls or root_certificates or certificate_chain or private_key or options:
                 raise ValueError("protocol='http' takes no TLS or channel options: the HTTP port speaks plain HTTP")
-            self._stub = _HttpStub(target)
+            self._stub = _HttpStub(target, api_key)
         elif tls:
             creds = grpc.ssl_channel_credentials(_read(root_certificates), _read(private_key),
                                                  _read(certificate_chain))
@@ -372,6 +380,8 @@ class Client:
             if left <= 0:
                 raise QviError(grpc.StatusCode.DEADLINE_EXCEEDED, "the deadline passed between retries", attempt - 1)
             try:
+                if self._channel is not None and self._metadata:
+                    return method(request, timeout=left, metadata=self._metadata)
                 return method(request, timeout=left)
             except grpc.RpcError as e:
                 code = e.code()
