@@ -36,7 +36,7 @@ if [[ $MODE == setup || $MODE == test ]]; then
   else
     # set-up's lines and summary, then test.sh's stage lines and its summary (the rest: the log below)
     sed 's/\x1b\[[0-9;]*m//g' "$work/$MODE.out" |
-      awk '/^\S*\[(setup|models|test) /{print; if (/^\[test /) t=1; if (/done in/) d=1; next} /^    / && (!t || d)'
+      awk '/^[^[:space:]]*\[(setup|models|test) /{print; if (/^\[test /) t=1; if (/^\[test .*done in/) d=1; next} /^    / && (!t || d)'
     cp "$work/$MODE.out" /tmp/qvi-cold-test.log
     echo "the whole log: /tmp/qvi-cold-test.log"
   fi
