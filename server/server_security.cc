@@ -50,15 +50,15 @@ absl::Status Server::StartTls() {
   return absl::OkStatus();
 }
 
-
 absl::Status Server::StartApiKeys() {
   const ServerOptions::Auth& auth = options_.auth;
   if (auth.api_keys.empty()) return absl::OkStatus();
   absl::StatusOr<ApiKeySet> set = LoadApiKeys(auth.api_keys);
   if (!set.ok()) return set.status();
-  spdlog::info("API keys: {} key(s) from {}; every call but the probes must present one; the file is checked "
-               "for changes every {} s and read again on SIGHUP",
-               set->keys.size(), auth.api_keys, auth.reload_seconds);
+  spdlog::info(
+      "API keys: {} key(s) from {}; every call but the probes must present one; the file is checked "
+      "for changes every {} s and read again on SIGHUP",
+      set->keys.size(), auth.api_keys, auth.reload_seconds);
   api_keys_ = std::make_shared<ApiKeys>(
       auth.api_keys, *std::move(set), absl::Seconds(auth.reload_seconds),
       [path = auth.api_keys](const absl::Status& reload, size_t in_use) {

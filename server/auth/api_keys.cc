@@ -35,9 +35,8 @@ absl::Status ParseSha256(const nlohmann::json& value, std::array<unsigned char, 
   if (!value.is_string()) return absl::InvalidArgumentError("must be a string of 64 hex digits");
   const std::string hex = value.get<std::string>();
   if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("must be 64 hex digits (the key's SHA-256, as sha256sum prints it), got ", hex.size(),
-                     " characters"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "must be 64 hex digits (the key's SHA-256, as sha256sum prints it), got ", hex.size(), " characters"));
   }
   const std::string bytes = absl::HexStringToBytes(hex);
   std::copy(bytes.begin(), bytes.end(), out.begin());
@@ -87,8 +86,8 @@ absl::StatusOr<RateLimits> ParseLimits(const nlohmann::json& value, const std::s
     const bool burst = field == "burst_seconds";
     const double low = burst ? 0.01 : 0, high = burst ? 3600 : 1e9;
     if (!v.is_number() || v.get<double>() <= low || v.get<double>() > high) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ".", field, " must be a number over ", low,
-                                                     " and at most ", high, ", got ", v.dump().substr(0, 40)));
+      return absl::InvalidArgumentError(absl::StrCat(where, ".", field, " must be a number over ", low, " and at most ",
+                                                     high, ", got ", v.dump().substr(0, 40)));
     }
     *out = v.get<double>();
   }

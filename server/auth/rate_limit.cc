@@ -12,16 +12,15 @@ namespace {
 
 // `key` is the caller's key; `shared` when it takes from the buckets of the keys without their own.
 absl::Status Limited(const std::string& key, bool shared, absl::string_view what, double rate, absl::Duration wait) {
-  const std::string whose = shared ? absl::StrCat("the keys without limits of their own (this one: '", key,
-                                                  "') share a limit of")
-                                   : absl::StrCat("the API key '", key, "' has a limit of");
+  const std::string whose =
+      shared ? absl::StrCat("the keys without limits of their own (this one: '", key, "') share a limit of")
+             : absl::StrCat("the API key '", key, "' has a limit of");
   if (wait == absl::InfiniteDuration()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%s %g %s a second, with a burst smaller than this request; send fewer texts per request", whose, rate, what));
   }
-  absl::Status status = absl::ResourceExhaustedError(
-      absl::StrFormat("%s %g %s a second, used up for now; retry in %.3f s", whose, rate, what,
-                      absl::ToDoubleSeconds(wait)));
+  absl::Status status = absl::ResourceExhaustedError(absl::StrFormat(
+      "%s %g %s a second, used up for now; retry in %.3f s", whose, rate, what, absl::ToDoubleSeconds(wait)));
   const int64_t ms = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(absl::ToDoubleMilliseconds(wait))));
   status.SetPayload(kRetryAfterPayload, absl::Cord(absl::StrCat(ms)));
   return status;

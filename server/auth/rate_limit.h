@@ -41,7 +41,8 @@ struct RateLimits {
 // A token bucket on a clock given to each call (the server's Env, or a test's fake time).
 class TokenBucket {
  public:
-  TokenBucket(double rate, double capacity, absl::Time now) : rate_(rate), capacity_(capacity), level_(capacity), at_(now) {}
+  TokenBucket(double rate, double capacity, absl::Time now)
+      : rate_(rate), capacity_(capacity), level_(capacity), at_(now) {}
 
   // Takes `n` when the bucket holds it and returns zero; else takes nothing and returns how long until
   // it would. InfiniteDuration when `n` is over the capacity: no wait makes it pass.

@@ -312,27 +312,23 @@ void Metrics::OnRequestDone(const std::string& method, const std::string& model,
   histogram->Observe(absl::ToDoubleSeconds(latency));
 }
 
-void Metrics::OnKeyRequest(const std::string& key, const std::string& code) {
+void Metrics::CountKey(bool limited, const std::string& key, const std::string& value) {
   prometheus::Counter* counter = nullptr;
   {
     MutexLock lock(&mu_);
-    prometheus::Counter*& c = key_counters_[{key, code}];
-    if (c == nullptr) c = &key_requests_.Add({{"key", key}, {"code", code}});
+    prometheus::Counter*& c = (limited ? key_limited_counters_ : key_counters_)[{key, value}];
+    if (c == nullptr) {
+      c = limited ? &key_limited_.Add({{"key", key}, {"limit", value}})
+                  : &key_requests_.Add({{"key", key}, {"code", value}});
+    }
     counter = c;
   }
   counter->Increment();
 }
 
-void Metrics::OnKeyLimited(const std::string& key, const std::string& limit) {
-  prometheus::Counter* counter = nullptr;
-  {
-    MutexLock lock(&mu_);
-    prometheus::Counter*& c = key_limited_counters_[{key, limit}];
-    if (c == nullptr) c = &key_limited_.Add({{"key", key}, {"limit", limit}});
-    counter = c;
-  }
-  counter->Increment();
-}
+void Metrics::OnKeyRequest(const std::string& key, const std::string& code) { CountKey(false, key, code); }
+
+void Metrics::OnKeyLimited(const std::string& key, const std::string& limit) { CountKey(true, key, limit); }
 
 Metrics::VersionSeries& Metrics::SeriesFor(const std::string& model, int64_t version) {
   VersionSeries& s = versions_[{model, version}];

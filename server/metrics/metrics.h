@@ -132,8 +132,13 @@ class Metrics final : public ServingObserver {
   std::map<std::tuple<std::string, std::string, int64_t, std::string>, prometheus::Counter*> request_counters_
       ABSL_GUARDED_BY(mu_);
   std::map<std::tuple<std::string, std::string, int64_t>, prometheus::Histogram*> request_latency_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<std::string, std::string>, prometheus::Counter*> key_counters_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<std::string, std::string>, prometheus::Counter*> key_limited_counters_ ABSL_GUARDED_BY(mu_);
+  // The API keys' series, by (key, code) and (key, limit).
+  using KeySeries = std::map<std::pair<std::string, std::string>, prometheus::Counter*>;
+  KeySeries key_counters_ ABSL_GUARDED_BY(mu_);
+  KeySeries key_limited_counters_ ABSL_GUARDED_BY(mu_);
+  // Counts one event of `key`: in qvi_key_limited_total{limit=value} when `limited`, else in
+  // qvi_key_requests_total{code=value}.
+  void CountKey(bool limited, const std::string& key, const std::string& value) ABSL_LOCKS_EXCLUDED(mu_);
   std::map<std::pair<std::string, int64_t>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> state_
       ABSL_GUARDED_BY(mu_);  // (state gauge, info gauge)
 };

@@ -43,7 +43,8 @@ TEST(ApiKeysTest, AFileNamesEachKeyItsHashAndItsScopes) {
 TEST(ApiKeysTest, AFileWithAMistakeIsRefusedNamingTheKeyAndTheField) {
   EXPECT_EQ(ErrorOf("{"), "keys.json: not valid JSON");
   EXPECT_EQ(ErrorOf("[]"), R"(keys.json: must be an object {"keys": [...]})");
-  EXPECT_EQ(ErrorOf(R"({"keys": [], "key": 1})"), R"(keys.json: has the field "key", which is none of "keys", "default_limits")");
+  EXPECT_EQ(ErrorOf(R"({"keys": [], "key": 1})"),
+            R"(keys.json: has the field "key", which is none of "keys", "default_limits")");
   EXPECT_EQ(ErrorOf(Keys(Entry("a b", kOneHash, R"(["infer"])"))),
             "keys.json: keys[0].name must be 1 to 64 of A-Z a-z 0-9 . _ - (it names the key in logs and metrics)");
   EXPECT_EQ(ErrorOf(Keys(R"({"sha256": "00"})")), R"(keys.json: keys[0] has no "name")");

@@ -45,7 +45,8 @@ TEST(RateLimiterTest, AKeyOverItsRequestsIsRefusedWithWhenToRetry) {
   EXPECT_TRUE(limiter.TakeRequest(who, kStart).ok());
   absl::Status refused = limiter.TakeRequest(who, kStart);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(refused.message(), "the API key 'app' has a limit of 2 requests a second, used up for now; retry in 0.500 s");
+  EXPECT_EQ(refused.message(),
+            "the API key 'app' has a limit of 2 requests a second, used up for now; retry in 0.500 s");
   ASSERT_TRUE(RetryAfter(refused).has_value());
   EXPECT_EQ(*RetryAfter(refused), absl::Milliseconds(500));
   EXPECT_TRUE(limiter.TakeRequest(who, kStart + absl::Milliseconds(500)).ok());
@@ -127,10 +128,9 @@ TEST(RateLimitsInTheKeyFileTest, AKeysOwnLimitsOrTheDefaultsApply) {
   EXPECT_EQ(set->keys[1].bucket().key, "b");
 
   const auto error = [&](const std::string& limits) {
-    absl::StatusOr<ApiKeySet> bad = ParseApiKeys(
-        absl::StrCat(R"({"keys": [{"name": "a", "sha256": ")", hash, R"(", "scopes": ["infer"], "limits": )", limits,
-                     "}]}"),
-        "k");
+    absl::StatusOr<ApiKeySet> bad = ParseApiKeys(absl::StrCat(R"({"keys": [{"name": "a", "sha256": ")", hash,
+                                                              R"(", "scopes": ["infer"], "limits": )", limits, "}]}"),
+                                                 "k");
     return bad.ok() ? std::string("accepted") : std::string(bad.status().message());
   };
   EXPECT_EQ(error(R"({"texts_per_second": 0})"),
