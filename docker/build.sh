@@ -61,7 +61,7 @@ fi
 # QVI_IMAGE_NO_CACHE=1: as on a fresh machine (bench/cold_start.sh test): no layer cache, no ccache;
 # the base image and the pip wheels' cache mount stay.
 cold=()
-[[ ${QVI_IMAGE_NO_CACHE:-0} == 1 ]] && cold=(--no-cache --build-arg CCACHE_DISABLE=1)
+[[ ${QVI_IMAGE_NO_CACHE:-0} == 1 ]] && cold=(--no-cache --build-arg QVI_NO_CCACHE=1)
 start=$SECONDS
 started_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 log "building $IMAGE:$variant (revision $revision)"
