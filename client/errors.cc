@@ -23,6 +23,8 @@ std::string ErrorLines(const grpc::Status& s, const std::string& server) {
     hint = "qvi-client models lists the models the server has";
   } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED && m.find("API key") != std::string::npos) {
     hint = "give the key with --api-key KEY, or in the environment as QVI_API_KEY (kept out of the shell's history)";
+  } else if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED && m.rfind("priority:", 0) == 0) {
+    hint = "ask for a lower --priority, or for a key that may ask for this one";
   } else if (s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
     hint = "ask whoever runs the server for a key with that scope";
   } else if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED || m.find("handshake") != std::string::npos) {

@@ -49,8 +49,9 @@ struct Common {
   bool json = false;
   double timeout = 30;
   std::string color = "auto";
-  int chunk = 256;      // texts per request (the server's default --max-texts-per-request)
-  std::string api_key;  // sent as `authorization: Bearer KEY` when set (--api-key, QVI_API_KEY)
+  int chunk = 256;       // texts per request (the server's default --max-texts-per-request)
+  std::string api_key;   // sent as `authorization: Bearer KEY` when set (--api-key, QVI_API_KEY)
+  std::string priority;  // classify/tag: "high", "normal", "low"; "" = the key's default
 };
 
 struct Explain {
@@ -191,6 +192,11 @@ int Call(Rpc rpc, const Common& c, const Explain& e, const std::vector<std::stri
     req.mutable_model()->set_version(c.version);
     for (size_t i = start; i < end; ++i) req.add_texts(texts[i]);
     Fill(req.mutable_options(), e);
+    if (!c.priority.empty()) {
+      req.set_priority(c.priority == "high"  ? v1::PRIORITY_HIGH
+                       : c.priority == "low" ? v1::PRIORITY_LOW
+                                             : v1::PRIORITY_NORMAL);
+    }
     grpc::ClientContext ctx;
     SetUp(ctx, c);
     Response part;
@@ -356,6 +362,10 @@ int Health(const std::shared_ptr<grpc::Channel>& channel, const Common& c) {
 void AddInferOptions(CLI::App* sub, Common& common, Explain& explain, std::vector<std::string>& texts) {
   sub->add_option("--model", common.model, "model name")->required();
   sub->add_option("--version", common.version, "model version; 0 = newest ready");
+  sub->add_option("--priority", common.priority,
+                  "the requests' place in a busy model's queue: high, normal or low (default: the API key's, "
+                  "else normal)")
+      ->check(CLI::IsMember({"high", "normal", "low"}));
   sub->add_option("--top-k", explain.top_k, "labels to return (Classify)");
   sub->add_flag("--attention", explain.attention, "per-token attention weights α");
   sub->add_flag("--gates", explain.gates, "per-token QVI gates β");

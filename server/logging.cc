@@ -170,6 +170,7 @@ void LogAccess(const AccessRecord& r) {
         {"request_id", r.request_id}, {"texts", r.texts}, {"tokens", r.tokens},     {"status", r.code},
         {"code", r.code_name},        {"ms", r.ms},       {"queue_ms", r.queue_ms}, {"compute_ms", r.compute_ms}};
     if (!r.key.empty()) j["key"] = r.key;
+    if (!r.priority.empty()) j["priority"] = r.priority;
     if (!r.trace_id.empty()) j["trace_id"] = r.trace_id;
     if (r.traced) {
       j["prepare_ms"] = r.prepare_ms;
@@ -184,6 +185,7 @@ void LogAccess(const AccessRecord& r) {
     // can forge a log line.
     std::string trace;
     if (!r.key.empty()) trace = fmt::format(" key={}", r.key);  // names are [A-Za-z0-9._-]: nothing to escape
+    if (!r.priority.empty()) trace += fmt::format(" priority={}", r.priority);
     if (!r.trace_id.empty()) trace += fmt::format(" trace_id={}", r.trace_id);
     if (r.traced) {
       trace += fmt::format(" prepare_ms={:.3f} forward_ms={:.3f} postprocess_ms={:.3f} serialize_ms={:.3f}",

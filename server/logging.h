@@ -85,6 +85,8 @@ struct AccessRecord {
   // The API key's name (--api-keys; "_none" for a call without a valid key), "" when the server holds
   // no keys. Never the key itself.
   std::string key;
+  // The request's priority when it is not normal ("high", "low"); "" for normal.
+  std::string priority;
   double prepare_ms = 0, forward_ms = 0, postprocess_ms = 0, serialize_ms = 0;
 };
 

@@ -309,8 +309,8 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
       "  max_batch_size=",
       defaults::kMaxBatchSize, " max_batch_tokens=", defaults::kMaxBatchTokens,
       " max_queue_delay_ms=", defaults::kMaxQueueDelayMs, " max_queued_texts=", defaults::kMaxQueuedTexts,
-      " max_queued_tokens=", defaults::kMaxQueuedTokens,
-      " batch_when_idle=", defaults::kBatchWhenIdle ? "true" : "false",
+      " max_queued_tokens=", defaults::kMaxQueuedTokens, " batch_when_idle=",
+      defaults::kBatchWhenIdle ? "true" : "false", " priority_aging_ms=", defaults::kPriorityAgingMs,
       "\nand on a GPU, unless the manifest's `serving.cuda` block or serving.json sets them:\n  max_batch_size=",
       defaults::kGpuMaxBatchSize, " max_batch_tokens=", defaults::kGpuMaxBatchTokens,
       " max_queued_texts=", defaults::kGpuMaxQueuedTexts, " max_queued_tokens=", defaults::kGpuMaxQueuedTokens));

@@ -98,6 +98,30 @@ absl::StatusOr<RateLimits> ParseLimits(const nlohmann::json& value, const std::s
   return limits;
 }
 
+// "priority" / "max_priority": "high", "normal", "low" or 1 to 3.
+absl::StatusOr<Priority> ParseKeyPriority(const nlohmann::json& value) {
+  absl::StatusOr<Priority> p = absl::InvalidArgumentError("");
+  if (value.is_string()) p = ParsePriority(value.get<std::string>(), "priority");
+  if (value.is_number_integer()) p = PriorityFromNumber(value.get<int64_t>(), "priority");
+  if (!p.ok() || *p == Priority::kDefault) {
+    return absl::InvalidArgumentError("must be \"high\", \"normal\" or \"low\" (or 1, 2, 3)");
+  }
+  return *p;
+}
+
+// Without "priority", the key's requests queue at normal, or at its max_priority when that is lower;
+// a "priority" above its max_priority is an error.
+absl::Status SettlePriority(bool has_priority, ApiKey& key) {
+  if (!has_priority) {
+    key.priority =
+        PriorityLevel(key.max_priority) > PriorityLevel(Priority::kNormal) ? key.max_priority : Priority::kNormal;
+  } else if (PriorityLevel(key.priority) < PriorityLevel(key.max_priority)) {
+    return absl::InvalidArgumentError(absl::StrCat("is ", PriorityName(key.priority), ", above its max_priority (",
+                                                   PriorityName(key.max_priority), ")"));
+  }
+  return absl::OkStatus();
+}
+
 // One entry of "keys"; `where` is "keys[3]" or "keys[3] (search-app)".
 absl::StatusOr<ApiKey> ParseKey(const nlohmann::json& entry, const std::string& at, absl::string_view source) {
   const auto bad = [&](const std::string& where, absl::string_view what) {
@@ -130,14 +154,22 @@ absl::StatusOr<ApiKey> ParseKey(const nlohmann::json& entry, const std::string& 
       if (!limits.ok()) return limits.status();
       key.limits = *limits;
       key.own_limits = true;
+    } else if (field == "priority" || field == "max_priority") {
+      absl::StatusOr<Priority> p = ParseKeyPriority(value);
+      s = p.status();
+      if (p.ok()) (field == "priority" ? key.priority : key.max_priority) = *p;
     } else {
       return bad(where, absl::StrCat("has the field \"", field.substr(0, 40),
-                                     "\", which is none of \"name\", \"sha256\", \"scopes\", \"limits\""));
+                                     "\", which is none of \"name\", \"sha256\", \"scopes\", \"limits\", "
+                                     "\"priority\", \"max_priority\""));
     }
     if (!s.ok()) return bad(absl::StrCat(where, ".", field), s.message());
   }
   if (!entry.contains("sha256")) return bad(where, "has no \"sha256\"");
   if (!entry.contains("scopes")) return bad(where, "has no \"scopes\"");
+  if (absl::Status s = SettlePriority(entry.contains("priority"), key); !s.ok()) {
+    return bad(where + ".priority", s.message());
+  }
   return key;
 }
 
@@ -216,6 +248,16 @@ absl::StatusOr<ApiKeySet> ParseApiKeys(absl::string_view text, absl::string_view
     set.keys.push_back(std::move(*key));
   }
   return set;
+}
+
+absl::StatusOr<Priority> KeyPriority(const ApiKey& key, Priority asked) {
+  if (asked == Priority::kDefault || !IsPriority(asked)) return asked == Priority::kDefault ? key.priority : asked;
+  if (PriorityLevel(asked) < PriorityLevel(key.max_priority)) {
+    return absl::PermissionDeniedError(absl::StrCat("priority: API key '", key.name, "' may ask for ",
+                                                    PriorityName(key.max_priority), " priority at most, not ",
+                                                    PriorityName(asked)));
+  }
+  return asked;
 }
 
 absl::StatusOr<ApiKeySet> LoadApiKeys(const std::string& path) {

@@ -3,11 +3,15 @@
 //
 //   {"keys": [{"name": "search-app", "sha256": "<64 hex digits>", "scopes": ["infer", "read"],
 //              "limits": {"requests_per_second": 50, "texts_per_second": 2000}},
+//             {"name": "nightly-batch", "sha256": "...", "scopes": ["infer"], "priority": "low",
+//              "max_priority": "normal"},
 //             {"name": "platform", "sha256": "...", "scopes": ["infer", "read", "admin"]}],
 //    "default_limits": {"requests_per_second": 20}}
 //
 // "limits" are the key's own buckets (rate_limit.h); "default_limits" one set of buckets shared by the
-// keys without their own.
+// keys without their own. "priority" is the batch-queue priority (priority.h) of the key's requests
+// that name none (default normal, or max_priority when that is lower); "max_priority" the highest one
+// they may name (default high): a request that names a higher one is PERMISSION_DENIED.
 //
 // A caller sends its key as `authorization: Bearer KEY` (gRPC metadata or the HTTP header). The key's
 // SHA-256 is looked up among the set's hashes by its first 8 bytes and the candidate compared whole in
@@ -36,6 +40,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/auth/rate_limit.h"
+#include "server/core/sched/priority.h"
 #include "server/core/sched/sync.h"
 
 namespace qvi {
@@ -55,6 +60,8 @@ struct ApiKey {
   // without their own.
   RateLimits limits;
   bool own_limits = false;
+  Priority priority = Priority::kNormal;    // of its requests that name none
+  Priority max_priority = Priority::kHigh;  // the highest its requests may name
   RateLimiter::Who bucket() const { return {own_limits ? name : std::string(), name, limits}; }
   bool allows(Scope scope) const { return (scopes & static_cast<uint8_t>(scope)) != 0; }
   // "infer, read": the scopes it has, for messages.
@@ -70,6 +77,10 @@ struct ApiKeySet {
 // Parses and checks a key file's text; the error names the key (by index and name) and the field.
 // `source` (the file's path) starts every error message.
 absl::StatusOr<ApiKeySet> ParseApiKeys(absl::string_view text, absl::string_view source);
+
+// The priority a request of `key` is queued at: `asked` (the request's own), else the key's default.
+// PERMISSION_DENIED, naming the key and both priorities, when `asked` is above the key's max_priority.
+absl::StatusOr<Priority> KeyPriority(const ApiKey& key, Priority asked);
 
 // Reads and parses the file at `path`.
 absl::StatusOr<ApiKeySet> LoadApiKeys(const std::string& path);

@@ -69,7 +69,7 @@ absl::Status Calls::CheckHeld(int64_t held, int64_t answer_bytes) const {
 
 void Calls::Record(const char* method, const std::string& peer, const std::string& model, const std::string& request_id,
                    int64_t texts, const absl::Status& status, absl::Time start, const AnswerSummary* answer,
-                   const CallTrace& trace, const ApiKey* key) const {
+                   const CallTrace& trace, const ApiKey* key, Priority priority) const {
   const absl::Duration latency = repository_->env()->Now() - start;
   const int64_t version = answer != nullptr ? answer->version : 0;
   const std::string code = StatusCodeName(status.code());
@@ -87,6 +87,7 @@ void Calls::Record(const char* method, const std::string& peer, const std::strin
     a.trace_id = trace.trace_id;
     a.traced = trace.traced;
     if (options_.api_keys != nullptr) a.key = key != nullptr ? key->name : "_none";
+    if (PriorityLevel(priority) != PriorityLevel(Priority::kNormal)) a.priority = std::string(PriorityName(priority));
     if (answer != nullptr) {
       a.tokens = answer->tokens;
       a.queue_ms = absl::ToDoubleMilliseconds(answer->queue);
@@ -139,6 +140,12 @@ absl::Status Call::Prepare(InferenceRequest& r, std::string_view fallback_id, ab
   r.deadline = std::min(r.deadline, deadline);
   if (timeout != absl::InfiniteDuration()) r.deadline = std::min(r.deadline, start_ + timeout);
   r.hold_answer_bytes = [this, owner = std::move(owner)](int64_t bytes) { return HoldAnswer(bytes); };
+  if (key_) {
+    absl::StatusOr<Priority> priority = KeyPriority(*key_, r.priority);
+    if (!priority.ok()) return priority.status();
+    r.priority = *priority;
+  }
+  priority_ = r.priority;
   if (!key_) return absl::OkStatus();
   return calls_->limiter_.TakeTexts(key_->bucket(), texts_, start_);
 }
@@ -165,7 +172,7 @@ void Call::ChargeTokens(int64_t tokens) const {
 
 void Call::Record(const absl::Status& seen, const AnswerSummary* answer) const {
   try {
-    calls_->Record(method_, peer_, model, request_id_, texts_, seen, start_, answer, trace_, key_.get());
+    calls_->Record(method_, peer_, model, request_id_, texts_, seen, start_, answer, trace_, key_.get(), priority_);
   } catch (...) {
     spdlog::error("counting a finished {} call (request_id {}, trace_id {}) failed: {}", method_, Capped(request_id_),
                   trace_.trace_id.empty() ? "none" : trace_.trace_id, CurrentExceptionText());

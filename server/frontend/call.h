@@ -104,7 +104,7 @@ class Calls {
   // Counts and logs one finished call. `method` is the metric's and the access log's method label.
   void Record(const char* method, const std::string& peer, const std::string& model, const std::string& request_id,
               int64_t texts, const absl::Status& status, absl::Time start, const AnswerSummary* answer,
-              const CallTrace& trace = {}, const ApiKey* key = nullptr) const;
+              const CallTrace& trace = {}, const ApiKey* key = nullptr, Priority priority = Priority::kDefault) const;
 
  private:
   friend class Call;
@@ -144,8 +144,10 @@ class Call {
   // the deadline (the sooner of `deadline`, a time of the core's clock, and `timeout` from the call's
   // arrival), and the hook that holds the answer's estimated bytes (HoldAnswer). `owner`, when given,
   // is kept alive by that hook (an HTTP call owned by a shared_ptr).
-  // RESOURCE_EXHAUSTED when the caller's key is over its texts-per-second limit (rate_limit.h): answer
-  // that, before anything is tokenised.
+  // With --api-keys, the request's priority (r.priority: its own, else its key's default; KeyPriority
+  // refuses one above the key's max_priority). RESOURCE_EXHAUSTED when the caller's key is over its
+  // texts-per-second limit (rate_limit.h). Answer what it returns when not OK, before anything is
+  // tokenised.
   absl::Status Prepare(InferenceRequest& r, std::string_view fallback_id, absl::Time deadline,
                        absl::Duration timeout = absl::InfiniteDuration(), std::shared_ptr<void> owner = nullptr);
 
@@ -192,6 +194,7 @@ class Call {
   std::shared_ptr<const ApiKey> key_;  // the caller's key, once Admission found it valid (refused or not)
   std::string request_id_;
   int64_t texts_ = 0;
+  Priority priority_ = Priority::kDefault;  // the request's, once Prepare resolved it
 };
 
 template <typename Build>

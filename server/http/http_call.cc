@@ -35,9 +35,18 @@ absl::Status HttpCall::Prepare(InferenceRequest& r, const HttpRequest& request, 
   absl::StatusOr<absl::Duration> header = RequestTimeout(request.Header("X-Request-Timeout-Ms"));
   const absl::Time deadline =
       header.ok() && *header != absl::InfiniteDuration() ? call_.start() + *header : absl::InfiniteFuture();
+  // X-Request-Priority: the priority of a request whose body names none (a gateway may set it).
+  absl::Status priority;
+  if (const std::string named = request.Header("X-Request-Priority");
+      !named.empty() && r.priority == Priority::kDefault) {
+    absl::StatusOr<Priority> p = ParsePriority(named, "X-Request-Priority");
+    priority = p.status();
+    if (p.ok()) r.priority = *p;
+  }
   absl::Status limited = call_.Prepare(r, request.Header("X-Request-Id"), deadline, timeout, shared_from_this());
   echo_id_ = static_cast<int>(call_.request_id().size()) <= max_request_id_bytes;
-  return header.ok() ? limited : header.status();
+  if (!header.ok()) return header.status();
+  return priority.ok() ? limited : priority;
 }
 
 void HttpCall::Fail(const absl::Status& status) { Finish(status, ErrorResponse(status), nullptr); }

@@ -1,7 +1,7 @@
 // An inference call over HTTP (native Classify/Tag in JSON, KServe v2 REST's infer) as an adapter
-// around the protocol-neutral Call (server/frontend/call.h): the peer, `traceparent`, X-Request-Id
-// and X-Request-Timeout-Ms headers in; the answer, its X-Request-Id and its HTTP status out. The call
-// is recorded when its answer is handed to the connection.
+// around the protocol-neutral Call (server/frontend/call.h): the peer, `traceparent`, X-Request-Id,
+// X-Request-Timeout-Ms and X-Request-Priority headers in; the answer, its X-Request-Id and its HTTP status out. The
+// call is recorded when its answer is handed to the connection.
 #ifndef QVI_SERVER_HTTP_HTTP_CALL_H_
 #define QVI_SERVER_HTTP_HTTP_CALL_H_
 
@@ -27,8 +27,9 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
 
   // Call::Prepare with HTTP's headers: the request id (the body's, else X-Request-Id's, else one made
   // up; echoed in the answer's X-Request-Id when within `max_request_id_bytes`), the deadline (the
-  // sooner of X-Request-Timeout-Ms and `timeout`, both from the call's arrival). INVALID_ARGUMENT for
-  // a malformed X-Request-Timeout-Ms.
+  // sooner of X-Request-Timeout-Ms and `timeout`, both from the call's arrival), the priority (the
+  // body's, else X-Request-Priority's: a name or 0 to 3). INVALID_ARGUMENT for a malformed
+  // X-Request-Timeout-Ms or X-Request-Priority.
   absl::Status Prepare(InferenceRequest& r, const HttpRequest& request, int max_request_id_bytes,
                        absl::Duration timeout = absl::InfiniteDuration());
 

@@ -151,6 +151,9 @@ json InferenceHeaders() {
       {Parameter("X-Request-Id", "header", string, "the request id when the body gives none (echoed)", false),
        Parameter("X-Request-Timeout-Ms", "header", {{"type", "integer"}, {"minimum", 1}, {"maximum", 86400000}},
                  "the call's deadline, in milliseconds from its arrival", false),
+       Parameter("X-Request-Priority", "header",
+                 {{"type", "string"}, {"enum", {"high", "normal", "low", "default", "1", "2", "3", "0"}}},
+                 "the request's priority in the model's batch queue when the body names none", false),
        Parameter("traceparent", "header", string, "W3C Trace Context: the call is traced in the access log", false)});
 }
 

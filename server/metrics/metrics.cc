@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/core/alloc/allocator.h"
 #include "server/core/sched/env.h"
+#include "server/core/sched/priority.h"
 
 namespace qvi {
 namespace {
@@ -50,8 +51,8 @@ void RemoveVersionSeries(Series& series, Family& family, const std::string& mode
 }
 
 // A counter family of the API keys (registered at start: its HELP shows before the first call).
-prometheus::Family<prometheus::Counter>& KeyCounters(prometheus::Registry& registry, const std::string& name,
-                                                     const std::string& help) {
+prometheus::Family<prometheus::Counter>& CounterFamily(prometheus::Registry& registry, const std::string& name,
+                                                       const std::string& help) {
   return BuildCounter().Name(name).Help(help).Register(registry);
 }
 
@@ -126,17 +127,18 @@ Metrics::Metrics()
                       .Name("qvi_model_info")
                       .Help("1 for each loaded model version, with its device, artifact format and architecture")
                       .Register(*registry_)),
-      file_changes_(BuildCounter()
-                        .Name("qvi_model_file_changes_total")
-                        .Help("READY versions whose model files changed in place, by model and result: reloaded "
-                              "(the new files serve) or failed (the files loaded before still serve)")
-                        .Register(*registry_)),
-      key_requests_(KeyCounters(*registry_, "qvi_key_requests_total",
-                                "With --api-keys: inference calls by API key name and gRPC status code, and every "
-                                "call refused for its key (key \"_none\": no valid key)")),
-      key_limited_(KeyCounters(*registry_, "qvi_key_limited_total",
-                               "With --api-keys: calls refused for a rate limit, by API key name and limit "
-                               "(requests, texts, tokens)")) {}
+      file_changes_(CounterFamily(*registry_, "qvi_model_file_changes_total",
+                                  "READY versions whose model files changed in place, by model and result: reloaded "
+                                  "(the new files serve) or failed (the files loaded before still serve)")),
+      shed_(CounterFamily(*registry_, "qvi_queue_shed_texts_total",
+                          "Queued texts whose requests were failed (RESOURCE_EXHAUSTED) to make room in a full batch "
+                          "queue for a request of a higher priority, by model and priority (high, normal, low)")),
+      key_requests_(CounterFamily(*registry_, "qvi_key_requests_total",
+                                  "With --api-keys: inference calls by API key name and gRPC status code, and every "
+                                  "call refused for its key (key \"_none\": no valid key)")),
+      key_limited_(CounterFamily(*registry_, "qvi_key_limited_total",
+                                 "With --api-keys: calls refused for a rate limit, by API key name and limit "
+                                 "(requests, texts, tokens)")) {}
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Serve(const std::string& host, int port) {
   auto metrics = std::make_unique<Metrics>();
@@ -382,6 +384,12 @@ void Metrics::OnQueueDepth(const std::string& model, int64_t version, size_t tex
     gauge = SeriesFor(model, version).queue_texts;
   }
   gauge->Set(static_cast<double>(texts));
+}
+
+void Metrics::OnShed(const std::string& model, int64_t /*version*/, int level, size_t texts) {
+  // Family::Add finds the series when it exists: at most three per model.
+  shed_.Add({{"model", model}, {"priority", std::string(PriorityName(static_cast<Priority>(level)))}})
+      .Increment(static_cast<double>(texts));
 }
 
 void Metrics::OnModelFilesChanged(const std::string& model, bool reloaded) {

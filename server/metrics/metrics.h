@@ -65,6 +65,8 @@ class Metrics final : public ServingObserver {
   void OnQueueDepth(const std::string& model, int64_t version, size_t texts) override;
   // From the answer threads (or an instance thread that answers its own batch).
   void OnAnswers(const std::string& model, int64_t version, const AnswerReport& answers) override;
+  // From the thread that enqueued the request that took their place.
+  void OnShed(const std::string& model, int64_t version, int level, size_t texts) override;
 
   // A counter read at each scrape from `read` (for counts kept elsewhere, such as the access log's
   // dropped lines). Call before the first scrape.
@@ -115,6 +117,7 @@ class Metrics final : public ServingObserver {
   prometheus::Family<prometheus::Gauge>& model_state_;
   prometheus::Family<prometheus::Gauge>& model_info_;
   prometheus::Family<prometheus::Counter>& file_changes_;
+  prometheus::Family<prometheus::Counter>& shed_;
   prometheus::Family<prometheus::Counter>& key_requests_;
   prometheus::Family<prometheus::Counter>& key_limited_;
 

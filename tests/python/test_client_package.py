@@ -228,13 +228,14 @@ def test_the_set_up_installs_the_package_into_the_projects_venv():
 
 def test_the_api_key_goes_with_every_call_over_both_protocols(client_python, tmp_path):
     """Client(api_key=...) or QVI_API_KEY in the environment: a server with --api-keys answers; without a
-    key it raises QviError UNAUTHENTICATED."""
+    key it raises QviError UNAUTHENTICATED. The priority goes with the call too: this key may ask for
+    normal at most, so high is PERMISSION_DENIED."""
     import hashlib
     key = "client-secret-2b7d"
     keys = os.path.join(tmp_path, "keys.json")
     with open(keys, "w") as f:
         json.dump({"keys": [{"name": "py", "sha256": hashlib.sha256(key.encode()).hexdigest(),
-                             "scopes": ["infer", "read"]}]}, f)
+                             "scopes": ["infer", "read"], "max_priority": "normal"}]}, f)
     proc = ServerProcess(STORE, str(tmp_path), "--api-keys", keys)
     try:
         script = """
@@ -243,14 +244,21 @@ def test_the_api_key_goes_with_every_call_over_both_protocols(client_python, tmp
             target, protocol, key = sys.argv[1], sys.argv[2], sys.argv[3] or None
             with Client(target, protocol=protocol, api_key=key, retries=0) as c:
                 try:
-                    print(json.dumps([c.classify("sentiment", "a fine film").results[0].labels[0].label,
-                                      sorted(m.name for m in c.list_models())]))
+                    answer = [c.classify("sentiment", "a fine film", priority="low").results[0].labels[0].label,
+                              sorted(m.name for m in c.list_models())]
+                    try:
+                        c.tag("ner", "Ada went to Paris", priority="high")
+                    except QviError as e:
+                        answer.append([e.code.name, e.message])
+                    print(json.dumps(answer))
                 except QviError as e:
                     print(json.dumps([e.code.name, e.message]))
         """
         for protocol, address in (("grpc", proc.address), ("http", proc.http_address)):
             got, _ = run(client_python, script, address, protocol, key)
             assert got[0] in ("positive", "negative") and got[1] == ["ner", "sentiment", "topics"], (protocol, got)
+            assert got[2] == ["PERMISSION_DENIED", "priority: API key 'py' may ask for normal priority at most, "
+                                                   "not high"], (protocol, got)
             got, _ = run(client_python, script, address, protocol, "")
             assert got[0] == "UNAUTHENTICATED" and "API key" in got[1], (protocol, got)
         os.environ["QVI_API_KEY"] = key

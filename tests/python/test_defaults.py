@@ -9,7 +9,7 @@ import subprocess
 from qvi_testing import REPO, SERVER
 
 KEYS = ("max_batch_size", "max_batch_tokens", "max_queue_delay_ms", "max_queued_texts", "max_queued_tokens",
-        "batch_when_idle")
+        "batch_when_idle", "priority_aging_ms")
 
 
 def value(text):

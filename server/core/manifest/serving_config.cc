@@ -135,6 +135,8 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
       s = ReadNumber(value, key, 1, 64, o.instances);
     } else if (key == "max_queue_delay_ms") {
       s = ReadNumber(value, key, 0.0, 60000.0, o.max_queue_delay_ms);
+    } else if (key == "priority_aging_ms") {
+      s = ReadNumber(value, key, 0.0, 3600000.0, o.priority_aging_ms);
     } else if (key == "device") {
       if (!value.is_string()) return Bad(key, "must be a string such as \"cpu\" or \"cuda:0\"");
       o.device = value.get<std::string>();
@@ -166,9 +168,8 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
     } else {
       return Bad(key,
                  "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
-                 "max_queued_texts, max_queued_tokens, instances, device, format, cpu_package, version_policy, "
-                 "batch_when_idle, "
-                 "cuda_graphs");
+                 "max_queued_texts, max_queued_tokens, priority_aging_ms, instances, device, format, cpu_package, "
+                 "version_policy, batch_when_idle, cuda_graphs");
     }
     if (!s.ok()) return s;
   }
@@ -206,6 +207,7 @@ ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, co
   const int64_t queued_tokens = on_gpu ? defaults::kGpuMaxQueuedTokens : defaults::kMaxQueuedTokens;
   c.max_queued_texts = o.max_queued_texts.value_or(d.max_queued_texts > 0 ? d.max_queued_texts : queued_texts);
   c.max_queued_tokens = o.max_queued_tokens.value_or(d.max_queued_tokens > 0 ? d.max_queued_tokens : queued_tokens);
+  c.priority_aging_ms = o.priority_aging_ms.value_or(d.priority_aging_ms);
   c.batching = o.batching.value_or(d.batching);
   c.cuda_graphs = o.cuda_graphs.value_or(d.cuda_graphs);
   return c;

@@ -83,6 +83,8 @@ struct ServingConfig {
   // kMaxQueued* or the GPU's kGpuMaxQueued*. A resolved config always holds the number.
   int max_queued_texts = defaults::kMaxQueuedTexts;
   int64_t max_queued_tokens = defaults::kMaxQueuedTokens;
+  // How much later a text counts as having arrived per priority level below high (batch_scheduler.h).
+  double priority_aging_ms = defaults::kPriorityAgingMs;
   int instances = 1;
   std::string device = "auto";
   ModelFormat format = ModelFormat::kAuto;
@@ -95,7 +97,7 @@ struct ServingConfig {
 struct ServingOverrides {
   std::optional<int> max_batch_size, max_batch_tokens, max_queued_texts, instances;
   std::optional<int64_t> max_queued_tokens;
-  std::optional<double> max_queue_delay_ms;
+  std::optional<double> max_queue_delay_ms, priority_aging_ms;
   std::optional<std::string> device;
   std::optional<ModelFormat> format;
   std::optional<std::string> cpu_package;

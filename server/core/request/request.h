@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "server/core/outputs/answer.h"
 #include "server/core/outputs/outputs.h"
+#include "server/core/sched/priority.h"
 
 namespace qvi {
 
@@ -58,6 +59,9 @@ struct InferenceRequest {
   std::vector<std::string> texts;
   OutputOptions options;
   std::string request_id;
+  // Its place in the batch queue (priority.h). The front ends set the caller's (its request, else its
+  // API key's default); kDefault queues it as normal.
+  Priority priority = Priority::kDefault;
   // Checked before the model runs: a request past its deadline or cancelled never reaches it. A time
   // of the core's monotonic clock (InferenceService::env(); MonotonicDeadline converts gRPC's).
   absl::Time deadline = absl::InfiniteFuture();

@@ -37,6 +37,11 @@ absl::Status CheckRequest(const InferenceRequest& r, const RequestLimits& limits
     absl::Status utf8 = ValidateUtf8(r.texts[i]);
     if (!utf8.ok()) return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", utf8.message()));
   }
+  if (!IsPriority(r.priority)) {
+    return absl::InvalidArgumentError(absl::StrCat("priority: ", static_cast<int>(r.priority),
+                                                   " is not a priority; it takes 0 (the default), 1 (high), "
+                                                   "2 (normal) or 3 (low)"));
+  }
   if (r.options.top_k < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("options.top_k: ", r.options.top_k, " is negative; 0 returns the best label"));

@@ -63,6 +63,7 @@ absl::Status CheckBatchSchedulerOptions(const BatchSchedulerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("max_queued_texts must be >= 1, got ", o.max_queued_texts));
   if (o.max_queued_tokens < 1)
     return absl::InvalidArgumentError(absl::StrCat("max_queued_tokens must be >= 1, got ", o.max_queued_tokens));
+  if (o.priority_aging < absl::ZeroDuration()) return absl::InvalidArgumentError("priority_aging must not be negative");
   return absl::OkStatus();
 }
 
@@ -79,22 +80,33 @@ absl::Status BatchExpiredWhileQueued() {
   return absl::DeadlineExceededError("the deadline passed while the request waited for the model");
 }
 
-void ChooseBatch(const std::vector<int>& tokens, const BatchSchedulerOptions& options, std::vector<size_t>& order,
-                 std::vector<size_t>& batch, bool& full) {
+absl::Status BatchShed(int level) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the model's queue was full and a request of a higher priority took this one's place (priority ",
+                   level, ", ", PriorityName(static_cast<Priority>(level)), "); retry with backoff"));
+}
+
+void ChooseBatch(const std::vector<int>& tokens, const std::vector<uint8_t>& levels, size_t seed,
+                 const BatchSchedulerOptions& options, std::vector<size_t>& order, std::vector<size_t>& batch,
+                 bool& full) {
   full = false;
-  const int seed_len = tokens.front();
+  const int seed_len = tokens[seed];
   order.clear();
-  for (size_t i = 1; i < tokens.size(); ++i) order.push_back(i);
-  // Closest in length to the seed first; among equals, the one that came first. Only the first
-  // max_batch_size - 1 of that order can join the batch, so only they are put in order.
-  const auto closer = [&tokens, seed_len](size_t a, size_t b) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i != seed) order.push_back(i);
+  }
+  // The higher level first; within a level, the closest in length to the seed; among equals, the one
+  // that came first. Only the first max_batch_size - 1 of that order can join the batch, so only
+  // they are put in order.
+  const auto closer = [&tokens, &levels, seed_len](size_t a, size_t b) {
+    if (!levels.empty() && levels[a] != levels[b]) return levels[a] < levels[b];
     const int da = std::abs(tokens[a] - seed_len), db = std::abs(tokens[b] - seed_len);
     return da != db ? da < db : a < b;
   };
   const size_t wanted = std::min(order.size(), static_cast<size_t>(std::max(options.max_batch_size - 1, 0)));
   std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(wanted), order.end(), closer);
   batch.clear();
-  batch.push_back(0);
+  batch.push_back(seed);
   int longest = std::max(seed_len, 1);
   for (size_t k = 0; k < wanted; ++k) {
     const size_t i = order[k];
@@ -108,6 +120,19 @@ void ChooseBatch(const std::vector<int>& tokens, const BatchSchedulerOptions& op
   }
   if (static_cast<int>(batch.size()) >= options.max_batch_size) full = true;
   if (static_cast<int64_t>(batch.size()) * longest >= options.max_batch_tokens) full = true;
+}
+
+size_t ChooseSeed(const std::vector<absl::Time>& arrivals, const std::vector<uint8_t>& levels, absl::Duration aging) {
+  size_t seed = 0;
+  absl::Time best = absl::InfiniteFuture();
+  for (size_t i = 0; i < arrivals.size(); ++i) {
+    const absl::Time due = levels.empty() ? arrivals[i] : arrivals[i] + (levels[i] - 1) * aging;
+    if (due < best) {
+      best = due;
+      seed = i;
+    }
+  }
+  return seed;
 }
 
 bool BatchWouldBeFull(size_t texts, int longest, const BatchSchedulerOptions& options) {

@@ -7,7 +7,17 @@
 //   3. the oldest waiting text has waited max_queue_delay.
 // So the worst-case queueing delay of a text, with a free model instance, is max_queue_delay.
 // Each batch starts from the oldest waiting text (no text starves) and is filled with the waiting
-// texts closest to it in length, which cuts padding. A request's texts may go into different
+// texts closest to it in length, which cuts padding.
+//
+// Priorities (priority.h): a text of level p (1 high, 2 normal, 3 low) counts as if it had arrived
+// (p - 1) x priority_aging later when the batch's first text (its seed) is chosen, and the rest of the
+// batch is filled from the highest level down (closest in length within a level). So a high-priority
+// text joins the next batch formed unless that batch fills with high-priority texts, whatever the
+// number of lower ones waiting; and no text is passed over as a seed by a higher-level text that
+// arrived more than (p - 1) x priority_aging after it (the aging rule: lower levels wait longer, never
+// for ever). When the queue is full, a request is queued in the place of lower-priority requests
+// (the lowest level first, the newest first), which fail with RESOURCE_EXHAUSTED; with one level in
+// use, all of this is the arrival order above. A request's texts may go into different
 // batches; BatchRequest puts the answer back together and reports it exactly once.
 // Expired and cancelled requests are removed when a batch is formed, so their texts never reach
 // the model; a request that does not fit in the queue is refused at once (RESOURCE_EXHAUSTED).
@@ -39,6 +49,7 @@
 #include "absl/time/time.h"
 #include "server/core/sched/defaults.h"
 #include "server/core/sched/env.h"
+#include "server/core/sched/priority.h"
 #include "server/core/sched/sync.h"
 
 namespace qvi {
@@ -54,6 +65,9 @@ class BatchRequest {
 
   const std::vector<int>& token_counts() const { return token_counts_; }
   absl::Time deadline() const { return deadline_; }
+  // Set once, before the request is enqueued (kDefault queues it as normal).
+  Priority priority() const { return priority_; }
+  void set_priority(Priority priority) { priority_ = priority; }
   // False once the request has finished: after that the caller's context (and so what
   // is_cancelled reads) may be gone, while another batch still holds this request's texts.
   bool IsCancelled() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -69,6 +83,7 @@ class BatchRequest {
   const absl::Time deadline_;
   const std::function<bool()> is_cancelled_;
   std::function<void(absl::Status)> on_done_;
+  Priority priority_ = Priority::kDefault;
   mutable Mutex mu_;
   size_t remaining_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -82,18 +97,26 @@ struct BatchSchedulerOptions {
   absl::Duration max_queue_delay = absl::Microseconds(static_cast<int64_t>(defaults::kMaxQueueDelayMs * 1000));
   int max_queued_texts = defaults::kMaxQueuedTexts;
   int64_t max_queued_tokens = defaults::kMaxQueuedTokens;
+  // How much later a text counts as having arrived per level below high, when a batch's seed is chosen.
+  absl::Duration priority_aging = absl::Milliseconds(defaults::kPriorityAgingMs);
 };
 
 // INVALID_ARGUMENT naming the first setting out of range.
 absl::Status CheckBatchSchedulerOptions(const BatchSchedulerOptions& options);
 
-// Which texts of a queue (arrival order) form the batch seeded by the oldest, queue[0]: the ones
-// closest to it in length (among equals, the earlier), while the batch stays within max_batch_size
+// Which texts of a queue (arrival order) form the batch seeded by queue[seed]: the others by level
+// (`levels[i]`, 1 the highest; all one level when `levels` is empty), and within a level the closest
+// to the seed in length (among equals, the earlier), while the batch stays within max_batch_size
 // texts and max_batch_tokens padded tokens. `full` says a limit, rather than running out of texts,
 // closed it. Writes indices into `tokens` to `batch`, the seed first; `order` is scratch space.
 // Both vectors keep their capacity, so a caller that reuses them allocates nothing once they grew.
-void ChooseBatch(const std::vector<int>& tokens, const BatchSchedulerOptions& options, std::vector<size_t>& order,
-                 std::vector<size_t>& batch, bool& full);
+void ChooseBatch(const std::vector<int>& tokens, const std::vector<uint8_t>& levels, size_t seed,
+                 const BatchSchedulerOptions& options, std::vector<size_t>& order, std::vector<size_t>& batch,
+                 bool& full);
+
+// The seed of the next batch: the text whose arrival, put off by (level - 1) x `aging`, is the
+// earliest (among equals, the first). `arrivals` in queue order; all one level when `levels` is empty.
+size_t ChooseSeed(const std::vector<absl::Time>& arrivals, const std::vector<uint8_t>& levels, absl::Duration aging);
 
 // Whether the batch ChooseBatch would form from `texts` texts, the longest `longest` tokens, is
 // closed by a limit (its `full`), decided without choosing it.
@@ -103,6 +126,20 @@ bool BatchWouldBeFull(size_t texts, int longest, const BatchSchedulerOptions& op
 absl::Status BatchQueueFull(size_t queued_texts, int64_t queued_tokens);
 absl::Status BatchCancelledWhileQueued();
 absl::Status BatchExpiredWhileQueued();
+// A request of `level` whose place in a full queue a higher-priority request took.
+absl::Status BatchShed(int level);
+
+// What Enqueue shed to make room: texts per level (index 1 to kPriorityLevels), and the requests,
+// which the holder fails (Fail) once it holds no lock.
+template <typename Request>
+struct Shed {
+  size_t texts[kPriorityLevels + 1] = {};
+  std::vector<std::shared_ptr<Request>> requests;
+  void Fail() {
+    for (const std::shared_ptr<Request>& r : requests) r->Fail(BatchShed(PriorityLevel(r->priority())));
+    requests.clear();
+  }
+};
 
 // One text of a queued request.
 template <typename Request>
@@ -111,6 +148,7 @@ struct QueuedText {
   int index = 0;  // which of the request's texts
   int tokens = 0;
   absl::Time arrival;
+  uint8_t level = 2;  // the request's PriorityLevel
 };
 
 // When TakeBatch hands out a batch.
@@ -132,20 +170,15 @@ class BatchScheduler {
     return std::unique_ptr<BatchScheduler>(new BatchScheduler(options, env));
   }
 
-  // Queues all of the request's texts, or none: RESOURCE_EXHAUSTED at once when they do not fit.
-  absl::Status Enqueue(std::shared_ptr<Request> request) ABSL_LOCKS_EXCLUDED(mu_) {
-    const std::vector<int>& counts = request->token_counts();
-    int64_t tokens = 0;
-    for (int c : counts) tokens += c;
-    MutexLock lock(&mu_);
-    if (queue_.size() + counts.size() > static_cast<size_t>(options_.max_queued_texts) ||
-        queued_tokens_ + tokens > options_.max_queued_tokens) {
-      return BatchQueueFull(queue_.size(), queued_tokens_);
-    }
-    const absl::Time now = env_->Now();
-    for (size_t i = 0; i < counts.size(); ++i) queue_.push_back({request, static_cast<int>(i), counts[i], now});
-    queued_tokens_ += tokens;
-    return absl::OkStatus();
+  // Queues all of the request's texts, or none: RESOURCE_EXHAUSTED at once when they do not fit, even
+  // once every request of a lower priority is left out. The requests shed to make room (BatchShed) are
+  // added to `shed`, whose holder fails them once it holds no lock; without `shed`, they are failed
+  // before Enqueue returns.
+  absl::Status Enqueue(std::shared_ptr<Request> request, Shed<Request>* shed = nullptr) ABSL_LOCKS_EXCLUDED(mu_) {
+    Shed<Request> own;
+    absl::Status status = EnqueueOrShed(std::move(request), shed != nullptr ? *shed : own);
+    own.Fail();
+    return status;
   }
 
   // The next batch if one is due now (empty otherwise); with Take::kNow, the next batch whatever
@@ -204,6 +237,63 @@ class BatchScheduler {
     return longest;
   }
 
+  absl::Status EnqueueOrShed(std::shared_ptr<Request> request, Shed<Request>& shed) ABSL_LOCKS_EXCLUDED(mu_) {
+    const std::vector<int>& counts = request->token_counts();
+    int64_t tokens = 0;
+    for (int c : counts) tokens += c;
+    const auto level = static_cast<uint8_t>(PriorityLevel(request->priority()));
+    MutexLock lock(&mu_);
+    const bool fits = queue_.size() + counts.size() <= static_cast<size_t>(options_.max_queued_texts) &&
+                      queued_tokens_ + tokens <= options_.max_queued_tokens;
+    if (!fits && !ShedLocked(level, counts.size(), tokens, shed)) return BatchQueueFull(queue_.size(), queued_tokens_);
+    const absl::Time now = env_->Now();
+    for (size_t i = 0; i < counts.size(); ++i) queue_.push_back({request, static_cast<int>(i), counts[i], now, level});
+    queued_tokens_ += tokens;
+    return absl::OkStatus();
+  }
+
+  // Makes room for `texts` texts and `tokens` tokens of level `level` by taking out whole requests of
+  // lower levels, the lowest level first and the newest first; false (nothing taken out) when even
+  // all of them would not make room. The requests taken out go to `shed`, to be failed once the lock
+  // is released.
+  bool ShedLocked(uint8_t level, size_t texts, int64_t tokens, Shed<Request>& shed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int64_t free_texts = options_.max_queued_texts - static_cast<int64_t>(queue_.size());
+    int64_t free_tokens = options_.max_queued_tokens - queued_tokens_;
+    std::vector<const BatchRequest*> marked;
+    const auto enough = [&] { return free_texts >= static_cast<int64_t>(texts) && free_tokens >= tokens; };
+    bool found = false;
+    for (int lower = kPriorityLevels; lower > level && !found; --lower) {
+      for (size_t i = queue_.size(); i-- > 0;) {
+        const QueuedText<Request>& t = queue_[i];
+        if (t.level != lower) continue;
+        ++free_texts;
+        free_tokens += t.tokens;
+        if (marked.empty() || marked.back() != t.request.get()) marked.push_back(t.request.get());
+        // A request's texts sit together (see DropDeadLocked): at its first text the request is whole.
+        if ((i == 0 || queue_[i - 1].request != t.request) && enough()) {
+          found = true;
+          break;
+        }
+      }
+    }
+    if (!found) return false;
+    std::sort(marked.begin(), marked.end());
+    size_t kept = 0;
+    for (size_t i = 0; i < queue_.size(); ++i) {
+      QueuedText<Request>& t = queue_[i];
+      if (std::binary_search(marked.begin(), marked.end(), t.request.get())) {
+        if (shed.requests.empty() || shed.requests.back() != t.request) shed.requests.push_back(t.request);
+        ++shed.texts[t.level];
+        queued_tokens_ -= t.tokens;
+        continue;
+      }
+      if (kept != i) queue_[kept] = std::move(t);
+      ++kept;
+    }
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(kept), queue_.end());
+    return true;
+  }
+
   // Decides whether a batch is due before choosing one: nothing is sorted or allocated when none is.
   // A batch that forms is taken out of the queue in one pass, keeping the rest in order.
   Batch FormBatchAndCollectDead(Take when, std::vector<DeadRequest>& dead) ABSL_LOCKS_EXCLUDED(mu_) {
@@ -216,9 +306,22 @@ class BatchScheduler {
       return {};
     }
     tokens_.clear();
-    for (const QueuedText<Request>& t : queue_) tokens_.push_back(t.tokens);
+    arrivals_.clear();
+    levels_.clear();
+    bool mixed = false;
+    for (const QueuedText<Request>& t : queue_) {
+      tokens_.push_back(t.tokens);
+      mixed = mixed || t.level != queue_.front().level;
+    }
+    if (mixed) {  // with one level in use the seed is the oldest text, and levels change no order
+      for (const QueuedText<Request>& t : queue_) {
+        arrivals_.push_back(t.arrival);
+        levels_.push_back(t.level);
+      }
+    }
+    const size_t seed = mixed ? ChooseSeed(arrivals_, levels_, options_.priority_aging) : 0;
     bool full = false;
-    ChooseBatch(tokens_, options_, order_, chosen_, full);
+    ChooseBatch(tokens_, levels_, seed, options_, order_, chosen_, full);
     take_.assign(queue_.size(), 0);
     for (size_t i : chosen_) take_[i] = 1;
     Batch batch;
@@ -244,6 +347,8 @@ class BatchScheduler {
   int64_t queued_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   // Scratch space of FormBatchAndCollectDead, kept between batches so that it stops allocating.
   std::vector<int> tokens_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> arrivals_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> levels_ ABSL_GUARDED_BY(mu_);
   std::vector<size_t> order_ ABSL_GUARDED_BY(mu_);
   std::vector<size_t> chosen_ ABSL_GUARDED_BY(mu_);
   std::vector<char> take_ ABSL_GUARDED_BY(mu_);

@@ -18,6 +18,10 @@ inline constexpr double kMaxQueueDelayMs = 2.0;
 // Texts and tokens a version's queue holds before it refuses (RESOURCE_EXHAUSTED).
 inline constexpr int kMaxQueuedTexts = 1024;
 inline constexpr int64_t kMaxQueuedTokens = int64_t{1} << 17;
+// How much later a text counts as having arrived, per priority level below high, when the queue
+// picks the text a batch starts from (batch_scheduler.h): a low-priority text (two levels below)
+// waits at most 200 ms longer for its turn than a high-priority one that came with it.
+inline constexpr double kPriorityAgingMs = 100.0;
 // An idle instance takes what is queued at once instead of waiting max_queue_delay_ms.
 inline constexpr bool kBatchWhenIdle = true;
 // A version placed on a GPU: a forward there costs about the same for 1 text as for 32, and a batch

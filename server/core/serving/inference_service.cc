@@ -341,6 +341,7 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
                       r.options.layers.reduction != LayerSelection::Reduction::kNone});
   request->set_faithfulness_top_k(r.options.faithfulness_top_k);
   request->set_texts(texts);
+  request->set_priority(r.priority);
   state->request = request;
   if (absl::Status s = servable->runner->Enqueue(std::move(request)); !s.ok()) state->done(s);
 }

@@ -50,6 +50,7 @@ BatchSchedulerOptions BatchingOptions(const ServingConfig& serving) {
   o.max_batch_size = serving.max_batch_size;
   o.max_batch_tokens = serving.max_batch_tokens;
   o.max_queue_delay = absl::Microseconds(static_cast<int64_t>(serving.max_queue_delay_ms * 1000));
+  o.priority_aging = absl::Microseconds(static_cast<int64_t>(serving.priority_aging_ms * 1000));
   o.max_queued_texts = serving.max_queued_texts;
   o.max_queued_tokens = serving.max_queued_tokens;
   return o;
@@ -85,10 +86,11 @@ ModelRunner::ModelRunner(std::shared_ptr<const Model> model, int64_t version, st
 ModelRunner::~ModelRunner() { Stop(); }
 
 absl::Status ModelRunner::Enqueue(std::shared_ptr<RunnableRequest> request) {
+  Shed<RunnableRequest> shed;
   {
     MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the model is shutting down");
-    if (absl::Status s = scheduler_->Enqueue(request); !s.ok()) return s;
+    if (absl::Status s = scheduler_->Enqueue(request, &shed); !s.ok()) return s;
     ++work_seq_;
     // Every idle instance wakes, and the first to reach the queue takes the work: on a busy machine
     // the one whose core is free now. Waking one alone -- the longest asleep, or the last to fall
@@ -96,7 +98,16 @@ absl::Status ModelRunner::Enqueue(std::shared_ptr<RunnableRequest> request) {
     // instances on two cores (docs/performance.md, "Tried and not kept": the woken one waits for its core).
     work_.SignalAll();
   }
-  ReportQueueDepth();  // outside the lock, like every call out of the runner
+  // Outside the lock, like every call out of the runner: the shed requests' answers, then the reports.
+  shed.Fail();
+  for (int level = 1; level <= kPriorityLevels; ++level) {
+    if (shed.texts[level] == 0) continue;
+    absl::Status s =
+        Observe("OnShed", [&] { observer_->OnShed(model_->manifest().name, version_, level, shed.texts[level]); });
+    if (!s.ok())
+      spdlog::error("model '{}' version {}: {}", model_->manifest().name, version_, std::string(s.message()));
+  }
+  ReportQueueDepth();
   return absl::OkStatus();
 }
 

@@ -42,6 +42,9 @@ class ServingObserver {
   virtual void OnQueueDepth(const std::string& model, int64_t version, size_t texts) = 0;
   // After each share of a batch's answers; called from the thread that made them.
   virtual void OnAnswers(const std::string& /*model*/, int64_t /*version*/, const AnswerReport& /*answers*/) {}
+  // `texts` queued texts of priority `level` (1 high, 2 normal, 3 low) were shed, their requests
+  // failed, to make room for a request of a higher priority; called from the thread that enqueued it.
+  virtual void OnShed(const std::string& /*model*/, int64_t /*version*/, int /*level*/, size_t /*texts*/) {}
 };
 
 }  // namespace qvi

@@ -233,6 +233,7 @@ void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
     b->set_max_batch_size(v.serving.max_batch_size);
     b->set_max_batch_tokens(v.serving.max_batch_tokens);
     b->set_max_queue_delay_ms(v.serving.max_queue_delay_ms);
+    b->set_priority_aging_ms(v.serving.priority_aging_ms);
     b->set_instances(v.serving.instances);
     b->set_batch_when_idle(v.serving.batching == BatchingMode::kWhenIdle);
     b->set_max_queued_texts(v.serving.max_queued_texts);

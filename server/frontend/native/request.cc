@@ -3,8 +3,9 @@
 namespace qvi {
 
 InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::RepeatedPtrField<std::string>& texts,
-                           const v1::OutputOptions& options, const std::string& request_id) {
+                           const v1::OutputOptions& options, const std::string& request_id, int priority) {
   InferenceRequest r;
+  r.priority = static_cast<Priority>(priority);  // CheckRequest refuses a number that is none
   r.model = model.name();
   r.version = model.version();
   r.texts.assign(texts.begin(), texts.end());

@@ -13,7 +13,7 @@ namespace qvi {
 namespace v1 = ::qvi::serving::v1;
 
 InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::RepeatedPtrField<std::string>& texts,
-                           const v1::OutputOptions& options, const std::string& request_id);
+                           const v1::OutputOptions& options, const std::string& request_id, int priority = 0);
 
 }  // namespace qvi
 

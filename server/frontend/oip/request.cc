@@ -18,8 +18,8 @@ constexpr char kInput[] = "text";
 // (outputs.h, NamesOf), so that a row with a new switch is a parameter here too.
 const std::set<std::string>& KnownParameters() {
   static const std::set<std::string> known = [] {
-    std::set<std::string> names = {"top_k",   "truncation",        "layers", "heads", "reduction",
-                                   "timeout", "faithfulness_top_k"};
+    std::set<std::string> names = {"top_k",   "truncation",         "layers",  "heads", "reduction",
+                                   "timeout", "faithfulness_top_k", "priority"};
     for (const OutputRow& row : OutputCatalogue()) {
       if (const char* parameter = NamesOf(row.on).parameter) names.insert(parameter);
     }
@@ -206,6 +206,12 @@ absl::Status ReadParameters(const inference::ModelInferRequest& in, const Manife
       plan.top_k = static_cast<int>(std::clamp<int64_t>(*k, 1, std::max<int64_t>(1, m.labels.size())));
     } else if (name == "faithfulness_top_k") {
       if (absl::Status st = ReadFaithfulness(value, m, o); !st.ok()) return st;
+    } else if (name == "priority") {  // tritonclient's infer(priority=N): 1 the highest, 0 the default
+      absl::StatusOr<int64_t> n = IntParameter(name, value);
+      if (!n.ok()) return n.status();
+      absl::StatusOr<Priority> p = PriorityFromNumber(*n, "parameters.priority");
+      if (!p.ok()) return p.status();
+      plan.request.priority = *p;
     } else if (name == "timeout") {
       absl::StatusOr<int64_t> us = IntParameter(name, value);
       if (!us.ok()) return us.status();

@@ -19,7 +19,8 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::Infer(Method method, grpc::Callb
         if (absl::Status s = DecodeRequest(bytes, caps_, &request); !s.ok()) return s;
         PlannedCall<Response> planned;
         planned.method = method;
-        planned.request = FromProto(request.model(), request.texts(), request.options(), request.request_id());
+        planned.request =
+            FromProto(request.model(), request.texts(), request.options(), request.request_id(), request.priority());
         planned.build = [](const InferenceResponse& answer, Response* response) {
           ToProto(answer, response);
           return absl::OkStatus();

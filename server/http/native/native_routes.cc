@@ -48,7 +48,8 @@ void Serve(Core* core, Calls* calls, Method method, const HttpRoute& route, Http
   }
   message.mutable_model()->set_name(route.model);
   message.mutable_model()->set_version(route.version);
-  InferenceRequest r = FromProto(message.model(), message.texts(), message.options(), message.request_id());
+  InferenceRequest r =
+      FromProto(message.model(), message.texts(), message.options(), message.request_id(), message.priority());
   if (absl::Status s = call->Prepare(r, request, core->limits().max_request_id_bytes); !s.ok()) return call->Fail(s);
   core->Submit(method, std::move(r), [call](absl::StatusOr<InferenceResponse> answer) {
     call->AnswerWith(answer, [&]() -> absl::StatusOr<HttpResponse> {

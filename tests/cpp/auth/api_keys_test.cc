@@ -56,7 +56,8 @@ TEST(ApiKeysTest, AFileWithAMistakeIsRefusedNamingTheKeyAndTheField) {
   EXPECT_EQ(ErrorOf(Keys(Entry("a", kOneHash, "[]"))),
             R"(keys.json: keys[0] (a).scopes must be a non-empty list of "infer", "read", "admin")");
   EXPECT_EQ(ErrorOf(Keys(R"({"name": "a", "sha256": ")" + std::string(kOneHash) + R"(", "scope": ["read"]})")),
-            R"(keys.json: keys[0] (a) has the field "scope", which is none of "name", "sha256", "scopes", "limits")");
+            R"(keys.json: keys[0] (a) has the field "scope", which is none of "name", "sha256", "scopes", "limits", )"
+            R"("priority", "max_priority")");
   EXPECT_EQ(ErrorOf(Keys(R"({"name": "a", "sha256": ")" + std::string(kOneHash) + R"("})")),
             R"(keys.json: keys[0] (a) has no "scopes")");
   EXPECT_EQ(ErrorOf(Keys(Entry("a", kOneHash, R"(["read"])") + "," + Entry("a", kTwoHash, R"(["read"])"))),
@@ -68,6 +69,38 @@ TEST(ApiKeysTest, AFileWithAMistakeIsRefusedNamingTheKeyAndTheField) {
     many += absl::StrCat(i == 0 ? "" : ",", R"({"name": "k)", i, R"(", "sha256": "00", "scopes": ["read"]})");
   }
   EXPECT_EQ(ErrorOf(Keys(many)), "keys.json: keys holds 1001 keys, more than the limit of 1000");
+}
+
+std::string WithPriority(const std::string& fields) {
+  return Keys(absl::StrCat(R"({"name": "bulk", "sha256": ")", kOneHash, R"(", "scopes": ["infer"], )", fields, "}"));
+}
+
+TEST(ApiKeysTest, AKeySetsItsRequestsDefaultPriorityAndTheHighestTheyMayAskFor) {
+  absl::StatusOr<ApiKeySet> set = ParseApiKeys(WithPriority(R"("priority": "low", "max_priority": 2)"), "k");
+  ASSERT_TRUE(set.ok()) << set.status();
+  const ApiKey& bulk = set->keys[0];
+  EXPECT_EQ(bulk.priority, Priority::kLow);
+  EXPECT_EQ(bulk.max_priority, Priority::kNormal);
+  EXPECT_EQ(KeyPriority(bulk, Priority::kDefault).value(), Priority::kLow) << "a request naming none: the key's";
+  EXPECT_EQ(KeyPriority(bulk, Priority::kNormal).value(), Priority::kNormal);
+  EXPECT_EQ(KeyPriority(bulk, Priority::kLow).value(), Priority::kLow);
+  const absl::Status above = KeyPriority(bulk, Priority::kHigh).status();
+  EXPECT_EQ(above.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(above.message(), "priority: API key 'bulk' may ask for normal priority at most, not high");
+
+  // Without "priority": normal, or the key's max_priority when that is lower.
+  EXPECT_EQ(ParseApiKeys(WithPriority(R"("max_priority": "low")"), "k")->keys[0].priority, Priority::kLow);
+  EXPECT_EQ(ParseApiKeys(WithPriority(R"("max_priority": "high")"), "k")->keys[0].priority, Priority::kNormal);
+  const ApiKey plain = ParseApiKeys(Keys(Entry("app", kOneHash, R"(["infer"])")), "k")->keys[0];
+  EXPECT_EQ(plain.priority, Priority::kNormal);
+  EXPECT_EQ(KeyPriority(plain, Priority::kHigh).value(), Priority::kHigh) << "any priority by default";
+
+  EXPECT_EQ(ErrorOf(WithPriority(R"("priority": "urgent")")),
+            R"(keys.json: keys[0] (bulk).priority must be "high", "normal" or "low" (or 1, 2, 3))");
+  EXPECT_EQ(ErrorOf(WithPriority(R"("max_priority": 0)")),
+            R"(keys.json: keys[0] (bulk).max_priority must be "high", "normal" or "low" (or 1, 2, 3))");
+  EXPECT_EQ(ErrorOf(WithPriority(R"("priority": "high", "max_priority": "low")")),
+            "keys.json: keys[0] (bulk).priority is high, above its max_priority (low)");
 }
 
 TEST(ApiKeysTest, TheKeyIsFoundByItsHash) {

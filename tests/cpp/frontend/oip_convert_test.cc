@@ -206,11 +206,24 @@ TEST(OipConvertTest, ParametersSetTheOptionsAndAreChecked) {
   (*b.mutable_parameters())["timeout"].set_int64_param(0);
   EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.timeout: 0 µs is not positive");
   b = Request({"a"});
-  (*b.mutable_parameters())["priority"].set_int64_param(1);
-  EXPECT_EQ(
-      Error(FromModelInfer(b, Classifier())),
-      "parameters.priority: not a parameter of ModelInfer (attention, contributions, faithfulness_top_k, gates, heads, "
-      "layer_attention, layer_gates, layers, occlusion, reduction, timeout, tokens, top_k, truncation)");
+  (*b.mutable_parameters())["priority"].set_uint64_param(4);
+  EXPECT_EQ(Error(FromModelInfer(b, Classifier())),
+            "parameters.priority: 4 is not a priority; it takes 0 or \"default\", 1 or \"high\", 2 or \"normal\", "
+            "3 or \"low\"");
+  b = Request({"a"});
+  (*b.mutable_parameters())["priority"].set_string_param("high");
+  EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.priority: must be an int64");
+  b = Request({"a"});
+  (*b.mutable_parameters())["priorty"].set_int64_param(1);
+  EXPECT_EQ(Error(FromModelInfer(b, Classifier())),
+            "parameters.priorty: not a parameter of ModelInfer (attention, contributions, faithfulness_top_k, gates, "
+            "heads, layer_attention, layer_gates, layers, occlusion, priority, reduction, timeout, tokens, top_k, "
+            "truncation)");
+  b = Request({"a"});
+  (*b.mutable_parameters())["priority"].set_uint64_param(3);  // as tritonclient's infer(priority=3) sends it
+  absl::StatusOr<InferPlan> low = FromModelInfer(b, Classifier());
+  ASSERT_TRUE(low.ok()) << low.status();
+  EXPECT_EQ(low->request.priority, Priority::kLow);
 }
 
 // Every switch of the catalogue is a ModelInfer parameter, derived from the table (a row with a new

@@ -11,7 +11,7 @@ CALLS.json: {"target": "host:port", "calls": [...]}, every call made with the sa
 
 A call: {"client": "triton" | "triton_http" | "kserve" | "kserve_rest", "rpc": "live" | "ready" | "model_ready" | "server_metadata" |
 "model_metadata" | "infer", "model", "version", "texts", "outputs": [{"name", "class_count"}],
-"parameters", "headers" (tritonclient only: gRPC metadata or HTTP headers), "timeout" (the client's deadline, s), "server_timeout" (the "timeout"
+"parameters", "priority" (tritonclient only: its infer(priority=N)), "headers" (tritonclient only: gRPC metadata or HTTP headers), "timeout" (the client's deadline, s), "server_timeout" (the "timeout"
 parameter, µs), "id", "input": {"name", "datatype", "shape"}, "as_list": bool, "binary": bool}.
 A result: {"ok": true, "value": ...} or {"ok": false, "code": "INVALID_ARGUMENT", "message": ...}.
 """
@@ -61,7 +61,7 @@ def triton_call(client, call, tg=None):
                    for o in call.get("outputs", [])]
         result = client.infer(call["model"], [inp], model_version=call.get("version", ""), outputs=outputs or None,
                               request_id=call.get("id", ""), parameters=call.get("parameters"),
-                              timeout=call.get("server_timeout"), headers=headers)
+                              priority=call.get("priority", 0), timeout=call.get("server_timeout"), headers=headers)
         response = result.get_response()  # a dict: the JSON header
         tensors = [(o["name"], o["datatype"], o["shape"]) for o in response["outputs"]]
         ids = (response["model_name"], response["model_version"], response.get("id", ""))
@@ -71,7 +71,7 @@ def triton_call(client, call, tg=None):
                    for o in call.get("outputs", [])]
         result = client.infer(call["model"], [inp], model_version=call.get("version", ""), outputs=outputs or None,
                               request_id=call.get("id", ""), parameters=call.get("parameters"),
-                              client_timeout=call.get("timeout"), timeout=call.get("server_timeout"), headers=headers)
+                              priority=call.get("priority", 0), client_timeout=call.get("timeout"), timeout=call.get("server_timeout"), headers=headers)
         response = result.get_response()
         tensors = [(o.name, o.datatype, o.shape) for o in response.outputs]
         ids = (response.model_name, response.model_version, response.id)

@@ -282,6 +282,15 @@ def _read(data: Union[bytes, str, None]) -> Optional[bytes]:
         return f.read()
 
 
+_PRIORITIES = {"": 0, "high": 1, "normal": 2, "low": 3}
+
+
+def _priority(name: str) -> int:
+    if name not in _PRIORITIES:
+        raise ValueError(f"priority: {name!r}; want 'high', 'normal', 'low' or '' (the API key's default)")
+    return _PRIORITIES[name]
+
+
 class Client:
     """A connection to qvi-server. `target` is host:port. tls=True speaks TLS (root_certificates: the
     server's CA, PEM bytes or a path; None = the system's roots); certificate_chain and private_key
@@ -337,13 +346,15 @@ class Client:
 
     def classify(self, model: str, texts: Union[str, Sequence[str]], *, version: int = 0, top_k: int = 0,
                  attention: bool = False, gates: bool = False, tokens: bool = False, truncation: str = "truncate",
-                 layers: Optional[dict] = None, request_id: str = "", timeout: Optional[float] = None) -> Answer:
+                 layers: Optional[dict] = None, request_id: str = "", timeout: Optional[float] = None,
+                 priority: str = "") -> Answer:
         """Labels (best first; top_k > 0 for the k best) for each text, and α / β per token when asked.
         layers: per-layer outputs of Transformer models, e.g. {"gates": True, "attention_maps": True,
-        "layers": [0], "heads": [0, 1], "reduction": "mean_heads"}."""
+        "layers": [0], "heads": [0, 1], "reduction": "mean_heads"}. priority: "high", "normal" or "low"
+        (default: the API key's, else normal), the request's place in a busy model's queue."""
         request = pb.ClassifyRequest(model=pb.ModelSpec(name=model, version=version), texts=_texts(texts),
                                      options=_options(top_k, attention, gates, tokens, truncation, layers),
-                                     request_id=request_id)
+                                     request_id=request_id, priority=_priority(priority))
         reply = self._call(self._stub.Classify, request, timeout)
         return Answer(reply.model.name, reply.model.version, reply.request_id,
                       [Classification([LabelScore(l.label, l.score) for l in r.labels], [_token(t) for t in r.tokens],
@@ -351,11 +362,12 @@ class Client:
 
     def tag(self, model: str, texts: Union[str, Sequence[str]], *, version: int = 0, attention: bool = False,
             gates: bool = False, truncation: str = "truncate", layers: Optional[dict] = None, request_id: str = "",
-            timeout: Optional[float] = None) -> Answer:
-        """Entity spans and every token with its tag for each text; α / β per token when asked."""
+            timeout: Optional[float] = None, priority: str = "") -> Answer:
+        """Entity spans and every token with its tag for each text; α / β per token when asked.
+        priority: as classify's."""
         request = pb.TagRequest(model=pb.ModelSpec(name=model, version=version), texts=_texts(texts),
                                 options=_options(0, attention, gates, False, truncation, layers),
-                                request_id=request_id)
+                                request_id=request_id, priority=_priority(priority))
         reply = self._call(self._stub.Tag, request, timeout)
         return Answer(reply.model.name, reply.model.version, reply.request_id,
                       [Tagging([Span(s.label, s.start, s.end, s.text, s.score, s.byte_start, s.byte_end, s.token_start,
