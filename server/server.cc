@@ -194,6 +194,8 @@ absl::Status Server::StartModels() {
   o.defaults.max_queued_tokens = 0;                                // by device
   o.defaults.cuda_graphs.enabled = options_.models.cuda_graphs;
   o.version_policy = *VersionPolicy::Parse(options_.models.version_policy);  // checked by the flag
+  o.model_control = options_.models.model_control == "explicit" ? ModelControl::kExplicit : ModelControl::kPoll;
+  o.load_at_start = options_.models.load_models;
   o.observer = metrics_.get();
   // Before the first load: every version's runner hands its answers to these threads.
   answers_ = std::make_unique<Executor>(options_.threads.answers, /*max_queued=*/0, Env::Default(), "qvi-answer");
@@ -258,6 +260,9 @@ absl::Status Server::StartGrpc() {
   oip_api_ = std::make_unique<OipApi>(repository_.get(), core_->limits(), calls_.get(), &serving_);
   service_ = std::make_unique<InferenceServiceImpl>(frontend_core_.get(), repository_.get(), calls_.get());
   oip_ = std::make_unique<OipServiceImpl>(frontend_core_.get(), oip_api_.get(), calls_.get());
+  oip_repository_ = std::make_unique<OipRepository>(repository_.get());
+  repository_service_ =
+      std::make_unique<RepositoryService>(oip_repository_.get(), calls_.get(), DefaultWireCaps(core_->limits()));
 
   grpc::EnableDefaultHealthCheckService(true);
   // gRPC's health service carries no descriptor, so reflection could list but not describe it (and grpcurl
@@ -298,6 +303,7 @@ absl::Status Server::StartGrpc() {
   }
   builder.RegisterService(service_.get());
   builder.RegisterService(oip_.get());
+  builder.RegisterCallbackGenericService(repository_service_.get());  // the methods no service above has
   builder.RegisterService(reflection_.get());
   builder.RegisterService(reflection_alpha_.get());
   server_ = builder.BuildAndStart();
@@ -318,6 +324,7 @@ absl::Status Server::StartHttp() {
   HttpApi::Options api;
   api.cors_origins = net.http_cors_allow_origins;
   api.explain_page = net.http_explain_page;
+  api.repository_control = oip_repository_.get();
   http_api_ = std::make_unique<HttpApi>(frontend_core_.get(), repository_.get(), calls_.get(), oip_api_.get(),
                                         &serving_, std::move(api));
   HttpServer::Options o;

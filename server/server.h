@@ -23,6 +23,7 @@
 #include "server/frontend/oip/api.h"
 #include "server/grpc/native/inference_service.h"
 #include "server/grpc/oip/oip_service.h"
+#include "server/grpc/oip/repository_service.h"
 #include "server/grpc/reflection_service.h"
 #include "server/http/http_api.h"
 #include "server/http/http_server.h"
@@ -90,6 +91,8 @@ class Server {
   std::unique_ptr<OipApi> oip_api_;
   std::unique_ptr<InferenceServiceImpl> service_;
   std::unique_ptr<OipServiceImpl> oip_;
+  std::unique_ptr<OipRepository> oip_repository_;          // OIP's repository extension (model control)
+  std::unique_ptr<RepositoryService> repository_service_;  // ... over gRPC, by method name
   std::unique_ptr<ReflectionV1> reflection_;
   std::unique_ptr<ReflectionV1Alpha> reflection_alpha_;
   std::atomic<bool> serving_{false};              // OIP's ServerReady follows the overall health status

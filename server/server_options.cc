@@ -36,6 +36,17 @@ void AddModelOptions(CLI::App& app, ServerOptions& o) {
                  "models on a GPU replay CUDA graphs captured at load, one per batch-size and length bucket, "
                  "unless their serving.json says \"cuda_graphs\": false (docs/performance.md)")
       ->group("Models");
+  app.add_option("--model-control", o.models.model_control,
+                 "poll: serve every model of the store, loading and unloading them as their folders come and go; "
+                 "explicit: serve the models --load-model names and those an admin loads over the wire (OIP's "
+                 "repository extension, docs/serving.md \"Model control\")")
+      ->check(CLI::IsMember({"poll", "explicit"}))
+      ->capture_default_str()
+      ->group("Models");
+  app.add_option("--load-model", o.models.load_models,
+                 "with --model-control explicit: a model to load at start-up (repeat it for more; * for every "
+                 "model of the store)")
+      ->group("Models");
   app.add_option("--version-policy", o.models.version_policy,
                  "versions served per model unless its serving.json says otherwise: latest:N, all, specific:V1,V2")
       ->check([](const std::string& spec) {

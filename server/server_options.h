@@ -22,6 +22,8 @@ struct ServerOptions {
     double load_timeout_seconds = 600;         // a version's load and warm-up, at most; then FAILED
     int load_threads = 4;                      // models loaded at once
     bool cuda_graphs = defaults::kCudaGraphs;  // models on a GPU capture CUDA graphs at load
+    std::string model_control = "poll";        // poll: the store's models; explicit: loaded over the wire
+    std::vector<std::string> load_models;      // explicit: the models loaded at start-up ("*": all)
   } models;
   struct Network {
     std::string host = "0.0.0.0";

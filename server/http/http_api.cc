@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/http/explain_page.h"
 #include "server/http/kserve/kserve_routes.h"
+#include "server/http/kserve/repository_routes.h"
 #include "server/http/native/json_body.h"
 #include "server/http/native/native_routes.h"
 #include "server/http/openapi.h"
@@ -110,6 +111,13 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
       return ServeNativeInfer(core_, calls_, *route, std::move(request), std::move(reply));
     case Kind::kInfer:
       return ServeKServeInfer(core_, calls_, oip_, *route, std::move(request), std::move(reply));
+    case Kind::kRepositoryIndex:
+    case Kind::kRepositoryLoad:
+    case Kind::kRepositoryUnload:
+      if (options_.repository_control == nullptr) {
+        return reply(ErrorResponse(absl::UnimplementedError("this server has no model control")));
+      }
+      return ServeRepository(options_.repository_control, calls_, *route, request, std::move(reply));
     default:
       return reply(Describe(*route));
   }

@@ -29,6 +29,7 @@
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
 #include "server/frontend/oip/api.h"
+#include "server/frontend/oip/repository.h"
 #include "server/http/http_server.h"
 #include "server/http/routes.h"
 
@@ -44,6 +45,8 @@ class HttpApi {
     std::vector<std::string> cors_origins;
     // GET / answers the explanation page; off, it is 404 like any unknown path.
     bool explain_page = true;
+    // OIP's repository extension (/v2/repository/...); null: those routes answer UNIMPLEMENTED.
+    const OipRepository* repository_control = nullptr;
   };
   HttpApi(Core* core, const ModelRepository* repository, Calls* calls, const OipApi* oip,
           const std::atomic<bool>* serving, Options options)

@@ -216,6 +216,36 @@ json MessageSchemaRef(const Descriptor* message, json& schemas) {
 
 namespace {
 
+// OIP's repository extension (docs/serving.md, "Model control"), with the admin scope; the body is optional.
+void AddRepositoryPaths(json& paths) {
+  const json string = {{"type", "string"}};
+  const json parameters = {{"type", "object"},
+                           {"additionalProperties", {{"type", json::array({"boolean", "integer", "string"})}}}};
+  const json entry = {{"type", "object"},
+                      {"required", json::array({"name", "state"})},
+                      {"properties", {{"name", string}, {"version", string}, {"state", string}, {"reason", string}}}};
+  const json index_request = {{"type", "object"},
+                              {"properties", {{"ready", {{"type", "boolean"}}}, {"repository_name", string}}}};
+  const json control_request = {{"type", "object"},
+                                {"properties", {{"parameters", parameters}, {"repository_name", string}}}};
+  json index = Operation("RepositoryIndex (admin): the store's models and each version's state",
+                         "one entry per version; a model not loaded once, UNAVAILABLE \"not loaded\"",
+                         {{"type", "array"}, {"items", entry}});
+  index["requestBody"] = {{"required", false}, {"content", JsonBody(index_request)}};
+  paths["/v2/repository/index"]["post"] = std::move(index);
+  const json model = Parameter("model", "path", string, "a model of the store", true);
+  for (const char* verb : {"load", "unload"}) {
+    json o = Operation(std::string(verb == std::string("load") ? "RepositoryModelLoad" : "RepositoryModelUnload") +
+                           " (admin; --model-control explicit)",
+                       verb == std::string("load") ? "once a version of the model is READY"
+                                                   : "once no version of the model is handed out",
+                       {{"type", "object"}});
+    o["parameters"] = json::array({model});
+    o["requestBody"] = {{"required", false}, {"content", JsonBody(control_request)}};
+    paths[std::string("/v2/repository/models/{model}/") + verb]["post"] = std::move(o);
+  }
+}
+
 std::string BuildOpenApiDocument() {
   namespace v1 = serving::v1;
   json schemas = json::object();
@@ -234,6 +264,7 @@ std::string BuildOpenApiDocument() {
   paths["/"]["get"] = Operation("the explanation page (HTML; 404 with --http-explain-page=false)", "text/html", object);
   paths["/"]["get"]["responses"]["200"]["content"] = {{"text/html", {{"schema", {{"type", "string"}}}}}};
   AddModelPaths(paths, schemas);
+  AddRepositoryPaths(paths);
   json doc = {{"openapi", "3.1.0"}, {"paths", std::move(paths)}};
   doc["components"]["schemas"] = std::move(schemas);
   // With --api-keys every route but the probes, this document and the page wants a key (docs/security.md).
@@ -242,7 +273,8 @@ std::string BuildOpenApiDocument() {
       {"scheme", "bearer"},
       {"description",
        "With qvi-server --api-keys: 'Authorization: Bearer KEY'; the read scope for the models' list, cards and "
-       "metadata, infer for classify, tag and infer. The health routes, a model's ready route, this document "
+       "metadata, infer for classify, tag and infer, admin for /v2/repository/. The health routes, a model's ready "
+       "route, this document "
        "and the page need none. Without --api-keys no key is asked for."}};
   doc["security"] = json::array({json::object(), {{"apiKey", json::array()}}});  // optional: the server decides
   doc["info"] = {{"title", "qvi-server HTTP/JSON"},

@@ -93,6 +93,17 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_vie
   if (path == "/v2") return want(Kind::kServerMetadata, "GET");
   if (path == "/openapi.json") return want(Kind::kOpenApi, "GET");
   if (path == "/") return want(Kind::kPage, "GET");
+  if (path == "/v2/repository/index") return want(Kind::kRepositoryIndex, "POST");
+  if (absl::ConsumePrefix(&path, "/v2/repository/models/")) {
+    // {m}/load or {m}/unload; a model name holds no '/'.
+    const size_t slash = path.find('/');
+    const absl::string_view verb = slash == absl::string_view::npos ? "" : path.substr(slash + 1);
+    if (slash == 0 || (verb != "load" && verb != "unload")) {
+      return absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
+    }
+    route.model = std::string(path.substr(0, slash));
+    return want(verb == "load" ? Kind::kRepositoryLoad : Kind::kRepositoryUnload, "POST");
+  }
   absl::StatusOr<HttpRoute> model = absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
   if (absl::ConsumePrefix(&path, "/v2/models/")) {
     model = ParseV2ModelRoute(path, target);

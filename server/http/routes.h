@@ -27,7 +27,10 @@ struct HttpRoute {
     kModelReady,
     kInfer,
     kOpenApi,
-    kPage
+    kPage,
+    kRepositoryIndex,
+    kRepositoryLoad,
+    kRepositoryUnload
   };
   Kind kind = Kind::kLive;
   std::string model;    // kGetModel, kClassify, kTag

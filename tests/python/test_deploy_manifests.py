@@ -67,6 +67,7 @@ def rendered():
         "gpu": render(os.path.join(K8S, "overlays", "gpu")),
         "cpu+servicemonitor": render(with_component(work, "servicemonitor")),
         "cpu+api-keys": render(with_component(work, "api-keys")),
+        "cpu+explicit-model-control": render(with_component(work, "explicit-model-control")),
         "demo-models": render(os.path.join(K8S, "demo-models")),
     }
     shutil.rmtree(work, ignore_errors=True)
@@ -198,6 +199,22 @@ def test_the_api_keys_component_mounts_the_secret_where_the_server_reads_it(rend
     assert os.path.relpath(path, mount[0]["mountPath"]) == "keys.json"  # the Secret's key, as the comment says
     # The probes stay open: the gRPC health probe needs no key.
     assert container["readinessProbe"] == server_container(rendered["cpu"])["readinessProbe"]
+
+
+def test_the_explicit_model_control_component_starts_a_server_that_serves_what_it_names(rendered, api):
+    """The component's flags, given to the real qvi-server with the demo store: only the named model serves."""
+    container = server_container(rendered["cpu+explicit-model-control"])
+    flags = [a for a in container["args"] if a.startswith(("--model-control=", "--load-model="))]
+    assert flags == ["--model-control=explicit", "--load-model=sentiment"], container["args"]
+    work = tempfile.mkdtemp(prefix="qvi_k8s_explicit_")
+    proc = ServerProcess(STORE, work, *flags)
+    try:
+        pb, pb_grpc = api
+        models = pb_grpc.InferenceStub(proc.channel).ListModels(pb.ListModelsRequest(), timeout=30).models
+        assert [m.name for m in models] == ["sentiment"]
+    finally:
+        proc.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def one_volume(objects, name):

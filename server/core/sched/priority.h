@@ -27,9 +27,7 @@ inline constexpr Priority kLowestPriority = Priority::kLow;
 inline bool IsPriority(Priority p) { return static_cast<int>(p) >= 0 && static_cast<int>(p) <= kPriorityLevels; }
 
 // 1, 2 or 3: the level a request is queued at (kDefault, and anything not a priority, counts as normal).
-inline int PriorityLevel(Priority p) {
-  return p == Priority::kDefault || !IsPriority(p) ? 2 : static_cast<int>(p);
-}
+inline int PriorityLevel(Priority p) { return p == Priority::kDefault || !IsPriority(p) ? 2 : static_cast<int>(p); }
 
 // "default", "high", "normal", "low".
 absl::string_view PriorityName(Priority p);

@@ -50,7 +50,12 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(Options
   }
   absl::StatusOr<c10::Device> device = ResolveDevice(options.defaults.device);
   if (!device.ok()) return device.status();
-  return std::unique_ptr<ModelRepository>(new ModelRepository(std::move(options)));
+  if (options.model_control == ModelControl::kPoll && !options.load_at_start.empty()) {
+    return absl::InvalidArgumentError("--load-model is for --model-control explicit; in poll mode every model loads");
+  }
+  std::unique_ptr<ModelRepository> repository(new ModelRepository(std::move(options)));
+  if (absl::Status s = repository->WantAtStart(); !s.ok()) return s;
+  return repository;
 }
 
 ModelRepository::ModelRepository(Options options)
@@ -100,14 +105,17 @@ std::vector<std::string> ModelRepository::Dispatch() {
   MutexLock lock(&mu_);
   if (stopped_) return {};
   std::set<std::string> names;
-  for (const auto& [name, _] : disk) names.insert(name);
+  on_disk_.clear();
+  for (const auto& [name, _] : disk) {
+    on_disk_.insert(name);
+    if (options_.model_control == ModelControl::kPoll || wanted_.count(name) > 0) names.insert(name);
+  }
   for (const auto& [name, _] : models_) names.insert(name);
   std::vector<std::string> queued;
   for (const std::string& name : names) {
     // Still being polled (a load in progress, perhaps stuck): the next poll looks at it again.
     if (!busy_.insert(name).second) continue;
-    auto it = disk.find(name);
-    jobs_.push_back(Job{name, it == disk.end() ? std::nullopt : std::make_optional(std::move(it->second))});
+    jobs_.push_back(Job{name, FoundLocked(name, disk), {}});
     queued.push_back(name);
   }
   jobs_changed_.SignalAll();
@@ -125,9 +133,8 @@ void ModelRepository::WorkerLoop() {
       jobs_.pop_front();
     }
     PollModel(job.name, job.found ? &*job.found : nullptr);
-    MutexLock lock(&mu_);
-    busy_.erase(job.name);
-    jobs_changed_.SignalAll();
+    for (const std::function<void()>& answer : job.done) answer();
+    FinishJob(job.name);
   }
 }
 
@@ -350,6 +357,9 @@ absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name,
   MutexLock lock(&mu_);
   if (stopped_) return absl::UnavailableError("the server is shutting down");
   auto it = models_.find(name);
+  if (it == models_.end() && options_.model_control == ModelControl::kExplicit && on_disk_.count(name) > 0) {
+    return NotLoaded(name);
+  }
   if (it == models_.end()) {
     std::vector<std::string> names;
     for (const auto& [n, _] : models_) names.push_back(n);

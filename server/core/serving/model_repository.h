@@ -31,6 +31,13 @@
 //     files serving (the reason shows in ListModels) and is tried again when the files change
 //     again. Either way Options::files_changed hears of it. A changed serving.json alone reloads
 //     nothing: it applies to versions loaded from then on.
+//  8. Model control (Options::model_control). kPoll: every model in the store is served. kExplicit:
+//     only the models an admin loaded (RequestLoad, and Options::load_at_start) -- their versions
+//     follow guarantees 1-7 -- and RequestUnload takes a model's versions out of service as removing
+//     its folder would (guarantee 3: what is in flight is answered by the version it was resolved
+//     to, then the version drains). A load or unload runs on a poll worker like a poll of that model,
+//     after any poll of it in progress, and its `done` runs once, when it has finished (a load: READY,
+//     or why not); at Shutdown() with UNAVAILABLE if it never ran.
 #ifndef QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
 #define QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
 
@@ -58,6 +65,9 @@
 #include "server/core/store/version_policy.h"
 
 namespace qvi {
+
+// Which models are served (--model-control): the store's (kPoll), or those loaded over the wire (kExplicit).
+enum class ModelControl { kPoll, kExplicit };
 
 // kUnloaded is only ever reported to listeners: the version is gone and no longer listed.
 enum class ModelState { kLoading, kReady, kFailed, kUnloading, kUnloaded };
@@ -118,7 +128,11 @@ class ModelRepository {
     // After each reload of a READY version whose model files changed (guarantee 7): OK when the new
     // files serve, else why the loaded files still do. From a poll worker, outside the lock.
     std::function<void(const std::string& name, int64_t version, const absl::Status& reload)> files_changed;
+    ModelControl model_control = ModelControl::kPoll;
+    // kExplicit: the models loaded at start-up (--load-model); "*" is every model the store holds then.
+    std::vector<std::string> load_at_start;
   };
+  using ControlDone = std::function<void(const absl::Status& result)>;
 
   static absl::StatusOr<std::unique_ptr<ModelRepository>> Create(Options options);
   ~ModelRepository();
@@ -137,6 +151,17 @@ class ModelRepository {
   absl::StatusOr<ServableHandle> Resolve(const std::string& name, int64_t version) const ABSL_LOCKS_EXCLUDED(mu_);
 
   std::vector<ModelStatus> List() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Every model the store holds or the repository serves, by name; a model not loaded has no versions.
+  std::vector<ModelStatus> Index() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Guarantee 8 (kExplicit only; FAILED_PRECONDITION otherwise). RequestLoad: serve the model (or apply
+  // what changed in its folder, when it is served already); `done` gets OK once a version is READY,
+  // else why none is. NOT_FOUND when the store has no such model. RequestUnload: take every version of
+  // the model out of service; `done` gets OK once none is handed out any more (they drain after).
+  // `done` may run on the caller's thread (a refusal) or on a poll worker.
+  void RequestLoad(const std::string& name, ControlDone done) ABSL_LOCKS_EXCLUDED(mu_);
+  void RequestUnload(const std::string& name, ControlDone done) ABSL_LOCKS_EXCLUDED(mu_);
+  ModelControl model_control() const { return options_.model_control; }
   // The environment the versions run in: their batch queues' clock is this one's.
   const Env* env() const { return env_; }
   bool Has(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -168,6 +193,7 @@ class ModelRepository {
   struct Job {
     std::string name;
     std::optional<StoreModel> found;
+    std::vector<std::function<void()>> done;  // model control's answers, once the poll of the model ends
   };
   struct LoadAttempt;  // one load on its own thread (model_repository.cc)
 
@@ -175,6 +201,20 @@ class ModelRepository {
 
   // Scans the store and queues every model not busy for the workers; returns the names queued.
   std::vector<std::string> Dispatch() ABSL_LOCKS_EXCLUDED(mu_);
+  // What a poll of `name` is handed of the scan `disk`: its folder, unless model control is explicit
+  // and the model is not wanted (then, as a folder gone, its versions are unloaded).
+  std::optional<StoreModel> FoundLocked(const std::string& name, std::map<std::string, StoreModel>& disk) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Control(const std::string& name, bool load, ControlDone done) ABSL_LOCKS_EXCLUDED(mu_);
+  // A control's answer once its poll ended: a load is OK with a READY version, else why there is none.
+  absl::Status ControlResult(const std::string& name, bool load) const ABSL_LOCKS_EXCLUDED(mu_);
+  // After a worker's poll of `name`: queues the controls that came while it ran (a poll of their own),
+  // or frees the model for the next poll.
+  void FinishJob(const std::string& name) ABSL_LOCKS_EXCLUDED(mu_);
+  // Options::load_at_start into wanted_: INVALID_ARGUMENT naming a model the store does not hold.
+  absl::Status WantAtStart() ABSL_LOCKS_EXCLUDED(mu_);
+  // UNAVAILABLE: `name` is in the store and not loaded (model control is explicit).
+  static absl::Status NotLoaded(const std::string& name);
   void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Run by a poll worker, one worker per model name at a time (busy_).
   void PollModel(const std::string& name, const StoreModel* found);
@@ -222,6 +262,11 @@ class ModelRepository {
   // The poll workers: models queued for them, and the models queued or being polled.
   std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> busy_ ABSL_GUARDED_BY(mu_);
+  // Model control: the models served when it is explicit, the store's folders at the last scan, and
+  // the answers of controls that came while their model was busy (run by a poll of their own).
+  std::set<std::string> wanted_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> on_disk_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<std::function<void()>>> again_ ABSL_GUARDED_BY(mu_);
   CondVar jobs_changed_;  // a job queued, a model no longer busy, or the stop
   std::vector<std::thread> workers_;
 

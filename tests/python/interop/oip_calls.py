@@ -10,7 +10,7 @@ clients pin protobuf and grpcio-tools versions of their own.
 CALLS.json: {"target": "host:port", "calls": [...]}, every call made with the same client.
 
 A call: {"client": "triton" | "triton_http" | "kserve" | "kserve_rest", "rpc": "live" | "ready" | "model_ready" | "server_metadata" |
-"model_metadata" | "infer", "model", "version", "texts", "outputs": [{"name", "class_count"}],
+"model_metadata" | "infer" | "repository_index" | "load_model" | "unload_model" (tritonclient only; "config" for a load), "model", "version", "texts", "outputs": [{"name", "class_count"}],
 "parameters", "priority" (tritonclient only: its infer(priority=N)), "headers" (tritonclient only: gRPC metadata or HTTP headers), "timeout" (the client's deadline, s), "server_timeout" (the "timeout"
 parameter, µs), "id", "input": {"name", "datatype", "shape"}, "as_list": bool, "binary": bool}.
 A result: {"ok": true, "value": ...} or {"ok": false, "code": "INVALID_ARGUMENT", "message": ...}.
@@ -51,6 +51,15 @@ def triton_call(client, call, tg=None):
         if http:
             return client.get_model_metadata(call["model"], call.get("version", ""), headers=headers)
         return client.get_model_metadata(call["model"], call.get("version", ""), headers=headers, as_json=True)
+    if rpc == "repository_index":  # the HTTP client answers a list, the gRPC one {"models": [...]}
+        if http:
+            return client.get_model_repository_index(headers=headers)
+        return client.get_model_repository_index(headers=headers, as_json=True).get("models", [])
+    if rpc == "load_model":
+        return client.load_model(call["model"], headers=headers, config=call.get("config"))
+    if rpc == "unload_model":
+        return client.unload_model(call["model"], headers=headers,
+                                   unload_dependents=call.get("unload_dependents", False))
     spec = call.get("input", {})
     texts = np.array([t.encode("utf-8") for t in call["texts"]], dtype=object)
     shape = spec.get("shape", [len(texts)])

@@ -89,6 +89,13 @@ class ModelRepositoryTest : public ::testing::Test {
     fs::copy_file(demo_, staging / "model.pt");
     fs::rename(staging, root_ / model / std::to_string(v));
   }
+  // Version 1 of another demo model (its manifest names it: a model must sit in its own folder).
+  void AddDemoModel(const std::string& model) {
+    const fs::path staging = root_ / model / ".1.tmp";
+    fs::create_directories(staging);
+    fs::copy_file(qvi::testing::DemoStore() / model / "1" / "model.pt", staging / "model.pt");
+    fs::rename(staging, root_ / model / "1");
+  }
   void WriteCorrupt(int64_t v) {
     fs::create_directories(root_ / "sentiment" / std::to_string(v));
     std::ofstream(root_ / "sentiment" / std::to_string(v) / "model.pt") << "not a TorchScript archive";
@@ -403,13 +410,14 @@ TEST_F(ModelRepositoryTest, AStuckLoadIsAbandonedAndHoldsUpNoOtherModel) {
 
 // A load for the model "stuck" that hangs until the test lets it go; other models load normally.
 struct StuckLoad {
+  std::string folder = "/stuck";  // the loads that hang: of a path holding this
   std::shared_ptr<Notification> release = std::make_shared<Notification>();
   std::shared_ptr<Notification> started = std::make_shared<Notification>();
   std::shared_ptr<Notification> finished = std::make_shared<Notification>();
   std::function<absl::StatusOr<std::unique_ptr<Model>>(const std::string&, const LoadOptions&)> Load() const {
-    return [release = release, started = started, finished = finished](const std::string& path,
-                                                                       const LoadOptions& options) {
-      if (path.find("/stuck") == std::string::npos) return Model::Load(path, options);
+    return [folder = folder, release = release, started = started, finished = finished](const std::string& path,
+                                                                                        const LoadOptions& options) {
+      if (path.find(folder) == std::string::npos) return Model::Load(path, options);
       started->Notify();
       release->WaitForNotification();
       absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(path, options);
@@ -554,6 +562,156 @@ TEST_F(ModelRepositoryTest, PollingFollowsTheEnvironmentsClock) {
   ASSERT_TRUE(events_.WaitFor("sentiment", 2, S::kReady)) << "no poll once the interval passed";
   EXPECT_EQ(ServingVersion(), 2);
   ASSERT_TRUE(events_.WaitFor("sentiment", 1, S::kUnloaded));
+}
+
+namespace control {
+
+// One control request's answer: `done` for RequestLoad/RequestUnload, and a bounded wait for it.
+struct Answer {
+  std::shared_ptr<Notification> arrived = std::make_shared<Notification>();
+  std::shared_ptr<int> calls = std::make_shared<int>(0);
+  std::shared_ptr<absl::Status> status = std::make_shared<absl::Status>();
+  ModelRepository::ControlDone done() const {
+    return [arrived = arrived, calls = calls, status = status](const absl::Status& s) {
+      ++*calls;
+      *status = s;
+      arrived->Notify();
+    };
+  }
+  absl::Status Wait() const {
+    EXPECT_TRUE(arrived->WaitForNotificationWithTimeout(absl::Seconds(120)));
+    return *status;
+  }
+};
+
+void Explicit(ModelRepository::Options& o, std::vector<std::string> at_start) {
+  o.model_control = ModelControl::kExplicit;
+  o.load_at_start = std::move(at_start);
+}
+
+}  // namespace control
+
+TEST_F(ModelRepositoryTest, ExplicitModelControlServesWhatIsLoadedAndUnloadDrainsFirst) {
+  AddDemoModel("topics");
+  Open("latest:1", [](ModelRepository::Options& o) { control::Explicit(o, {"sentiment"}); });
+  EXPECT_EQ(States("sentiment"), (Versions{{1, S::kReady}}));
+  EXPECT_TRUE(States("topics").empty()) << "in the store, not loaded";
+  const absl::Status not_loaded = repo_->Resolve("topics", 0).status();
+  EXPECT_EQ(not_loaded.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(not_loaded.message(),
+            "model 'topics' is not loaded: the server's model control is explicit, and an admin loads it (OIP "
+            "RepositoryModelLoad, POST /v2/repository/models/topics/load)");
+  std::vector<ModelStatus> index = repo_->Index();
+  ASSERT_EQ(index.size(), 2u);
+  EXPECT_EQ(index[0].name, "sentiment");
+  EXPECT_EQ(index[0].versions.size(), 1u);
+  EXPECT_EQ(index[1].name, "topics");
+  EXPECT_TRUE(index[1].versions.empty());
+
+  control::Answer load;
+  repo_->RequestLoad("topics", load.done());
+  ASSERT_TRUE(load.Wait().ok()) << *load.status;
+  EXPECT_EQ(States("topics"), (Versions{{1, S::kReady}}));
+  ServableHandle held = *repo_->Resolve("topics", 0);  // a request in flight when the unload comes
+
+  control::Answer unload;
+  repo_->RequestUnload("topics", unload.done());
+  ASSERT_TRUE(unload.Wait().ok()) << *unload.status;
+  EXPECT_EQ(repo_->Resolve("topics", 0).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(RunThrough(held).ok()) << "the version it was resolved to answers it";
+  EXPECT_EQ(events_.Count("topics", 1, S::kUnloaded), 0);
+  held.reset();
+  ASSERT_TRUE(events_.WaitFor("topics", 1, S::kUnloaded));
+  repo_->Poll();
+  EXPECT_TRUE(States("topics").empty()) << "a poll does not bring back what was unloaded";
+  EXPECT_EQ(*load.calls + *unload.calls, 2) << "each answered once";
+}
+
+TEST_F(ModelRepositoryTest, ModelControlRefusalsNameWhatIsWrong) {
+  Open();  // poll mode
+  control::Answer poll;
+  repo_->RequestLoad("sentiment", poll.done());
+  EXPECT_EQ(poll.Wait().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(poll.status->message().find("start it with --model-control explicit"), std::string::npos) << *poll.status;
+
+  repo_.reset();
+  Open("latest:1", [](ModelRepository::Options& o) { control::Explicit(o, {}); });
+  EXPECT_TRUE(repo_->List().empty()) << "explicit, nothing named at start: nothing loads";
+  control::Answer unknown, gone;
+  repo_->RequestLoad("nope", unknown.done());
+  EXPECT_EQ(unknown.Wait().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(unknown.status->message(),
+            absl::StrCat("model 'nope' is not in the model store ", root_.string(), "; the store holds: sentiment"));
+  repo_->RequestUnload("nope", gone.done());
+  EXPECT_EQ(gone.Wait().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(gone.status->message().find("is not in the model store"), std::string::npos);
+
+  ModelRepository::Options o;
+  o.root = root_.string();
+  o.defaults.device = "cpu";
+  o.env = &env_;
+  control::Explicit(o, {"nope"});
+  absl::StatusOr<std::unique_ptr<ModelRepository>> bad = ModelRepository::Create(o);
+  EXPECT_EQ(bad.status().message(), absl::StrCat("--load-model 'nope': the model store ", root_.string(),
+                                                 " has no such model; it holds: sentiment"));
+  o.model_control = ModelControl::kPoll;
+  EXPECT_EQ(ModelRepository::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ModelRepositoryTest, ALoadThatFailsSaysWhyAndTheStarLoadsEveryModel) {
+  WriteCorrupt(2);
+  AddDemoModel("topics");
+  Open("latest:1", [](ModelRepository::Options& o) { control::Explicit(o, {"*"}); });
+  // latest:1 fell back to version 1 of sentiment when 2 failed; both models loaded.
+  EXPECT_EQ(States("topics"), (Versions{{1, S::kReady}}));
+  EXPECT_EQ(ServingVersion(), 1);
+  fs::remove_all(root_ / "sentiment" / "1");
+  control::Answer reload;
+  repo_->RequestLoad("sentiment", reload.done());  // applies the store's change: only the corrupt one is left
+  EXPECT_EQ(reload.Wait().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reload.status->message().rfind("model 'sentiment' did not load: ", 0), 0u) << *reload.status;
+  EXPECT_NE(reload.status->message().find("version 2 FAILED: cannot read "), std::string::npos) << *reload.status;
+}
+
+TEST_F(ModelRepositoryTest, ALoadRacingAnUnloadIsAnsweredOnceEachAndTheLastOneWins) {
+  AddDemoModel("topics");
+  StuckLoad stuck{"/topics"};
+  Open("latest:1", [&](ModelRepository::Options& o) {
+    control::Explicit(o, {});
+    o.load = stuck.Load();
+  });
+  control::Answer load, unload, again;
+  repo_->RequestLoad("topics", load.done());
+  ASSERT_TRUE(stuck.started->WaitForNotificationWithTimeout(absl::Seconds(60)));
+  repo_->RequestUnload("topics", unload.done());  // while the load runs: after it, a poll of its own
+  repo_->RequestLoad("topics", again.done());     // ... and this one rides with it
+  EXPECT_FALSE(load.arrived->HasBeenNotified());
+  stuck.Finish();
+  EXPECT_TRUE(load.Wait().ok()) << *load.status;  // READY when its poll ended
+  EXPECT_TRUE(unload.Wait().ok()) << *unload.status;
+  EXPECT_TRUE(again.Wait().ok()) << *again.status << " (the last request was a load)";
+  EXPECT_EQ(States("topics"), (Versions{{1, S::kReady}}));
+  EXPECT_EQ(*load.calls + *unload.calls + *again.calls, 3);
+}
+
+TEST_F(ModelRepositoryTest, ShutdownAnswersTheControlsItCutShort) {
+  AddDemoModel("topics");
+  StuckLoad stuck{"/topics"};
+  Open("latest:1", [&](ModelRepository::Options& o) {
+    control::Explicit(o, {});
+    o.load = stuck.Load();
+  });
+  control::Answer load, waiting;
+  repo_->RequestLoad("topics", load.done());
+  ASSERT_TRUE(stuck.started->WaitForNotificationWithTimeout(absl::Seconds(60)));
+  repo_->RequestUnload("topics", waiting.done());
+  repo_->Shutdown();
+  EXPECT_EQ(load.Wait().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(waiting.Wait().code(), absl::StatusCode::kUnavailable);
+  control::Answer late;
+  repo_->RequestLoad("topics", late.done());
+  EXPECT_EQ(late.Wait().message(), "the server is shutting down");
+  stuck.Finish();
 }
 
 }  // namespace
