@@ -119,6 +119,18 @@ def test_tritonclient_loads_and_unloads_over_grpc_and_http(api, explicit, intero
     assert classify(api, explicit, "beta").results
 
 
+def test_kserves_grpc_stub_loads_and_unloads_with_its_own_messages(api, explicit, interop_python):
+    """KServe's grpc_predict_v2.proto puts the model's name in field 1, where Triton's has repository_name;
+    the server reads a request with field 1 alone as KServe's, and answers with KServe's fields."""
+    auth = {"authorization": f"Bearer {OPS}"}
+    loaded, unloaded = oip_calls(interop_python, explicit.address, [
+        {"client": "kserve", "rpc": "load_model", "model": "beta", "headers": auth},
+        {"client": "kserve", "rpc": "unload_model", "model": "beta", "headers": auth}])
+    assert loaded == {"ok": True, "value": {"model_name": "beta", "loaded": True}}, loaded
+    assert unloaded == {"ok": True, "value": {"model_name": "beta", "unloaded": True}}, unloaded
+    assert refusal(lambda: classify(api, explicit, "beta"))[0] == grpc.StatusCode.UNAVAILABLE
+
+
 def test_a_load_that_cannot_serve_says_why(explicit, interop_python):
     for client, address in (("triton", explicit.address), ("triton_http", explicit.http_address)):
         broken, unknown, configured = oip_calls(interop_python, address, [

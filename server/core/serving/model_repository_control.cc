@@ -11,9 +11,7 @@
 namespace qvi {
 namespace {
 
-std::string Holds(const std::set<std::string>& names) {
-  return names.empty() ? "(none)" : absl::StrJoin(names, ", ");
-}
+std::string Holds(const std::set<std::string>& names) { return names.empty() ? "(none)" : absl::StrJoin(names, ", "); }
 
 }  // namespace
 
@@ -72,9 +70,9 @@ void ModelRepository::Control(const std::string& name, bool load, ControlDone do
     if (stopped_) {
       refused = absl::UnavailableError("the server is shutting down");
     } else if (disk.count(name) == 0 && (load || models_.count(name) == 0)) {
-      refused = absl::NotFoundError(absl::StrCat("model '", Capped(name), "' is not in the model store ",
-                                                 options_.root, load ? "" : " and not served",
-                                                 "; the store holds: ", Holds(on_disk_)));
+      refused =
+          absl::NotFoundError(absl::StrCat("model '", Capped(name), "' is not in the model store ", options_.root,
+                                           load ? "" : " and not served", "; the store holds: ", Holds(on_disk_)));
     } else {
       if (load) {
         wanted_.insert(name);
@@ -137,9 +135,9 @@ absl::Status ModelRepository::ControlResult(const std::string& name, bool load) 
     }
   }
   if (wanted_.count(name) == 0) why.push_back("it was unloaded meanwhile");
-  return absl::FailedPreconditionError(absl::StrCat("model '", Capped(name), "' did not load: ",
-                                                    why.empty() ? "its version policy chose no version of the store's"
-                                                                : absl::StrJoin(why, "; ")));
+  return absl::FailedPreconditionError(
+      absl::StrCat("model '", Capped(name), "' did not load: ",
+                   why.empty() ? "its version policy chose no version of the store's" : absl::StrJoin(why, "; ")));
 }
 
 std::vector<ModelStatus> ModelRepository::Index() const {

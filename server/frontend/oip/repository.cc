@@ -40,9 +40,9 @@ absl::Status CheckParameters(const Parameters& parameters, bool unload) {
           ": a load takes the model from its folder in the store, with its serving.json; it cannot be given "
           "a configuration or files"));
     }
-    return absl::InvalidArgumentError(absl::StrCat("parameters.", Capped(name, 64), ": not a parameter of ",
-                                                   unload ? "RepositoryModelUnload (unload_dependents)"
-                                                          : "RepositoryModelLoad (it takes none)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameters.", Capped(name, 64), ": not a parameter of ",
+                     unload ? "RepositoryModelUnload (unload_dependents)" : "RepositoryModelLoad (it takes none)"));
   }
   return absl::OkStatus();
 }
@@ -56,8 +56,8 @@ absl::Status CheckModelName(const std::string& name) {
 
 absl::Status CheckRepositoryName(const std::string& name) {
   if (name.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("repository_name: '", Capped(name, 64),
-                                                 "'; the server has one model store: leave it empty"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("repository_name: '", Capped(name, 64), "'; the server has one model store: leave it empty"));
 }
 
 absl::Status OipRepository::Index(const inference::RepositoryIndexRequest& request,
@@ -82,20 +82,26 @@ absl::Status OipRepository::Index(const inference::RepositoryIndexRequest& reque
   return absl::OkStatus();
 }
 
+std::string ControlledModel(const std::string& repository_name, const std::string& model_name) {
+  return model_name.empty() ? repository_name : model_name;  // KServe's layout: the model in field 1
+}
+
 void OipRepository::Load(const inference::RepositoryModelLoadRequest& request, Done done) const {
-  absl::Status s = CheckRepositoryName(request.repository_name());
-  if (s.ok()) s = CheckModelName(request.model_name());
+  const std::string model = ControlledModel(request.repository_name(), request.model_name());
+  absl::Status s = CheckRepositoryName(request.model_name().empty() ? "" : request.repository_name());
+  if (s.ok()) s = CheckModelName(model);
   if (s.ok()) s = CheckParameters(request.parameters(), /*unload=*/false);
   if (!s.ok()) return done(s);
-  repository_->RequestLoad(request.model_name(), std::move(done));
+  repository_->RequestLoad(model, std::move(done));
 }
 
 void OipRepository::Unload(const inference::RepositoryModelUnloadRequest& request, Done done) const {
-  absl::Status s = CheckRepositoryName(request.repository_name());
-  if (s.ok()) s = CheckModelName(request.model_name());
+  const std::string model = ControlledModel(request.repository_name(), request.model_name());
+  absl::Status s = CheckRepositoryName(request.model_name().empty() ? "" : request.repository_name());
+  if (s.ok()) s = CheckModelName(model);
   if (s.ok()) s = CheckParameters(request.parameters(), /*unload=*/true);
   if (!s.ok()) return done(s);
-  repository_->RequestUnload(request.model_name(), std::move(done));
+  repository_->RequestUnload(model, std::move(done));
 }
 
 }  // namespace qvi

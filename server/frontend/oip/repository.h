@@ -37,6 +37,9 @@ class OipRepository {
   ModelRepository* repository_;
 };
 
+// The model a load or unload names: model_name, or (KServe's layout, field 1 alone) repository_name.
+std::string ControlledModel(const std::string& repository_name, const std::string& model_name);
+
 // INVALID_ARGUMENT for a repository_name (the server has one store) or a parameter the call does not
 // take; the messages name the field.
 absl::Status CheckRepositoryName(const std::string& name);

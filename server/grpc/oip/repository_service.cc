@@ -71,6 +71,16 @@ grpc::ByteBuffer Serialize(const Response& response, absl::Status* status) {
   return out;
 }
 
+// KServe's fields of the answer (Triton's clients skip them).
+void Fill(const std::string& model, inference::RepositoryModelLoadResponse& r) {
+  r.set_model_name(model);
+  r.set_loaded(true);
+}
+void Fill(const std::string& model, inference::RepositoryModelUnloadResponse& r) {
+  r.set_model_name(model);
+  r.set_unloaded(true);
+}
+
 // Loads and unloads are rare and change what every caller sees: each is logged with who asked.
 void LogControl(const char* method, const std::string& model, const std::string& key, const absl::Status& s) {
   spdlog::info("{} '{}' ({}): {}", method, Capped(model), key.empty() ? "no API keys" : "key " + key,
@@ -82,12 +92,14 @@ void RunControl(const char* method, const grpc::ByteBuffer& raw, const WireCaps&
                 Control&& control, RepositoryService::Answer answer) {
   Request request;
   if (absl::Status s = DecodeRequest(raw, caps, &request); !s.ok()) return answer(s, {});
-  control(request, [method, model = request.model_name(), key, answer = std::move(answer)](const absl::Status& s) {
+  const std::string model = ControlledModel(request.repository_name(), request.model_name());
+  control(request, [method, model, key, answer = std::move(answer)](const absl::Status& s) {
     LogControl(method, model, key, s);
-    typename std::conditional<std::is_same_v<Request, inference::RepositoryModelLoadRequest>,
-                              inference::RepositoryModelLoadResponse,
-                              inference::RepositoryModelUnloadResponse>::type response;
     absl::Status status = s;
+    typename std::conditional<std::is_same_v<Request, inference::RepositoryModelLoadRequest>,
+                              inference::RepositoryModelLoadResponse, inference::RepositoryModelUnloadResponse>::type
+        response;
+    Fill(model, response);
     grpc::ByteBuffer out = status.ok() ? Serialize(response, &status) : grpc::ByteBuffer();
     answer(status, std::move(out));
   });

@@ -10,7 +10,7 @@ clients pin protobuf and grpcio-tools versions of their own.
 CALLS.json: {"target": "host:port", "calls": [...]}, every call made with the same client.
 
 A call: {"client": "triton" | "triton_http" | "kserve" | "kserve_rest", "rpc": "live" | "ready" | "model_ready" | "server_metadata" |
-"model_metadata" | "infer" | "repository_index" | "load_model" | "unload_model" (tritonclient only; "config" for a load), "model", "version", "texts", "outputs": [{"name", "class_count"}],
+"model_metadata" | "infer" | "repository_index" | "load_model" | "unload_model" (tritonclient, and KServe's gRPC stub; "config" for a tritonclient load), "model", "version", "texts", "outputs": [{"name", "class_count"}],
 "parameters", "priority" (tritonclient only: its infer(priority=N)), "headers" (tritonclient only: gRPC metadata or HTTP headers), "timeout" (the client's deadline, s), "server_timeout" (the "timeout"
 parameter, µs), "id", "input": {"name", "datatype", "shape"}, "as_list": bool, "binary": bool}.
 A result: {"ok": true, "value": ...} or {"ok": false, "code": "INVALID_ARGUMENT", "message": ...}.
@@ -97,6 +97,18 @@ async def kserve_call(client, call, base_url=None):
     """KServe's gRPC client, or with base_url its REST client (whose calls take the URL first)."""
     from kserve import InferInput, InferRequest
     from kserve.protocol.infer_type import RequestedOutput
+    if call["rpc"] in ("load_model", "unload_model"):
+        # KServe's clients have no repository calls; its generated stub (its own messages, the model's
+        # name in field 1) has them, on the client's channel.
+        from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb
+        metadata = tuple(call.get("headers", {}).items()) or None
+        if call["rpc"] == "load_model":
+            r = await client._client_stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name=call["model"]),
+                                                              metadata=metadata)
+            return {"model_name": r.model_name, "loaded": r.isLoaded}
+        r = await client._client_stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name=call["model"]),
+                                                            metadata=metadata)
+        return {"model_name": r.model_name, "unloaded": r.isUnloaded}
 
     at = (base_url,) if base_url else ()
     rpc = call["rpc"]
