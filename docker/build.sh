@@ -48,12 +48,13 @@ source_url=$(git config --get remote.origin.url 2>/dev/null || echo "file://$(pw
 # pip in the build stage trusts what this machine trusts (a TLS-inspecting proxy's CA, say); the bundle
 # is a build secret, so it stays out of the image.
 ca_bundle=${QVI_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
-# Room for the build: a cuda build writes its build stage and image (about 13 GB) before the stale ones
-# are dropped below. With less free than that, the cached build stage of this variant goes first (the
-# build is slower, not failed: "no space left on device" half-way stops everything after it).
+# Room for the build: a cuda build writes its build stage (8.6 GB), then the image's 4 GB copied out of
+# it, before the stale ones are dropped below; 16 GB free was measured too little (2026-11-29: "no space
+# left on device" in the runtime stage's COPY). With less free than this, the cached build stages of this
+# variant go first (the build is slower, not failed: a full disk half-way stops everything after it).
 graph_root=$("${QVI_PODMAN[@]}" info --format '{{.Store.GraphRoot}}')
 free_gb=$(($(df --output=avail -k "$graph_root" | tail -1) / 1024 / 1024))
-need_gb=$([[ $variant == cuda ]] && echo 16 || echo 6)
+need_gb=$([[ $variant == cuda ]] && echo 24 || echo 8)
 if ((free_gb < need_gb)); then
   log "only $free_gb GB free in $graph_root (want $need_gb): dropping the cached $variant build stage first"
   "${QVI_PODMAN[@]}" image prune -f --filter label=io.qvi.build-stage="$variant" > /dev/null
