@@ -54,10 +54,18 @@ ca_bundle=${QVI_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 # variant go first (the build is slower, not failed: a full disk half-way stops everything after it).
 graph_root=$("${QVI_PODMAN[@]}" info --format '{{.Store.GraphRoot}}')
 free_gb=$(($(df --output=avail -k "$graph_root" | tail -1) / 1024 / 1024))
-need_gb=$([[ $variant == cuda ]] && echo 24 || echo 8)
+# QVI_IMAGE_NEED_GB sets the cuda figure (a large one exercises the dropping below).
+need_gb=$([[ $variant == cuda ]] && echo ${QVI_IMAGE_NEED_GB:-24} || echo 8)
 if ((free_gb < need_gb)); then
-  log "only $free_gb GB free in $graph_root (want $need_gb): dropping the cached $variant build stage first"
-  "${QVI_PODMAN[@]}" image prune -f --filter label=io.qvi.build-stage="$variant" > /dev/null
+  log "only $free_gb GB free in $graph_root (want $need_gb): dropping the cached $variant build stages first"
+  # Every image of this variant's build stage, its layer cache included: a prune of dangling images
+  # alone left the chains of older and half-finished builds (a cache image with children is not
+  # dangling), 2026-11-29, and the build ran out of room again. Then whatever else is dangling.
+  mapfile -t stale < <("${QVI_PODMAN[@]}" images -a -q --filter label=io.qvi.build-stage="$variant" | sort -u)
+  if ((${#stale[@]} > 0)); then "${QVI_PODMAN[@]}" rmi -f "${stale[@]}" > /dev/null 2>&1 || true; fi
+  # (A build that failed half-way leaves a build container holding its image: that one stays.)
+  "${QVI_PODMAN[@]}" image prune -f > /dev/null 2>&1 || true
+  log "$(($(df --output=avail -k "$graph_root" | tail -1) / 1024 / 1024)) GB free now"
 fi
 # QVI_IMAGE_NO_CACHE=1: as on a fresh machine (bench/cold_start.sh test): no layer cache, no ccache;
 # the base image and the pip wheels' cache mount stay.
