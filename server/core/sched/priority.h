@@ -21,7 +21,6 @@ namespace qvi {
 enum class Priority : int { kDefault = 0, kHigh = 1, kNormal = 2, kLow = 3 };
 
 inline constexpr int kPriorityLevels = 3;
-inline constexpr Priority kLowestPriority = Priority::kLow;
 
 // Whether `p` is one of the four (a number off the wire may be none).
 inline bool IsPriority(Priority p) { return static_cast<int>(p) >= 0 && static_cast<int>(p) <= kPriorityLevels; }
