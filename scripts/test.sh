@@ -9,42 +9,44 @@ export OMP_NUM_THREADS=1
 status=0
 # Each stage's time, printed at the end (set-up's own are in its summary above) and kept in
 # .stamps/test-times.tsv: what a cold or a warm run spends where.
-STAGE="" STAGE_START=$SECONDS TIMES=("$SECONDS"$'\t'"set-up (scripts/setup.sh)")
+# A failed stage is marked FAILED there, so the summary alone says what to look at.
+STAGE="" STAGE_START=$SECONDS STAGE_FAILED="" TIMES=("$SECONDS"$'\t'"set-up (scripts/setup.sh)")
+failed() { status=1 STAGE_FAILED="  FAILED"; }
 begin() {
-  [[ -z $STAGE ]] || TIMES+=("$((SECONDS - STAGE_START))"$'\t'"${STAGE%%:*}")
-  STAGE=$1 STAGE_START=$SECONDS
+  [[ -z $STAGE ]] || TIMES+=("$((SECONDS - STAGE_START))"$'\t'"${STAGE%%:*}$STAGE_FAILED")
+  STAGE=$1 STAGE_START=$SECONDS STAGE_FAILED=""
   [[ $1 == done* ]] || echo "[test $(date +%T)] $1"
 }
 begin "C++ formatting: clang-format with .clang-format (scripts/format.sh --check)"
-scripts/format.sh --check || status=1
+scripts/format.sh --check || failed
 begin "complexity: no function over 80 lines or CCN 20 outside the allow-list, no file over its size (scripts/complexity.sh)"
-scripts/complexity.sh || status=1
+scripts/complexity.sh || failed
 begin "layers: every include of server/ is of a library the target links, every link is used, no torch umbrella header in a header (scripts/check_layers.py)"
-.venv/bin/python scripts/check_layers.py build || status=1
+.venv/bin/python scripts/check_layers.py build || failed
 begin "C++ unit and end-to-end tests (ctest)"
-(cd build && ctest --output-on-failure -j1) || status=1
+(cd build && ctest --output-on-failure -j1) || failed
 begin "scheduler and serving-core stress tests under ASan/UBSan and TSan; the e2e suite against an ASan qvi-server"
-scripts/sanitize.sh || status=1
+scripts/sanitize.sh || failed
 begin "lock annotations: clang -Wthread-safety -Werror=thread-safety (scripts/thread_safety.sh)"
-scripts/thread_safety.sh || status=1
+scripts/thread_safety.sh || failed
 begin "fuzz smoke: every libFuzzer target 10 s under ASan/UBSan (scripts/fuzz.sh; long runs: scripts/fuzz.sh 600)"
-scripts/fuzz.sh 10 || status=1
+scripts/fuzz.sh 10 || failed
 begin "soak, short: 60 s of mixed traffic with cancellations, short deadlines and a rollout every 15 s"
 echo "       (gates on status codes and a clean exit, not on timings; the 30-minute run: scripts/soak.py)"
-.venv/bin/python scripts/soak.py --seconds 60 --rollout-seconds 15 --clients 4 || status=1
+.venv/bin/python scripts/soak.py --seconds 60 --rollout-seconds 15 --clients 4 || failed
 begin "model zoo (pytest)"
-(cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider --durations=10) || status=1
+(cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider --durations=10) || failed
 begin "benchmark harness, smoke mode (checks that it runs; gates on no timing)"
-.venv/bin/python bench/run.py --smoke || status=1
+.venv/bin/python bench/run.py --smoke || failed
 begin "container image: docker/build.sh cpu (cached; tests/python/test_deploy_image.py runs it)"
-docker/build.sh cpu || status=1
+docker/build.sh cpu || failed
 # The cuda image (about 4 GB): built and served on the CPU here. QVI_TEST_CUDA_IMAGE=0 leaves it out.
 if [[ ${QVI_TEST_CUDA_IMAGE:-1} == 1 ]]; then
   begin "cuda image: docker/build.sh cuda, then a smoke run on the CPU (docker/smoke.sh)"
-  (docker/build.sh cuda && docker/smoke.sh localhost/qvi-serve:cuda) || status=1
+  (docker/build.sh cuda && docker/smoke.sh localhost/qvi-serve:cuda) || failed
 fi
 begin "Python client against qvi-server, deployment files and image (pytest)"
-(cd tests/python && ../../.venv/bin/python -m pytest -p no:cacheprovider --durations=10) || status=1
+(cd tests/python && ../../.venv/bin/python -m pytest -p no:cacheprovider --durations=10) || failed
 begin "done"
 echo "[test $(date +%T)] done in $((SECONDS / 60)) min; each stage:"
 for t in "${TIMES[@]}"; do printf '    %5d s  %s\n' "${t%%$'\t'*}" "${t#*$'\t'}"; done
