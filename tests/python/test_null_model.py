@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from qvi_testing import REPO, STORE, ServerProcess, get_json, post_json
+from qvi_testing import REPO, STORE, ServerProcess, get_json, post_json, wait_until
 
 MODEL_STORE = os.path.join(REPO, "model_store")
 
@@ -102,11 +102,19 @@ def test_a_big_batch_is_answered_in_chunks_on_the_answer_threads(null_server):
     before = null_server.metrics()
     texts = [f"text {i}" for i in range(40)]
     assert len(post_json(address, "/v1/models/emulated:classify", {"texts": texts})["results"]) == 40
-    after = null_server.metrics()
+    # A share is observed once its answers are made, so the last one may be counted just after the
+    # request's answer went out: wait for the count, then check it is no more than that.
+    after = {}
 
     def grew(name):
         return after.get(f"{name}{{{v}}}", 0) - before.get(f"{name}{{{v}}}", 0)
 
+    def shares_counted():
+        after.clear()
+        after.update(null_server.metrics())
+        return grew("qvi_answer_duration_seconds_count") >= 3
+
+    wait_until(shares_counted, lambda: f"three shares of answers; counted {grew('qvi_answer_duration_seconds_count')}")
     assert grew("qvi_batch_size_count") == 2 and grew("qvi_batch_size_sum") == 40
     assert grew("qvi_answer_duration_seconds_count") == 3, "the batch of 32 in two shares, the batch of 8 in one"
     assert grew("qvi_answer_wait_seconds_count") == 3
