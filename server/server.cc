@@ -68,11 +68,11 @@ void LogModelEvent(const std::string& name, const VersionStatus& v) {
     const ServingConfig& c = v.serving;
     spdlog::info(
         "model {}@{} READY: {} ({}) on {} from {} ({}), {} labels/tags, max_tokens {}; batches of up to {} "
-        "texts / {} tokens / {} ms, {} instance(s){}",
+        "texts / {} tokens / {} ms, {} instance(s); {} of memory{}",
         name, v.version, m.display_name, m.task == Task::kClassification ? "classification" : "tagging",
         v.model->device(), std::filesystem::path(v.model->file()).filename().string(), FormatDescription(*v.model),
         m.task == Task::kClassification ? m.labels.size() : m.tags.size(), m.tokenizer.max_tokens, c.max_batch_size,
-        c.max_batch_tokens, c.max_queue_delay_ms, c.instances,
+        c.max_batch_tokens, c.max_queue_delay_ms, c.instances, FormatBytes(v.memory_bytes),
         v.model->has_forward_without_maps() ? "; batches that ask for no attention maps skip them" : "");
     if (!v.model->fallback_reason().empty())
       spdlog::warn("model {}@{}: {}", name, v.version, v.model->fallback_reason());
@@ -196,6 +196,13 @@ absl::Status Server::StartModels() {
   o.version_policy = *VersionPolicy::Parse(options_.models.version_policy);  // checked by the flag
   o.model_control = options_.models.model_control == "explicit" ? ModelControl::kExplicit : ModelControl::kPoll;
   o.load_at_start = options_.models.load_models;
+  o.memory_budget = *ParseMemoryBudget(options_.models.device_memory_budget);   // checked by the flag
+  o.unload_idle_after = *ParseIdleDuration(options_.models.unload_idle_after);  // checked by the flag
+  o.load_on_demand = options_.models.load_on_demand;
+  o.memory_event = [this](const std::string& name, bool loaded, const char* reason) {
+    if (!loaded) spdlog::info("model {}: unloaded ({}); it rests until asked for", name, reason);
+    if (metrics_) metrics_->OnModelMemoryEvent(name, loaded, reason);
+  };
   o.observer = metrics_.get();
   // Before the first load: every version's runner hands its answers to these threads.
   answers_ = std::make_unique<Executor>(options_.threads.answers, /*max_queued=*/0, Env::Default(), "qvi-answer");

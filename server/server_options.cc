@@ -3,9 +3,11 @@
 #include <CLI/CLI.hpp>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/manifest/serving_config.h"
 #include "server/core/sched/defaults.h"
+#include "server/core/serving/memory_budget.h"
 #include "server/tls/tls_credentials.h"
 
 namespace qvi {
@@ -46,6 +48,28 @@ void AddModelOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--load-model", o.models.load_models,
                  "with --model-control explicit: a model to load at start-up (repeat it for more; * for every "
                  "model of the store)")
+      ->group("Models");
+  app.add_option("--device-memory-budget", o.models.device_memory_budget,
+                 "memory the loaded versions may take on each device: bytes (24GiB, 512MB) or a fraction of the "
+                 "device (0.8, 80%); a load that would pass it first unloads idle models, least recently used "
+                 "first (docs/serving.md \"Memory budget\"). Unset: no budget")
+      ->check([](const std::string& text) {
+        absl::StatusOr<MemoryBudget> b = ParseMemoryBudget(text);
+        return b.ok() ? std::string() : std::string(b.status().message());
+      })
+      ->group("Models");
+  app.add_option("--unload-idle-after", o.models.unload_idle_after,
+                 "unload a model no request has asked for in this long (10m, 90s, or seconds); it loads again on "
+                 "demand (--load-on-demand) or when an admin loads it. 0: never")
+      ->check([](const std::string& text) {
+        absl::StatusOr<absl::Duration> d = ParseIdleDuration(text);
+        return d.ok() ? std::string() : std::string(d.status().message());
+      })
+      ->capture_default_str()
+      ->group("Models");
+  app.add_flag("--load-on-demand", o.models.load_on_demand,
+               "a request for a model of the store that is not loaded (unloaded for memory or idleness, or not yet "
+               "loaded with --model-control explicit) loads it and waits, within its deadline")
       ->group("Models");
   app.add_option("--version-policy", o.models.version_policy,
                  "versions served per model unless its serving.json says otherwise: latest:N, all, specific:V1,V2")
@@ -300,6 +324,22 @@ void AddLoggingAndLifecycleOptions(CLI::App& app, ServerOptions& o) {
 }
 
 }  // namespace
+
+absl::StatusOr<absl::Duration> ParseIdleDuration(const std::string& text) {
+  double seconds = 0;
+  absl::Duration d;
+  if (absl::SimpleAtod(text, &seconds)) {
+    d = absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(text, &d)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--unload-idle-after '", text.substr(0, 40), "': not a duration (10m, 90s, or seconds)"));
+  }
+  if (d < absl::ZeroDuration() || d > absl::Hours(24 * 365)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--unload-idle-after '", text.substr(0, 40), "': from 0 (never) to a year"));
+  }
+  return d;
+}
 
 absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
   ServerOptions o;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/core/sched/defaults.h"
 
 namespace qvi {
@@ -24,6 +25,9 @@ struct ServerOptions {
     bool cuda_graphs = defaults::kCudaGraphs;  // models on a GPU capture CUDA graphs at load
     std::string model_control = "poll";        // poll: the store's models; explicit: loaded over the wire
     std::vector<std::string> load_models;      // explicit: the models loaded at start-up ("*": all)
+    std::string device_memory_budget;          // bytes or a fraction per device (memory_budget.h); "": none
+    std::string unload_idle_after = "0";       // a duration ("10m", or seconds); 0: never
+    bool load_on_demand = false;               // a request for a model not loaded loads it
   } models;
   struct Network {
     std::string host = "0.0.0.0";
@@ -99,6 +103,9 @@ struct ServerOptions {
 // Parses argv. Returns the options, or a status whose message is the text to print: for --help and
 // --version the code is kCancelled (print, exit 0); for bad flags kInvalidArgument (print, exit 2).
 absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv);
+
+// --unload-idle-after: "10m", "90s" (absl::ParseDuration) or a number of seconds; 0 to a year.
+absl::StatusOr<absl::Duration> ParseIdleDuration(const std::string& text);
 
 }  // namespace qvi
 

@@ -5,7 +5,10 @@
 #ifndef QVI_SERVER_FRONTEND_CORE_H_
 #define QVI_SERVER_FRONTEND_CORE_H_
 
+#include <string>
 #include <utility>
+
+#include "absl/strings/str_cat.h"
 
 #include "server/core/request/request.h"
 #include "server/core/request/request_checks.h"
@@ -25,6 +28,10 @@ class Core {
   virtual const RequestLimits& limits() const = 0;
   // The clock of InferenceRequest::deadline.
   virtual const Env& env() const = 0;
+  // ModelRepository::WhenLoaded: for a plan that resolved a model which loads on demand (WaitsForLoad).
+  virtual void WhenLoaded(const std::string& model, absl::Time /*deadline*/, ModelRepository::ControlDone ready) {
+    ready(absl::UnavailableError(absl::StrCat("model '", Capped(model), "' is not loaded")));
+  }
 };
 
 // The server's core.
@@ -36,6 +43,9 @@ class ServingCore final : public Core {
   }
   const RequestLimits& limits() const override { return service_->limits(); }
   const Env& env() const override { return service_->env(); }
+  void WhenLoaded(const std::string& model, absl::Time deadline, ModelRepository::ControlDone ready) override {
+    service_->WhenLoaded(model, deadline, std::move(ready));
+  }
 
  private:
   InferenceService* const service_;

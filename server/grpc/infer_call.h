@@ -11,6 +11,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <functional>
+#include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -72,6 +74,41 @@ struct PlannedCall {
   std::function<absl::Status(const InferenceResponse&, Message*)> build;
 };
 
+// After admission: plan, Prepare, Submit. A plan that resolved a model which loads on demand waits
+// for it (once, within gRPC's deadline) and plans again on the thread that loaded it.
+template <typename Message, typename Plan>
+void PlanInferCall(InferCall* call, Core* core, const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response,
+                   std::shared_ptr<Plan> plan, bool waited) {
+  grpc::CallbackServerContext* ctx = call->context();
+  try {
+    absl::StatusOr<PlannedCall<Message>> planned = (*plan)(*raw, &call->call());
+    if (!planned.ok() && !waited && WaitsForLoad(planned.status())) {
+      core->WhenLoaded(call->call().model, MonotonicDeadline(core->env(), Deadline(ctx)),
+                       [call, core, raw, raw_response, plan](const absl::Status& loaded) {
+                         if (!loaded.ok()) return call->Answer(loaded);
+                         PlanInferCall<Message>(call, core, raw, raw_response, plan, /*waited=*/true);
+                       });
+      return;
+    }
+    if (!planned.ok()) return call->Answer(planned.status());
+    InferenceRequest& r = planned->request;
+    if (absl::Status s = call->call().Prepare(r, call->call().request_id(),
+                                              MonotonicDeadline(core->env(), Deadline(ctx)), planned->timeout);
+        !s.ok()) {
+      return call->Answer(s);
+    }
+    r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
+    core->Submit(
+        planned->method, std::move(r),
+        [call, raw_response, build = std::move(planned->build)](absl::StatusOr<InferenceResponse> out) {
+          call->AnswerWith<Message>(out, raw_response, build);
+        },
+        std::move(planned->servable));
+  } catch (...) {  // bad_alloc decoding or planning: this call fails, the server goes on
+    call->Answer(absl::InternalError(absl::StrCat("accepting the request failed: ", CurrentExceptionText())));
+  }
+}
+
 // Starts one inference call: admission (the caller's API key, then the request's bytes); then `plan(raw, call)`, which
 // decodes and checks the request and returns a PlannedCall<Message> or the error to answer (it may set the call's model
 // and request id as soon as it knows them, so that a refusal is recorded with them); then Prepare (request id,
@@ -85,29 +122,8 @@ grpc::ServerUnaryReactor* StartInferCall(Calls* calls, Core* core, const char* m
     call->Answer(admitted);
     return call;
   }
-  try {
-    absl::StatusOr<PlannedCall<Message>> planned = plan(*raw, &call->call());
-    if (!planned.ok()) {
-      call->Answer(planned.status());
-      return call;
-    }
-    InferenceRequest& r = planned->request;
-    if (absl::Status s = call->call().Prepare(r, call->call().request_id(),
-                                              MonotonicDeadline(core->env(), Deadline(ctx)), planned->timeout);
-        !s.ok()) {
-      call->Answer(s);
-      return call;
-    }
-    r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
-    core->Submit(
-        planned->method, std::move(r),
-        [call, raw_response, build = std::move(planned->build)](absl::StatusOr<InferenceResponse> out) {
-          call->AnswerWith<Message>(out, raw_response, build);
-        },
-        std::move(planned->servable));
-  } catch (...) {  // bad_alloc decoding or planning: this call fails, the server goes on
-    call->Answer(absl::InternalError(absl::StrCat("accepting the request failed: ", CurrentExceptionText())));
-  }
+  PlanInferCall<Message>(call, core, raw, raw_response, std::make_shared<std::decay_t<Plan>>(std::forward<Plan>(plan)),
+                         /*waited=*/false);
   return call;
 }
 

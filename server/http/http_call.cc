@@ -33,8 +33,7 @@ absl::Status HttpCall::Prepare(InferenceRequest& r, const HttpRequest& request, 
                                absl::Duration timeout) {
   // The core checks the request id's length, and refuses one over the limit.
   absl::StatusOr<absl::Duration> header = RequestTimeout(request.Header("X-Request-Timeout-Ms"));
-  const absl::Time deadline =
-      header.ok() && *header != absl::InfiniteDuration() ? call_.start() + *header : absl::InfiniteFuture();
+  const absl::Time deadline = HeaderDeadline(request);
   // X-Request-Priority: the priority of a request whose body names none (a gateway may set it).
   absl::Status priority;
   if (const std::string named = request.Header("X-Request-Priority");
@@ -47,6 +46,11 @@ absl::Status HttpCall::Prepare(InferenceRequest& r, const HttpRequest& request, 
   echo_id_ = static_cast<int>(call_.request_id().size()) <= max_request_id_bytes;
   if (!header.ok()) return header.status();
   return priority.ok() ? limited : priority;
+}
+
+absl::Time HttpCall::HeaderDeadline(const HttpRequest& request) const {
+  absl::StatusOr<absl::Duration> header = RequestTimeout(request.Header("X-Request-Timeout-Ms"));
+  return header.ok() && *header != absl::InfiniteDuration() ? call_.start() + *header : absl::InfiniteFuture();
 }
 
 void HttpCall::Fail(const absl::Status& status) { Finish(status, ErrorResponse(status), nullptr); }

@@ -25,6 +25,9 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
 
   Call& call() { return call_; }
 
+  // The deadline X-Request-Timeout-Ms sets, from the call's arrival (InfiniteFuture: none, or malformed).
+  absl::Time HeaderDeadline(const HttpRequest& request) const;
+
   // Call::Prepare with HTTP's headers: the request id (the body's, else X-Request-Id's, else one made
   // up; echoed in the answer's X-Request-Id when within `max_request_id_bytes`), the deadline (the
   // sooner of X-Request-Timeout-Ms and `timeout`, both from the call's arrival), the priority (the

@@ -138,7 +138,8 @@ Metrics::Metrics()
                                   "call refused for its key (key \"_none\": no valid key)")),
       key_limited_(CounterFamily(*registry_, "qvi_key_limited_total",
                                  "With --api-keys: calls refused for a rate limit, by API key name and limit "
-                                 "(requests, texts, tokens)")) {}
+                                 "(requests, texts, tokens)")),
+      model_memory_(*registry_) {}
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Serve(const std::string& host, int port) {
   auto metrics = std::make_unique<Metrics>();
@@ -404,6 +405,7 @@ void Metrics::OnModelEvent(const std::string& model, const VersionStatus& status
   if (it->second.first != nullptr) model_state_.Remove(it->second.first);
   if (it->second.second != nullptr) model_info_.Remove(it->second.second);
   it->second = {nullptr, nullptr};
+  SetModelMemory(model, status);
   if (status.state == ModelState::kUnloaded) {
     state_.erase(it);
     auto series = versions_.find(key);

@@ -80,6 +80,9 @@ class Metrics final : public ServingObserver {
   // A READY version's model files changed in place: qvi_model_file_changes_total{model,result}, the
   // result "reloaded" (the new files serve) or "failed" (the files loaded before still serve).
   void OnModelFilesChanged(const std::string& model, bool reloaded);
+  // A model loaded (reason: poll, admin, demand) or unloaded to save memory (budget, idle):
+  // qvi_model_loads_total / qvi_model_evictions_total{model,reason}.
+  void OnModelMemoryEvent(const std::string& model, bool loaded, const char* reason);
 
  private:
   struct VersionSeries {
@@ -95,6 +98,8 @@ class Metrics final : public ServingObserver {
     prometheus::Gauge* queue_texts = nullptr;
   };
   VersionSeries& SeriesFor(const std::string& model, int64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // qvi_model_memory_bytes{model,version,device} while the version is READY or UNLOADING.
+  void SetModelMemory(const std::string& model, const VersionStatus& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<httplib::Server> http_;
@@ -120,6 +125,14 @@ class Metrics final : public ServingObserver {
   prometheus::Family<prometheus::Counter>& shed_;
   prometheus::Family<prometheus::Counter>& key_requests_;
   prometheus::Family<prometheus::Counter>& key_limited_;
+  // The models' memory (model_metrics.cc): footprints, loads and evictions.
+  struct ModelMemory {
+    explicit ModelMemory(prometheus::Registry& registry);
+    prometheus::Family<prometheus::Gauge>& bytes;
+    prometheus::Family<prometheus::Counter>& loads;
+    prometheus::Family<prometheus::Counter>& evictions;
+  };
+  ModelMemory model_memory_;
 
   struct ScrapedCounter {
     std::string name, help;
@@ -144,6 +157,7 @@ class Metrics final : public ServingObserver {
   void CountKey(bool limited, const std::string& key, const std::string& value) ABSL_LOCKS_EXCLUDED(mu_);
   std::map<std::pair<std::string, int64_t>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> state_
       ABSL_GUARDED_BY(mu_);  // (state gauge, info gauge)
+  std::map<std::pair<std::string, int64_t>, prometheus::Gauge*> memory_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace qvi

@@ -227,3 +227,16 @@ class ServerProcess:
         self.proc.send_signal(signal.SIGTERM)
         assert self.proc.wait(timeout=60) == 0, self.log()
         self._log.close()
+
+
+def null_twin(store, name, **extra):
+    """A null twin of the demo classifier (no math) named `name` in `store`."""
+    out = os.path.join(store, name, "1")
+    done = subprocess.run([sys.executable, "-m", "qvi", "null", "--artifact", os.path.join(STORE, "sentiment", "1",
+                           "model.pt"), "--out", out], cwd=os.path.join(REPO, "model_store"), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with open(os.path.join(out, "model.null")) as f:
+        twin = json.load(f)
+    with open(os.path.join(out, "model.null"), "w") as f:
+        json.dump(dict(twin, manifest=dict(twin["manifest"], name=name), **extra), f)

@@ -7,30 +7,16 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
 import grpc
 import pytest
 
 from conftest import oip_calls
-from qvi_testing import REPO, SERVER, STORE, ServerProcess, http_call, wait_until
+from qvi_testing import SERVER, ServerProcess, http_call, null_twin, wait_until
 
 OPS = "ops-secret-5e1a"  # admin
 APP = "app-secret-0b9c"  # infer and read
-
-
-def null_twin(store, name, **extra):
-    """A null twin of the demo classifier (no math) named `name` in `store`."""
-    out = os.path.join(store, name, "1")
-    done = subprocess.run([sys.executable, "-m", "qvi", "null", "--artifact", os.path.join(STORE, "sentiment", "1",
-                           "model.pt"), "--out", out], cwd=os.path.join(REPO, "model_store"), capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    with open(os.path.join(out, "model.null")) as f:
-        twin = json.load(f)
-    with open(os.path.join(out, "model.null"), "w") as f:
-        json.dump(dict(twin, manifest=dict(twin["manifest"], name=name), **extra), f)
 
 
 def keys_file(work):

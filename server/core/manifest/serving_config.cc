@@ -131,6 +131,8 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
       s = ReadNumber(value, key, 1, 1 << 24, o.max_queued_texts);
     } else if (key == "max_queued_tokens") {
       s = ReadNumber<int64_t>(value, key, 1, int64_t{1} << 32, o.max_queued_tokens);
+    } else if (key == "memory_bytes") {
+      s = ReadNumber<int64_t>(value, key, 1, int64_t{1} << 50, o.memory_bytes);
     } else if (key == "instances") {
       s = ReadNumber(value, key, 1, 64, o.instances);
     } else if (key == "max_queue_delay_ms") {
@@ -169,7 +171,7 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
       return Bad(key,
                  "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
                  "max_queued_texts, max_queued_tokens, priority_aging_ms, instances, device, format, cpu_package, "
-                 "version_policy, batch_when_idle, cuda_graphs");
+                 "version_policy, batch_when_idle, cuda_graphs, memory_bytes");
     }
     if (!s.ok()) return s;
   }

@@ -104,6 +104,8 @@ struct ServingOverrides {
   std::optional<VersionPolicy> version_policy;
   std::optional<BatchingMode> batching;  // "batch_when_idle": true or false
   std::optional<GraphSettings> cuda_graphs;
+  // A version's footprint as the memory budget counts it, instead of the one measured at its load.
+  std::optional<int64_t> memory_bytes;
 
   static absl::StatusOr<ServingOverrides> Parse(const std::string& json);
   // Reads <model_dir>/serving.json; no file means no overrides.

@@ -272,13 +272,33 @@ void InferenceService::Submit(Method method, InferenceRequest request, Done done
   if (!queued) work->done(absl::ResourceExhaustedError("the server's request queue is full; retry with backoff"));
 }
 
-void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, ServableHandle resolved) {
+bool InferenceService::WaitHere(const absl::Status& prepared, bool resolves, bool waited) {
+  return !prepared.ok() && resolves && !waited && WaitsForLoad(prepared);
+}
+
+void InferenceService::DispatchWhenLoaded(Method method, InferenceRequest r, Done done) {
+  // Once the model is loaded (or not), back to a request thread: the load's own thread calls this.
+  auto work = std::make_shared<std::pair<InferenceRequest, Done>>(std::move(r), std::move(done));
+  const std::string model = work->first.model;
+  const absl::Time deadline = work->first.deadline;
+  repository_->WhenLoaded(model, deadline, [this, method, work](const absl::Status& loaded) {
+    if (!loaded.ok()) return work->second(loaded);
+    const bool queued = executor_->TrySubmit([this, method, work] {
+      Dispatch(method, std::move(work->first), std::move(work->second), nullptr, /*waited=*/true);
+    });
+    if (!queued) work->second(absl::ResourceExhaustedError("the server's request queue is full; retry with backoff"));
+  });
+}
+
+void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, ServableHandle resolved, bool waited) {
+  const bool resolves = resolved == nullptr;
   absl::StatusOr<Prepared> prepared;
   try {
     prepared = Prepare(method, r, std::move(resolved));
   } catch (...) {  // std::bad_alloc tokenizing, say: this request fails, nothing else
     prepared = absl::InternalError(absl::StrCat("preparing the request failed: ", CurrentExceptionText()));
   }
+  if (WaitHere(prepared.status(), resolves, waited)) return DispatchWhenLoaded(method, std::move(r), std::move(done));
   if (prepared.ok()) {
     absl::Status live = CheckLive(r, env());  // the scheduler checks again when it forms a batch
     if (!live.ok()) prepared = live;

@@ -37,12 +37,16 @@ class InferenceService {
   using Done = std::function<void(absl::StatusOr<InferenceResponse>)>;
 
   // Texts join the batch queue of the version they resolve to (see ModelRepository).
-  InferenceService(const ModelRepository* repository, Executor* executor, RequestLimits limits)
+  InferenceService(ModelRepository* repository, Executor* executor, RequestLimits limits)
       : repository_(repository), executor_(executor), limits_(limits) {}
 
   void Submit(Method method, InferenceRequest request, Done done, ServableHandle servable = nullptr);
 
   const RequestLimits& limits() const { return limits_; }
+  // ModelRepository::WhenLoaded, for a front end that resolves before it submits (OIP's plan).
+  void WhenLoaded(const std::string& model, absl::Time deadline, ModelRepository::ControlDone ready) {
+    repository_->WhenLoaded(model, deadline, std::move(ready));
+  }
   // The clock of InferenceRequest::deadline (the repository's environment).
   const Env& env() const { return *repository_->env(); }
 
@@ -54,12 +58,18 @@ class InferenceService {
   };
   absl::StatusOr<Prepared> Prepare(Method method, const InferenceRequest& request, ServableHandle servable) const;
   // Takes the request by value: its texts move into the answer's post-processing, uncopied.
-  void Dispatch(Method method, InferenceRequest request, Done done, ServableHandle servable);
+  // A model that loads on demand (WaitsForLoad) is waited for, once, within the request's deadline.
+  void Dispatch(Method method, InferenceRequest request, Done done, ServableHandle servable, bool waited = false);
+  // Whether a request whose preparation ended so is to wait for its model's load on demand: it was
+  // resolved here (not by its API), and has not waited before.
+  static bool WaitHere(const absl::Status& prepared, bool resolves, bool waited);
+  // Dispatch again once the request's model has loaded on demand, or answers why it has not.
+  void DispatchWhenLoaded(Method method, InferenceRequest request, Done done);
   // One text's answer from its row of checked outputs. May throw c10::Error.
   static void PostProcessRow(Method method, const Manifest& manifest, const OutputOptions& options,
                              const std::string& text, const ModelOutputs& outputs, int64_t row, TextResult& result);
 
-  const ModelRepository* repository_;
+  ModelRepository* repository_;
   Executor* executor_;
   const RequestLimits limits_;
 };

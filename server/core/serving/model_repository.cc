@@ -18,15 +18,6 @@ namespace qvi {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-absl::Status UnknownModel(const std::string& name, const std::vector<std::string>& names) {
-  return absl::NotFoundError(absl::StrCat(
-      "model '", Capped(name), "' not found; models: ", names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
-}
-
-}  // namespace
-
 const char* ModelStateName(ModelState state) {
   switch (state) {
     case ModelState::kLoading:
@@ -53,6 +44,12 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(Options
   if (options.model_control == ModelControl::kPoll && !options.load_at_start.empty()) {
     return absl::InvalidArgumentError("--load-model is for --model-control explicit; in poll mode every model loads");
   }
+  if (options.unload_idle_after > absl::ZeroDuration() && options.model_control == ModelControl::kPoll &&
+      !options.load_on_demand) {
+    return absl::InvalidArgumentError(
+        "--unload-idle-after needs --load-on-demand or --model-control explicit: in poll mode nothing else would "
+        "load an idle model again");
+  }
   std::unique_ptr<ModelRepository> repository(new ModelRepository(std::move(options)));
   if (absl::Status s = repository->WantAtStart(); !s.ok()) return s;
   return repository;
@@ -61,8 +58,12 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(Options
 ModelRepository::ModelRepository(Options options)
     : options_(std::move(options)),
       source_(options_.root, ModelFileNames()),
-      env_(options_.env != nullptr ? options_.env : Env::Default()) {
+      env_(options_.env != nullptr ? options_.env : Env::Default()),
+      meter_(options_.meter != nullptr ? options_.meter : &SystemMemoryMeter()) {
   unloader_ = env_->StartThread("qvi-unloader", [this] { UnloaderLoop(); });
+  if (options_.unload_idle_after > absl::ZeroDuration() || options_.load_on_demand) {
+    keeper_ = env_->StartThread("qvi-keeper", [this] { KeeperLoop(); });
+  }
   for (int i = 0; i < std::max(options_.load_threads, 1); ++i) {
     workers_.push_back(env_->StartThread("qvi-poll-worker", [this] { WorkerLoop(); }));
   }
@@ -108,7 +109,8 @@ std::vector<std::string> ModelRepository::Dispatch() {
   on_disk_.clear();
   for (const auto& [name, _] : disk) {
     on_disk_.insert(name);
-    if (options_.model_control == ModelControl::kPoll || wanted_.count(name) > 0) names.insert(name);
+    const bool served = options_.model_control == ModelControl::kPoll || wanted_.count(name) > 0;
+    if (served && resting_.count(name) == 0) names.insert(name);
   }
   for (const auto& [name, _] : models_) names.insert(name);
   std::vector<std::string> queued;
@@ -132,7 +134,7 @@ void ModelRepository::WorkerLoop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    PollModel(job.name, job.found ? &*job.found : nullptr);
+    PollModel(job.name, job.found ? &*job.found : nullptr, job.cause);
     for (const std::function<void()>& answer : job.done) answer();
     FinishJob(job.name);
   }
@@ -168,7 +170,7 @@ std::map<int64_t, KnownVersion> ModelRepository::Known(const std::string& name, 
   return known;
 }
 
-void ModelRepository::PollModel(const std::string& name, const StoreModel* found) {
+void ModelRepository::PollModel(const std::string& name, const StoreModel* found, LoadCause cause) {
   VersionPolicy policy;
   {
     MutexLock lock(&mu_);
@@ -192,7 +194,7 @@ void ModelRepository::PollModel(const std::string& name, const StoreModel* found
     actions = SelectVersions(policy, on_disk, Known(name, found));
     if (actions.load.empty()) break;
     for (int64_t version : actions.load) {
-      if (Load(name, version, *found) == LoadResult::kShuttingDown) return;
+      if (Load(name, version, *found, cause) == LoadResult::kShuttingDown) return;
     }
   }
 
@@ -225,28 +227,40 @@ void ModelRepository::PollModel(const std::string& name, const StoreModel* found
   release.clear();  // the repository's holds; each version unloads once its requests let go
 }
 
-ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64_t version, const StoreModel& found) {
+ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64_t version, const StoreModel& found,
+                                                  LoadCause cause) {
   uint64_t generation = 0;
   const VersionStatus loading{version, ModelState::kLoading, "loading", nullptr, {}};
   {
     MutexLock lock(&mu_);
     if (stopped_) return LoadResult::kShuttingDown;
     generation = next_generation_++;
-    models_[name].versions[version] = Record{loading, nullptr, found.stamps.at(version), generation};
+    models_[name].versions[version] =
+        Record{loading, nullptr, found.stamps.at(version), generation, absl::InfinitePast()};
   }
   Notify(name, loading);
-  absl::StatusOr<ServableHandle> servable = MakeServable(name, version, found, generation);
+  absl::StatusOr<ServableHandle> servable = MakeServableInBudget(name, version, found, generation, cause);
   VersionStatus result;
   ServableHandle unused;  // loaded after Shutdown() began: let go outside the lock, never served
   bool stopped = false;
   {
     MutexLock lock(&mu_);
     stopped = stopped_;
-    Record& r = models_[name].versions[version];
+    Entry& entry = models_[name];
+    Record& r = entry.versions[version];
     if (servable.ok() && !stopped) {
-      r.status = VersionStatus{version, ModelState::kReady, "", (*servable)->model, (*servable)->serving};
+      const int64_t bytes = charges_.count(generation) > 0 ? charges_[generation].bytes : 0;
+      r.status = VersionStatus{version, ModelState::kReady, "", (*servable)->model, (*servable)->serving, bytes};
       r.servable = *servable;  // from here on Resolve() hands it out
+      r.loaded = env_->Now();
+      r.servable->last_used_ns.store(absl::ToUnixNanos(r.loaded));  // a version new to the LRU is not its oldest
     } else {
+      // A model the budget has no room for rests, unless another version of it serves.
+      const bool serving = std::any_of(entry.versions.begin(), entry.versions.end(),
+                                       [](const auto& v) { return v.second.status.state == ModelState::kReady; });
+      if (absl::IsResourceExhausted(servable.status()) && !serving) {
+        resting_[name] = std::string(servable.status().message());
+      }
       const std::string why =
           servable.ok() ? "loaded after the server began shutting down" : std::string(servable.status().message());
       r.status = VersionStatus{version, ModelState::kFailed, why, nullptr, {}};
@@ -256,6 +270,8 @@ ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64
   }
   unused.reset();
   Notify(name, result);
+  if (result.state == ModelState::kReady && options_.memory_event)
+    options_.memory_event(name, true, LoadCauseName(cause));
   if (stopped) return LoadResult::kShuttingDown;
   return servable.ok() ? LoadResult::kReady : LoadResult::kFailed;
 }
@@ -280,7 +296,7 @@ ModelRepository::LoadResult ModelRepository::Reload(const std::string& name, int
     if (stopped_) return LoadResult::kShuttingDown;
     generation = next_generation_++;
   }
-  absl::StatusOr<ServableHandle> servable = MakeServable(name, version, found, generation);
+  absl::StatusOr<ServableHandle> servable = MakeServableInBudget(name, version, found, generation, LoadCause::kPoll);
   ServableHandle replaced;  // let go outside the lock: the servable it was drains and unloads
   std::optional<VersionStatus> ready;
   bool stopped = false;
@@ -298,7 +314,13 @@ ModelRepository::LoadResult ModelRepository::Reload(const std::string& name, int
     } else {
       r->stamp = found.stamps.at(version);  // these files were tried: again only once they change
       if (servable.ok()) {
-        r->status = VersionStatus{version, ModelState::kReady, "", (*servable)->model, (*servable)->serving};
+        r->status = VersionStatus{version,
+                                  ModelState::kReady,
+                                  "",
+                                  (*servable)->model,
+                                  (*servable)->serving,
+                                  charges_.count(generation) > 0 ? charges_[generation].bytes : 0};
+        (*servable)->last_used_ns.store(r->servable->last_used_ns.load());
         replaced = std::exchange(r->servable, *servable);  // the atomic switch, as for a new version
         r->generation = generation;
         ready = r->status;
@@ -321,10 +343,13 @@ void ModelRepository::Shutdown() {
     stopped_ = true;
     poll_wake_.SignalAll();
     jobs_changed_.SignalAll();
+    keeper_wake_.SignalAll();
+    room_freed_.SignalAll();
   }
   // The workers wait for loads at most until these are cancelled: joining them waits for no load.
   CancelLoads();
   if (poller_.joinable()) poller_.join();
+  if (keeper_.joinable()) keeper_.join();
   for (std::thread& worker : workers_) {
     if (worker.joinable()) worker.join();
   }
@@ -344,6 +369,14 @@ void ModelRepository::Shutdown() {
   }
   for (const auto& [name, s] : unloading) Notify(name, s);
   release.clear();
+  std::map<std::string, std::vector<Waiter>> waiting;
+  {
+    MutexLock lock(&mu_);
+    waiting.swap(waiters_);
+  }
+  for (auto& [_, list] : waiting) {
+    for (Waiter& w : list) w.ready(absl::UnavailableError("the server is shutting down"));
+  }
   {
     MutexLock lock(&retire_mu_);
     while (live_servables_ > 0) retire_changed_.Wait(&retire_mu_);
@@ -351,70 +384,6 @@ void ModelRepository::Shutdown() {
     retire_changed_.SignalAll();
   }
   if (unloader_.joinable()) unloader_.join();
-}
-
-absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name, int64_t version) const {
-  MutexLock lock(&mu_);
-  if (stopped_) return absl::UnavailableError("the server is shutting down");
-  auto it = models_.find(name);
-  if (it == models_.end() && options_.model_control == ModelControl::kExplicit && on_disk_.count(name) > 0) {
-    return NotLoaded(name);
-  }
-  if (it == models_.end()) {
-    std::vector<std::string> names;
-    for (const auto& [n, _] : models_) names.push_back(n);
-    return UnknownModel(name, names);
-  }
-  const std::map<int64_t, Record>& versions = it->second.versions;
-  if (version == 0) {
-    for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
-      if (v->second.status.state == ModelState::kReady) return v->second.servable;
-    }
-    std::vector<std::string> why;
-    for (const auto& [n, r] : versions) {
-      why.push_back(absl::StrCat(n, " ", ModelStateName(r.status.state), ": ", r.status.reason));
-    }
-    return absl::UnavailableError(
-        absl::StrCat("model '", name, "' has no ready version (", absl::StrJoin(why, "; "), ")"));
-  }
-  auto v = versions.find(version);
-  if (v == versions.end()) {
-    std::vector<int64_t> numbers;
-    for (const auto& [n, _] : versions) numbers.push_back(n);
-    return absl::NotFoundError(absl::StrCat("model '", name, "' has no version ", version,
-                                            "; versions: ", absl::StrJoin(numbers, ", "), " (version policy ",
-                                            it->second.policy.ToString(), ")"));
-  }
-  if (v->second.status.state != ModelState::kReady) {
-    return absl::UnavailableError(absl::StrCat("model '", name, "' version ", version, " is ",
-                                               ModelStateName(v->second.status.state), ": ", v->second.status.reason));
-  }
-  return v->second.servable;
-}
-
-std::vector<ModelStatus> ModelRepository::List() const {
-  MutexLock lock(&mu_);
-  std::vector<ModelStatus> out;
-  for (const auto& [name, entry] : models_) {
-    ModelStatus m{name, entry.policy.ToString(), {}};
-    for (auto v = entry.versions.rbegin(); v != entry.versions.rend(); ++v) m.versions.push_back(v->second.status);
-    out.push_back(std::move(m));
-  }
-  return out;
-}
-
-bool ModelRepository::Has(const std::string& name) const {
-  MutexLock lock(&mu_);
-  return models_.count(name) > 0;
-}
-
-absl::StatusOr<ModelStatus> ModelRepository::Get(const std::string& name) const {
-  std::vector<std::string> names;
-  for (ModelStatus& m : List()) {
-    if (m.name == name) return std::move(m);
-    names.push_back(m.name);
-  }
-  return UnknownModel(name, names);
 }
 
 }  // namespace qvi

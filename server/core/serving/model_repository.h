@@ -38,9 +38,20 @@
 //     to, then the version drains). A load or unload runs on a poll worker like a poll of that model,
 //     after any poll of it in progress, and its `done` runs once, when it has finished (a load: READY,
 //     or why not); at Shutdown() with UNAVAILABLE if it never ran.
+//  9. Memory (Options::memory_budget, memory_budget.h). Each version's footprint on its device is
+//     measured at its load (or taken from serving.json's `memory_bytes`) and reported in its status.
+//     With a budget, loads are measured one at a time, and a load that would pass its device's budget
+//     first unloads idle models -- every READY version free of requests -- least recently asked for
+//     first, but only when the load was asked for (RequestLoad, a request with load-on-demand); a
+//     poll's load never evicts. A load that still does not fit is refused (RESOURCE_EXHAUSTED naming
+//     what it needs and what holds the device). A model so unloaded (evicted, refused, or idle for
+//     Options::unload_idle_after) *rests*: in the store, not loaded, its reason given by Resolve()
+//     and Index(), not loaded again by a poll; RequestLoad or a request (Options::load_on_demand,
+//     WhenLoaded) brings it back. The unit is the model: its version policy decides its versions.
 #ifndef QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
 #define QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -59,6 +70,7 @@
 #include "server/core/model/model.h"
 #include "server/core/sched/env.h"
 #include "server/core/sched/sync.h"
+#include "server/core/serving/memory_budget.h"
 #include "server/core/serving/model_runner.h"
 #include "server/core/serving/observer.h"
 #include "server/core/store/store_source.h"
@@ -81,6 +93,7 @@ struct VersionStatus {
   std::string reason;
   std::shared_ptr<const Model> model;  // set when READY or UNLOADING
   ServingConfig serving;               // effective settings, known when READY or UNLOADING
+  int64_t memory_bytes = 0;            // its footprint as the budget counts it, when READY or UNLOADING
 };
 
 // A loaded version ready to serve: its model, its effective settings and its batch queue with the
@@ -91,6 +104,8 @@ struct Servable {
   std::shared_ptr<const Model> model;
   ServingConfig serving;
   std::unique_ptr<ModelRunner> runner;
+  // When a request last resolved it (Env time, ns since the epoch): the budget's least recently used.
+  mutable std::atomic<int64_t> last_used_ns{0};
 };
 
 // A model version held for the life of one request (TF Serving's ServableHandle): while any handle
@@ -101,7 +116,17 @@ struct ModelStatus {
   std::string name;
   std::string version_policy;
   std::vector<VersionStatus> versions;  // newest first
+  std::string not_loaded;               // Index(): why a model with no versions is not loaded ("" not asked)
 };
+
+// Why a model was loaded (a poll of the store, an admin's RequestLoad, a request with load-on-demand)
+// or unloaded to save memory (the budget, idleness): metrics labels.
+enum class LoadCause { kPoll, kAdmin, kDemand };
+const char* LoadCauseName(LoadCause cause);
+
+// UNAVAILABLE from Resolve() for a model that loads on demand: the caller hands the request to
+// ModelRepository::WhenLoaded and tries again once.
+bool WaitsForLoad(const absl::Status& status);
 
 class ModelRepository {
  public:
@@ -131,6 +156,15 @@ class ModelRepository {
     ModelControl model_control = ModelControl::kPoll;
     // kExplicit: the models loaded at start-up (--load-model); "*" is every model the store holds then.
     std::vector<std::string> load_at_start;
+    // Guarantee 9. Not enabled: no budget (footprints are measured all the same).
+    MemoryBudget memory_budget;
+    const MemoryMeter* meter = nullptr;  // SystemMemoryMeter() when null
+    // A model no request asked for in this long is unloaded (it rests); zero: never.
+    absl::Duration unload_idle_after = absl::ZeroDuration();
+    // A request for a resting model (or, explicit, one in the store not loaded) loads it (WhenLoaded).
+    bool load_on_demand = false;
+    // A model loaded, or unloaded to save memory: `reason` is LoadCauseName's, or "budget"/"idle".
+    std::function<void(const std::string& name, bool loaded, const char* reason)> memory_event;
   };
   using ControlDone = std::function<void(const absl::Status& result)>;
 
@@ -162,6 +196,10 @@ class ModelRepository {
   void RequestLoad(const std::string& name, ControlDone done) ABSL_LOCKS_EXCLUDED(mu_);
   void RequestUnload(const std::string& name, ControlDone done) ABSL_LOCKS_EXCLUDED(mu_);
   ModelControl model_control() const { return options_.model_control; }
+  // With load_on_demand, for a request whose Resolve() said WaitsForLoad: loads the model (one load
+  // however many wait) and calls `ready` once: OK when it is READY, its error, or DEADLINE_EXCEEDED
+  // at `deadline` (Env time) if the load has not ended by then. From a poll worker or the keeper.
+  void WhenLoaded(const std::string& name, absl::Time deadline, ControlDone ready) ABSL_LOCKS_EXCLUDED(mu_);
   // The environment the versions run in: their batch queues' clock is this one's.
   const Env* env() const { return env_; }
   bool Has(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -183,6 +221,7 @@ class ModelRepository {
     ServableHandle servable;  // READY only: the repository's own hold
     FileStamp stamp;          // what the last load attempt saw of its files
     uint64_t generation = 0;  // tells a reloaded version from the one still unloading
+    absl::Time loaded;        // READY since
   };
   struct Entry {
     std::map<int64_t, Record> versions;
@@ -194,6 +233,17 @@ class ModelRepository {
     std::string name;
     std::optional<StoreModel> found;
     std::vector<std::function<void()>> done;  // model control's answers, once the poll of the model ends
+    LoadCause cause = LoadCause::kPoll;
+  };
+  // A version's memory on its device, by the generation of its servable, from its load to its unloading.
+  struct Charge {
+    std::string device;  // c10::Device::str()
+    int64_t bytes = 0;
+  };
+  // A request waiting for its model to load on demand.
+  struct Waiter {
+    absl::Time deadline;
+    ControlDone ready;
   };
   struct LoadAttempt;  // one load on its own thread (model_repository.cc)
 
@@ -205,7 +255,7 @@ class ModelRepository {
   // and the model is not wanted (then, as a folder gone, its versions are unloaded).
   std::optional<StoreModel> FoundLocked(const std::string& name, std::map<std::string, StoreModel>& disk) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Control(const std::string& name, bool load, ControlDone done) ABSL_LOCKS_EXCLUDED(mu_);
+  void Control(const std::string& name, bool load, LoadCause cause, ControlDone done) ABSL_LOCKS_EXCLUDED(mu_);
   // A control's answer once its poll ended: a load is OK with a READY version, else why there is none.
   absl::Status ControlResult(const std::string& name, bool load) const ABSL_LOCKS_EXCLUDED(mu_);
   // After a worker's poll of `name`: queues the controls that came while it ran (a poll of their own),
@@ -215,9 +265,13 @@ class ModelRepository {
   absl::Status WantAtStart() ABSL_LOCKS_EXCLUDED(mu_);
   // UNAVAILABLE: `name` is in the store and not loaded (model control is explicit).
   static absl::Status NotLoaded(const std::string& name);
+  // UNAVAILABLE with WaitsForLoad's mark.
+  static absl::Status LoadsOnDemand(const std::string& name);
+  // A servable Resolve() hands out, its last use now.
+  ServableHandle Used(const ServableHandle& servable) const;
   void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Run by a poll worker, one worker per model name at a time (busy_).
-  void PollModel(const std::string& name, const StoreModel* found);
+  void PollModel(const std::string& name, const StoreModel* found, LoadCause cause);
   // READY versions whose model files on disk are no longer those they were loaded from.
   std::vector<int64_t> ChangedReadyVersions(const std::string& name, const StoreModel& found) const
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -225,7 +279,7 @@ class ModelRepository {
   std::map<int64_t, KnownVersion> Known(const std::string& name, const StoreModel* found) const
       ABSL_LOCKS_EXCLUDED(mu_);
   enum class LoadResult { kReady, kFailed, kShuttingDown };
-  LoadResult Load(const std::string& name, int64_t version, const StoreModel& found);
+  LoadResult Load(const std::string& name, int64_t version, const StoreModel& found, LoadCause cause);
   // Guarantee 7: loads a READY version again from its changed files and swaps it in.
   LoadResult Reload(const std::string& name, int64_t version, const StoreModel& found);
   // A version read, warmed up and its graphs captured, with the serving settings it was resolved to.
@@ -249,9 +303,49 @@ class ModelRepository {
   void UnloaderLoop() ABSL_LOCKS_EXCLUDED(retire_mu_, mu_);
   void Notify(const std::string& name, const VersionStatus& status) const;
 
+  // Guarantee 9 (model_repository_budget.cc). MakeServable within the budget: room made first (evicting
+  // when `cause` asks for the model), the footprint measured and charged to `generation`.
+  absl::StatusOr<ServableHandle> MakeServableInBudget(const std::string& name, int64_t version, const StoreModel& found,
+                                                      uint64_t generation, LoadCause cause)
+      ABSL_LOCKS_EXCLUDED(mu_, budget_mu_);
+  // Until `need` more bytes fit `budget` on `device`: waits for versions already unloading, evicts idle
+  // models (least recently used first) when `evict`, else RESOURCE_EXHAUSTED saying what holds it.
+  absl::Status MakeRoom(const std::string& name, const std::string& device, int64_t budget, int64_t need, bool evict)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t UsedLocked(const std::string& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Of that, the bytes of versions no longer READY (unloading): free once their requests are answered.
+  int64_t LeavingLocked(const std::string& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED: what `name` needs, what is left, which models hold the device, and `why`.
+  absl::Status NoRoomLocked(const std::string& name, const std::string& device, int64_t budget, int64_t need,
+                            const char* why) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A model every READY version of which is free of requests, with its bytes on a device.
+  struct IdleModel {
+    std::string name;
+    int64_t bytes = 0;
+    int64_t last_used_ns = 0;
+  };
+  // The idle models holding memory on `device` (not `except`), least recently asked for first.
+  std::vector<IdleModel> IdleOnLocked(const std::string& device, const std::string& except) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes every READY version of `name` out of service (state UNLOADING, `reason`) and lets it rest.
+  void RestLocked(const std::string& name, const std::string& reason, std::vector<ServableHandle>* release,
+                  std::vector<std::pair<std::string, VersionStatus>>* unloading) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The keeper thread (unload_idle_after, load_on_demand): idle models rested, waiters' deadlines.
+  void KeeperLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  // One pass of it: what is due now is done; returns when the next thing falls due.
+  absl::Time KeepOnce() ABSL_LOCKS_EXCLUDED(mu_);
+  // The waiters whose deadline has come, moved to `expired`; `next` lowered to the next deadline.
+  void ExpireWaitersLocked(absl::Time now, absl::Time* next, std::vector<Waiter>* expired)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The models idle for unload_idle_after; `next` lowered to when the next one may be.
+  std::vector<std::string> IdleModelsLocked(absl::Time now, absl::Time* next) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A load on demand has ended: every waiter of `name` gets `result`.
+  void Answer(const std::string& name, const absl::Status& result) ABSL_LOCKS_EXCLUDED(mu_);
+
   const Options options_;
   const StoreSource source_;
   const Env* env_;
+  const MemoryMeter* meter_;
 
   mutable Mutex mu_;
   std::map<std::string, Entry> models_ ABSL_GUARDED_BY(mu_);
@@ -267,6 +361,18 @@ class ModelRepository {
   std::set<std::string> wanted_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> on_disk_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<std::function<void()>>> again_ ABSL_GUARDED_BY(mu_);
+  // Guarantee 9: the models resting and why; each servable's footprint; the requests waiting for a
+  // load on demand, by model.
+  std::map<std::string, std::string> resting_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Charge> charges_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::vector<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
+  CondVar room_freed_;   // a charge dropped (a version unloaded)
+  CondVar keeper_wake_;  // a waiter added (a poke), or the stop
+  uint64_t keeper_pokes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t keeper_seen_ ABSL_GUARDED_BY(mu_) = 0;  // the pokes the keeper's last pass saw
+  std::thread keeper_;
+  // One measured load at a time (guarantee 9). Taken before mu_.
+  Mutex budget_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   CondVar jobs_changed_;  // a job queued, a model no longer busy, or the stop
   std::vector<std::thread> workers_;
 

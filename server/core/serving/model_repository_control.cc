@@ -1,5 +1,6 @@
 // Model control (guarantee 8 of model_repository.h): which models are served when the server's
-// model control is explicit, the loads and unloads asked for over the wire, and the store's index.
+// model control is explicit, the loads and unloads asked for over the wire, and the store's index;
+// and what a request or a listing is told of the models (Resolve, List).
 #include <utility>
 
 #include "absl/status/status.h"
@@ -12,6 +13,11 @@ namespace qvi {
 namespace {
 
 std::string Holds(const std::set<std::string>& names) { return names.empty() ? "(none)" : absl::StrJoin(names, ", "); }
+
+absl::Status UnknownModel(const std::string& name, const std::vector<std::string>& names) {
+  return absl::NotFoundError(absl::StrCat(
+      "model '", Capped(name), "' not found; models: ", names.empty() ? "(none)" : absl::StrJoin(names, ", ")));
+}
 
 }  // namespace
 
@@ -43,19 +49,22 @@ absl::Status ModelRepository::WantAtStart() {
 std::optional<StoreModel> ModelRepository::FoundLocked(const std::string& name,
                                                        std::map<std::string, StoreModel>& disk) const {
   if (options_.model_control == ModelControl::kExplicit && wanted_.count(name) == 0) return std::nullopt;
+  if (resting_.count(name) > 0) return std::nullopt;  // unloaded to save memory: loaded again when asked
   auto it = disk.find(name);
   if (it == disk.end()) return std::nullopt;
   return std::move(it->second);
 }
 
-void ModelRepository::RequestLoad(const std::string& name, ControlDone done) { Control(name, true, std::move(done)); }
-
-void ModelRepository::RequestUnload(const std::string& name, ControlDone done) {
-  Control(name, false, std::move(done));
+void ModelRepository::RequestLoad(const std::string& name, ControlDone done) {
+  Control(name, true, LoadCause::kAdmin, std::move(done));
 }
 
-void ModelRepository::Control(const std::string& name, bool load, ControlDone done) {
-  if (options_.model_control != ModelControl::kExplicit) {
+void ModelRepository::RequestUnload(const std::string& name, ControlDone done) {
+  Control(name, false, LoadCause::kAdmin, std::move(done));
+}
+
+void ModelRepository::Control(const std::string& name, bool load, LoadCause cause, ControlDone done) {
+  if (options_.model_control != ModelControl::kExplicit && cause == LoadCause::kAdmin) {
     done(absl::FailedPreconditionError(
         "the server's model control is 'poll': it serves every model of its store, loaded and unloaded as their "
         "folders come and go; start it with --model-control explicit to load and unload models over the wire"));
@@ -79,11 +88,19 @@ void ModelRepository::Control(const std::string& name, bool load, ControlDone do
       } else {
         wanted_.erase(name);
       }
+      // A resting model has no READY version; the budget's refusals (FAILED) are tried again now.
+      if (resting_.erase(name) > 0 && models_.count(name) > 0) {
+        std::map<int64_t, Record>& versions = models_[name].versions;
+        for (auto v = versions.begin(); v != versions.end();) {
+          v = v->second.status.state == ModelState::kFailed ? versions.erase(v) : std::next(v);
+        }
+        if (versions.empty()) models_.erase(name);
+      }
       std::function<void()> answer = [this, name, load, done = std::move(done)] { done(ControlResult(name, load)); };
       if (!busy_.insert(name).second) {
         again_[name].push_back(std::move(answer));  // after the poll of it in progress, a poll of its own
       } else {
-        jobs_.push_back(Job{name, FoundLocked(name, disk), {}});
+        jobs_.push_back(Job{name, FoundLocked(name, disk), {}, cause});
         jobs_.back().done.push_back(std::move(answer));
         jobs_changed_.SignalAll();
       }
@@ -118,7 +135,7 @@ void ModelRepository::FinishJob(const std::string& name) {
   MutexLock lock(&mu_);
   // Queued while this worker holds no job: it takes the job itself if no other worker does first,
   // so the job runs even if Shutdown() began meanwhile (its poll then returns at once).
-  jobs_.push_back(Job{name, FoundLocked(name, disk), std::move(again)});
+  jobs_.push_back(Job{name, FoundLocked(name, disk), std::move(again), LoadCause::kAdmin});
   jobs_changed_.SignalAll();
 }
 
@@ -134,7 +151,12 @@ absl::Status ModelRepository::ControlResult(const std::string& name, bool load) 
       why.push_back(absl::StrCat("version ", version, " ", ModelStateName(r.status.state), ": ", r.status.reason));
     }
   }
-  if (wanted_.count(name) == 0) why.push_back("it was unloaded meanwhile");
+  if (auto rest = resting_.find(name); rest != resting_.end()) {
+    return absl::ResourceExhaustedError(absl::StrCat("model '", Capped(name), "' did not load: ", rest->second));
+  }
+  if (wanted_.count(name) == 0 && options_.model_control == ModelControl::kExplicit) {
+    why.push_back("it was unloaded meanwhile");
+  }
   return absl::FailedPreconditionError(
       absl::StrCat("model '", Capped(name), "' did not load: ",
                    why.empty() ? "its version policy chose no version of the store's" : absl::StrJoin(why, "; ")));
@@ -144,10 +166,92 @@ std::vector<ModelStatus> ModelRepository::Index() const {
   std::map<std::string, StoreModel> disk = source_.Scan();
   std::map<std::string, ModelStatus> all;
   for (ModelStatus& m : List()) all.emplace(m.name, std::move(m));
-  for (const auto& [name, _] : disk) all.try_emplace(name, ModelStatus{name, "", {}});
+  for (const auto& [name, _] : disk) all.try_emplace(name, ModelStatus{name, "", {}, ""});
+  MutexLock lock(&mu_);
+  for (auto& [name, m] : all) {
+    auto rest = resting_.find(name);
+    if (m.versions.empty()) m.not_loaded = rest != resting_.end() ? rest->second : "not loaded";
+  }
   std::vector<ModelStatus> out;
   for (auto& [_, m] : all) out.push_back(std::move(m));
   return out;
+}
+
+ServableHandle ModelRepository::Used(const ServableHandle& servable) const {
+  servable->last_used_ns.store(absl::ToUnixNanos(env_->Now()), std::memory_order_relaxed);
+  return servable;
+}
+
+absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name, int64_t version) const {
+  MutexLock lock(&mu_);
+  if (stopped_) return absl::UnavailableError("the server is shutting down");
+  auto it = models_.find(name);
+  auto rest = resting_.find(name);
+  const bool not_loaded = (it == models_.end() || rest != resting_.end()) && on_disk_.count(name) > 0 &&
+                          (rest != resting_.end() || options_.model_control == ModelControl::kExplicit);
+  if (not_loaded && options_.load_on_demand) return LoadsOnDemand(name);
+  if (not_loaded && rest != resting_.end()) {
+    return absl::UnavailableError(absl::StrCat("model '", Capped(name), "' is not loaded: ", rest->second,
+                                               "; a request loads it again with --load-on-demand, or an admin does "
+                                               "(POST /v2/repository/models/",
+                                               Capped(name), "/load)"));
+  }
+  if (not_loaded) return NotLoaded(name);
+  if (it == models_.end()) {
+    std::vector<std::string> names;
+    for (const auto& [n, _] : models_) names.push_back(n);
+    return UnknownModel(name, names);
+  }
+  const std::map<int64_t, Record>& versions = it->second.versions;
+  if (version == 0) {
+    for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
+      if (v->second.status.state == ModelState::kReady) return Used(v->second.servable);
+    }
+    std::vector<std::string> why;
+    for (const auto& [n, r] : versions) {
+      why.push_back(absl::StrCat(n, " ", ModelStateName(r.status.state), ": ", r.status.reason));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("model '", name, "' has no ready version (", absl::StrJoin(why, "; "), ")"));
+  }
+  auto v = versions.find(version);
+  if (v == versions.end()) {
+    std::vector<int64_t> numbers;
+    for (const auto& [n, _] : versions) numbers.push_back(n);
+    return absl::NotFoundError(absl::StrCat("model '", name, "' has no version ", version,
+                                            "; versions: ", absl::StrJoin(numbers, ", "), " (version policy ",
+                                            it->second.policy.ToString(), ")"));
+  }
+  if (v->second.status.state != ModelState::kReady) {
+    return absl::UnavailableError(absl::StrCat("model '", name, "' version ", version, " is ",
+                                               ModelStateName(v->second.status.state), ": ", v->second.status.reason));
+  }
+  return Used(v->second.servable);
+}
+
+std::vector<ModelStatus> ModelRepository::List() const {
+  MutexLock lock(&mu_);
+  std::vector<ModelStatus> out;
+  for (const auto& [name, entry] : models_) {
+    ModelStatus m{name, entry.policy.ToString(), {}, ""};
+    for (auto v = entry.versions.rbegin(); v != entry.versions.rend(); ++v) m.versions.push_back(v->second.status);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+bool ModelRepository::Has(const std::string& name) const {
+  MutexLock lock(&mu_);
+  return models_.count(name) > 0;
+}
+
+absl::StatusOr<ModelStatus> ModelRepository::Get(const std::string& name) const {
+  std::vector<std::string> names;
+  for (ModelStatus& m : List()) {
+    if (m.name == name) return std::move(m);
+    names.push_back(m.name);
+  }
+  return UnknownModel(name, names);
 }
 
 }  // namespace qvi

@@ -176,6 +176,8 @@ void ModelRepository::UnloaderLoop() {
         }
         if (entry->second.versions.empty()) models_.erase(entry);
       }
+      charges_.erase(item.second);
+      room_freed_.SignalAll();
     }
     {
       MutexLock lock(&retire_mu_);

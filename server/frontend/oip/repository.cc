@@ -68,7 +68,7 @@ absl::Status OipRepository::Index(const inference::RepositoryIndexRequest& reque
       auto* m = response->add_models();
       m->set_name(model.name);
       m->set_state("UNAVAILABLE");
-      m->set_reason("not loaded");
+      m->set_reason(model.not_loaded.empty() ? "not loaded" : model.not_loaded);
     }
     for (auto v = model.versions.rbegin(); v != model.versions.rend(); ++v) {  // oldest first
       if (request.ready() && v->state != ModelState::kReady) continue;

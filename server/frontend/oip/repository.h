@@ -3,7 +3,8 @@
 //
 //   RepositoryIndex        every model of the store and each version's state (READY, LOADING,
 //                          UNLOADING, UNAVAILABLE with the reason); a model not loaded has one
-//                          entry with no version, UNAVAILABLE "not loaded". `ready`: READY ones only.
+//                          entry with no version, UNAVAILABLE "not loaded" (or why it rests: unloaded
+//                          for the memory budget or idleness). `ready`: READY ones only.
 //   RepositoryModelLoad    ModelRepository::RequestLoad; answered once the model serves, or why not.
 //   RepositoryModelUnload  ModelRepository::RequestUnload; answered once no version is handed out.
 //

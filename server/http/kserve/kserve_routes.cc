@@ -30,33 +30,25 @@ absl::StatusOr<size_t> JsonHeaderBytes(const HttpRequest& request) {
   return static_cast<size_t>(n);
 }
 
-}  // namespace
-
-void ServeKServeInfer(Core* core, Calls* calls, const OipApi* oip, const HttpRoute& route, HttpRequest request,
-                      HttpServer::Reply reply) {
-  auto call = std::make_shared<HttpCall>(calls, "ModelInfer", request, std::move(reply));
-  call->call().model = route.model;
-  if (absl::Status admitted = call->call().Admission(request.Header("Authorization")); !admitted.ok())
-    return call->Fail(admitted);
-  // The binary-data extension: the JSON header is the body's first Inference-Header-Content-Length bytes.
-  absl::StatusOr<size_t> header_bytes = JsonHeaderBytes(request);
-  if (!header_bytes.ok()) return call->Fail(header_bytes.status());
-  const std::string_view json_text = std::string_view(request.body).substr(0, *header_bytes);
-  if (absl::Status scanned = ScanBody(json_text, core->limits().max_texts); !scanned.ok()) return call->Fail(scanned);
-  const nlohmann::json body = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  absl::StatusOr<rest::ParsedInfer> infer =
-      rest::InferRequest(body, route.model, route.version > 0 ? absl::StrCat(route.version) : "",
-                         std::string_view(request.body).substr(*header_bytes));
-  request.body.clear();
-  if (!infer.ok()) return call->Fail(infer.status());
-  absl::StatusOr<OipApi::Planned> planned = oip->Plan(infer->request);
+// Plan, Prepare and Submit a parsed ModelInfer. A plan that resolved a model which loads on demand
+// waits for it, once, within X-Request-Timeout-Ms, and plans again on the thread that loaded it.
+void PlanKServeInfer(Core* core, const OipApi* oip, std::shared_ptr<HttpCall> call,
+                     std::shared_ptr<const HttpRequest> request, std::shared_ptr<const rest::ParsedInfer> asked,
+                     bool waited) {
+  absl::StatusOr<OipApi::Planned> planned = oip->Plan(asked->request);
+  if (!planned.ok() && !waited && WaitsForLoad(planned.status())) {
+    return core->WhenLoaded(asked->request.model_name(), call->HeaderDeadline(*request),
+                            [core, oip, call, request, asked](const absl::Status& loaded) {
+                              if (!loaded.ok()) return call->Fail(loaded);
+                              PlanKServeInfer(core, oip, call, request, asked, /*waited=*/true);
+                            });
+  }
   if (!planned.ok()) return call->Fail(planned.status());
   InferenceRequest r = std::move(planned->plan->request);
-  if (absl::Status s = call->Prepare(r, request, core->limits().max_request_id_bytes, planned->plan->timeout);
+  if (absl::Status s = call->Prepare(r, *request, core->limits().max_request_id_bytes, planned->plan->timeout);
       !s.ok()) {
     return call->Fail(s);
   }
-  auto asked = std::make_shared<const rest::ParsedInfer>(*std::move(infer));
   core->Submit(
       planned->plan->method, std::move(r),
       [call, oip, plan = planned->plan, asked](absl::StatusOr<InferenceResponse> answer) {
@@ -80,6 +72,29 @@ void ServeKServeInfer(Core* core, Calls* calls, const OipApi* oip, const HttpRou
         });
       },
       std::move(planned->servable));
+}
+
+}  // namespace
+
+void ServeKServeInfer(Core* core, Calls* calls, const OipApi* oip, const HttpRoute& route, HttpRequest request,
+                      HttpServer::Reply reply) {
+  auto call = std::make_shared<HttpCall>(calls, "ModelInfer", request, std::move(reply));
+  call->call().model = route.model;
+  if (absl::Status admitted = call->call().Admission(request.Header("Authorization")); !admitted.ok())
+    return call->Fail(admitted);
+  // The binary-data extension: the JSON header is the body's first Inference-Header-Content-Length bytes.
+  absl::StatusOr<size_t> header_bytes = JsonHeaderBytes(request);
+  if (!header_bytes.ok()) return call->Fail(header_bytes.status());
+  const std::string_view json_text = std::string_view(request.body).substr(0, *header_bytes);
+  if (absl::Status scanned = ScanBody(json_text, core->limits().max_texts); !scanned.ok()) return call->Fail(scanned);
+  const nlohmann::json body = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<rest::ParsedInfer> infer =
+      rest::InferRequest(body, route.model, route.version > 0 ? absl::StrCat(route.version) : "",
+                         std::string_view(request.body).substr(*header_bytes));
+  request.body.clear();
+  if (!infer.ok()) return call->Fail(infer.status());
+  PlanKServeInfer(core, oip, std::move(call), std::make_shared<const HttpRequest>(std::move(request)),
+                  std::make_shared<const rest::ParsedInfer>(*std::move(infer)), /*waited=*/false);
 }
 
 // GET /v2/models/{m}[/versions/{v}][/ready]: OIP's answers in the REST protocol's JSON.

@@ -6,13 +6,17 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "server/core/sched/executor.h"
 #include "server/core/sched/sync.h"
 #include "server/core/serving/inference_service.h"
+#include "server/core/serving/memory_budget.h"
 #include "tests/cpp/test_util/fake_env.h"
 #include "tests/cpp/test_util/run.h"
 #include "tests/cpp/test_util/store.h"
@@ -712,6 +716,223 @@ TEST_F(ModelRepositoryTest, ShutdownAnswersTheControlsItCutShort) {
   repo_->RequestLoad("topics", late.done());
   EXPECT_EQ(late.Wait().message(), "the server is shutting down");
   stuck.Finish();
+}
+
+namespace budget {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// A device of 1 GiB whose memory in use grows by 40 MiB with each load (Budget's loader adds it).
+class FakeMeter final : public MemoryMeter {
+ public:
+  int64_t InUse(const c10::Device&) const override { return in_use.load(); }
+  int64_t Capacity(const c10::Device&) const override { return 1024 * kMiB; }
+  std::atomic<int64_t> in_use{0};
+};
+
+void Budget(ModelRepository::Options& o, FakeMeter* meter, int64_t bytes) {
+  o.memory_budget.bytes = bytes;
+  o.meter = meter;
+  o.load = [meter](const std::string& path, const LoadOptions& options) {
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(path, options);
+    meter->in_use += 40 * kMiB;
+    return model;
+  };
+}
+
+// Options::memory_event's reports, "name loaded poll" or "name unloaded budget".
+class MemoryEvents {
+ public:
+  std::function<void(const std::string&, bool, const char*)> Record() {
+    return [this](const std::string& name, bool loaded, const char* reason) {
+      MutexLock lock(&mu_);
+      seen_.push_back(absl::StrCat(name, loaded ? " loaded " : " unloaded ", reason));
+    };
+  }
+  std::vector<std::string> Seen() {
+    MutexLock lock(&mu_);
+    return seen_;
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<std::string> seen_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace budget
+
+using budget::kMiB;
+
+TEST(MemoryBudgetTest, BytesFractionsAndPercentagesParseAndNonsenseIsRefusedByName) {
+  EXPECT_FALSE(ParseMemoryBudget("")->enabled());
+  EXPECT_FALSE(ParseMemoryBudget("0")->enabled());
+  EXPECT_EQ(ParseMemoryBudget("24GiB")->bytes, 24 * 1024 * kMiB);
+  EXPECT_EQ(ParseMemoryBudget("512 MB")->bytes, 512'000'000);
+  EXPECT_EQ(ParseMemoryBudget("1073741824")->bytes, 1024 * kMiB);
+  EXPECT_DOUBLE_EQ(ParseMemoryBudget("0.8")->fraction, 0.8);
+  EXPECT_DOUBLE_EQ(ParseMemoryBudget("80%")->fraction, 0.8);
+  EXPECT_EQ(ParseMemoryBudget("80%")->On(1000), 800);
+  EXPECT_EQ(ParseMemoryBudget("2GiB")->On(1000), 2048 * kMiB) << "bytes do not depend on the device";
+  for (const char* bad : {"-1", "lots", "150%", "12XB", "100"}) {
+    absl::StatusOr<MemoryBudget> b = ParseMemoryBudget(bad);
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().message().rfind(absl::StrCat("--device-memory-budget '", bad, "': "), 0), 0u) << b.status();
+  }
+  EXPECT_EQ(FormatBytes(40 * kMiB), "40.0 MiB");
+  EXPECT_EQ(FormatBytes(512), "512 B");
+}
+
+TEST_F(ModelRepositoryTest, FootprintsAreMeasuredAtLoadOrTakenFromServingJson) {
+  AddDemoModel("topics");
+  std::ofstream(root_ / "topics" / "serving.json") << R"({"memory_bytes": 123456789})";
+  Open();  // no budget: the process's own meter
+  EXPECT_GT(repo_->Get("sentiment")->versions.at(0).memory_bytes, 0) << "its weights at least";
+  EXPECT_EQ(repo_->Get("topics")->versions.at(0).memory_bytes, 123456789);
+}
+
+TEST_F(ModelRepositoryTest, AnAskedLoadOverTheBudgetUnloadsTheLeastRecentlyUsedIdleModel) {
+  AddDemoModel("topics");
+  AddDemoModel("ner");
+  budget::FakeMeter meter;
+  budget::MemoryEvents memory;
+  Open("latest:1", [&](ModelRepository::Options& o) {
+    control::Explicit(o, {"sentiment", "topics"});
+    budget::Budget(o, &meter, 100 * kMiB);
+    o.memory_event = memory.Record();
+  });
+  ASSERT_EQ(States("sentiment"), (Versions{{1, S::kReady}}));
+  ASSERT_EQ(States("topics"), (Versions{{1, S::kReady}}));
+  EXPECT_EQ(repo_->Get("topics")->versions.at(0).memory_bytes, 40 * kMiB);
+  env_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(repo_->Resolve("sentiment", 0).ok());  // asked for now; topics not since its load
+  env_.Advance(absl::Seconds(1));
+
+  control::Answer ner;
+  repo_->RequestLoad("ner", ner.done());
+  ASSERT_TRUE(ner.Wait().ok()) << *ner.status;
+  EXPECT_EQ(States("ner"), (Versions{{1, S::kReady}}));
+  EXPECT_EQ(States("sentiment"), (Versions{{1, S::kReady}}));
+  ASSERT_TRUE(events_.WaitFor("topics", 1, S::kUnloaded));
+  const std::string why =
+      "unloaded to make room for 'ner' within the memory budget of cpu (the least recently used "
+      "idle model)";
+  EXPECT_EQ(events_.Reason("topics", 1, S::kUnloading), why);
+  const absl::Status gone = repo_->Resolve("topics", 0).status();
+  EXPECT_EQ(gone.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(gone.message(), absl::StrCat("model 'topics' is not loaded: ", why,
+                                         "; a request loads it again with --load-on-demand, or an admin does "
+                                         "(POST /v2/repository/models/topics/load)"));
+  std::vector<ModelStatus> index = repo_->Index();
+  ASSERT_EQ(index.size(), 3u);
+  EXPECT_EQ(index[2].name, "topics");
+  EXPECT_EQ(index[2].not_loaded, why);
+  repo_->Poll();
+  EXPECT_TRUE(States("topics").empty()) << "a poll does not load a resting model";
+
+  // Loaded again, it makes room in turn: now sentiment was asked for longest ago (ner since its load).
+  control::Answer topics;
+  repo_->RequestLoad("topics", topics.done());
+  ASSERT_TRUE(topics.Wait().ok()) << *topics.status;
+  ASSERT_TRUE(events_.WaitFor("sentiment", 1, S::kUnloaded));
+  EXPECT_EQ(States("ner"), (Versions{{1, S::kReady}}));
+  std::vector<std::string> seen = memory.Seen();
+  ASSERT_EQ(seen.size(), 6u);
+  std::sort(seen.begin(), seen.begin() + 2);  // the two loads at start-up, in either order
+  EXPECT_EQ(seen, (std::vector<std::string>{"sentiment loaded poll", "topics loaded poll", "topics unloaded budget",
+                                            "ner loaded admin", "sentiment unloaded budget", "topics loaded admin"}));
+}
+
+TEST_F(ModelRepositoryTest, ALoadTheBudgetCannotHoldIsRefusedAndItsModelRests) {
+  AddDemoModel("topics");
+  budget::FakeMeter meter;
+  Open("latest:1", [&](ModelRepository::Options& o) {
+    control::Explicit(o, {"sentiment"});
+    budget::Budget(o, &meter, 50 * kMiB);
+  });
+  ServableHandle held = *repo_->Resolve("sentiment", 0);  // a request in flight: sentiment is not idle
+  control::Answer refused;
+  repo_->RequestLoad("topics", refused.done());
+  const std::string why =
+      "model 'topics' needs about 40.0 MiB of cpu and the memory budget (50.0 MiB, --device-memory-budget) has "
+      "10.0 MiB left; loaded: sentiment 40.0 MiB; none of them is idle";
+  EXPECT_EQ(refused.Wait().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.status->message(), absl::StrCat("model 'topics' did not load: ", why));
+  EXPECT_EQ(States("sentiment"), (Versions{{1, S::kReady}}));
+  EXPECT_EQ(repo_->Resolve("topics", 0).status().message().rfind("model 'topics' is not loaded: " + why, 0), 0u);
+
+  held.reset();  // answered: idle now, so the next load may unload it
+  control::Answer again;
+  repo_->RequestLoad("topics", again.done());
+  ASSERT_TRUE(again.Wait().ok()) << *again.status;
+  EXPECT_EQ(States("topics"), (Versions{{1, S::kReady}}));
+  ASSERT_TRUE(events_.WaitFor("sentiment", 1, S::kUnloaded));
+}
+
+TEST_F(ModelRepositoryTest, APollLoadsWhatFitsAndEvictsNothing) {
+  AddDemoModel("topics");
+  budget::FakeMeter meter;
+  Open("latest:1", [&](ModelRepository::Options& o) {
+    budget::Budget(o, &meter, 50 * kMiB);
+    o.load_threads = 1;  // sentiment first
+  });
+  EXPECT_EQ(States("sentiment"), (Versions{{1, S::kReady}}));
+  EXPECT_EQ(repo_->Resolve("topics", 0).status().message(),
+            "model 'topics' is not loaded: model 'topics' needs about 40.0 MiB of cpu and the memory budget (50.0 "
+            "MiB, --device-memory-budget) has 10.0 MiB left; loaded: sentiment 40.0 MiB; a poll of the store evicts "
+            "no other model; a request loads it again with --load-on-demand, or an admin does (POST "
+            "/v2/repository/models/topics/load)");
+  repo_->Poll();
+  EXPECT_EQ(States("sentiment"), (Versions{{1, S::kReady}})) << "not evicted by a later poll either";
+  EXPECT_TRUE(States("topics").empty());
+}
+
+TEST_F(ModelRepositoryTest, AnIdleModelIsUnloadedAndARequestLoadsItAgain) {
+  budget::MemoryEvents memory;
+  Open("latest:1", [&](ModelRepository::Options& o) {
+    o.unload_idle_after = absl::Minutes(10);
+    o.load_on_demand = true;
+    o.memory_event = memory.Record();
+  });
+  env_.Advance(absl::Minutes(5));
+  ASSERT_TRUE(repo_->Resolve("sentiment", 0).ok());  // idle from here: due at 15 min
+  env_.Advance(absl::Minutes(9));
+  EXPECT_EQ(States(), (Versions{{1, S::kReady}}));
+  env_.Advance(absl::Minutes(2));
+  ASSERT_TRUE(events_.WaitFor("sentiment", 1, S::kUnloaded));
+  EXPECT_EQ(events_.Reason("sentiment", 1, S::kUnloading),
+            "unloaded after 10m without a request (--unload-idle-after)");
+
+  const absl::Status resolved = repo_->Resolve("sentiment", 0).status();
+  EXPECT_TRUE(WaitsForLoad(resolved)) << resolved;
+  EXPECT_EQ(resolved.message(), "model 'sentiment' is not loaded; it loads on demand (--load-on-demand)");
+  control::Answer first, second;  // two requests, one load
+  repo_->WhenLoaded("sentiment", env_.Now() + absl::Minutes(1), first.done());
+  repo_->WhenLoaded("sentiment", env_.Now() + absl::Minutes(1), second.done());
+  ASSERT_TRUE(first.Wait().ok()) << *first.status;
+  ASSERT_TRUE(second.Wait().ok()) << *second.status;
+  EXPECT_TRUE(repo_->Resolve("sentiment", 0).ok());
+  EXPECT_EQ(memory.Seen(),
+            (std::vector<std::string>{"sentiment loaded poll", "sentiment unloaded idle", "sentiment loaded demand"}));
+}
+
+TEST_F(ModelRepositoryTest, ARequestWaitingForALoadOnDemandIsAnsweredAtItsDeadline) {
+  AddDemoModel("topics");
+  StuckLoad stuck{"/topics"};
+  Open("latest:1", [&](ModelRepository::Options& o) {
+    control::Explicit(o, {});
+    o.load_on_demand = true;
+    o.load = stuck.Load();
+  });
+  EXPECT_TRUE(WaitsForLoad(repo_->Resolve("topics", 0).status())) << "explicit: in the store, not loaded";
+  control::Answer late;
+  repo_->WhenLoaded("topics", env_.Now() + absl::Seconds(30), late.done());
+  ASSERT_TRUE(stuck.started->WaitForNotificationWithTimeout(absl::Seconds(60)));
+  env_.Advance(absl::Seconds(31));
+  EXPECT_EQ(late.Wait().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(late.status->message(), "the deadline passed while the model was loading on demand");
+  stuck.Finish();
+  ASSERT_TRUE(events_.WaitFor("topics", 1, S::kReady)) << "the load goes on for the next request";
+  EXPECT_EQ(*late.calls, 1);
 }
 
 }  // namespace
