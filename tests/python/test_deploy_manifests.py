@@ -68,6 +68,7 @@ def rendered():
         "cpu+servicemonitor": render(with_component(work, "servicemonitor")),
         "cpu+api-keys": render(with_component(work, "api-keys")),
         "cpu+explicit-model-control": render(with_component(work, "explicit-model-control")),
+        "cpu+memory-budget": render(with_component(work, "memory-budget")),
         "demo-models": render(os.path.join(K8S, "demo-models")),
     }
     shutil.rmtree(work, ignore_errors=True)
@@ -212,6 +213,26 @@ def test_the_explicit_model_control_component_starts_a_server_that_serves_what_i
         pb, pb_grpc = api
         models = pb_grpc.InferenceStub(proc.channel).ListModels(pb.ListModelsRequest(), timeout=30).models
         assert [m.name for m in models] == ["sentiment"]
+    finally:
+        proc.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_the_memory_budget_component_starts_a_server_that_measures_what_it_loads(rendered):
+    """The component's flags, given to the real qvi-server with the demo store: every model loads within
+    the budget, and each version's footprint is exported."""
+    container = server_container(rendered["cpu+memory-budget"])
+    flags = [a for a in container["args"]
+             if a.startswith(("--device-memory-budget=", "--unload-idle-after=", "--load-on-demand"))]
+    assert flags == ["--device-memory-budget=0.8", "--unload-idle-after=30m", "--load-on-demand"], container["args"]
+    work = tempfile.mkdtemp(prefix="qvi_k8s_budget_")
+    proc = ServerProcess(STORE, work, *flags)
+    try:
+        m = proc.metrics()
+        footprints = {k: v for k, v in m.items() if k.startswith("qvi_model_memory_bytes{")}
+        assert sorted(footprints) == [f'qvi_model_memory_bytes{{device="cpu",model="{name}",version="1"}}'
+                                      for name in ("ner", "sentiment", "topics")], m
+        assert all(v > 0 for v in footprints.values()), footprints
     finally:
         proc.stop()
         shutil.rmtree(work, ignore_errors=True)
