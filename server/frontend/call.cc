@@ -67,33 +67,54 @@ absl::Status Calls::CheckHeld(int64_t held, int64_t answer_bytes) const {
                                       " bytes (--max-inflight-request-bytes); retry with backoff"));
 }
 
-void Calls::Record(const char* method, const std::string& peer, const std::string& model, const std::string& request_id,
-                   int64_t texts, const absl::Status& status, absl::Time start, const AnswerSummary* answer,
-                   const CallTrace& trace, const ApiKey* key, Priority priority) const {
-  const absl::Duration latency = repository_->env()->Now() - start;
+std::string ExplainLabel(const OutputOptions& options) {
+  static constexpr std::pair<OutputSwitch, const char*> kKinds[] = {{OutputSwitch::kTokens, "tokens"},
+                                                                    {OutputSwitch::kAttention, "attention"},
+                                                                    {OutputSwitch::kGates, "gates"},
+                                                                    {OutputSwitch::kLayerGates, "layer_gates"},
+                                                                    {OutputSwitch::kLayerAttention, "layer_attention"},
+                                                                    {OutputSwitch::kContributions, "contributions"},
+                                                                    {OutputSwitch::kOcclusion, "occlusion"},
+                                                                    {OutputSwitch::kFaithfulness, "faithfulness"}};
+  std::string label;
+  for (const auto& [kind, name] : kKinds) {
+    if (options.Asks(kind)) absl::StrAppend(&label, label.empty() ? "" : "+", name);
+  }
+  return label.empty() ? "none" : label;
+}
+
+void Calls::Record(const Call& call, const absl::Status& status, const AnswerSummary* answer) const {
+  const char* method = call.method_;
+  const std::string& model = call.model;
+  const std::string& request_id = call.request_id_;
+  const CallTrace& trace = call.trace_;
+  const ApiKey* key = call.key_.get();
+  const absl::Duration latency = repository_->env()->Now() - call.start_;
   const int64_t version = answer != nullptr ? answer->version : 0;
   const std::string code = StatusCodeName(status.code());
   if (options_.access_log) {
     AccessRecord a;
     a.method = method;
-    a.peer = peer;
+    a.peer = call.peer_;
     a.model = Capped(model);
     a.version = version;
     a.request_id = Capped(request_id);
-    a.texts = texts;
+    a.texts = call.texts_;
     a.code = static_cast<int>(status.code());
     a.code_name = code;
     a.ms = absl::ToDoubleMilliseconds(latency);
     a.trace_id = trace.trace_id;
     a.traced = trace.traced;
     if (options_.api_keys != nullptr) a.key = key != nullptr ? key->name : "_none";
-    if (PriorityLevel(priority) != PriorityLevel(Priority::kNormal)) a.priority = std::string(PriorityName(priority));
+    if (PriorityLevel(call.priority_) != PriorityLevel(Priority::kNormal)) {
+      a.priority = std::string(PriorityName(call.priority_));
+    }
     if (answer != nullptr) {
       a.tokens = answer->tokens;
       a.queue_ms = absl::ToDoubleMilliseconds(answer->queue);
       a.compute_ms = absl::ToDoubleMilliseconds(answer->compute);
       if (answer->queued_at != absl::InfiniteFuture()) {
-        a.prepare_ms = absl::ToDoubleMilliseconds(answer->queued_at - start);
+        a.prepare_ms = absl::ToDoubleMilliseconds(answer->queued_at - call.start_);
       }
       a.forward_ms = absl::ToDoubleMilliseconds(answer->forward);
       a.postprocess_ms = absl::ToDoubleMilliseconds(answer->postprocess);
@@ -108,6 +129,9 @@ void Calls::Record(const char* method, const std::string& peer, const std::strin
     const bool known = version > 0 || repository_->Has(model);
     options_.metrics->OnRequestDone(method, known ? model : "_unknown", version, code, latency);
     if (options_.api_keys != nullptr) options_.metrics->OnKeyRequest(key != nullptr ? key->name : "_none", code);
+    if (answer != nullptr && status.ok()) {
+      options_.metrics->OnAnswer(model, call.explain_, answer->bytes, answer->postprocess + answer->serialize);
+    }
   }
 }
 
@@ -146,6 +170,7 @@ absl::Status Call::Prepare(InferenceRequest& r, std::string_view fallback_id, ab
     r.priority = *priority;
   }
   priority_ = r.priority;
+  explain_ = ExplainLabel(r.options);
   if (!key_) return absl::OkStatus();
   return calls_->limiter_.TakeTexts(key_->bucket(), texts_, start_);
 }
@@ -172,7 +197,7 @@ void Call::ChargeTokens(int64_t tokens) const {
 
 void Call::Record(const absl::Status& seen, const AnswerSummary* answer) const {
   try {
-    calls_->Record(method_, peer_, model, request_id_, texts_, seen, start_, answer, trace_, key_.get(), priority_);
+    calls_->Record(*this, seen, answer);
   } catch (...) {
     spdlog::error("counting a finished {} call (request_id {}, trace_id {}) failed: {}", method_, Capped(request_id_),
                   trace_.trace_id.empty() ? "none" : trace_.trace_id, CurrentExceptionText());

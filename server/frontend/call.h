@@ -44,6 +44,7 @@ struct AnswerSummary {
   // `compute`, and the time to build and serialise the API's answer.
   absl::Time queued_at = absl::InfiniteFuture();
   absl::Duration forward, postprocess, serialize;
+  int64_t bytes = 0;  // the answer as serialised
 };
 
 // A call's trace (trace_context.h): its trace id ("" for none) and whether its timings are logged.
@@ -58,6 +59,8 @@ std::string StatusCodeName(absl::StatusCode code);
 
 // What every call of the server shares: the limits, the request-id counter, the bytes in flight over
 // every protocol, the trace draw, and where finished calls are counted.
+class Call;
+
 class Calls {
  public:
   struct Options {
@@ -101,13 +104,10 @@ class Calls {
   // at least that many) is over the send limit (--max-message-bytes); OK otherwise.
   absl::Status CheckAnswerSize(int64_t bytes) const;
 
-  // Counts and logs one finished call. `method` is the metric's and the access log's method label.
-  void Record(const char* method, const std::string& peer, const std::string& model, const std::string& request_id,
-              int64_t texts, const absl::Status& status, absl::Time start, const AnswerSummary* answer,
-              const CallTrace& trace = {}, const ApiKey* key = nullptr, Priority priority = Priority::kDefault) const;
-
  private:
   friend class Call;
+  // Counts and logs one finished call (Call::Record): the access line, the call's metrics.
+  void Record(const Call& call, const absl::Status& status, const AnswerSummary* answer) const;
   // RESOURCE_EXHAUSTED when `held` bytes in flight, `answer_bytes` of them an answer's estimate, are
   // over --max-inflight-request-bytes.
   absl::Status CheckHeld(int64_t held, int64_t answer_bytes) const;
@@ -182,6 +182,7 @@ class Call {
   std::string model;
 
  private:
+  friend class Calls;  // Record reads what the call gathered
   Calls* const calls_;
   const char* const method_;
   const absl::Time start_;
@@ -195,23 +196,30 @@ class Call {
   std::string request_id_;
   int64_t texts_ = 0;
   Priority priority_ = Priority::kDefault;  // the request's, once Prepare resolved it
+  std::string explain_ = "none";            // the explanations it asked for (ExplainLabel), once prepared
 };
+
+// The explanations `options` asks for, as a metrics label: "none", or their names joined by '+' in
+// a fixed order ("attention+gates"): at most one series per combination in use.
+std::string ExplainLabel(const OutputOptions& options);
 
 template <typename Build>
 absl::Status Call::BuildAnswer(const InferenceResponse& answer, Build&& build, AnswerSummary* summary) const {
   const Env& env = calls_->env();
   const absl::Time building = env.Now();
   absl::Status status;
+  absl::StatusOr<int64_t> bytes = 0;
   try {
-    absl::StatusOr<int64_t> bytes = build();
+    bytes = build();
     status = bytes.ok() ? calls_->CheckAnswerSize(*bytes) : bytes.status();
   } catch (...) {
     status = absl::InternalError(absl::StrCat("building the answer failed: ", CurrentExceptionText()));
   }
   if (status.ok()) {
     ChargeTokens(answer.tokens);  // before the answer leaves: the caller's next call sees the charge
-    *summary = AnswerSummary{answer.version,   answer.tokens,       answer.queue_time,       answer.compute_time,
-                             answer.queued_at, answer.forward_time, answer.postprocess_time, env.Now() - building};
+    *summary = AnswerSummary{answer.version,          answer.tokens,        answer.queue_time,
+                             answer.compute_time,     answer.queued_at,     answer.forward_time,
+                             answer.postprocess_time, env.Now() - building, *bytes};
   }
   return status;
 }

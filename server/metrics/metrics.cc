@@ -1,4 +1,5 @@
 #include "server/metrics/metrics.h"
+#include "server/metrics/buckets.h"
 
 #include <httplib.h>
 #include <prometheus/text_serializer.h>
@@ -24,17 +25,6 @@ using prometheus::BuildCounter;
 using prometheus::BuildGauge;
 using prometheus::BuildHistogram;
 using prometheus::Histogram;
-
-// 100 µs .. 10 s in 1-2-5 steps.
-Histogram::BucketBoundaries LatencyBuckets() {
-  return {0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10};
-}
-Histogram::BucketBoundaries PowersOfTwo(double from, double to) {
-  Histogram::BucketBoundaries b;
-  for (double v = from; v <= to; v *= 2) b.push_back(v);
-  return b;
-}
-Histogram::BucketBoundaries Ratios() { return {0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0}; }
 
 // Removes from `family`, and from `series`, every series of (model, version); the series' keys are
 // tuples of (method, model, version, ...).
@@ -139,7 +129,8 @@ Metrics::Metrics()
       key_limited_(CounterFamily(*registry_, "qvi_key_limited_total",
                                  "With --api-keys: calls refused for a rate limit, by API key name and limit "
                                  "(requests, texts, tokens)")),
-      model_memory_(*registry_) {}
+      model_memory_(*registry_),
+      answer_mix_(*registry_) {}
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Serve(const std::string& host, int port) {
   auto metrics = std::make_unique<Metrics>();
@@ -347,6 +338,7 @@ Metrics::VersionSeries& Metrics::SeriesFor(const std::string& model, int64_t ver
     s.batch_failures = &batch_failures_.Add(labels);
     s.device_busy = &device_busy_.Add(labels);
     s.queue_texts = &queue_texts_.Add(labels);
+    s.tokens = &answer_mix_.tokens.Add(labels);
   }
   return s;
 }
@@ -365,6 +357,7 @@ void Metrics::OnBatch(const std::string& model, int64_t version, const BatchRepo
     s.padding->Observe(1.0 - static_cast<double>(batch.tokens) / static_cast<double>(batch.padded_tokens));
   }
   if (!batch.ok) s.batch_failures->Increment();
+  if (batch.ok) s.tokens->Increment(static_cast<double>(batch.tokens));
   if (batch.device > absl::ZeroDuration()) s.device_busy->Increment(absl::ToDoubleSeconds(batch.device));
 }
 
@@ -421,6 +414,7 @@ void Metrics::OnModelEvent(const std::string& model, const VersionStatus& status
       batch_failures_.Remove(series->second.batch_failures);
       device_busy_.Remove(series->second.device_busy);
       queue_texts_.Remove(series->second.queue_texts);
+      answer_mix_.tokens.Remove(series->second.tokens);
       versions_.erase(series);
     }
     // And its request counters and latencies: with a version rolled out every day, they would

@@ -80,6 +80,9 @@ class Metrics final : public ServingObserver {
   // A READY version's model files changed in place: qvi_model_file_changes_total{model,result}, the
   // result "reloaded" (the new files serve) or "failed" (the files loaded before still serve).
   void OnModelFilesChanged(const std::string& model, bool reloaded);
+  // One answered inference call: its answer's bytes as serialised and the time it took to make them
+  // (post-processing and serialising), by model and the explanations asked for (ExplainLabel).
+  void OnAnswer(const std::string& model, const std::string& explain, int64_t bytes, absl::Duration made);
   // A model loaded (reason: poll, admin, demand) or unloaded to save memory (budget, idle):
   // qvi_model_loads_total / qvi_model_evictions_total{model,reason}.
   void OnModelMemoryEvent(const std::string& model, bool loaded, const char* reason);
@@ -96,6 +99,7 @@ class Metrics final : public ServingObserver {
     prometheus::Counter* batch_failures = nullptr;
     prometheus::Counter* device_busy = nullptr;
     prometheus::Gauge* queue_texts = nullptr;
+    prometheus::Counter* tokens = nullptr;
   };
   VersionSeries& SeriesFor(const std::string& model, int64_t version) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // qvi_model_memory_bytes{model,version,device} while the version is READY or UNLOADING.
@@ -133,6 +137,14 @@ class Metrics final : public ServingObserver {
     prometheus::Family<prometheus::Counter>& evictions;
   };
   ModelMemory model_memory_;
+  // What the answers are made of (answer_metrics.cc): tokens, and each answer's bytes and making time.
+  struct AnswerMix {
+    explicit AnswerMix(prometheus::Registry& registry);
+    prometheus::Family<prometheus::Counter>& tokens;
+    prometheus::Family<prometheus::Histogram>& bytes;
+    prometheus::Family<prometheus::Histogram>& seconds;
+  };
+  AnswerMix answer_mix_;
 
   struct ScrapedCounter {
     std::string name, help;
@@ -158,6 +170,9 @@ class Metrics final : public ServingObserver {
   std::map<std::pair<std::string, int64_t>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> state_
       ABSL_GUARDED_BY(mu_);  // (state gauge, info gauge)
   std::map<std::pair<std::string, int64_t>, prometheus::Gauge*> memory_ ABSL_GUARDED_BY(mu_);
+  // AnswerMix's histograms by (model, explain): (bytes, seconds).
+  std::map<std::pair<std::string, std::string>, std::pair<prometheus::Histogram*, prometheus::Histogram*>> answers_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace qvi

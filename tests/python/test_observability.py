@@ -108,6 +108,32 @@ def test_prometheus_sees_request_rate_and_latency_per_model(served, prometheus, 
     assert [t["health"] for t in targets] == ["up"], targets
 
 
+def test_tokens_and_each_answers_size_and_time_are_counted_by_the_explanations_asked(served, api):
+    """qvi_tokens_total grows by the texts' tokens; an answer with α and β lands in its own series of
+    qvi_answer_size_bytes and qvi_answer_make_seconds, larger than a plain one."""
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(served.channel)
+    before = served.metrics()
+    plain = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["a fine film"]), timeout=30)
+    explained = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["a fine film"],
+                                                 options=pb.OutputOptions(attention=True, gates=True)), timeout=30)
+    tokens = plain.results[0].num_tokens + explained.results[0].num_tokens
+
+    def grew(series):
+        return served.metrics().get(series, 0) - before.get(series, 0)
+
+    wait_until(lambda: grew('qvi_tokens_total{model="sentiment",version="1"}') >= tokens,
+               "the two texts' tokens counted", seconds=30)
+    assert grew('qvi_tokens_total{model="sentiment",version="1"}') == tokens
+    plain_series, explained_series = ('{explain="none",model="sentiment"}',
+                                      '{explain="attention+gates",model="sentiment"}')
+    wait_until(lambda: grew(f"qvi_answer_size_bytes_count{explained_series}") == 1, "the answer counted", seconds=30)
+    assert grew(f"qvi_answer_make_seconds_count{explained_series}") == 1
+    assert grew(f"qvi_answer_size_bytes_count{plain_series}") >= 1
+    assert grew(f"qvi_answer_size_bytes_sum{explained_series}") > explained.ByteSize() * 0.5
+    assert grew(f"qvi_answer_size_bytes_sum{explained_series}") > 2 * plain.ByteSize()
+
+
 def test_prometheus_adapter_rules_give_the_autoscaler_a_value_per_pod(served, prometheus, api):
     """deploy/k8s/autoscaling: each rule's seriesQuery finds our series, and its metricsQuery, filled in
     as prometheus-adapter fills it for a pods query, returns one finite value for the pod."""

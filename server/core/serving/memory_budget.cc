@@ -10,19 +10,24 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 
 namespace qvi {
 namespace {
 
-constexpr std::pair<const char*, double> kUnits[] = {
-    {"kib", 1024.0}, {"mib", 1024.0 * 1024}, {"gib", 1024.0 * 1024 * 1024}, {"tib", 1024.0 * 1024 * 1024 * 1024},
-    {"kb", 1e3},     {"mb", 1e6},            {"gb", 1e9},                   {"tb", 1e12},
-    {"b", 1.0}};
+constexpr std::pair<const char*, double> kUnits[] = {{"kib", 1024.0},
+                                                     {"mib", 1024.0 * 1024},
+                                                     {"gib", 1024.0 * 1024 * 1024},
+                                                     {"tib", 1024.0 * 1024 * 1024 * 1024},
+                                                     {"kb", 1e3},
+                                                     {"mb", 1e6},
+                                                     {"gb", 1e9},
+                                                     {"tb", 1e12},
+                                                     {"b", 1.0}};
 
 absl::Status Invalid(const std::string& text, const char* why) {
   return absl::InvalidArgumentError(absl::StrCat(

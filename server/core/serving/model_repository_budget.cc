@@ -61,7 +61,7 @@ int64_t ModelRepository::UsedLocked(const std::string& device) const {
 }
 
 std::vector<ModelRepository::IdleModel> ModelRepository::IdleOnLocked(const std::string& device,
-                                                                       const std::string& except) const {
+                                                                      const std::string& except) const {
   std::vector<IdleModel> idle_models;
   for (const auto& [name, entry] : models_) {
     if (name == except || busy_.count(name) > 0) continue;  // a poll or load of it is under way
@@ -123,14 +123,15 @@ absl::Status ModelRepository::NoRoomLocked(const std::string& name, const std::s
     }
     if (bytes > 0) held.push_back(absl::StrCat(n, " ", FormatBytes(bytes)));
   }
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "model '", Capped(name), "' needs about ", FormatBytes(need), " of ", device, " and the memory budget (",
-      FormatBytes(budget), ", --device-memory-budget) has ", FormatBytes(std::max<int64_t>(budget - UsedLocked(device), 0)),
-      " left; loaded: ", held.empty() ? "(none)" : absl::StrJoin(held, ", "), held.empty() ? "" : why));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("model '", Capped(name), "' needs about ", FormatBytes(need), " of ", device,
+                   " and the memory budget (", FormatBytes(budget), ", --device-memory-budget) has ",
+                   FormatBytes(std::max<int64_t>(budget - UsedLocked(device), 0)),
+                   " left; loaded: ", held.empty() ? "(none)" : absl::StrJoin(held, ", "), held.empty() ? "" : why));
 }
 
-absl::Status ModelRepository::MakeRoom(const std::string& name, const std::string& device, int64_t budget,
-                                       int64_t need, bool evict) {
+absl::Status ModelRepository::MakeRoom(const std::string& name, const std::string& device, int64_t budget, int64_t need,
+                                       bool evict) {
   const absl::Time until = env_->Now() + options_.load_timeout;
   while (true) {  // one eviction a round, the least recently used first, until the load fits
     std::vector<ServableHandle> release;
@@ -148,7 +149,8 @@ absl::Status ModelRepository::MakeRoom(const std::string& name, const std::strin
         env_->WaitUntil(&room_freed_, &mu_, until);
         continue;
       }
-      if (timed_out) return NoRoomLocked(name, device, budget, need, "; the versions unloading did not free it in time");
+      if (timed_out)
+        return NoRoomLocked(name, device, budget, need, "; the versions unloading did not free it in time");
       if (need > budget) return NoRoomLocked(name, device, budget, need, "; it needs more than the whole budget");
       if (!evict) return NoRoomLocked(name, device, budget, need, "; a poll of the store evicts no other model");
       // Nothing is unloaded unless unloading what is idle makes room.
@@ -157,8 +159,7 @@ absl::Status ModelRepository::MakeRoom(const std::string& name, const std::strin
       for (const IdleModel& m : idle) idle_bytes += m.bytes;
       if (idle.empty() || used - leaving - idle_bytes + need > budget) {
         return NoRoomLocked(name, device, budget, need,
-                            idle.empty() ? "; none of them is idle"
-                                         : "; unloading every idle one would not make room");
+                            idle.empty() ? "; none of them is idle" : "; unloading every idle one would not make room");
       }
       evicted = idle.front().name;
       RestLocked(evicted,

@@ -349,5 +349,16 @@ TEST_F(FrontendTest, RequestIdsAreTheClientsOrMadeUpOnceAcrossProtocols) {
   EXPECT_EQ(Header(r, "X-Request-Id"), "req-3");
 }
 
+TEST(ExplainLabelTest, TheExplanationsAskedForNameTheMetricsSeriesInOneOrder) {
+  OutputOptions options;
+  EXPECT_EQ(ExplainLabel(options), "none");
+  options.Ask(OutputSwitch::kGates);
+  options.Ask(OutputSwitch::kAttention);
+  EXPECT_EQ(ExplainLabel(options), "attention+gates") << "the catalogue's order, whatever the asking order";
+  options.Ask(OutputSwitch::kOcclusion);
+  options.Ask(OutputSwitch::kLayerAttention);
+  EXPECT_EQ(ExplainLabel(options), "attention+gates+layer_attention+occlusion");
+}
+
 }  // namespace
 }  // namespace qvi

@@ -144,6 +144,37 @@ TEST(MetricsTest, BatchesReportSizeTokensPaddingQueueAndCompute) {
   EXPECT_EQ(Sample(t, "qvi_batch_failures_total{" + v + "}"), 1);
   EXPECT_DOUBLE_EQ(Sample(t, "qvi_device_busy_seconds_total{" + v + "}"), 0.0015);
   EXPECT_EQ(Sample(t, "qvi_queue_texts{" + v + "}"), 7);
+  EXPECT_EQ(Sample(t, "qvi_tokens_total{" + v + "}"), 24) << "the batch that ran; not its padding, not the failed one";
+}
+
+TEST(MetricsTest, AnswersAreSizedAndTimedByTheExplanationsAskedFor) {
+  Metrics m;
+  m.OnAnswer("sentiment", "none", 300, absl::Microseconds(40));
+  m.OnAnswer("sentiment", "attention+gates", 5000, absl::Microseconds(300));
+  m.OnAnswer("sentiment", "attention+gates", 7000, absl::Milliseconds(3));
+  const std::string t = m.Serialize();
+  const std::string plain = R"(explain="none",model="sentiment")";
+  const std::string explained = R"(explain="attention+gates",model="sentiment")";
+  EXPECT_EQ(Sample(t, "qvi_answer_size_bytes_count{" + plain + "}"), 1);
+  EXPECT_EQ(Sample(t, "qvi_answer_size_bytes_sum{" + explained + "}"), 12000);
+  EXPECT_EQ(Sample(t, "qvi_answer_size_bytes_bucket{" + explained + R"(,le="4096"})"), 0);
+  EXPECT_EQ(Sample(t, "qvi_answer_size_bytes_bucket{" + explained + R"(,le="8192"})"), 2);
+  EXPECT_EQ(Sample(t, "qvi_answer_make_seconds_bucket{" + explained + R"(,le="0.0005"})"), 1);
+  EXPECT_DOUBLE_EQ(Sample(t, "qvi_answer_make_seconds_sum{" + explained + "}"), 0.0033);
+}
+
+TEST(MetricsTest, ModelLoadsAndEvictionsAreCountedByReason) {
+  Metrics m;
+  m.OnModelMemoryEvent("topics", true, "poll");
+  m.OnModelMemoryEvent("topics", false, "budget");
+  m.OnModelMemoryEvent("topics", true, "demand");
+  m.OnModelMemoryEvent("topics", false, "idle");
+  m.OnModelMemoryEvent("topics", true, "demand");
+  const std::string t = m.Serialize();
+  EXPECT_EQ(Sample(t, R"(qvi_model_loads_total{model="topics",reason="poll"})"), 1);
+  EXPECT_EQ(Sample(t, R"(qvi_model_loads_total{model="topics",reason="demand"})"), 2);
+  EXPECT_EQ(Sample(t, R"(qvi_model_evictions_total{model="topics",reason="budget"})"), 1);
+  EXPECT_EQ(Sample(t, R"(qvi_model_evictions_total{model="topics",reason="idle"})"), 1);
 }
 
 TEST(MetricsTest, AnswersReportTheirHandOffAndTheirTimePerShare) {
@@ -176,6 +207,10 @@ TEST(MetricsTest, ModelStateFollowsTheLifecycleAndUnloadedSeriesGo) {
 
   m.OnModelEvent("ner", VersionStatus{2, ModelState::kReady, "", nullptr, {}});
   m.OnQueueDepth("ner", 2, 1);
+  BatchReport batch;
+  batch.texts = 1;
+  batch.tokens = 5;
+  m.OnBatch("ner", 2, batch);  // qvi_tokens_total among its series
   m.OnAnswers("ner", 2, AnswerReport{1, absl::ZeroDuration(), absl::Microseconds(10)});
   m.OnRequestStart();
   m.OnRequestDone("Tag", "ner", 2, "OK", absl::Milliseconds(3));
