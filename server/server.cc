@@ -244,7 +244,11 @@ absl::Status Server::StartModels() {
   spdlog::info("loading models from {} (device {}, version policy {})", options_.models.store, options_.models.device,
                options_.models.version_policy);
   repository_->Poll();
+  StartCore();
+  return absl::OkStatus();
+}
 
+void Server::StartCore() {
   executor_ = std::make_unique<Executor>(options_.threads.inference, options_.limits.max_queued);
   RequestLimits limits;
   limits.max_texts = options_.limits.max_texts;
@@ -252,9 +256,12 @@ absl::Status Server::StartModels() {
   limits.max_occlusion_tokens = options_.limits.max_occlusion_tokens;
   limits.inline_prepare_bytes = options_.threads.inline_prepare_bytes;
   limits.max_response_bytes = options_.network.max_message_bytes;
-  core_ = std::make_unique<InferenceService>(repository_.get(), executor_.get(), limits);
+  if (options_.models.response_cache_bytes > 0) {
+    cache_ = std::make_unique<ResponseCache>(options_.models.response_cache_bytes, metrics_.get());
+    spdlog::info("response cache: up to {} of answers", FormatBytes(options_.models.response_cache_bytes));
+  }
+  core_ = std::make_unique<InferenceService>(repository_.get(), executor_.get(), limits, cache_.get());
   frontend_core_ = std::make_unique<ServingCore>(core_.get());
-  return absl::OkStatus();
 }
 
 absl::Status Server::StartGrpc() {

@@ -67,6 +67,8 @@ class Server {
  private:
   absl::Status StartMetrics();
   absl::Status StartModels();
+  // After the first poll: the request threads, the response cache and the core the front ends call.
+  void StartCore();
   absl::Status StartTls();
   absl::Status StartApiKeys();  // server_security.cc, as StartTls
   absl::Status StartGrpc();
@@ -84,6 +86,7 @@ class Server {
   std::unique_ptr<Executor> answers_;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<ResponseCache> cache_;  // --response-cache-bytes; outlives core_, which uses it
   std::unique_ptr<InferenceService> core_;
   std::unique_ptr<ServingCore> frontend_core_;  // what the front ends call core_ through
   std::shared_ptr<ApiKeys> api_keys_;           // before calls_, which reads it

@@ -49,6 +49,29 @@ void AddModelOptions(CLI::App& app, ServerOptions& o) {
                  "with --model-control explicit: a model to load at start-up (repeat it for more; * for every "
                  "model of the store)")
       ->group("Models");
+  app.add_option("--version-policy", o.models.version_policy,
+                 "versions served per model unless its serving.json says otherwise: latest:N, all, specific:V1,V2")
+      ->check([](const std::string& spec) {
+        absl::StatusOr<VersionPolicy> p = VersionPolicy::Parse(spec);
+        return p.ok() ? std::string() : std::string(p.status().message());
+      })
+      ->group("Models");
+  app.add_option("--poll-store-seconds", o.models.poll_seconds,
+                 "how often to look for new, changed and removed versions; 0 reads the store only at start-up")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->group("Models");
+  app.add_option("--model-load-timeout-seconds", o.models.load_timeout_seconds,
+                 "a version whose load and warm-up take longer is abandoned and FAILED (retried when its files change)")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->group("Models");
+  app.add_option("--model-load-threads", o.models.load_threads,
+                 "models loaded at once, so that one slow or stuck model holds up no other")
+      ->check(CLI::Range(1, 64))
+      ->group("Models");
+}
+
+// Memory: the budget per device, idle models, loads on demand, and the response cache.
+void AddMemoryOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--device-memory-budget", o.models.device_memory_budget,
                  "memory the loaded versions may take on each device: bytes (24GiB, 512MB) or a fraction of the "
                  "device (0.8, 80%); a load that would pass it first unloads idle models, least recently used "
@@ -71,24 +94,11 @@ void AddModelOptions(CLI::App& app, ServerOptions& o) {
                "a request for a model of the store that is not loaded (unloaded for memory or idleness, or not yet "
                "loaded with --model-control explicit) loads it and waits, within its deadline")
       ->group("Models");
-  app.add_option("--version-policy", o.models.version_policy,
-                 "versions served per model unless its serving.json says otherwise: latest:N, all, specific:V1,V2")
-      ->check([](const std::string& spec) {
-        absl::StatusOr<VersionPolicy> p = VersionPolicy::Parse(spec);
-        return p.ok() ? std::string() : std::string(p.status().message());
-      })
-      ->group("Models");
-  app.add_option("--poll-store-seconds", o.models.poll_seconds,
-                 "how often to look for new, changed and removed versions; 0 reads the store only at start-up")
-      ->check(CLI::Range(0.0, 86400.0))
-      ->group("Models");
-  app.add_option("--model-load-timeout-seconds", o.models.load_timeout_seconds,
-                 "a version whose load and warm-up take longer is abandoned and FAILED (retried when its files change)")
-      ->check(CLI::Range(0.001, 86400.0))
-      ->group("Models");
-  app.add_option("--model-load-threads", o.models.load_threads,
-                 "models loaded at once, so that one slow or stuck model holds up no other")
-      ->check(CLI::Range(1, 64))
+  app.add_option("--response-cache-bytes", o.models.response_cache_bytes,
+                 "keep each text's answer, up to this many bytes in all (least recently used out first), and answer "
+                 "the same text asked again with the same options from it, without the model; keyed by model, the "
+                 "version loaded and the options, so a new version never serves an old answer. 0: no cache")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->group("Models");
 }
 
@@ -366,8 +376,8 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
       defaults::kGpuMaxBatchSize, " max_batch_tokens=", defaults::kGpuMaxBatchTokens,
       " max_queued_texts=", defaults::kGpuMaxQueuedTexts, " max_queued_tokens=", defaults::kGpuMaxQueuedTokens));
 
-  for (auto* add : {&AddModelOptions, &AddNetworkOptions, &AddHttpOptions, &AddTlsOptions, &AddAuthOptions,
-                    &AddLimitOptions, &AddThreadOptions, &AddLoggingAndLifecycleOptions}) {
+  for (auto* add : {&AddModelOptions, &AddMemoryOptions, &AddNetworkOptions, &AddHttpOptions, &AddTlsOptions,
+                    &AddAuthOptions, &AddLimitOptions, &AddThreadOptions, &AddLoggingAndLifecycleOptions}) {
     add(app, o);
   }
 

@@ -28,6 +28,7 @@ struct ServerOptions {
     std::string device_memory_budget;          // bytes or a fraction per device (memory_budget.h); "": none
     std::string unload_idle_after = "0";       // a duration ("10m", or seconds); 0: never
     bool load_on_demand = false;               // a request for a model not loaded loads it
+    int64_t response_cache_bytes = 0;          // per-text answers kept (response_cache.h); 0: no cache
   } models;
   struct Network {
     std::string host = "0.0.0.0";

@@ -1,6 +1,7 @@
 // What the answers are made of: tokens run through the models, and each answer's bytes and the time
 // to make it, by the explanations it asked for (issue: "metrics people look for").
 #include <prometheus/counter.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 
 #include "server/metrics/buckets.h"
@@ -24,7 +25,35 @@ Metrics::AnswerMix::AnswerMix(prometheus::Registry& registry)
                   .Name("qvi_answer_make_seconds")
                   .Help("Time to make each answered call's answer (post-processing its texts' rows and "
                         "serialising), by model and the explanations asked for")
-                  .Register(registry)) {}
+                  .Register(registry)),
+      cache_hits(prometheus::BuildCounter()
+                     .Name("qvi_response_cache_hits_total")
+                     .Help("Texts answered from the response cache (--response-cache-bytes), by model")
+                     .Register(registry)),
+      cache_misses(prometheus::BuildCounter()
+                       .Name("qvi_response_cache_misses_total")
+                       .Help("Texts the response cache did not hold, sent to the model, by model")
+                       .Register(registry)),
+      cache_evictions(prometheus::BuildCounter()
+                          .Name("qvi_response_cache_evictions_total")
+                          .Help("Answers let go from the response cache to make room, least recently used first")
+                          .Register(registry)),
+      cache_bytes(prometheus::BuildGauge()
+                      .Name("qvi_response_cache_bytes")
+                      .Help("Bytes of answers the response cache holds (an estimate of their memory)")
+                      .Register(registry)
+                      .Add({})) {}
+
+void Metrics::OnLookups(const std::string& model, int hits, int misses) {
+  if (hits > 0) answer_mix_.cache_hits.Add({{"model", model}}).Increment(hits);
+  if (misses > 0) answer_mix_.cache_misses.Add({{"model", model}}).Increment(misses);
+}
+
+void Metrics::OnSize(int64_t bytes) { answer_mix_.cache_bytes.Set(static_cast<double>(bytes)); }
+
+void Metrics::OnEvictions(const std::string& model, int evicted) {
+  answer_mix_.cache_evictions.Add({{"model", model}}).Increment(evicted);
+}
 
 void Metrics::OnAnswer(const std::string& model, const std::string& explain, int64_t bytes, absl::Duration made) {
   std::pair<prometheus::Histogram*, prometheus::Histogram*> series;

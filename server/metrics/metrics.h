@@ -28,6 +28,7 @@
 #include "server/core/sched/sync.h"
 #include "server/core/serving/model_repository.h"
 #include "server/core/serving/observer.h"
+#include "server/core/serving/response_cache.h"
 
 namespace httplib {
 class Server;
@@ -35,7 +36,7 @@ class Server;
 
 namespace qvi {
 
-class Metrics final : public ServingObserver {
+class Metrics final : public ServingObserver, public ResponseCache::Events {
  public:
   // Metrics kept in a registry only (tests read them with Serialize()).
   Metrics();
@@ -83,6 +84,10 @@ class Metrics final : public ServingObserver {
   // One answered inference call: its answer's bytes as serialised and the time it took to make them
   // (post-processing and serialising), by model and the explanations asked for (ExplainLabel).
   void OnAnswer(const std::string& model, const std::string& explain, int64_t bytes, absl::Duration made);
+  // ResponseCache::Events: qvi_response_cache_{hits,misses,evictions}_total{model}.
+  void OnLookups(const std::string& model, int hits, int misses) override;
+  void OnEvictions(const std::string& model, int evicted) override;
+  void OnSize(int64_t bytes) override;  // qvi_response_cache_bytes
   // A model loaded (reason: poll, admin, demand) or unloaded to save memory (budget, idle):
   // qvi_model_loads_total / qvi_model_evictions_total{model,reason}.
   void OnModelMemoryEvent(const std::string& model, bool loaded, const char* reason);
@@ -143,6 +148,10 @@ class Metrics final : public ServingObserver {
     prometheus::Family<prometheus::Counter>& tokens;
     prometheus::Family<prometheus::Histogram>& bytes;
     prometheus::Family<prometheus::Histogram>& seconds;
+    prometheus::Family<prometheus::Counter>& cache_hits;
+    prometheus::Family<prometheus::Counter>& cache_misses;
+    prometheus::Family<prometheus::Counter>& cache_evictions;
+    prometheus::Gauge& cache_bytes;
   };
   AnswerMix answer_mix_;
 

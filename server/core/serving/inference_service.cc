@@ -146,13 +146,13 @@ absl::Status CheckOcclusion(const InferenceRequest& r, const std::vector<std::ve
   return absl::OkStatus();
 }
 
+}  // namespace
+
 absl::Status CheckLive(const InferenceRequest& r, const Env& env) {
   if (r.is_cancelled && r.is_cancelled()) return absl::CancelledError("the client cancelled the request");
   if (env.Now() > r.deadline) return absl::DeadlineExceededError("the deadline passed before the model ran");
   return absl::OkStatus();
 }
-
-}  // namespace
 
 namespace {
 // The answer's size as the request's API will send it: its own estimate (OIP's padded tensors), or
@@ -284,13 +284,15 @@ void InferenceService::DispatchWhenLoaded(Method method, InferenceRequest r, Don
   repository_->WhenLoaded(model, deadline, [this, method, work](const absl::Status& loaded) {
     if (!loaded.ok()) return work->second(loaded);
     const bool queued = executor_->TrySubmit([this, method, work] {
-      Dispatch(method, std::move(work->first), std::move(work->second), nullptr, /*waited=*/true);
+      Dispatch(method, std::move(work->first), std::move(work->second), nullptr, /*waited=*/true, /*cached=*/false);
     });
     if (!queued) work->second(absl::ResourceExhaustedError("the server's request queue is full; retry with backoff"));
   });
 }
 
-void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, ServableHandle resolved, bool waited) {
+void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, ServableHandle resolved, bool waited,
+                                bool cached) {
+  if (!cached && AnswerWithCache(method, r, done, resolved, waited)) return;
   const bool resolves = resolved == nullptr;
   absl::StatusOr<Prepared> prepared;
   try {

@@ -29,16 +29,22 @@
 #include "server/core/sched/sync.h"
 #include "server/core/serving/model_repository.h"
 #include "server/core/serving/model_runner.h"
+#include "server/core/serving/response_cache.h"
 
 namespace qvi {
+
+// A request past its deadline or cancelled: the error to answer it with.
+absl::Status CheckLive(const InferenceRequest& r, const Env& env);
 
 class InferenceService {
  public:
   using Done = std::function<void(absl::StatusOr<InferenceResponse>)>;
 
   // Texts join the batch queue of the version they resolve to (see ModelRepository).
-  InferenceService(ModelRepository* repository, Executor* executor, RequestLimits limits)
-      : repository_(repository), executor_(executor), limits_(limits) {}
+  // `cache` (response_cache.h) may be null: no cache.
+  InferenceService(ModelRepository* repository, Executor* executor, RequestLimits limits,
+                   ResponseCache* cache = nullptr)
+      : repository_(repository), executor_(executor), limits_(limits), cache_(cache) {}
 
   void Submit(Method method, InferenceRequest request, Done done, ServableHandle servable = nullptr);
 
@@ -59,7 +65,14 @@ class InferenceService {
   absl::StatusOr<Prepared> Prepare(Method method, const InferenceRequest& request, ServableHandle servable) const;
   // Takes the request by value: its texts move into the answer's post-processing, uncopied.
   // A model that loads on demand (WaitsForLoad) is waited for, once, within the request's deadline.
-  void Dispatch(Method method, InferenceRequest request, Done done, ServableHandle servable, bool waited = false);
+  // `cached`: the response cache was looked in already (AnswerWithCache's request of the texts it lacks).
+  void Dispatch(Method method, InferenceRequest request, Done done, ServableHandle servable, bool waited = false,
+                bool cached = false);
+  // With a response cache (cached_dispatch.cc): the texts it holds are answered from it, the others
+  // go to the model as a request of their own, and their answers are kept. False when the request is
+  // left to the usual path (no cache, it fails its checks, or its model does not resolve); else `done`
+  // is taken.
+  bool AnswerWithCache(Method method, InferenceRequest& request, Done& done, ServableHandle& servable, bool waited);
   // Whether a request whose preparation ended so is to wait for its model's load on demand: it was
   // resolved here (not by its API), and has not waited before.
   static bool WaitHere(const absl::Status& prepared, bool resolves, bool waited);
@@ -72,6 +85,7 @@ class InferenceService {
   ModelRepository* repository_;
   Executor* executor_;
   const RequestLimits limits_;
+  ResponseCache* const cache_;
 };
 
 }  // namespace qvi

@@ -101,6 +101,7 @@ struct VersionStatus {
 struct Servable {
   std::string name;
   int64_t version = 0;
+  uint64_t generation = 0;  // this load of the version: a reload of changed files is another
   std::shared_ptr<const Model> model;
   ServingConfig serving;
   std::unique_ptr<ModelRunner> runner;

@@ -45,7 +45,7 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner = ModelRunner::Create(
       model, version, loaded->serving, env_, options_.observer, options_.answers, options_.pipeline);
   if (!runner.ok()) return runner.status();
-  auto* servable = new Servable{name, version, model, std::move(loaded->serving), *std::move(runner)};
+  auto* servable = new Servable{name, version, generation, model, std::move(loaded->serving), *std::move(runner)};
   {
     MutexLock lock(&retire_mu_);
     ++live_servables_;

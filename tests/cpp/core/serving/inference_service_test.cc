@@ -8,6 +8,7 @@
 #include <ATen/Parallel.h>
 #include <torch/types.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -97,6 +98,111 @@ TEST_F(InferenceServiceTest, ClassifiesWithExplanations) {
     EXPECT_NEAR(sum, 1.0f, 1e-5);
   }
   EXPECT_EQ(out->results[0].tokens.size(), 6u);
+}
+
+// What a response cache did.
+struct CacheCounts final : ResponseCache::Events {
+  void OnLookups(const std::string&, int h, int m) override {
+    hits += h;
+    misses += m;
+  }
+  void OnEvictions(const std::string&, int n) override { evictions += n; }
+  void OnSize(int64_t b) override { bytes = b; }
+  std::atomic<int> hits{0}, misses{0}, evictions{0};
+  std::atomic<int64_t> bytes{0};
+};
+
+// The parts of two answers for a text that must agree to the bit: labels, scores, tokens and α, β.
+void ExpectSameAnswer(const TextResult& a, const TextResult& b) {
+  EXPECT_EQ(a.labels, b.labels);
+  ASSERT_EQ(a.tokens.size(), b.tokens.size());
+  for (size_t t = 0; t < a.tokens.size(); ++t) {
+    EXPECT_EQ(a.tokens[t].token.text, b.tokens[t].token.text);
+    EXPECT_EQ(a.tokens[t].attention, b.tokens[t].attention);
+    EXPECT_EQ(a.tokens[t].gate, b.tokens[t].gate);
+  }
+}
+
+TEST_F(InferenceServiceTest, TheResponseCacheAnswersKnownTextsAndSendsOnlyTheOthersToTheModel) {
+  CacheCounts counts;
+  ResponseCache cache(int64_t{64} << 20, &counts);
+  InferenceService cached(repo_, executor_, {}, &cache);
+  auto explained = [](std::vector<std::string> texts) {
+    InferenceRequest r = Request("sentiment", std::move(texts));
+    r.options.Ask(OutputSwitch::kAttention);
+    r.options.Ask(OutputSwitch::kGates);
+    return r;
+  };
+  auto first = Run(cached, Method::kClassify, explained({"A moving, funny film.", "Dull and far too long."}));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(counts.hits, 0);
+  EXPECT_EQ(counts.misses, 2);
+  EXPECT_GT(counts.bytes, 0);
+
+  // Three texts, two known: only the new one reaches the model (its tokens are all the answer ran).
+  auto second =
+      Run(cached, Method::kClassify, explained({"Dull and far too long.", "Something new.", "A moving, funny film."}));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(counts.hits, 2);
+  EXPECT_EQ(counts.misses, 3);
+  ASSERT_EQ(second->results.size(), 3u);
+  EXPECT_EQ(second->tokens, second->results[1].num_tokens) << "only the text the cache lacked ran";
+  ExpectSameAnswer(second->results[0], first->results[1]);
+  ExpectSameAnswer(second->results[2], first->results[0]);
+  auto uncached = Run(Service(), Method::kClassify, explained({"Something new."}));
+  ASSERT_TRUE(uncached.ok());
+  ExpectSameAnswer(second->results[1], uncached->results[0]);
+
+  // Every text known: answered without the model, by the version that answered them.
+  auto known = Run(cached, Method::kClassify, explained({"A moving, funny film."}));
+  ASSERT_TRUE(known.ok());
+  EXPECT_EQ(known->tokens, 0);
+  EXPECT_EQ(known->version, 1);
+  EXPECT_EQ(known->results[0].tokens.size(), 6u);
+
+  // Other options are other answers.
+  ASSERT_TRUE(Run(cached, Method::kClassify, Request("sentiment", {"A moving, funny film."})).ok());
+  EXPECT_EQ(counts.misses, 4);
+
+  // A refusal of the texts the cache lacked names them as the caller numbered them.
+  auto refused = Run(cached, Method::kClassify, explained({"A moving, funny film.", "Dull and far too long.", ""}));
+  ExpectError(refused, absl::StatusCode::kInvalidArgument, "texts[2]: has no tokens");
+}
+
+TEST(ResponseCacheTest, KeysTellModelsLoadsOptionsAndTextsApartAndTheBoundEvictsTheLeastRecentlyUsed) {
+  const std::string classify = ResponseCache::OptionsKey(Method::kClassify, OutputOptions{});
+  OutputOptions top2;
+  top2.top_k = 2;
+  const ResponseCache::Key key = ResponseCache::KeyOf("sentiment", 7, classify, "fine");
+  EXPECT_TRUE(key == ResponseCache::KeyOf("sentiment", 7, classify, "fine"));
+  EXPECT_FALSE(key == ResponseCache::KeyOf("topics", 7, classify, "fine"));
+  EXPECT_FALSE(key == ResponseCache::KeyOf("sentiment", 8, classify, "fine")) << "another load of the version";
+  EXPECT_FALSE(key == ResponseCache::KeyOf("sentiment", 7, ResponseCache::OptionsKey(Method::kClassify, top2), "fine"));
+  EXPECT_FALSE(key == ResponseCache::KeyOf("sentiment", 7, ResponseCache::OptionsKey(Method::kTag, {}), "fine"));
+  EXPECT_FALSE(key == ResponseCache::KeyOf("sentiment", 7, classify, "fine."));
+  EXPECT_FALSE(ResponseCache::KeyOf("ab", 7, classify, "c") == ResponseCache::KeyOf("a", 7, classify, "bc"))
+      << "the parts are delimited";
+
+  TextResult result;
+  result.labels = {{"positive", 0.9f}};
+  const int64_t one = ResponseCache::Bytes(result);
+  CacheCounts counts;
+  ResponseCache cache(3 * one, &counts);
+  auto k = [&](const char* text) { return ResponseCache::KeyOf("m", 1, classify, text); };
+  cache.Insert("m", k("a"), result);
+  cache.Insert("m", k("b"), result);
+  cache.Insert("m", k("c"), result);
+  EXPECT_TRUE(cache.Find("m", {k("a")})[0].has_value());  // a used now: b is the least recently used
+  cache.Insert("m", k("d"), result);
+  EXPECT_EQ(counts.evictions, 1);
+  const auto found = cache.Find("m", {k("a"), k("b"), k("c"), k("d")});
+  EXPECT_TRUE(found[0] && !found[1] && found[2] && found[3]);
+  EXPECT_EQ(found[0]->labels, result.labels);
+  EXPECT_EQ(cache.bytes(), 3 * one);
+  TextResult huge;
+  huge.margins.resize(static_cast<size_t>(one));
+  cache.Insert("m", k("huge"), huge);
+  EXPECT_EQ(cache.entries(), 3u) << "a result larger than the whole cache is not kept";
 }
 
 TEST_F(InferenceServiceTest, CheapAnswerHasNoTokens) {
