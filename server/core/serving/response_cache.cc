@@ -68,8 +68,8 @@ int64_t ResponseCache::Bytes(const TextResult& r) {
   for (const LayerMapOutput& l : r.layers) {
     bytes += VectorBytes(l.gates) + VectorBytes(l.lambda_q) + VectorBytes(l.lambda_k) + VectorBytes(l.attention);
   }
-  if (r.faithfulness) bytes += static_cast<int64_t>(r.faithfulness->label.capacity()) +
-                               VectorBytes(r.faithfulness->removed);
+  if (r.faithfulness)
+    bytes += static_cast<int64_t>(r.faithfulness->label.capacity()) + VectorBytes(r.faithfulness->removed);
   return bytes;
 }
 
