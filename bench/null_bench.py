@@ -16,6 +16,7 @@ bench/run.py runs it in the full run (and its smoke test) and alone with --null;
 measuring and the markdown section.
 """
 import os
+import re
 import subprocess
 from typing import Dict, List
 
@@ -56,9 +57,10 @@ def null_store(work, model_pt, model, python):
     return store
 
 
-def run_null(work, a, h, server_args=(), store=None, protocols=PROTOCOLS):
+def run_null(work, a, h, server_args=(), store=None, protocols=PROTOCOLS, h2load=True):
     """h: bench/run.py's helpers (BUILD, MODEL, MODEL_PT, PY, perf, wait_for_file, stop, log).
-    server_args: more qvi-server flags; store: serve this store instead of the null twin's.
+    server_args: more qvi-server flags; store: serve this store instead of the null twin's; h2load: also
+    the h2load rows.
     The results: {"server_cores", "client_cores", "concurrency", "protocols": {label: qvi-perf's JSON}}."""
     all_cores = cores()
     server_cores, client_cores = all_cores[:1], all_cores[1:] or all_cores[:1]
@@ -89,11 +91,12 @@ def run_null(work, a, h, server_args=(), store=None, protocols=PROTOCOLS):
             for label, extra in protocols:
                 target = (["--http", f"http://127.0.0.1:{http}/v1/models/{h.MODEL}:classify", "--http-body", "json"]
                           if extra is None else ["--server", f"127.0.0.1:{port}", *extra])
-                name = f"null-{label.split()[0].lower().replace('/', '')}-{i + 1}"
+                name = f"null-{re.sub('[^a-z0-9]+', '-', label.lower()).strip('-')}-{i + 1}"
                 rounds.setdefault(label, []).append(h.perf(work, name, target, common, prefix=pin(client_cores)))
-        out["h2load"] = run_h2load(work, a, h, {"grpc": f"http://127.0.0.1:{port}{h2load_bench.GRPC_PATH}",
-                                                "http": f"http://127.0.0.1:{http}/v1/models/{h.MODEL}:classify"},
-                                   metrics, client_cores)
+        if h2load:
+            out["h2load"] = run_h2load(work, a, h, {"grpc": f"http://127.0.0.1:{port}{h2load_bench.GRPC_PATH}",
+                                                    "http": f"http://127.0.0.1:{http}/v1/models/{h.MODEL}:classify"},
+                                       metrics, client_cores)
     finally:
         h.stop(proc)
     out["rounds"] = len(next(iter(rounds.values()), []))

@@ -3,6 +3,7 @@
 //   qvi-client tag --model ner "Barack Obama visited Paris."
 //   qvi-client classify --model sentiment "A moving film." --html why.html
 //   qvi-client models            qvi-client health [--model NAME]
+//   qvi-client batch --model sentiment texts.jsonl answers.jsonl --explain gates   (client/batch.h)
 // Human output by default (heat-maps of α and β over the tokens when the terminal allows colour, and
 // of each token's signed contribution with --contributions: green for, magenta against);
 // --json prints the response message as JSON for scripts; --html FILE writes a report to open in
@@ -23,6 +24,7 @@
 
 #include <fstream>
 
+#include "client/batch.h"
 #include "client/channel.h"
 #include "client/errors.h"
 #include "client/faithfulness.h"
@@ -448,13 +450,16 @@ int main(int argc, char** argv) {
   models->add_option("--version", common.version, "with --model: this version only (0 = all)");
   CLI::App* health = app.add_subcommand("health", "grpc.health.v1 status, of the server or of one model");
   health->add_option("--model", common.model, "model name (empty: the whole server)");
+  qvi::client::BatchOptions batch_options;
+  std::vector<std::string> batch_explain;
+  CLI::App* batch = qvi::client::AddBatchCommand(app, batch_options, batch_explain);
   qvi::TlsClientOptions tls;
   qvi::AddTlsOptions(app, tls);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const std::string unknown =
-        qvi::client::UnknownSubcommand({argv + 1, argv + argc}, {"classify", "tag", "models", "health"});
+        qvi::client::UnknownSubcommand({argv + 1, argv + argc}, {"classify", "tag", "models", "health", "batch"});
     if (e.get_exit_code() != 0 && !unknown.empty()) {
       std::cerr << unknown << "\n";
       return e.get_exit_code();
@@ -483,5 +488,9 @@ int main(int argc, char** argv) {
   if (*tag) return Tag(*stub, common, explain, texts);
   if (*models) return Models(*stub, common);
   if (*health) return Health(channel, common);
+  if (*batch) {
+    batch_options.api_key = common.api_key;
+    return qvi::client::RunBatchCommand(*stub, batch_options, batch_explain, common.server);
+  }
   return 2;
 }

@@ -5,6 +5,7 @@
 //   qvi-perf --server localhost:8500 --model sentiment --rate 200,400 --metrics http://localhost:8502/metrics
 //   qvi-perf --http http://localhost:8080/predictions/sentiment --concurrency 1,8
 //   qvi-perf --server localhost:8500 --protocol oip --model sentiment --concurrency 1,16
+//   qvi-perf --server localhost:8500 --protocol stream --model sentiment --concurrency 1,16  (perf_stream.h)
 //
 // Closed loop (--concurrency): N calls in flight, each completion sends the next. Open loop
 // (--rate): calls leave on a fixed schedule whatever the server does, and latency is measured
@@ -43,6 +44,7 @@
 #include "client/channel.h"
 #include "client/load_texts.h"
 #include "client/perf_step.h"
+#include "client/perf_stream.h"
 #include "inference/open_inference_grpc.grpc.pb.h"
 #include "qvi/serving/v1/inference.grpc.pb.h"
 
@@ -116,6 +118,7 @@ class GrpcTarget {
     for (int i = 0; i < o.channels; ++i) {
       args.SetInt("qvi-perf-channel", i);  // distinct arguments: a connection of its own
       std::shared_ptr<grpc::Channel> channel = qvi::MakeChannel(o.server, o.tls, args);
+      channels_.push_back(channel);
       stubs_.push_back(v1::Inference::NewStub(channel));
       oip_stubs_.push_back(inference::GRPCInferenceService::NewStub(channel));
     }
@@ -200,6 +203,9 @@ class GrpcTarget {
     }
   }
 
+  // The same requests, as --protocol stream sends them (perf_stream.h).
+  StreamLoad Streams() const { return {channels_, &classify_, &tag_, o_.method == "tag", o_.api_key}; }
+
   // gRPC's codes are Abseil's, number for number; Abseil names them.
   static std::string CodeName(grpc::StatusCode c) { return absl::StatusCodeToString(static_cast<absl::StatusCode>(c)); }
 
@@ -216,6 +222,7 @@ class GrpcTarget {
     std::function<void(const std::string&)> done;
   };
   const Options& o_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::Inference::Stub>> stubs_;
   std::vector<std::unique_ptr<inference::GRPCInferenceService::Stub>> oip_stubs_;
   std::vector<v1::ClassifyRequest> classify_;
@@ -337,9 +344,10 @@ void AddOptions(CLI::App& app, Options& o) {
       ->check(CLI::IsMember({"classify", "tag"}))
       ->capture_default_str();
   app.add_option("--protocol", o.protocol,
-                 "native (qvi.serving.v1 Classify/Tag) or oip (Open Inference Protocol ModelInfer; the model's "
-                 "task picks classify or tag)")
-      ->check(CLI::IsMember({"native", "oip"}))
+                 "native (qvi.serving.v1 Classify/Tag), stream (ClassifyStream/TagStream: a stream per channel, "
+                 "--concurrency messages in flight over them) or oip (Open Inference Protocol ModelInfer; the "
+                 "model's task picks classify or tag)")
+      ->check(CLI::IsMember({"native", "stream", "oip"}))
       ->capture_default_str();
   app.add_option("--concurrency", o.concurrency, "closed loop: calls in flight, one step each")->delimiter(',');
   app.add_option("--rate", o.rates, "open loop: requests per second, one step each")->delimiter(',');
@@ -371,6 +379,27 @@ void AddOptions(CLI::App& app, Options& o) {
   app.add_option("--label", o.label, "the system's name in the JSON");
 }
 
+// Whether the options go together (the TLS files readable among them); says why not on stderr. Fills
+// in the default concurrency steps.
+bool CheckOptions(Options& o) {
+  try {
+    qvi::MakeChannel(o.server, o.tls, grpc::ChannelArguments());  // unreadable TLS files fail here, with their name
+  } catch (const std::exception& e) {
+    std::cerr << "qvi-perf: " << e.what() << "\n";
+    return false;
+  }
+  if (o.concurrency.empty() && o.rates.empty()) o.concurrency = {1, 2, 4, 8, 16, 32, 64};
+  if (o.protocol == "stream" && !o.rates.empty()) {
+    std::cerr << "--rate is for unary calls; use --concurrency with --protocol stream\n";
+    return false;
+  }
+  if (!o.http.empty() && !o.rates.empty()) {
+    std::cerr << "--rate is for gRPC targets; use --concurrency with --http\n";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -378,17 +407,7 @@ int main(int argc, char** argv) {
   Options o;
   AddOptions(app, o);
   CLI11_PARSE(app, argc, argv);
-  try {
-    qvi::MakeChannel(o.server, o.tls, grpc::ChannelArguments());  // unreadable TLS files fail here, with their name
-  } catch (const std::exception& e) {
-    std::cerr << "qvi-perf: " << e.what() << "\n";
-    return 2;
-  }
-  if (o.concurrency.empty() && o.rates.empty()) o.concurrency = {1, 2, 4, 8, 16, 32, 64};
-  if (!o.http.empty() && !o.rates.empty()) {
-    std::cerr << "--rate is for gRPC targets; use --concurrency with --http\n";
-    return 2;
-  }
+  if (!CheckOptions(o)) return 2;
 
   std::vector<std::string> texts = o.texts_file.empty()
                                        ? qvi::client::GenerateTexts(o.pool, o.words, o.words_stddev, o.seed)
@@ -422,7 +441,9 @@ int main(int argc, char** argv) {
       cpu_after = ProcessCpuSeconds();
       if (!o.metrics.empty()) after = ScrapeSums(o.metrics, o.model);
     });
-    Step s = !o.http.empty()    ? ClosedLoopHttp(o, texts, static_cast<int>(load))
+    Step s = !o.http.empty() ? ClosedLoopHttp(o, texts, static_cast<int>(load))
+             : o.protocol == "stream"
+                 ? ClosedLoopStream(target->Streams(), static_cast<int>(load), o.warmup, o.duration)
              : mode == "closed" ? ClosedLoopGrpc(*target, static_cast<int>(load), o.warmup, o.duration)
                                 : OpenLoopGrpc(*target, load, o.warmup, o.duration);
     scraper.join();

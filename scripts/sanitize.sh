@@ -28,10 +28,10 @@ for kind in "${kinds[@]}"; do
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQVI_SANITIZE=$kind > "$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; exit 1; }
     rm -f "$dir.cmake.log"
   fi
-  targets=(sched_test text_manifest_test store_test model_runner_test stress_test allocator_test)
+  targets=(sched_test text_manifest_test store_test model_runner_test stress_test allocator_test tracing_test)
   [[ $kind == address ]] && targets+=(qvi-server)
   ninja -C "$dir" -j2 "${targets[@]}"
-  for test in sched_test text_manifest_test store_test model_runner_test stress_test allocator_test; do
+  for test in sched_test text_manifest_test store_test model_runner_test stress_test allocator_test tracing_test; do
     echo "[sanitize] $test under $kind sanitizer"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \

@@ -132,6 +132,7 @@ absl::Status Server::Start() {
   const auto aborted = [this] { return absl::CancelledError("start-up abandoned: the server was told to stop"); };
   if (absl::Status st = StartMetrics(); !st.ok()) return st;
   if (absl::Status st = StartApiKeys(); !st.ok()) return st;  // a bad file stops us before any load
+  if (absl::Status st = StartTracing(); !st.ok()) return st;
   if (absl::Status st = StartModels(); !st.ok()) return st;
   // Abort() may have come while the models loaded: their loads were abandoned, the store shut down.
   if (aborted_) return aborted();
@@ -203,7 +204,7 @@ absl::Status Server::StartModels() {
     if (!loaded) spdlog::info("model {}: unloaded ({}); it rests until asked for", name, reason);
     if (metrics_) metrics_->OnModelMemoryEvent(name, loaded, reason);
   };
-  o.observer = metrics_.get();
+  o.observer = tracing_ ? static_cast<ServingObserver*>(tracing_.get()) : metrics_.get();
   // Before the first load: every version's runner hands its answers to these threads.
   answers_ = std::make_unique<Executor>(options_.threads.answers, /*max_queued=*/0, Env::Default(), "qvi-answer");
   o.answers = answers_.get();
@@ -270,9 +271,11 @@ absl::Status Server::StartGrpc() {
   calls_ = std::make_unique<Calls>(
       repository_.get(),
       Calls::Options{options_.logging.access_log, metrics_.get(), options_.limits.max_inflight_request_bytes,
-                     net.max_message_bytes, options_.logging.trace_rate, api_keys_.get()});
+                     net.max_message_bytes, options_.logging.trace_rate, api_keys_.get(), otlp_.get(),
+                     options_.tracing.sampling_ratio});
   oip_api_ = std::make_unique<OipApi>(repository_.get(), core_->limits(), calls_.get(), &serving_);
-  service_ = std::make_unique<InferenceServiceImpl>(frontend_core_.get(), repository_.get(), calls_.get());
+  service_ = std::make_unique<InferenceServiceImpl>(frontend_core_.get(), repository_.get(), calls_.get(),
+                                                    options_.limits.max_stream_inflight);
   oip_ = std::make_unique<OipServiceImpl>(frontend_core_.get(), oip_api_.get(), calls_.get());
   oip_repository_ = std::make_unique<OipRepository>(repository_.get());
   repository_service_ =
@@ -417,6 +420,7 @@ int Server::Drain(int signal, const sigset_t& signals) {
     repository_->Shutdown();
     answers_->Shutdown();
     spdlog::debug("model queues drained, models unloaded");
+    if (otlp_) otlp_->Stop();  // the last spans, within --otlp-timeout-seconds
     drained->set_value();
   });
   if (drained_future.wait_until(grace + kDrainAllowance) != std::future_status::ready) {

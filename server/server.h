@@ -30,6 +30,8 @@
 #include "server/metrics/metrics.h"
 #include "server/server_options.h"
 #include "server/tls/tls_credentials.h"
+#include "server/tracing/otlp_exporter.h"
+#include "server/tracing/tracing_observer.h"
 
 namespace qvi {
 
@@ -71,12 +73,16 @@ class Server {
   void StartCore();
   absl::Status StartTls();
   absl::Status StartApiKeys();  // server_security.cc, as StartTls
+  absl::Status StartTracing();  // server_tracing.cc: --otlp-endpoint's exporter and batch spans
   absl::Status StartGrpc();
   absl::Status StartHttp();
   void LogServing() const;
 
   ServerOptions options_;
   std::unique_ptr<Metrics> metrics_;
+  // Before everything that exports spans (the calls, the repository's runners): destroyed after them.
+  std::unique_ptr<OtlpExporter> otlp_;
+  std::unique_ptr<TracingObserver> tracing_;  // the repository's observer when spans are exported
   absl::StatusOr<GraphBackend*> graph_backend_ = nullptr;
   // Set once the repository and then the gRPC server exist; the repository's threads read them.
   std::atomic<ModelRepository*> repository_ptr_{nullptr};

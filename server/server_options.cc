@@ -250,6 +250,11 @@ void AddLimitOptions(CLI::App& app, ServerOptions& o) {
          "(its answer). 0: no limit")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->group("Limits");
+  app.add_option("--max-stream-inflight", o.limits.max_stream_inflight,
+                 "requests of one ClassifyStream/TagStream read and not yet answered; the stream's next message is "
+                 "read only below it (flow control)")
+      ->check(CLI::Range(1, 1 << 16))
+      ->group("Limits");
   app.add_option("--max-queued-texts", o.limits.max_queued_texts,
                  absl::StrCat("texts waiting in one model version's batch queue; beyond it RESOURCE_EXHAUSTED. 0: by "
                               "the version's device, ",
@@ -376,8 +381,9 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
       defaults::kGpuMaxBatchSize, " max_batch_tokens=", defaults::kGpuMaxBatchTokens,
       " max_queued_texts=", defaults::kGpuMaxQueuedTexts, " max_queued_tokens=", defaults::kGpuMaxQueuedTokens));
 
-  for (auto* add : {&AddModelOptions, &AddMemoryOptions, &AddNetworkOptions, &AddHttpOptions, &AddTlsOptions,
-                    &AddAuthOptions, &AddLimitOptions, &AddThreadOptions, &AddLoggingAndLifecycleOptions}) {
+  for (auto* add :
+       {&AddModelOptions, &AddMemoryOptions, &AddNetworkOptions, &AddHttpOptions, &AddTlsOptions, &AddAuthOptions,
+        &AddLimitOptions, &AddThreadOptions, &AddLoggingAndLifecycleOptions, &AddTracingOptions}) {
     add(app, o);
   }
 

@@ -10,6 +10,10 @@
 #include "absl/time/time.h"
 #include "server/core/sched/defaults.h"
 
+namespace CLI {
+class App;
+}  // namespace CLI
+
 namespace qvi {
 
 struct ServerOptions {
@@ -77,6 +81,7 @@ struct ServerOptions {
     int max_queued_texts = 0;  // texts waiting in one model version's batch queue; 0: by device (defaults.h)
     int64_t max_inflight_request_bytes = int64_t{256}
                                          << 20;  // inference request bytes (Classify, Tag, ModelInfer) not yet answered
+    int max_stream_inflight = 64;  // a stream's requests read and not yet answered (ClassifyStream, TagStream)
   } limits;
   struct Threads {
     int inference = 2;                    // request threads: check and tokenise, then queue for the model
@@ -95,6 +100,14 @@ struct ServerOptions {
     int64_t access_log_queue = 8192;  // lines queued for stderr; beyond it the oldest are dropped
     double trace_rate = 0;            // calls without a traceparent whose timings are logged (0 to 1)
   } logging;
+  struct Tracing {              // OpenTelemetry spans (server_tracing.cc, server/tracing/)
+    std::string otlp_endpoint;  // http://host:port[/path]; empty: no spans
+    double sampling_ratio = 1.0;
+    std::string service_name = "qvi-server";
+    std::string resource_attributes;  // key=value,key=value
+    int queue_spans = 2048;
+    double timeout_seconds = 5;
+  } tracing;
   double shutdown_grace_seconds = 30;
   // On SIGTERM/SIGINT: health reads NOT_SERVING this long while calls are still taken, so that a
   // load balancer (a Kubernetes readiness probe) stops routing here before the server refuses calls.
@@ -104,6 +117,9 @@ struct ServerOptions {
 // Parses argv. Returns the options, or a status whose message is the text to print: for --help and
 // --version the code is kCancelled (print, exit 0); for bad flags kInvalidArgument (print, exit 2).
 absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv);
+
+// The Tracing group's flags (server_tracing.cc).
+void AddTracingOptions(CLI::App& app, ServerOptions& o);
 
 // --unload-idle-after: "10m", "90s" (absl::ParseDuration) or a number of seconds; 0 to a year.
 absl::StatusOr<absl::Duration> ParseIdleDuration(const std::string& text);

@@ -18,6 +18,7 @@ Calls::Calls(const ModelRepository* repository, Options options)
     : repository_(repository),
       options_(options),
       tracer_(options.trace_rate),
+      sampler_(options.span_ratio),
       limiter_([metrics = options.metrics](const std::string& key, absl::string_view limit) {
         if (metrics != nullptr) metrics->OnKeyLimited(key, std::string(limit));
       }) {}
@@ -133,6 +134,7 @@ void Calls::Record(const Call& call, const absl::Status& status, const AnswerSum
       options_.metrics->OnAnswer(model, call.explain_, answer->bytes, answer->postprocess + answer->serialize);
     }
   }
+  if (call.span_.sampled && options_.spans != nullptr) ExportSpans(call, status, answer);
 }
 
 Call::Call(Calls* calls, const char* method, int64_t request_bytes)
@@ -153,6 +155,16 @@ absl::Status Call::Admission(absl::string_view authorization) {
 void Call::SetOrigin(std::string peer, std::string_view traceparent) {
   peer_ = std::move(peer);
   trace_ = calls_->TraceOf(traceparent);
+  if (calls_->options_.spans == nullptr) return;
+  const std::optional<TraceParent> parent = ParseTraceParent(traceparent);
+  span_.sampled = calls_->sampler_.Sample(parent ? std::optional<bool>(parent->sampled) : std::nullopt);
+  if (!span_.sampled) return;
+  // One trace id for the access line and the spans: the caller's, else the one the access log drew.
+  std::optional<TraceId> id = parent ? TraceIdFromHex(parent->trace_id) : TraceIdFromHex(trace_.trace_id);
+  span_.trace_id = id ? *id : NewTraceId();
+  span_.span_id = NewSpanId();
+  if (parent) span_.parent = SpanIdFromHex(parent->parent_id);
+  if (calls_->options_.access_log && trace_.trace_id.empty()) trace_.trace_id = ToHex(span_.trace_id);
 }
 
 absl::Status Call::Prepare(InferenceRequest& r, std::string_view fallback_id, absl::Time deadline,
@@ -171,6 +183,7 @@ absl::Status Call::Prepare(InferenceRequest& r, std::string_view fallback_id, ab
   }
   priority_ = r.priority;
   explain_ = ExplainLabel(r.options);
+  if (span_.sampled) r.span = SpanRef{span_.trace_id, span_.span_id};
   if (!key_) return absl::OkStatus();
   return calls_->limiter_.TakeTexts(key_->bucket(), texts_, start_);
 }

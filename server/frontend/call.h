@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -32,6 +33,7 @@
 #include "server/core/serving/model_repository.h"
 #include "server/frontend/trace_context.h"
 #include "server/metrics/metrics.h"
+#include "server/tracing/span.h"
 
 namespace qvi {
 
@@ -77,6 +79,11 @@ class Calls {
     double trace_rate = 0;
     // The API keys every call but the probes must present (--api-keys); null: no key is asked for.
     const ApiKeys* api_keys = nullptr;
+    // Where the spans of calls whose trace is exported go (--otlp-endpoint); null: none are made.
+    SpanSink* spans = nullptr;
+    // The share of calls without a traceparent whose trace is exported (--otlp-sampling-ratio); a
+    // call with one follows its sampled flag.
+    double span_ratio = 1.0;
   };
 
   Calls(const ModelRepository* repository, Options options);
@@ -111,10 +118,13 @@ class Calls {
   // RESOURCE_EXHAUSTED when `held` bytes in flight, `answer_bytes` of them an answer's estimate, are
   // over --max-inflight-request-bytes.
   absl::Status CheckHeld(int64_t held, int64_t answer_bytes) const;
+  // The spans of a finished call whose trace is exported (call_spans.cc).
+  void ExportSpans(const Call& call, const absl::Status& status, const AnswerSummary* answer) const;
 
   const ModelRepository* repository_;
   const Options options_;
   const Tracer tracer_;
+  const SpanSampler sampler_;
   mutable RateLimiter limiter_;  // the keys' buckets (with --api-keys)
   std::atomic<uint64_t> next_id_{1};
   std::atomic<int64_t> inflight_bytes_{0};
@@ -129,9 +139,9 @@ class Call {
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
 
-  // Whether the access log wants the caller's address and trace (SetOrigin): a front end need not
-  // look them up otherwise.
-  bool wants_origin() const { return calls_->options_.access_log; }
+  // Whether the access log or the span export wants the caller's address and trace (SetOrigin): a
+  // front end need not look them up otherwise.
+  bool wants_origin() const { return calls_->options_.access_log || calls_->options_.spans != nullptr; }
   void SetOrigin(std::string peer, std::string_view traceparent);
 
   // The checks before anything of the request is parsed: the caller's API key (`authorization`, the
@@ -191,7 +201,14 @@ class Call {
   std::atomic<int64_t> answer_bytes_{0};  // the answer's estimate, held since HoldAnswer
   std::atomic<bool> answered_{false};
   std::string peer_;
-  CallTrace trace_;                    // set when the access log is on
+  CallTrace trace_;  // set when the access log is on
+  // The call's span when its trace is exported (SetOrigin decides): its ids and its caller's span.
+  struct ExportedSpan {
+    bool sampled = false;
+    TraceId trace_id{};
+    SpanId span_id{};
+    std::optional<SpanId> parent;
+  } span_;
   std::shared_ptr<const ApiKey> key_;  // the caller's key, once Admission found it valid (refused or not)
   std::string request_id_;
   int64_t texts_ = 0;

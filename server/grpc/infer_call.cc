@@ -40,6 +40,8 @@ InferCall::InferCall(Calls* calls, grpc::CallbackServerContext* ctx, const char*
   }
 }
 
+absl::Time InferCall::deadline() const { return Deadline(ctx_); }
+
 void InferCall::Answer(const absl::Status& status, const AnswerSummary* answer) {
   if (!call_.Claim()) return;
   status_ = status;

@@ -41,6 +41,12 @@ class InferCall final : public grpc::ServerUnaryReactor {
 
   Call& call() { return call_; }
   grpc::CallbackServerContext* context() const { return ctx_; }
+  // What PlanInferCall asks of a call (an InferCall, or one request of a stream, infer_stream.h): the
+  // deadline in wall time, and whether the client has gone.
+  absl::Time deadline() const;
+  std::function<bool()> is_cancelled() const {
+    return [ctx = ctx_] { return ctx->IsCancelled(); };
+  }
 
  private:
   grpc::CallbackServerContext* const ctx_;
@@ -76,14 +82,15 @@ struct PlannedCall {
 
 // After admission: plan, Prepare, Submit. A plan that resolved a model which loads on demand waits
 // for it (once, within gRPC's deadline) and plans again on the thread that loaded it.
-template <typename Message, typename Plan>
-void PlanInferCall(InferCall* call, Core* core, const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response,
+// `Target` is an InferCall or a stream's request (infer_stream.h): call(), deadline(), is_cancelled(),
+// Answer(status) and AnswerWith<Message>(answer, raw, build).
+template <typename Message, typename Target, typename Plan>
+void PlanInferCall(Target* call, Core* core, const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response,
                    std::shared_ptr<Plan> plan, bool waited) {
-  grpc::CallbackServerContext* ctx = call->context();
   try {
     absl::StatusOr<PlannedCall<Message>> planned = (*plan)(*raw, &call->call());
     if (!planned.ok() && !waited && WaitsForLoad(planned.status())) {
-      core->WhenLoaded(call->call().model, MonotonicDeadline(core->env(), Deadline(ctx)),
+      core->WhenLoaded(call->call().model, MonotonicDeadline(core->env(), call->deadline()),
                        [call, core, raw, raw_response, plan](const absl::Status& loaded) {
                          if (!loaded.ok()) return call->Answer(loaded);
                          PlanInferCall<Message>(call, core, raw, raw_response, plan, /*waited=*/true);
@@ -93,15 +100,15 @@ void PlanInferCall(InferCall* call, Core* core, const grpc::ByteBuffer* raw, grp
     if (!planned.ok()) return call->Answer(planned.status());
     InferenceRequest& r = planned->request;
     if (absl::Status s = call->call().Prepare(r, call->call().request_id(),
-                                              MonotonicDeadline(core->env(), Deadline(ctx)), planned->timeout);
+                                              MonotonicDeadline(core->env(), call->deadline()), planned->timeout);
         !s.ok()) {
       return call->Answer(s);
     }
-    r.is_cancelled = [ctx] { return ctx->IsCancelled(); };
+    r.is_cancelled = call->is_cancelled();
     core->Submit(
         planned->method, std::move(r),
         [call, raw_response, build = std::move(planned->build)](absl::StatusOr<InferenceResponse> out) {
-          call->AnswerWith<Message>(out, raw_response, build);
+          call->template AnswerWith<Message>(out, raw_response, build);
         },
         std::move(planned->servable));
   } catch (...) {  // bad_alloc decoding or planning: this call fails, the server goes on
@@ -127,11 +134,14 @@ grpc::ServerUnaryReactor* StartInferCall(Calls* calls, Core* core, const char* m
   return call;
 }
 
-template <typename Message, typename Build>
-void InferCall::AnswerWith(const absl::StatusOr<InferenceResponse>& answer, grpc::ByteBuffer* raw, Build&& build) {
-  if (!answer.ok()) return Answer(answer.status());
+// Answers `target` (an InferCall, a stream's request) with the core's answer, or its error: `build(answer,
+// &message)` fills the API's message (a non-OK status refuses it), which is serialised into `raw`.
+template <typename Message, typename Target, typename Build>
+void AnswerWithMessage(Target* target, Call& call, const absl::StatusOr<InferenceResponse>& answer,
+                       grpc::ByteBuffer* raw, Build&& build) {
+  if (!answer.ok()) return target->Answer(answer.status());
   AnswerSummary summary;
-  const absl::Status status = call_.BuildAnswer(
+  const absl::Status status = call.BuildAnswer(
       *answer,
       [&]() -> absl::StatusOr<int64_t> {
         Message message;
@@ -144,7 +154,12 @@ void InferCall::AnswerWith(const absl::StatusOr<InferenceResponse>& answer, grpc
       },
       &summary);
   if (!status.ok()) raw->Clear();
-  Answer(status, status.ok() ? &summary : nullptr);
+  target->Answer(status, status.ok() ? &summary : nullptr);
+}
+
+template <typename Message, typename Build>
+void InferCall::AnswerWith(const absl::StatusOr<InferenceResponse>& answer, grpc::ByteBuffer* raw, Build&& build) {
+  AnswerWithMessage<Message>(this, call_, answer, raw, std::forward<Build>(build));
 }
 
 }  // namespace qvi

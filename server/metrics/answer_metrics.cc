@@ -1,5 +1,6 @@
 // What the answers are made of: tokens run through the models, and each answer's bytes and the time
-// to make it, by the explanations it asked for (issue: "metrics people look for").
+// to make it, by the explanations it asked for (issue: "metrics people look for"); the response
+// cache's counts; the spans exported.
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -42,7 +43,12 @@ Metrics::AnswerMix::AnswerMix(prometheus::Registry& registry)
                       .Name("qvi_response_cache_bytes")
                       .Help("Bytes of answers the response cache holds (an estimate of their memory)")
                       .Register(registry)
-                      .Add({})) {}
+                      .Add({})),
+      spans(prometheus::BuildCounter()
+                .Name("qvi_otlp_spans_total")
+                .Help("Spans of exported traces (--otlp-endpoint), by outcome: exported (the collector took them), "
+                      "dropped (the exporter's queue was full), failed (the collector was down, slow or refused)")
+                .Register(registry)) {}
 
 void Metrics::OnLookups(const std::string& model, int hits, int misses) {
   if (hits > 0) answer_mix_.cache_hits.Add({{"model", model}}).Increment(hits);
@@ -53,6 +59,10 @@ void Metrics::OnSize(int64_t bytes) { answer_mix_.cache_bytes.Set(static_cast<do
 
 void Metrics::OnEvictions(const std::string& model, int evicted) {
   answer_mix_.cache_evictions.Add({{"model", model}}).Increment(evicted);
+}
+
+void Metrics::OnSpans(const char* outcome, int64_t spans) {
+  answer_mix_.spans.Add({{"outcome", outcome}}).Increment(static_cast<double>(spans));
 }
 
 void Metrics::OnAnswer(const std::string& model, const std::string& explain, int64_t bytes, absl::Duration made) {

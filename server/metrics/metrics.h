@@ -88,6 +88,9 @@ class Metrics final : public ServingObserver, public ResponseCache::Events {
   void OnLookups(const std::string& model, int hits, int misses) override;
   void OnEvictions(const std::string& model, int evicted) override;
   void OnSize(int64_t bytes) override;  // qvi_response_cache_bytes
+  // Spans the OTLP exporter exported, dropped (its queue was full) or failed to send:
+  // qvi_otlp_spans_total{outcome}.
+  void OnSpans(const char* outcome, int64_t spans);
   // A model loaded (reason: poll, admin, demand) or unloaded to save memory (budget, idle):
   // qvi_model_loads_total / qvi_model_evictions_total{model,reason}.
   void OnModelMemoryEvent(const std::string& model, bool loaded, const char* reason);
@@ -152,6 +155,7 @@ class Metrics final : public ServingObserver, public ResponseCache::Events {
     prometheus::Family<prometheus::Counter>& cache_misses;
     prometheus::Family<prometheus::Counter>& cache_evictions;
     prometheus::Gauge& cache_bytes;
+    prometheus::Family<prometheus::Counter>& spans;
   };
   AnswerMix answer_mix_;
 

@@ -84,14 +84,16 @@ def test_a_readme_console_example_prints_what_the_readme_shows(demo_server, comm
 
 def sh_client_commands():
     """The `build/qvi-client` lines of the ```sh blocks of the README and docs/, but those that name a
-    server of their own (placeholders such as qvi.example.com, with TLS files test_tls.py makes)."""
+    server of their own (placeholders such as qvi.example.com, with TLS files test_tls.py makes) and
+    `batch`, whose input file the README makes first (test_batch.py replays that block whole)."""
     commands = []
     for doc in ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(REPO, "docs"))
                                       if f.endswith(".md")):
         with open(os.path.join(REPO, doc), encoding="utf-8") as f:
             for block in re.findall(r"```sh\n(.*?)```", f.read(), re.S):
                 commands += [(doc, line.split("#")[0].strip()) for line in block.splitlines()
-                             if line.startswith("build/qvi-client ") and "--server" not in line]
+                             if line.startswith("build/qvi-client ") and "--server" not in line
+                             and not line.startswith("build/qvi-client batch ")]  # test_batch.py runs those
     return commands
 
 

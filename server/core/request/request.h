@@ -4,6 +4,7 @@
 #ifndef QVI_SERVER_CORE_REQUEST_REQUEST_H_
 #define QVI_SERVER_CORE_REQUEST_REQUEST_H_
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -53,6 +54,13 @@ struct OutputOptions {
   }
 };
 
+// The span of the call a request belongs to, when the call's trace is exported (OTLP,
+// server/tracing/): what the span of each batch that runs its texts links to.
+struct SpanRef {
+  std::array<uint8_t, 16> trace_id{};
+  std::array<uint8_t, 8> span_id{};
+};
+
 struct InferenceRequest {
   std::string model;
   int64_t version = 0;  // 0 = newest ready
@@ -75,6 +83,8 @@ struct InferenceRequest {
   // the caller counts those bytes as held until the call is answered (the in-flight limit, which
   // bounds requests and their answers together), and a non-OK status refuses the request. Null: none.
   std::function<absl::Status(int64_t answer_bytes)> hold_answer_bytes;
+  // Set when the call's trace is sampled for export: the batch spans link to it.
+  std::optional<SpanRef> span;
 };
 
 }  // namespace qvi

@@ -364,6 +364,7 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
   request->set_faithfulness_top_k(r.options.faithfulness_top_k);
   request->set_texts(texts);
   request->set_priority(r.priority);
+  request->set_span(r.span);
   state->request = request;
   if (absl::Status s = servable->runner->Enqueue(std::move(request)); !s.ok()) state->done(s);
 }

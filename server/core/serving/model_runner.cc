@@ -231,7 +231,15 @@ absl::Status ModelRunner::Report(const Batch& batch, const PackedBatch& packed, 
   report.device = device;
   report.ok = ok;
   report.queue_waits.reserve(batch.size());
-  for (const QueuedText<RunnableRequest>& t : batch) report.queue_waits.push_back(start - t.arrival);
+  for (const QueuedText<RunnableRequest>& t : batch) {
+    report.queue_waits.push_back(start - t.arrival);
+    // A request's texts may sit side by side in a batch: its span is linked once.
+    if (const std::optional<SpanRef>& span = t.request->span();
+        span && (report.spans.empty() || report.spans.back().span_id != span->span_id)) {
+      report.spans.push_back(*span);
+    }
+  }
+  if (!report.spans.empty()) report.start_wall = absl::Now() - (env_->Now() - start);
   return Observe("OnBatch", [&] { observer_->OnBatch(model_->manifest().name, version_, report); });
 }
 

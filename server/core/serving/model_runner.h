@@ -80,6 +80,10 @@ class RunnableRequest final : public BatchRequest {
   // Whether row `index` takes the faithfulness check: a text of its own, of a request that asked.
   bool Checks(int index) const { return faithfulness_top_k_ > 0 && index < texts_; }
   bool wants_layers() const { return wants_layers_; }
+  // The call's span when its trace is exported (a batch's span links to it); set once, before the
+  // request is enqueued.
+  const std::optional<SpanRef>& span() const { return span_; }
+  void set_span(std::optional<SpanRef> span) { span_ = span; }
 
   // Where its time went: when its first text joined the queue, the longest wait of its texts in
   // the queue, and the longest batch it was in (forward and post-processing, and each of the two).
@@ -110,6 +114,7 @@ class RunnableRequest final : public BatchRequest {
   const bool wants_layers_;
   int faithfulness_top_k_ = 0;
   int texts_;
+  std::optional<SpanRef> span_;
   mutable Mutex timing_mu_;
   Timing timing_ ABSL_GUARDED_BY(timing_mu_);
 };

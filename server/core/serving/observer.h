@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "server/core/request/request.h"
 
 namespace qvi {
 
@@ -24,6 +25,10 @@ struct BatchReport {
   absl::Duration device;                    // of which the device was busy (ModelOutputs::device_time)
   std::vector<absl::Duration> queue_waits;  // per text: from joining the queue to the batch's start
   bool ok = true;                           // the model ran and its outputs passed the checks
+  // When its turn began, in wall time (the spans' clock), and the spans of the exported calls whose
+  // texts it ran, each once (empty when no call of the batch is traced for export).
+  absl::Time start_wall;
+  std::vector<SpanRef> spans;
 };
 
 // One share of a batch's answers (a chunk of its rows, on an answer thread or the instance thread):

@@ -9,13 +9,16 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "inference/open_inference_grpc.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "qvi/serving/v1/inference.grpc.pb.h"
@@ -48,7 +51,16 @@ class FakeCore final : public Core {
       had_servable_ = servable != nullptr;
       if (request.hold_answer_bytes) held_ = request.hold_answer_bytes(hold_);
       request_ = std::move(request);
+      if (holding_) {  // answered by ReleaseHeld()
+        waiting_.push_back(std::move(done));
+        max_waiting_ = std::max(max_waiting_, static_cast<int>(waiting_.size()));
+        return;
+      }
     }
+    Answer(std::move(done), std::move(servable));
+  }
+  // Answers what Submit kept (the last request's answer for each).
+  void Answer(Done done, ServableHandle servable = nullptr) {
     if (!error_.ok()) return done(error_);
     // The manifest the answer is read against, as the core gives it: the resolved version's.
     if (servable == nullptr) {
@@ -76,6 +88,30 @@ class FakeCore final : public Core {
   void FailWith(absl::Status error) { error_ = std::move(error); }
   void AnswerWith(std::vector<std::pair<std::string, float>> labels) { labels_ = std::move(labels); }
   void HoldOnSubmit(int64_t bytes) { hold_ = bytes; }
+  // From now on Submit keeps each request unanswered until ReleaseHeld().
+  void HoldAnswers() {
+    MutexLock lock(&mu_);
+    holding_ = true;
+  }
+  // Answers every request kept so far; how many.
+  int ReleaseHeld() {
+    std::vector<Done> waiting;
+    {
+      MutexLock lock(&mu_);
+      waiting.swap(waiting_);
+    }
+    for (Done& done : waiting) Answer(std::move(done));
+    return static_cast<int>(waiting.size());
+  }
+  int max_waiting() const {
+    MutexLock lock(&mu_);
+    return max_waiting_;
+  }
+  // Whether the last request's client has gone (its is_cancelled hook).
+  bool last_cancelled() const {
+    MutexLock lock(&mu_);
+    return request_.is_cancelled && request_.is_cancelled();
+  }
 
   int calls() const {
     MutexLock lock(&mu_);
@@ -90,6 +126,7 @@ class FakeCore final : public Core {
     copy.request_id = request_.request_id;
     copy.deadline = request_.deadline;
     copy.options = request_.options;
+    copy.span = request_.span;
     return copy;
   }
   Method method() const {
@@ -117,6 +154,9 @@ class FakeCore final : public Core {
   bool had_servable_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status held_ ABSL_GUARDED_BY(mu_);
   InferenceRequest request_ ABSL_GUARDED_BY(mu_);
+  bool holding_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Done> waiting_ ABSL_GUARDED_BY(mu_);
+  int max_waiting_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class FrontendTest : public ::testing::Test {
@@ -136,10 +176,10 @@ class FrontendTest : public ::testing::Test {
   }
 
   // The four front ends over `core`, with these limits; gRPC on a port of its own.
-  void Start(Calls::Options options = {}) {
+  void Start(Calls::Options options = {}, int max_stream_inflight = kDefaultMaxStreamInflight) {
     calls_ = std::make_unique<Calls>(repo_, options);
     oip_api_ = std::make_unique<OipApi>(repo_, core_.limits(), calls_.get(), &ready_);
-    native_ = std::make_unique<InferenceServiceImpl>(&core_, repo_, calls_.get());
+    native_ = std::make_unique<InferenceServiceImpl>(&core_, repo_, calls_.get(), max_stream_inflight);
     oip_ = std::make_unique<OipServiceImpl>(&core_, oip_api_.get(), calls_.get());
     http_ = std::make_unique<HttpApi>(&core_, repo_, calls_.get(), oip_api_.get(), &ready_, HttpApi::Options{});
     grpc::ServerBuilder builder;
@@ -347,6 +387,177 @@ TEST_F(FrontendTest, RequestIdsAreTheClientsOrMadeUpOnceAcrossProtocols) {
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("X-Request-Timeout-Ms"), std::string::npos) << r.body;
   EXPECT_EQ(Header(r, "X-Request-Id"), "req-3");
+}
+
+// Polls `done` until it holds, for at most 30 s (what a stream's reactor does happens on gRPC's threads).
+template <typename Predicate>
+bool Eventually(Predicate done) {
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (!done()) {
+    if (absl::Now() > until) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+v1::ClassifyRequest StreamRequest(const std::string& model, const std::string& text, const std::string& id) {
+  v1::ClassifyRequest r;
+  r.mutable_model()->set_name(model);
+  r.add_texts(text);
+  r.set_request_id(id);
+  return r;
+}
+
+TEST_F(FrontendTest, AStreamAnswersEachRequestWithItsIndexAndIdAndGoesOnAfterAnError) {
+  Start();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = native_stub_->ClassifyStream(&ctx);
+  ASSERT_TRUE(stream->Write(StreamRequest("sentiment", "a fine film", "one")));
+  ASSERT_TRUE(stream->Write(StreamRequest("nope", "x", "two")));  // the core answers NOT_FOUND
+  ASSERT_TRUE(stream->Write(StreamRequest("sentiment", "a dull film", "")));
+  ASSERT_TRUE(stream->WritesDone());
+  std::map<int64_t, v1::ClassifyStreamResponse> answers;
+  v1::ClassifyStreamResponse answer;
+  while (stream->Read(&answer)) EXPECT_TRUE(answers.emplace(answer.index(), answer).second) << answer.index();
+  grpc::Status s = stream->Finish();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(answers.size(), 3u);
+  EXPECT_EQ(answers[0].request_id(), "one");
+  ASSERT_TRUE(answers[0].has_response());
+  EXPECT_EQ(answers[0].response().request_id(), "one");
+  EXPECT_EQ(answers[0].response().results(0).labels(0).label(), "positive");
+  EXPECT_EQ(answers[1].request_id(), "two");
+  ASSERT_TRUE(answers[1].has_error());
+  EXPECT_EQ(answers[1].error().code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(answers[1].error().message().find("nope"), std::string::npos) << answers[1].error().message();
+  EXPECT_TRUE(answers[2].has_response());
+  EXPECT_EQ(answers[2].request_id(), "req-1");  // made up, as a unary call's
+  EXPECT_EQ(core_.request().texts, std::vector<std::string>{"a dull film"});
+  EXPECT_NE(core_.request().deadline, absl::InfiniteFuture()) << "the stream's deadline is each request's";
+  EXPECT_EQ(core_.calls(), 3);
+}
+
+TEST_F(FrontendTest, AStreamReadsNoMoreRequestsThanItsInflightLimitAheadOfTheirAnswers) {
+  Start({}, /*max_stream_inflight=*/2);
+  core_.HoldAnswers();
+  grpc::ClientContext ctx;
+  auto stream = native_stub_->ClassifyStream(&ctx);
+  constexpr int kRequests = 6;
+  for (int i = 0; i < kRequests; ++i) ASSERT_TRUE(stream->Write(StreamRequest("sentiment", "x", "")));
+  ASSERT_TRUE(stream->WritesDone());
+  ASSERT_TRUE(Eventually([&] { return core_.calls() == 2; }));
+  // Every request was written by the client, but only two were read: the rest wait for answers.
+  int read = 0;
+  v1::ClassifyStreamResponse answer;
+  while (read < kRequests) {
+    ASSERT_TRUE(Eventually([&] { return core_.calls() > read; }));
+    const int released = core_.ReleaseHeld();
+    for (int i = 0; i < released; ++i) {
+      ASSERT_TRUE(stream->Read(&answer));
+      EXPECT_TRUE(answer.has_response());
+      ++read;
+    }
+  }
+  EXPECT_FALSE(stream->Read(&answer));
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(core_.calls(), kRequests);
+  EXPECT_EQ(core_.max_waiting(), 2) << "more requests were read than --max-stream-inflight";
+}
+
+TEST_F(FrontendTest, ACancelledStreamCancelsTheRequestsItHasInTheCore) {
+  Start();
+  core_.HoldAnswers();
+  grpc::ClientContext ctx;
+  auto stream = native_stub_->ClassifyStream(&ctx);
+  ASSERT_TRUE(stream->Write(StreamRequest("sentiment", "x", "")));
+  ASSERT_TRUE(stream->Write(StreamRequest("sentiment", "y", "")));
+  ASSERT_TRUE(Eventually([&] { return core_.calls() == 2; }));
+  EXPECT_FALSE(core_.last_cancelled());
+  ctx.TryCancel();
+  ASSERT_TRUE(Eventually([&] { return core_.last_cancelled(); }));
+  // The core answers what it holds after the client went: nothing is written, nothing is lost (the
+  // stream ends once both are retired; the server's shutdown below would hang or ASan would report
+  // otherwise).
+  EXPECT_EQ(core_.ReleaseHeld(), 2);
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+// Keeps every span it is given.
+class RecordingSink final : public SpanSink {
+ public:
+  void Export(Span span) override {
+    MutexLock lock(&mu_);
+    spans_.push_back(std::move(span));
+  }
+  std::vector<Span> spans() {
+    MutexLock lock(&mu_);
+    return spans_;
+  }
+  // The spans without a parent in this process: the calls' own.
+  std::vector<Span> calls() {
+    std::vector<Span> out;
+    for (Span& s : spans()) {
+      if (s.kind == Span::Kind::kServer) out.push_back(std::move(s));
+    }
+    return out;
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<Span> spans_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(FrontendTest, AnExportedCallIsASpanUnderTheCallersTraceparentOnEveryProtocol) {
+  RecordingSink sink;
+  Calls::Options options;
+  options.spans = &sink;
+  options.span_ratio = 0;  // only calls whose traceparent says sampled
+  Start(options);
+  const std::string traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("traceparent", traceparent);
+  v1::ClassifyRequest in = StreamRequest("sentiment", "a fine film", "traced");
+  v1::ClassifyResponse out;
+  ASSERT_TRUE(native_stub_->Classify(&ctx, in, &out).ok());
+  // A call is recorded (and its spans made) once gRPC is done with it, after the client's answer.
+  ASSERT_TRUE(Eventually([&] { return sink.calls().size() == 1; }));
+  const Span call = sink.calls()[0];
+  EXPECT_EQ(call.name, "Classify");
+  EXPECT_EQ(ToHex(call.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
+  ASSERT_TRUE(call.parent.has_value());
+  EXPECT_EQ(ToHex(*call.parent), "00f067aa0ba902b7");
+  EXPECT_EQ(call.status, Span::Status::kUnset);
+  EXPECT_LE(call.start, call.end);
+  std::map<std::string, Span::Value> attributes(call.attributes.begin(), call.attributes.end());
+  EXPECT_EQ(std::get<std::string>(attributes["qvi.model"]), "sentiment");
+  EXPECT_EQ(std::get<std::string>(attributes["qvi.request_id"]), "traced");
+  EXPECT_EQ(std::get<int64_t>(attributes["qvi.texts"]), 1);
+  EXPECT_EQ(std::get<int64_t>(attributes["rpc.grpc.status_code"]), 0);
+  EXPECT_GT(std::get<int64_t>(attributes["qvi.answer_bytes"]), 0);
+  ASSERT_TRUE(core_.request().span.has_value()) << "the core is handed the span its batches link to";
+  EXPECT_EQ(core_.request().span->span_id, call.span_id);
+  for (const Span& s : sink.spans()) {
+    if (s.kind == Span::Kind::kServer) continue;
+    EXPECT_EQ(s.trace_id, call.trace_id) << s.name;
+    EXPECT_EQ(s.parent, std::optional<SpanId>(call.span_id)) << s.name;
+  }
+
+  // Not sampled: no traceparent at a ratio of 0, or a traceparent that says not sampled.
+  ASSERT_TRUE(Classify("untraced", &out).ok());
+  grpc::ClientContext unsampled;
+  unsampled.AddMetadata("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00");
+  ASSERT_TRUE(native_stub_->Classify(&unsampled, in, &out).ok());
+  EXPECT_FALSE(core_.request().span.has_value());
+  // HTTP and a refused call: a span each, the refusal's with its error.
+  core_.FailWith(absl::NotFoundError("no such model"));
+  HttpResponse r = Http("POST", "/v1/models/sentiment:classify", R"({"texts": ["x"]})", {{"traceparent", traceparent}});
+  EXPECT_EQ(r.status, 404);
+  ASSERT_TRUE(Eventually([&] { return sink.calls().size() == 2; }));
+  const Span refused = sink.calls()[1];
+  EXPECT_EQ(ToHex(refused.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
+  EXPECT_EQ(refused.status, Span::Status::kError);
+  EXPECT_NE(refused.status_message.find("NOT_FOUND: no such model"), std::string::npos) << refused.status_message;
 }
 
 TEST(ExplainLabelTest, TheExplanationsAskedForNameTheMetricsSeriesInOneOrder) {

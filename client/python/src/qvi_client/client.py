@@ -381,6 +381,14 @@ class Client:
         return [ModelState(m.name, [VersionState(v.version, pb.ModelState.Name(v.state).replace("MODEL_STATE_", ""),
                                                  v.reason) for v in m.versions]) for m in reply.models]
 
+    def _stream(self, method: str, requests: Iterator):
+        """`method` ("ClassifyStream", "TagStream") over `requests`: the answers as they come, without a
+        deadline (a stream lasts as long as its input; qvi_client.batch uses it)."""
+        if self._channel is None:
+            raise ValueError("streams need gRPC: protocol='http' has none")
+        call = getattr(self._stub, method)
+        return call(requests, metadata=self._metadata) if self._metadata else call(requests)
+
     def _call(self, method, request, timeout: Optional[float]):
         """One call with retries of UNAVAILABLE, all within one deadline."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)

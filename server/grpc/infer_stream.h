@@ -1,0 +1,356 @@
+// A streaming inference call (qvi.serving.v1's ClassifyStream and TagStream): a bidirectional gRPC
+// stream whose every message is one request, answered as soon as it is done (not in order) with its
+// position in the stream and its request id. Each request is a Call of its own (server/frontend/call.h)
+// planned, admitted, prepared and submitted exactly like a unary one (PlanInferCall, infer_call.h), so
+// it meets the same limits, API keys, rate limits, deadline (the stream's) and cancellation, and is
+// counted and logged once its answer was written (or could not be). A request's failure is its
+// answer's `error`; the stream goes on.
+//
+// Flow control: at most `max_inflight` requests of a stream are read and not yet answered on the wire.
+// The stream reads its next message only below that, so a client that stops reading its answers stops
+// being read (gRPC's window then holds the client), and what one stream holds is bounded by
+// max_inflight requests and their answers. gRPC allows one write at a time: answers wait in a queue
+// (at most max_inflight of them) for their turn.
+//
+// Lifetime: the reactor lives until gRPC is done with it (OnDone) *and* the core has answered every
+// request it took (the core answers each exactly once, cancelled or not); whichever comes last deletes
+// it. After OnDone the context is gone, so requests read the stream's cancellation from a flag of
+// their own and their deadline from when they were read.
+#ifndef QVI_SERVER_GRPC_INFER_STREAM_H_
+#define QVI_SERVER_GRPC_INFER_STREAM_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "server/auth/rate_limit.h"
+#include "server/core/sched/sync.h"
+#include "server/frontend/call.h"
+#include "server/frontend/core.h"
+#include "server/grpc/infer_call.h"
+#include "server/grpc/status.h"
+
+namespace qvi {
+
+// The default of --max-stream-inflight.
+inline constexpr int kDefaultMaxStreamInflight = 64;
+
+template <typename StreamResponse>
+class InferStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  // Decodes and plans the stream's request number `index` (its position, from 0): the unary call's
+  // plan, with an answer that is a StreamResponse.
+  using Plan =
+      std::function<absl::StatusOr<PlannedCall<StreamResponse>>(const grpc::ByteBuffer&, Call*, int64_t index)>;
+  struct Options {
+    Core* core = nullptr;
+    Calls* calls = nullptr;
+    const char* method = "";  // the metrics' and the access log's name of each request's call
+    int max_inflight = kDefaultMaxStreamInflight;
+    Plan plan;
+  };
+
+  // Refuses the stream at once when the caller's key cannot call inference (UNAUTHENTICATED,
+  // PERMISSION_DENIED; rate limits are per request); else starts reading.
+  InferStream(Options options, grpc::CallbackServerContext* ctx);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  class Item;
+  // What to do once the lock is released: gRPC's operations are started outside it.
+  struct Step {
+    grpc::ByteBuffer* write = nullptr;
+    bool read = false;
+    bool finish = false;
+  };
+
+  // Item's answer is serialised in its `response`: queue it for writing (or retire it when the stream
+  // cannot be written to any more).
+  void Deliver(Item* item);
+  // The next write, the next read, or the end of the stream, as far as the state allows.
+  Step NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Take(const Step& step);
+  // Counts and logs `item` (`written`: its answer reached gRPC) and forgets it. Deletes the stream
+  // when it was the last thing keeping it.
+  void Retire(Item* item, bool written);
+
+  const Options options_;
+  grpc::CallbackServerContext* const ctx_;  // valid until OnDone
+  std::atomic<bool> cancelled_{false};      // read by the requests in the core
+  grpc::ByteBuffer read_;                   // the message being read (one read at a time)
+  int64_t next_index_ = 0;                  // touched only by OnReadDone (one read at a time)
+
+  Mutex mu_;
+  std::deque<Item*> ready_ ABSL_GUARDED_BY(mu_);  // answered, waiting for their write
+  Item* writing_ ABSL_GUARDED_BY(mu_) = nullptr;
+  int inflight_ ABSL_GUARDED_BY(mu_) = 0;  // read and not yet retired
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool read_closed_ ABSL_GUARDED_BY(mu_) = false;  // the client half-closed, or the stream broke
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;     // Finish was called
+  bool done_ ABSL_GUARDED_BY(mu_) = false;         // OnDone ran
+};
+
+// One request of a stream, from its message to its answer's write: what PlanInferCall and
+// AnswerWithMessage ask of a call.
+template <typename StreamResponse>
+class InferStream<StreamResponse>::Item {
+ public:
+  Item(InferStream* stream, int64_t index, grpc::ByteBuffer* request)
+      : stream_(stream),
+        index_(index),
+        deadline_(Deadline(stream->ctx_)),
+        call_(stream->options_.calls, stream->options_.method, static_cast<int64_t>(request->Length())) {
+    request_.Swap(request);
+    if (call_.wants_origin()) {  // each request a span of its own, a child of the stream's traceparent
+      const auto& metadata = stream->ctx_->client_metadata();
+      const auto header = metadata.find("traceparent");
+      call_.SetOrigin(stream->ctx_->peer(), header == metadata.end()
+                                                ? std::string_view()
+                                                : std::string_view(header->second.data(), header->second.size()));
+    }
+  }
+
+  Call& call() { return call_; }
+  absl::Time deadline() const { return deadline_; }
+  std::function<bool()> is_cancelled() const {
+    return [flag = &stream_->cancelled_] { return flag->load(std::memory_order_relaxed); };
+  }
+
+  // Answers once (a second answer is ignored): an error becomes the answer's `error`.
+  void Answer(const absl::Status& status, const AnswerSummary* answer = nullptr) {
+    if (!call_.Claim()) return;
+    status_ = status;
+    if (answer != nullptr) summary_ = *answer;
+    has_summary_ = answer != nullptr;
+    if (!status.ok()) SerializeError(status);
+    stream_->Deliver(this);
+  }
+  template <typename Message, typename Build>
+  void AnswerWith(const absl::StatusOr<InferenceResponse>& answer, grpc::ByteBuffer* raw, Build&& build) {
+    AnswerWithMessage<Message>(this, call_, answer, raw, std::forward<Build>(build));
+  }
+
+  const grpc::ByteBuffer* request() const { return &request_; }
+  grpc::ByteBuffer* response() { return &response_; }
+
+  // Counts and logs the request with what its client got.
+  void Record(bool written) const {
+    absl::Status seen = status_;
+    if (!written) {
+      const bool expired = deadline_ <= absl::Now();
+      seen = absl::Status(expired ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kCancelled,
+                          "the answer did not reach the client");
+    }
+    call_.Record(seen, has_summary_ && seen.ok() ? &summary_ : nullptr);
+  }
+
+ private:
+  void SerializeError(const absl::Status& status) {
+    StreamResponse message;
+    message.set_index(index_);
+    message.set_request_id(call_.request_id());
+    auto* error = message.mutable_error();
+    error->set_code(static_cast<int32_t>(status.code()));
+    error->set_message(std::string(status.message()));
+    if (std::optional<absl::Duration> after = RetryAfter(status)) {
+      error->set_retry_after_ms(absl::ToInt64Milliseconds(*after));
+    }
+    response_.Clear();
+    bool own = false;
+    (void)grpc::SerializationTraits<StreamResponse>::Serialize(message, &response_, &own);
+  }
+
+  InferStream* const stream_;
+  const int64_t index_;
+  const absl::Time deadline_;
+  Call call_;
+  grpc::ByteBuffer request_, response_;
+  // Written by Answer() before Deliver(); read by Record() after the write.
+  absl::Status status_;
+  AnswerSummary summary_;
+  bool has_summary_ = false;
+};
+
+template <typename StreamResponse>
+InferStream<StreamResponse>::InferStream(Options options, grpc::CallbackServerContext* ctx)
+    : options_(std::move(options)), ctx_(ctx) {
+  if (const ApiKeys* keys = options_.calls->options().api_keys; keys != nullptr) {
+    if (auto key = keys->Authorize(Authorization(ctx), Scope::kInfer); !key.ok()) {
+      {
+        MutexLock lock(&mu_);
+        finished_ = true;
+        read_closed_ = true;
+      }
+      Finish(ToGrpcStatus(key.status()));
+      return;
+    }
+  }
+  Step step;
+  {
+    MutexLock lock(&mu_);
+    step = NextLocked();
+  }
+  Take(step);
+}
+
+template <typename StreamResponse>
+void InferStream<StreamResponse>::OnReadDone(bool ok) {
+  if (!ok) {  // the client half-closed, or the stream is over
+    Step step;
+    {
+      MutexLock lock(&mu_);
+      reading_ = false;
+      read_closed_ = true;
+      step = NextLocked();
+    }
+    return Take(step);
+  }
+  const int64_t index = next_index_++;
+  auto* item = new Item(this, index, &read_);
+  {
+    MutexLock lock(&mu_);
+    ++inflight_;
+  }
+  // The item may be answered (Deliver), even written, before this returns: a refusal, or a core that
+  // answers at once. `reading_` stays set until the end, so the stream cannot finish (nor be deleted)
+  // under this reaction.
+  if (absl::Status admitted = item->call().Admission(Authorization(ctx_)); !admitted.ok()) {
+    item->Answer(admitted);
+  } else {
+    auto plan = std::make_shared<std::function<absl::StatusOr<PlannedCall<StreamResponse>>(const grpc::ByteBuffer&,
+                                                                                             Call*)>>(
+        [plan = options_.plan, index](const grpc::ByteBuffer& bytes, Call* call) { return plan(bytes, call, index); });
+    PlanInferCall<StreamResponse>(item, options_.core, item->request(), item->response(), std::move(plan),
+                                  /*waited=*/false);
+  }
+  Step step;
+  {
+    MutexLock lock(&mu_);
+    reading_ = false;
+    step = NextLocked();
+  }
+  Take(step);
+}
+
+template <typename StreamResponse>
+void InferStream<StreamResponse>::Deliver(Item* item) {
+  bool writable;
+  Step step;
+  {
+    MutexLock lock(&mu_);
+    writable = !finished_ && !cancelled_.load();
+    if (writable) {
+      ready_.push_back(item);
+      step = NextLocked();
+    }
+  }
+  if (!writable) return Retire(item, /*written=*/false);
+  Take(step);
+}
+
+template <typename StreamResponse>
+void InferStream<StreamResponse>::OnWriteDone(bool ok) {
+  Item* written;
+  std::deque<Item*> unsent;
+  {
+    MutexLock lock(&mu_);
+    written = writing_;
+    writing_ = nullptr;
+    if (!ok) {  // the stream is broken: nothing more can be written
+      cancelled_.store(true);
+      unsent.swap(ready_);
+    }
+  }
+  // `written` still counts in flight, so the stream outlives these; its own Retire comes last.
+  for (Item* item : unsent) Retire(item, /*written=*/false);
+  Retire(written, ok);
+}
+
+template <typename StreamResponse>
+void InferStream<StreamResponse>::OnCancel() {
+  cancelled_.store(true);
+  std::deque<Item*> unsent;
+  Step step;
+  {
+    MutexLock lock(&mu_);
+    unsent.swap(ready_);
+    step = NextLocked();
+  }
+  Take(step);  // may finish; the unsent items still count in flight, so the stream outlives the loop
+  for (Item* item : unsent) Retire(item, /*written=*/false);
+}
+
+template <typename StreamResponse>
+typename InferStream<StreamResponse>::Step InferStream<StreamResponse>::NextLocked() {
+  Step step;
+  if (finished_) return step;
+  const bool cancelled = cancelled_.load();
+  if (writing_ == nullptr && !ready_.empty() && !cancelled) {
+    writing_ = ready_.front();
+    ready_.pop_front();
+    step.write = writing_->response();
+  }
+  if (!reading_ && !read_closed_ && !cancelled && inflight_ < options_.max_inflight) {
+    reading_ = true;
+    step.read = true;
+  }
+  // The end: the client sent everything and has every answer; or the stream was cancelled, and the
+  // requests still in the core are retired as they come back.
+  if (!reading_ && (read_closed_ || cancelled) && writing_ == nullptr && (inflight_ == 0 || cancelled)) {
+    finished_ = true;
+    step.finish = true;
+  }
+  return step;
+}
+
+template <typename StreamResponse>
+void InferStream<StreamResponse>::Take(const Step& step) {
+  if (step.write != nullptr) StartWrite(step.write);
+  if (step.read) StartRead(&read_);
+  if (step.finish) Finish(cancelled_.load() ? grpc::Status::CANCELLED : grpc::Status::OK);
+}
+
+template <typename StreamResponse>
+void InferStream<StreamResponse>::Retire(Item* item, bool written) {
+  item->Record(written);
+  delete item;
+  Step step;
+  bool last;
+  {
+    MutexLock lock(&mu_);
+    --inflight_;
+    step = NextLocked();
+    last = done_ && inflight_ == 0;
+  }
+  Take(step);
+  if (last) delete this;
+}
+
+template <typename StreamResponse>
+void InferStream<StreamResponse>::OnDone() {
+  bool last;
+  {
+    MutexLock lock(&mu_);
+    done_ = true;
+    last = inflight_ == 0;
+  }
+  if (last) delete this;
+}
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_GRPC_INFER_STREAM_H_
