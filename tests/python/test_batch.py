@@ -108,6 +108,17 @@ def test_refusals_by_a_rate_limit_are_sent_again_until_answered(api, tmp_path):
         assert (summary.answered, summary.failed) == (60, 0), summary
         assert summary.retries > 0, "the limit was never met: the test proves nothing"
         assert sorted(a["id"] for a in read_jsonl(out)) == list(range(1, 61))
+
+        # qvi-client batch, the key from the environment: the same refusals, sent again until answered.
+        out = tmp_path / "cpp.jsonl"
+        run = subprocess.run([os.path.join(REPO, "build", "qvi-client"), "batch", "--server", proc.address, "--model",
+                              "sentiment", "--concurrency", "32", "--retries", "50", str(texts), str(out)],
+                             capture_output=True, text=True, timeout=300, env=dict(os.environ, QVI_API_KEY=key))
+        assert run.returncode == 0, run.stderr
+        summary_line = run.stderr.strip().splitlines()[-1]
+        assert summary_line.startswith("60 texts: 60 answered, 0 failed (none)"), summary_line
+        assert int(summary_line.split("; ")[1].split()[0]) > 0, "no request was sent again: " + summary_line
+        assert sorted(a["id"] for a in read_jsonl(out)) == list(range(1, 61))
     finally:
         proc.stop()
 
