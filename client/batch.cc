@@ -41,8 +41,8 @@ std::string BatchSummary::Line() const {
   char tail[96];
   std::snprintf(tail, sizeof(tail), "%.1f s, %.1f texts/s", seconds, rate);
   return std::to_string(texts) + " texts: " + std::to_string(answered) + " answered, " + std::to_string(failed()) +
-         " failed (" + (codes.empty() ? "none" : codes) + "), " + std::to_string(skipped) +
-         " already in the output; " + std::to_string(retries) + " requests sent again; " + tail;
+         " failed (" + (codes.empty() ? "none" : codes) + "), " + std::to_string(skipped) + " already in the output; " +
+         std::to_string(retries) + " requests sent again; " + tail;
 }
 
 namespace {
@@ -93,7 +93,8 @@ class Run {
  private:
   // Full jitter under an exponential ceiling, never sooner than the server's advice.
   Clock::duration Pause(int attempt, int64_t advice_ms) {
-    const double ceiling = std::min(o_.backoff_seconds * std::pow(2.0, std::max(0, attempt - 1)), o_.max_backoff_seconds);
+    const double ceiling =
+        std::min(o_.backoff_seconds * std::pow(2.0, std::max(0, attempt - 1)), o_.max_backoff_seconds);
     const double drawn = std::uniform_real_distribution<double>(0, ceiling)(rng_);
     return std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(std::max(drawn, static_cast<double>(advice_ms) / 1000)));
@@ -288,11 +289,12 @@ CLI::App* AddBatchCommand(CLI::App& app, BatchOptions& o, std::vector<std::strin
       "score a file of texts (JSONL {\"id\", \"text\"} per line, CSV with a header, or a text per line) into "
       "JSONL answers over one stream; run it again to resume");
   sub->add_option("input", o.input, "the texts")->required()->check(CLI::ExistingFile);
-  sub->add_option("output", o.output, "the answers, appended to; ids already answered there are skipped")
-      ->required();
+  sub->add_option("output", o.output, "the answers, appended to; ids already answered there are skipped")->required();
   sub->add_option("--model", o.model, "model name")->required();
   sub->add_option("--version", o.version, "model version; 0 = newest ready");
-  sub->add_option("--task", o.task, "classify or tag")->check(CLI::IsMember({"classify", "tag"}))->capture_default_str();
+  sub->add_option("--task", o.task, "classify or tag")
+      ->check(CLI::IsMember({"classify", "tag"}))
+      ->capture_default_str();
   sub->add_option("--explain", explain, "explanations to ask for: attention, gates, contributions, tokens")
       ->delimiter(',')
       ->check(CLI::IsMember({"attention", "gates", "contributions", "tokens"}));
@@ -306,7 +308,8 @@ CLI::App* AddBatchCommand(CLI::App& app, BatchOptions& o, std::vector<std::strin
   sub->add_option("--concurrency", o.concurrency, "requests in flight on the stream")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  sub->add_option("--retries", o.retries, "times a request refused with UNAVAILABLE or RESOURCE_EXHAUSTED is sent again")
+  sub->add_option("--retries", o.retries,
+                  "times a request refused with UNAVAILABLE or RESOURCE_EXHAUSTED is sent again")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   return sub;

@@ -166,8 +166,8 @@ std::string ProgressLine::Format(const std::string& label, int64_t done, int64_t
     eta = buf;
   }
   std::snprintf(buf, sizeof(buf), "%s  %lld/%lld texts  [%s] %3d%%  %.1f texts/s  ETA %s", label.c_str(),
-                static_cast<long long>(done), static_cast<long long>(total), bar.c_str(),
-                static_cast<int>(share * 100), rate, eta.c_str());
+                static_cast<long long>(done), static_cast<long long>(total), bar.c_str(), static_cast<int>(share * 100),
+                rate, eta.c_str());
   return buf;
 }
 

@@ -62,10 +62,9 @@ class OneStream {
         ++credit_;
       }
       room_.notify_one();
-      rec_->Record(sent, now,
-                   answer.has_error()
-                       ? absl::StatusCodeToString(static_cast<absl::StatusCode>(answer.error().code()))
-                       : "");
+      rec_->Record(
+          sent, now,
+          answer.has_error() ? absl::StatusCodeToString(static_cast<absl::StatusCode>(answer.error().code())) : "");
     }
   }
 
@@ -103,8 +102,8 @@ void RunStreams(const StreamLoad& load, const std::vector<Request>& requests, in
   for (int i = 0; i < n; ++i) {
     stubs.push_back(v1::Inference::NewStub(load.channels[i]));
     const int credit = concurrency / n + (i < concurrency % n ? 1 : 0);
-    streams.push_back(std::make_unique<OneStream<Request, Response>>(
-        *stubs.back(), requests, requests.size() * i / n, credit, load.api_key, rec, end));
+    streams.push_back(std::make_unique<OneStream<Request, Response>>(*stubs.back(), requests, requests.size() * i / n,
+                                                                     credit, load.api_key, rec, end));
   }
   streams.clear();  // joins each stream's threads once its window is over and its answers are in
 }

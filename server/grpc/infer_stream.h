@@ -231,9 +231,11 @@ void InferStream<StreamResponse>::OnReadDone(bool ok) {
   if (absl::Status admitted = item->call().Admission(Authorization(ctx_)); !admitted.ok()) {
     item->Answer(admitted);
   } else {
-    auto plan = std::make_shared<std::function<absl::StatusOr<PlannedCall<StreamResponse>>(const grpc::ByteBuffer&,
-                                                                                             Call*)>>(
-        [plan = options_.plan, index](const grpc::ByteBuffer& bytes, Call* call) { return plan(bytes, call, index); });
+    auto plan =
+        std::make_shared<std::function<absl::StatusOr<PlannedCall<StreamResponse>>(const grpc::ByteBuffer&, Call*)>>(
+            [plan = options_.plan, index](const grpc::ByteBuffer& bytes, Call* call) {
+              return plan(bytes, call, index);
+            });
     PlanInferCall<StreamResponse>(item, options_.core, item->request(), item->response(), std::move(plan),
                                   /*waited=*/false);
   }

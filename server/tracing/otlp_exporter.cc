@@ -23,9 +23,9 @@ absl::StatusOr<OtlpTarget> ParseOtlpEndpoint(const std::string& endpoint) {
   std::smatch m;
   int port = 0;
   if (!std::regex_match(endpoint, m, kUrl) || !absl::SimpleAtoi(m[2].str(), &port) || port < 1 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--otlp-endpoint: '", endpoint.substr(0, 128),
-        "' is not http://host:port[/path] (OTLP/HTTP; for https, run a collector beside the server)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--otlp-endpoint: '", endpoint.substr(0, 128),
+                     "' is not http://host:port[/path] (OTLP/HTTP; for https, run a collector beside the server)"));
   }
   OtlpTarget target;
   target.host = m[1].str();

@@ -30,14 +30,14 @@
 namespace qvi {
 
 struct OtlpOptions {
-  std::string endpoint;                  // http://host:port, or with the path of the traces route
+  std::string endpoint;  // http://host:port, or with the path of the traces route
   std::string service_name = "qvi-server";
   std::map<std::string, std::string> resource;  // more resource attributes (deployment.environment, ...)
-  size_t max_queue = 2048;               // spans waiting, at most; beyond it they are dropped
-  size_t max_batch = 512;                // spans per POST
+  size_t max_queue = 2048;                      // spans waiting, at most; beyond it they are dropped
+  size_t max_batch = 512;                       // spans per POST
   absl::Duration flush_every = absl::Seconds(1);
   absl::Duration timeout = absl::Seconds(5);  // connecting, sending and reading, each
-  bool background = true;                // false: nothing is sent but by ExportQueued() (tests)
+  bool background = true;                     // false: nothing is sent but by ExportQueued() (tests)
 };
 
 // Where an OTLP/HTTP endpoint is: "http://host:port[/path]" (the path defaults to /v1/traces).

@@ -19,9 +19,10 @@ std::vector<BatchText> Read(const std::string& data, const std::string& format) 
 }
 
 TEST(BatchIo, JsonlTextsKeepTheirIdsOrAreKnownByTheirPosition) {
-  std::vector<BatchText> t = Read("{\"id\": \"a\", \"text\": \"first\"}\n\n{\"text\": \"second\"}\n{\"id\": 7, "
-                                  "\"text\": \"third\", \"other\": 1}\n",
-                                  "jsonl");
+  std::vector<BatchText> t = Read(
+      "{\"id\": \"a\", \"text\": \"first\"}\n\n{\"text\": \"second\"}\n{\"id\": 7, "
+      "\"text\": \"third\", \"other\": 1}\n",
+      "jsonl");
   ASSERT_EQ(t.size(), 3u);
   EXPECT_EQ(t[0].id, "a");
   EXPECT_EQ(t[1].id, 2) << "no id: its position among the texts";
@@ -83,8 +84,9 @@ TEST(BatchIo, AnsweredIdsAreTheResultsOfTheOutputAndACutLineIsRemoved) {
 TEST(BatchIo, TheProgressLineShowsCountRateAndWhatIsLeft) {
   EXPECT_EQ(ProgressLine::Format("classify sentiment", 250, 1000, 2.5),
             "classify sentiment  250/1000 texts  [======>                 ]  25%  100.0 texts/s  ETA 0:08");
-  EXPECT_EQ(ProgressLine::Format("tag ner", 0, 10, 0), "tag ner  0/10 texts  [>                       ]   0%  0.0 "
-                                                       "texts/s  ETA ?");
+  EXPECT_EQ(ProgressLine::Format("tag ner", 0, 10, 0),
+            "tag ner  0/10 texts  [>                       ]   0%  0.0 "
+            "texts/s  ETA ?");
 }
 
 }  // namespace
