@@ -269,8 +269,12 @@ if [[ ! -f build/build.ninja ]]; then
   stage "configuring the C++ build (cmake)"
   quiet cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 fi
-if [[ -n $(ninja -C build -n "${TARGETS[@]}" 2>/dev/null | grep -m1 -E '^\[[0-9]+/[0-9]+\]') ]]; then
+# A stage of its own when there is anything to build, or when ninja cannot even say (a failure is then
+# the build's, not that of whichever stage ran last); otherwise what follows is only checking.
+if ! plan=$(ninja -C build -n "${TARGETS[@]}" 2>&1) || grep -qm1 -E '^\[[0-9]+/[0-9]+\]' <<< "$plan"; then
   stage "building C++${TARGETS:+ (${TARGETS[*]})} (ninja -j2; ccache keeps what earlier builds compiled)"
+else
+  end_stage
 fi
 # Beside the demo models the build runs at the lowest priority: it takes what their training leaves.
 # (At the same priority the two compilers and the trainer's two threads thrash: torch's threads wait for
