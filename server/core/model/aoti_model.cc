@@ -1,11 +1,13 @@
 #include "server/core/model/aoti_model.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/constant_pad_nd.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/headeronly/version.h>
-#include <torch/types.h>
 
 #include <dlfcn.h>
 
@@ -256,8 +258,8 @@ class AotiModel final : public Model {
     // and cut the outputs back below.
     const int64_t pad = std::max<int64_t>(info_.min_tokens - tokens, 0);
     if (pad > 0) {
-      ids = torch::constant_pad_nd(ids, {0, pad}, 0);
-      mask = torch::constant_pad_nd(mask, {0, pad}, 0);
+      ids = at::constant_pad_nd(ids, {0, pad}, 0);
+      mask = at::constant_pad_nd(mask, {0, pad}, 0);
     }
     void* stream = nullptr;
     if (torch_device().is_cuda()) {
@@ -286,7 +288,7 @@ class AotiModel final : public Model {
       } else {
         std::vector<at::Tensor> parts;
         for (auto& c : chunks) parts.push_back(std::move(c[i]));
-        t = torch::cat(parts, 0);
+        t = at::cat(parts, 0);
       }
       if (pad > 0) t = NarrowTokens(*output, t, tokens);
       out[*output] = std::move(t);

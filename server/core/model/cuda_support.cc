@@ -1,11 +1,11 @@
 #include "server/core/model/cuda_support.h"
 
+#include <c10/core/Device.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <dlfcn.h>
 #include <link.h>
 #include <torch/cuda.h>
-#include <torch/types.h>
 
 #include <exception>
 #include <filesystem>
@@ -70,9 +70,9 @@ absl::StatusOr<GraphBackend*> LoadGraphPlugin(const std::string& path) {
 
 absl::StatusOr<c10::Device> ResolveDevice(const std::string& spec) {
   if (spec == "auto") {
-    return torch::cuda::is_available() ? c10::Device(torch::kCUDA, 0) : c10::Device(torch::kCPU);
+    return torch::cuda::is_available() ? c10::Device(at::kCUDA, 0) : c10::Device(at::kCPU);
   }
-  if (spec == "cpu") return c10::Device(torch::kCPU);
+  if (spec == "cpu") return c10::Device(at::kCPU);
   if (spec == "cuda" || spec.rfind("cuda:", 0) == 0) {
     int index = 0;
     if (spec.size() > 5) {
@@ -89,7 +89,7 @@ absl::StatusOr<c10::Device> ResolveDevice(const std::string& spec) {
       return absl::FailedPreconditionError(
           absl::StrCat("device '", spec, "' was asked for but this machine has ", count, " CUDA device(s)"));
     }
-    return c10::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+    return c10::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
   return absl::InvalidArgumentError(absl::StrCat("device '", spec, "' is not auto, cpu, cuda or cuda:N"));
 }

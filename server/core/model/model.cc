@@ -1,12 +1,16 @@
 #include "server/core/model/model.h"
 
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/constant_pad_nd.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/tensor.h>
 #include <c10/core/Event.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <dlfcn.h>
 #include <link.h>
-#include <torch/cuda.h>
-#include <torch/types.h>
 
 #include <algorithm>
 #include <exception>
@@ -34,7 +38,7 @@ absl::Status CheckOutputs(const Manifest& m, const ModelOutputs& out, int64_t ba
     const OutputRow& row = Row(output);
     const std::vector<std::string> dims = absl::StrSplit(row.model_shape, ',');
     bool ok = t.dim() == static_cast<int64_t>(dims.size()) &&
-              (row.model_int64 ? t.scalar_type() == torch::kLong : t.is_floating_point());
+              (row.model_int64 ? t.scalar_type() == at::kLong : t.is_floating_point());
     std::string want;
     for (size_t d = 0; d < dims.size(); ++d) {
       int64_t size = -1;
@@ -65,9 +69,9 @@ Model::Model(Manifest manifest, Vocabulary vocabulary, c10::Device device, std::
       file_(std::move(file)) {}
 
 absl::Status Model::WarmUp() {
-  at::Tensor ids = torch::full({2, 4}, Vocabulary::kUnkId, torch::kLong);
-  at::Tensor mask = torch::ones({2, 4}, torch::kBool);
-  mask.index_put_({1, torch::indexing::Slice(2)}, false);
+  at::Tensor ids = at::full({2, 4}, Vocabulary::kUnkId, at::kLong);
+  at::Tensor mask = at::ones({2, 4}, at::kBool);
+  mask[1].slice(/*dim=*/0, /*start=*/2).fill_(false);
   const OutputSet all = OutputsOfModel(*manifest_);
   OutputSet lean_wanted = all;
   lean_wanted.reset(static_cast<size_t>(Output::kLayerAttention));
@@ -152,10 +156,10 @@ absl::Status Model::PrepareGraphs(const ServingConfig& serving, GraphBackend* ba
         return RunInstance(i, ids, mask, maps);
       };
       for (const ShapeBucket& bucket : buckets.All()) {
-        const at::Tensor ids = torch::full({bucket.batch, bucket.tokens}, Vocabulary::kUnkId,
-                                           torch::TensorOptions().dtype(torch::kLong).device(device_));
+        const at::Tensor ids = at::full({bucket.batch, bucket.tokens}, Vocabulary::kUnkId,
+                                        at::TensorOptions().dtype(at::kLong).device(device_));
         const at::Tensor mask =
-            torch::ones({bucket.batch, bucket.tokens}, torch::TensorOptions().dtype(torch::kBool).device(device_));
+            at::ones({bucket.batch, bucket.tokens}, at::TensorOptions().dtype(at::kBool).device(device_));
         absl::StatusOr<std::unique_ptr<CapturedForward>> graph = backend->Capture(forward, ids, mask, *slot->pool);
         if (!graph.ok()) {
           graph_report_.note = absl::StrCat("capture failed at ", bucket.batch, " texts × ", bucket.tokens,
@@ -225,8 +229,8 @@ ModelOutputs Model::Replay(GraphSlot& slot, const ShapeBucket& bucket, const at:
     // Padding changes no text's answer (model_store's padding tests); the rows added to fill the
     // bucket hold one unknown token each, so that no row is all padding.
     const std::vector<int64_t> pad{0, bucket.tokens - tokens, 0, bucket.batch - batch};
-    padded_ids = torch::constant_pad_nd(ids, pad, 0);
-    padded_mask = torch::constant_pad_nd(mask, pad, 0);
+    padded_ids = at::constant_pad_nd(ids, pad, 0);
+    padded_mask = at::constant_pad_nd(mask, pad, 0);
     if (bucket.batch > batch) {
       padded_ids.slice(0, batch).select(1, 0).fill_(Vocabulary::kUnkId);
       padded_mask.slice(0, batch).select(1, 0).fill_(true);
@@ -247,11 +251,11 @@ struct LayerPick {
   at::Tensor layers, heads, layers_on_device, heads_on_device;
   LayerPick(const OutputSelection& selection, const c10::Device& device) {
     if (!selection.layers.empty()) {
-      layers = torch::tensor(selection.layers, torch::kLong);
+      layers = at::tensor(selection.layers, at::kLong);
       layers_on_device = layers.to(device);
     }
     if (!selection.heads.empty()) {
-      heads = torch::tensor(selection.heads, torch::kLong);
+      heads = at::tensor(selection.heads, at::kLong);
       heads_on_device = heads.to(device);
     }
   }
@@ -289,7 +293,7 @@ absl::Status SelectLayers(ModelOutputs& out, const OutputSelection& selection, s
 // are all done: one synchronisation of the instance's stream per batch, not one per output, and
 // none of the device. Returns the wait for it.
 std::function<void()> CopyToHost(ModelOutputs& out, const c10::Device& device) {
-  out.ForEach([](Output, at::Tensor& t) { t = t.to(t.options().device(torch::kCPU), /*non_blocking=*/true); });
+  out.ForEach([](Output, at::Tensor& t) { t = t.to(t.options().device(at::kCPU), /*non_blocking=*/true); });
   c10::impl::VirtualGuardImpl impl(device.type());
   auto copied = std::make_shared<c10::Event>(device.type());
   copied->record(impl.getStream(device));
@@ -378,7 +382,7 @@ absl::StatusOr<LaunchedForward> Model::Launch(const at::Tensor& ids, const at::T
     }
     if (pick) {
       out.layer_index = pick->layers;
-      out.head_index = selection.mean_heads ? torch::tensor(std::vector<int64_t>{-1}, torch::kLong) : pick->heads;
+      out.head_index = selection.mean_heads ? at::tensor(std::vector<int64_t>{-1}, at::kLong) : pick->heads;
     }
     // On the CPU (the tests' emulated graphs) nothing was copied: the answer must not be the graph's
     // buffer, which the next replay overwrites; cloned here, then the slot let go (not before: another
@@ -403,7 +407,7 @@ absl::StatusOr<ModelOutputs> Model::Collect(LaunchedForward launched) const {
     // A half-precision model (bf16, fp16) answers in float32 like any other: converted after the
     // copy, which then moves half the bytes.
     out.ForEach([](Output, at::Tensor& t) {
-      if (t.is_floating_point() && t.scalar_type() != torch::kFloat) t = t.to(torch::kFloat);
+      if (t.is_floating_point() && t.scalar_type() != at::kFloat) t = t.to(at::kFloat);
     });
     return out;
   } catch (const std::exception& e) {

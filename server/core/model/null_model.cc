@@ -1,6 +1,8 @@
 #include "server/core/model/null_model.h"
 
-#include <torch/types.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros.h>
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -75,8 +77,8 @@ class NullModel final : public Model {
   ModelOutputs Run(const at::Tensor& ids, const at::Tensor& mask, bool maps) const override {
     const Manifest& m = manifest();
     const int64_t b = ids.size(0), t = ids.size(1);
-    const auto on = ids.options().dtype(torch::kFloat);
-    const at::Tensor real = mask.to(torch::kFloat);
+    const auto on = ids.options().dtype(at::kFloat);
+    const at::Tensor real = mask.to(at::kFloat);
     const at::Tensor uniform = real / real.sum(1, /*keepdim=*/true).clamp_min(1.0);  // α: 1/n per token
     const at::Tensor half = real * 0.5;
     ModelOutputs out;
@@ -87,9 +89,9 @@ class NullModel final : public Model {
       if (row.on == OutputSwitch::kLayerAttention && !maps) continue;
       const std::vector<int64_t> sizes = Sizes(row.model_shape, m, b, t);
       if (row.model_int64) {
-        out[*o] = torch::zeros(sizes, ids.options().dtype(torch::kLong));
+        out[*o] = at::zeros(sizes, ids.options().dtype(at::kLong));
       } else if (row.kind == OutputKind::kAnswer) {
-        out[*o] = torch::zeros(sizes, on);
+        out[*o] = at::zeros(sizes, on);
       } else {
         // [B, T] values broadcast over the other dimensions (layers, heads, query tokens, labels).
         std::vector<int64_t> view(sizes.size(), 1);

@@ -1,6 +1,7 @@
 #include "server/core/model/viterbi.h"
 
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/full.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,10 +22,10 @@ absl::StatusOr<at::Tensor> ViterbiDecode(const CrfScores& crf, const at::Tensor&
         "Viterbi: emissions of shape [", absl::StrJoin(emissions_in.sizes().vec(), ","), "] and mask of shape [",
         absl::StrJoin(mask_in.sizes().vec(), ","), "] do not fit a CRF of ", k, " tags"));
   }
-  const at::Tensor emissions = emissions_in.to(torch::kCPU, torch::kFloat).contiguous();
-  const at::Tensor mask = mask_in.to(torch::kCPU, torch::kBool).contiguous();
+  const at::Tensor emissions = emissions_in.to(at::kCPU, at::kFloat).contiguous();
+  const at::Tensor mask = mask_in.to(at::kCPU, at::kBool).contiguous();
   const int64_t b = emissions.size(0), t = emissions.size(1);
-  at::Tensor tags = torch::full({b, t}, -1, torch::kLong);
+  at::Tensor tags = at::full({b, t}, -1, at::kLong);
   if (t == 0) return tags;
   const float* e = emissions.data_ptr<float>();
   const bool* m = mask.data_ptr<bool>();

@@ -1,7 +1,7 @@
 #include "server/core/serving/model_runner.h"
 #include "server/core/sched/exception_text.h"
 
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 #include <algorithm>
 #include <atomic>
 #include <set>
@@ -251,7 +251,7 @@ absl::Status ModelRunner::RunChecks(const Batch& batch, ModelOutputs& outputs) c
   for (size_t b = 0; b < batch.size(); ++b) {
     if (!batch[b].request->Checks(batch[b].index)) continue;
     const int k = batch[b].request->faithfulness_top_k();
-    if (!alpha.defined()) alpha = outputs.at(Output::kAttention).to(torch::kCPU, torch::kFloat);
+    if (!alpha.defined()) alpha = outputs.at(Output::kAttention).to(at::kCPU, at::kFloat);
     const std::vector<int64_t>& ids = batch[b].request->ids(batch[b].index);
     const int64_t n = static_cast<int64_t>(ids.size());
     std::vector<int64_t>& removed = outputs.check_removed[b];

@@ -1,6 +1,6 @@
 #include "server/core/serving/occlusion.h"
 
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -55,10 +55,10 @@ void OcclusionRecord::Record(int index, const ModelOutputs& outputs, int64_t row
                                 std::to_string(row) + " of " + std::to_string(n) + " tokens and a CRF of " +
                                 std::to_string(k) + " tags");
   }
-  const at::Tensor e = all[row].to(torch::kCPU, torch::kFloat).contiguous();
+  const at::Tensor e = all[row].to(at::kCPU, at::kFloat).contiguous();
   slot = CrfMarginals(*crf_, e.data_ptr<float>(), n, k, 1);
   if (!text) return;
-  const at::Tensor tags = outputs.at(Output::kTags)[row].to(torch::kCPU, torch::kLong).contiguous();
+  const at::Tensor tags = outputs.at(Output::kTags)[row].to(at::kCPU, at::kLong).contiguous();
   if (tags.numel() < n) throw std::invalid_argument("occlusion: the tags do not cover the text");
   tags_[static_cast<size_t>(index)].assign(tags.data_ptr<int64_t>(), tags.data_ptr<int64_t>() + n);
 }

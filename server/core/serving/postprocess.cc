@@ -1,6 +1,7 @@
 #include "server/core/serving/postprocess.h"
 
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/tensor.h>
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -16,8 +17,8 @@ namespace {
 
 // `t` when it already is a CPU tensor of `type`, else a converted copy: its rows are then read through
 // their strides, with no torch operation per row.
-at::Tensor OnCpuAs(const at::Tensor& t, torch::ScalarType type) {
-  return t.device().is_cpu() && t.scalar_type() == type ? t : t.to(torch::kCPU, type);
+at::Tensor OnCpuAs(const at::Tensor& t, at::ScalarType type) {
+  return t.device().is_cpu() && t.scalar_type() == type ? t : t.to(at::kCPU, type);
 }
 
 void CheckDims(const at::Tensor& t, int64_t dims, const char* what) {
@@ -51,7 +52,7 @@ struct Softmax {
 }  // namespace
 
 std::vector<float> SoftmaxRow(const at::Tensor& logits, int64_t row) {
-  const at::Tensor t = OnCpuAs(logits, torch::kFloat);
+  const at::Tensor t = OnCpuAs(logits, at::kFloat);
   CheckDims(t, 2, "logits");
   CheckRow(t, row, 0, "logits");
   const float* x = t.data_ptr<float>() + row * t.stride(0);
@@ -78,7 +79,7 @@ std::vector<std::pair<std::string, float>> TopK(const std::vector<float>& probs,
 void DecodeTagging(const Manifest& manifest, const at::Tensor& tags, const at::Tensor& emissions, int64_t row,
                    const std::string& text, TextResult& result) {
   const int64_t n = static_cast<int64_t>(result.tokens.size());
-  const at::Tensor tag_all = OnCpuAs(tags, torch::kLong), emission_all = OnCpuAs(emissions, torch::kFloat);
+  const at::Tensor tag_all = OnCpuAs(tags, at::kLong), emission_all = OnCpuAs(emissions, at::kFloat);
   CheckDims(tag_all, 2, "tags");
   CheckDims(emission_all, 3, "emissions");
   CheckRow(tag_all, row, n, "tags");
@@ -122,7 +123,7 @@ void FillTokenExplanations(const ModelOutputs& outputs, const OutputOptions& opt
   // Every per-token value of a switch the request turned on, that the batch computed.
   for (const OutputRow& r : OutputCatalogue()) {
     if (r.token_field == nullptr || !options.Asks(r.on) || !outputs.has(r.id)) continue;
-    const at::Tensor all = OnCpuAs(outputs.at(r.id), torch::kFloat);
+    const at::Tensor all = OnCpuAs(outputs.at(r.id), at::kFloat);
     CheckDims(all, 2, "a per-token output");
     CheckRow(all, row, static_cast<int64_t>(result.tokens.size()), "a per-token output");
     const float* v = all.data_ptr<float>() + row * all.stride(0);
@@ -144,7 +145,7 @@ float Margin(const float* x, int64_t count, int64_t stride, int64_t y) {
 }  // namespace
 
 void FillContributions(const Manifest& manifest, const ModelOutputs& outputs, int64_t row, TextResult& result) {
-  const at::Tensor logits = OnCpuAs(outputs.at(Output::kLogits), torch::kFloat);
+  const at::Tensor logits = OnCpuAs(outputs.at(Output::kLogits), at::kFloat);
   CheckDims(logits, 2, "logits");
   CheckRow(logits, row, 0, "logits");
   const int64_t c = logits.size(1);
@@ -162,7 +163,7 @@ void FillContributions(const Manifest& manifest, const ModelOutputs& outputs, in
   const int64_t n = static_cast<int64_t>(result.tokens.size());
   for (Output output : {Output::kContribution, Output::kSentenceContribution}) {
     if (!outputs.has(output)) continue;
-    const at::Tensor all = OnCpuAs(outputs.at(output), torch::kFloat);
+    const at::Tensor all = OnCpuAs(outputs.at(output), at::kFloat);
     CheckDims(all, 3, "contributions");
     CheckRow(all, row, n, "contributions");
     if (all.size(2) != c) throw std::invalid_argument("contributions have a different number of labels than logits");
@@ -198,7 +199,7 @@ std::vector<int64_t> Indices(const std::vector<int>& chosen, int64_t count) {
 }
 
 std::vector<float> ToVector(const at::Tensor& t) {
-  const at::Tensor c = t.to(torch::kFloat).contiguous();
+  const at::Tensor c = t.to(at::kFloat).contiguous();
   return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
 }
 
@@ -235,7 +236,7 @@ std::vector<LayerMapOutput> LayerMaps(const ModelOutputs& outputs, const OutputO
   auto positions = [](const std::vector<int64_t>& wanted, const std::vector<int64_t>& have) {
     std::vector<int64_t> pos;
     for (int64_t w : wanted) pos.push_back(std::find(have.begin(), have.end(), w) - have.begin());
-    return torch::tensor(pos, torch::kLong);
+    return at::tensor(pos, at::kLong);
   };
   const at::Tensor li = positions(ls, have_layers), hi = positions(hs, have_heads);
   for (auto& [r, t] : parts) t = t.index_select(0, li).index_select(1, hi);  // [l,h,...]

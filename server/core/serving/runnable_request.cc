@@ -1,6 +1,7 @@
 // The request side of a ModelRunner (model_runner.h): a request's texts, the timing it reports, and the
 // padding of a batch's token ids into the tensors the model takes.
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/zeros.h>
 #include <algorithm>
 
 #include "server/core/serving/model_runner.h"
@@ -49,8 +50,8 @@ PackedBatch PackTokenIds(const std::vector<const std::vector<int64_t>*>& texts) 
     width = std::max<int64_t>(width, static_cast<int64_t>(text->size()));
     packed.tokens += static_cast<int64_t>(text->size());
   }
-  packed.ids = torch::zeros({rows, width}, torch::kLong);
-  packed.mask = torch::zeros({rows, width}, torch::kBool);
+  packed.ids = at::zeros({rows, width}, at::kLong);
+  packed.mask = at::zeros({rows, width}, at::kBool);
   auto id = packed.ids.accessor<int64_t, 2>();
   auto mk = packed.mask.accessor<bool, 2>();
   for (int64_t b = 0; b < rows; ++b) {

@@ -5,8 +5,8 @@
 #include "server/core/serving/model_runner.h"
 #include "tests/cpp/test_util/fake_model.h"
 
+#include <ATen/core/Tensor.h>
 #include <gtest/gtest.h>
-#include <torch/types.h>
 
 #include <pthread.h>
 
