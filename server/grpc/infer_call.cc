@@ -51,14 +51,14 @@ void InferCall::Answer(const absl::Status& status, const AnswerSummary* answer) 
   Finish(ToGrpcStatus(status));
 }
 
+absl::Status NotDelivered(absl::Time deadline) {
+  return absl::Status(deadline <= absl::Now() ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kCancelled,
+                      "the answer did not reach the client");
+}
+
 void InferCall::OnDone() {
-  absl::Status seen = status_;
-  if (ctx_->IsCancelled()) {
-    // The client never got this status: its deadline passed, it cancelled, or the connection broke.
-    const bool expired = Deadline(ctx_) <= absl::Now();
-    seen = absl::Status(expired ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kCancelled,
-                        "the answer did not reach the client");
-  }
+  // A cancelled context: the client never got this status.
+  const absl::Status seen = ctx_->IsCancelled() ? NotDelivered(Deadline(ctx_)) : status_;
   call_.Record(seen, answer_valid_ && seen.ok() ? &answer_ : nullptr);
   delete this;
 }

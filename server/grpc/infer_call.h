@@ -57,6 +57,11 @@ class InferCall final : public grpc::ServerUnaryReactor {
   bool answer_valid_ = false;
 };
 
+// What a client got of an answer that did not reach it (its deadline passed, it cancelled, or the
+// connection broke): DEADLINE_EXCEEDED once `deadline` has passed, CANCELLED before. A unary call and
+// each request of a stream are recorded with it.
+absl::Status NotDelivered(absl::Time deadline);
+
 // The value of the call's `authorization` metadata ("Bearer KEY"), "" when it has none.
 absl::string_view Authorization(const grpc::CallbackServerContext* ctx);
 

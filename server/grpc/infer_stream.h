@@ -149,12 +149,7 @@ class InferStream<StreamResponse>::Item {
 
   // Counts and logs the request with what its client got.
   void Record(bool written) const {
-    absl::Status seen = status_;
-    if (!written) {
-      const bool expired = deadline_ <= absl::Now();
-      seen = absl::Status(expired ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kCancelled,
-                          "the answer did not reach the client");
-    }
+    const absl::Status seen = written ? status_ : NotDelivered(deadline_);
     call_.Record(seen, has_summary_ && seen.ok() ? &summary_ : nullptr);
   }
 
@@ -231,10 +226,12 @@ void InferStream<StreamResponse>::OnReadDone(bool ok) {
   if (absl::Status admitted = item->call().Admission(Authorization(ctx_)); !admitted.ok()) {
     item->Answer(admitted);
   } else {
+    // The stream's plan by address, not copied per message: the stream outlives every item it took
+    // (it is deleted only when none is in flight), and an item is planned before it is answered.
     auto plan =
         std::make_shared<std::function<absl::StatusOr<PlannedCall<StreamResponse>>(const grpc::ByteBuffer&, Call*)>>(
-            [plan = options_.plan, index](const grpc::ByteBuffer& bytes, Call* call) {
-              return plan(bytes, call, index);
+            [plan = &options_.plan, index](const grpc::ByteBuffer& bytes, Call* call) {
+              return (*plan)(bytes, call, index);
             });
     PlanInferCall<StreamResponse>(item, options_.core, item->request(), item->response(), std::move(plan),
                                   /*waited=*/false);

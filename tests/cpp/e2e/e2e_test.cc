@@ -296,8 +296,8 @@ TEST_F(EndToEnd, QviClientPrintsLabelsAndJson) {
 // with a note, invalid UTF-8 is refused naming the line; errors print their code's name and a hint.
 TEST_F(EndToEnd, QviClientChunksStandardInputAndNamesItsErrors) {
   const auto run = RunShell;
-  const std::string dir = ::testing::TempDir();
-  const std::string input = dir + "/qvi_client_stdin.txt";
+  // A name of this process's own: two runs of the suite (two clones) must not write one file.
+  const std::string input = ::testing::TempDir() + "/qvi_client_stdin." + std::to_string(getpid()) + ".txt";
   {
     std::ofstream f(input, std::ios::binary);
     for (int i = 0; i < 30; ++i) f << "line " << i << (i == 7 || i == 15 ? "\n  \n" : "\n");
@@ -334,6 +334,7 @@ TEST_F(EndToEnd, QviClientChunksStandardInputAndNamesItsErrors) {
   EXPECT_NE(nobody.find("error: UNAVAILABLE: "), std::string::npos) << nobody;
   EXPECT_NE(nobody.find("hint: no server answered at 127.0.0.1:1: start one with scripts/run.sh"), std::string::npos)
       << nobody;
+  std::filesystem::remove(input);
 }
 
 // 64 clients through gRPC, each sending a fixed number of requests of random sizes; some with
