@@ -38,11 +38,14 @@ for kind in "${kinds[@]}"; do
       "$dir/$test" --gtest_brief=1 || status=1
   done
   if [[ $kind == address ]]; then
-    echo "[sanitize] the Python end-to-end suite against qvi-server built with ASan + UBSan"
+    # On two pytest workers, a file's tests on one of them (conftest.py groups them, and the files that
+    # run the repository's scripts together): the suite waits on servers starting and on clients as much
+    # as on the cores, and took 0.55 of the time of one worker (BENCHMARKS.md, "The test run").
+    echo "[sanitize] the Python end-to-end suite against qvi-server built with ASan + UBSan (two workers)"
     (cd tests/python &&
       QVI_SERVER="$PWD/../../$dir/qvi-server" ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        ../../.venv/bin/python -m pytest -p no:cacheprovider -q --durations=10 \
+        ../../.venv/bin/python -m pytest -p no:cacheprovider -q -n 2 --dist loadgroup --durations=10 \
         --ignore=test_deploy_image.py --ignore=test_deploy_manifests.py) || status=1
     # scripts/test.sh runs only what this pass leaves out (these two files, and test_run_script.py,
     # which skips itself when QVI_SERVER is set) in its Python stage: keep the lists together.

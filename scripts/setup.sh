@@ -95,11 +95,12 @@ fi
 # 2. Python environment. The stamp holds the hash of the requirement files, so a change re-installs.
 PY=${PYTHON:-python3}
 STAMP=.venv/.requirements.sha256
-want=$(cat requirements.txt requirements.lock | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt requirements.lock requirements-test.txt | sha256sum | cut -d' ' -f1)
 if [[ ! -x .venv/bin/python || "$(cat "$STAMP" 2>/dev/null)" != "$want" ]]; then
   stage "Python packages into .venv ($($PY --version 2>&1); torch is large)"
   [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
-  quiet .venv/bin/python -m pip install --disable-pip-version-check -r requirements.txt -c requirements.lock
+  quiet .venv/bin/python -m pip install --disable-pip-version-check -r requirements.txt -r requirements-test.txt \
+    -c requirements.lock
   echo "$want" > "$STAMP"
 fi
 VPY="$ROOT/.venv/bin/python"

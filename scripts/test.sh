@@ -34,8 +34,10 @@ scripts/fuzz.sh 10 || failed
 begin "soak, short: 60 s of mixed traffic with cancellations, short deadlines and a rollout every 15 s"
 echo "       (gates on status codes and a clean exit, not on timings; the 30-minute run: scripts/soak.py)"
 .venv/bin/python scripts/soak.py --seconds 60 --rollout-seconds 15 --clients 4 || failed
-begin "model zoo (pytest)"
-(cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider --durations=10) || failed
+# Two pytest workers (pytest-xdist): a native-package test spends most of its time in one compiler
+# process (inductor's), so a single worker leaves a core idle; each worker keeps torch to one thread.
+begin "model zoo (pytest, two workers)"
+(cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider -n 2 --durations=10) || failed
 begin "benchmark harness, smoke mode (checks that it runs; gates on no timing)"
 .venv/bin/python bench/run.py --smoke || failed
 begin "container image: docker/build.sh cpu (cached; tests/python/test_deploy_image.py runs it)"

@@ -38,20 +38,27 @@ INTEROP = os.path.join(REPO, "tests", "python", "interop")
 @pytest.fixture(scope="session")
 def interop_python():
     """The Python of a virtual environment holding tritonclient and KServe's client, installed from
-    tests/python/interop/requirements.lock into build/interop-venv; made again when the lock changes."""
-    venv = os.path.join(REPO, "build", "interop-venv")
+    tests/python/interop/requirements.lock. Kept outside the checkout, in ~/.cache/qvi-serve/interop-venv/
+    under the lock's hash (QVI_INTEROP_VENVS moves it), so that a fresh clone (CI) does not install it
+    again (45 s); made under a file lock, so that two suites at once make it once."""
+    from filelock import FileLock
     lock = os.path.join(INTEROP, "requirements.lock")
     with open(lock, "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
+    home = os.environ.get("QVI_INTEROP_VENVS") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "qvi-serve", "interop-venv")
+    venv = os.path.join(home, digest[:16])
     stamp = os.path.join(venv, "lock.sha256")
     python = os.path.join(venv, "bin", "python")
-    if not (os.path.exists(stamp) and open(stamp).read() == digest):
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=300)
-        subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", lock],
-                       check=True, timeout=900)
-        with open(stamp, "w") as f:
-            f.write(digest)
+    os.makedirs(home, exist_ok=True)
+    with FileLock(venv + ".lock", timeout=1200):
+        if not (os.path.exists(stamp) and open(stamp).read() == digest):
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=300)
+            subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r", lock],
+                           check=True, timeout=900)
+            with open(stamp, "w") as f:
+                f.write(digest)
     return python
 
 
@@ -130,3 +137,18 @@ def server_process():
     yield proc
     proc.stop()
     shutil.rmtree(work, ignore_errors=True)
+
+
+# With pytest-xdist (`-n 2 --dist loadgroup`, scripts/sanitize.sh), a file's tests stay on one worker,
+# so that its module-scoped servers start once; the files that run the repository's own scripts
+# (setup.sh, run.sh), which write the checkout's .stamps and build, share one group, so that two of them
+# never run at once.
+RUNS_REPO_SCRIPTS = {"test_setup_script.py", "test_lifecycle.py", "test_run_script.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = os.path.basename(str(item.fspath))
+        group = "repo-scripts" if name in RUNS_REPO_SCRIPTS else name
+        item.add_marker(pytest.mark.xdist_group(group))

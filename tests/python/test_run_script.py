@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 
 def scratch_checkout(tmp_path, drop):
     root = tmp_path / "checkout"
-    for path in ("scripts", "requirements.txt", "requirements.lock", "client/python",
+    for path in ("scripts", "requirements.txt", "requirements.lock", "requirements-test.txt", "client/python",
                  "proto/qvi/serving/v1/inference.proto"):
         src, dst = os.path.join(REPO, path), root / path
         dst.parent.mkdir(parents=True, exist_ok=True)
