@@ -1,7 +1,6 @@
 #include "server/core/model/aoti_model.h"
 
 #include <ATen/Parallel.h>
-#include <ATen/core/Tensor.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/constant_pad_nd.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -18,7 +17,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string_view>
 #include <utility>
 #include <vector>
