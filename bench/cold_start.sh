@@ -9,8 +9,9 @@
 #        dir, removed after). `setup` times scripts/setup.sh instead, the set-up scripts/test.sh runs
 #        (every target built, the demo models complete before it returns), and prints its stage summary.
 #        `test` times the whole scripts/test.sh (what CI runs), with the images built without podman's
-#        layer cache or ccache (QVI_IMAGE_NO_CACHE=1; the base image and the image build's pip cache
-#        stay), and prints set-up's and test.sh's stage summaries.
+#        layer cache and with a ccache that starts empty, as a fresh machine's (QVI_IMAGE_NO_CACHE=1; the
+#        base image and the image build's pip cache stay), and prints set-up's and test.sh's stage
+#        summaries.
 # Takes about half an hour on two cores (run, setup); test about an hour and a half.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +28,7 @@ if [[ $MODE == setup || $MODE == test ]]; then
   trap 'rm -rf "$work"' EXIT
   rc=0
   script=scripts/$MODE.sh
-  [[ $MODE == test ]] && export QVI_IMAGE_NO_CACHE=1
+  [[ $MODE == test ]] && export QVI_IMAGE_NO_CACHE=1 QVI_IMAGE_COLD_ID=${work##*.}
   (cd "$work/repo" && $script) > "$work/$MODE.out" 2>&1 || rc=$?
   s=$((SECONDS - start))
   printf '[cold %2d:%02d] %s ended (exit %d); its lines:\n' $((s / 60)) $((s % 60)) "$script" "$rc"

@@ -67,10 +67,12 @@ if ((free_gb < need_gb)); then
   "${QVI_PODMAN[@]}" image prune -f > /dev/null 2>&1 || true
   log "$(($(df --output=avail -k "$graph_root" | tail -1) / 1024 / 1024)) GB free now"
 fi
-# QVI_IMAGE_NO_CACHE=1: as on a fresh machine (bench/cold_start.sh test): no layer cache, no ccache;
-# the base image and the pip wheels' cache mount stay.
+# QVI_IMAGE_NO_CACHE=1: as on a fresh machine (bench/cold_start.sh test): no layer cache, and a ccache that
+# starts empty (the base image and the pip wheels' cache mount stay). QVI_IMAGE_COLD_ID names that ccache:
+# the cpu and cuda builds of one cold run share it (the Dockerfile says why), a new ID starts empty again.
 cold=()
-[[ ${QVI_IMAGE_NO_CACHE:-0} == 1 ]] && cold=(--no-cache --build-arg QVI_NO_CCACHE=1)
+[[ ${QVI_IMAGE_NO_CACHE:-0} == 1 ]] &&
+  cold=(--no-cache --build-arg QVI_FRESH_CCACHE="${QVI_IMAGE_COLD_ID:-$(date +%s)}")
 start=$SECONDS
 started_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 log "building $IMAGE:$variant (revision $revision)"
