@@ -249,8 +249,8 @@ ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64
     Entry& entry = models_[name];
     Record& r = entry.versions[version];
     if (servable.ok() && !stopped) {
-      const int64_t bytes = charges_.count(generation) > 0 ? charges_[generation].bytes : 0;
-      r.status = VersionStatus{version, ModelState::kReady, "", (*servable)->model, (*servable)->serving, bytes};
+      r.status = VersionStatus{
+          version, ModelState::kReady, "", (*servable)->model, (*servable)->serving, ChargedLocked(generation)};
       r.servable = *servable;  // from here on Resolve() hands it out
       r.loaded = env_->Now();
       r.servable->last_used_ns.store(absl::ToUnixNanos(r.loaded));  // a version new to the LRU is not its oldest
@@ -314,12 +314,8 @@ ModelRepository::LoadResult ModelRepository::Reload(const std::string& name, int
     } else {
       r->stamp = found.stamps.at(version);  // these files were tried: again only once they change
       if (servable.ok()) {
-        r->status = VersionStatus{version,
-                                  ModelState::kReady,
-                                  "",
-                                  (*servable)->model,
-                                  (*servable)->serving,
-                                  charges_.count(generation) > 0 ? charges_[generation].bytes : 0};
+        r->status = VersionStatus{
+            version, ModelState::kReady, "", (*servable)->model, (*servable)->serving, ChargedLocked(generation)};
         (*servable)->last_used_ns.store(r->servable->last_used_ns.load());
         replaced = std::exchange(r->servable, *servable);  // the atomic switch, as for a new version
         r->generation = generation;

@@ -314,6 +314,8 @@ class ModelRepository {
   absl::Status MakeRoom(const std::string& name, const std::string& device, int64_t budget, int64_t need, bool evict)
       ABSL_LOCKS_EXCLUDED(mu_);
   int64_t UsedLocked(const std::string& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bytes charged to one servable (0 when its load measured nothing).
+  int64_t ChargedLocked(uint64_t generation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Of that, the bytes of versions no longer READY (unloading): free once their requests are answered.
   int64_t LeavingLocked(const std::string& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED: what `name` needs, what is left, which models hold the device, and `why`.

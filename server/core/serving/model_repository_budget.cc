@@ -54,6 +54,11 @@ absl::Status ModelRepository::LoadsOnDemand(const std::string& name) {
   return status;
 }
 
+int64_t ModelRepository::ChargedLocked(uint64_t generation) const {
+  auto charge = charges_.find(generation);
+  return charge == charges_.end() ? 0 : charge->second.bytes;
+}
+
 int64_t ModelRepository::UsedLocked(const std::string& device) const {
   int64_t used = 0;
   for (const auto& [_, charge] : charges_) used += charge.device == device ? charge.bytes : 0;
