@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of fuzz/ with clang, ASan and UBSan (build-fuzz/), and runs each for
-# SECONDS from its seed corpus (fuzz/corpus/<target>, copied into build-fuzz/corpus/ where it grows).
+# SECONDS, two at a time (QVI_FUZZ_JOBS), from its seed corpus (fuzz/corpus/<target>, copied into
+# build-fuzz/corpus/ where it grows).
 # Prints each target's executions and the total; exits 1 on any crash, leak or sanitizer report,
 # with the input saved under build-fuzz/crashes/ (add it to the seeds and to a unit test).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      (10 s each, all targets: the test command's smoke run)
@@ -22,14 +23,27 @@ if [[ ! -f $dir/build.ninja ]]; then
 fi
 ninja -C "$dir" -j2 $(printf 'fuzz_%s ' "${targets[@]}") > /dev/null
 mkdir -p "$dir/crashes"
+# Two targets at a time (each fuzzer is one process on one core; this machine has two); reported in order.
+fuzz_one() {
+  local t=$1 log="$dir/fuzz_$1.log" rc=0
+  mkdir -p "$dir/corpus/$t"
+  cp -n fuzz/corpus/$t/* "$dir/corpus/$t/" 2>/dev/null || true
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$dir/fuzz/fuzz_$t" -max_total_time="$seconds" \
+    -print_final_stats=1 -max_len=4096 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$dir/crashes/$t-" \
+    "$dir/corpus/$t" > "$log" 2>&1 || rc=$?
+  echo "$rc" > "$log.rc"
+}
+for t in "${targets[@]}"; do
+  rm -f "$dir/fuzz_$t.log.rc"
+  fuzz_one "$t" &
+  while (($(jobs -rp | wc -l) >= ${QVI_FUZZ_JOBS:-2})); do wait -n || true; done
+done
+wait
 total=0
 status=0
 for t in "${targets[@]}"; do
-  mkdir -p "$dir/corpus/$t"
-  cp -n fuzz/corpus/$t/* "$dir/corpus/$t/" 2>/dev/null || true
   log="$dir/fuzz_$t.log"
-  if UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 "$dir/fuzz/fuzz_$t" -max_total_time="$seconds" -print_final_stats=1 \
-      -max_len=4096 -timeout=10 -rss_limit_mb=2048 -artifact_prefix="$dir/crashes/$t-" "$dir/corpus/$t" > "$log" 2>&1; then
+  if [[ $(cat "$log.rc" 2>/dev/null) == 0 ]]; then
     result=ok
   else
     result=FAILED

@@ -36,8 +36,11 @@ echo "       (gates on status codes and a clean exit, not on timings; the 30-min
 .venv/bin/python scripts/soak.py --seconds 60 --rollout-seconds 15 --clients 4 || failed
 # Two pytest workers (pytest-xdist): a native-package test spends most of its time in one compiler
 # process (inductor's), so a single worker leaves a core idle; each worker keeps torch to one thread.
+# The package-compiling tests are collected first (model_store/tests/conftest.py) and handed out one at a
+# time (--maxschedchunk 1: xdist's default gives each worker a block of consecutive tests), so the longest
+# start first and on both workers.
 begin "model zoo (pytest, two workers)"
-(cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider -n 2 --durations=10) || failed
+(cd model_store && ../.venv/bin/python -m pytest -p no:cacheprovider -n 2 --maxschedchunk 1 --durations=10) || failed
 begin "benchmark harness, smoke mode (checks that it runs; gates on no timing)"
 .venv/bin/python bench/run.py --smoke || failed
 begin "container image: docker/build.sh cpu (cached; tests/python/test_deploy_image.py runs it)"
@@ -48,7 +51,7 @@ if [[ ${QVI_TEST_CUDA_IMAGE:-1} == 1 ]]; then
   (docker/build.sh cuda && docker/smoke.sh localhost/qvi-serve:cuda) || failed
 fi
 # The Python end-to-end suite ran in the sanitizer stage against the ASan + UBSan build of the server,
-# compiled -O2 as build/qvi-server is (RelWithDebInfo), with the release clients: the same tests and
+# compiled -O1 (build/qvi-server is -O2; see CMakeLists.txt), with the release clients: the same tests and
 # assertions, sanitized. Here run only the files that stage leaves out, which do not start the built
 # server or start it through run.sh and the image: a second whole pass took five minutes and found
 # nothing the first could not. QVI_TEST_PYTHON_TWICE=1 runs the whole suite here too.

@@ -17,3 +17,17 @@ VECTORS = os.path.join(REPO, "tests", "data", "tokenizer_vectors.json")
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+# scripts/test.sh runs this suite on two workers (pytest -n 2 --maxschedchunk 1), which take tests in
+# collection order, one at a time. Collected as written, the longest test (the native variants: four
+# package compiles, two minutes with empty caches) came last and ran alone while the other worker sat
+# idle. The tests that compile native packages (test_pt2.py) go first, that one at their head; the
+# short ones fill in behind them on whichever worker is free.
+def pytest_collection_modifyitems(items):
+    def weight(item):
+        if item.name.startswith("test_native_variants_are_written_beside_the_portable_package"):
+            return 0
+        return 1 if item.path.name == "test_pt2.py" else 2
+
+    items.sort(key=weight)  # stable: within each group, the order as collected
