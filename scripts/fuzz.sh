@@ -1,26 +1,21 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets of fuzz/ with clang, ASan and UBSan (build-fuzz/), and runs each for
-# SECONDS, two at a time (QVI_FUZZ_JOBS), from its seed corpus (fuzz/corpus/<target>, copied into
-# build-fuzz/corpus/ where it grows).
+# Builds the libFuzzer targets of fuzz/ in the clang ASan + UBSan build (build-address, shared with
+# scripts/sanitize.sh and thread_safety.sh: scripts/sanitizer_build.sh), and runs each for SECONDS, two at
+# a time (QVI_FUZZ_JOBS), from its seed corpus (fuzz/corpus/<target>, copied into build-address/corpus/
+# where it grows).
 # Prints each target's executions and the total; exits 1 on any crash, leak or sanitizer report,
-# with the input saved under build-fuzz/crashes/ (add it to the seeds and to a unit test).
+# with the input saved under build-address/crashes/ (add it to the seeds and to a unit test).
 #   scripts/fuzz.sh [SECONDS] [TARGET...]      (10 s each, all targets: the test command's smoke run)
 #   scripts/fuzz.sh 600                        (a long run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# ccache: paths relative to the checkout and no working folder in the hash, so that a fresh clone
-# elsewhere (CI) hits what earlier builds cached, -g builds included.
-export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+source scripts/sanitizer_build.sh
 seconds=${1:-10}
 shift || true
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(tokenizer manifest vocabulary serving_config version_policy spans request oip http_json)
-dir=build-fuzz
-if [[ ! -f $dir/build.ninja ]]; then
-  CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQVI_SANITIZE=fuzzer \
-    > "$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; exit 1; }
-  rm -f "$dir.cmake.log"
-fi
+dir=build-address
+sanitizer_build address
 ninja -C "$dir" -j2 $(printf 'fuzz_%s ' "${targets[@]}") > /dev/null
 mkdir -p "$dir/crashes"
 # Two targets at a time (each fuzzer is one process on one core; this machine has two); reported in order.

@@ -2,7 +2,7 @@
 # Builds the scheduling tests (batch scheduler, executor), the text and spec tests, the model runner's tests (its
 # answer pool, with a stress test of failures, expiries and cancellations while batches are answered) and the
 # serving-core stress test (64 clients, deadlines, cancellations, a live version switch, real torch model) with
-# AddressSanitizer + UndefinedBehaviorSanitizer and with ThreadSanitizer, and runs them. With
+# AddressSanitizer + UndefinedBehaviorSanitizer (clang) and with ThreadSanitizer (gcc), and runs them. With
 # AddressSanitizer it also builds the whole qvi-server and runs the Python end-to-end suite
 # (tests/python, less the image and manifest tests, which do not run the binary) against it: any
 # ASan, UBSan or LeakSanitizer report makes the server exit non-zero, which the suite's clean-stop
@@ -15,19 +15,14 @@
 # it does with their memory, not their insides. No suppressions are needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# ccache: paths relative to the checkout and no working folder in the hash, so that a fresh clone
-# elsewhere (CI) hits what earlier builds cached, -g builds included.
-export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
+source scripts/sanitizer_build.sh
 kinds=("$@")
 [[ ${#kinds[@]} -gt 0 ]] || kinds=(address thread)
 export OMP_NUM_THREADS=1
 status=0
 for kind in "${kinds[@]}"; do
   dir=build-$kind
-  if [[ ! -f $dir/build.ninja ]]; then
-    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQVI_SANITIZE=$kind > "$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; exit 1; }
-    rm -f "$dir.cmake.log"
-  fi
+  sanitizer_build "$kind"
   targets=(sched_test text_manifest_test store_test model_runner_test stress_test allocator_test tracing_test)
   [[ $kind == address ]] && targets+=(qvi-server)
   ninja -C "$dir" -j2 "${targets[@]}"

@@ -3,20 +3,15 @@
 # clang and -Wthread-safety -Werror=thread-safety: the lock annotations (ABSL_GUARDED_BY and friends,
 # on the std::mutex wrappers of server/core/sched/sync.h) are checked at compile time, and any access to
 # guarded state without its lock, or call that needs a lock not held, fails the build.
+# The check is compiled into the clang ASan build (build-address, scripts/sanitizer_build.sh), which
+# scripts/sanitize.sh builds first in the test command; this script compiles what that build leaves
+# out (the object files of the tests it does not run) and, run alone, the rest of the list.
 # Needs scripts/setup.sh first (clang is installed there). Compiles only: nothing here is run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# ccache: paths relative to the checkout and no working folder in the hash, so that a fresh clone
-# elsewhere (CI) hits what earlier builds cached, -g builds included.
-export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
-dir=build-thread-safety
-if [[ ! -f $dir/build.ninja ]]; then
-  # -O0 and no debug information: the analysis runs in clang's front end, and nothing built here is run.
-  CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 \
-    -DQVI_THREAD_SAFETY=ON \
-    > "$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; exit 1; }
-  rm -f "$dir.cmake.log"
-fi
+source scripts/sanitizer_build.sh
+dir=build-address
+sanitizer_build address
 # The object files of every target whose sources hold lock annotations, tests included.
 ninja -C "$dir" -j2 -k 0 qvi_sched qvi_model qvi_serving qvi_metrics qvi_grpc qvi_tls qvi_auth qvi_tracing \
   CMakeFiles/qvi-server.dir/server/main.cc.o CMakeFiles/qvi-server.dir/server/server.cc.o \

@@ -18,7 +18,8 @@ absl::StatusOr<nlohmann::json> Body(const HttpRequest& request, std::initializer
   if (request.body.empty()) return nlohmann::json::object();
   nlohmann::json body = nlohmann::json::parse(request.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded() || !body.is_object()) return absl::InvalidArgumentError("the body is not a JSON object");
-  for (const auto& [name, _] : body.items()) {
+  for (const auto& item : body.items()) {
+    const std::string& name = item.key();  // not a structured binding: C++17 lambdas cannot capture one (clang)
     if (std::find_if(fields.begin(), fields.end(), [&](const char* f) { return name == f; }) == fields.end()) {
       return absl::InvalidArgumentError(absl::StrCat(Capped(name, 64), ": not a field of this request"));
     }
