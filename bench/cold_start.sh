@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What a newcomer waits for: scripts/run.sh in a fresh clone of this checkout's HEAD with the project's
-# caches off — no ccache, pip's cache off (torch is downloaded again), an empty demo-model cache, empty
+# caches off — an empty ccache, pip's cache off (torch is downloaded again), an empty demo-model cache, empty
 # caches for the compiled packages (QVI_PT2_CACHE, TORCHINDUCTOR_CACHE_DIR) — timed from the command to
 # the first Classify answered, to each demo model answering, and to the demo models complete (their
 # faithfulness figures and packages in). Prints a line per event, then run.sh's set-up and model lines.
@@ -9,9 +9,9 @@
 #        dir, removed after). `setup` times scripts/setup.sh instead, the set-up scripts/test.sh runs
 #        (every target built, the demo models complete before it returns), and prints its stage summary.
 #        `test` times the whole scripts/test.sh (what CI runs), with the images built without podman's
-#        layer cache and with a ccache that starts empty, as a fresh machine's (QVI_IMAGE_NO_CACHE=1; the
-#        base image and the image build's pip cache stay), and prints set-up's and test.sh's stage
-#        summaries.
+#        layer cache (QVI_IMAGE_NO_CACHE=1; the base image and the image build's pip cache stay), and
+#        prints set-up's and test.sh's stage summaries. The empty ccache (CCACHE_DIR in the temp dir) fills
+#        as a fresh machine's does: the image builds find in it what the set-up's build compiled.
 # Takes about half an hour on two cores (run, setup); test about an hour and a half.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +19,7 @@ MODE=${1:-run}
 PORT=${2:-18900}
 work=$(mktemp -d /tmp/qvi-cold.XXXXXX)
 git clone -q "$ROOT" "$work/repo"
-export CCACHE_DISABLE=1 PIP_NO_CACHE_DIR=1 QVI_MODEL_CACHE=$work/model-cache QVI_PT2_CACHE=$work/pt2-cache \
+export CCACHE_DIR=$work/ccache PIP_NO_CACHE_DIR=1 QVI_MODEL_CACHE=$work/model-cache QVI_PT2_CACHE=$work/pt2-cache \
   TORCHINDUCTOR_CACHE_DIR=$work/inductor
 echo "cold start of $(git -C "$ROOT" rev-parse --short HEAD) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo |
   cut -d: -f2 | sed 's/^ *//')), $(date -u +%F)"
@@ -28,7 +28,7 @@ if [[ $MODE == setup || $MODE == test ]]; then
   trap 'rm -rf "$work"' EXIT
   rc=0
   script=scripts/$MODE.sh
-  [[ $MODE == test ]] && export QVI_IMAGE_NO_CACHE=1 QVI_IMAGE_COLD_ID=${work##*.}
+  [[ $MODE == test ]] && export QVI_IMAGE_NO_CACHE=1
   (cd "$work/repo" && $script) > "$work/$MODE.out" 2>&1 || rc=$?
   s=$((SECONDS - start))
   printf '[cold %2d:%02d] %s ended (exit %d); its lines:\n' $((s / 60)) $((s % 60)) "$script" "$rc"

@@ -7,8 +7,9 @@
 #    Debian's mirror and imported; no image registry is needed. Made once and kept (QVI_REBUILD_BASE=1
 #    makes it again, e.g. for the month's security updates).
 # 2. podman build --network=host --format docker (for HEALTHCHECK) of docker/Dockerfile. Caches kept
-#    between builds: podman's layers (unchanged sources: nothing is rebuilt), and cache mounts for
-#    apt's packages, pip's wheels and ccache (changed sources: only what changed is compiled).
+#    between builds: podman's layers (unchanged sources: nothing is rebuilt), cache mounts for apt's
+#    packages and pip's wheels, and this machine's ccache bound in (what scripts/setup.sh's build
+#    compiled is not compiled again; changed sources: only what changed is compiled).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source docker/podman.sh
@@ -67,17 +68,19 @@ if ((free_gb < need_gb)); then
   "${QVI_PODMAN[@]}" image prune -f > /dev/null 2>&1 || true
   log "$(($(df --output=avail -k "$graph_root" | tail -1) / 1024 / 1024)) GB free now"
 fi
-# QVI_IMAGE_NO_CACHE=1: as on a fresh machine (bench/cold_start.sh test): no layer cache, and a ccache that
-# starts empty (the base image and the pip wheels' cache mount stay). QVI_IMAGE_COLD_ID names that ccache:
-# the cpu and cuda builds of one cold run share it (the Dockerfile says why), a new ID starts empty again.
+# QVI_IMAGE_NO_CACHE=1: no layer cache, as on a fresh machine (bench/cold_start.sh test; the base image and
+# the pip wheels' cache mount stay).
 cold=()
-[[ ${QVI_IMAGE_NO_CACHE:-0} == 1 ]] &&
-  cold=(--no-cache --build-arg QVI_FRESH_CCACHE="${QVI_IMAGE_COLD_ID:-$(date +%s)}")
+[[ ${QVI_IMAGE_NO_CACHE:-0} == 1 ]] && cold=(--no-cache)
+# This machine's ccache (CCACHE_DIR, or ccache's own default), bound into the build stage at /ccache: what
+# the machine's build compiled, the image's build stage finds there (the Dockerfile says how).
+ccache_dir=${CCACHE_DIR:-$(ccache -k cache_dir 2>/dev/null || echo "$HOME/.ccache")}
+mkdir -p "$ccache_dir"
 start=$SECONDS
 started_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 log "building $IMAGE:$variant (revision $revision)"
 "${QVI_PODMAN[@]}" build --network=host --format docker --pull=never --layers "${cold[@]}" \
-  --secret id=ca-bundle,src="$ca_bundle" \
+  --secret id=ca-bundle,src="$ca_bundle" --volume "$ccache_dir:/ccache" \
   -f docker/Dockerfile --build-arg BASE="$BASE" --build-arg VARIANT="$variant" \
   --build-arg VERSION="$VERSION" --build-arg REVISION="$revision" --build-arg SOURCE="$source_url" \
   -t "$IMAGE:$variant" -t "$IMAGE:$VERSION-$variant" .
