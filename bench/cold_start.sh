@@ -12,7 +12,8 @@
 #        layer cache (QVI_IMAGE_NO_CACHE=1; the base image and the image build's pip cache stay), and
 #        prints set-up's and test.sh's stage summaries. The empty ccache (CCACHE_DIR in the temp dir) fills
 #        as a fresh machine's does: the image builds find in it what the set-up's build compiled.
-# Takes about half an hour on two cores (run, setup); test about 65 minutes (2026-12-02).
+# Takes about half an hour on two cores (run, setup); test 64 to 74 minutes (2026-12-02: the same VM ran the same
+# work a quarter slower in one hour than in another; bench/results/cold-test-2026-12-02[bc].txt).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODE=${1:-run}
