@@ -40,7 +40,7 @@ for kind in "${kinds[@]}"; do
     (cd tests/python &&
       QVI_SERVER="$PWD/../../$dir/qvi-server" ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 \
         UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-        ../../.venv/bin/python -m pytest -p no:cacheprovider -q -n 2 --dist loadgroup --durations=10 \
+        ../../.venv/bin/python -m pytest -p no:cacheprovider -n 2 --dist loadgroup --durations=10 \
         --ignore=test_deploy_image.py --ignore=test_deploy_manifests.py) || status=1
     # scripts/test.sh runs only what this pass leaves out (these two files, and test_run_script.py,
     # which skips itself when QVI_SERVER is set) in its Python stage: keep the lists together.
