@@ -35,11 +35,11 @@ begin "soak, short: 60 s of mixed traffic with cancellations, short deadlines an
 echo "       (gates on status codes and a clean exit, not on timings; the 30-minute run: scripts/soak.py)"
 .venv/bin/python scripts/soak.py --seconds 60 --rollout-seconds 15 --clients 4 || failed
 # The CPU and cuda images build in the background from here, beside the model zoo and the bench smoke;
-# their stage below waits for them. An image build is as much unpacking wheels and writing layers as it is
-# compute (without layer cache, cold: the cpu image 105 s of wall time for 125 s of one core, the cuda
-# image 301 s for 354 s, 2026-12-02), so beside the zoo's compiles it takes what they leave, and the
-# cuda image's disk-bound minutes (4 to 7 of them cold) no longer stand alone in the run. The stages
-# before this one have deadlines (servers under ASan, the soak), the zoo and the smoke have none.
+# their stage below waits for them. An image build leaves part of the two cores idle (without layer cache:
+# the cpu image kept 125 of 210 core-seconds busy in its 105 s, the cuda image 354 of 602 in 301 s), which
+# the zoo's compiles fill: side by side the zoo and both images took 937 s instead of 1066 in sequence
+# (BENCHMARKS.md, "The images beside the model zoo"). The stages before this one have deadlines (servers
+# under ASan, the soak); the zoo and the smoke have none.
 # QVI_TEST_CUDA_IMAGE=0 leaves the cuda image (about 4 GB; built and served on the CPU here) out.
 IMAGES_PID="" IMAGES_LOG=.stamps/images.log
 stop_images() { [[ -z $IMAGES_PID ]] || kill -TERM -- "-$IMAGES_PID" 2>/dev/null || true; }
