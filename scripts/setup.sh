@@ -80,7 +80,7 @@ APT_PACKAGES=(python3 python3-venv ca-certificates g++ cmake ninja-build pkg-con
   libspdlog-dev prometheus-cpp-dev libcpp-httplib-dev libgtest-dev nlohmann-json3-dev libcli11-dev libutf8proc-dev libboost-dev
   libjemalloc-dev libbenchmark-dev nghttp2-client
   prometheus chromium chromium-driver openjdk-17-jre-headless
-  podman runc debootstrap clang libclang-rt-14-dev clang-format)
+  podman runc debootstrap clang libclang-rt-14-dev clang-format qemu-user)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,6 +11,8 @@ import json
 import os
 import shlex
 import statistics
+import subprocess
+import sys
 import time
 from typing import Dict, List, Sequence, Tuple
 
@@ -100,8 +102,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
                 print(f"{target} exists (use --force to rebuild, --reexport to export it again)")
                 _demo_finish(name, target, path, corpus, args)
                 continue
-            ckpt = run_training(_parse(argv))
-            torch.save(ckpt, path)
+            ckpt = train_pinned(argv, path)
         card = _demo_card(description, corpus, argv, args.g)
         out = export_checkpoint(path, args.store, name, 1, card)[0]
         print(f"{out}: test {json.dumps(ckpt['metrics'].get('test'))} ({time.time() - t0:.0f} s)")
@@ -118,6 +119,19 @@ def cmd_demo(args: argparse.Namespace) -> None:
                                          freezing=args.cpu_freezing)[1:]:
             print(written)
         print(f"{name}: packages {', '.join(['base'] + variants) if variants else 'base'} ({time.time() - t0:.0f} s)")
+
+
+def train_pinned(argv: Sequence[str], path: str) -> Dict[str, object]:
+    """Trains in a child `python -m qvi train`, which pins its CPU kernels to one instruction set so that
+    every x86-64 machine trains the same weights (qvi/reproducible.py); this process stays unpinned, for
+    the native packages it compiles for the machine. Returns the checkpoint the child wrote to `path`."""
+    import torch
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [HERE, os.environ.get("PYTHONPATH")])))
+    rc = subprocess.run([sys.executable, "-m", "qvi", "train", *argv, "--out", path], env=env,
+                        stdout=subprocess.DEVNULL).returncode
+    if rc:
+        raise SystemExit(f"training {path} failed (exit {rc}); its error is above")
+    return torch.load(path, weights_only=False)
 
 
 def _demo_card(description: str, corpus: str, argv: Sequence[str], g: str) -> Dict[str, object]:

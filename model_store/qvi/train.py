@@ -81,7 +81,9 @@ def train(config: ModelConfig, train_data: Sequence[Encoded], dev_data: Sequence
     if embedding is not None:
         with torch.no_grad():
             token_embedding(model).weight.copy_(embedding)
-    opt = torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=options.weight_decay)
+    # fused: the update's square root in torch's own vectorised kernel (IEEE, the same on every CPU); the
+    # unfused AdamW takes it from MKL's vector math, whose result depends on the processor (qvi/reproducible.py).
+    opt = torch.optim.AdamW(model.parameters(), lr=options.lr, weight_decay=options.weight_decay, fused=True)
     tagging = config.task == "tagging"
     history: List[Dict[str, float]] = []
     best_state: Optional[Dict[str, torch.Tensor]] = None

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from qvi import artifact, pt2, vectors
+from qvi import artifact, pt2, reproducible, vectors
 from qvi.data import Example, build_vocab, encode_examples, read_classification, read_conll, tag_set
 from qvi.models import ARCHITECTURES, CONTEXT_KINDS, ModelConfig, build_model
 from qvi.nn import INTERACTIONS, SCORES
@@ -97,7 +97,9 @@ def run_training(args: argparse.Namespace) -> Dict[str, object]:
     return {
         "config": config.to_json(), "tokenizer": config_to_json(tok), "vocab": vocab.tokens,
         "labels": labels, "scheme": args.scheme if tagging else "", "state_dict": model.state_dict(),
-        "train_options": options_to_json(options), "history": history, "best_epoch": best["epoch"], "metrics": metrics,
+        # How it was trained: the options, and the CPU kernels' pinned instruction set (qvi/reproducible.py).
+        "train_options": {**options_to_json(options), **reproducible.recipe()},
+        "history": history, "best_epoch": best["epoch"], "metrics": metrics,
         "data": {"train": os.path.basename(args.train), "dev": os.path.basename(args.dev),
                  "test": os.path.basename(args.test) if args.test else None,
                  "train_size": len(train_ex), "dev_size": len(dev_ex),

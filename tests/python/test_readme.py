@@ -3,6 +3,7 @@ in README.md (and docs/serving.md) runs against a qvi-server on the demo models 
 be what the README shows — the same lines, the same words, labels and offsets, and every decimal number
 within NUMBER_TOLERANCE of the README's (the demo models are retrained on each fresh machine; the last
 digit of a probability may move). A line `    ...` stands for the rest of the output, left out."""
+import json
 import os
 import re
 import shlex
@@ -15,6 +16,11 @@ import pytest
 from qvi_testing import REPO, STORE, ServerProcess
 
 CLIENT = os.path.join(REPO, "build", "qvi-client")
+CLIENT_PY = os.path.join(REPO, ".venv", "bin", "python")
+# A model card, read with the zoo's own reader (the zoo and this suite's generated stubs are both `qvi`,
+# so it runs in a process of its own).
+CARD = ("import json, sys; sys.path.insert(0, 'model_store'); from qvi import artifact; "
+        "print(json.dumps(artifact.load({path!r})[1]['model_card']))")
 NUMBER = re.compile(r"[-+]?\d+\.\d+")
 NUMBER_TOLERANCE = 0.011  # absolute; the README prints probabilities to 3-4 places, shares to 2
 
@@ -134,3 +140,22 @@ def test_the_readme_quotes_the_newest_cold_start_measurement():
     quoted = re.search(r"```text\n(\[cold .*?)```", readme, re.S)
     assert quoted, "the README has no ```text block of [cold ...] lines"
     assert quoted.group(1).splitlines() == events, "the README's quote differs from " + name
+
+
+# The README's sentence on the demo models' test figures, and what each number is in the model's card.
+FIGURES = [("sentiment", r"`sentiment` is right on ([\d.]+)% of the Rotten Tomatoes test snippets", "accuracy"),
+           ("ner", r"`ner` finds CoNLL-2003's test entities with ([\d.]+)% F1", "f1"),
+           ("topics", r"`topics` puts ([\d.]+)% of BBC News test articles", "accuracy")]
+
+
+@pytest.mark.parametrize("name,pattern,key", FIGURES, ids=[f[0] for f in FIGURES])
+def test_the_readme_quotes_the_test_figures_of_the_demo_models_this_machine_trained(name, pattern, key):
+    """Every machine trains the same demo models (model_store/qvi/reproducible.py), so the README's
+    figures are the ones a fresh machine gets: the card's, as set-up trained the model here."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        quoted = re.search(pattern.replace(" ", r"\s+"), f.read())  # the sentence may wrap anywhere
+    assert quoted, f"the README has no sentence matching {pattern!r}"
+    card = json.loads(subprocess.run([CLIENT_PY, "-c", CARD.format(path=os.path.join(STORE, name, "1", "model.pt"))],
+                                     capture_output=True, text=True, check=True, cwd=REPO).stdout)
+    assert card["training"]["options"]["isa"] == "avx2", "the demo model was not trained with the pinned recipe"
+    assert quoted.group(1) == f"{100 * card['metrics']['test'][key]:.1f}", (name, key, card["metrics"]["test"])
