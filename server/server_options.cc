@@ -219,6 +219,10 @@ void AddAuthOptions(CLI::App& app, ServerOptions& o) {
                  "'authorization: Bearer KEY'; read again when it changes or on SIGHUP")
       ->check(CLI::ExistingFile)
       ->group("Security");
+  app.add_flag("--api-keys-allow-empty", o.auth.allow_empty,
+               "take an --api-keys file with no keys (every call but the probes refused) rather than refuse it as "
+               "a mistake")
+      ->group("Security");
   app.add_option("--api-keys-reload-seconds", o.auth.reload_seconds,
                  "look at the --api-keys file for changes this often")
       ->check(CLI::Range(1, 86400))

@@ -69,8 +69,9 @@ struct ServerOptions {
     int reload_seconds = 60;  // the three files are read again this often: a renewed certificate is used
   } tls;
   struct Auth {
-    std::string api_keys;     // the key file (server/auth/api_keys.h); empty: no key is asked for
-    int reload_seconds = 10;  // the file is looked at this often (and read again on SIGHUP)
+    std::string api_keys;      // the key file (server/auth/api_keys.h); empty: no key is asked for
+    int reload_seconds = 10;   // the file is looked at this often (and read again on SIGHUP)
+    bool allow_empty = false;  // a file with no keys is taken (every call refused), not refused as a mistake
   } auth;
   struct Limits {
     int max_texts = 256;

@@ -53,7 +53,7 @@ absl::Status Server::StartTls() {
 absl::Status Server::StartApiKeys() {
   const ServerOptions::Auth& auth = options_.auth;
   if (auth.api_keys.empty()) return absl::OkStatus();
-  absl::StatusOr<ApiKeySet> set = LoadApiKeys(auth.api_keys);
+  absl::StatusOr<ApiKeySet> set = LoadApiKeys(auth.api_keys, auth.allow_empty);
   if (!set.ok()) return set.status();
   spdlog::info(
       "API keys: {} key(s) from {}; every call but the probes must present one; the file is checked "

@@ -207,7 +207,7 @@ std::string ApiKey::ScopeList() const {
   return absl::StrJoin(names, ", ");
 }
 
-absl::StatusOr<ApiKeySet> ParseApiKeys(absl::string_view text, absl::string_view source) {
+absl::StatusOr<ApiKeySet> ParseApiKeys(absl::string_view text, absl::string_view source, bool allow_empty) {
   nlohmann::json doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON"));
   if (!doc.is_object() || !doc.contains("keys") || !doc["keys"].is_array()) {
@@ -225,6 +225,12 @@ absl::StatusOr<ApiKeySet> ParseApiKeys(absl::string_view text, absl::string_view
     }
   }
   const nlohmann::json& keys = doc["keys"];
+  if (keys.empty() && !allow_empty) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source,
+        ": keys is empty, which would refuse every call but the probes; to lock the server on purpose, start "
+        "it with --api-keys-allow-empty"));
+  }
   if (keys.size() > ApiKeySet::kMaxKeys) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": keys holds ", keys.size(), " keys, more than the limit of ", ApiKeySet::kMaxKeys));
@@ -260,7 +266,7 @@ absl::StatusOr<Priority> KeyPriority(const ApiKey& key, Priority asked) {
   return asked;
 }
 
-absl::StatusOr<ApiKeySet> LoadApiKeys(const std::string& path) {
+absl::StatusOr<ApiKeySet> LoadApiKeys(const std::string& path, bool allow_empty) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("--api-keys: cannot read ", path));
   std::ostringstream text;
@@ -269,7 +275,7 @@ absl::StatusOr<ApiKeySet> LoadApiKeys(const std::string& path) {
   if (text.str().size() > kMaxBytes) {
     return absl::InvalidArgumentError(absl::StrCat("--api-keys: ", path, " is over ", kMaxBytes, " bytes"));
   }
-  return ParseApiKeys(text.str(), absl::StrCat("--api-keys ", path));
+  return ParseApiKeys(text.str(), absl::StrCat("--api-keys ", path), allow_empty);
 }
 
 const ApiKey* MatchKey(const ApiKeySet& set, absl::string_view presented) {
@@ -285,6 +291,9 @@ const ApiKey* MatchKey(const ApiKeySet& set, absl::string_view presented) {
 
 absl::StatusOr<absl::string_view> BearerToken(absl::string_view authorization) {
   constexpr absl::string_view kHint = "send the header 'authorization: Bearer <key>'";
+  if (authorization == kRepeatedAuthorization) {
+    return absl::UnauthenticatedError("the call carries the authorization header more than once; send it once");
+  }
   if (authorization.empty()) {
     return absl::UnauthenticatedError(absl::StrCat("this server wants an API key (--api-keys): ", kHint));
   }
@@ -297,8 +306,9 @@ absl::StatusOr<absl::string_view> BearerToken(absl::string_view authorization) {
   return token;
 }
 
-ApiKeys::ApiKeys(std::string path, ApiKeySet initial, absl::Duration check_every, Listener listener)
+ApiKeys::ApiKeys(std::string path, ApiKeySet initial, absl::Duration check_every, Listener listener, bool allow_empty)
     : path_(std::move(path)),
+      allow_empty_(allow_empty),
       check_every_(check_every),
       listener_(std::move(listener)),
       set_(std::make_shared<const ApiKeySet>(std::move(initial))) {
@@ -351,7 +361,7 @@ std::vector<std::string> ApiKeys::names() const {
 
 absl::Status ApiKeys::Reload() {
   MutexLock one(&reload_mu_);
-  absl::StatusOr<ApiKeySet> set = LoadApiKeys(path_);
+  absl::StatusOr<ApiKeySet> set = LoadApiKeys(path_, allow_empty_);
   size_t in_use = 0;
   {
     MutexLock lock(&mu_);

@@ -75,18 +75,24 @@ struct ApiKeySet {
 };
 
 // Parses and checks a key file's text; the error names the key (by index and name) and the field.
-// `source` (the file's path) starts every error message.
-absl::StatusOr<ApiKeySet> ParseApiKeys(absl::string_view text, absl::string_view source);
+// `source` (the file's path) starts every error message. An empty "keys" refuses every caller, so it is
+// taken for the mistake it usually is (INVALID_ARGUMENT) unless `allow_empty` (--api-keys-allow-empty).
+absl::StatusOr<ApiKeySet> ParseApiKeys(absl::string_view text, absl::string_view source, bool allow_empty = false);
 
 // The priority a request of `key` is queued at: `asked` (the request's own), else the key's default.
 // PERMISSION_DENIED, naming the key and both priorities, when `asked` is above the key's max_priority.
 absl::StatusOr<Priority> KeyPriority(const ApiKey& key, Priority asked);
 
 // Reads and parses the file at `path`.
-absl::StatusOr<ApiKeySet> LoadApiKeys(const std::string& path);
+absl::StatusOr<ApiKeySet> LoadApiKeys(const std::string& path, bool allow_empty = false);
 
 // The key of `set` whose SHA-256 is `presented`'s, or null.
 const ApiKey* MatchKey(const ApiKeySet& set, absl::string_view presented);
+
+// What a transport passes as the `authorization` value of a call that carries the header more than
+// once (a proxy that added its own beside the client's): whichever came first must not decide, so
+// BearerToken refuses it. No header's value can hold a NUL, so none is mistaken for it.
+inline constexpr absl::string_view kRepeatedAuthorization("\0repeated", 9);
 
 // The key of an `authorization` header's value ("Bearer KEY"; the scheme's case is free), or why
 // there is none: UNAUTHENTICATED with a message that never holds the header's value.
@@ -101,7 +107,8 @@ class ApiKeys {
 
   // `initial`: what LoadApiKeys accepted at start-up. `check_every` > 0: a thread of its own looks
   // at the file that often and reloads it when its size or time changed; 0: only Reload() does.
-  ApiKeys(std::string path, ApiKeySet initial, absl::Duration check_every, Listener listener);
+  // `allow_empty`: a reload to an empty set is taken (a server locked on purpose), not refused.
+  ApiKeys(std::string path, ApiKeySet initial, absl::Duration check_every, Listener listener, bool allow_empty = false);
   ~ApiKeys();
   ApiKeys(const ApiKeys&) = delete;
   ApiKeys& operator=(const ApiKeys&) = delete;
@@ -127,6 +134,7 @@ class ApiKeys {
   std::string Stamp() const;
 
   const std::string path_;
+  const bool allow_empty_;
   const absl::Duration check_every_;
   const Listener listener_;
   mutable Mutex mu_;

@@ -1,20 +1,23 @@
 #include "server/grpc/infer_call.h"
 
 #include <chrono>
+#include <iterator>
 #include <optional>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/auth/api_keys.h"
 #include "server/auth/rate_limit.h"
 
 namespace qvi {
 
 absl::string_view Authorization(const grpc::CallbackServerContext* ctx) {
   const auto& metadata = ctx->client_metadata();
-  const auto header = metadata.find("authorization");
-  return header == metadata.end() ? absl::string_view()
-                                  : absl::string_view(header->second.data(), header->second.size());
+  const auto [first, end] = metadata.equal_range("authorization");
+  if (first == end) return absl::string_view();
+  if (std::next(first) != end) return kRepeatedAuthorization;
+  return absl::string_view(first->second.data(), first->second.size());
 }
 
 void AddRetryPushback(grpc::CallbackServerContext* ctx, const absl::Status& status) {

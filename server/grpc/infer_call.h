@@ -62,7 +62,8 @@ class InferCall final : public grpc::ServerUnaryReactor {
 // each request of a stream are recorded with it.
 absl::Status NotDelivered(absl::Time deadline);
 
-// The value of the call's `authorization` metadata ("Bearer KEY"), "" when it has none.
+// The value of the call's `authorization` metadata ("Bearer KEY"), "" when it has none,
+// kRepeatedAuthorization when it has more than one.
 absl::string_view Authorization(const grpc::CallbackServerContext* ctx);
 
 // A refusal for a rate limit says when to retry: as gRPC's grpc-retry-pushback-ms trailing metadata,

@@ -85,6 +85,12 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
   // CORS: an answer to an allowed origin says so (whichever thread writes it).
   reply = WithCors(request, std::move(reply));
   if (request.method == "OPTIONS") return reply(Preflight(request));
+  // Authorization is no list: HTTP allows it once. Two (a proxy that added its own beside the client's)
+  // would let whichever came first decide; refused whatever the route, naming the header, not its values.
+  if (request.HeaderCount("Authorization") > 1) {
+    return reply(ErrorResponse(
+        absl::InvalidArgumentError("the request carries the Authorization header more than once; send it once")));
+  }
   absl::StatusOr<HttpRoute> route = ParseRoute(request.method, request.target);
   if (!route.ok()) {
     HttpResponse r = ErrorResponse(route.status());

@@ -9,6 +9,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
 #include <type_traits>
@@ -31,6 +32,12 @@ std::string HttpRequest::Header(std::string_view name) const {
     if (absl::EqualsIgnoreCase(key, absl::string_view(name.data(), name.size()))) return value;
   }
   return "";
+}
+
+size_t HttpRequest::HeaderCount(std::string_view name) const {
+  return std::count_if(headers.begin(), headers.end(), [&](const auto& header) {
+    return absl::EqualsIgnoreCase(header.first, absl::string_view(name.data(), name.size()));
+  });
 }
 
 struct HttpServer::State {

@@ -38,6 +38,8 @@ struct HttpRequest {
   std::vector<std::pair<std::string, std::string>> headers;
   // The value of the first header of this name (case-insensitive), or "".
   std::string Header(std::string_view name) const;
+  // How many headers of this name (case-insensitive) the request has.
+  size_t HeaderCount(std::string_view name) const;
 };
 
 struct HttpResponse {

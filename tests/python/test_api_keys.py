@@ -5,6 +5,7 @@ PERMISSION_DENIED / 403 naming the key and the scope, and no refusal repeats the
 /metrics name the key, never the key itself. A changed file is read again on SIGHUP; a bad one keeps the
 keys in use; a bad file at start-up stops the server with the field named."""
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -256,6 +257,63 @@ def test_a_bad_key_file_stops_the_server_at_start_naming_the_field():
                               "--device", "cpu", "--api-keys", keys], capture_output=True, text=True, timeout=120)
         assert out.returncode == 1, out
         assert f'--api-keys {keys}: keys[0] (app).scopes has "write", which is none of' in out.stderr, out.stderr
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def raw_http(address, method, path, body, headers):
+    """(status, JSON) of a request whose headers go as listed, repeats included (http.client's request()
+    takes a dict, which cannot repeat one)."""
+    host, port = address.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        conn.putrequest(method, path)
+        data = json.dumps(body).encode()
+        for name, value in [*headers, ("Content-Type", "application/json"), ("Content-Length", str(len(data)))]:
+            conn.putheader(name, value)
+        conn.endheaders(data)
+        r = conn.getresponse()
+        return r.status, json.loads(r.read() or b"null")
+    finally:
+        conn.close()
+
+
+def test_a_repeated_authorization_is_refused_whichever_comes_first(api, keyed):
+    """A proxy that appends its own Authorization beside the client's must not have the first one win:
+    UNAUTHENTICATED over gRPC, 400 over HTTP, naming the problem, never a value."""
+    for first, second in ((SEARCH, "bogus-value-1"), ("bogus-value-2", SEARCH), (SEARCH, SEARCH)):
+        metadata = (("authorization", f"Bearer {first}"), ("authorization", f"Bearer {second}"))
+        pb, pbg = api
+        code, message = refusal(lambda: pbg.InferenceStub(keyed.channel).Classify(
+            pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["A fine film."]), metadata=metadata,
+            timeout=30))
+        assert code == grpc.StatusCode.UNAUTHENTICATED, (first, second, code, message)
+        assert message == "the call carries the authorization header more than once; send it once"
+        status, answer = raw_http(keyed.http_address, "POST", "/v1/models/sentiment:classify",
+                                  {"texts": ["A fine film."]},
+                                  [("Authorization", f"Bearer {first}"), ("authorization", f"Bearer {second}")])
+        assert status == 400, (first, second, status, answer)
+        assert answer["error"] == "the request carries the Authorization header more than once; send it once"
+    # One header, as ever: answered.
+    assert classify(api, keyed.channel, SEARCH).results[0].labels
+
+
+def test_an_empty_key_file_is_refused_unless_a_locked_server_is_meant(api):
+    work = tempfile.mkdtemp(prefix="qvi_keys_empty_")
+    try:
+        keys = os.path.join(work, "keys.json")
+        write_keys(keys)
+        out = subprocess.run([SERVER, "--model-store", STORE, "--port", "0", "--metrics-port", "0", "--http-port", "0",
+                              "--device", "cpu", "--api-keys", keys], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 1, out
+        assert (f"--api-keys {keys}: keys is empty, which would refuse every call but the probes; to lock the server "
+                "on purpose, start it with --api-keys-allow-empty") in out.stderr, out.stderr
+        locked = ServerProcess(STORE, work, "--api-keys", keys, "--api-keys-allow-empty")
+        try:
+            code, _ = refusal(lambda: classify(api, locked.channel, SEARCH))
+            assert code == grpc.StatusCode.UNAUTHENTICATED
+        finally:
+            locked.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

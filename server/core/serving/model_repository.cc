@@ -212,11 +212,12 @@ void ModelRepository::PollModel(const std::string& name, const StoreModel* found
   std::vector<VersionStatus> unloading;
   {
     MutexLock lock(&mu_);
+    const bool by_admin = UnloadedByAdminLocked(name, found);
     Entry& entry = models_[name];
     for (const VersionActions::Unload& u : actions.unload) {
       Record& r = entry.versions[u.version];
       r.status.state = ModelState::kUnloading;
-      r.status.reason = u.reason;
+      r.status.reason = by_admin ? "unloaded by an admin request" : u.reason;
       release.push_back(std::move(r.servable));
       unloading.push_back(r.status);
     }

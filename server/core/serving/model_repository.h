@@ -256,6 +256,9 @@ class ModelRepository {
   // and the model is not wanted (then, as a folder gone, its versions are unloaded).
   std::optional<StoreModel> FoundLocked(const std::string& name, std::map<std::string, StoreModel>& disk) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A poll handed no folder (`found` null) for a model still in the store and no longer wanted: its
+  // versions leave by an admin's unload, not because the folder went (what the version policy says).
+  bool UnloadedByAdminLocked(const std::string& name, const StoreModel* found) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Control(const std::string& name, bool load, LoadCause cause, ControlDone done) ABSL_LOCKS_EXCLUDED(mu_);
   // A control's answer once its poll ended: a load is OK with a READY version, else why there is none.
   absl::Status ControlResult(const std::string& name, bool load) const ABSL_LOCKS_EXCLUDED(mu_);

@@ -55,6 +55,11 @@ std::optional<StoreModel> ModelRepository::FoundLocked(const std::string& name,
   return std::move(it->second);
 }
 
+bool ModelRepository::UnloadedByAdminLocked(const std::string& name, const StoreModel* found) const {
+  return found == nullptr && on_disk_.count(name) > 0 && resting_.count(name) == 0 &&
+         options_.model_control == ModelControl::kExplicit && wanted_.count(name) == 0;
+}
+
 void ModelRepository::RequestLoad(const std::string& name, ControlDone done) {
   Control(name, true, LoadCause::kAdmin, std::move(done));
 }

@@ -37,7 +37,13 @@ TEST(ApiKeysTest, AFileNamesEachKeyItsHashAndItsScopes) {
   EXPECT_FALSE(set->keys[0].allows(Scope::kAdmin));
   EXPECT_EQ(set->keys[0].ScopeList(), "infer, read");
   EXPECT_EQ(set->keys[1].ScopeList(), "admin");
-  EXPECT_TRUE(ParseApiKeys(Keys(""), "k").ok()) << "an empty set refuses every call; it is not an error";
+  // An empty set refuses every call: the likely mistake, unless a locked server is meant.
+  EXPECT_EQ(ErrorOf(Keys("")),
+            "keys.json: keys is empty, which would refuse every call but the probes; to lock the server on purpose, "
+            "start it with --api-keys-allow-empty");
+  absl::StatusOr<ApiKeySet> locked = ParseApiKeys(Keys(""), "k", /*allow_empty=*/true);
+  ASSERT_TRUE(locked.ok()) << locked.status();
+  EXPECT_TRUE(locked->keys.empty());
 }
 
 TEST(ApiKeysTest, AFileWithAMistakeIsRefusedNamingTheKeyAndTheField) {
@@ -191,9 +197,25 @@ TEST_F(ReloadTest, AReloadTakesANewSetAndABadFileKeepsTheOldOne) {
   EXPECT_EQ(heard[1].first.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(heard[1].second, 1u);
 
+  // A file emptied of keys: refused like any bad file, the set in use stays.
+  Write(Keys(""));
+  absl::Status emptied = keys.Reload();
+  EXPECT_EQ(emptied.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(emptied.message().find("--api-keys-allow-empty"), absl::string_view::npos) << emptied;
+  EXPECT_TRUE(keys.Authorize("Bearer key-two", Scope::kRead).ok());
+
   std::filesystem::remove(path_);
   EXPECT_EQ(keys.Reload().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(keys.Authorize("Bearer key-two", Scope::kRead).ok());
+}
+
+TEST_F(ReloadTest, AServerLockedOnPurposeTakesAnEmptySetOnReload) {
+  Write(Keys(Entry("one", kOneHash, R"(["read"])")));
+  ApiKeys keys(path_, *LoadApiKeys(path_), absl::ZeroDuration(), nullptr, /*allow_empty=*/true);
+  Write(Keys(""));
+  ASSERT_TRUE(keys.Reload().ok());
+  EXPECT_TRUE(keys.names().empty());
+  EXPECT_EQ(keys.Authorize("Bearer key-one", Scope::kRead).status().code(), absl::StatusCode::kUnauthenticated);
 }
 
 }  // namespace

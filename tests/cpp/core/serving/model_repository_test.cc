@@ -621,7 +621,11 @@ TEST_F(ModelRepositoryTest, ExplicitModelControlServesWhatIsLoadedAndUnloadDrain
   control::Answer unload;
   repo_->RequestUnload("topics", unload.done());
   ASSERT_TRUE(unload.Wait().ok()) << *unload.status;
-  EXPECT_EQ(repo_->Resolve("topics", 0).status().code(), absl::StatusCode::kUnavailable);
+  const absl::Status unloading = repo_->Resolve("topics", 0).status();
+  EXPECT_EQ(unloading.code(), absl::StatusCode::kUnavailable);
+  // What happened, not "removed from the store": the folder is still there.
+  EXPECT_EQ(events_.Reason("topics", 1, S::kUnloading), "unloaded by an admin request");
+  EXPECT_NE(unloading.message().find("unloaded by an admin request"), std::string::npos) << unloading;
   EXPECT_TRUE(RunThrough(held).ok()) << "the version it was resolved to answers it";
   EXPECT_EQ(events_.Count("topics", 1, S::kUnloaded), 0);
   held.reset();
