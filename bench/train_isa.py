@@ -12,7 +12,6 @@ recipe on 70 sentences takes about 2.5 minutes).
     .venv/bin/python bench/train_isa.py --models ner --skip-cost --qemu Haswell,EPYC-Rome
 """
 import argparse
-import hashlib
 import os
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(REPO, "model_store")
 sys.path.insert(0, ZOO)
-from qvi import demo  # noqa: E402  (no torch: demo imports it lazily)
+from qvi import demo, reproducible  # noqa: E402  (no torch: both import it lazily)
 
 
 def recipe(name, corpora, epochs):
@@ -48,16 +47,6 @@ def train(argv, out, isa, prefix=()):
     subprocess.run([*prefix, sys.executable, "-m", "qvi", "train", *argv, "--out", out], check=True, env=env,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t0
-
-
-def weights_digest(path):
-    import torch
-    state = torch.load(path, weights_only=False)["state_dict"]
-    digest = hashlib.sha256()
-    for key in sorted(state):
-        digest.update(key.encode())
-        digest.update(state[key].contiguous().numpy().tobytes())
-    return digest.hexdigest()[:16]
 
 
 def slice_corpus(src, dst, sentences):
@@ -102,12 +91,13 @@ def main():
             small[i + 1] = part
         here = os.path.join(work, f"{name}.small.here.ckpt")
         train(small, here, "avx2")
-        row = [f"{name:10s} {args.sentences} sentences, pinned: here {weights_digest(here)}"]
+        mine = reproducible.weights_digest(here)[:16]
+        row = [f"{name:10s} {args.sentences} sentences, pinned: here {mine}"]
         for emulated in args.qemu.split(","):
             there = os.path.join(work, f"{name}.small.{emulated}.ckpt")
             seconds = train(small, there, "avx2", prefix=("qemu-x86_64", "-cpu", emulated))
-            same = weights_digest(there) == weights_digest(here)
-            row.append(f"{emulated} {weights_digest(there)} ({'same' if same else 'DIFFERENT'}, {seconds:.0f} s)")
+            theirs = reproducible.weights_digest(there)[:16]
+            row.append(f"{emulated} {theirs} ({'same' if theirs == mine else 'DIFFERENT'}, {seconds:.0f} s)")
         print("   ".join(row), flush=True)
 
 

@@ -35,7 +35,7 @@ kind of CPU reproduces).
 """
 import os
 import sys
-from typing import Dict, MutableMapping, Optional, Sequence
+from typing import Dict, Sequence
 
 PINS: Dict[str, str] = {
     "ATEN_CPU_CAPABILITY": "avx2",
@@ -47,27 +47,18 @@ TRAINING_COMMANDS = ("train", "results")
 SWITCH = "QVI_TRAIN_ISA"
 
 
-def pinned_environment(base: Optional[MutableMapping[str, str]] = None) -> Dict[str, str]:
-    """`base` (default: this process's environment) with the pins in, unless QVI_TRAIN_ISA=native."""
-    env = dict(os.environ if base is None else base)
-    if env.get(SWITCH, "avx2") == "native":
-        return env
-    if env.get(SWITCH, "avx2") != "avx2":
-        raise SystemExit(f"{SWITCH}={env[SWITCH]!r}: expected avx2 (the default, reproducible) or native")
-    env.update(PINS)
-    return env
-
-
-def pin_this_process(argv: Sequence[str]) -> bool:
-    """Pins this process when it is about to train (argv[0] is a training command); must run before torch
-    is imported. True when the pins are in force."""
+def pin_this_process(argv: Sequence[str]) -> None:
+    """Pins this process when it is about to train (argv[0] is a training command), unless
+    QVI_TRAIN_ISA=native; must run before torch is imported."""
     if not argv or argv[0] not in TRAINING_COMMANDS:
-        return False
+        return
     if "torch" in sys.modules:
         raise RuntimeError("qvi.reproducible: torch is loaded already; the pins would not take effect")
-    pinned = pinned_environment()
-    os.environ.update(pinned)
-    return all(os.environ.get(k) == v for k, v in PINS.items())
+    isa = os.environ.get(SWITCH, "avx2")
+    if isa not in ("avx2", "native"):
+        raise SystemExit(f"{SWITCH}={isa!r}: expected avx2 (the default, reproducible) or native")
+    if isa == "avx2":
+        os.environ.update(PINS)
 
 
 def recipe() -> Dict[str, object]:
@@ -75,3 +66,17 @@ def recipe() -> Dict[str, object]:
     native = os.environ.get(SWITCH) == "native"
     return {"isa": "native" if native else "avx2",
             "pins": {} if native else {k: os.environ.get(k, "") for k in PINS}}
+
+
+def weights_digest(checkpoint: str) -> str:
+    """The SHA-256 of a checkpoint's weights, name by name in sorted order: what "the same model, bit for
+    bit" compares (tests/test_reproducible.py, bench/train_isa.py)."""
+    import hashlib
+
+    import torch
+    state = torch.load(checkpoint, weights_only=False)["state_dict"]
+    sha = hashlib.sha256()
+    for key in sorted(state):
+        sha.update(key.encode())
+        sha.update(state[key].contiguous().numpy().tobytes())
+    return sha.hexdigest()

@@ -15,7 +15,6 @@ Emulation is slow (qemu's AVX2 is about 100× native), so the models and corpora
 skip without qemu-x86_64 (Debian's qemu-user, which scripts/setup.sh installs) and when this machine
 has no AVX-512 (then its own choice is AVX2 already, and nothing differs to test).
 """
-import hashlib
 import json
 import os
 import random
@@ -79,16 +78,6 @@ def train_argv(corpora, case, out):
             "--out", str(out)]
 
 
-def digest(path) -> str:
-    """The SHA-256 of a checkpoint's weights, in a fixed order."""
-    ckpt = torch.load(path, weights_only=False)
-    sha = hashlib.sha256()
-    for key in sorted(ckpt["state_dict"]):
-        sha.update(key.encode())
-        sha.update(ckpt["state_dict"][key].contiguous().numpy().tobytes())
-    return sha.hexdigest()
-
-
 def run(argv, env, qemu_cpu=None):
     if qemu_cpu:
         argv = [QEMU, "-cpu", qemu_cpu, *argv]
@@ -100,7 +89,7 @@ def run(argv, env, qemu_cpu=None):
 def train(corpora, case, out, env) -> str:
     """Trains one case with `python -m qvi train`; the digest of its weights."""
     run([sys.executable, "-m", "qvi", *train_argv(corpora, case, out)], env)
-    return digest(out)
+    return reproducible.weights_digest(out)
 
 
 # Every case in one process, as `python -m qvi train` would train each (pinned before torch loads, then
@@ -117,7 +106,7 @@ def train_all(corpora, folder, env, qemu_cpu=None):
                   json.dumps([train_argv(corpora, c, o) for c, o in zip(CASES, outs)])], env, qemu_cpu)
     # The trainer saw the CPU it was meant to: AVX-512 here, none on the emulated one.
     assert stdout.rstrip().endswith(f"AVX-512: {qemu_cpu is None}"), stdout[-500:]
-    return [digest(o) for o in outs]
+    return [reproducible.weights_digest(o) for o in outs]
 
 
 def clean_env(**extra):
