@@ -200,6 +200,7 @@ absl::Status Server::StartModels() {
   o.memory_budget = *ParseMemoryBudget(options_.models.device_memory_budget);   // checked by the flag
   o.unload_idle_after = *ParseIdleDuration(options_.models.unload_idle_after);  // checked by the flag
   o.load_on_demand = options_.models.load_on_demand;
+  o.max_waiting_loads = options_.models.max_waiting_loads;
   o.memory_event = [this](const std::string& name, bool loaded, const char* reason) {
     if (!loaded) spdlog::info("model {}: unloaded ({}); it rests until asked for", name, reason);
     if (metrics_) metrics_->OnModelMemoryEvent(name, loaded, reason);
@@ -272,7 +273,7 @@ absl::Status Server::StartGrpc() {
       repository_.get(),
       Calls::Options{options_.logging.access_log, metrics_.get(), options_.limits.max_inflight_request_bytes,
                      net.max_message_bytes, options_.logging.trace_rate, api_keys_.get(), otlp_.get(),
-                     options_.tracing.sampling_ratio});
+                     options_.tracing.sampling_ratio, net.max_metadata_bytes});
   oip_api_ = std::make_unique<OipApi>(repository_.get(), core_->limits(), calls_.get(), &serving_);
   service_ = std::make_unique<InferenceServiceImpl>(frontend_core_.get(), repository_.get(), calls_.get(),
                                                     options_.limits.max_stream_inflight);
@@ -297,6 +298,10 @@ absl::Status Server::StartGrpc() {
   builder.AddListeningPort(address, tls_ ? tls_->credentials() : grpc::InsecureServerCredentials(), &port_);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // else a second server shares the port silently
   builder.SetMaxReceiveMessageSize(net.max_message_bytes);
+  // gRPC 1.51's HPACK parser fails the whole connection -- every call on it -- on a header frame over
+  // this (a per-frame count; soft per-call limits came in 1.54): so it sits far above the per-call
+  // limit the calls enforce themselves (Calls::Options::max_metadata_bytes), which refuses one call.
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, std::max(256 << 10, 4 * net.max_metadata_bytes));
   builder.SetMaxSendMessageSize(net.max_message_bytes);
   const auto ms = [](double seconds) { return static_cast<int>(seconds * 1000); };
   grpc::ResourceQuota quota("qvi-server");

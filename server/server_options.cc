@@ -74,8 +74,9 @@ void AddModelOptions(CLI::App& app, ServerOptions& o) {
 void AddMemoryOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--device-memory-budget", o.models.device_memory_budget,
                  "memory the loaded versions may take on each device: bytes (24GiB, 512MB) or a fraction of the "
-                 "device (0.8, 80%); a load that would pass it first unloads idle models, least recently used "
-                 "first (docs/serving.md \"Memory budget\"). Unset: no budget")
+                 "device (0.8, 80%); a load that would pass it first unloads models, least recently used first, "
+                 "idle ones before busy ones, which finish their requests first (docs/serving.md \"Memory "
+                 "budget\"). Unset: no budget")
       ->check([](const std::string& text) {
         absl::StatusOr<MemoryBudget> b = ParseMemoryBudget(text);
         return b.ok() ? std::string() : std::string(b.status().message());
@@ -93,6 +94,12 @@ void AddMemoryOptions(CLI::App& app, ServerOptions& o) {
   app.add_flag("--load-on-demand", o.models.load_on_demand,
                "a request for a model of the store that is not loaded (unloaded for memory or idleness, or not yet "
                "loaded with --model-control explicit) loads it and waits, within its deadline")
+      ->group("Models");
+  app.add_option("--max-waiting-loads", o.models.max_waiting_loads,
+                 "models that may be loading on demand at once (each for however many requests wait for it); a "
+                 "request for another model not loaded is refused at once (RESOURCE_EXHAUSTED)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str()
       ->group("Models");
   app.add_option("--response-cache-bytes", o.models.response_cache_bytes,
                  "keep each text's answer, up to this many bytes in all (least recently used out first), and answer "
@@ -154,6 +161,13 @@ void AddNetworkOptions(CLI::App& app, ServerOptions& o) {
       ->group("Network");
   app.add_option("--max-message-bytes", o.network.max_message_bytes, "largest request or response message")
       ->check(CLI::Range(1024, 1 << 30))
+      ->group("Network");
+  app.add_option("--max-metadata-bytes", o.network.max_metadata_bytes,
+                 "largest gRPC call metadata (each entry's key and value, and 32 bytes): a call over it is refused "
+                 "alone (RESOURCE_EXHAUSTED); the transport resets a connection only past 256 KiB or 4 times this "
+                 "(docs/security.md)")
+      ->check(CLI::Range(1024, 4 << 20))
+      ->capture_default_str()
       ->group("Network");
 
   app.add_option("--max-connection-age-seconds", o.network.max_connection_age_seconds,

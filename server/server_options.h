@@ -32,6 +32,7 @@ struct ServerOptions {
     std::string device_memory_budget;          // bytes or a fraction per device (memory_budget.h); "": none
     std::string unload_idle_after = "0";       // a duration ("10m", or seconds); 0: never
     bool load_on_demand = false;               // a request for a model not loaded loads it
+    int max_waiting_loads = 8;                 // models loading on demand at once; more are refused
     int64_t response_cache_bytes = 0;          // per-text answers kept (response_cache.h); 0: no cache
   } models;
   struct Network {
@@ -39,6 +40,9 @@ struct ServerOptions {
     int port = 8500;
     std::string port_file;  // written with the bound port once serving (useful with --port 0)
     int max_message_bytes = 16 * 1024 * 1024;
+    // A gRPC call's metadata (HPACK's count): over it, the call alone is refused. The transport's own
+    // limit, over which gRPC 1.51 resets the whole connection, is kept far above (TransportMetadataBytes).
+    int max_metadata_bytes = 8 * 1024;
     int metrics_port = 8502;        // Prometheus /metrics; 0 picks a free port, -1 turns metrics off
     std::string metrics_port_file;  // written with the bound metrics port
     // HTTP/JSON (server/http/http_api.h); 0 picks a free port, -1 turns it off.

@@ -93,6 +93,9 @@ const ApiKey* MatchKey(const ApiKeySet& set, absl::string_view presented);
 // once (a proxy that added its own beside the client's): whichever came first must not decide, so
 // BearerToken refuses it. No header's value can hold a NUL, so none is mistaken for it.
 inline constexpr absl::string_view kRepeatedAuthorization("\0repeated", 9);
+// What a transport passes as the `authorization` value of a call whose metadata is over the server's
+// per-call limit: Calls::Authorize refuses it (RESOURCE_EXHAUSTED), whatever the keys.
+inline constexpr absl::string_view kOversizedMetadata("\0oversized", 10);
 
 // The key of an `authorization` header's value ("Bearer KEY"; the scheme's case is free), or why
 // there is none: UNAUTHENTICATED with a message that never holds the header's value.

@@ -37,6 +37,11 @@ CallTrace Calls::TraceOf(std::string_view traceparent) const {
 
 absl::Status Calls::Authorize(absl::string_view authorization, Scope scope, std::shared_ptr<const ApiKey>* key,
                               bool count_refusal) const {
+  if (authorization == kOversizedMetadata) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the call's metadata is over the limit of ", options_.max_metadata_bytes,
+                     " bytes (--max-metadata-bytes; each entry counts its key, its value and 32); send less"));
+  }
   if (options_.api_keys == nullptr) return absl::OkStatus();
   absl::StatusOr<std::shared_ptr<const ApiKey>> found = options_.api_keys->Find(authorization);
   absl::Status s = found.ok() ? ApiKeys::CheckScope(**found, scope) : found.status();

@@ -84,6 +84,10 @@ class Calls {
     // The share of calls without a traceparent whose trace is exported (--otlp-sampling-ratio); a
     // call with one follows its sampled flag.
     double span_ratio = 1.0;
+    // A gRPC call's metadata, at most, as HPACK counts it (each entry's key and value, and 32): a call
+    // over it is refused alone (the transport's own limit, far above it, resets its connection).
+    // 0: no limit but the transport's.
+    int64_t max_metadata_bytes = 0;
   };
 
   Calls(const ModelRepository* repository, Options options);
@@ -190,6 +194,9 @@ class Call {
   // Set while the call is prepared (the model as soon as it is known, so that a refusal is recorded
   // with it).
   std::string model;
+  // The version a load on demand made READY for this call (ModelRepository::WhenLoaded), held: its
+  // plan serves the call by it (Serving()) rather than resolving again. Null until then.
+  ServableHandle loaded;
 
  private:
   friend class Calls;  // Record reads what the call gathered

@@ -29,7 +29,7 @@ class Core {
   // The clock of InferenceRequest::deadline.
   virtual const Env& env() const = 0;
   // ModelRepository::WhenLoaded: for a plan that resolved a model which loads on demand (WaitsForLoad).
-  virtual void WhenLoaded(const std::string& model, absl::Time /*deadline*/, ModelRepository::ControlDone ready) {
+  virtual void WhenLoaded(const std::string& model, absl::Time /*deadline*/, ModelRepository::LoadedDone ready) {
     ready(absl::UnavailableError(absl::StrCat("model '", Capped(model), "' is not loaded")));
   }
 };
@@ -43,7 +43,7 @@ class ServingCore final : public Core {
   }
   const RequestLimits& limits() const override { return service_->limits(); }
   const Env& env() const override { return service_->env(); }
-  void WhenLoaded(const std::string& model, absl::Time deadline, ModelRepository::ControlDone ready) override {
+  void WhenLoaded(const std::string& model, absl::Time deadline, ModelRepository::LoadedDone ready) override {
     service_->WhenLoaded(model, deadline, std::move(ready));
   }
 

@@ -12,8 +12,13 @@
 
 namespace qvi {
 
-absl::string_view Authorization(const grpc::CallbackServerContext* ctx) {
+absl::string_view Authorization(const grpc::CallbackServerContext* ctx, const Calls& calls) {
   const auto& metadata = ctx->client_metadata();
+  if (const int64_t limit = calls.options().max_metadata_bytes; limit > 0) {
+    int64_t bytes = 0;
+    for (const auto& [key, value] : metadata) bytes += static_cast<int64_t>(key.size() + value.size()) + 32;
+    if (bytes > limit) return kOversizedMetadata;
+  }
   const auto [first, end] = metadata.equal_range("authorization");
   if (first == end) return absl::string_view();
   if (std::next(first) != end) return kRepeatedAuthorization;

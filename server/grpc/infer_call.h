@@ -63,8 +63,9 @@ class InferCall final : public grpc::ServerUnaryReactor {
 absl::Status NotDelivered(absl::Time deadline);
 
 // The value of the call's `authorization` metadata ("Bearer KEY"), "" when it has none,
-// kRepeatedAuthorization when it has more than one.
-absl::string_view Authorization(const grpc::CallbackServerContext* ctx);
+// kRepeatedAuthorization when it has more than one, kOversizedMetadata when its metadata is over
+// `calls`' max_metadata_bytes (Calls::Authorize refuses both).
+absl::string_view Authorization(const grpc::CallbackServerContext* ctx, const Calls& calls);
 
 // A refusal for a rate limit says when to retry: as gRPC's grpc-retry-pushback-ms trailing metadata,
 // which a channel's retry policy waits for.
@@ -97,14 +98,17 @@ void PlanInferCall(Target* call, Core* core, const grpc::ByteBuffer* raw, grpc::
     absl::StatusOr<PlannedCall<Message>> planned = (*plan)(*raw, &call->call());
     if (!planned.ok() && !waited && WaitsForLoad(planned.status())) {
       core->WhenLoaded(call->call().model, MonotonicDeadline(core->env(), call->deadline()),
-                       [call, core, raw, raw_response, plan](const absl::Status& loaded) {
-                         if (!loaded.ok()) return call->Answer(loaded);
+                       [call, core, raw, raw_response, plan](absl::StatusOr<ServableHandle> loaded) {
+                         if (!loaded.ok()) return call->Answer(loaded.status());
+                         call->call().loaded = *std::move(loaded);
                          PlanInferCall<Message>(call, core, raw, raw_response, plan, /*waited=*/true);
                        });
       return;
     }
     if (!planned.ok()) return call->Answer(planned.status());
     InferenceRequest& r = planned->request;
+    if (planned->servable == nullptr) planned->servable = Serving(call->call().loaded, r.model, r.version);
+    call->call().loaded = nullptr;  // the request holds it from here
     if (absl::Status s = call->call().Prepare(r, call->call().request_id(),
                                               MonotonicDeadline(core->env(), call->deadline()), planned->timeout);
         !s.ok()) {
@@ -131,7 +135,7 @@ template <typename Message, typename Plan>
 grpc::ServerUnaryReactor* StartInferCall(Calls* calls, Core* core, const char* method, grpc::CallbackServerContext* ctx,
                                          const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response, Plan&& plan) {
   auto* call = new InferCall(calls, ctx, method, static_cast<int64_t>(raw->Length()));
-  if (absl::Status admitted = call->call().Admission(Authorization(ctx)); !admitted.ok()) {
+  if (absl::Status admitted = call->call().Admission(Authorization(ctx, *calls)); !admitted.ok()) {
     call->Answer(admitted);
     return call;
   }

@@ -183,16 +183,22 @@ class InferStream<StreamResponse>::Item {
 template <typename StreamResponse>
 InferStream<StreamResponse>::InferStream(Options options, grpc::CallbackServerContext* ctx)
     : options_(std::move(options)), ctx_(ctx) {
-  if (const ApiKeys* keys = options_.calls->options().api_keys; keys != nullptr) {
-    if (auto key = keys->Authorize(Authorization(ctx), Scope::kInfer); !key.ok()) {
-      {
-        MutexLock lock(&mu_);
-        finished_ = true;
-        read_closed_ = true;
-      }
-      Finish(ToGrpcStatus(key.status()));
-      return;
+  // The stream is refused as a whole for its key or its metadata; each request is admitted again.
+  absl::Status refused;
+  const absl::string_view authorization = Authorization(ctx, *options_.calls);
+  if (authorization == kOversizedMetadata) {
+    refused = options_.calls->Authorize(authorization, Scope::kInfer, nullptr, /*count_refusal=*/false);
+  } else if (const ApiKeys* keys = options_.calls->options().api_keys; keys != nullptr) {
+    refused = keys->Authorize(authorization, Scope::kInfer).status();
+  }
+  if (!refused.ok()) {
+    {
+      MutexLock lock(&mu_);
+      finished_ = true;
+      read_closed_ = true;
     }
+    Finish(ToGrpcStatus(refused));
+    return;
   }
   Step step;
   {
@@ -223,7 +229,7 @@ void InferStream<StreamResponse>::OnReadDone(bool ok) {
   // The item may be answered (Deliver), even written, before this returns: a refusal, or a core that
   // answers at once. `reading_` stays set until the end, so the stream cannot finish (nor be deleted)
   // under this reaction.
-  if (absl::Status admitted = item->call().Admission(Authorization(ctx_)); !admitted.ok()) {
+  if (absl::Status admitted = item->call().Admission(Authorization(ctx_, *options_.calls)); !admitted.ok()) {
     item->Answer(admitted);
   } else {
     // The stream's plan by address, not copied per message: the stream outlives every item it took

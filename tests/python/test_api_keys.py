@@ -298,6 +298,41 @@ def test_a_repeated_authorization_is_refused_whichever_comes_first(api, keyed):
     assert classify(api, keyed.channel, SEARCH).results[0].labels
 
 
+def test_oversized_metadata_fails_its_own_call_and_no_other_on_the_connection(api, keyed):
+    """A call whose metadata is over --max-metadata-bytes (8 KiB) is refused alone, RESOURCE_EXHAUSTED naming the
+    limit; a stream in flight on the same channel (one HTTP/2 connection) goes on. gRPC 1.51's transport would reset
+    the connection -- every call on it -- were its own limit not set far above (256 KiB; docs/security.md)."""
+    import queue
+    pb, pbg = api
+    stub = pbg.InferenceStub(keyed.channel)
+    outbox = queue.Queue()
+
+    def requests():
+        while (request := outbox.get()) is not None:
+            yield request
+
+    stream = stub.ClassifyStream(requests(), metadata=bearer(SEARCH), timeout=120)
+    for i, padding in enumerate((8 * 1024, 10 * 1024, 16 * 1024, 100 * 1024)):
+        outbox.put(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["A fine film."]))
+        assert next(stream).index == i  # the stream is in flight on the connection
+        metadata = bearer(SEARCH) + (("x-padding", "p" * padding),)
+        code, message = refusal(lambda: stub.Classify(
+            pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["A fine film."]), metadata=metadata,
+            timeout=30))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, (padding, code, message)
+        assert message == ("the call's metadata is over the limit of 8192 bytes (--max-metadata-bytes; each entry "
+                           "counts its key, its value and 32); send less"), message
+    outbox.put(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["A fine film."]))
+    last = next(stream)
+    assert last.index == 4 and last.WhichOneof("answer") == "response", last
+    outbox.put(None)
+    assert list(stream) == []
+    # Just under the limit, key included: answered, on the same connection as ever.
+    fits = 8192 - (len("authorization") + len(f"Bearer {SEARCH}") + 32) - (len("x-padding") + 32) - 200
+    assert stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=["A fine film."]),
+                         metadata=bearer(SEARCH) + (("x-padding", "p" * fits),), timeout=30).results
+
+
 def test_an_empty_key_file_is_refused_unless_a_locked_server_is_meant(api):
     work = tempfile.mkdtemp(prefix="qvi_keys_empty_")
     try:

@@ -132,3 +132,48 @@ def test_an_idle_model_unloads_and_a_request_of_each_protocol_loads_it_again(api
     assert m['qvi_model_loads_total{model="alpha",reason="demand"}'] == len(calls), m
     assert m['qvi_model_loads_total{model="alpha",reason="poll"}'] == 1
     assert "model alpha: unloaded (idle); it rests until asked for" in on_demand.log()
+
+
+@pytest.fixture(scope="module")
+def crowded():
+    """Three models and a budget that holds one and a half of them, each loaded when a request asks."""
+    work = tempfile.mkdtemp(prefix="qvi_crowded_")
+    store = os.path.join(work, "store")
+    for name in ("alpha", "beta", "gamma"):
+        twin(store, name, 40)
+    proc = ServerProcess(store, work, "--model-control", "explicit", "--load-on-demand", "--device-memory-budget",
+                         "60MiB")
+    yield proc
+    proc.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def test_busy_tenants_under_the_budget_are_all_answered(api, crowded):
+    """Eight clients on one shared channel, each calling one of the models back to back, and one client alternating over the
+    three without a pause: only one model fits at a time, so each load waits for the model in the way to finish its
+    requests and takes its place. Every call is answered OK within its deadline -- none 'not loaded', none refused
+    because no model was idle (docs/serving.md, "Memory budget")."""
+    import threading
+    failures = []
+
+    def tenant(model, calls):
+        for _ in range(calls):
+            try:
+                assert classify(api, crowded, model, timeout=30).results
+            except Exception as e:  # noqa: BLE001 -- every failure is reported
+                failures.append((model, getattr(e, "details", lambda: repr(e))()))
+
+    threads = [threading.Thread(target=tenant, args=(("alpha", "beta", "gamma")[i % 3], 10)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
+    for n in range(30):  # one client, one call at a time, over the three in turn
+        model = ("alpha", "beta", "gamma")[n % 3]
+        assert classify(api, crowded, model, timeout=30).results, (n, model)
+    m = crowded.metrics()
+    evicted = sum(m.get(f'qvi_model_evictions_total{{model="{name}",reason="budget"}}', 0)
+                  for name in ("alpha", "beta", "gamma"))
+    assert evicted >= 29, m  # the alternating client alone swaps on every call
+    assert sum(1 for k in m if k.startswith("qvi_model_memory_bytes{")) <= 1, "never more than the budget holds"

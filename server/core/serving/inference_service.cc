@@ -281,14 +281,33 @@ void InferenceService::DispatchWhenLoaded(Method method, InferenceRequest r, Don
   auto work = std::make_shared<std::pair<InferenceRequest, Done>>(std::move(r), std::move(done));
   const std::string model = work->first.model;
   const absl::Time deadline = work->first.deadline;
-  repository_->WhenLoaded(model, deadline, [this, method, work](const absl::Status& loaded) {
-    if (!loaded.ok()) return work->second(loaded);
-    const bool queued = executor_->TrySubmit([this, method, work] {
-      Dispatch(method, std::move(work->first), std::move(work->second), nullptr, /*waited=*/true, /*cached=*/false);
+  repository_->WhenLoaded(model, deadline, [this, method, work](absl::StatusOr<ServableHandle> loaded) {
+    if (!loaded.ok()) return work->second(loaded.status());
+    // Served by the version loaded for it, which it holds from here: no other load can unload it first.
+    ServableHandle held = Serving(loaded, work->first.model, work->first.version);
+    const bool queued = executor_->TrySubmit([this, method, work, held]() mutable {
+      Dispatch(method, std::move(work->first), std::move(work->second), std::move(held), /*waited=*/true,
+               /*cached=*/false);
     });
     if (!queued) work->second(absl::ResourceExhaustedError("the server's request queue is full; retry with backoff"));
   });
 }
+
+namespace {
+
+// What a dispatched request's callbacks share.
+struct DispatchState {
+  InferenceResponse response;
+  InferenceService::Done done;
+  std::weak_ptr<RunnableRequest> request;      // alive whenever it calls on_done
+  std::unique_ptr<OcclusionRecord> occlusion;  // options.occlusion's rows' leavings
+  // The request holds its version until it is answered: a version being replaced or removed is
+  // unloaded only after its last request (ModelRepository). Not a moment longer: the batch that ran
+  // it may live on after its answer, and a version held is busy to the memory budget.
+  ServableHandle servable;
+};
+
+}  // namespace
 
 void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, ServableHandle resolved, bool waited,
                                 bool cached) {
@@ -309,16 +328,10 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
     done(prepared.status());
     return;
   }
-  struct State {
-    InferenceResponse response;
-    Done done;
-    std::weak_ptr<RunnableRequest> request;      // alive whenever it calls on_done
-    std::unique_ptr<OcclusionRecord> occlusion;  // options.occlusion's rows' leavings
-  };
-  auto state = std::make_shared<State>(State{std::move(prepared->response), std::move(done), {}, nullptr});
-  // The request holds its version until it is answered: a version being replaced or removed is
-  // unloaded only after its last request (ModelRepository).
-  ServableHandle servable = std::move(prepared->handle);
+  using State = DispatchState;
+  auto state =
+      std::make_shared<State>(State{std::move(prepared->response), std::move(done), {}, nullptr, prepared->handle});
+  const ServableHandle servable = std::move(prepared->handle);  // through Enqueue: it may be answered at once
   std::shared_ptr<const Model> model = servable->model;
   const int texts = static_cast<int>(prepared->ids.size());
   if (r.options.Asks(OutputSwitch::kOcclusion)) {
@@ -342,7 +355,7 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
         if (state->occlusion) state->occlusion->Record(i, out, row);
         return absl::OkStatus();
       },
-      [state, servable, texts](absl::Status status) {
+      [state, texts](absl::Status status) {
         if (status.ok() && state->occlusion) status = FillOcclusion(*state->occlusion, texts, state->response);
         if (std::shared_ptr<RunnableRequest> self = state->request.lock()) {
           const RunnableRequest::Timing timing = self->timing();
@@ -352,6 +365,7 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
           state->response.forward_time = timing.forward;
           state->response.postprocess_time = timing.postprocess;
         }
+        state->servable.reset();  // idle to the budget once this answer is handed over (the model stays)
         if (status.ok()) {
           state->done(std::move(state->response));
         } else {
@@ -366,7 +380,10 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
   request->set_priority(r.priority);
   request->set_span(r.span);
   state->request = request;
-  if (absl::Status s = servable->runner->Enqueue(std::move(request)); !s.ok()) state->done(s);
+  if (absl::Status s = servable->runner->Enqueue(std::move(request)); !s.ok()) {
+    state->servable.reset();
+    state->done(s);
+  }
 }
 
 void InferenceService::PostProcessRow(Method method, const Manifest& m, const OutputOptions& o, const std::string& text,

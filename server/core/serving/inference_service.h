@@ -50,7 +50,7 @@ class InferenceService {
 
   const RequestLimits& limits() const { return limits_; }
   // ModelRepository::WhenLoaded, for a front end that resolves before it submits (OIP's plan).
-  void WhenLoaded(const std::string& model, absl::Time deadline, ModelRepository::ControlDone ready) {
+  void WhenLoaded(const std::string& model, absl::Time deadline, ModelRepository::LoadedDone ready) {
     repository_->WhenLoaded(model, deadline, std::move(ready));
   }
   // The clock of InferenceRequest::deadline (the repository's environment).

@@ -133,8 +133,14 @@ void ModelRepository::WorkerLoop() {
       if (jobs_.empty()) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
+      turns_[job.name] = next_turn_++;  // its loads' turn at the budget: in the order taken up
     }
     PollModel(job.name, job.found ? &*job.found : nullptr, job.cause);
+    {
+      MutexLock lock(&mu_);
+      turns_.erase(job.name);
+      room_freed_.SignalAll();
+    }
     for (const std::function<void()>& answer : job.done) answer();
     FinishJob(job.name);
   }
@@ -243,6 +249,7 @@ ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64
   absl::StatusOr<ServableHandle> servable = MakeServableInBudget(name, version, found, generation, cause);
   VersionStatus result;
   ServableHandle unused;  // loaded after Shutdown() began: let go outside the lock, never served
+  std::vector<std::pair<Waiter, ServableHandle>> answered;  // the requests that waited for it
   bool stopped = false;
   {
     MutexLock lock(&mu_);
@@ -255,6 +262,7 @@ ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64
       r.servable = *servable;  // from here on Resolve() hands it out
       r.loaded = env_->Now();
       r.servable->last_used_ns.store(absl::ToUnixNanos(r.loaded));  // a version new to the LRU is not its oldest
+      HandOverLocked(name, r.servable, &answered);                  // before any other load may unload it
     } else {
       // A model the budget has no room for rests, unless another version of it serves.
       const bool serving = std::any_of(entry.versions.begin(), entry.versions.end(),
@@ -273,6 +281,7 @@ ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64
   Notify(name, result);
   if (result.state == ModelState::kReady && options_.memory_event)
     options_.memory_event(name, true, LoadCauseName(cause));
+  for (auto& [w, held] : answered) w.ready(std::move(held));
   if (stopped) return LoadResult::kShuttingDown;
   return servable.ok() ? LoadResult::kReady : LoadResult::kFailed;
 }
@@ -366,13 +375,13 @@ void ModelRepository::Shutdown() {
   }
   for (const auto& [name, s] : unloading) Notify(name, s);
   release.clear();
-  std::map<std::string, std::vector<Waiter>> waiting;
+  std::map<std::string, Waiting> waiting;
   {
     MutexLock lock(&mu_);
     waiting.swap(waiters_);
   }
   for (auto& [_, list] : waiting) {
-    for (Waiter& w : list) w.ready(absl::UnavailableError("the server is shutting down"));
+    for (Waiter& w : list.waiters) w.ready(absl::UnavailableError("the server is shutting down"));
   }
   {
     MutexLock lock(&retire_mu_);

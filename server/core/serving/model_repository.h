@@ -40,14 +40,22 @@
 //     or why not); at Shutdown() with UNAVAILABLE if it never ran.
 //  9. Memory (Options::memory_budget, memory_budget.h). Each version's footprint on its device is
 //     measured at its load (or taken from serving.json's `memory_bytes`) and reported in its status.
-//     With a budget, loads are measured one at a time, and a load that would pass its device's budget
-//     first unloads idle models -- every READY version free of requests -- least recently asked for
-//     first, but only when the load was asked for (RequestLoad, a request with load-on-demand); a
-//     poll's load never evicts. A load that still does not fit is refused (RESOURCE_EXHAUSTED naming
-//     what it needs and what holds the device). A model so unloaded (evicted, refused, or idle for
+//     With a budget, loads are measured one at a time, in the order the poll workers took them up,
+//     and a load that would pass its device's budget makes room first, but only when the load was asked
+//     for (RequestLoad, a request with load-on-demand); a poll's load never evicts. Room is made by
+//     unloading models least recently asked for first: idle ones (every READY version free of
+//     requests) before busy ones, which are taken out of service and drain (guarantee 3) -- a model
+//     whose callers overlap is never idle, and waiting for that moment would starve the load. The
+//     load waits for the drained memory until the latest deadline of the requests waiting for it
+//     (RequestLoad: Options::load_timeout). It is refused at once (RESOURCE_EXHAUSTED naming what it
+//     needs and what holds the device) only when it needs more than the whole budget, and when its
+//     requests' deadlines pass first. At most Options::max_waiting_loads models load on demand at
+//     once; a request for another is refused at once. A model so unloaded (evicted, refused, or idle for
 //     Options::unload_idle_after) *rests*: in the store, not loaded, its reason given by Resolve()
 //     and Index(), not loaded again by a poll; RequestLoad or a request (Options::load_on_demand,
-//     WhenLoaded) brings it back. The unit is the model: its version policy decides its versions.
+//     WhenLoaded) brings it back. The requests that waited for a load are handed the version it made
+//     READY, in the same step: no other load can unload it before they hold it. The unit is the
+//     model: its version policy decides its versions.
 #ifndef QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
 #define QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
 
@@ -113,6 +121,10 @@ struct Servable {
 // lives, the version stays loaded.
 using ServableHandle = std::shared_ptr<const Servable>;
 
+// `loaded` (a load on demand's answer) when it is the version a request for `model` and `version`
+// (0: the newest) is to be served by, else null: the request resolves its version itself.
+ServableHandle Serving(const absl::StatusOr<ServableHandle>& loaded, const std::string& model, int64_t version);
+
 struct ModelStatus {
   std::string name;
   std::string version_policy;
@@ -164,10 +176,14 @@ class ModelRepository {
     absl::Duration unload_idle_after = absl::ZeroDuration();
     // A request for a resting model (or, explicit, one in the store not loaded) loads it (WhenLoaded).
     bool load_on_demand = false;
+    // Models loading on demand at once, each however many requests wait for it; more are refused.
+    int max_waiting_loads = 8;
     // A model loaded, or unloaded to save memory: `reason` is LoadCauseName's, or "budget"/"idle".
     std::function<void(const std::string& name, bool loaded, const char* reason)> memory_event;
   };
   using ControlDone = std::function<void(const absl::Status& result)>;
+  // A load on demand's answer to a request: the version it made READY (held), or why there is none.
+  using LoadedDone = std::function<void(absl::StatusOr<ServableHandle> loaded)>;
 
   static absl::StatusOr<std::unique_ptr<ModelRepository>> Create(Options options);
   ~ModelRepository();
@@ -198,9 +214,11 @@ class ModelRepository {
   void RequestUnload(const std::string& name, ControlDone done) ABSL_LOCKS_EXCLUDED(mu_);
   ModelControl model_control() const { return options_.model_control; }
   // With load_on_demand, for a request whose Resolve() said WaitsForLoad: loads the model (one load
-  // however many wait) and calls `ready` once: OK when it is READY, its error, or DEADLINE_EXCEEDED
-  // at `deadline` (Env time) if the load has not ended by then. From a poll worker or the keeper.
-  void WhenLoaded(const std::string& name, absl::Time deadline, ControlDone ready) ABSL_LOCKS_EXCLUDED(mu_);
+  // however many wait) and calls `ready` once: with the newest READY version, held for the request
+  // (serve it rather than resolving again), its error, or DEADLINE_EXCEEDED at `deadline` (Env time)
+  // if the load has not ended by then. RESOURCE_EXHAUSTED at once when max_waiting_loads other
+  // models are loading on demand. From the caller's thread, a poll worker or the keeper.
+  void WhenLoaded(const std::string& name, absl::Time deadline, LoadedDone ready) ABSL_LOCKS_EXCLUDED(mu_);
   // The environment the versions run in: their batch queues' clock is this one's.
   const Env* env() const { return env_; }
   bool Has(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -244,7 +262,12 @@ class ModelRepository {
   // A request waiting for its model to load on demand.
   struct Waiter {
     absl::Time deadline;
-    ControlDone ready;
+    LoadedDone ready;
+  };
+  // The requests waiting for a model, and the load on demand started for them (its number).
+  struct Waiting {
+    uint64_t load = 0;
+    std::vector<Waiter> waiters;
   };
   struct LoadAttempt;  // one load on its own thread (model_repository.cc)
 
@@ -271,6 +294,8 @@ class ModelRepository {
   static absl::Status NotLoaded(const std::string& name);
   // UNAVAILABLE with WaitsForLoad's mark.
   static absl::Status LoadsOnDemand(const std::string& name);
+  // Resolve()'s answer for a model it has no record of, or one resting or not loaded; OK when it has one.
+  absl::Status NotServedLocked(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A servable Resolve() hands out, its last use now.
   ServableHandle Used(const ServableHandle& servable) const;
   void WorkerLoop() ABSL_LOCKS_EXCLUDED(mu_);
@@ -307,15 +332,22 @@ class ModelRepository {
   void UnloaderLoop() ABSL_LOCKS_EXCLUDED(retire_mu_, mu_);
   void Notify(const std::string& name, const VersionStatus& status) const;
 
-  // Guarantee 9 (model_repository_budget.cc). MakeServable within the budget: room made first (evicting
-  // when `cause` asks for the model), the footprint measured and charged to `generation`.
+  // Guarantee 9 (model_repository_budget.cc). MakeServable within the budget: in its turn, room made
+  // first (evicting when `cause` asks for the model), the footprint measured and charged to `generation`.
   absl::StatusOr<ServableHandle> MakeServableInBudget(const std::string& name, int64_t version, const StoreModel& found,
-                                                      uint64_t generation, LoadCause cause)
-      ABSL_LOCKS_EXCLUDED(mu_, budget_mu_);
-  // Until `need` more bytes fit `budget` on `device`: waits for versions already unloading, evicts idle
-  // models (least recently used first) when `evict`, else RESOURCE_EXHAUSTED saying what holds it.
-  absl::Status MakeRoom(const std::string& name, const std::string& device, int64_t budget, int64_t need, bool evict)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                                                      uint64_t generation, LoadCause cause) ABSL_LOCKS_EXCLUDED(mu_);
+  // Until the load of `name` is the earliest taken up of those running (turns_): OK, or why it gave up.
+  absl::Status AwaitTurn(const std::string& name, LoadCause cause, absl::Time started) ABSL_LOCKS_EXCLUDED(mu_);
+  // Until `need` more bytes fit `budget` on `device`: waits for versions already unloading, evicts
+  // (least recently used first, idle before busy) when `evict`, else RESOURCE_EXHAUSTED saying what holds it.
+  absl::Status MakeRoom(const std::string& name, const std::string& device, int64_t budget, int64_t need, bool evict,
+                        LoadCause cause, absl::Time started) ABSL_LOCKS_EXCLUDED(mu_);
+  // How long a load of `name` begun at `started` may wait for its turn and for room: load_timeout, and
+  // for a load on demand the latest deadline of its requests (now when none waits any more).
+  absl::Time WaitUntilLocked(const std::string& name, LoadCause cause, absl::Time started) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A load on demand whose requests all left (their deadlines passed) gives up waiting.
+  absl::Status GaveUpLocked(const std::string& name, const char* waiting_for) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t UsedLocked(const std::string& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The bytes charged to one servable (0 when its load measured nothing).
   int64_t ChargedLocked(uint64_t generation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -324,14 +356,16 @@ class ModelRepository {
   // RESOURCE_EXHAUSTED: what `name` needs, what is left, which models hold the device, and `why`.
   absl::Status NoRoomLocked(const std::string& name, const std::string& device, int64_t budget, int64_t need,
                             const char* why) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A model every READY version of which is free of requests, with its bytes on a device.
-  struct IdleModel {
+  // A model holding memory on a device that a load may unload: its bytes there, and whether a request holds it.
+  struct Evictable {
     std::string name;
     int64_t bytes = 0;
     int64_t last_used_ns = 0;
+    bool busy = false;
   };
-  // The idle models holding memory on `device` (not `except`), least recently asked for first.
-  std::vector<IdleModel> IdleOnLocked(const std::string& device, const std::string& except) const
+  // The READY models on `device` (not `except`, none with a poll or load under way), idle ones first,
+  // each group least recently asked for first.
+  std::vector<Evictable> EvictableOnLocked(const std::string& device, const std::string& except) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes every READY version of `name` out of service (state UNLOADING, `reason`) and lets it rest.
   void RestLocked(const std::string& name, const std::string& reason, std::vector<ServableHandle>* release,
@@ -340,13 +374,22 @@ class ModelRepository {
   void KeeperLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // One pass of it: what is due now is done; returns when the next thing falls due.
   absl::Time KeepOnce() ABSL_LOCKS_EXCLUDED(mu_);
-  // The waiters whose deadline has come, moved to `expired`; `next` lowered to the next deadline.
+  // The waiters whose deadline has come, moved to `expired` (a model nobody waits for leaves
+  // waiters_); `next` lowered to the next deadline.
   void ExpireWaitersLocked(absl::Time now, absl::Time* next, std::vector<Waiter>* expired)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The models idle for unload_idle_after; `next` lowered to when the next one may be.
   std::vector<std::string> IdleModelsLocked(absl::Time now, absl::Time* next) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A load on demand has ended: every waiter of `name` gets `result`.
-  void Answer(const std::string& name, const absl::Status& result) ABSL_LOCKS_EXCLUDED(mu_);
+  // Load on demand number `load` has ended: its waiters get the newest READY version, else `result`'s
+  // error. OK with no READY version (unloaded again meanwhile): the model is loaded once more for them.
+  // Waiters that came after that load gave up wait for a load of their own, not for this answer.
+  void Answer(const std::string& name, uint64_t load, const absl::Status& result) ABSL_LOCKS_EXCLUDED(mu_);
+  void StartDemandLoad(const std::string& name, uint64_t load) ABSL_LOCKS_EXCLUDED(mu_);
+  // A model asked for again: no longer resting, its versions the budget refused (FAILED) tried again.
+  void WakeLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `servable` is READY: the waiters of its model, moved to `answered`, are handed it.
+  void HandOverLocked(const std::string& name, const ServableHandle& servable,
+                      std::vector<std::pair<Waiter, ServableHandle>>* answered) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const StoreSource source_;
@@ -367,18 +410,21 @@ class ModelRepository {
   std::set<std::string> wanted_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> on_disk_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::vector<std::function<void()>>> again_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, LoadCause> again_load_ ABSL_GUARDED_BY(mu_);  // of those, the loads: why
   // Guarantee 9: the models resting and why; each servable's footprint; the requests waiting for a
   // load on demand, by model.
   std::map<std::string, std::string> resting_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Charge> charges_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::vector<Waiter>> waiters_ ABSL_GUARDED_BY(mu_);
-  CondVar room_freed_;   // a charge dropped (a version unloaded)
+  std::map<std::string, Waiting> waiters_ ABSL_GUARDED_BY(mu_);  // none empty: the last to leave erases it
+  uint64_t next_load_ ABSL_GUARDED_BY(mu_) = 1;
+  CondVar room_freed_;  // a charge dropped, a turn or a job ended, a waiter came or left, or the stop
+  // The running poll workers' jobs by model, numbered as they were taken up: the budget's turns.
+  std::map<std::string, uint64_t> turns_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_turn_ ABSL_GUARDED_BY(mu_) = 0;
   CondVar keeper_wake_;  // a waiter added (a poke), or the stop
   uint64_t keeper_pokes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t keeper_seen_ ABSL_GUARDED_BY(mu_) = 0;  // the pokes the keeper's last pass saw
   std::thread keeper_;
-  // One measured load at a time (guarantee 9). Taken before mu_.
-  Mutex budget_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   CondVar jobs_changed_;  // a job queued, a model no longer busy, or the stop
   std::vector<std::thread> workers_;
 

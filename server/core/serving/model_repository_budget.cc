@@ -1,5 +1,5 @@
-// Guarantee 9 of model_repository.h: each version's footprint measured at load, the memory budget per
-// device with its least-recently-used evictions, models unloaded when idle, and loads on demand.
+// Guarantee 9 of model_repository.h: each version's footprint measured at load, and the memory budget
+// per device: loads in turn, each making room by least-recently-used evictions.
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -17,8 +17,6 @@ namespace qvi {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr char kWaitsForLoad[] = "type.qvi.dev/waits-for-load";
 
 // Before a load: the largest model file of the version folder, a floor for its weights in memory.
 int64_t LargestModelFile(const std::string& dir) {
@@ -45,15 +43,6 @@ const char* LoadCauseName(LoadCause cause) {
   return "unknown";
 }
 
-bool WaitsForLoad(const absl::Status& status) { return status.GetPayload(kWaitsForLoad).has_value(); }
-
-absl::Status ModelRepository::LoadsOnDemand(const std::string& name) {
-  absl::Status status = absl::UnavailableError(
-      absl::StrCat("model '", Capped(name), "' is not loaded; it loads on demand (--load-on-demand)"));
-  status.SetPayload(kWaitsForLoad, absl::Cord(name));
-  return status;
-}
-
 int64_t ModelRepository::ChargedLocked(uint64_t generation) const {
   auto charge = charges_.find(generation);
   return charge == charges_.end() ? 0 : charge->second.bytes;
@@ -65,27 +54,28 @@ int64_t ModelRepository::UsedLocked(const std::string& device) const {
   return used;
 }
 
-std::vector<ModelRepository::IdleModel> ModelRepository::IdleOnLocked(const std::string& device,
-                                                                      const std::string& except) const {
-  std::vector<IdleModel> idle_models;
+std::vector<ModelRepository::Evictable> ModelRepository::EvictableOnLocked(const std::string& device,
+                                                                           const std::string& except) const {
+  std::vector<Evictable> found;
   for (const auto& [name, entry] : models_) {
     if (name == except || busy_.count(name) > 0) continue;  // a poll or load of it is under way
-    bool idle = true;
-    IdleModel m{name, 0, 0};
+    Evictable m{name, 0, 0, false};
+    bool loading = false;
     for (const auto& [_, r] : entry.versions) {
-      if (r.status.state == ModelState::kLoading) idle = false;
+      loading = loading || r.status.state == ModelState::kLoading;
       if (r.status.state != ModelState::kReady || r.servable == nullptr) continue;
       // Under mu_ nobody can take a new hold: one hold (ours) means no request has it.
-      idle = idle && r.servable.use_count() == 1;
+      m.busy = m.busy || r.servable.use_count() > 1;
       auto charge = charges_.find(r.generation);
       if (charge != charges_.end() && charge->second.device == device) m.bytes += charge->second.bytes;
       m.last_used_ns = std::max(m.last_used_ns, r.servable->last_used_ns.load(std::memory_order_relaxed));
     }
-    if (idle && m.bytes > 0) idle_models.push_back(m);
+    if (!loading && m.bytes > 0) found.push_back(m);
   }
-  std::sort(idle_models.begin(), idle_models.end(),
-            [](const IdleModel& a, const IdleModel& b) { return a.last_used_ns < b.last_used_ns; });
-  return idle_models;
+  std::sort(found.begin(), found.end(), [](const Evictable& a, const Evictable& b) {
+    return std::tie(a.busy, a.last_used_ns) < std::tie(b.busy, b.last_used_ns);
+  });
+  return found;
 }
 
 void ModelRepository::RestLocked(const std::string& name, const std::string& reason,
@@ -135,46 +125,86 @@ absl::Status ModelRepository::NoRoomLocked(const std::string& name, const std::s
                    " left; loaded: ", held.empty() ? "(none)" : absl::StrJoin(held, ", "), held.empty() ? "" : why));
 }
 
+absl::Time ModelRepository::WaitUntilLocked(const std::string& name, LoadCause cause, absl::Time started) const {
+  absl::Time until = started + options_.load_timeout;
+  if (cause != LoadCause::kDemand) return until;
+  absl::Time latest = env_->Now();  // nobody waits any more: give up now
+  if (auto w = waiters_.find(name); w != waiters_.end()) {
+    for (const Waiter& waiter : w->second.waiters) latest = std::max(latest, waiter.deadline);
+  }
+  return std::min(until, latest);
+}
+
+absl::Status ModelRepository::GaveUpLocked(const std::string& name, const char* waiting_for) const {
+  // RESOURCE_EXHAUSTED: the model rests, and the next request for it loads it again.
+  return absl::ResourceExhaustedError(absl::StrCat("model '", Capped(name), "' waited ", waiting_for,
+                                                   " until the deadline of every request for it had passed"));
+}
+
+absl::Status ModelRepository::AwaitTurn(const std::string& name, LoadCause cause, absl::Time started) {
+  MutexLock lock(&mu_);
+  while (true) {
+    if (stopped_) return absl::CancelledError("not loaded: the server is shutting down");
+    auto mine = turns_.find(name);
+    if (mine == turns_.end()) return absl::OkStatus();  // a load outside a poll worker's job: none in tests
+    bool first = true;
+    for (const auto& [_, turn] : turns_) first = first && turn >= mine->second;
+    if (first) return absl::OkStatus();
+    const absl::Time until = WaitUntilLocked(name, cause, started);
+    if (env_->Now() >= until) {
+      return cause == LoadCause::kDemand
+                 ? GaveUpLocked(name, "for the loads before it")
+                 : absl::ResourceExhaustedError(absl::StrCat("model '", Capped(name), "' waited ",
+                                                             absl::FormatDuration(options_.load_timeout),
+                                                             " (--load-timeout-seconds) for the loads before it"));
+    }
+    env_->WaitUntil(&room_freed_, &mu_, until);
+  }
+}
+
 absl::Status ModelRepository::MakeRoom(const std::string& name, const std::string& device, int64_t budget, int64_t need,
-                                       bool evict) {
-  const absl::Time until = env_->Now() + options_.load_timeout;
-  while (true) {  // one eviction a round, the least recently used first, until the load fits
+                                       bool evict, LoadCause cause, absl::Time started) {
+  while (true) {  // evictions a round, until the load fits or its wait ends
     std::vector<ServableHandle> release;
     std::vector<std::pair<std::string, VersionStatus>> unloading;
-    std::string evicted;
+    std::vector<std::string> evicted;
     {
       MutexLock lock(&mu_);
       if (stopped_) return absl::CancelledError("not loaded: the server is shutting down");
       const int64_t used = UsedLocked(device);
       if (used + need <= budget) return absl::OkStatus();
-      // Versions already unloading free their memory once their requests are answered.
-      const int64_t leaving = LeavingLocked(device);
-      const bool timed_out = env_->Now() >= until;
-      if (leaving > 0 && used - leaving + need <= budget && !timed_out) {
-        env_->WaitUntil(&room_freed_, &mu_, until);
-        continue;
-      }
-      if (timed_out)
-        return NoRoomLocked(name, device, budget, need, "; the versions unloading did not free it in time");
       if (need > budget) return NoRoomLocked(name, device, budget, need, "; it needs more than the whole budget");
       if (!evict) return NoRoomLocked(name, device, budget, need, "; a poll of the store evicts no other model");
-      // Nothing is unloaded unless unloading what is idle makes room.
-      const std::vector<IdleModel> idle = IdleOnLocked(device, name);
-      int64_t idle_bytes = 0;
-      for (const IdleModel& m : idle) idle_bytes += m.bytes;
-      if (idle.empty() || used - leaving - idle_bytes + need > budget) {
-        return NoRoomLocked(name, device, budget, need,
-                            idle.empty() ? "; none of them is idle" : "; unloading every idle one would not make room");
+      const absl::Time until = WaitUntilLocked(name, cause, started);
+      if (env_->Now() >= until) {
+        if (cause == LoadCause::kDemand) return GaveUpLocked(name, "for room in the memory budget");
+        return NoRoomLocked(name, device, budget, need, "; the models unloading did not free it in time");
       }
-      evicted = idle.front().name;
-      RestLocked(evicted,
-                 absl::StrCat("unloaded to make room for '", Capped(name), "' within the memory budget of ", device,
-                              " (the least recently used idle model)"),
-                 &release, &unloading);
+      // Versions already unloading free their memory once their requests are answered.
+      int64_t short_by = used - LeavingLocked(device) + need - budget;
+      const std::vector<Evictable> evictable = EvictableOnLocked(device, name);
+      int64_t evictable_bytes = 0;
+      for (const Evictable& m : evictable) evictable_bytes += m.bytes;
+      // Nothing is unloaded unless unloading makes room; else a load under way may end and be evictable.
+      if (evictable_bytes < short_by) short_by = 0;
+      for (const Evictable& m : evictable) {
+        if (short_by <= 0) break;
+        short_by -= m.bytes;
+        evicted.push_back(m.name);
+        RestLocked(m.name,
+                   absl::StrCat("unloaded to make room for '", Capped(name), "' within the memory budget of ", device,
+                                m.busy ? " (the least recently used model; its requests in flight were answered)"
+                                       : " (the least recently used idle model)"),
+                   &release, &unloading);
+      }
+      // Nothing more to unload now: wait for the drained memory, or for a load under way to end.
+      if (evicted.empty()) env_->WaitUntil(&room_freed_, &mu_, until);
     }
     for (const auto& [n, s] : unloading) Notify(n, s);
-    if (options_.memory_event) options_.memory_event(evicted, false, "budget");
-    release.clear();  // idle: they go to the unloader now, and their charges with them
+    for (const std::string& n : evicted) {
+      if (options_.memory_event) options_.memory_event(n, false, "budget");
+    }
+    release.clear();  // idle ones go to the unloader now; busy ones once their last request is answered
   }
 }
 
@@ -182,9 +212,12 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServableInBudget(const std::
                                                                      const StoreModel& found, uint64_t generation,
                                                                      LoadCause cause) {
   const bool budget = options_.memory_budget.enabled();
-  // Without a budget, loads run side by side and each footprint is measured as well as that allows.
-  std::optional<MutexLock> measuring;
-  if (budget) measuring.emplace(&budget_mu_);
+  const absl::Time started = env_->Now();
+  // With a budget, one load at a time (its footprint is what the device gained), in its turn; without
+  // one, loads run side by side and each footprint is measured as well as that allows.
+  if (budget) {
+    if (absl::Status turn = AwaitTurn(name, cause, started); !turn.ok()) return turn;
+  }
   absl::StatusOr<c10::Device> device = ResolveDevice(
       ResolvePlacement(options_.defaults, found.overrides.ok() ? *found.overrides : ServingOverrides{}).device);
   if (!device.ok()) return device.status();
@@ -195,7 +228,7 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServableInBudget(const std::
   const bool evict = cause != LoadCause::kPoll;
   if (budget) {
     const int64_t need = declared.value_or(LargestModelFile(source_.VersionDir(name, version)));
-    if (absl::Status room = MakeRoom(name, key, limit, need, evict); !room.ok()) return room;
+    if (absl::Status room = MakeRoom(name, key, limit, need, evict, cause, started); !room.ok()) return room;
   }
   const int64_t before = meter_->InUse(*device);
   absl::StatusOr<ServableHandle> servable = MakeServable(name, version, found, generation);
@@ -204,120 +237,11 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServableInBudget(const std::
   if (budget) {
     // The file's size was a floor: when the version took more, room for the rest is made now. If
     // there is none, the version is let go (the unloader frees it).
-    if (absl::Status room = MakeRoom(name, key, limit, bytes, evict); !room.ok()) return room;
+    if (absl::Status room = MakeRoom(name, key, limit, bytes, evict, cause, started); !room.ok()) return room;
   }
   MutexLock lock(&mu_);
   charges_[generation] = Charge{key, bytes};
   return servable;
-}
-
-void ModelRepository::WhenLoaded(const std::string& name, absl::Time deadline, ControlDone ready) {
-  bool start = false;
-  {
-    MutexLock lock(&mu_);
-    if (!stopped_ && options_.load_on_demand) {
-      std::vector<Waiter>& waiting = waiters_[name];
-      start = waiting.empty();
-      waiting.push_back(Waiter{deadline, std::move(ready)});
-      ++keeper_pokes_;
-      keeper_wake_.SignalAll();
-      ready = nullptr;
-    }
-  }
-  if (ready) return ready(absl::UnavailableError(absl::StrCat("model '", Capped(name), "' is not loaded")));
-  if (start) Control(name, true, LoadCause::kDemand, [this, name](const absl::Status& s) { Answer(name, s); });
-}
-
-void ModelRepository::Answer(const std::string& name, const absl::Status& result) {
-  std::vector<Waiter> waiting;
-  {
-    MutexLock lock(&mu_);
-    auto it = waiters_.find(name);
-    if (it == waiters_.end()) return;
-    waiting = std::move(it->second);
-    waiters_.erase(it);
-  }
-  for (Waiter& w : waiting) w.ready(result);
-}
-
-void ModelRepository::ExpireWaitersLocked(absl::Time now, absl::Time* next, std::vector<Waiter>* expired) {
-  for (auto& [name, waiting] : waiters_) {
-    // Expired waiters leave; the load goes on for those left, and for the next request.
-    for (auto w = waiting.begin(); w != waiting.end();) {
-      if (w->deadline > now) {
-        *next = std::min(*next, w->deadline);
-        ++w;
-        continue;
-      }
-      expired->push_back(std::move(*w));
-      w = waiting.erase(w);
-    }
-  }
-}
-
-std::vector<std::string> ModelRepository::IdleModelsLocked(absl::Time now, absl::Time* next) const {
-  std::vector<std::string> idle;
-  const absl::Duration after = options_.unload_idle_after;
-  if (after <= absl::ZeroDuration()) return idle;
-  *next = std::min(*next, now + after);  // for versions READY from now on
-  for (const auto& [name, entry] : models_) {
-    if (busy_.count(name) > 0) continue;
-    absl::Time last = absl::InfinitePast();
-    bool ready = false, in_use = false;
-    for (const auto& [_, r] : entry.versions) {
-      if (r.status.state != ModelState::kReady || r.servable == nullptr) continue;
-      ready = true;
-      in_use = in_use || r.servable.use_count() > 1;
-      last = std::max({last, r.loaded, absl::FromUnixNanos(r.servable->last_used_ns.load(std::memory_order_relaxed))});
-    }
-    if (ready && !in_use && last + after <= now) {
-      idle.push_back(name);
-    } else if (ready) {
-      *next = std::min(*next, in_use ? now + after : last + after);
-    }
-  }
-  return idle;
-}
-
-absl::Time ModelRepository::KeepOnce() {
-  std::vector<Waiter> expired;
-  std::vector<ServableHandle> release;
-  std::vector<std::pair<std::string, VersionStatus>> unloading;
-  std::vector<std::string> idle;
-  absl::Time next = absl::InfiniteFuture();
-  {
-    MutexLock lock(&mu_);
-    keeper_seen_ = keeper_pokes_;
-    const absl::Time now = env_->Now();
-    ExpireWaitersLocked(now, &next, &expired);
-    idle = IdleModelsLocked(now, &next);
-    for (const std::string& name : idle) {
-      RestLocked(name,
-                 absl::StrCat("unloaded after ", absl::FormatDuration(options_.unload_idle_after),
-                              " without a request (--unload-idle-after)"),
-                 &release, &unloading);
-    }
-  }
-  for (Waiter& w : expired) {
-    w.ready(absl::DeadlineExceededError("the deadline passed while the model was loading on demand"));
-  }
-  for (const auto& [n, s] : unloading) Notify(n, s);
-  for (const std::string& name : idle) {
-    if (options_.memory_event) options_.memory_event(name, false, "idle");
-  }
-  return next;
-}
-
-void ModelRepository::KeeperLoop() {
-  while (true) {
-    const absl::Time next = KeepOnce();
-    MutexLock lock(&mu_);
-    // A waiter that came after KeepOnce() looked (a poke) has a deadline it did not see.
-    while (!stopped_ && keeper_pokes_ == keeper_seen_ && env_->Now() < next) {
-      env_->WaitUntil(&keeper_wake_, &mu_, next);
-    }
-    if (stopped_) return;
-  }
 }
 
 }  // namespace qvi

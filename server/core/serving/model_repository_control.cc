@@ -93,17 +93,11 @@ void ModelRepository::Control(const std::string& name, bool load, LoadCause caus
       } else {
         wanted_.erase(name);
       }
-      // A resting model has no READY version; the budget's refusals (FAILED) are tried again now.
-      if (resting_.erase(name) > 0 && models_.count(name) > 0) {
-        std::map<int64_t, Record>& versions = models_[name].versions;
-        for (auto v = versions.begin(); v != versions.end();) {
-          v = v->second.status.state == ModelState::kFailed ? versions.erase(v) : std::next(v);
-        }
-        if (versions.empty()) models_.erase(name);
-      }
+      WakeLocked(name);
       std::function<void()> answer = [this, name, load, done = std::move(done)] { done(ControlResult(name, load)); };
       if (!busy_.insert(name).second) {
         again_[name].push_back(std::move(answer));  // after the poll of it in progress, a poll of its own
+        if (load) again_load_[name] = cause;        // which wakes the model again: that poll may rest it
       } else {
         jobs_.push_back(Job{name, FoundLocked(name, disk), {}, cause});
         jobs_.back().done.push_back(std::move(answer));
@@ -113,6 +107,16 @@ void ModelRepository::Control(const std::string& name, bool load, LoadCause caus
     }
   }
   done(refused);
+}
+
+void ModelRepository::WakeLocked(const std::string& name) {
+  // A resting model has no READY version; the budget's refusals (FAILED) are tried again now.
+  if (resting_.erase(name) == 0 || models_.count(name) == 0) return;
+  std::map<int64_t, Record>& versions = models_[name].versions;
+  for (auto v = versions.begin(); v != versions.end();) {
+    v = v->second.status.state == ModelState::kFailed ? versions.erase(v) : std::next(v);
+  }
+  if (versions.empty()) models_.erase(name);
 }
 
 void ModelRepository::FinishJob(const std::string& name) {
@@ -129,6 +133,7 @@ void ModelRepository::FinishJob(const std::string& name) {
     if (again.empty() || stopped) {
       busy_.erase(name);
       jobs_changed_.SignalAll();
+      room_freed_.SignalAll();  // a load waiting for room may unload this model now
     }
   }
   if (again.empty()) return;
@@ -140,7 +145,13 @@ void ModelRepository::FinishJob(const std::string& name) {
   MutexLock lock(&mu_);
   // Queued while this worker holds no job: it takes the job itself if no other worker does first,
   // so the job runs even if Shutdown() began meanwhile (its poll then returns at once).
-  jobs_.push_back(Job{name, FoundLocked(name, disk), std::move(again), LoadCause::kAdmin});
+  LoadCause cause = LoadCause::kAdmin;
+  if (auto load = again_load_.find(name); load != again_load_.end()) {
+    cause = load->second;
+    again_load_.erase(load);
+    WakeLocked(name);
+  }
+  jobs_.push_back(Job{name, FoundLocked(name, disk), std::move(again), cause});
   jobs_changed_.SignalAll();
 }
 
@@ -187,9 +198,7 @@ ServableHandle ModelRepository::Used(const ServableHandle& servable) const {
   return servable;
 }
 
-absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name, int64_t version) const {
-  MutexLock lock(&mu_);
-  if (stopped_) return absl::UnavailableError("the server is shutting down");
+absl::Status ModelRepository::NotServedLocked(const std::string& name) const {
   auto it = models_.find(name);
   auto rest = resting_.find(name);
   const bool not_loaded = (it == models_.end() || rest != resting_.end()) && on_disk_.count(name) > 0 &&
@@ -202,16 +211,26 @@ absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name,
                                                Capped(name), "/load)"));
   }
   if (not_loaded) return NotLoaded(name);
-  if (it == models_.end()) {
-    std::vector<std::string> names;
-    for (const auto& [n, _] : models_) names.push_back(n);
-    return UnknownModel(name, names);
-  }
+  if (it != models_.end()) return absl::OkStatus();
+  if (options_.load_on_demand && busy_.count(name) > 0 && on_disk_.count(name) > 0) return LoadsOnDemand(name);
+  std::vector<std::string> names;
+  for (const auto& [n, _] : models_) names.push_back(n);
+  return UnknownModel(name, names);
+}
+
+absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name, int64_t version) const {
+  MutexLock lock(&mu_);
+  if (stopped_) return absl::UnavailableError("the server is shutting down");
+  if (absl::Status missing = NotServedLocked(name); !missing.ok()) return missing;
+  auto it = models_.find(name);
+  // A load (on demand, or a poll's) is under way: the request waits for it rather than be refused.
+  const bool wait = options_.load_on_demand && busy_.count(name) > 0;
   const std::map<int64_t, Record>& versions = it->second.versions;
   if (version == 0) {
     for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
       if (v->second.status.state == ModelState::kReady) return Used(v->second.servable);
     }
+    if (wait) return LoadsOnDemand(name);
     std::vector<std::string> why;
     for (const auto& [n, r] : versions) {
       why.push_back(absl::StrCat(n, " ", ModelStateName(r.status.state), ": ", r.status.reason));
@@ -228,6 +247,7 @@ absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name,
                                             it->second.policy.ToString(), ")"));
   }
   if (v->second.status.state != ModelState::kReady) {
+    if (wait) return LoadsOnDemand(name);
     return absl::UnavailableError(absl::StrCat("model '", name, "' version ", version, " is ",
                                                ModelStateName(v->second.status.state), ": ", v->second.status.reason));
   }

@@ -27,13 +27,15 @@ void OipApi::ServerMetadata(inference::ServerMetadataResponse* response) {
   response->add_extensions("classification");
 }
 
-absl::StatusOr<OipApi::Planned> OipApi::Plan(const inference::ModelInferRequest& request) const {
+absl::StatusOr<OipApi::Planned> OipApi::Plan(const inference::ModelInferRequest& request,
+                                             const ServableHandle& loaded) const {
   // The model's task decides Classify or Tag, and its manifest which outputs exist: the plan is
   // checked against one version, and the core answers from that same version.
   if (absl::Status s = CheckModelNameBytes("model_name", request.model_name(), limits_); !s.ok()) return s;
   absl::StatusOr<int64_t> version = oip::ParseVersion("model_version", request.model_version());
   if (!version.ok()) return version.status();
-  absl::StatusOr<ServableHandle> servable = repository_->Resolve(request.model_name(), *version);
+  absl::StatusOr<ServableHandle> servable = Serving(loaded, request.model_name(), *version);
+  if (*servable == nullptr) servable = repository_->Resolve(request.model_name(), *version);
   if (!servable.ok()) return servable.status();
   absl::StatusOr<oip::InferPlan> plan = oip::FromModelInfer(request, (*servable)->model->manifest());
   if (!plan.ok()) return plan.status();

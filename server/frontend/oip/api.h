@@ -47,7 +47,9 @@ class OipApi {
     ServableHandle servable;
     std::shared_ptr<oip::InferPlan> plan;
   };
-  absl::StatusOr<Planned> Plan(const inference::ModelInferRequest& request) const;
+  // `loaded`: what a load on demand made READY for the request; it serves it when it is the version asked for.
+  absl::StatusOr<Planned> Plan(const inference::ModelInferRequest& request,
+                               const ServableHandle& loaded = nullptr) const;
   // The exact size of the answer checked against the send limit, then the answer built.
   absl::Status BuildAnswer(const InferenceResponse& answer, const oip::InferPlan& plan, const std::string& id,
                            inference::ModelInferResponse* response) const;

@@ -81,7 +81,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ListModels(grpc::CallbackServerC
                                                            const grpc::ByteBuffer* request,
                                                            grpc::ByteBuffer* response) {
   return RawUnary<v1::ListModelsRequest, v1::ListModelsResponse>(
-      ctx, request, response, caps_, calls_->Authorize(Authorization(ctx), Scope::kRead),
+      ctx, request, response, caps_, calls_->Authorize(Authorization(ctx, *calls_), Scope::kRead),
       [this](const v1::ListModelsRequest&, v1::ListModelsResponse* out) {
         ListModelsAnswer(*repository_, out);
         return absl::OkStatus();
@@ -91,7 +91,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::ListModels(grpc::CallbackServerC
 grpc::ServerUnaryReactor* InferenceServiceImpl::GetModel(grpc::CallbackServerContext* ctx,
                                                          const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
   return RawUnary<v1::GetModelRequest, v1::GetModelResponse>(
-      ctx, request, response, caps_, calls_->Authorize(Authorization(ctx), Scope::kRead),
+      ctx, request, response, caps_, calls_->Authorize(Authorization(ctx, *calls_), Scope::kRead),
       [this](const v1::GetModelRequest& r, v1::GetModelResponse* out) {
         return GetModelAnswer(*repository_, core_->limits(), r, out);
       });

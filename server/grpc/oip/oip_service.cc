@@ -39,7 +39,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelReady(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* OipServiceImpl::ServerMetadata(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
                                                          grpc::ByteBuffer* raw_response) {
   return RawUnary<inference::ServerMetadataRequest, inference::ServerMetadataResponse>(
-      ctx, raw, raw_response, caps_, calls_->Authorize(Authorization(ctx), Scope::kRead),
+      ctx, raw, raw_response, caps_, calls_->Authorize(Authorization(ctx, *calls_), Scope::kRead),
       [](const inference::ServerMetadataRequest&, inference::ServerMetadataResponse* response) {
         OipApi::ServerMetadata(response);
         return absl::OkStatus();
@@ -49,7 +49,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ServerMetadata(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* OipServiceImpl::ModelMetadata(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
                                                         grpc::ByteBuffer* raw_response) {
   return RawUnary<inference::ModelMetadataRequest, inference::ModelMetadataResponse>(
-      ctx, raw, raw_response, caps_, calls_->Authorize(Authorization(ctx), Scope::kRead),
+      ctx, raw, raw_response, caps_, calls_->Authorize(Authorization(ctx, *calls_), Scope::kRead),
       [this](const inference::ModelMetadataRequest& request, inference::ModelMetadataResponse* response) {
         return api_->ModelMetadata(request, response);
       });
@@ -65,7 +65,7 @@ grpc::ServerUnaryReactor* OipServiceImpl::ModelInfer(grpc::CallbackServerContext
         if (absl::Status s = DecodeRequest(bytes, caps_, &request); !s.ok()) return s;
         call->model = request.model_name();
         call->set_request_id(request.id().empty() ? calls_->NextRequestId() : request.id());
-        absl::StatusOr<OipApi::Planned> plan = api_->Plan(request);
+        absl::StatusOr<OipApi::Planned> plan = api_->Plan(request, call->loaded);
         if (!plan.ok()) return plan.status();
         Planned planned;
         planned.method = plan->plan->method;

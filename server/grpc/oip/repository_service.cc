@@ -116,7 +116,7 @@ void RepositoryService::Handle(grpc::GenericCallbackServerContext* ctx, const gr
                                Answer answer) const {
   try {
     std::shared_ptr<const ApiKey> key;
-    if (absl::Status allowed = calls_->Authorize(Authorization(ctx), Scope::kAdmin, &key); !allowed.ok()) {
+    if (absl::Status allowed = calls_->Authorize(Authorization(ctx, *calls_), Scope::kAdmin, &key); !allowed.ok()) {
       return answer(allowed, {});
     }
     const std::string who = key ? key->name : "";

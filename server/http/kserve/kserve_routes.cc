@@ -31,16 +31,17 @@ absl::StatusOr<size_t> JsonHeaderBytes(const HttpRequest& request) {
 }
 
 // Plan, Prepare and Submit a parsed ModelInfer. A plan that resolved a model which loads on demand
-// waits for it, once, within X-Request-Timeout-Ms, and plans again on the thread that loaded it.
+// waits for it, once, within X-Request-Timeout-Ms, and plans again on the thread that loaded it, with
+// the version `loaded` for it.
 void PlanKServeInfer(Core* core, const OipApi* oip, std::shared_ptr<HttpCall> call,
                      std::shared_ptr<const HttpRequest> request, std::shared_ptr<const rest::ParsedInfer> asked,
-                     bool waited) {
-  absl::StatusOr<OipApi::Planned> planned = oip->Plan(asked->request);
+                     bool waited, const ServableHandle& loaded = nullptr) {
+  absl::StatusOr<OipApi::Planned> planned = oip->Plan(asked->request, loaded);
   if (!planned.ok() && !waited && WaitsForLoad(planned.status())) {
     return core->WhenLoaded(asked->request.model_name(), call->HeaderDeadline(*request),
-                            [core, oip, call, request, asked](const absl::Status& loaded) {
-                              if (!loaded.ok()) return call->Fail(loaded);
-                              PlanKServeInfer(core, oip, call, request, asked, /*waited=*/true);
+                            [core, oip, call, request, asked](absl::StatusOr<ServableHandle> held) {
+                              if (!held.ok()) return call->Fail(held.status());
+                              PlanKServeInfer(core, oip, call, request, asked, /*waited=*/true, *held);
                             });
   }
   if (!planned.ok()) return call->Fail(planned.status());

@@ -212,6 +212,29 @@ TEST_F(ModelRepositoryTest, ARequestIsAnsweredByTheVersionItWasResolvedTo) {
   EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInternal) << mismatched.status();
 }
 
+// A version a request holds is busy to the memory budget: the request lets go of it as its answer
+// is handed over, not when the batch that ran it is freed later.
+TEST_F(ModelRepositoryTest, ARequestLetsGoOfItsVersionAsItsAnswerIsHandedOver) {
+  Open();
+  const ServableHandle mine = *repo_->Resolve("sentiment", 0);  // the repository's hold, and this one
+  Executor executor(1, 4);
+  InferenceService service(repo_.get(), &executor, RequestLimits{});
+  InferenceRequest r;
+  r.model = "sentiment";
+  r.texts = {"A moving, funny film.", "A dull one."};
+  Notification answered;
+  long holds_at_answer = -1;
+  bool ok = false;
+  service.Submit(Method::kClassify, r, [&](absl::StatusOr<InferenceResponse> answer) {
+    ok = answer.ok();
+    holds_at_answer = mine.use_count();
+    answered.Notify();
+  });
+  ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(holds_at_answer, 2) << "the request still held its version when its answer was handed over";
+}
+
 TEST_F(ModelRepositoryTest, CorruptVersionFailsAloneAndIsRetriedOnlyWhenItsFileChanges) {
   Open();
   const ServableHandle before = *repo_->Resolve("sentiment", 0);
@@ -582,10 +605,21 @@ struct Answer {
       arrived->Notify();
     };
   }
+  // For WhenLoaded: the version handed over is kept (`loaded`), and its model's name as the status's message.
+  ModelRepository::LoadedDone loaded_done() const {
+    return [arrived = arrived, calls = calls, status = status, held = held](absl::StatusOr<ServableHandle> s) {
+      ++*calls;
+      *status = s.ok() ? absl::OkStatus() : s.status();
+      if (s.ok()) *held = *s;
+      arrived->Notify();
+    };
+  }
   absl::Status Wait() const {
     EXPECT_TRUE(arrived->WaitForNotificationWithTimeout(absl::Seconds(120)));
     return *status;
   }
+  bool Arrived() const { return arrived->HasBeenNotified(); }
+  std::shared_ptr<ServableHandle> held = std::make_shared<ServableHandle>();
 };
 
 void Explicit(ModelRepository::Options& o, std::vector<std::string> at_start) {
@@ -846,7 +880,28 @@ TEST_F(ModelRepositoryTest, AnAskedLoadOverTheBudgetUnloadsTheLeastRecentlyUsedI
                                             "ner loaded admin", "sentiment unloaded budget", "topics loaded admin"}));
 }
 
-TEST_F(ModelRepositoryTest, ALoadTheBudgetCannotHoldIsRefusedAndItsModelRests) {
+TEST_F(ModelRepositoryTest, ALoadTheBudgetCanNeverHoldIsRefusedAtOnceAndUnloadsNothing) {
+  AddDemoModel("topics");
+  std::ofstream(root_ / "topics" / "serving.json") << R"({"memory_bytes": 62914560})";  // 60 MiB
+  budget::FakeMeter meter;
+  Open("latest:1", [&](ModelRepository::Options& o) {
+    control::Explicit(o, {"sentiment"});
+    budget::Budget(o, &meter, 50 * kMiB);
+  });
+  control::Answer refused;
+  repo_->RequestLoad("topics", refused.done());
+  const std::string why =
+      "model 'topics' needs about 60.0 MiB of cpu and the memory budget (50.0 MiB, --device-memory-budget) has "
+      "10.0 MiB left; loaded: sentiment 40.0 MiB; it needs more than the whole budget";
+  EXPECT_EQ(refused.Wait().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.status->message(), absl::StrCat("model 'topics' did not load: ", why));
+  EXPECT_EQ(States("sentiment"), (Versions{{1, S::kReady}})) << "nothing unloaded for a load that cannot fit";
+  EXPECT_EQ(repo_->Resolve("topics", 0).status().message().rfind("model 'topics' is not loaded: " + why, 0), 0u);
+}
+
+// A model whose requests overlap is never idle: the load takes it out of service, its requests are
+// answered, and the load goes on once the memory is free.
+TEST_F(ModelRepositoryTest, AnAskedLoadDrainsABusyModelAndLoadsOnceItsRequestsAreAnswered) {
   AddDemoModel("topics");
   budget::FakeMeter meter;
   Open("latest:1", [&](ModelRepository::Options& o) {
@@ -854,22 +909,87 @@ TEST_F(ModelRepositoryTest, ALoadTheBudgetCannotHoldIsRefusedAndItsModelRests) {
     budget::Budget(o, &meter, 50 * kMiB);
   });
   ServableHandle held = *repo_->Resolve("sentiment", 0);  // a request in flight: sentiment is not idle
-  control::Answer refused;
-  repo_->RequestLoad("topics", refused.done());
-  const std::string why =
-      "model 'topics' needs about 40.0 MiB of cpu and the memory budget (50.0 MiB, --device-memory-budget) has "
-      "10.0 MiB left; loaded: sentiment 40.0 MiB; none of them is idle";
-  EXPECT_EQ(refused.Wait().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(refused.status->message(), absl::StrCat("model 'topics' did not load: ", why));
-  EXPECT_EQ(States("sentiment"), (Versions{{1, S::kReady}}));
-  EXPECT_EQ(repo_->Resolve("topics", 0).status().message().rfind("model 'topics' is not loaded: " + why, 0), 0u);
-
-  held.reset();  // answered: idle now, so the next load may unload it
-  control::Answer again;
-  repo_->RequestLoad("topics", again.done());
-  ASSERT_TRUE(again.Wait().ok()) << *again.status;
+  control::Answer loaded;
+  repo_->RequestLoad("topics", loaded.done());
+  ASSERT_TRUE(events_.WaitFor("sentiment", 1, S::kUnloading));
+  EXPECT_EQ(events_.Reason("sentiment", 1, S::kUnloading),
+            "unloaded to make room for 'topics' within the memory budget of cpu (the least recently used model; its "
+            "requests in flight were answered)");
+  EXPECT_FALSE(loaded.Arrived()) << "its memory is not free while a request holds it";
+  held.reset();  // answered
+  ASSERT_TRUE(loaded.Wait().ok()) << *loaded.status;
   EXPECT_EQ(States("topics"), (Versions{{1, S::kReady}}));
   ASSERT_TRUE(events_.WaitFor("sentiment", 1, S::kUnloaded));
+}
+
+// Loads waiting for room go in the order they were asked for; each request gets the version loaded
+// for it, held, before the next load may take it out of service.
+TEST_F(ModelRepositoryTest, LoadsOnDemandWaitForRoomInArrivalOrderAndEachRequestIsServed) {
+  AddDemoModel("topics");
+  AddDemoModel("ner");
+  budget::FakeMeter meter;
+  budget::MemoryEvents memory;
+  Open("latest:1", [&](ModelRepository::Options& o) {
+    control::Explicit(o, {"sentiment"});
+    budget::Budget(o, &meter, 50 * kMiB);
+    o.load_on_demand = true;
+    o.memory_event = memory.Record();
+  });
+  ServableHandle held = *repo_->Resolve("sentiment", 0);
+  control::Answer topics, ner;
+  repo_->WhenLoaded("topics", env_.Now() + absl::Minutes(1), topics.loaded_done());
+  repo_->WhenLoaded("ner", env_.Now() + absl::Minutes(1), ner.loaded_done());
+  ASSERT_TRUE(events_.WaitFor("sentiment", 1, S::kUnloading));
+  EXPECT_TRUE(WaitsForLoad(repo_->Resolve("topics", 0).status())) << "loading: a request waits, not refused";
+  EXPECT_TRUE(WaitsForLoad(repo_->Resolve("sentiment", 0).status())) << "drained: a request loads it again";
+  held.reset();
+  ASSERT_TRUE(topics.Wait().ok()) << *topics.status;
+  ASSERT_EQ((*topics.held)->name, "topics");
+  ASSERT_TRUE(events_.WaitFor("topics", 1, S::kUnloading)) << "ner's turn: topics is the one to go";
+  EXPECT_FALSE(ner.Arrived()) << "topics' request still holds it";
+  topics.held->reset();
+  ASSERT_TRUE(ner.Wait().ok()) << *ner.status;
+  EXPECT_EQ((*ner.held)->name, "ner");
+  ner.held->reset();
+  EXPECT_EQ(memory.Seen(),
+            (std::vector<std::string>{"sentiment loaded poll", "sentiment unloaded budget", "topics loaded demand",
+                                      "topics unloaded budget", "ner loaded demand"}));
+}
+
+TEST_F(ModelRepositoryTest, AtMostMaxWaitingLoadsModelsLoadOnDemandAndTheirRequestsLeaveAtTheirDeadlines) {
+  AddDemoModel("topics");
+  AddDemoModel("ner");
+  budget::FakeMeter meter;
+  Open("latest:1", [&](ModelRepository::Options& o) {
+    control::Explicit(o, {"sentiment"});
+    budget::Budget(o, &meter, 50 * kMiB);
+    o.load_on_demand = true;
+    o.max_waiting_loads = 1;
+  });
+  ServableHandle held = *repo_->Resolve("sentiment", 0);
+  control::Answer first, second, refused;
+  repo_->WhenLoaded("topics", env_.Now() + absl::Seconds(30), first.loaded_done());
+  repo_->WhenLoaded("topics", env_.Now() + absl::Seconds(20), second.loaded_done());  // joins the same load
+  repo_->WhenLoaded("ner", env_.Now() + absl::Seconds(30), refused.loaded_done());
+  EXPECT_EQ(refused.Wait().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.status->message(),
+            "model 'ner' is not loaded, and 1 other models are loading on demand already, the most at once "
+            "(--max-waiting-loads 1); retry with backoff");
+  ASSERT_TRUE(events_.WaitFor("sentiment", 1, S::kUnloading));
+  env_.Advance(absl::Seconds(21));
+  EXPECT_EQ(second.Wait().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(first.Arrived()) << "the load goes on for the request still waiting";
+  env_.Advance(absl::Seconds(10));
+  EXPECT_EQ(first.Wait().code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(events_.WaitFor("topics", 1, S::kFailed)) << "nobody waits: the load gives up";
+  EXPECT_EQ(events_.Reason("topics", 1, S::kFailed),
+            "model 'topics' waited for room in the memory budget until the deadline of every request for it had "
+            "passed");
+  EXPECT_TRUE(WaitsForLoad(repo_->Resolve("topics", 0).status())) << "it rests: the next request loads it";
+  held.reset();
+  control::Answer later;
+  repo_->WhenLoaded("ner", env_.Now() + absl::Seconds(30), later.loaded_done());
+  ASSERT_TRUE(later.Wait().ok()) << *later.status;
 }
 
 TEST_F(ModelRepositoryTest, APollLoadsWhatFitsAndEvictsNothing) {
@@ -910,10 +1030,15 @@ TEST_F(ModelRepositoryTest, AnIdleModelIsUnloadedAndARequestLoadsItAgain) {
   EXPECT_TRUE(WaitsForLoad(resolved)) << resolved;
   EXPECT_EQ(resolved.message(), "model 'sentiment' is not loaded; it loads on demand (--load-on-demand)");
   control::Answer first, second;  // two requests, one load
-  repo_->WhenLoaded("sentiment", env_.Now() + absl::Minutes(1), first.done());
-  repo_->WhenLoaded("sentiment", env_.Now() + absl::Minutes(1), second.done());
+  repo_->WhenLoaded("sentiment", env_.Now() + absl::Minutes(1), first.loaded_done());
+  repo_->WhenLoaded("sentiment", env_.Now() + absl::Minutes(1), second.loaded_done());
   ASSERT_TRUE(first.Wait().ok()) << *first.status;
   ASSERT_TRUE(second.Wait().ok()) << *second.status;
+  ASSERT_NE(*first.held, nullptr);
+  EXPECT_EQ(*first.held, *second.held) << "both served by the version loaded for them";
+  EXPECT_EQ((*first.held)->name, "sentiment");
+  first.held->reset();
+  second.held->reset();
   EXPECT_TRUE(repo_->Resolve("sentiment", 0).ok());
   EXPECT_EQ(memory.Seen(),
             (std::vector<std::string>{"sentiment loaded poll", "sentiment unloaded idle", "sentiment loaded demand"}));
@@ -929,7 +1054,7 @@ TEST_F(ModelRepositoryTest, ARequestWaitingForALoadOnDemandIsAnsweredAtItsDeadli
   });
   EXPECT_TRUE(WaitsForLoad(repo_->Resolve("topics", 0).status())) << "explicit: in the store, not loaded";
   control::Answer late;
-  repo_->WhenLoaded("topics", env_.Now() + absl::Seconds(30), late.done());
+  repo_->WhenLoaded("topics", env_.Now() + absl::Seconds(30), late.loaded_done());
   ASSERT_TRUE(stuck.started->WaitForNotificationWithTimeout(absl::Seconds(60)));
   env_.Advance(absl::Seconds(31));
   EXPECT_EQ(late.Wait().code(), absl::StatusCode::kDeadlineExceeded);

@@ -4,6 +4,8 @@
 // the store and switched to. Every request must be answered exactly once, and every answer must be
 // the right one for its own texts (equal to that text served alone). The answers are made on an
 // answer pool, as the server makes them (ModelRunner), so batches overlap their answers.
+// And concurrent callers on three models under a memory budget that holds one: every request waits
+// for its model's load on demand, which unloads the others (busy ones drained), and is answered once.
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
@@ -189,6 +191,69 @@ TEST_F(StressTest, EveryRequestIsAnsweredOnceAndCorrectlyUnderDeadlinesCancellat
   EXPECT_GT(seen[Kind::kShortDeadline][absl::StatusCode::kDeadlineExceeded], 0);
   EXPECT_GT(seen[Kind::kCancelled][absl::StatusCode::kCancelled], 0);
   EXPECT_GT(v2_answers, 0) << "the new version served after the switch";
+}
+
+TEST_F(StressTest, CallersOnMoreModelsThanTheBudgetHoldsAreEachAnsweredOnce) {
+  for (const char* model : {"topics", "ner"}) {
+    store_->CopyDemoFile(std::string(model) + "/1/model.pt", std::string(model) + "/1/model.pt");
+  }
+  for (const char* model : {"sentiment", "topics", "ner"}) {
+    store_->Write(std::string(model) + "/serving.json", R"({"memory_bytes": 41943040})");  // 40 MiB
+  }
+  Executor answers(2, 0, Env::Default(), "qvi-answer");
+  ModelRepository::Options o;
+  o.root = root_.string();
+  o.defaults.device = "cpu";
+  o.answers = &answers;
+  o.model_control = ModelControl::kExplicit;
+  o.load_at_start = {"sentiment"};
+  o.memory_budget.bytes = 60 << 20;  // one model and a half
+  o.load_on_demand = true;
+  std::atomic<int> evictions{0};
+  o.memory_event = [&evictions](const std::string&, bool loaded, const char*) { evictions += loaded ? 0 : 1; };
+  auto repo = ModelRepository::Create(o);
+  ASSERT_TRUE(repo.ok()) << repo.status();
+  (*repo)->Poll();
+  Executor executor(2, 4096);
+  InferenceService service(repo->get(), &executor, {});
+
+  constexpr int kCallers = 12, kCalls = 4;
+  const std::vector<std::string> models = {"sentiment", "topics", "ner"};
+  std::vector<std::atomic<int>> calls(kCallers * kCalls);
+  std::vector<absl::StatusOr<InferenceResponse>> outcomes(kCallers * kCalls, absl::UnknownError("unanswered"));
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      const std::string& model = models[static_cast<size_t>(c) % models.size()];
+      for (int i = 0; i < kCalls; ++i) {
+        const size_t at = static_cast<size_t>(c * kCalls + i);
+        InferenceRequest r = Request({"A moving, funny film about Paris."});
+        r.model = model;
+        r.options = {};
+        r.deadline = service.env().Now() + absl::Minutes(5);
+        Notification done;
+        service.Submit(model == "ner" ? Method::kTag : Method::kClassify, r,
+                       [&, at](absl::StatusOr<InferenceResponse> a) {
+                         outcomes[at] = std::move(a);
+                         calls[at]++;
+                         done.Notify();
+                       });
+        done.WaitForNotification();
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  executor.Shutdown();
+  (*repo)->Shutdown();
+  for (int c = 0; c < kCallers; ++c) {
+    for (int i = 0; i < kCalls; ++i) {
+      const size_t at = static_cast<size_t>(c * kCalls + i);
+      ASSERT_EQ(calls[at].load(), 1) << "every request is answered exactly once";
+      ASSERT_TRUE(outcomes[at].ok()) << outcomes[at].status();
+      EXPECT_EQ(outcomes[at]->model, models[static_cast<size_t>(c) % models.size()]);
+    }
+  }
+  EXPECT_GT(evictions.load(), 0) << "the models took turns";
 }
 
 }  // namespace

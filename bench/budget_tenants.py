@@ -1,0 +1,154 @@
+"""Busy tenants under a memory budget: the three demo models (sentiment, topics, ner; each declared 100 MiB
+in its serving.json) behind --load-on-demand and a --device-memory-budget of 150 MiB, so that one model fits
+at a time and each call for another model swaps it in. N gRPC clients (threads, one shared channel), client
+i calling model i % 3 back to back with a 10 s deadline each, for --duration seconds. The same store is also
+served without a budget (all three loaded), side by side in the same run, for what the swaps cost.
+
+    .venv/bin/python bench/budget_tenants.py [--clients 3 8] [--duration 20]
+
+Prints, per configuration: calls, calls answered OK and every other status seen, calls/s, p50/p99/max
+latency, and evictions/s (qvi_model_evictions_total{reason="budget"} over the run).
+"""
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SERVER = os.path.join(REPO, "build", "qvi-server")
+STORE = os.path.join(REPO, "model_store", "store")
+MODELS = ("sentiment", "topics", "ner")
+MIB = 1 << 20
+
+
+def stubs():
+    from grpc_tools import protoc
+    out = tempfile.mkdtemp(prefix="qvi_bench_stubs_")
+    proto = os.path.join(REPO, "proto")
+    assert protoc.main(["protoc", f"-I{proto}", f"--python_out={out}", f"--grpc_python_out={out}",
+                        os.path.join(proto, "qvi", "serving", "v1", "inference.proto")]) == 0
+    sys.path.insert(0, out)
+    from qvi.serving.v1 import inference_pb2, inference_pb2_grpc
+    return inference_pb2, inference_pb2_grpc
+
+
+def make_store(work):
+    store = os.path.join(work, "store")
+    for name in MODELS:
+        shutil.copytree(os.path.join(STORE, name), os.path.join(store, name))
+        with open(os.path.join(store, name, "serving.json"), "w") as f:
+            json.dump({"memory_bytes": 100 * MIB}, f)
+    return store
+
+
+def wait_file(path, proc):
+    for _ in range(1200):
+        if proc.poll() is not None:
+            raise RuntimeError("qvi-server exited")
+        if os.path.exists(path) and open(path).read().strip():
+            return int(open(path).read())
+        time.sleep(0.1)
+    raise RuntimeError("qvi-server did not start")
+
+
+def evictions(mport):
+    total = 0.0
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("qvi_model_evictions_total{") and 'reason="budget"' in line:
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def run(pb, pbg, work, store, budget, clients, duration, n):
+    import grpc
+    port_file, metrics_file = os.path.join(work, f"port{n}"), os.path.join(work, f"metrics{n}")
+    args = [SERVER, "--model-store", store, "--device", "cpu", "--port", "0", "--port-file", port_file,
+            "--metrics-port", "0", "--metrics-port-file", metrics_file, "--http-port", "-1"]
+    if budget:
+        args += ["--load-on-demand", "--device-memory-budget", budget]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        port, mport = wait_file(port_file, proc), wait_file(metrics_file, proc)
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = pbg.InferenceStub(channel)
+        for name in MODELS:  # every model answers once before the clock starts
+            call(pb, stub, name)
+        before = evictions(mport)
+        latencies, codes = [], collections.Counter()
+        lock = threading.Lock()
+        stop = time.monotonic() + duration
+
+        def client(i):
+            name = MODELS[i % len(MODELS)]
+            while time.monotonic() < stop:
+                t0 = time.monotonic()
+                try:
+                    call(pb, stub, name)
+                    code = "OK"
+                except grpc.RpcError as e:
+                    code = e.code().name
+                with lock:
+                    latencies.append(time.monotonic() - t0)
+                    codes[code] += 1
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - t0
+        swapped = evictions(mport) - before
+        channel.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    latencies.sort()
+    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000  # noqa: E731
+    return {"calls": len(latencies), "codes": dict(codes), "calls_per_s": len(latencies) / elapsed,
+            "p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": latencies[-1] * 1000,
+            "evictions_per_s": swapped / elapsed}
+
+
+def call(pb, stub, name):
+    if name == "ner":
+        return stub.Tag(pb.TagRequest(model=pb.ModelSpec(name=name), texts=["Angela Merkel visited Paris."]),
+                        timeout=10)
+    return stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name=name), texts=["A moving, funny film."]),
+                         timeout=10)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--clients", type=int, nargs="+", default=[3, 8])
+    p.add_argument("--duration", type=float, default=20)
+    a = p.parse_args()
+    pb, pbg = stubs()
+    work = tempfile.mkdtemp(prefix="qvi_budget_bench_")
+    try:
+        store = make_store(work)
+        n = 0
+        print(f"{'budget':>8} {'clients':>7} {'calls':>6} {'ok':>6} {'calls/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+              f"{'max ms':>8} {'evict/s':>8}  other statuses")
+        for clients in a.clients:
+            for budget in ("", "150MiB"):
+                n += 1
+                r = run(pb, pbg, work, store, budget, clients, a.duration, n)
+                other = {k: v for k, v in r["codes"].items() if k != "OK"}
+                print(f"{budget or 'none':>8} {clients:>7} {r['calls']:>6} {r['codes'].get('OK', 0):>6} "
+                      f"{r['calls_per_s']:>8.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['max_ms']:>8.1f} "
+                      f"{r['evictions_per_s']:>8.2f}  {other or '-'}", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
