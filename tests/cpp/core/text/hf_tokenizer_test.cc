@@ -1,0 +1,132 @@
+// The sub-word tokenizer's loading and refusals (server/core/text/hf/hf_tokenizer.h). That it tokenizes as
+// Hugging Face `tokenizers` does is tests/python/test_hf_tokenizer.py's to show, on tens of thousands of texts;
+// here, one text worked by hand, and every way a tokenizer.json is refused, by name.
+#include "server/core/text/hf/hf_tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace qvi::hf {
+namespace {
+
+using Json = nlohmann::json;
+
+Json Small() {
+  return Json::parse(R"({
+    "added_tokens": [{"id": 4, "content": "[MASK]", "special": true, "normalized": false}],
+    "normalizer": {"type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
+                   "strip_accents": null, "lowercase": true},
+    "pre_tokenizer": {"type": "BertPreTokenizer"},
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "[CLS]", "type_id": 0}},
+      {"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "[SEP]", "type_id": 0}}],
+      "special_tokens": {"[CLS]": {"id": "[CLS]", "ids": [2], "tokens": ["[CLS]"]},
+                         "[SEP]": {"id": "[SEP]", "ids": [3], "tokens": ["[SEP]"]}}},
+    "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+              "max_input_chars_per_word": 100, "vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3,
+              "[MASK]": 4, "hello": 5, "cafe": 6, "##s": 7, ",": 8, "東": 9, "京": 10, "!": 11}}})");
+}
+
+std::string Refusal(const Json& j) {
+  auto t = HfTokenizer::FromJson(j.dump());
+  EXPECT_FALSE(t.ok());
+  if (t.ok()) return "";
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(t.status().message());
+}
+
+TEST(HfTokenizerTest, ATextWorkedByHand) {
+  auto t = HfTokenizer::FromJson(Small().dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->Kind(), "WordPiece");
+  EXPECT_EQ((*t)->SpecialTokensAdded(), 2);
+  // "Héllo, Cafés東京! [MASK]": accents stripped, lower-cased, CJK split off, "cafés" -> cafe ##s.
+  auto e = (*t)->Encode("H\xC3\xA9llo, Caf\xC3\xA9s\xE6\x9D\xB1\xE4\xBA\xAC! [MASK]");
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::vector<int64_t> ids;
+  std::vector<std::pair<uint32_t, uint32_t>> offsets, bytes;
+  std::vector<int32_t> words;
+  for (const SubwordToken& s : *e) {
+    ids.push_back(s.id);
+    offsets.emplace_back(s.start, s.end);
+    bytes.emplace_back(s.byte_start, s.byte_end);
+    words.push_back(s.word);
+  }
+  EXPECT_EQ(ids, (std::vector<int64_t>{2, 5, 8, 6, 7, 9, 10, 11, 4, 3}));
+  EXPECT_EQ(offsets, (std::vector<std::pair<uint32_t, uint32_t>>{
+                         {0, 0}, {0, 5}, {5, 6}, {7, 11}, {11, 12}, {12, 13}, {13, 14}, {14, 15}, {16, 22}, {0, 0}}));
+  EXPECT_EQ(bytes[3], (std::pair<uint32_t, uint32_t>{8, 13})) << "'Café' of 'Cafés': é is two bytes";
+  EXPECT_EQ(words, (std::vector<int32_t>{-1, 0, 1, 2, 2, 3, 4, 5, 6, -1}));
+  EXPECT_EQ((*e)[4].token, "##s");
+  auto unknown = (*t)->Encode("hellos xyz");
+  ASSERT_TRUE(unknown.ok());
+  ids.clear();
+  for (const SubwordToken& s : *unknown) ids.push_back(s.id);
+  EXPECT_EQ(ids, (std::vector<int64_t>{2, 5, 7, 1, 3})) << "no piece of 'xyz' is known: the word is [UNK]";
+  EXPECT_EQ((*t)->Encode("bad \xFF byte").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HfTokenizerTest, WhatIsNotImplementedIsRefusedByName) {
+  Json j = Small();
+  j["model"]["type"] = "BPE";
+  EXPECT_EQ(Refusal(j),
+            "tokenizer.json: model.type: type 'BPE' is not implemented here (WordPiece are); the model cannot be "
+            "served with this tokenizer");
+  j = Small();
+  j["normalizer"] = Json::parse(R"({"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "Precompiled"}]})");
+  EXPECT_EQ(
+      Refusal(j).rfind("tokenizer.json: normalizer.normalizers[1].type: type 'Precompiled' is not implemented", 0), 0u);
+  j = Small();
+  j["pre_tokenizer"] = Json::parse(R"({"type": "Metaspace"})");
+  EXPECT_EQ(Refusal(j).rfind("tokenizer.json: pre_tokenizer.type: type 'Metaspace' is not implemented", 0), 0u);
+  j = Small();
+  j["post_processor"] = Json::parse(R"({"type": "RobertaProcessing"})");
+  EXPECT_EQ(Refusal(j).rfind("tokenizer.json: post_processor.type: type 'RobertaProcessing'", 0), 0u);
+  j = Small();
+  j["added_tokens"][0]["lstrip"] = true;
+  EXPECT_EQ(Refusal(j),
+            "tokenizer.json: added_tokens[0].lstrip: '[MASK]' asks for lstrip matching, which is not "
+            "implemented here");
+}
+
+TEST(HfTokenizerTest, BrokenFilesAreRefusedNamingTheField) {
+  EXPECT_EQ(Refusal(Json::parse("[1, 2]")), "tokenizer.json: (the file): must be a JSON object");
+  auto truncated = HfTokenizer::FromJson(Small().dump().substr(0, 100));
+  EXPECT_EQ(truncated.status().message(), "tokenizer.json: (the file): is not valid JSON (or not valid UTF-8)");
+  std::string bad_utf8 = Small().dump();
+  bad_utf8.replace(bad_utf8.find("hello"), 1, "\xC0");
+  EXPECT_EQ(HfTokenizer::FromJson(bad_utf8).status().message(),
+            "tokenizer.json: (the file): is not valid JSON (or not valid UTF-8)");
+  Json j = Small();
+  j["model"]["vocab"]["cafe"] = 99;
+  EXPECT_EQ(Refusal(j), "tokenizer.json: model.vocab: the id of 'cafe' is not in [0, 12), the vocabulary's size");
+  j = Small();
+  j["model"]["vocab"]["cafe"] = 5;
+  EXPECT_EQ(Refusal(j), "tokenizer.json: model.vocab: id 5 is given to two tokens");
+  j = Small();
+  j["model"]["unk_token"] = "<unk>";
+  EXPECT_EQ(Refusal(j), "tokenizer.json: model.unk_token: '<unk>' is not in the vocabulary");
+  j = Small();
+  j["model"].erase("vocab");
+  EXPECT_EQ(Refusal(j), "tokenizer.json: model.vocab: must be an object of token: id");
+  j = Small();
+  j["model"]["vocab"].erase("京");
+  j["model"]["vocab"][std::string(2000, 'x')] = 10;
+  EXPECT_EQ(Refusal(j), "tokenizer.json: model.vocab: a token of 2000 bytes (1 to 1024)");
+  j = Small();
+  j["post_processor"]["single"][0]["SpecialToken"]["id"] = "[BOS]";
+  j["post_processor"].erase("special_tokens");
+  EXPECT_EQ(Refusal(j), "tokenizer.json: post_processor.single[0]: '[BOS]' is not in the vocabulary");
+  j = Small();
+  j["added_tokens"][0]["content"] = "";
+  EXPECT_EQ(Refusal(j), "tokenizer.json: added_tokens[0].content: must hold 1 to 1024 bytes");
+  Json deep = Json::parse(R"({"type": "Lowercase"})");
+  for (int i = 0; i < 20; ++i) deep = Json{{"type", "Sequence"}, {"normalizers", Json::array({deep})}};
+  j = Small();
+  j["normalizer"] = deep;
+  EXPECT_NE(Refusal(j).find("must be an object (or null)"), std::string::npos) << "nesting is bounded";
+}
+
+}  // namespace
+}  // namespace qvi::hf

