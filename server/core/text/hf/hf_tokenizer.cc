@@ -1,50 +1,22 @@
-// Reading a tokenizer.json and encoding with it (hf_tokenizer.h).
+// Reading a tokenizer.json (hf_tokenizer.h): each component checked, and what is not implemented refused by name.
 #include "server/core/text/hf/hf_tokenizer.h"
 
 #include <algorithm>
-#include <nlohmann/json.hpp>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "server/core/text/hf/hf_pipeline.h"
-#include "server/core/text/hf/hf_wordpiece.h"
+#include "server/core/text/hf/hf_pipeline_tokenizer.h"
 #include "server/core/text/tokenizer.h"
 
 namespace qvi::hf {
 namespace {
 
-constexpr size_t kMaxJsonBytes = size_t{256} << 20;
-constexpr size_t kMaxVocabulary = 4'000'000;
-constexpr size_t kMaxTokenBytes = 1024;
 constexpr size_t kMaxAddedTokens = 10'000;
 constexpr int kMaxNesting = 16;  // Sequence in Sequence
 
-absl::Status Bad(absl::string_view path, absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("tokenizer.json: ", path, ": ", what));
-}
-
-absl::Status NotImplemented(absl::string_view path, absl::string_view type, absl::string_view implemented) {
-  return Bad(path, absl::StrCat("type '", type.substr(0, 64), "' is not implemented here (", implemented,
-                                " are); the model cannot be served with this tokenizer"));
-}
-
-// The string at `key` of object `j`, or why not.
-absl::StatusOr<std::string> String(const Json& j, absl::string_view path, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_string()) return Bad(absl::StrCat(path, ".", key), "must be a string");
-  return it->get<std::string>();
-}
-
-bool Flag(const Json& j, const char* key, bool otherwise) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_boolean() ? it->get<bool>() : otherwise;
-}
-
 }  // namespace
 
-absl::Status WordPieceTokenizer::LoadNormalizer(const Json& j, const std::string& path, int depth) {
+absl::Status PipelineTokenizer::LoadNormalizer(const Json& j, const std::string& path, int depth) {
   if (j.is_null()) return absl::OkStatus();
   if (!j.is_object() || depth > kMaxNesting) return Bad(path, "must be an object (or null)");
   absl::StatusOr<std::string> type = String(j, path, "type");
@@ -77,7 +49,7 @@ absl::Status WordPieceTokenizer::LoadNormalizer(const Json& j, const std::string
   return absl::OkStatus();
 }
 
-absl::Status WordPieceTokenizer::LoadPreTokenizer(const Json& j, const std::string& path, int depth) {
+absl::Status PipelineTokenizer::LoadPreTokenizer(const Json& j, const std::string& path, int depth) {
   if (j.is_null()) return absl::OkStatus();
   if (!j.is_object() || depth > kMaxNesting) return Bad(path, "must be an object (or null)");
   absl::StatusOr<std::string> type = String(j, path, "type");
@@ -87,6 +59,8 @@ absl::Status WordPieceTokenizer::LoadPreTokenizer(const Json& j, const std::stri
     pre_tokenize_.push_back(PreTokenizeStep::kBertPunctuation);
   } else if (*type == "WhitespaceSplit") {
     pre_tokenize_.push_back(PreTokenizeStep::kWhitespace);
+  } else if (*type == "ByteLevel" && depth == 0) {
+    byte_level_ = ByteLevel{Flag(j, "add_prefix_space", true), Flag(j, "use_regex", true)};
   } else if (*type == "Sequence") {
     auto steps = j.find("pretokenizers");
     if (steps == j.end() || !steps->is_array()) return Bad(path + ".pretokenizers", "must be an array");
@@ -96,61 +70,13 @@ absl::Status WordPieceTokenizer::LoadPreTokenizer(const Json& j, const std::stri
         return s;
     }
   } else {
-    return NotImplemented(path + ".type", *type, "BertPreTokenizer, WhitespaceSplit and Sequence");
+    return NotImplemented(path + ".type", *type,
+                          "BertPreTokenizer, WhitespaceSplit, Sequence of these, and ByteLevel alone");
   }
   return absl::OkStatus();
 }
 
-absl::Status WordPieceTokenizer::LoadVocabulary(const Json& vocab) {
-  if (vocab.size() > kMaxVocabulary) {
-    return Bad("model.vocab", absl::StrCat(vocab.size(), " tokens, over the limit of ", kMaxVocabulary));
-  }
-  vocabulary_size_ = static_cast<int64_t>(vocab.size());
-  std::vector<bool> seen(vocab.size(), false);
-  for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocabulary_size_) {
-      return Bad("model.vocab", absl::StrCat("the id of '", token.substr(0, 64), "' is not in [0, ", vocabulary_size_,
-                                             "), the vocabulary's size"));
-    }
-    const int64_t v = id.get<int64_t>();
-    if (seen[static_cast<size_t>(v)]) return Bad("model.vocab", absl::StrCat("id ", v, " is given to two tokens"));
-    seen[static_cast<size_t>(v)] = true;
-    if (token.empty() || token.size() > kMaxTokenBytes) {
-      return Bad("model.vocab", absl::StrCat("a token of ", token.size(), " bytes (1 to ", kMaxTokenBytes, ")"));
-    }
-    vocab_.emplace(token, v);
-    if (!prefix_.empty() && token.size() > prefix_.size() && token.compare(0, prefix_.size(), prefix_) == 0) {
-      continuing_.emplace(token.substr(prefix_.size()), v);
-    }
-    memory_bytes_ += 2 * static_cast<int64_t>(token.size() + 48);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WordPieceTokenizer::LoadModel(const Json& j) {
-  if (!j.is_object()) return Bad("model", "must be an object");
-  absl::StatusOr<std::string> type = String(j, "model", "type");
-  if (!type.ok()) return type.status();
-  if (*type != "WordPiece") return NotImplemented("model.type", *type, "WordPiece");
-  absl::StatusOr<std::string> unk = String(j, "model", "unk_token");
-  if (!unk.ok()) return unk.status();
-  unk_ = *unk;
-  if (auto p = j.find("continuing_subword_prefix"); p != j.end() && p->is_string()) prefix_ = p->get<std::string>();
-  if (auto m = j.find("max_input_chars_per_word"); m != j.end()) {
-    if (!m->is_number_unsigned()) return Bad("model.max_input_chars_per_word", "must be a whole number");
-    max_chars_ = m->get<size_t>();
-  }
-  auto vocab = j.find("vocab");
-  if (vocab == j.end() || !vocab->is_object()) return Bad("model.vocab", "must be an object of token: id");
-  if (absl::Status s = LoadVocabulary(*vocab); !s.ok()) return s;
-  auto unk_id = vocab_.find(unk_);
-  if (unk_id == vocab_.end())
-    return Bad("model.unk_token", absl::StrCat("'", unk_.substr(0, 64), "' is not in the vocabulary"));
-  unk_id_ = unk_id->second;
-  return absl::OkStatus();
-}
-
-absl::Status WordPieceTokenizer::LoadAddedTokens(const Json& j) {
+absl::Status PipelineTokenizer::LoadAddedTokens(const Json& j) {
   if (j.is_null()) return absl::OkStatus();
   if (!j.is_array()) return Bad("added_tokens", "must be an array");
   if (j.size() > kMaxAddedTokens) {
@@ -169,14 +95,18 @@ absl::Status WordPieceTokenizer::LoadAddedTokens(const Json& j) {
     if (id == t.end() || !id->is_number_unsigned() || id->get<uint64_t>() > (uint64_t{1} << 31)) {
       return Bad(path + ".id", "must be a whole number below 2^31");
     }
-    for (const char* option : {"normalized", "single_word", "lstrip", "rstrip"}) {
-      if (Flag(t, option, false)) {
+    // Matched on the normalized text, which is the raw text when there is no normalizer.
+    const bool normalized = Flag(t, "normalized", false) && !normalize_.empty();
+    for (auto [option, set] :
+         {std::pair{"normalized", normalized}, std::pair{"single_word", Flag(t, "single_word", false)}}) {
+      if (set) {
         return Bad(absl::StrCat(path, ".", option), absl::StrCat("'", content->substr(0, 64), "' asks for ", option,
                                                                  " matching, which is not implemented here"));
       }
     }
     if (absl::Status valid = ValidateUtf8(*content); !valid.ok()) return Bad(path + ".content", valid.message());
-    added_.push_back(AddedToken{Decode(*content), *content, id->get<int64_t>(), Flag(t, "special", false)});
+    added_.push_back(AddedToken{Decode(*content), *content, id->get<int64_t>(), Flag(t, "special", false),
+                                Flag(t, "lstrip", false), Flag(t, "rstrip", false)});
     vocabulary_size_ = std::max(vocabulary_size_, id->get<int64_t>() + 1);
   }
   // The longest first: where two start at the same character, the longer one is taken (leftmost-longest).
@@ -185,8 +115,8 @@ absl::Status WordPieceTokenizer::LoadAddedTokens(const Json& j) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TemplatePiece> WordPieceTokenizer::SpecialPiece(const std::string& path, const std::string& token,
-                                                               const Json* ids) const {
+absl::StatusOr<TemplatePiece> PipelineTokenizer::SpecialPiece(const std::string& path, const std::string& token,
+                                                              const Json* ids) const {
   TemplatePiece piece;
   if (ids != nullptr) {
     if (!ids->is_array() || ids->empty()) return Bad(path, "must list the special token's ids");
@@ -197,35 +127,25 @@ absl::StatusOr<TemplatePiece> WordPieceTokenizer::SpecialPiece(const std::string
     }
     return piece;
   }
-  auto it = vocab_.find(token);
-  if (it == vocab_.end()) return Bad(path, absl::StrCat("'", token.substr(0, 64), "' is not in the vocabulary"));
-  piece.ids.push_back(it->second);
+  const int64_t id = model_->Id(token);
+  if (id < 0) return Bad(path, absl::StrCat("'", token.substr(0, 64), "' is not in the vocabulary"));
+  piece.ids.push_back(id);
   piece.tokens.push_back(token);
   return piece;
 }
 
-absl::Status WordPieceTokenizer::LoadBertProcessing(const Json& j) {
-  for (const char* side : {"cls", "sep"}) {
-    auto pair = j.find(side);
-    if (pair == j.end() || !pair->is_array() || pair->size() != 2 || !(*pair)[0].is_string() ||
-        !(*pair)[1].is_number_unsigned()) {
-      return Bad(absl::StrCat("post_processor.", side), "must be [token, id]");
-    }
-    if (std::string(side) == "sep") template_.push_back(TemplatePiece{true, {}, {}});
-    template_.push_back(TemplatePiece{false, {(*pair)[1].get<int64_t>()}, {(*pair)[0].get<std::string>()}});
+absl::Status PipelineTokenizer::LoadPair(const Json& j, const char* side) {
+  auto pair = j.find(side);
+  if (pair == j.end() || !pair->is_array() || pair->size() != 2 || !(*pair)[0].is_string() ||
+      !(*pair)[1].is_number_unsigned()) {
+    return Bad(absl::StrCat("post_processor.", side), "must be [token, id]");
   }
+  if (std::string(side) == "sep") template_.push_back(TemplatePiece{true, {}, {}});
+  template_.push_back(TemplatePiece{false, {(*pair)[1].get<int64_t>()}, {(*pair)[0].get<std::string>()}});
   return absl::OkStatus();
 }
 
-absl::Status WordPieceTokenizer::LoadPostProcessor(const Json& j) {
-  if (j.is_null()) return absl::OkStatus();
-  if (!j.is_object()) return Bad("post_processor", "must be an object (or null)");
-  absl::StatusOr<std::string> type = String(j, "post_processor", "type");
-  if (!type.ok()) return type.status();
-  if (*type == "BertProcessing") return LoadBertProcessing(j);
-  if (*type != "TemplateProcessing") {
-    return NotImplemented("post_processor.type", *type, "BertProcessing and TemplateProcessing");
-  }
+absl::Status PipelineTokenizer::LoadTemplate(const Json& j) {
   auto single = j.find("single");
   auto specials = j.find("special_tokens");
   if (single == j.end() || !single->is_array()) return Bad("post_processor.single", "must be an array");
@@ -252,18 +172,44 @@ absl::Status WordPieceTokenizer::LoadPostProcessor(const Json& j) {
   return absl::OkStatus();
 }
 
-absl::Status WordPieceTokenizer::Load(const Json& root) {
+absl::Status PipelineTokenizer::LoadPostProcessor(const Json& j) {
+  if (j.is_null()) return absl::OkStatus();
+  if (!j.is_object()) return Bad("post_processor", "must be an object (or null)");
+  absl::StatusOr<std::string> type = String(j, "post_processor", "type");
+  if (!type.ok()) return type.status();
+  if (*type == "TemplateProcessing") return LoadTemplate(j);
+  if (*type == "ByteLevel" || *type == "RobertaProcessing") {
+    if (Flag(j, "trim_offsets", true)) trim_offsets_ = Flag(j, "add_prefix_space", true);
+    if (*type == "ByteLevel") return absl::OkStatus();
+  } else if (*type != "BertProcessing") {
+    return NotImplemented("post_processor.type", *type,
+                          "BertProcessing, RobertaProcessing, TemplateProcessing and ByteLevel");
+  }
+  if (absl::Status s = LoadPair(j, "cls"); !s.ok()) return s;
+  return LoadPair(j, "sep");
+}
+
+absl::Status PipelineTokenizer::Load(const Json& root) {
   if (!root.is_object()) return Bad("(the file)", "must be a JSON object");
   const Json null;
   auto at = [&](const char* key) -> const Json& {
     auto it = root.find(key);
     return it == root.end() ? null : *it;
   };
-  if (absl::Status s = LoadModel(at("model")); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<SubwordModel>> model = LoadModel(at("model"));
+  if (!model.ok()) return model.status();
+  model_ = *std::move(model);
+  vocabulary_size_ = model_->VocabularySize();
   if (absl::Status s = LoadNormalizer(at("normalizer"), "normalizer", 0); !s.ok()) return s;
   if (absl::Status s = LoadPreTokenizer(at("pre_tokenizer"), "pre_tokenizer", 0); !s.ok()) return s;
   if (absl::Status s = LoadAddedTokens(at("added_tokens")); !s.ok()) return s;
   return LoadPostProcessor(at("post_processor"));
+}
+
+int PipelineTokenizer::SpecialTokensAdded() const {
+  int n = 0;
+  for (const TemplatePiece& p : template_) n += static_cast<int>(p.ids.size());
+  return n;
 }
 
 absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_view json) {
@@ -272,12 +218,7 @@ absl::StatusOr<std::unique_ptr<HfTokenizer>> HfTokenizer::FromJson(std::string_v
   }
   Json root = Json::parse(json.begin(), json.end(), nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return Bad("(the file)", "is not valid JSON (or not valid UTF-8)");
-  auto model = root.is_object() ? root.find("model") : root.end();
-  if (model != root.end() && model->is_object() && model->contains("type") && (*model)["type"].is_string() &&
-      (*model)["type"].get<std::string>() != "WordPiece") {
-    return NotImplemented("model.type", (*model)["type"].get<std::string>(), "WordPiece");
-  }
-  auto tokenizer = std::make_unique<WordPieceTokenizer>();
+  auto tokenizer = std::make_unique<PipelineTokenizer>();
   if (absl::Status s = tokenizer->Load(root); !s.ok()) return s;
   return std::unique_ptr<HfTokenizer>(std::move(tokenizer));
 }

@@ -8,10 +8,10 @@
 // came from), pre-tokenized into words, and each word split into sub-words by the model; the
 // post-processor adds the special tokens around the sequence. Implemented so far:
 //   normalizer      BertNormalizer, Lowercase, NFD, StripAccents, Sequence of these, or none
-//   pre_tokenizer   BertPreTokenizer, WhitespaceSplit, Sequence of these
-//   model           WordPiece
-//   post_processor  BertProcessing, TemplateProcessing (its single-sequence template), or none
-//   added_tokens    matched on the raw text (normalized false; no single_word, lstrip or rstrip)
+//   pre_tokenizer   BertPreTokenizer, WhitespaceSplit, Sequence of these; ByteLevel alone
+//   model           WordPiece, BPE (no dropout, no byte fallback)
+//   post_processor  BertProcessing, RobertaProcessing, ByteLevel, TemplateProcessing (single), or none
+//   added_tokens    matched on the raw text, with lstrip and rstrip (no single_word)
 // A file that names anything else fails to load with a message naming it (the JSON path and the type),
 // never a silently different tokenization. The file's `truncation` and `padding` are not applied: the
 // server truncates at the model's max_tokens and says so.
@@ -55,7 +55,7 @@ class HfTokenizer {
   // The vocabulary's size (ids are below it) and a rough count of the bytes the tokenizer holds.
   virtual int64_t VocabularySize() const = 0;
   virtual int64_t MemoryBytes() const = 0;
-  // "WordPiece", for cards and messages.
+  // "WordPiece", "byte-level BPE", for cards and messages.
   virtual std::string Kind() const = 0;
 };
 

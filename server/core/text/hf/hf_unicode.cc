@@ -45,7 +45,8 @@ struct AsciiProperties {
   AsciiProperties() {
     for (char32_t c = 0; c < 128; ++c) {
       bits[c] = static_cast<uint8_t>((InRanges(kRemoved, c) ? 1 : 0) | (InRanges(kWhitespace, c) ? 2 : 0) |
-                                     (InRanges(kPunctuation, c) ? 4 : 0));
+                                     (InRanges(kPunctuation, c) ? 4 : 0) | (InRanges(kRegexLetter, c) ? 8 : 0) |
+                                     (InRanges(kRegexNumber, c) ? 16 : 0) | (InRanges(kRegexOther, c) ? 32 : 0));
     }
   }
 };
@@ -60,6 +61,10 @@ bool IsWhitespace(char32_t c) { return c < 128 ? (kAscii.bits[c] & 2) != 0 : InR
 bool IsBertPunctuation(char32_t c) { return c < 128 ? (kAscii.bits[c] & 4) != 0 : InRanges(kPunctuation, c); }
 bool IsNonspacingMark(char32_t c) { return c >= 0x300 && InRanges(kNonspacingMark, c); }
 bool IsCombiningMark(char32_t c) { return c >= 0x300 && InRanges(kCombiningMark, c); }
+
+bool IsRegexLetter(char32_t c) { return c < 128 ? (kAscii.bits[c] & 8) != 0 : InRanges(kRegexLetter, c); }
+bool IsRegexNumber(char32_t c) { return c < 128 ? (kAscii.bits[c] & 16) != 0 : InRanges(kRegexNumber, c); }
+bool IsRegexOther(char32_t c) { return c < 128 ? (kAscii.bits[c] & 32) != 0 : InRanges(kRegexOther, c); }
 
 bool IsChineseChar(char32_t c) {
   return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x20000 && c <= 0x2A6DF) ||

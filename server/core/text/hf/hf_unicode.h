@@ -24,6 +24,10 @@ bool IsNonspacingMark(char32_t c);
 bool IsCombiningMark(char32_t c);
 // BertNormalizer's CJK ideographs, which it puts spaces around.
 bool IsChineseChar(char32_t c);
+// GPT-2's pattern's \p{L} and \p{N}, and what is neither nor \s, as its regex engine (Oniguruma) knows them.
+bool IsRegexLetter(char32_t c);
+bool IsRegexNumber(char32_t c);
+bool IsRegexOther(char32_t c);
 // The canonical decomposition of `c` (itself when it has none), appended to `out`.
 void AppendNfd(char32_t c, std::u32string* out);
 // Rust's char::to_lowercase of `c` (one or more code points), appended to `out`.

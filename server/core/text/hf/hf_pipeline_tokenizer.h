@@ -1,0 +1,76 @@
+// Inside the sub-word tokenizers (hf_tokenizer.h): the tokenizer a tokenizer.json describes, read by
+// hf_tokenizer.cc and run by hf_encode.cc: added tokens, normalizer, pre-tokenizer, model, post-processor.
+#ifndef QVI_SERVER_CORE_TEXT_HF_HF_PIPELINE_TOKENIZER_H_
+#define QVI_SERVER_CORE_TEXT_HF_HF_PIPELINE_TOKENIZER_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "server/core/text/hf/hf_models.h"
+#include "server/core/text/hf/hf_pipeline.h"
+#include "server/core/text/hf/hf_tokenizer.h"
+
+namespace qvi::hf {
+
+struct AddedToken {
+  std::u32string chars;
+  std::string content;
+  int64_t id = 0;
+  bool special = false;
+  bool lstrip = false, rstrip = false;  // the match takes in the whitespace before / after it
+};
+
+// One piece of the post-processor's single-sequence template: the sequence, or special tokens.
+struct TemplatePiece {
+  bool sequence = false;
+  std::vector<int64_t> ids;
+  std::vector<std::string> tokens;
+};
+
+class PipelineTokenizer final : public HfTokenizer {
+ public:
+  absl::Status Load(const Json& root);
+  absl::StatusOr<std::vector<SubwordToken>> Encode(std::string_view text, bool add_special_tokens) const override;
+  int SpecialTokensAdded() const override;
+  int64_t VocabularySize() const override { return vocabulary_size_; }
+  int64_t MemoryBytes() const override { return model_->MemoryBytes() + 64 * static_cast<int64_t>(added_.size()); }
+  std::string Kind() const override { return byte_level_ ? "byte-level " + model_->Kind() : model_->Kind(); }
+
+ private:
+  // GPT-2's pre-tokenizer: a space put before each piece of text that lacks one, the pattern's
+  // pieces, each character as its UTF-8 bytes' printable stand-ins.
+  struct ByteLevel {
+    bool add_prefix_space = true;
+    bool use_regex = true;
+  };
+  absl::Status LoadNormalizer(const Json& j, const std::string& path, int depth);
+  absl::Status LoadPreTokenizer(const Json& j, const std::string& path, int depth);
+  absl::Status LoadAddedTokens(const Json& j);
+  absl::Status LoadPostProcessor(const Json& j);
+  absl::Status LoadPair(const Json& j, const char* side);  // BertProcessing's or RobertaProcessing's cls/sep
+  absl::Status LoadTemplate(const Json& j);
+  absl::StatusOr<TemplatePiece> SpecialPiece(const std::string& path, const std::string& token, const Json* ids) const;
+  // The segments of `text` between the added tokens: [begin, end) and the added token's index, or -1.
+  std::vector<std::tuple<size_t, size_t, int>> SplitAdded(const std::u32string& text) const;
+  // The words of one segment of the text (no added token in it), tokenized, appended to `out`.
+  void EncodeSegment(const std::u32string& chars, size_t begin, size_t end, int32_t* word,
+                     std::vector<SubwordToken>* out) const;
+  // ByteLevel's and RobertaProcessing's trim_offsets: a token's leading and trailing spaces leave its offsets.
+  void TrimOffsets(std::vector<SubwordToken>* tokens) const;
+
+  std::vector<NormalizeStep> normalize_;
+  std::vector<PreTokenizeStep> pre_tokenize_;
+  std::optional<ByteLevel> byte_level_;
+  std::optional<bool> trim_offsets_;  // set: trim, with the post-processor's add_prefix_space
+  std::unique_ptr<SubwordModel> model_;
+  std::vector<AddedToken> added_;
+  std::vector<TemplatePiece> template_;
+  int64_t vocabulary_size_ = 0;
+};
+
+}  // namespace qvi::hf
+
+#endif  // QVI_SERVER_CORE_TEXT_HF_HF_PIPELINE_TOKENIZER_H_
