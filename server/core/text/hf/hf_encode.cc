@@ -37,6 +37,53 @@ std::vector<std::tuple<size_t, size_t, int>> PipelineTokenizer::SplitAdded(const
   return out;
 }
 
+namespace {
+
+// `c` put before the text, aligned to the character it comes before, as the reference's prepend() does.
+void Prepend(char32_t c, Normalized* n) {
+  n->chars.insert(n->chars.begin(), c);
+  n->from.insert(n->from.begin(), n->from[0]);
+  n->to.insert(n->to.begin(), n->to[0]);
+}
+
+}  // namespace
+
+Pieces PipelineTokenizer::SplitMetaspace(Normalized* n, size_t begin) const {
+  Pieces pieces;
+  const char32_t r = metaspace_->replacement;
+  std::replace(n->chars.begin(), n->chars.end(), U' ', r);
+  const bool prepend = metaspace_->prepend == Metaspace::Prepend::kAlways ||
+                       (metaspace_->prepend == Metaspace::Prepend::kFirst && begin == 0);
+  if (prepend && !n->chars.empty() && n->chars[0] != r) Prepend(r, n);
+  if (!metaspace_->split) {
+    if (!n->chars.empty()) pieces.emplace_back(0, n->chars.size());
+    return pieces;
+  }
+  size_t start = 0;
+  for (size_t i = 0; i < n->chars.size(); ++i) {  // each ▁ begins a piece
+    if (n->chars[i] == r && i > start) {
+      pieces.emplace_back(start, i);
+      start = i;
+    }
+  }
+  if (n->chars.size() > start) pieces.emplace_back(start, n->chars.size());
+  return pieces;
+}
+
+Pieces PipelineTokenizer::PreTokenize(Normalized* n, size_t begin) const {
+  Pieces pieces;
+  if (byte_level_) {
+    if (byte_level_->add_prefix_space && !n->chars.empty() && n->chars[0] != U' ') Prepend(U' ', n);
+    if (byte_level_->use_regex) return SplitGpt2(n->chars, 0, n->chars.size());
+    if (!n->chars.empty()) pieces.emplace_back(0, n->chars.size());
+    return pieces;
+  }
+  if (metaspace_) return SplitMetaspace(n, begin);
+  if (!n->chars.empty()) pieces.emplace_back(0, n->chars.size());
+  for (PreTokenizeStep step : pre_tokenize_) pieces = Split(step, n->chars, pieces);
+  return pieces;
+}
+
 void PipelineTokenizer::EncodeSegment(const std::u32string& chars, size_t begin, size_t end, int32_t* word,
                                       std::vector<SubwordToken>* out) const {
   Normalized n;
@@ -46,23 +93,7 @@ void PipelineTokenizer::EncodeSegment(const std::u32string& chars, size_t begin,
     n.to.push_back(static_cast<uint32_t>(i + 1));
   }
   for (NormalizeStep step : normalize_) Apply(step, &n);
-  Pieces pieces;
-  if (byte_level_) {
-    if (byte_level_->add_prefix_space && !n.chars.empty() && n.chars[0] != U' ') {
-      // The space is aligned to the character it comes before, as the reference's prepend() does.
-      n.chars.insert(n.chars.begin(), U' ');
-      n.from.insert(n.from.begin(), n.from[0]);
-      n.to.insert(n.to.begin(), n.to[0]);
-    }
-    if (byte_level_->use_regex) {
-      pieces = SplitGpt2(n.chars, 0, n.chars.size());
-    } else if (!n.chars.empty()) {
-      pieces.emplace_back(0, n.chars.size());
-    }
-  } else {
-    if (!n.chars.empty()) pieces.emplace_back(0, n.chars.size());
-    for (PreTokenizeStep step : pre_tokenize_) pieces = Split(step, n.chars, pieces);
-  }
+  const Pieces pieces = PreTokenize(&n, begin);
   std::vector<SubwordPiece> sub;
   for (const auto& [b, e] : pieces) {
     const Normalized piece = byte_level_ ? ToByteChars(n, b, e) : Normalized{};

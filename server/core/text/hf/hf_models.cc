@@ -340,7 +340,8 @@ absl::StatusOr<std::unique_ptr<SubwordModel>> LoadModel(const Json& j) {
     if (absl::Status s = model->Load(j); !s.ok()) return s;
     return std::unique_ptr<SubwordModel>(std::move(model));
   }
-  return NotImplemented("model.type", *type, "WordPiece and BPE");
+  if (*type == "Unigram") return LoadUnigram(j);
+  return NotImplemented("model.type", *type, "WordPiece, BPE and Unigram");
 }
 
 }  // namespace qvi::hf

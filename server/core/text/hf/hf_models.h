@@ -50,8 +50,9 @@ class SubwordModel {
   virtual std::string Kind() const = 0;
 };
 
-// The file's "model": WordPiece or BPE (the byte-level family's and others').
+// The file's "model": WordPiece, BPE (the byte-level family's and others') or Unigram (hf_unigram.cc).
 absl::StatusOr<std::unique_ptr<SubwordModel>> LoadModel(const Json& model);
+absl::StatusOr<std::unique_ptr<SubwordModel>> LoadUnigram(const Json& model);
 
 }  // namespace qvi::hf
 

@@ -46,7 +46,19 @@ class PipelineTokenizer final : public HfTokenizer {
     bool add_prefix_space = true;
     bool use_regex = true;
   };
+  // SentencePiece's pre-tokenizer: spaces as `replacement` (▁), one put before the text as the scheme
+  // says, and (split) a piece at each, the ▁ going with what follows it.
+  struct Metaspace {
+    char32_t replacement = U'\u2581';
+    enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
+    bool split = true;
+  };
   absl::Status LoadNormalizer(const Json& j, const std::string& path, int depth);
+  absl::Status LoadMetaspace(const Json& j, const std::string& path);
+  // The pieces of a normalized segment that begins at character `begin` of the text, as the
+  // pre-tokenizer splits them (ByteLevel and Metaspace first change the segment).
+  Pieces PreTokenize(Normalized* n, size_t begin) const;
+  Pieces SplitMetaspace(Normalized* n, size_t begin) const;
   absl::Status LoadPreTokenizer(const Json& j, const std::string& path, int depth);
   absl::Status LoadAddedTokens(const Json& j);
   absl::Status LoadPostProcessor(const Json& j);
@@ -64,6 +76,7 @@ class PipelineTokenizer final : public HfTokenizer {
   std::vector<NormalizeStep> normalize_;
   std::vector<PreTokenizeStep> pre_tokenize_;
   std::optional<ByteLevel> byte_level_;
+  std::optional<Metaspace> metaspace_;
   std::optional<bool> trim_offsets_;  // set: trim, with the post-processor's add_prefix_space
   std::unique_ptr<SubwordModel> model_;
   std::vector<AddedToken> added_;

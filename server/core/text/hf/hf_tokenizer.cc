@@ -61,6 +61,8 @@ absl::Status PipelineTokenizer::LoadPreTokenizer(const Json& j, const std::strin
     pre_tokenize_.push_back(PreTokenizeStep::kWhitespace);
   } else if (*type == "ByteLevel" && depth == 0) {
     byte_level_ = ByteLevel{Flag(j, "add_prefix_space", true), Flag(j, "use_regex", true)};
+  } else if (*type == "Metaspace" && depth == 0) {
+    return LoadMetaspace(j, path);
   } else if (*type == "Sequence") {
     auto steps = j.find("pretokenizers");
     if (steps == j.end() || !steps->is_array()) return Bad(path + ".pretokenizers", "must be an array");
@@ -71,8 +73,35 @@ absl::Status PipelineTokenizer::LoadPreTokenizer(const Json& j, const std::strin
     }
   } else {
     return NotImplemented(path + ".type", *type,
-                          "BertPreTokenizer, WhitespaceSplit, Sequence of these, and ByteLevel alone");
+                          "BertPreTokenizer, WhitespaceSplit, Sequence of these, and ByteLevel or Metaspace alone");
   }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineTokenizer::LoadMetaspace(const Json& j, const std::string& path) {
+  Metaspace m;
+  if (auto r = j.find("replacement"); r != j.end()) {
+    const std::u32string c =
+        r->is_string() && ValidateUtf8(r->get<std::string>()).ok() ? Decode(r->get<std::string>()) : std::u32string();
+    if (c.size() != 1) return Bad(path + ".replacement", "must be one character");
+    m.replacement = c[0];
+  }
+  if (auto scheme = j.find("prepend_scheme"); scheme != j.end()) {
+    const std::string s = scheme->is_string() ? scheme->get<std::string>() : "";
+    if (s == "always") {
+      m.prepend = Metaspace::Prepend::kAlways;
+    } else if (s == "first") {
+      m.prepend = Metaspace::Prepend::kFirst;
+    } else if (s == "never") {
+      m.prepend = Metaspace::Prepend::kNever;
+    } else {
+      return Bad(path + ".prepend_scheme", "must be always, first or never");
+    }
+  } else if (!Flag(j, "add_prefix_space", true)) {  // the older form
+    m.prepend = Metaspace::Prepend::kNever;
+  }
+  m.split = Flag(j, "split", true);
+  metaspace_ = m;
   return absl::OkStatus();
 }
 

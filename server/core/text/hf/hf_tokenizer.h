@@ -8,8 +8,8 @@
 // came from), pre-tokenized into words, and each word split into sub-words by the model; the
 // post-processor adds the special tokens around the sequence. Implemented so far:
 //   normalizer      BertNormalizer, Lowercase, NFD, StripAccents, Sequence of these, or none
-//   pre_tokenizer   BertPreTokenizer, WhitespaceSplit, Sequence of these; ByteLevel alone
-//   model           WordPiece, BPE (no dropout, no byte fallback)
+//   pre_tokenizer   BertPreTokenizer, WhitespaceSplit, Sequence of these; ByteLevel or Metaspace alone
+//   model           WordPiece, BPE (no dropout, no byte fallback), Unigram (no byte fallback)
 //   post_processor  BertProcessing, RobertaProcessing, ByteLevel, TemplateProcessing (single), or none
 //   added_tokens    matched on the raw text, with lstrip and rstrip (no single_word)
 // A file that names anything else fails to load with a message naming it (the JSON path and the type),

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <vector>
 
 namespace qvi::hf {
 namespace {
@@ -69,17 +71,17 @@ TEST(HfTokenizerTest, ATextWorkedByHand) {
 
 TEST(HfTokenizerTest, WhatIsNotImplementedIsRefusedByName) {
   Json j = Small();
-  j["model"]["type"] = "Unigram";
+  j["model"]["type"] = "WordLevel";
   EXPECT_EQ(Refusal(j),
-            "tokenizer.json: model.type: type 'Unigram' is not implemented here (WordPiece and BPE are); the model "
-            "cannot be served with this tokenizer");
+            "tokenizer.json: model.type: type 'WordLevel' is not implemented here (WordPiece, BPE and Unigram are); "
+            "the model cannot be served with this tokenizer");
   j = Small();
   j["normalizer"] = Json::parse(R"({"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "Precompiled"}]})");
   EXPECT_EQ(
       Refusal(j).rfind("tokenizer.json: normalizer.normalizers[1].type: type 'Precompiled' is not implemented", 0), 0u);
   j = Small();
-  j["pre_tokenizer"] = Json::parse(R"({"type": "Metaspace"})");
-  EXPECT_EQ(Refusal(j).rfind("tokenizer.json: pre_tokenizer.type: type 'Metaspace' is not implemented", 0), 0u);
+  j["pre_tokenizer"] = Json::parse(R"({"type": "Digits"})");
+  EXPECT_EQ(Refusal(j).rfind("tokenizer.json: pre_tokenizer.type: type 'Digits' is not implemented", 0), 0u);
   j = Small();
   j["pre_tokenizer"] = Json::parse(R"({"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}]})");
   EXPECT_EQ(Refusal(j).rfind("tokenizer.json: pre_tokenizer.pretokenizers[0].type: type 'ByteLevel'", 0), 0u)
@@ -149,6 +151,43 @@ TEST(HfTokenizerTest, BpeMergesByRank) {
   j = SmallBpe();
   j["model"]["merges"][0] = "a b c";
   EXPECT_EQ(Refusal(j), "tokenizer.json: model.merges[0]: must be two tokens apart by one space");
+}
+
+TEST(HfTokenizerTest, UnigramTakesTheHighestScoringPiecesAndFusesUnknownCharacters) {
+  Json j = Json::parse(R"({"pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"},
+    "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["▁", -2.0], ["▁ab", -3.0], ["a", -2.5],
+      ["b", -2.5], ["ab", -4.5], ["c", -3.0], ["▁c", -6.0]]}})");
+  auto t = HfTokenizer::FromJson(j.dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->Kind(), "Unigram");
+  // As tokenizers 0.23.3 answers: ▁ + c (-5) beats ▁c (-6); the prepended ▁ is aligned to the first
+  // character; x and y, no piece's, are one unknown token.
+  for (const auto& [text, want_ids, want_offsets] :
+       std::vector<std::tuple<std::string, std::vector<int64_t>, std::vector<std::pair<uint32_t, uint32_t>>>>{
+           {"ab cab", {2, 1, 6, 5}, {{0, 2}, {2, 3}, {3, 4}, {4, 6}}},
+           {"abxyc", {2, 0, 6}, {{0, 2}, {2, 4}, {4, 5}}},
+           {"ab  c", {2, 1, 1, 6}, {{0, 2}, {2, 3}, {3, 4}, {4, 5}}}}) {
+    auto e = (*t)->Encode(text);
+    ASSERT_TRUE(e.ok()) << e.status();
+    std::vector<int64_t> ids;
+    std::vector<std::pair<uint32_t, uint32_t>> offsets;
+    for (const SubwordToken& s : *e) {
+      ids.push_back(s.id);
+      offsets.emplace_back(s.start, s.end);
+    }
+    EXPECT_EQ(ids, want_ids) << text;
+    EXPECT_EQ(offsets, want_offsets) << text;
+  }
+  j["model"]["unk_id"] = nullptr;
+  EXPECT_EQ(Refusal(j).rfind("tokenizer.json: model.unk_id: is null", 0), 0u);
+  j["model"]["unk_id"] = 99;
+  EXPECT_EQ(Refusal(j), "tokenizer.json: model.unk_id: must be an id below the vocabulary's size, 8");
+  j["model"]["unk_id"] = 0;
+  j["model"]["vocab"][2] = Json::array({"▁ab"});
+  EXPECT_EQ(Refusal(j), "tokenizer.json: model.vocab[2]: must be [piece, score]");
+  j["model"]["vocab"][2] = Json::array({"▁ab", -3.0});
+  j["pre_tokenizer"]["prepend_scheme"] = "sometimes";
+  EXPECT_EQ(Refusal(j), "tokenizer.json: pre_tokenizer.prepend_scheme: must be always, first or never");
 }
 
 TEST(HfTokenizerTest, BrokenFilesAreRefusedNamingTheField) {
