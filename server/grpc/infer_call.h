@@ -96,7 +96,9 @@ void PlanInferCall(Target* call, Core* core, const grpc::ByteBuffer* raw, grpc::
                    std::shared_ptr<Plan> plan, bool waited) {
   try {
     absl::StatusOr<PlannedCall<Message>> planned = (*plan)(*raw, &call->call());
-    if (!planned.ok() && !waited && WaitsForLoad(planned.status())) {
+    // Waits once -- or again, when the version a load handed over is not the one the request asks for
+    // (another version of the model is still loading): each wait ends with a load, or at the deadline.
+    if (!planned.ok() && (!waited || call->call().loaded != nullptr) && WaitsForLoad(planned.status())) {
       core->WhenLoaded(call->call().model, MonotonicDeadline(core->env(), call->deadline()),
                        [call, core, raw, raw_response, plan](absl::StatusOr<ServableHandle> loaded) {
                          if (!loaded.ok()) return call->Answer(loaded.status());

@@ -285,9 +285,10 @@ void InferenceService::DispatchWhenLoaded(Method method, InferenceRequest r, Don
     if (!loaded.ok()) return work->second(loaded.status());
     // Served by the version loaded for it, which it holds from here: no other load can unload it first.
     ServableHandle held = Serving(loaded, work->first.model, work->first.version);
-    const bool queued = executor_->TrySubmit([this, method, work, held]() mutable {
-      Dispatch(method, std::move(work->first), std::move(work->second), std::move(held), /*waited=*/true,
-               /*cached=*/false);
+    // Another version than the one asked for (still loading): the request resolves and may wait again.
+    const bool waited = held != nullptr;
+    const bool queued = executor_->TrySubmit([this, method, work, held, waited]() mutable {
+      Dispatch(method, std::move(work->first), std::move(work->second), std::move(held), waited, /*cached=*/false);
     });
     if (!queued) work->second(absl::ResourceExhaustedError("the server's request queue is full; retry with backoff"));
   });

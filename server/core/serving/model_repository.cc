@@ -134,6 +134,8 @@ void ModelRepository::WorkerLoop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
       turns_[job.name] = next_turn_++;  // its loads' turn at the budget: in the order taken up
+      // Unloaded for memory while its poll was queued: the poll leaves it resting, as one queued now would.
+      if (job.cause == LoadCause::kPoll && resting_.count(job.name) > 0) job.found.reset();
     }
     PollModel(job.name, job.found ? &*job.found : nullptr, job.cause);
     {

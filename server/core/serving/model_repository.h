@@ -137,6 +137,9 @@ struct ModelStatus {
 enum class LoadCause { kPoll, kAdmin, kDemand };
 const char* LoadCauseName(LoadCause cause);
 
+// The payload of a load on demand's refusal when it gave up because its requests had all left.
+extern const char kGaveUp[];
+
 // UNAVAILABLE from Resolve() for a model that loads on demand: the caller hands the request to
 // ModelRepository::WhenLoaded and tries again once.
 bool WaitsForLoad(const absl::Status& status);

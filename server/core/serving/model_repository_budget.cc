@@ -18,6 +18,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
+}  // namespace
+
+// A load on demand that stopped waiting for room because nobody waited for it any more (GaveUpLocked).
+const char kGaveUp[] = "type.qvi.dev/load-gave-up";
+
+namespace {
+
 // Before a load: the largest model file of the version folder, a floor for its weights in memory.
 int64_t LargestModelFile(const std::string& dir) {
   int64_t largest = 0;
@@ -58,7 +65,9 @@ std::vector<ModelRepository::Evictable> ModelRepository::EvictableOnLocked(const
                                                                            const std::string& except) const {
   std::vector<Evictable> found;
   for (const auto& [name, entry] : models_) {
-    if (name == except || busy_.count(name) > 0) continue;  // a poll or load of it is under way
+    // A job of it running (not one merely queued: a poll tick queues one for every model, and the workers
+    // may all be waiting for this load's turn to end).
+    if (name == except || turns_.count(name) > 0) continue;
     Evictable m{name, 0, 0, false};
     bool loading = false;
     for (const auto& [_, r] : entry.versions) {
@@ -137,8 +146,10 @@ absl::Time ModelRepository::WaitUntilLocked(const std::string& name, LoadCause c
 
 absl::Status ModelRepository::GaveUpLocked(const std::string& name, const char* waiting_for) const {
   // RESOURCE_EXHAUSTED: the model rests, and the next request for it loads it again.
-  return absl::ResourceExhaustedError(absl::StrCat("model '", Capped(name), "' waited ", waiting_for,
-                                                   " until the deadline of every request for it had passed"));
+  absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+      "model '", Capped(name), "' waited ", waiting_for, " until the deadline of every request for it had passed"));
+  status.SetPayload(kGaveUp, absl::Cord(name));
+  return status;
 }
 
 absl::Status ModelRepository::AwaitTurn(const std::string& name, LoadCause cause, absl::Time started) {

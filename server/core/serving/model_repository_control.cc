@@ -97,7 +97,10 @@ void ModelRepository::Control(const std::string& name, bool load, LoadCause caus
       std::function<void()> answer = [this, name, load, done = std::move(done)] { done(ControlResult(name, load)); };
       if (!busy_.insert(name).second) {
         again_[name].push_back(std::move(answer));  // after the poll of it in progress, a poll of its own
-        if (load) again_load_[name] = cause;        // which wakes the model again: that poll may rest it
+        if (load) {  // which wakes the model again (that poll may rest it); an admin's wait, not the requests'
+          auto [it, first] = again_load_.try_emplace(name, cause);
+          if (!first && cause == LoadCause::kAdmin) it->second = cause;
+        }
       } else {
         jobs_.push_back(Job{name, FoundLocked(name, disk), {}, cause});
         jobs_.back().done.push_back(std::move(answer));
@@ -239,6 +242,7 @@ absl::StatusOr<ServableHandle> ModelRepository::Resolve(const std::string& name,
         absl::StrCat("model '", name, "' has no ready version (", absl::StrJoin(why, "; "), ")"));
   }
   auto v = versions.find(version);
+  if (v == versions.end() && wait) return LoadsOnDemand(name);
   if (v == versions.end()) {
     std::vector<int64_t> numbers;
     for (const auto& [n, _] : versions) numbers.push_back(n);

@@ -87,10 +87,14 @@ void ModelRepository::Answer(const std::string& name, uint64_t load, const absl:
         if (r.status.state == ModelState::kReady) newest = r.servable;  // the versions ascend
       }
     }
+    const absl::Time now = env_->Now();
+    const bool live = std::any_of(it->second.waiters.begin(), it->second.waiters.end(),
+                                  [now](const Waiter& w) { return w.deadline > now; });
     if (newest != nullptr) {
       HandOverLocked(name, newest, &answered);
-    } else if (result.ok() && !stopped_) {
-      again = true;  // unloaded again before they held it: they wait for another load
+    } else if (!stopped_ && (result.ok() || (live && result.GetPayload(kGaveUp).has_value()))) {
+      // Unloaded again before they held it, or the load gave up just before they came: another load.
+      again = true;
     } else {
       failed = std::move(it->second.waiters);
       waiters_.erase(it);

@@ -37,7 +37,8 @@ void PlanKServeInfer(Core* core, const OipApi* oip, std::shared_ptr<HttpCall> ca
                      std::shared_ptr<const HttpRequest> request, std::shared_ptr<const rest::ParsedInfer> asked,
                      bool waited, const ServableHandle& loaded = nullptr) {
   absl::StatusOr<OipApi::Planned> planned = oip->Plan(asked->request, loaded);
-  if (!planned.ok() && !waited && WaitsForLoad(planned.status())) {
+  // Waits once, or again when the version handed over is not the one asked for (as PlanInferCall does).
+  if (!planned.ok() && (!waited || loaded != nullptr) && WaitsForLoad(planned.status())) {
     return core->WhenLoaded(asked->request.model_name(), call->HeaderDeadline(*request),
                             [core, oip, call, request, asked](absl::StatusOr<ServableHandle> held) {
                               if (!held.ok()) return call->Fail(held.status());

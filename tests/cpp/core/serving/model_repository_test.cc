@@ -1056,6 +1056,9 @@ TEST_F(ModelRepositoryTest, ARequestWaitingForALoadOnDemandIsAnsweredAtItsDeadli
   control::Answer late;
   repo_->WhenLoaded("topics", env_.Now() + absl::Seconds(30), late.loaded_done());
   ASSERT_TRUE(stuck.started->WaitForNotificationWithTimeout(absl::Seconds(60)));
+  // While it loads, a request for any version waits for the load too: one loading, one not known yet.
+  EXPECT_TRUE(WaitsForLoad(repo_->Resolve("topics", 1).status()));
+  EXPECT_TRUE(WaitsForLoad(repo_->Resolve("topics", 7).status()));
   env_.Advance(absl::Seconds(31));
   EXPECT_EQ(late.Wait().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(late.status->message(), "the deadline passed while the model was loading on demand");
