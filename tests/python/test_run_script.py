@@ -28,7 +28,8 @@ def scratch_checkout(tmp_path, drop):
             shutil.copytree(src, dst, symlinks=True, ignore=shutil.ignore_patterns("build", "*.egg-info"))
         else:
             shutil.copy2(src, dst)
-    for path in (".venv", "build", "model_store/qvi", "model_store/corpora", "model_store/data"):
+    for path in (".venv", "build", "model_store/qvi", "model_store/corpora", "model_store/data",
+                 "model_store/pretrained"):
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).symlink_to(os.path.join(REPO, path))
     shutil.copytree(STORE, root / "model_store" / "store")
