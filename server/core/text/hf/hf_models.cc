@@ -30,9 +30,12 @@ bool Flag(const Json& j, const char* key, bool otherwise) {
   return it != j.end() && it->is_boolean() ? it->get<bool>() : otherwise;
 }
 
-namespace {
+int64_t IdIn(const Vocab& vocab, absl::string_view token) {
+  auto it = vocab.find(token);
+  return it == vocab.end() ? -1 : it->second;
+}
 
-using Vocab = absl::flat_hash_map<std::string, int64_t>;
+namespace {
 
 // model.vocab: token -> id, the ids 0..n-1 each once.
 absl::Status LoadVocabulary(const Json& model, Vocab* vocab, int64_t* memory) {
@@ -58,12 +61,6 @@ absl::Status LoadVocabulary(const Json& model, Vocab* vocab, int64_t* memory) {
     *memory += static_cast<int64_t>(token.size() + 48);
   }
   return absl::OkStatus();
-}
-
-std::string Utf8(const std::u32string& chars, size_t begin, size_t end) {
-  std::string out;
-  for (size_t i = begin; i < end; ++i) AppendUtf8(chars[i], &out);
-  return out;
 }
 
 class WordPieceModel final : public SubwordModel {
@@ -119,10 +116,7 @@ class WordPieceModel final : public SubwordModel {
     }
   }
 
-  int64_t Id(absl::string_view token) const override {
-    auto it = vocab_.find(token);
-    return it == vocab_.end() ? -1 : it->second;
-  }
+  int64_t Id(absl::string_view token) const override { return IdIn(vocab_, token); }
   int64_t VocabularySize() const override { return static_cast<int64_t>(vocab_.size()); }
   int64_t MemoryBytes() const override { return memory_; }
   std::string Kind() const override { return "WordPiece"; }
@@ -143,10 +137,7 @@ class BpeModel final : public SubwordModel {
 
   void Tokenize(const std::u32string& word, std::vector<SubwordPiece>* out) const override;
 
-  int64_t Id(absl::string_view token) const override {
-    auto it = vocab_.find(token);
-    return it == vocab_.end() ? -1 : it->second;
-  }
+  int64_t Id(absl::string_view token) const override { return IdIn(vocab_, token); }
   int64_t VocabularySize() const override { return static_cast<int64_t>(vocab_.size()); }
   int64_t MemoryBytes() const override { return memory_; }
   std::string Kind() const override { return "BPE"; }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
@@ -30,6 +31,10 @@ absl::Status NotImplemented(absl::string_view path, absl::string_view type, absl
 absl::StatusOr<std::string> String(const Json& j, absl::string_view path, const char* key);
 // The boolean at `key`, or `otherwise` when absent or null.
 bool Flag(const Json& j, const char* key, bool otherwise);
+
+// Token -> id, and the id of `token` in it, or -1.
+using Vocab = absl::flat_hash_map<std::string, int64_t>;
+int64_t IdIn(const Vocab& vocab, absl::string_view token);
 
 // A sub-word of a word: its id, its spelling in the vocabulary, and the word's characters [begin, end).
 struct SubwordPiece {

@@ -178,6 +178,12 @@ Normalized ToByteChars(const Normalized& text, size_t begin, size_t end) {
   return out;
 }
 
+std::string Utf8(const std::u32string& chars, size_t begin, size_t end) {
+  std::string out;
+  for (size_t i = begin; i < end; ++i) AppendUtf8(chars[i], &out);
+  return out;
+}
+
 void AppendUtf8(char32_t c, std::string* out) {
   if (c < 0x80) {
     out->push_back(static_cast<char>(c));

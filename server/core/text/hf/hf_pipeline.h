@@ -42,6 +42,7 @@ Normalized ToByteChars(const Normalized& text, size_t begin, size_t end);
 
 // UTF-8 of code points; the code points of UTF-8 that ValidateUtf8 (tokenizer.h) accepted.
 void AppendUtf8(char32_t c, std::string* out);
+std::string Utf8(const std::u32string& chars, size_t begin, size_t end);  // of chars [begin, end)
 std::u32string Decode(std::string_view utf8);
 
 }  // namespace qvi::hf

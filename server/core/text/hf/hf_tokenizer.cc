@@ -14,13 +14,18 @@ namespace {
 constexpr size_t kMaxAddedTokens = 10'000;
 constexpr int kMaxNesting = 16;  // Sequence in Sequence
 
+// The "type" of a component object at `path` ("" for null: none), or why it is not one.
+absl::StatusOr<std::string> ComponentType(const Json& j, const std::string& path, int depth) {
+  if (j.is_null()) return std::string();
+  if (!j.is_object() || depth > kMaxNesting) return Bad(path, "must be an object (or null)");
+  return String(j, path, "type");
+}
+
 }  // namespace
 
 absl::Status PipelineTokenizer::LoadNormalizer(const Json& j, const std::string& path, int depth) {
-  if (j.is_null()) return absl::OkStatus();
-  if (!j.is_object() || depth > kMaxNesting) return Bad(path, "must be an object (or null)");
-  absl::StatusOr<std::string> type = String(j, path, "type");
-  if (!type.ok()) return type.status();
+  absl::StatusOr<std::string> type = ComponentType(j, path, depth);
+  if (!type.ok() || type->empty()) return type.status();
   if (*type == "BertNormalizer") {
     const bool lowercase = Flag(j, "lowercase", true);
     if (Flag(j, "clean_text", true)) normalize_.push_back(NormalizeStep::kClean);
@@ -50,10 +55,8 @@ absl::Status PipelineTokenizer::LoadNormalizer(const Json& j, const std::string&
 }
 
 absl::Status PipelineTokenizer::LoadPreTokenizer(const Json& j, const std::string& path, int depth) {
-  if (j.is_null()) return absl::OkStatus();
-  if (!j.is_object() || depth > kMaxNesting) return Bad(path, "must be an object (or null)");
-  absl::StatusOr<std::string> type = String(j, path, "type");
-  if (!type.ok()) return type.status();
+  absl::StatusOr<std::string> type = ComponentType(j, path, depth);
+  if (!type.ok() || type->empty()) return type.status();
   if (*type == "BertPreTokenizer") {
     pre_tokenize_.push_back(PreTokenizeStep::kWhitespace);
     pre_tokenize_.push_back(PreTokenizeStep::kBertPunctuation);

@@ -4,7 +4,6 @@
 #include <limits>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/text/hf/hf_models.h"
 #include "server/core/text/hf/hf_pipeline.h"
@@ -95,19 +94,15 @@ class UnigramModel final : public SubwordModel {
       end = b.from;
     }
     for (auto it = reversed.rbegin(); it != reversed.rend(); ++it) {
-      std::string text;
-      for (size_t k = it->begin; k < it->end; ++k) AppendUtf8(word[k], &text);
-      auto known = ids_.find(text);  // a fused unknown run may spell a piece after all
-      it->id = known != ids_.end() ? known->second : unk_id_;
+      std::string text = Utf8(word, it->begin, it->end);
+      const int64_t known = IdIn(ids_, text);  // a fused unknown run may spell a piece after all
+      it->id = known >= 0 ? known : unk_id_;
       it->token = std::move(text);
       out->push_back(std::move(*it));
     }
   }
 
-  int64_t Id(absl::string_view token) const override {
-    auto it = ids_.find(token);
-    return it == ids_.end() ? -1 : it->second;
-  }
+  int64_t Id(absl::string_view token) const override { return IdIn(ids_, token); }
   int64_t VocabularySize() const override { return static_cast<int64_t>(pieces_.size()); }
   int64_t MemoryBytes() const override { return memory_; }
   std::string Kind() const override { return "Unigram"; }
@@ -115,7 +110,7 @@ class UnigramModel final : public SubwordModel {
 
  private:
   std::vector<std::pair<std::string, double>> pieces_;
-  absl::flat_hash_map<std::string, int64_t> ids_;
+  Vocab ids_;
   double min_score_ = std::numeric_limits<double>::infinity();
   size_t max_chars_ = 0;
   int64_t unk_id_ = -1;
