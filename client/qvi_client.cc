@@ -70,6 +70,7 @@ struct Explain {
   int faithfulness_top_k = 0;  // Classify: options.faithfulness.top_k
   bool contributions = false;  // Classify: options.contributions
   bool occlusion = false;      // options.occlusion
+  bool subwords = false;       // options.subwords: a sub-word model's answer per sub-word
 };
 
 bool UseColor(const Common& c) {
@@ -106,6 +107,7 @@ void Fill(v1::OutputOptions* o, const Explain& e) {
   o->set_gates(e.gates);
   o->set_contributions(e.contributions);
   o->set_occlusion(e.occlusion);
+  o->set_subwords(e.subwords);
   o->set_tokens(e.tokens || e.faithfulness_top_k > 0);  // the check names the tokens it deleted
   if (e.error_on_truncation) o->set_truncation(v1::TRUNCATION_POLICY_ERROR);
   if (e.faithfulness_top_k > 0) o->mutable_faithfulness()->set_top_k(e.faithfulness_top_k);
@@ -378,6 +380,7 @@ void AddInferOptions(CLI::App* sub, Common& common, Explain& explain, std::vecto
                 "leave-one-out: how much the answer (each returned label; each entity) drops without each token "
                 "(n more rows per text of n tokens)");
   sub->add_flag("--tokens", explain.tokens, "list the tokens");
+  sub->add_flag("--subwords", explain.subwords, "a sub-word model (qvi import): each sub-word read, not each word");
   sub->add_flag("--error-on-truncation", explain.error_on_truncation, "fail instead of truncating long texts");
   sub->add_option("--faithfulness-top-k", explain.faithfulness_top_k,
                   "Classify: also check α by deleting its top K tokens and running the rest again");

@@ -118,7 +118,9 @@ void PrintTokens(const google::protobuf::RepeatedPtrField<v1::Token>& tokens, bo
     std::cout << "  β " << line << "\n";
   }
   for (const auto& t : tokens) {
-    std::printf("    %-18s [%u,%u)", t.text().c_str(), t.start(), t.end());
+    // A sub-word (options.subwords) as the vocabulary spells it ("##ing", "[CLS]"), with its word.
+    std::printf("    %-18s [%u,%u)", (t.has_word() ? t.normalized() : t.text()).c_str(), t.start(), t.end());
+    if (t.has_word()) std::printf("  word %d", t.word());
     if (!t.tag().empty()) std::printf("  %-14s", t.tag().c_str());
     if (t.has_attention()) std::printf("  α=%.4f", t.attention());
     if (t.has_gate()) std::printf("  β=%.4f", t.gate());

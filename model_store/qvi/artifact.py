@@ -68,13 +68,19 @@ def export(model: nn.Module, manifest: Dict[str, object], vocab: Vocabulary, sto
            version: int) -> str:
     """Scripts `model` and writes it with its manifest and vocabulary to
     <store>/<manifest name>/<version>/model.pt. Returns the path."""
+    return export_files(model, manifest, {VOCAB: vocab.to_text()}, store, version)
+
+
+def export_files(model: nn.Module, manifest: Dict[str, object], files: Dict[str, str], store: str,
+                 version: int) -> str:
+    """export() with the artifact's other files given by name (an imported encoder carries its
+    tokenizer.json where a zoo model carries vocab.txt)."""
     if version < 1:
         raise ValueError(f"version must be a positive integer, got {version}")
     folder = os.path.join(store, str(manifest["name"]), str(version))
     os.makedirs(folder, exist_ok=True)
     scripted = torch.jit.script(model.eval())
-    extra = {MANIFEST: json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True),
-             VOCAB: vocab.to_text()}
+    extra = dict(files, **{MANIFEST: json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True)})
     fd, tmp = tempfile.mkstemp(prefix=".model.pt.", dir=folder)
     os.close(fd)
     try:
@@ -93,12 +99,17 @@ def export(model: nn.Module, manifest: Dict[str, object], vocab: Vocabulary, sto
 
 
 def load(path: str, device: str = "cpu") -> Tuple[torch.jit.ScriptModule, Dict[str, object], Vocabulary]:
-    """Loads an artifact: (scripted model in eval mode, manifest, vocabulary)."""
+    """Loads an artifact: (scripted model in eval mode, manifest, vocabulary). An imported sub-word model
+    (qvi.hf_import, manifest format 2) has no vocab.txt: its tokenizer.json is read by the server, and the
+    zoo's commands that tokenize (evaluate, faithfulness, export of packages) refuse it, naming why."""
     extra = {MANIFEST: "", VOCAB: ""}
     module = torch.jit.load(path, map_location=device, _extra_files=extra)
     manifest = json.loads(extra[MANIFEST])
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") not in (FORMAT_VERSION, 2):  # 2: qvi.hf_import's sub-word models
         raise ValueError(f"{path}: manifest format_version {manifest.get('format_version')} is not {FORMAT_VERSION}")
+    if manifest.get("tokenizer", {}).get("level") == "subword":
+        raise ValueError(f"{path} is a sub-word model (imported with `python -m qvi import`): the zoo's word "
+                         "tokenizer cannot read for it; serve it, and ask the server for its answers")
     vocab = Vocabulary.from_text(extra[VOCAB] if isinstance(extra[VOCAB], str) else extra[VOCAB].decode("utf-8"))
     module.eval()
     return module, manifest, vocab

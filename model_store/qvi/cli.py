@@ -9,6 +9,7 @@
     python -m qvi faithfulness --artifact model.pt --test TEST --out f.json   (how faithful α, β and peers are)
     python -m qvi bench-model --dtype bfloat16                     (UNTRAINED BERT-base size, benchmarks only)
     python -m qvi null     --artifact store/sentiment/1/model.pt --out DIR   (DIR/model.null: no math, benchmarks only)
+    python -m qvi import   --from FOLDER --store model_store/store --name NAME   (a fine-tuned BERT/RoBERTa/DistilBERT)
 """
 import argparse
 import json
@@ -119,8 +120,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--out", required=True, help="the version folder to write model.null into")
     p.set_defaults(func=cmd_null)
     demo.add_commands(sub)
-    from qvi import bench_model, faithfulness
+    from qvi import bench_model, faithfulness, hf_import
     faithfulness.add_commands(sub)
+    hf_import.add_commands(sub)
     bench_model.add_commands(sub)
     args = ap.parse_args(argv)
     args.func(args)

@@ -79,7 +79,10 @@ absl::Status ParseArchitecture(const json& j, Manifest& m) {
   QVI_RETURN_IF_ERROR(Get(*arch, "interaction", "architecture.", m.interaction));
   if (!arch->contains("config") || !(*arch)["config"].is_object()) return absl::OkStatus();
   const json& c = (*arch)["config"];
-  if (c.contains("layers") && c.contains("heads") && (m.architecture.find("transformer") != std::string::npos)) {
+  // The zoo's Transformers, and the encoders `qvi import` rebuilds (hf_bert, hf_roberta, ...).
+  const bool transformer =
+      m.architecture.find("transformer") != std::string::npos || m.architecture.rfind("hf_", 0) == 0;
+  if (c.contains("layers") && c.contains("heads") && transformer) {
     QVI_RETURN_IF_ERROR(Get(c, "layers", "architecture.config.", m.layers));
     QVI_RETURN_IF_ERROR(Get(c, "heads", "architecture.config.", m.heads));
   }
@@ -95,8 +98,22 @@ absl::Status ParseTokenizer(const json& j, Manifest& m) {
     m.tokenizer.level = TokenLevel::kWord;
   } else if (level == "char") {
     m.tokenizer.level = TokenLevel::kChar;
+  } else if (level == "subword") {
+    m.tokenizer.level = TokenLevel::kSubword;
+    QVI_RETURN_IF_ERROR(Get(*tok, "file", "tokenizer.", m.tokenizer_file));
+    // The name the artifact's loaders read it under (model.pt's and the packages' extra files).
+    if (m.tokenizer_file != "tokenizer.json") {
+      return Bad("tokenizer.file", absl::StrCat("must be 'tokenizer.json', got '", m.tokenizer_file, "'"));
+    }
+    if (tok->contains("kind")) QVI_RETURN_IF_ERROR(Get(*tok, "kind", "tokenizer.", m.tokenizer_kind));
+    if (m.task == Task::kTagging) {
+      QVI_RETURN_IF_ERROR(Get(*tok, "word_tags", "tokenizer.", m.word_tags));
+      if (m.word_tags != "first_subword") {
+        return Bad("tokenizer.word_tags", absl::StrCat("must be 'first_subword', got '", m.word_tags, "'"));
+      }
+    }
   } else {
-    return Bad("tokenizer.level", absl::StrCat("must be 'word' or 'char', got '", level, "'"));
+    return Bad("tokenizer.level", absl::StrCat("must be 'word', 'char' or 'subword', got '", level, "'"));
   }
   QVI_RETURN_IF_ERROR(Get(*tok, "lowercase", "tokenizer.", m.tokenizer.lowercase));
   QVI_RETURN_IF_ERROR(Get(*tok, "max_tokens", "tokenizer.", m.tokenizer.max_tokens));
@@ -220,14 +237,15 @@ absl::StatusOr<Manifest> Manifest::Parse(std::string_view text) {
   Manifest m;
   int format = 0;
   QVI_RETURN_IF_ERROR(Get(j, "format_version", "", format));
-  if (format != kFormatVersion) {
-    return Bad("format_version", absl::StrCat("is ", format, "; this server reads version ", kFormatVersion));
+  if (format < 1 || format > kFormatVersion) {
+    return Bad("format_version", absl::StrCat("is ", format, "; this server reads versions 1 to ", kFormatVersion));
   }
   QVI_RETURN_IF_ERROR(Get(j, "name", "", m.name));
   // In the order the checks always ran: the first problem found is the one reported.
   for (auto* part : {&ParseTask, &ParseArchitecture, &ParseTokenizer, &ParseOutputs, &ParseServingAndCard}) {
     QVI_RETURN_IF_ERROR(part(j, m));
   }
+  if (m.subwords() && format < 2) return Bad("tokenizer.level", "'subword' needs format_version 2");
   return m;
 }
 

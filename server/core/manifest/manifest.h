@@ -70,7 +70,9 @@ struct FaithfulnessCard {
 };
 
 struct Manifest {
-  static constexpr int kFormatVersion = 1;
+  // 2 added sub-word tokenizers (tokenizer.level "subword", its file inside the artifact); a server
+  // reads every version up to kFormatVersion.
+  static constexpr int kFormatVersion = 2;
 
   std::string name;
   Task task = Task::kClassification;
@@ -83,6 +85,13 @@ struct Manifest {
   std::string tag_scheme;           // BIO | BIOES
   std::vector<std::string> entity_types;
   TokenizerOptions tokenizer;
+  // A sub-word tokenizer's file inside the artifact ("tokenizer.json") and its model's kind
+  // ("WordPiece"); empty for the word and character tokenizers.
+  std::string tokenizer_file;
+  std::string tokenizer_kind;
+  // How a sub-word tagger's words take their tag: "first_subword" (the only scheme served), the
+  // labelling its training used; empty otherwise.
+  std::string word_tags;
   int vocab_size = 0;
   std::map<std::string, std::vector<std::string>> outputs;  // name -> symbolic shape
   std::vector<std::string> explanations;
@@ -95,6 +104,7 @@ struct Manifest {
 
   // Whether the model computes the output of this name (outputs.h: HasOutput of a catalogue row).
   bool HasOutput(const std::string& name) const { return outputs.count(name) > 0; }
+  bool subwords() const { return tokenizer.level == TokenLevel::kSubword; }
 
   // Parses and checks a manifest; errors name the field and what was wrong with it.
   static absl::StatusOr<Manifest> Parse(std::string_view json);

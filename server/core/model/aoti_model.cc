@@ -28,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
+#include "server/core/model/aoti_package.h"
 #include "server/core/model/viterbi.h"
 
 namespace qvi {
@@ -35,87 +36,6 @@ namespace {
 
 using json = nlohmann::json;
 using torch::inductor::AOTIModelPackageLoader;
-
-// 2: the CPU kernels take their OpenMP team size at run time (1 had the exporting machine's core count
-// compiled in, ignoring --torch-intra-op-threads).
-constexpr int kInfoVersion = 2;
-
-std::string FirstLine(const std::string& what) { return what.substr(0, what.find('\n')); }
-
-std::string TorchVersion() {
-  return absl::StrCat(TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, ".", TORCH_VERSION_PATCH);
-}
-
-// The package's own description, extra/pt2.json.
-struct PackageInfo {
-  std::string device;
-  std::string cpu_target;
-  std::string dtype = "float32";  // the package's arithmetic; it answers in float32 either way
-  std::optional<bool> freezing;   // whether Inductor froze the weights (absent: an older exporter)
-  std::string freezing_kept_by;   // "timing" when the exporter timed both and kept the faster
-  std::string torch_version;
-  std::vector<std::string> cpu_flags;  // /proc/cpuinfo flags the compiled code needs
-  int64_t min_tokens = 2;
-  int64_t max_batch = 1;
-  std::map<std::string, std::vector<std::string>> outputs;  // method -> output names, in order
-  std::optional<CrfScores> crf;
-};
-
-absl::StatusOr<PackageInfo> ParseInfo(const std::string& text, const std::string& path) {
-  PackageInfo info;
-  try {
-    const json j = json::parse(text);
-    if (j.at("info_version").get<int>() != kInfoVersion) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": pt2.json info_version ", j.at("info_version").dump(),
-                                                     " is not ", kInfoVersion, " (written by another exporter)"));
-    }
-    info.device = j.at("device").get<std::string>();
-    info.cpu_target = j.value("cpu_target", "");
-    info.dtype = j.value("dtype", "float32");
-    if (j.contains("freezing")) info.freezing = j["freezing"].get<bool>();
-    if (j.contains("freezing_choice")) info.freezing_kept_by = "timing";
-    info.torch_version = j.at("torch_version").get<std::string>();
-    info.cpu_flags = j.value("cpu_flags", std::vector<std::string>{});
-    info.min_tokens = j.at("min_tokens").get<int64_t>();
-    info.max_batch = j.at("max_batch").get<int64_t>();
-    info.outputs = j.at("outputs").get<std::map<std::string, std::vector<std::string>>>();
-    if (j.contains("crf")) {
-      const json& c = j["crf"];
-      CrfScores crf{c.at("start").get<std::vector<float>>(), c.at("end").get<std::vector<float>>(), {}};
-      for (const auto& row : c.at("transitions")) {
-        for (float v : row.get<std::vector<float>>()) crf.transitions.push_back(v);
-      }
-      if (crf.end.size() != crf.start.size() || crf.transitions.size() != crf.start.size() * crf.start.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ": pt2.json crf scores do not form a ", crf.start.size(), "-tag CRF"));
-      }
-      info.crf = std::move(crf);
-    }
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": pt2.json is not valid: ", FirstLine(e.what())));
-  }
-  if (info.min_tokens < 1 || info.max_batch < 1 || !info.outputs.count("model")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": pt2.json needs min_tokens >= 1, max_batch >= 1 and the outputs of 'model'"));
-  }
-  return info;
-}
-
-const std::set<std::string>& CpuFlags() {
-  static const std::set<std::string> flags = [] {
-    std::set<std::string> out;
-    std::ifstream in("/proc/cpuinfo");
-    for (std::string line; std::getline(in, line);) {
-      if (line.rfind("flags", 0) != 0) continue;
-      const size_t colon = line.find(':');
-      if (colon == std::string::npos) continue;
-      for (absl::string_view f : absl::StrSplit(line.substr(colon + 1), ' ', absl::SkipEmpty())) out.emplace(f);
-      break;
-    }
-    return out;
-  }();
-  return flags;
-}
 
 // The output names of a package model, in the order its runner returns them: the keys of the dict
 // in its call spec's output tree ([version, {"type": "builtins.dict", "context": "[names]", ...}]).
@@ -228,6 +148,7 @@ class AotiModel final : public Model {
   const CrfScores* crf() const override { return info_.crf ? &*info_.crf : nullptr; }
   // A tagger's tags are decoded on the host in Launch (Finish), which waits for the device there.
   bool asynchronous() const override { return Model::asynchronous() && !info_.crf; }
+  using Model::ReadSubwordTokenizer;
   using Model::WarmUp;
 
  protected:
@@ -389,7 +310,7 @@ absl::StatusOr<std::unique_ptr<Method>> LoadMethod(const std::string& path, cons
 
 absl::StatusOr<std::unique_ptr<Model>> LoadAotInductor(const std::string& path, const c10::Device& device,
                                                        int instances) {
-  std::string manifest_json, vocab_txt, info_json;
+  std::string manifest_json, vocab_txt, info_json, tokenizer_json;
   try {
     caffe2::serialize::PyTorchStreamReader reader(path);
     auto read = [&](const std::string& record, std::string& out) {
@@ -399,32 +320,16 @@ absl::StatusOr<std::unique_ptr<Model>> LoadAotInductor(const std::string& path, 
     };
     read("extra/pt2.json", info_json);
     read("extra/manifest.json", manifest_json);
-    read("extra/vocab.txt", vocab_txt);
+    // A sub-word model carries tokenizer.json for vocab.txt (ParseArtifactFiles says which it needs).
+    for (auto [record, out] : {std::pair{"extra/vocab.txt", &vocab_txt}, {"extra/tokenizer.json", &tokenizer_json}}) {
+      if (reader.hasRecord(record)) read(record, *out);
+    }
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("cannot read ", path, " as a PT2 package: ", FirstLine(e.what())));
   }
   absl::StatusOr<PackageInfo> info = ParseInfo(info_json, path);
   if (!info.ok()) return info.status();
-  // Checked before any compiled code is loaded: code for another device, CPU or torch must not run.
-  const std::string kind = device.is_cuda() ? "cuda" : "cpu";
-  if (info->device != kind) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " was compiled for ", info->device, " but this version is served on ", device.str()));
-  }
-  if (info->torch_version != TorchVersion()) {
-    return absl::FailedPreconditionError(absl::StrCat(path, " was compiled by torch ", info->torch_version,
-                                                      " but this server runs LibTorch ", TorchVersion(),
-                                                      "; compile it again with this torch"));
-  }
-  std::vector<std::string> missing;
-  for (const std::string& flag : info->cpu_flags) {
-    if (!CpuFlags().count(flag)) missing.push_back(flag);
-  }
-  if (!missing.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, " was compiled for CPU target '", info->cpu_target,
-                     "', which needs CPU features this machine lacks: ", absl::StrJoin(missing, ", ")));
-  }
+  if (absl::Status s = CheckRunsHere(*info, path, device); !s.ok()) return s;
   absl::StatusOr<std::pair<Manifest, Vocabulary>> files = ParseArtifactFiles(manifest_json, vocab_txt, path);
   if (!files.ok()) return files.status();
   if (info->crf && info->crf->num_tags() != static_cast<int>(files->first.tags.size())) {
@@ -443,6 +348,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadAotInductor(const std::string& path, 
   }
   auto model = std::make_unique<AotiModel>(std::move(files->first), std::move(files->second), device, path,
                                            *std::move(info), *std::move(full), std::move(lean));
+  if (absl::Status s = model->ReadSubwordTokenizer(tokenizer_json); !s.ok()) return s;
   if (absl::Status s = model->WarmUp(); !s.ok()) return s;
   return model;
 }

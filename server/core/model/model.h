@@ -27,6 +27,7 @@
 #include "server/core/model/viterbi.h"
 #include "server/core/sched/env.h"
 #include "server/core/sched/sync.h"
+#include "server/core/text/hf/hf_tokenizer.h"
 #include "server/core/text/tokenizer.h"
 #include "server/core/text/vocabulary.h"
 
@@ -124,6 +125,9 @@ class Model {
   std::shared_ptr<const Manifest> shared_manifest() const { return manifest_; }
   const Vocabulary& vocabulary() const { return vocabulary_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
+  // A sub-word model's tokenizer (manifest().subwords()), read from the artifact's tokenizer.json;
+  // null for the word and character tokenizers.
+  const hf::HfTokenizer* subword_tokenizer() const { return subwords_.get(); }
   std::string device() const { return device_.str(); }
   c10::Device torch_device() const { return device_; }
   // "torchscript" or "pt2" (or what a test's fake says).
@@ -176,6 +180,12 @@ class Model {
   // only, so nothing here may be captured.
   virtual void Finish(ModelOutputs& /*out*/, const at::Tensor& /*mask*/) const {}
 
+  // Reads a sub-word model's tokenizer from the artifact's `tokenizer_json` (its manifest's
+  // tokenizer.file): a file missing, malformed or naming a component this server lacks, or ids past
+  // the model's vocab_size, fail the load with a message naming it. Nothing for other models. Backends
+  // call it in their Load, before WarmUp.
+  absl::Status ReadSubwordTokenizer(const std::string& tokenizer_json);
+
   // Narrows every dimension the catalogue names "T" in `output`'s tensor to `tokens`.
   static at::Tensor NarrowTokens(Output output, at::Tensor t, int64_t tokens);
 
@@ -188,6 +198,7 @@ class Model {
   std::shared_ptr<const Manifest> manifest_;
   Vocabulary vocabulary_;
   Tokenizer tokenizer_;
+  std::shared_ptr<const hf::HfTokenizer> subwords_;
   c10::Device device_;
   std::string file_;
   std::string fallback_reason_;
@@ -217,7 +228,9 @@ class Model {
   GraphReport graph_report_;
 };
 
-// Checks and parses the two files every artifact carries; `where` names the artifact in errors.
+// Checks and parses the two files every artifact carries; `where` names the artifact in errors. A
+// sub-word model's vocabulary is its tokenizer.json (Model::ReadSubwordTokenizer): `vocab_txt` is not
+// read and the Vocabulary returned is empty.
 absl::StatusOr<std::pair<Manifest, Vocabulary>> ParseArtifactFiles(const std::string& manifest_json,
                                                                    const std::string& vocab_txt,
                                                                    const std::string& where);

@@ -54,6 +54,7 @@ absl::StatusOr<std::pair<Manifest, Vocabulary>> ParseArtifactFiles(const std::st
   if (manifest_json.empty()) return absl::InvalidArgumentError(absl::StrCat(where, " has no manifest.json"));
   absl::StatusOr<Manifest> manifest = Manifest::Parse(manifest_json);
   if (!manifest.ok()) return manifest.status();
+  if (manifest->subwords()) return std::make_pair(*std::move(manifest), Vocabulary());
   absl::StatusOr<Vocabulary> vocab = Vocabulary::Parse(vocab_txt);
   if (!vocab.ok()) return vocab.status();
   if (static_cast<int>(vocab->size()) != manifest->vocab_size) {
@@ -61,6 +62,31 @@ absl::StatusOr<std::pair<Manifest, Vocabulary>> ParseArtifactFiles(const std::st
         absl::StrCat("vocab.txt has ", vocab->size(), " tokens but manifest.json says ", manifest->vocab_size));
   }
   return std::make_pair(*std::move(manifest), *std::move(vocab));
+}
+
+absl::Status Model::ReadSubwordTokenizer(const std::string& tokenizer_json) {
+  const Manifest& m = *manifest_;
+  if (!m.subwords()) return absl::OkStatus();
+  if (tokenizer_json.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_, " has no ", m.tokenizer_file, ", which its manifest's tokenizer.file names"));
+  }
+  absl::StatusOr<std::unique_ptr<hf::HfTokenizer>> read = hf::HfTokenizer::FromJson(tokenizer_json);
+  if (!read.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(file_, ": ", m.tokenizer_file, ": ", read.status().message()));
+  }
+  if ((*read)->VocabularySize() > m.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(file_, ": ", m.tokenizer_file, " has ids up to ",
+                                                   (*read)->VocabularySize() - 1, " but the model's vocab_size is ",
+                                                   m.vocab_size, " (manifest tokenizer.vocab_size)"));
+  }
+  if (m.tokenizer.max_tokens <= (*read)->SpecialTokensAdded()) {
+    return absl::InvalidArgumentError(absl::StrCat("manifest.json: field 'tokenizer.max_tokens' is ",
+                                                   m.tokenizer.max_tokens, ", no more than the ",
+                                                   (*read)->SpecialTokensAdded(), " special tokens a text gets"));
+  }
+  subwords_ = std::move(*read);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& dir, const LoadOptions& options) {

@@ -68,6 +68,7 @@ class NullModel final : public Model {
   bool asynchronous() const override {
     return emulated_ != nullptr ? emulated_->asynchronous() : Model::asynchronous();
   }
+  using Model::ReadSubwordTokenizer;
   using Model::WarmUp;
 
  protected:
@@ -195,6 +196,10 @@ absl::StatusOr<std::unique_ptr<Model>> LoadNullModel(const std::string& path, co
   if (!files.ok()) return files.status();
   auto model = std::make_unique<NullModel>(std::move(files->first), std::move(files->second), device, path,
                                            std::move(*emulated));
+  // A sub-word model's tokenizer.json, as a string under "tokenizer".
+  const std::string tokenizer =
+      file.contains("tokenizer") && file["tokenizer"].is_string() ? file["tokenizer"].get<std::string>() : "";
+  if (absl::Status s = model->ReadSubwordTokenizer(tokenizer); !s.ok()) return s;
   if (absl::Status s = model->WarmUp(); !s.ok()) return s;
   return model;
 }

@@ -46,6 +46,7 @@ class TorchScriptModel final : public Model {
   std::string format() const override { return "torchscript"; }
   bool has_forward_without_maps() const override { return without_maps_.has_value(); }
   const CrfScores* crf() const override { return crf_ ? &*crf_ : nullptr; }
+  using Model::ReadSubwordTokenizer;
   using Model::WarmUp;
 
  protected:
@@ -71,7 +72,8 @@ class TorchScriptModel final : public Model {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadTorchScript(const std::string& path, const c10::Device& device) {
-  torch::jit::ExtraFilesMap extra{{"manifest.json", ""}, {"vocab.txt", ""}};
+  // tokenizer.json: a sub-word model's (manifest format 2; the name its tokenizer.file gives).
+  torch::jit::ExtraFilesMap extra{{"manifest.json", ""}, {"vocab.txt", ""}, {"tokenizer.json", ""}};
   torch::jit::Module module;
   try {
     module = torch::jit::load(path, device, extra);
@@ -86,6 +88,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadTorchScript(const std::string& path, 
   if (!files.ok()) return files.status();
   auto model = std::make_unique<TorchScriptModel>(std::move(module), std::move(files->first), std::move(files->second),
                                                   device, path);
+  if (absl::Status s = model->ReadSubwordTokenizer(extra["tokenizer.json"]); !s.ok()) return s;
   if (absl::Status s = model->WarmUp(); !s.ok()) return s;
   return model;
 }

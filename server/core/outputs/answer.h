@@ -34,6 +34,16 @@ struct TokenOutput {
   // options.occlusion (Classify): the drop in each returned label's probability without this token.
   std::vector<float> occlusion;
   std::string tag;
+  // A sub-word model's sub-word (options.subwords): the word of the text it belongs to, -1 for a
+  // special token; its vocabulary spelling is token.normalized. Unset for a word.
+  std::optional<int32_t> word;
+};
+
+// A sub-word model's word: one piece of its pre-tokenizer, read as the model's positions [first, end)
+// (the sub-words of TextResult::tokens before the answer groups them).
+struct WordPieces {
+  TextToken token;
+  uint32_t first = 0, end = 0;
 };
 
 struct SpanOutput {
@@ -72,6 +82,10 @@ struct TextResult {
   std::vector<float> contribution_rest;
   std::vector<SpanOutput> spans;  // tagging
   std::vector<TokenOutput> tokens;
+  // A sub-word model's words (empty for other models). Until the answer is post-processed, `tokens`
+  // holds the sub-words the model reads, special tokens included; then the words, unless the request
+  // asked for the sub-words (options.subwords).
+  std::vector<WordPieces> words;
   bool truncated = false;
   uint32_t num_tokens = 0;
   std::vector<LayerMapOutput> layers;

@@ -40,6 +40,9 @@ struct OutputOptions {
   LayerSelection layers;
   // Classify: delete α's top `faithfulness_top_k` tokens and run the rest again (0 = no check).
   int faithfulness_top_k = 0;
+  // A sub-word model's answer per sub-word (its special tokens included) instead of per word: the
+  // tokens, their explanations and maps. Entities still start and end on words. Ignored by other models.
+  bool subwords = false;
 
   // Asks for every output `on` turns on (options.attention: α and the sentence α, say).
   void Ask(OutputSwitch on) { outputs |= SwitchedBy(on); }

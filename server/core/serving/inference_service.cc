@@ -8,6 +8,7 @@
 #include "server/core/sched/sync.h"
 #include "server/core/serving/occlusion.h"
 #include "server/core/serving/postprocess.h"
+#include "server/core/serving/subwords.h"
 
 namespace qvi {
 namespace {
@@ -57,9 +58,10 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
     if (method != Method::kClassify) {
       return absl::InvalidArgumentError("options.faithfulness: the check is for Classify; Tag does not take it");
     }
-    if (!HasOutput(m, Output::kAttention)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("options.faithfulness: model '", m.name, "' (", m.display_name, ") has no attention to check"));
+    if (!HasOutput(m, Output::kAttention) || m.subwords()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "options.faithfulness: model '", m.name, "' (", m.display_name, ") ",
+          m.subwords() ? "reads sub-words; the check is not built for sub-word models" : "has no attention to check"));
     }
   }
   const LayerSelection& l = r.options.layers;
@@ -78,36 +80,6 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
   return absl::OkStatus();
 }
 
-// options.occlusion's values into each text's answer, once every row is done; a failure (outputs
-// that do not fit the model) fails the request.
-absl::Status FillOcclusion(const OcclusionRecord& record, int texts, InferenceResponse& response) {
-  try {
-    for (int i = 0; i < texts; ++i) record.Fill(i, response.results[static_cast<size_t>(i)]);
-  } catch (...) {
-    return absl::InternalError(absl::StrCat("options.occlusion failed: ", CurrentExceptionText()));
-  }
-  return absl::OkStatus();
-}
-
-// options.faithfulness's answer from the runner's second forward (ModelRunner::RunChecks).
-FaithfulnessCheckOutput CheckOutput(const Manifest& m, const ModelOutputs& outputs, int64_t row) {
-  const int64_t check = outputs.check_row.at(static_cast<size_t>(row));
-  if (check < 0) throw std::logic_error("a text that asked for the faithfulness check has no check row");
-  // The same probabilities as the answer's labels (TopK): its top label and score, and that label's
-  // probability in the check's forward.
-  const std::vector<float> before = SoftmaxRow(outputs.at(Output::kLogits), row);
-  const std::vector<float> after = SoftmaxRow(outputs.check_logits, check);
-  if (before.empty() || after.size() != before.size()) throw std::logic_error("the check's logits do not match");
-  // The first of the largest, as TopK's stable sort picks it.
-  const size_t best = static_cast<size_t>(std::max_element(before.begin(), before.end()) - before.begin());
-  FaithfulnessCheckOutput f;
-  f.label = m.labels.at(best);
-  f.score = before[best];
-  f.score_without = after[best];
-  for (int64_t i : outputs.check_removed.at(static_cast<size_t>(row))) f.removed.push_back(static_cast<uint32_t>(i));
-  return f;
-}
-
 // The model tensors a request needs: its task's answer and what its switches turn on.
 OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o) {
   OutputSet wanted = AnswerTensors(m.task);
@@ -122,14 +94,17 @@ OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o) {
 // options.occlusion's variants, Σ n·(n − 1) tokens in Σ n more rows, against --max-occlusion-tokens
 // and, with the texts, against the model's queue.
 // `tokens`: the texts' own, counted already.
-absl::Status CheckOcclusion(const InferenceRequest& r, const std::vector<std::vector<int64_t>>& ids, int64_t tokens,
-                            const ServingConfig& serving, const RequestLimits& limits) {
+// A sub-word model's variants delete words (`results`' words), not sub-words.
+absl::Status CheckOcclusion(const InferenceRequest& r, const std::vector<std::vector<int64_t>>& ids,
+                            const std::vector<TextResult>& results, int64_t tokens, const ServingConfig& serving,
+                            const RequestLimits& limits) {
   if (!r.options.Asks(OutputSwitch::kOcclusion)) return absl::OkStatus();
   int64_t rows = 0, variant_tokens = 0;
-  for (const std::vector<int64_t>& text : ids) {
-    const auto n = static_cast<int64_t>(text.size());
-    rows += 1 + OcclusionVariants(n);
-    variant_tokens += OcclusionVariantTokens(n);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto n = static_cast<int64_t>(ids[i].size());
+    const std::vector<WordPieces>& words = results[i].words;
+    rows += 1 + (words.empty() ? OcclusionVariants(n) : OcclusionVariants(static_cast<int64_t>(words.size())));
+    variant_tokens += words.empty() ? OcclusionVariantTokens(n) : WordOcclusionVariantTokens(n, words);
   }
   if (variant_tokens > limits.max_occlusion_tokens) {
     return absl::InvalidArgumentError(
@@ -177,6 +152,46 @@ absl::Status CheckAnswerSize(Method method, const Manifest& m, const InferenceRe
   }
   return r.hold_answer_bytes ? r.hold_answer_bytes(estimate) : absl::OkStatus();
 }
+// Reads text `i` of `r` as `model`'s tokens into `result` (their outputs to come) and `ids`.
+absl::Status ReadText(Method method, const Model& model, const InferenceRequest& r, size_t i, TextResult& result,
+                      std::vector<int64_t>& ids) {
+  const Manifest& m = model.manifest();
+  const int max_tokens = m.tokenizer.max_tokens;
+  if (m.subwords()) {
+    absl::Status read = TokenizeSubwords(model, r.texts[i], r.options.error_on_truncation, result, ids);
+    if (!read.ok()) return absl::Status(read.code(), absl::StrCat("texts[", i, "]: ", read.message()));
+    if (result.words.empty() && method == Method::kClassify) {
+      return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: has no words; Classify needs at least one word"));
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<TextToken>> tokens = model.tokenizer().Tokenize(r.texts[i]);
+  if (!tokens.ok()) return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", tokens.status().message()));
+  result.num_tokens = static_cast<uint32_t>(tokens->size());
+  if (static_cast<int>(tokens->size()) > max_tokens) {
+    if (r.options.error_on_truncation) {
+      return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", tokens->size(), " tokens exceed model '",
+                                                     m.name, "' max_tokens of ", max_tokens,
+                                                     " (options.truncation = ERROR)"));
+    }
+    tokens->resize(max_tokens);
+    result.truncated = true;
+  }
+  if (tokens->empty() && method == Method::kClassify) {
+    return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: has no tokens; Classify needs at least one word"));
+  }
+  result.tokens.reserve(tokens->size());
+  ids.reserve(tokens->size());
+  for (TextToken& t : *tokens) {
+    TokenOutput out;
+    out.id = TokenId(model.vocabulary(), m.tokenizer, t);
+    out.token = std::move(t);
+    ids.push_back(out.id);
+    result.tokens.push_back(std::move(out));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method method, const InferenceRequest& r,
@@ -209,35 +224,9 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
   response.manifest = model.shared_manifest();  // not the handle: an answer must not hold its version loaded
   response.request_id = r.request_id;
   response.results.resize(r.texts.size());
-  const int max_tokens = m.tokenizer.max_tokens;
   p.ids.resize(r.texts.size());
   for (size_t i = 0; i < r.texts.size(); ++i) {
-    absl::StatusOr<std::vector<TextToken>> tokens = model.tokenizer().Tokenize(r.texts[i]);
-    if (!tokens.ok()) return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", tokens.status().message()));
-    TextResult& result = response.results[i];
-    result.num_tokens = static_cast<uint32_t>(tokens->size());
-    if (static_cast<int>(tokens->size()) > max_tokens) {
-      if (r.options.error_on_truncation) {
-        return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: ", tokens->size(), " tokens exceed model '",
-                                                       m.name, "' max_tokens of ", max_tokens,
-                                                       " (options.truncation = ERROR)"));
-      }
-      tokens->resize(max_tokens);
-      result.truncated = true;
-    }
-    if (tokens->empty() && method == Method::kClassify) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("texts[", i, "]: has no tokens; Classify needs at least one word"));
-    }
-    result.tokens.reserve(tokens->size());
-    p.ids[i].reserve(tokens->size());
-    for (TextToken& t : *tokens) {
-      TokenOutput out;
-      out.id = TokenId(model.vocabulary(), m.tokenizer, t);
-      out.token = std::move(t);
-      p.ids[i].push_back(out.id);
-      result.tokens.push_back(std::move(out));
-    }
+    if (absl::Status s = ReadText(method, model, r, i, response.results[i], p.ids[i]); !s.ok()) return s;
   }
   int64_t tokens = 0;
   for (const std::vector<int64_t>& ids : p.ids) tokens += static_cast<int64_t>(ids.size());
@@ -246,7 +235,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
                                                    "''s queue of ", serving.max_queued_tokens,
                                                    " tokens (max_queued_tokens); send fewer per request"));
   }
-  if (absl::Status s = CheckOcclusion(r, p.ids, tokens, serving, limits_); !s.ok()) return s;
+  if (absl::Status s = CheckOcclusion(r, p.ids, response.results, tokens, serving, limits_); !s.ok()) return s;
   if (absl::Status s = CheckAnswerSize(method, m, r, response, limits_.max_response_bytes); !s.ok()) return s;
   return p;
 }
@@ -308,6 +297,27 @@ struct DispatchState {
   ServableHandle servable;
 };
 
+// options.occlusion: the variants of each text, as more rows of the same request after its texts
+// (OcclusionRecord's order), and the record they leave their values in. A sub-word model's variants
+// delete words (each whole).
+std::unique_ptr<OcclusionRecord> AddOcclusionRows(const Model& model, const std::vector<TextResult>& results,
+                                                  std::vector<std::vector<int64_t>>& ids) {
+  std::vector<int64_t> counts;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::vector<WordPieces>& words = results[i].words;
+    counts.push_back(static_cast<int64_t>(words.empty() ? ids[i].size() : words.size()));
+  }
+  auto record = std::make_unique<OcclusionRecord>(model.manifest(), model.crf(), counts);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::vector<WordPieces>& words = results[i].words;
+    for (std::vector<int64_t>& variant :
+         words.empty() ? OcclusionVariantIds(ids[i]) : WordOcclusionVariantIds(ids[i], words)) {
+      ids.push_back(std::move(variant));
+    }
+  }
+  return record;
+}
+
 }  // namespace
 
 void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, ServableHandle resolved, bool waited,
@@ -336,15 +346,7 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
   std::shared_ptr<const Model> model = servable->model;
   const int texts = static_cast<int>(prepared->ids.size());
   if (r.options.Asks(OutputSwitch::kOcclusion)) {
-    // The variants ride as more rows of the same request, after its texts (OcclusionRecord's order).
-    std::vector<int64_t> counts;
-    for (const std::vector<int64_t>& text : prepared->ids) counts.push_back(static_cast<int64_t>(text.size()));
-    state->occlusion = std::make_unique<OcclusionRecord>(model->manifest(), model->crf(), counts);
-    for (int i = 0; i < texts; ++i) {
-      for (std::vector<int64_t>& variant : OcclusionVariantIds(prepared->ids[static_cast<size_t>(i)])) {
-        prepared->ids.push_back(std::move(variant));
-      }
-    }
+    state->occlusion = AddOcclusionRows(*model, state->response.results, prepared->ids);
   }
   for (const std::vector<int64_t>& text : prepared->ids) state->response.tokens += static_cast<int64_t>(text.size());
   auto request = std::make_shared<RunnableRequest>(
@@ -356,8 +358,10 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
         if (state->occlusion) state->occlusion->Record(i, out, row);
         return absl::OkStatus();
       },
-      [state, texts](absl::Status status) {
-        if (status.ok() && state->occlusion) status = FillOcclusion(*state->occlusion, texts, state->response);
+      [state, texts, subwords = r.options.subwords](absl::Status status) {
+        if (status.ok() && state->occlusion) {
+          status = FillOcclusion(*state->occlusion, texts, subwords, state->response);
+        }
         if (std::shared_ptr<RunnableRequest> self = state->request.lock()) {
           const RunnableRequest::Timing timing = self->timing();
           state->response.queued_at = timing.queued;
@@ -385,20 +389,6 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
     state->servable.reset();
     state->done(s);
   }
-}
-
-void InferenceService::PostProcessRow(Method method, const Manifest& m, const OutputOptions& o, const std::string& text,
-                                      const ModelOutputs& outputs, int64_t row, TextResult& result) {
-  if (method == Method::kClassify) {
-    result.labels = TopK(SoftmaxRow(outputs.at(Output::kLogits), row), m.labels, o.top_k);
-  } else {
-    DecodeTagging(m, outputs.at(Output::kTags), outputs.at(Output::kEmissions), row, text, result);
-  }
-  if (o.faithfulness_top_k > 0) result.faithfulness = CheckOutput(m, outputs, row);
-  FillTokenExplanations(outputs, o, row, result);
-  if (method == Method::kClassify && o.Asks(OutputSwitch::kContributions)) FillContributions(m, outputs, row, result);
-  if (o.AsksLayers()) result.layers = LayerMaps(outputs, o, row, static_cast<int64_t>(result.tokens.size()));
-  if (method != Method::kTag && !o.AsksPerToken()) result.tokens.clear();
 }
 
 }  // namespace qvi

@@ -33,6 +33,8 @@
 
 namespace qvi {
 
+class OcclusionRecord;
+
 // A request past its deadline or cancelled: the error to answer it with.
 absl::Status CheckLive(const InferenceRequest& r, const Env& env);
 
@@ -78,9 +80,18 @@ class InferenceService {
   static bool WaitHere(const absl::Status& prepared, bool resolves, bool waited);
   // Dispatch again once the request's model has loaded on demand, or answers why it has not.
   void DispatchWhenLoaded(Method method, InferenceRequest request, Done done);
-  // One text's answer from its row of checked outputs. May throw c10::Error.
+  // One text's answer from its row of checked outputs. May throw c10::Error. A sub-word model's row is
+  // grouped into words first (subwords.h), unless options.subwords.
   static void PostProcessRow(Method method, const Manifest& manifest, const OutputOptions& options,
                              const std::string& text, const ModelOutputs& outputs, int64_t row, TextResult& result);
+  // options.occlusion's values into each text's answer, once every row is done; a failure (outputs
+  // that do not fit the model) fails the request. A sub-word model's values are per word: in the
+  // sub-word view, each sub-word shows its word's.
+  static absl::Status FillOcclusion(const OcclusionRecord& record, int texts, bool subword_view,
+                                    InferenceResponse& response);
+  // The same over `result.tokens` as the model's positions.
+  static void PostProcessTokens(Method method, const Manifest& manifest, const OutputOptions& options,
+                                const std::string& text, const ModelOutputs& outputs, int64_t row, TextResult& result);
 
   ModelRepository* repository_;
   Executor* executor_;

@@ -32,7 +32,8 @@ std::string ResponseCache::OptionsKey(Method method, const OutputOptions& o) {
   return absl::StrCat(method == Method::kClassify ? "classify" : "tag", "|top_k=", o.top_k,
                       "|outputs=", o.outputs.to_string(), "|error_on_truncation=", o.error_on_truncation,
                       "|layers=", absl::StrJoin(o.layers.layers, ","), "|heads=", absl::StrJoin(o.layers.heads, ","),
-                      "|reduction=", static_cast<int>(o.layers.reduction), "|faithfulness=", o.faithfulness_top_k);
+                      "|reduction=", static_cast<int>(o.layers.reduction), "|faithfulness=", o.faithfulness_top_k,
+                      "|subwords=", o.subwords);
 }
 
 ResponseCache::Key ResponseCache::KeyOf(const std::string& model, uint64_t generation, const std::string& options_key,

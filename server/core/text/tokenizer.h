@@ -27,7 +27,9 @@ struct TextToken {
   std::string normalized;  // what is looked up in the vocabulary
 };
 
-enum class TokenLevel { kWord, kChar };
+// kSubword: a Hugging Face tokenizer.json's sub-words (server/core/text/hf/), which the answer groups
+// into the words its pre-tokenizer made (manifest format 2).
+enum class TokenLevel { kWord, kChar, kSubword };
 
 struct TokenizerOptions {
   TokenLevel level = TokenLevel::kWord;

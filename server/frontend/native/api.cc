@@ -61,6 +61,7 @@ void TokensToProto(const std::vector<TokenOutput>& tokens, google::protobuf::Rep
       (p->*f.mutable_field)()->Add(values.begin(), values.end());
     }
     if (!t.tag.empty()) p->set_tag(t.tag);
+    if (t.word) p->set_word(*t.word);
   }
 }
 
@@ -215,7 +216,11 @@ void ToProto(const ModelStatus& in, v1::ModelInfo* out) {
     md->set_tag_scheme(m.tag_scheme);
     for (const auto& e : m.entity_types) md->add_entity_types(e);
     v1::TokenizerInfo* tok = md->mutable_tokenizer();
-    tok->set_level(m.tokenizer.level == TokenLevel::kChar ? "char" : "word");
+    tok->set_level(m.tokenizer.level == TokenLevel::kChar      ? "char"
+                   : m.tokenizer.level == TokenLevel::kSubword ? "subword"
+                                                               : "word");
+    tok->set_kind(m.tokenizer_kind);
+    tok->set_word_tags(m.word_tags);
     tok->set_lowercase(m.tokenizer.lowercase);
     tok->set_casing(m.tokenizer.casing);
     tok->set_max_tokens(m.tokenizer.max_tokens);

@@ -217,8 +217,16 @@ TEST(OipConvertTest, ParametersSetTheOptionsAndAreChecked) {
   (*b.mutable_parameters())["priorty"].set_int64_param(1);
   EXPECT_EQ(Error(FromModelInfer(b, Classifier())),
             "parameters.priorty: not a parameter of ModelInfer (attention, contributions, faithfulness_top_k, gates, "
-            "heads, layer_attention, layer_gates, layers, occlusion, priority, reduction, timeout, tokens, top_k, "
-            "truncation)");
+            "heads, layer_attention, layer_gates, layers, occlusion, priority, reduction, subwords, timeout, tokens, "
+            "top_k, truncation)");
+  b = Request({"a"});
+  (*b.mutable_parameters())["subwords"].set_bool_param(true);
+  absl::StatusOr<InferPlan> subwords = FromModelInfer(b, Classifier());
+  ASSERT_TRUE(subwords.ok()) << subwords.status();
+  EXPECT_TRUE(subwords->request.options.subwords);
+  b = Request({"a"});
+  (*b.mutable_parameters())["subwords"].set_string_param("yes");
+  EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.subwords: must be a bool");
   b = Request({"a"});
   (*b.mutable_parameters())["priority"].set_uint64_param(3);  // as tritonclient's infer(priority=3) sends it
   absl::StatusOr<InferPlan> low = FromModelInfer(b, Classifier());

@@ -68,6 +68,9 @@ class Token:
     sentence_gate: Optional[float] = None
     lambda_q: Optional[float] = None
     lambda_k: Optional[float] = None
+    # subwords=True (a sub-word model): the word this sub-word belongs to, -1 for a special token such as
+    # [CLS]; `normalized` is its vocabulary spelling ("##ing"). None for a word.
+    word: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,8 @@ def _token(t) -> Token:
     def opt(name):
         return getattr(t, name) if t.HasField(name) else None
     return Token(t.text, t.start, t.end, t.byte_start, t.byte_end, t.normalized, t.id, opt("attention"),
-                 opt("gate"), t.tag, opt("sentence_attention"), opt("sentence_gate"), opt("lambda_q"), opt("lambda_k"))
+                 opt("gate"), t.tag, opt("sentence_attention"), opt("sentence_gate"), opt("lambda_q"), opt("lambda_k"),
+                 opt("word"))
 
 
 def _layers(layers) -> List[LayerMap]:
@@ -347,13 +351,14 @@ class Client:
     def classify(self, model: str, texts: Union[str, Sequence[str]], *, version: int = 0, top_k: int = 0,
                  attention: bool = False, gates: bool = False, tokens: bool = False, truncation: str = "truncate",
                  layers: Optional[dict] = None, request_id: str = "", timeout: Optional[float] = None,
-                 priority: str = "") -> Answer:
+                 priority: str = "", subwords: bool = False) -> Answer:
         """Labels (best first; top_k > 0 for the k best) for each text, and α / β per token when asked.
+        subwords: a sub-word model (`qvi import`) answers per sub-word, special tokens included, not per word.
         layers: per-layer outputs of Transformer models, e.g. {"gates": True, "attention_maps": True,
         "layers": [0], "heads": [0, 1], "reduction": "mean_heads"}. priority: "high", "normal" or "low"
         (default: the API key's, else normal), the request's place in a busy model's queue."""
         request = pb.ClassifyRequest(model=pb.ModelSpec(name=model, version=version), texts=_texts(texts),
-                                     options=_options(top_k, attention, gates, tokens, truncation, layers),
+                                     options=_options(top_k, attention, gates, tokens, truncation, layers, subwords),
                                      request_id=request_id, priority=_priority(priority))
         reply = self._call(self._stub.Classify, request, timeout)
         return Answer(reply.model.name, reply.model.version, reply.request_id,
@@ -362,11 +367,11 @@ class Client:
 
     def tag(self, model: str, texts: Union[str, Sequence[str]], *, version: int = 0, attention: bool = False,
             gates: bool = False, truncation: str = "truncate", layers: Optional[dict] = None, request_id: str = "",
-            timeout: Optional[float] = None, priority: str = "") -> Answer:
+            timeout: Optional[float] = None, priority: str = "", subwords: bool = False) -> Answer:
         """Entity spans and every token with its tag for each text; α / β per token when asked.
-        priority: as classify's."""
+        priority, subwords: as classify's."""
         request = pb.TagRequest(model=pb.ModelSpec(name=model, version=version), texts=_texts(texts),
-                                options=_options(0, attention, gates, False, truncation, layers),
+                                options=_options(0, attention, gates, False, truncation, layers, subwords),
                                 request_id=request_id, priority=_priority(priority))
         reply = self._call(self._stub.Tag, request, timeout)
         return Answer(reply.model.name, reply.model.version, reply.request_id,
@@ -419,11 +424,11 @@ def _texts(texts: Union[str, Sequence[str]]) -> List[str]:
     return [texts] if isinstance(texts, str) else list(texts)
 
 
-def _options(top_k, attention, gates, tokens, truncation, layers) -> "pb.OutputOptions":
+def _options(top_k, attention, gates, tokens, truncation, layers, subwords=False) -> "pb.OutputOptions":
     if truncation not in _TRUNCATION:
         raise ValueError(f"truncation: {truncation!r}; want 'truncate' or 'error'")
     options = pb.OutputOptions(top_k=top_k, attention=attention, gates=gates, tokens=tokens,
-                               truncation=_TRUNCATION[truncation])
+                               truncation=_TRUNCATION[truncation], subwords=subwords)
     if layers:
         unknown = set(layers) - {"gates", "attention_maps", "layers", "heads", "reduction"}
         if unknown:

@@ -157,7 +157,11 @@ absl::StatusOr<std::vector<SubwordToken>> PipelineTokenizer::Encode(std::string_
     t.byte_start = byte_at[t.start];
     t.byte_end = byte_at[t.end];
   }
-  if (!add_special_tokens || template_.empty()) return sequence;
+  return add_special_tokens ? AddSpecialTokens(std::move(sequence)) : sequence;
+}
+
+std::vector<SubwordToken> PipelineTokenizer::AddSpecialTokens(std::vector<SubwordToken> sequence) const {
+  if (template_.empty()) return sequence;
   std::vector<SubwordToken> out;
   out.reserve(sequence.size() + static_cast<size_t>(SpecialTokensAdded()));
   for (const TemplatePiece& piece : template_) {

@@ -34,6 +34,7 @@ class PipelineTokenizer final : public HfTokenizer {
  public:
   absl::Status Load(const Json& root);
   absl::StatusOr<std::vector<SubwordToken>> Encode(std::string_view text, bool add_special_tokens) const override;
+  std::vector<SubwordToken> AddSpecialTokens(std::vector<SubwordToken> sequence) const override;
   int SpecialTokensAdded() const override;
   int64_t VocabularySize() const override { return vocabulary_size_; }
   int64_t MemoryBytes() const override { return model_->MemoryBytes() + 64 * static_cast<int64_t>(added_.size()); }

@@ -50,6 +50,9 @@ class HfTokenizer {
   // post-processor's special tokens when `add_special_tokens`. No truncation.
   virtual absl::StatusOr<std::vector<SubwordToken>> Encode(std::string_view text,
                                                            bool add_special_tokens = true) const = 0;
+  // The post-processor's special tokens around `sequence` (Encode's without them, truncated as the
+  // caller needs: a model's max_tokens counts them).
+  virtual std::vector<SubwordToken> AddSpecialTokens(std::vector<SubwordToken> sequence) const = 0;
   // How many special tokens the post-processor adds to one sequence (BERT: 2).
   virtual int SpecialTokensAdded() const = 0;
   // The vocabulary's size (ids are below it) and a rough count of the bytes the tokenizer holds.

@@ -22,6 +22,30 @@ nlohmann::json Valid() {
     "model_card": {"description": "test model", "seed": 1}})");
 }
 
+// A tokenizer block as `python -m qvi import` writes it (format 2).
+nlohmann::json SubwordTokenizer() {
+  return nlohmann::json::parse(R"({"level": "subword", "file": "tokenizer.json", "kind": "WordPiece",
+    "lowercase": false, "max_tokens": 128, "vocab_size": 30522, "word_tags": "first_subword"})");
+}
+
+TEST(ManifestTest, FormatTwoReadsASubwordTokenizerAndOneStillLoads) {
+  nlohmann::json j = Valid();
+  j["format_version"] = 2;
+  j["tokenizer"] = SubwordTokenizer();
+  j["architecture"]["name"] = "hf_bert";
+  absl::StatusOr<Manifest> m = Manifest::Parse(j.dump());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE(m->subwords());
+  EXPECT_EQ(m->tokenizer_file, "tokenizer.json");
+  EXPECT_EQ(m->tokenizer_kind, "WordPiece");
+  EXPECT_EQ(m->word_tags, "first_subword");
+  EXPECT_EQ(m->vocab_size, 30522);
+  EXPECT_EQ(m->layers, 2) << "an imported encoder's layers and heads are read as a Transformer's";
+  absl::StatusOr<Manifest> old = Manifest::Parse(Valid().dump());
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_FALSE(old->subwords());
+}
+
 TEST(ManifestTest, ParsesEveryField) {
   absl::StatusOr<Manifest> m = Manifest::Parse(Valid().dump());
   ASSERT_TRUE(m.ok()) << m.status();
@@ -110,7 +134,25 @@ struct BadCase {
 
 TEST(ManifestTest, ErrorsNameTheField) {
   const std::vector<BadCase> cases = {
-      {"format", [](auto& j) { j["format_version"] = 2; }, "field 'format_version' is 2"},
+      {"format", [](auto& j) { j["format_version"] = 3; },
+       "field 'format_version' is 3; this server reads versions 1 to 2"},
+      {"format 0", [](auto& j) { j["format_version"] = 0; }, "field 'format_version' is 0"},
+      {"subword in format 1", [](auto& j) { j["tokenizer"] = SubwordTokenizer(); },
+       "field 'tokenizer.level' 'subword' needs format_version 2"},
+      {"subword file",
+       [](auto& j) {
+         j["format_version"] = 2;
+         j["tokenizer"] = SubwordTokenizer();
+         j["tokenizer"]["file"] = "../etc/passwd";
+       },
+       "field 'tokenizer.file' must be 'tokenizer.json'"},
+      {"subword tagger's word tags",
+       [](auto& j) {
+         j["format_version"] = 2;
+         j["tokenizer"] = SubwordTokenizer();
+         j["tokenizer"]["word_tags"] = "last_subword";
+       },
+       "field 'tokenizer.word_tags' must be 'first_subword'"},
       {"task", [](auto& j) { j["task"] = "summarize"; }, "field 'task' must be 'classification' or 'tagging'"},
       {"scheme", [](auto& j) { j["tag_scheme"] = "IOB9"; }, "field 'tag_scheme' must be BIO or BIOES"},
       {"no tags", [](auto& j) { j.erase("tags"); }, "field 'tags' is missing"},

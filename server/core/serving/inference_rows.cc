@@ -1,0 +1,91 @@
+// InferenceService's answers from their rows of outputs: a text's post-processing (a sub-word model's
+// grouped into words first, subwords.h), and options.occlusion's values once every row is done.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "server/core/sched/exception_text.h"
+#include "server/core/serving/inference_service.h"
+#include "server/core/serving/occlusion.h"
+#include "server/core/serving/postprocess.h"
+#include "server/core/serving/subwords.h"
+
+namespace qvi {
+namespace {
+
+// options.faithfulness's answer from the runner's second forward (ModelRunner::RunChecks).
+FaithfulnessCheckOutput CheckOutput(const Manifest& m, const ModelOutputs& outputs, int64_t row) {
+  const int64_t check = outputs.check_row.at(static_cast<size_t>(row));
+  if (check < 0) throw std::logic_error("a text that asked for the faithfulness check has no check row");
+  // The same probabilities as the answer's labels (TopK): its top label and score, and that label's
+  // probability in the check's forward.
+  const std::vector<float> before = SoftmaxRow(outputs.at(Output::kLogits), row);
+  const std::vector<float> after = SoftmaxRow(outputs.check_logits, check);
+  if (before.empty() || after.size() != before.size()) throw std::logic_error("the check's logits do not match");
+  // The first of the largest, as TopK's stable sort picks it.
+  const size_t best = static_cast<size_t>(std::max_element(before.begin(), before.end()) - before.begin());
+  FaithfulnessCheckOutput f;
+  f.label = m.labels.at(best);
+  f.score = before[best];
+  f.score_without = after[best];
+  for (int64_t i : outputs.check_removed.at(static_cast<size_t>(row))) f.removed.push_back(static_cast<uint32_t>(i));
+  return f;
+}
+
+}  // namespace
+
+absl::Status InferenceService::FillOcclusion(const OcclusionRecord& record, int texts, bool subword_view,
+                                             InferenceResponse& response) {
+  try {
+    for (int i = 0; i < texts; ++i) {
+      TextResult& result = response.results[static_cast<size_t>(i)];
+      if (!subword_view || result.words.empty()) {
+        record.Fill(i, result);
+        continue;
+      }
+      TextResult words;
+      words.labels = result.labels;
+      words.tokens = WordTokens(result.words, result.tokens);
+      record.Fill(i, words);
+      for (TokenOutput& t : result.tokens) {
+        if (t.word.value_or(-1) >= 0) t.occlusion = words.tokens.at(static_cast<size_t>(*t.word)).occlusion;
+      }
+    }
+  } catch (...) {
+    return absl::InternalError(absl::StrCat("options.occlusion failed: ", CurrentExceptionText()));
+  }
+  return absl::OkStatus();
+}
+
+void InferenceService::PostProcessRow(Method method, const Manifest& m, const OutputOptions& o, const std::string& text,
+                                      const ModelOutputs& outputs, int64_t row, TextResult& result) {
+  if (!m.subwords()) return PostProcessTokens(method, m, o, text, outputs, row, result);
+  const ModelOutputs words = FoldToWords(outputs, row, result.words);
+  std::vector<TokenOutput> subwords = std::move(result.tokens);
+  result.tokens = WordTokens(result.words, subwords);
+  if (!o.subwords) return PostProcessTokens(method, m, o, text, words, 0, result);
+  // The sub-word view: entities from the words' tags, everything else per position.
+  if (method == Method::kTag) PostProcessTokens(method, m, OutputOptions{}, text, words, 0, result);
+  std::vector<SpanOutput> spans = std::move(result.spans);
+  SpansOnSubwords(result.words, spans);
+  result.tokens = std::move(subwords);
+  result.spans.clear();
+  PostProcessTokens(method, m, o, text, outputs, row, result);
+  if (method == Method::kTag) result.spans = std::move(spans);
+}
+
+void InferenceService::PostProcessTokens(Method method, const Manifest& m, const OutputOptions& o,
+                                         const std::string& text, const ModelOutputs& outputs, int64_t row,
+                                         TextResult& result) {
+  if (method == Method::kClassify) {
+    result.labels = TopK(SoftmaxRow(outputs.at(Output::kLogits), row), m.labels, o.top_k);
+  } else {
+    DecodeTagging(m, outputs.at(Output::kTags), outputs.at(Output::kEmissions), row, text, result);
+  }
+  if (o.faithfulness_top_k > 0) result.faithfulness = CheckOutput(m, outputs, row);
+  FillTokenExplanations(outputs, o, row, result);
+  if (method == Method::kClassify && o.Asks(OutputSwitch::kContributions)) FillContributions(m, outputs, row, result);
+  if (o.AsksLayers()) result.layers = LayerMaps(outputs, o, row, static_cast<int64_t>(result.tokens.size()));
+  if (method != Method::kTag && !o.AsksPerToken()) result.tokens.clear();
+}
+
+}  // namespace qvi

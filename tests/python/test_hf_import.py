@@ -1,0 +1,349 @@
+"""`python -m qvi import`, end to end: small random BERT, DistilBERT and RoBERTa sequence and token classifiers
+made with `transformers` and saved with save_pretrained (no download), imported, served, and answered over gRPC,
+the Open Inference Protocol (tritonclient) and HTTP with what `transformers` computes for the same texts.
+
+BERT and DistilBERT read MiniLM's WordPiece tokenizer.json (the pinned package set-up extracts); RoBERTa a
+byte-level BPE the test trains with `tokenizers` on the sentiment corpus. The answers are per word (the
+pre-tokenizer's pieces, model_store's `word_ids`), with the sub-word view on request."""
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import zlib
+
+import grpc
+import numpy as np
+import pytest
+
+from conftest import oip_calls
+from qvi_testing import REPO, ServerProcess, post_json, wait_until
+
+import torch
+import transformers
+from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+DATA = os.path.join(REPO, "model_store", "data")
+MINILM = os.path.join(REPO, "model_store", "pretrained", "all-minilm-l6-v2", "tokenizer.json")
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
+LABELS = ["negative", "neutral", "positive"]
+HOSTILE = ["Café CAFÉ café naïve", "東京は日本の首都です。", "👩🏽‍💻 at work, 🇯🇵!", "don't can't O'Neil e-mail",
+           "[MASK] and [CLS] literal", "unbelievably " * 60, "x" * 300,
+           "Zalgo: H\u0335\u0321e\u0338\u0327llo"]
+
+
+def corpus_texts(n):
+    out = []
+    for line in open(os.path.join(DATA, "sentiment", "test.tsv"), encoding="utf-8"):
+        out.append(line.rstrip("\n").split("\t", 1)[1])
+        if len(out) >= n:
+            break
+    return out
+
+
+def roberta_tokenizer():
+    texts = [line.rstrip("\n").split("\t", 1)[1] for line in open(os.path.join(DATA, "sentiment", "train.tsv"),
+                                                                   encoding="utf-8")][:6000]
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=2000, special_tokens=["<s>", "<pad>", "</s>", "<unk>",
+                                                                                    "<mask>"],
+                                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    t.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True, add_prefix_space=False)
+    return t
+
+
+def build(family, task, tokenizer):
+    t = transformers
+    n = len(LABELS) if task == "seq" else len(TAGS)
+    labels = LABELS if task == "seq" else TAGS
+    common = dict(num_labels=n, id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)})
+    vocab = tokenizer.get_vocab_size()
+    if family == "bert":
+        config = t.BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=48, max_position_embeddings=128, **common)
+        cls = t.BertForSequenceClassification if task == "seq" else t.BertForTokenClassification
+    elif family == "distilbert":
+        config = t.DistilBertConfig(vocab_size=vocab, dim=32, n_layers=2, n_heads=4, hidden_dim=48,
+                                    max_position_embeddings=128, **common)
+        cls = t.DistilBertForSequenceClassification if task == "seq" else t.DistilBertForTokenClassification
+    else:
+        config = t.RobertaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=48, max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
+                                 bos_token_id=0, eos_token_id=2, **common)
+        cls = t.RobertaForSequenceClassification if task == "seq" else t.RobertaForTokenClassification
+    torch.manual_seed(zlib.crc32(f"{family}_{task}".encode()))
+    return cls._from_config(config, attn_implementation="eager").eval()  # its maps, for α
+
+
+def qvi_cli(*args):
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "model_store"), OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "qvi", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def imported():
+    """Six models imported into one store and served; {name: (hf model, tokenizer, task)}."""
+    torch.set_num_threads(1)
+    work = tempfile.mkdtemp(prefix="qvi_hf_import_")
+    store = os.path.join(work, "store")
+    wordpiece, bpe = Tokenizer.from_file(MINILM), roberta_tokenizer()
+    wordpiece.no_padding()  # MiniLM's file pads to 128; the server reads each text as it is (the file's padding
+    # is not applied), and so does the reference here
+    models_ = {}
+    for family in ("bert", "distilbert", "roberta"):
+        tokenizer = bpe if family == "roberta" else wordpiece
+        for task in ("seq", "tok"):
+            name = f"{family}_{task}"
+            folder = os.path.join(work, name)
+            model = build(family, task, tokenizer)
+            model.save_pretrained(folder)
+            tokenizer.save(os.path.join(folder, "tokenizer.json"))
+            out = qvi_cli("import", "--from", folder, "--store", store, "--name", name)
+            assert out.returncode == 0, out.stderr
+            models_[name] = (model, tokenizer, task)
+    proc = ServerProcess(store, work)
+    yield proc, models_
+    proc.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def reference(model, tokenizer, text, max_tokens=128):
+    """transformers' logits of `text` [T, C] or [C], its encoding, and the last layer's attention."""
+    tokenizer.enable_truncation(max_tokens)
+    enc = tokenizer.encode(text)
+    ids = torch.tensor([enc.ids])
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+    return out.logits[0], enc, out.attentions[-1][0]
+
+
+def first_subwords(enc):
+    """Each word's first position, in order (the server's words are the pre-tokenizer's pieces)."""
+    first = {}
+    for position, word in enumerate(enc.word_ids):
+        if word is not None and word not in first:
+            first[word] = position
+    return [first[w] for w in sorted(first)]
+
+
+def test_classifiers_answer_what_transformers_computes_within_1e_4(api, imported):
+    pb, pbg = api
+    proc, models_ = imported
+    stub = pbg.InferenceStub(proc.channel)
+    texts = corpus_texts(200) + HOSTILE
+    for name in ("bert_seq", "distilbert_seq", "roberta_seq"):
+        model, tokenizer, _ = models_[name]
+        answer = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name=name), texts=texts,
+                                                  options=pb.OutputOptions(top_k=3, attention=True)), timeout=120)
+        for text, result in zip(texts, answer.results):
+            logits, enc, attention = reference(model, tokenizer, text)
+            want = torch.softmax(logits, -1).numpy()
+            got = {score.label: score.score for score in result.labels}
+            assert np.allclose([got[label] for label in LABELS], want, atol=1e-4), (name, text)
+            words = first_subwords(enc)
+            assert len(result.tokens) == len(words), (name, text)
+            # α of a word: the last layer's row of the first position, averaged over heads, summed over the word.
+            cls_row = attention[:, 0, :].mean(0).numpy()
+            for token, w in zip(result.tokens, sorted(set(x for x in enc.word_ids if x is not None))):
+                positions = [p for p, x in enumerate(enc.word_ids) if x == w]
+                assert token.attention == pytest.approx(float(cls_row[positions].sum()), abs=1e-5)
+                # Words are whole pieces of the caller's text, in code points.
+                assert token.text == text[token.start:token.end]
+            tokenizer.no_truncation()
+            assert result.truncated == (len(tokenizer.encode(text).ids) > 128), (name, text)
+
+
+def test_taggers_tag_each_word_with_its_first_subwords_tag_and_spans_slice_the_text(api, imported):
+    pb, pbg = api
+    proc, models_ = imported
+    stub = pbg.InferenceStub(proc.channel)
+    texts = corpus_texts(200) + HOSTILE + ["", "   "]  # Tag answers a text without words with none
+    for name in ("bert_tok", "distilbert_tok", "roberta_tok"):
+        model, tokenizer, _ = models_[name]
+        answer = stub.Tag(pb.TagRequest(model=pb.ModelSpec(name=name), texts=texts), timeout=120)
+        for text, result in zip(texts, answer.results):
+            logits, enc, _ = reference(model, tokenizer, text)
+            want = [TAGS[int(logits[p].argmax())] for p in first_subwords(enc)]
+            assert [t.tag for t in result.tokens] == want, (name, text)
+            for span in result.spans:
+                assert span.text == text[span.start:span.end]
+                assert span.start == result.tokens[span.token_start].start
+                assert span.end == result.tokens[span.token_end - 1].end
+
+
+def test_the_subword_view_shows_what_the_model_read_and_adds_up_to_the_words(api, imported):
+    pb, pbg = api
+    proc, models_ = imported
+    stub = pbg.InferenceStub(proc.channel)
+    text = "Unbelievably charming, if overlong."
+    for name in ("bert_seq", "roberta_seq"):
+        _, tokenizer, _ = models_[name]
+        request = dict(model=pb.ModelSpec(name=name), texts=[text])
+        words = stub.Classify(pb.ClassifyRequest(**request, options=pb.OutputOptions(attention=True)), timeout=60)
+        subs = stub.Classify(pb.ClassifyRequest(**request, options=pb.OutputOptions(attention=True, subwords=True)),
+                             timeout=60)
+        tokenizer.enable_truncation(128)
+        enc = tokenizer.encode(text)
+        got = subs.results[0].tokens
+        assert [t.id for t in got] == enc.ids
+        assert [t.word for t in got] == [-1 if w is None else w for w in enc.word_ids]
+        for w, word in enumerate(words.results[0].tokens):
+            assert not word.HasField("word")
+            mine = [t.attention for t in got if t.word == w]
+            assert word.attention == pytest.approx(sum(mine), abs=1e-6)
+        assert subs.results[0].labels[0].label == words.results[0].labels[0].label
+
+
+def test_oip_and_http_answer_as_grpc_does(api, imported, interop_python):
+    pb, pbg = api
+    proc, models_ = imported
+    texts = corpus_texts(5)
+    native = pbg.InferenceStub(proc.channel).Classify(
+        pb.ClassifyRequest(model=pb.ModelSpec(name="distilbert_seq"), texts=texts, options=pb.OutputOptions(top_k=3)),
+        timeout=60)
+    (oip, subwords) = oip_calls(interop_python, proc.address, [
+        {"client": "triton", "rpc": "infer", "model": "distilbert_seq", "texts": texts,
+         "outputs": [{"name": "probabilities"}, {"name": "tokens"}]},
+        {"client": "triton", "rpc": "infer", "model": "distilbert_seq", "texts": texts[:1],
+         "outputs": [{"name": "tokens"}], "parameters": {"subwords": True}}])
+    assert oip["ok"] and subwords["ok"], (oip, subwords)
+    probabilities = oip["value"]["outputs"]["probabilities"]["data"]
+    for row, result in zip(probabilities, native.results):
+        got = {s.label: s.score for s in result.labels}
+        assert np.allclose(row, [got[label] for label in LABELS], atol=1e-6)
+    words = [w for w in oip["value"]["outputs"]["tokens"]["data"][0] if w]
+    assert words == [t.text for t in pbg.InferenceStub(proc.channel).Classify(
+        pb.ClassifyRequest(model=pb.ModelSpec(name="distilbert_seq"), texts=texts[:1],
+                           options=pb.OutputOptions(tokens=True)), timeout=60).results[0].tokens]
+    sub = subwords["value"]["outputs"]["tokens"]["data"][0]
+    assert len(sub) > len(words) and sub[0] == "" and sub[-1] == ""  # [CLS] and [SEP] cover no text
+    body = post_json(proc.http_address, "/v1/models/distilbert_seq:classify",
+                     {"texts": texts, "options": {"topK": 3, "subwords": True, "attention": True}})
+    for result, want in zip(body["results"], native.results):
+        got = {s["label"]: s["score"] for s in result["labels"]}
+        assert np.allclose([got[label] for label in LABELS], [{s.label: s.score for s in want.labels}[label]
+                                                             for label in LABELS], atol=1e-6)
+        assert result["tokens"][0]["word"] == -1 and result["tokens"][1]["word"] == 0
+
+
+def test_occlusion_deletes_whole_words_and_maps_are_per_word(api, imported):
+    pb, pbg = api
+    proc, models_ = imported
+    stub = pbg.InferenceStub(proc.channel)
+    text = "Unbelievably charming film"
+    model, tokenizer, _ = models_["bert_seq"]
+    answer = stub.Classify(pb.ClassifyRequest(
+        model=pb.ModelSpec(name="bert_seq"), texts=[text],
+        options=pb.OutputOptions(occlusion=True, layers=pb.LayerOptions(attention_maps=True, layers=[1], heads=[0]))),
+        timeout=60).results[0]
+    tokenizer.enable_truncation(128)
+    enc = tokenizer.encode(text)
+    assert len(answer.tokens) == 3 and len(enc.ids) > 5  # "unbelievably" is several sub-words
+    label = LABELS.index(answer.labels[0].label)
+    base = torch.softmax(reference(model, tokenizer, text)[0], -1)[label]
+    for w, token in enumerate(answer.tokens):
+        kept = [i for i, x in zip(enc.ids, enc.word_ids) if x != w]
+        with torch.no_grad():
+            p = torch.softmax(model(input_ids=torch.tensor([kept])).logits[0], -1)[label]
+        assert token.occlusion[0] == pytest.approx(float(base - p), abs=1e-4)
+    (layer_map,) = answer.layers
+    assert len(layer_map.attention) == 3 * 3
+
+
+def test_bad_folders_are_refused_naming_what_is_missing(tmp_path):
+    folder = tmp_path / "half"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["BertForSequenceClassification"]}))
+    out = qvi_cli("import", "--from", str(folder), "--store", str(tmp_path / "store"), "--name", "x")
+    assert out.returncode != 0 and "lacks model.safetensors, tokenizer.json" in out.stderr
+    for name in ("model.safetensors", "tokenizer.json"):
+        (folder / name).write_text("{}")
+    (folder / "config.json").write_text(json.dumps({"architectures": ["GPT2ForSequenceClassification"]}))
+    out = qvi_cli("import", "--from", str(folder), "--store", str(tmp_path / "store"), "--name", "x")
+    assert out.returncode != 0 and "GPT2ForSequenceClassification" in out.stderr and "is not supported" in out.stderr
+
+
+def test_a_tokenizer_the_server_cannot_read_fails_that_model_only(api, imported, tmp_path):
+    pb, pbg = api
+    model, tokenizer, _ = imported[1]["bert_seq"]
+    folder = tmp_path / "nfkc"
+    model.save_pretrained(folder)
+    j = json.loads(tokenizer.to_str())
+    j["normalizer"] = {"type": "NFKC"}
+    (folder / "tokenizer.json").write_text(json.dumps(j))
+    store = tmp_path / "store"
+    assert qvi_cli("import", "--from", str(folder), "--store", str(store), "--name", "nfkc").returncode == 0
+    shutil.copytree(os.path.join(str(imported[0].work), "store", "bert_seq"), store / "bert_seq")
+    proc = ServerProcess(str(store), str(tmp_path))
+    try:
+        stub = pbg.InferenceStub(proc.channel)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="nfkc"), texts=["x"]), timeout=30)
+        assert "NFKC" in proc.log()
+        assert e.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND)
+        fine = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="bert_seq"), texts=["fine"]), timeout=30)
+        assert fine.results[0].labels
+    finally:
+        proc.stop()
+
+
+def test_a_text_over_max_tokens_is_truncated_counting_the_special_tokens_or_refused(api, imported):
+    pb, pbg = api
+    proc, models_ = imported
+    stub = pbg.InferenceStub(proc.channel)
+    _, tokenizer, _ = models_["roberta_seq"]
+    text = "a " * 126 + "b c"  # 128 words of one sub-word each: 130 positions with <s> and </s>
+    tokenizer.no_truncation()
+    assert len(tokenizer.encode(text).ids) == 130
+    result = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="roberta_seq"), texts=[text],
+                                              options=pb.OutputOptions(tokens=True)), timeout=60).results[0]
+    assert result.truncated and len(result.tokens) == 126  # 128 positions less <s> and </s>
+    with pytest.raises(grpc.RpcError) as e:
+        stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="roberta_seq"), texts=[text],
+                                         options=pb.OutputOptions(truncation=pb.TRUNCATION_POLICY_ERROR)), timeout=60)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "texts[0]: 130 sub-words (2 special tokens included) exceed model 'roberta_seq' max_tokens of 128" in \
+        e.value.details()
+
+
+def test_the_readme_imports_a_folder_and_answers_from_it(imported, tmp_path):
+    """The README's commands as written, but for the folder, the store and the server's address."""
+    proc, models_ = imported
+    model, tokenizer, _ = models_["distilbert_seq"]
+    folder = tmp_path / "reviews-distilbert"
+    model.save_pretrained(folder)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    section = readme[readme.index("## Serve your own fine-tuned BERT, RoBERTa or DistilBERT"):]
+    command, *clients = re.search(r"```sh\n(.*?)```", section, re.S).group(1).strip().splitlines()
+    argv = shlex.split(command.replace("~/reviews-distilbert", str(folder)))
+    store = os.path.join(proc.work, "store")
+    argv[argv.index("--store") + 1] = store
+    out = subprocess.run(argv[1:], cwd=REPO, env=dict(os.environ, PYTHONPATH="model_store", OMP_NUM_THREADS="1"),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    client = os.path.join(REPO, "build", "qvi-client")
+    answers = []
+    for command in clients:
+        assert command.startswith("build/qvi-client "), command
+        argv = shlex.split(command.replace("localhost:8500", proc.address))
+        wait_until(lambda: subprocess.run([client, "--server", proc.address, "health", "--model", "reviews"],
+                                          capture_output=True).returncode == 0, "the imported model to be served")
+        out = subprocess.run([client, "--color", "never", *argv[1:]], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        answers.append(out.stdout)
+    # What the README shows: the test's model is seeded, so the numbers are the same on every machine
+    # but for the last digit.
+    shown = re.findall(r"```text\n(.*?)```", section.split("\n## ")[0], re.S)
+    assert len(shown) == 2
+    number = re.compile(r"[-+]?\d+\.\d+")
+    for got, want in zip(answers, shown):
+        got_lines, want_lines = got.rstrip().splitlines(), want.rstrip().splitlines()
+        assert [number.sub("#", g) for g in got_lines] == [number.sub("#", w) for w in want_lines], got
+        for g, w in zip(number.findall(got), number.findall(want)):
+            assert abs(float(g) - float(w)) <= 2e-4, (g, w)
