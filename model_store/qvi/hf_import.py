@@ -1,12 +1,12 @@
 """python -m qvi import: a fine-tuned Hugging Face checkpoint folder -> a served artifact.
 
-    python -m qvi import --from ./my-finetuned-bert --store model_store/store --name reviews --version 1
+    python -m qvi import --from ./my-finetuned-bert --store model_store/store --name reviews [--format both]
 
 The folder is what `save_pretrained` (model and tokenizer) writes: config.json, model.safetensors and
 tokenizer.json. Its encoder is rebuilt with the zoo's modules (qvi.hf_encoders; `transformers` is not
 needed here or at serve time), scripted, and written as <store>/<name>/<version>/model.pt with the
 manifest (format version 2: a sub-word tokenizer, tokenizer.json carried inside the archive) and a model
-card. The server tokenizes with its own reader of tokenizer.json (server/core/text/hf/).
+card; and, as `python -m qvi export` does, compiled into an AOTInductor package beside it. The server tokenizes with its own reader of tokenizer.json (server/core/text/hf/).
 """
 import argparse
 import hashlib
@@ -17,8 +17,9 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from qvi import __version__
-from qvi import artifact
+from qvi import artifact, pt2
 from qvi.hf_encoders import Encoder, EncoderConfig, output_spec
+from qvi.workflow import add_freezing_arg
 
 FORMAT_VERSION = 2           # the manifest format with sub-word tokenizers
 TOKENIZER_FILE = "tokenizer.json"
@@ -184,7 +185,7 @@ def build_manifest(name: str, c: EncoderConfig, arch: str, labels: List[str], fo
         "task": c.task,
         "architecture": {"name": f"hf_{c.family}", "display_name": f"{DISPLAY[c.family]} (imported)",
                          "interaction": "none",
-                         "config": dict(c.to_json(), layers=c.layers, heads=c.heads, source_architecture=arch)},
+                         "config": dict(c.to_json(), max_tokens=max_tokens, source_architecture=arch)},
         "tokenizer": {"level": "subword", "file": TOKENIZER_FILE, "kind": tokenizer_kind(tokenizer_json),
                       "lowercase": False, "max_tokens": max_tokens, "vocab_size": c.vocab_size,
                       "word_tags": "first_subword"},
@@ -193,6 +194,7 @@ def build_manifest(name: str, c: EncoderConfig, arch: str, labels: List[str], fo
         "outputs": outputs,
         "explanations": [k for k in outputs if k not in artifact.PREDICTIONS],
         "serving": dict(artifact.DEFAULT_SERVING),
+        "pt2": pt2.export_status(f"hf_{c.family}"),
         "model_card": {
             "description": description or f"{DISPLAY[c.family]} {c.task} model imported from "
                                           f"{os.path.basename(os.path.abspath(folder))}",
@@ -219,8 +221,11 @@ def build_manifest(name: str, c: EncoderConfig, arch: str, labels: List[str], fo
 
 
 def import_folder(folder: str, store: str, name: str, version: int, max_tokens: Optional[int] = None,
-                  description: str = "") -> str:
-    """Imports `folder`; returns the path of the model.pt written."""
+                  description: str = "", fmt: str = "torchscript", device: str = "cpu",
+                  cpu_target: str = pt2.DEFAULT_CPU_TARGET, pt2_cache: Optional[str] = None,
+                  freezing: str = pt2.DEFAULT_FREEZING) -> List[str]:
+    """Imports `folder` as the formats `fmt` asks for (model.pt, model.<device>.pt2, both: as
+    `python -m qvi export` writes them); returns the paths written."""
     config = read_config(folder)
     c, arch = encoder_config(config)
     labels = id2label(config)
@@ -239,12 +244,22 @@ def import_folder(folder: str, store: str, name: str, version: int, max_tokens: 
     model = Encoder(c).eval()
     load_weights(model, c, folder)
     manifest = build_manifest(name, c, arch, labels, folder, tokenizer_json, limit, description)
-    return artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, store, version)
+    written = []
+    if fmt in ("torchscript", "both"):
+        written.append(artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, store, version))
+    if fmt in ("pt2", "both"):
+        target = os.path.join(store, name, str(version))
+        os.makedirs(target, exist_ok=True)
+        written.append(pt2.write_cached(model, manifest, tokenizer_text, target, device, cpu_target, pt2_cache,
+                                        freezing=freezing))
+    return written
 
 
 def cmd_import(args: argparse.Namespace) -> None:
     try:
-        print(import_folder(args.source, args.store, args.name, args.version, args.max_tokens, args.description))
+        for path in import_folder(args.source, args.store, args.name, args.version, args.max_tokens, args.description,
+                                  args.format, args.device, args.cpu_target, args.pt2_cache, args.cpu_freezing):
+            print(path)
     except CannotImport as e:
         raise SystemExit(f"qvi import: {e}") from e
 
@@ -260,4 +275,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, help="the longest input in sub-words, special tokens included "
                                                   "(default: the model's position embeddings)")
     p.add_argument("--description", default="")
+    p.add_argument("--format", choices=("torchscript", "pt2", "both"), default="both",
+                   help="model.pt (TorchScript), model.<device>.pt2 (AOTInductor, compiled here: a minute or more "
+                        "on two cores), or both")
+    p.add_argument("--device", choices=tuple(pt2.FILES), default="cpu", help="the device a .pt2 is compiled for")
+    p.add_argument("--cpu-target", choices=tuple(pt2.CPU_TARGETS), default=pt2.DEFAULT_CPU_TARGET,
+                   help="instruction set of a CPU .pt2 (as `python -m qvi export --help` says)")
+    p.add_argument("--pt2-cache", help="reuse packages compiled before from the same weights, code and target")
+    add_freezing_arg(p)
     p.set_defaults(func=cmd_import)

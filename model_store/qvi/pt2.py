@@ -5,7 +5,8 @@ One package per device kind it was compiled for (model.cpu.pt2, model.cuda.pt2),
 
     AOTInductor model "model"         forward(token_ids, mask): every output, the maps included
     AOTInductor model "without_maps"  the Transformer models' forward_without_maps (absent for others)
-    extra/manifest.json, extra/vocab.txt   the same files model.pt carries
+    extra/manifest.json, extra/vocab.txt   the same files model.pt carries (an imported sub-word model:
+                                      extra/tokenizer.json for vocab.txt)
     extra/pt2.json                    what the server must know about this package (PT2_INFO below)
 
 Both models take token_ids Long[B,T] and mask Bool[B,T] with B dynamic in 1..MAX_BATCH and T in
@@ -44,6 +45,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
+from qvi.hf_encoders import Encoder
 from qvi.models import TransformerClassifier, TransformerCRF
 
 FILES = {"cpu": "model.cpu.pt2", "cuda": "model.cuda.pt2"}
@@ -145,13 +147,15 @@ class _Entry(nn.Module):
             return m._run(token_ids, mask, "received" if self.lean else "maps", decode=False)
         if isinstance(m, TransformerClassifier):
             return m._run(token_ids, mask, "none" if self.lean else "maps")
+        if isinstance(m, Encoder):  # an imported encoder (qvi.hf_import)
+            return m._run(token_ids, mask, not self.lean)
         return m(token_ids, mask)
 
 
 def methods(model: nn.Module) -> List[Tuple[str, nn.Module]]:
     """(package model name, module) for each method the package holds."""
     entries = [("model", _Entry(model, lean=False))]
-    if isinstance(model, (TransformerClassifier, TransformerCRF)):
+    if isinstance(model, (TransformerClassifier, TransformerCRF, Encoder)):
         entries.append(("without_maps", _Entry(model, lean=True)))
     return entries
 
@@ -321,9 +325,16 @@ def _publishing(folder: str, file: str) -> Iterator[str]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _vocab_file(manifest: Dict[str, object]) -> str:
+    """vocab.txt, or an imported sub-word model's tokenizer.json (manifest format 2), which it carries instead."""
+    tokenizer = manifest.get("tokenizer", {})
+    return "tokenizer.json" if isinstance(tokenizer, dict) and tokenizer.get("level") == "subword" else "vocab.txt"
+
+
 def _extra_files(manifest: Dict[str, object], vocab_text: str, info: Dict[str, object]) -> Dict[str, str]:
+    """`vocab_text`: the text of _vocab_file(manifest)."""
     return {"manifest.json": json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True),
-            "vocab.txt": vocab_text, PT2_INFO: json.dumps(info, indent=1)}
+            _vocab_file(manifest): vocab_text, PT2_INFO: json.dumps(info, indent=1)}
 
 
 def _freezing_mode(freezing: str, device: str, dtype: str = "float32") -> str:
@@ -442,7 +453,7 @@ def write_package(model: nn.Module, manifest: Dict[str, object], vocab_text: str
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # A change to a model's forward changes what is compiled, with the same weights and manifest.
-_CODE = [__file__, os.path.join(_HERE, "models.py")] + sorted(
+_CODE = [__file__, os.path.join(_HERE, "models.py"), os.path.join(_HERE, "hf_encoders.py")] + sorted(
     os.path.join(_HERE, "nn", f) for f in os.listdir(os.path.join(_HERE, "nn")) if f.endswith(".py"))
 
 
@@ -536,8 +547,10 @@ def read_extra(path: str) -> Dict[str, str]:
     from torch.export.pt2_archive._package import PT2ArchiveReader
     out = {}
     with PT2ArchiveReader(path) as reader:
-        for name in ("manifest.json", "vocab.txt", PT2_INFO):
-            out[name] = reader.read_string(f"extra/{name}")
+        have = set(reader.get_file_names())
+        for name in ("manifest.json", "vocab.txt", "tokenizer.json", PT2_INFO):
+            if name in ("manifest.json", PT2_INFO) or f"extra/{name}" in have:  # one of the other two
+                out[name] = reader.read_string(f"extra/{name}")
     return out
 
 
@@ -552,7 +565,8 @@ def check_package(path: str, model: nn.Module, device: str = "cpu") -> float:
     CHECK_TOLERANCE); raises if an output is missing or extra."""
     compiled = load_methods(path, device)
     entries = dict(methods(model))
-    vocab_size = model.body.emb.num_embeddings if hasattr(model, "body") else model.emb.num_embeddings
+    vocab_size = (model.emb_word.num_embeddings if isinstance(model, Encoder) else
+                  model.body.emb.num_embeddings if hasattr(model, "body") else model.emb.num_embeddings)
     info = json.loads(read_extra(path)[PT2_INFO])
     max_tokens = int(info["max_tokens"])
     relative = info.get("dtype", "float32") != "float32"

@@ -30,6 +30,7 @@ DATA = os.path.join(REPO, "model_store", "data")
 MINILM = os.path.join(REPO, "model_store", "pretrained", "all-minilm-l6-v2", "tokenizer.json")
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
 LABELS = ["negative", "neutral", "positive"]
+PT2_CACHE = os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2-tests"))
 HOSTILE = ["Café CAFÉ café naïve", "東京は日本の首都です。", "👩🏽‍💻 at work, 🇯🇵!", "don't can't O'Neil e-mail",
            "[MASK] and [CLS] literal", "unbelievably " * 60, "x" * 300,
            "Zalgo: H\u0335\u0321e\u0338\u0327llo"]
@@ -102,7 +103,11 @@ def imported():
             model = build(family, task, tokenizer)
             model.save_pretrained(folder)
             tokenizer.save(os.path.join(folder, "tokenizer.json"))
-            out = qvi_cli("import", "--from", folder, "--store", store, "--name", name)
+            # One of them also as an AOTInductor package, which the server prefers (compiled once, then
+            # reused from the zoo tests' package cache).
+            formats = ["--format", "both", "--pt2-cache", PT2_CACHE, "--cpu-freezing", "off"] \
+                if name == "distilbert_seq" else ["--format", "torchscript"]
+            out = qvi_cli("import", "--from", folder, "--store", store, "--name", name, *formats)
             assert out.returncode == 0, out.stderr
             models_[name] = (model, tokenizer, task)
     proc = ServerProcess(store, work)
@@ -134,6 +139,9 @@ def test_classifiers_answer_what_transformers_computes_within_1e_4(api, imported
     pb, pbg = api
     proc, models_ = imported
     stub = pbg.InferenceStub(proc.channel)
+    formats = {name: stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name=name)), timeout=30)
+               .model.versions[0].metadata.format for name in ("bert_seq", "distilbert_seq")}
+    assert formats == {"bert_seq": "torchscript", "distilbert_seq": "pt2"}, formats
     texts = corpus_texts(200) + HOSTILE
     for name in ("bert_seq", "distilbert_seq", "roberta_seq"):
         model, tokenizer, _ = models_[name]
