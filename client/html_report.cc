@@ -37,15 +37,19 @@ constexpr char kBodyScript[] = R"((function () {
   document.body.setAttribute('data-ready', 'yes');
 })();)";
 
+// What a token shows: its text, or a sub-word (qvi-client --subwords) as the vocabulary spells it, so
+// that [CLS] and "##ing" read as the model read them.
+std::string Shown(const v1::Token& t) { return t.has_word() ? t.normalized() : t.text(); }
+
 // A token coloured by a weight in [0, 1]: α red, β blue, λ green.
 std::string Tok(const v1::Token& t, double weight, const char* rgb, const std::string& info) {
   weight = std::clamp(weight, 0.0, 1.0);
   return "<span class=\"tok\" style=\"background: rgba(" + std::string(rgb) + ", " + Fixed(weight, 3) +
-         ")\" data-info=\"" + HtmlEscape(info) + "\">" + HtmlEscape(t.text()) + "</span>";
+         ")\" data-info=\"" + HtmlEscape(info) + "\">" + HtmlEscape(Shown(t)) + "</span>";
 }
 
 std::string TokenInfo(const v1::Token& t) {
-  std::string info = "\"" + t.text() + "\" [" + std::to_string(t.start()) + "," + std::to_string(t.end()) + ")";
+  std::string info = "\"" + Shown(t) + "\" [" + std::to_string(t.start()) + "," + std::to_string(t.end()) + ")";
   if (!t.tag().empty()) info += "  tag " + t.tag();
   if (t.has_attention()) info += "  α=" + Fixed(t.attention());
   if (t.has_gate()) info += "  β=" + Fixed(t.gate());
@@ -93,7 +97,7 @@ void SignedRow(std::ostringstream& out, const Tokens& tokens, const std::string&
         << "\" style=\"background: rgba(" << (v >= 0 ? "13, 148, 136" : "192, 38, 211") << ", "
         << Fixed(std::min(1.0, std::abs(v) / largest), 3) << ")\" data-info=\""
         << HtmlEscape(TokenInfo(tokens[t]) + (own ? "  part of the entity" : "  " + what + " " + Fixed(v))) << "\">"
-        << HtmlEscape(tokens[t].text()) << "</span>";
+        << HtmlEscape(Shown(tokens[t])) << "</span>";
   }
   out << "<span class=\"note\"> " << HtmlEscape(note) << "</span></div>\n";
 }
@@ -192,15 +196,15 @@ void LayerMaps(std::ostringstream& out, const Tokens& tokens,
       float max = 1e-9f;  // each map scaled to its largest weight, as α is
       for (float a : m.attention()) max = std::max(max, a);
       out << "<figure><figcaption>" << HtmlEscape(MapCaption(m)) << "</figcaption><table class=\"map\"><tr><th></th>";
-      for (const auto& t : tokens) out << "<th class=\"col\">" << HtmlEscape(t.text()) << "</th>";
+      for (const auto& t : tokens) out << "<th class=\"col\">" << HtmlEscape(Shown(t)) << "</th>";
       out << "</tr>\n";
       for (int q = 0; q < n; ++q) {
-        out << "<tr><th>" << HtmlEscape(tokens[q].text()) << "</th>";
+        out << "<tr><th>" << HtmlEscape(Shown(tokens[q])) << "</th>";
         for (int k = 0; k < n; ++k) {
           const float a = m.attention(q * n + k);
           out << "<td style=\"background: rgba(124, 58, 237, " << Fixed(std::clamp<double>(a / max, 0, 1), 3)
               << ")\" data-info=\""
-              << HtmlEscape(MapCaption(m) + ": " + tokens[q].text() + " → " + tokens[k].text() + "  " + Fixed(a))
+              << HtmlEscape(MapCaption(m) + ": " + Shown(tokens[q]) + " → " + Shown(tokens[k]) + "  " + Fixed(a))
               << "\"></td>";
         }
         out << "</tr>\n";

@@ -49,6 +49,7 @@ import json
 import math
 import platform
 import time
+import zipfile
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -146,7 +147,9 @@ class Scorer:
         out = self._outputs(ids, mask, maps=False, eager=eager)
         if not self.tagging:
             return torch.softmax(out["logits"], dim=-1)
-        crf = (self.model if eager or self.served is None else self.served).crf  # type: ignore[union-attr]
+        crf = getattr(self.model if eager or self.served is None else self.served, "crf", None)
+        if crf is None:  # a tagger without a CRF (an imported one): each token's softmax, as the server reads it
+            return torch.softmax(out["emissions"].double(), dim=-1)
         return crf_marginals(crf, out["emissions"], mask)
 
     def variant(self, a: Answer, removed: Sequence[int]) -> Tuple[List[int], Tuple[int, int]]:
@@ -749,7 +752,33 @@ def check_methods(asked: Sequence[str], supported: Sequence[str], config: ModelC
     return list(asked)
 
 
+def _manifest_of(artifact_path: str) -> Dict[str, object]:
+    """The manifest inside a model.pt (a zip: <archive>/extra/manifest.json), read without loading the model."""
+    with zipfile.ZipFile(artifact_path) as z:
+        (name,) = [n for n in z.namelist() if n.endswith("/extra/manifest.json")]
+        return json.loads(z.read(name))
+
+
+def run_subwords(artifact_path: str, split: str, options: Options, join: str) -> Dict[str, object]:
+    """run() for an imported sub-word model, measured word by word (qvi.hf_faithfulness)."""
+    from qvi import hf_faithfulness
+    examples = load_split(split, _manifest_of(artifact_path), join)
+    model, config, manifest, encoded = hf_faithfulness.word_level(artifact_path, [e.text for e in examples])
+    supported = [m for m in hf_faithfulness.METHODS if m == "random" or m == "occlusion" or
+                 ("layer_attention" in manifest["outputs"] and m in ("alpha", "last_layer", "rollout"))]  # type: ignore
+    options.methods = check_methods(options.methods, supported, config)  # type: ignore[arg-type]
+    report = evaluate(model, config, manifest, encoded, options)  # type: ignore[arg-type]
+    report.update({"model": manifest["name"], "architecture": config.display_name(), "split": split,
+                   "task": config.task, "torch_threads": torch.get_num_threads(), "unit": "word",
+                   "target": "p(predicted label)" if config.task == "classification"
+                   else "mean softmax probability of the predicted entity's tags (its first sub-words')",
+                   "seed_of_model": None})
+    return report
+
+
 def run(artifact_path: str, split: str, options: Options, join: str = " ") -> Dict[str, object]:
+    if _manifest_of(artifact_path).get("tokenizer", {}).get("level") == "subword":  # type: ignore[union-attr]
+        return run_subwords(artifact_path, split, options, join)
     module, manifest, vocab = artifact.load(artifact_path)
     config = ModelConfig(**manifest["architecture"]["config"])  # type: ignore[index]
     model = build_model(config).eval()

@@ -6,7 +6,8 @@ The folder is what `save_pretrained` (model and tokenizer) writes: config.json, 
 tokenizer.json. Its encoder is rebuilt with the zoo's modules (qvi.hf_encoders; `transformers` is not
 needed here or at serve time), scripted, and written as <store>/<name>/<version>/model.pt with the
 manifest (format version 2: a sub-word tokenizer, tokenizer.json carried inside the archive) and a model
-card; and, as `python -m qvi export` does, compiled into an AOTInductor package beside it. The server tokenizes with its own reader of tokenizer.json (server/core/text/hf/).
+card; and, as `python -m qvi export` does, compiled into an AOTInductor package beside it. The server
+tokenizes with its own reader of tokenizer.json (server/core/text/hf/).
 """
 import argparse
 import hashlib
@@ -223,7 +224,7 @@ def build_manifest(name: str, c: EncoderConfig, arch: str, labels: List[str], fo
 def import_folder(folder: str, store: str, name: str, version: int, max_tokens: Optional[int] = None,
                   description: str = "", fmt: str = "torchscript", device: str = "cpu",
                   cpu_target: str = pt2.DEFAULT_CPU_TARGET, pt2_cache: Optional[str] = None,
-                  freezing: str = pt2.DEFAULT_FREEZING) -> List[str]:
+                  freezing: str = pt2.DEFAULT_FREEZING, faithfulness: Optional[Dict[str, object]] = None) -> List[str]:
     """Imports `folder` as the formats `fmt` asks for (model.pt, model.<device>.pt2, both: as
     `python -m qvi export` writes them); returns the paths written."""
     config = read_config(folder)
@@ -244,6 +245,12 @@ def import_folder(folder: str, store: str, name: str, version: int, max_tokens: 
     model = Encoder(c).eval()
     load_weights(model, c, folder)
     manifest = build_manifest(name, c, arch, labels, folder, tokenizer_json, limit, description)
+    if faithfulness is not None:  # a `python -m qvi faithfulness` report of this model, onto its card
+        from qvi.faithfulness import card_summary
+        if faithfulness.get("model") != name:
+            raise CannotImport(f"the faithfulness report measured the model {faithfulness.get('model')!r}, "
+                               f"not {name!r}")
+        manifest["model_card"]["faithfulness"] = card_summary(faithfulness)  # type: ignore[index]
     written = []
     if fmt in ("torchscript", "both"):
         written.append(artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, store, version))
@@ -257,8 +264,13 @@ def import_folder(folder: str, store: str, name: str, version: int, max_tokens: 
 
 def cmd_import(args: argparse.Namespace) -> None:
     try:
+        report = None
+        if args.faithfulness:
+            with open(args.faithfulness, encoding="utf-8") as f:
+                report = json.load(f)
         for path in import_folder(args.source, args.store, args.name, args.version, args.max_tokens, args.description,
-                                  args.format, args.device, args.cpu_target, args.pt2_cache, args.cpu_freezing):
+                                  args.format, args.device, args.cpu_target, args.pt2_cache, args.cpu_freezing,
+                                  report):
             print(path)
     except CannotImport as e:
         raise SystemExit(f"qvi import: {e}") from e
@@ -275,6 +287,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, help="the longest input in sub-words, special tokens included "
                                                   "(default: the model's position embeddings)")
     p.add_argument("--description", default="")
+    p.add_argument("--faithfulness", help="a `python -m qvi faithfulness` report of this model (run on the model.pt "
+                                          "an earlier import wrote) to put on its card, as export takes one")
     p.add_argument("--format", choices=("torchscript", "pt2", "both"), default="both",
                    help="model.pt (TorchScript), model.<device>.pt2 (AOTInductor, compiled here: a minute or more "
                         "on two cores), or both")

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 
 from conftest import oip_calls
+from selenium.webdriver.common.keys import Keys
+from test_explain_page import ask, browser, open_page  # noqa: F401 (browser: the page tests' fixture)
 from qvi_testing import REPO, ServerProcess, post_json, wait_until
 
 import torch
@@ -215,9 +217,10 @@ def test_oip_and_http_answer_as_grpc_does(api, imported, interop_python):
         timeout=60)
     (oip, subwords) = oip_calls(interop_python, proc.address, [
         {"client": "triton", "rpc": "infer", "model": "distilbert_seq", "texts": texts,
-         "outputs": [{"name": "probabilities"}, {"name": "tokens"}]},
+         "outputs": [{"name": "probabilities"}, {"name": "tokens"}, {"name": "token_count"}]},
         {"client": "triton", "rpc": "infer", "model": "distilbert_seq", "texts": texts[:1],
-         "outputs": [{"name": "tokens"}], "parameters": {"subwords": True}}])
+         "outputs": [{"name": "tokens"}, {"name": "token_count"}, {"name": "word_index"}],
+         "parameters": {"subwords": True}}])
     assert oip["ok"] and subwords["ok"], (oip, subwords)
     probabilities = oip["value"]["outputs"]["probabilities"]["data"]
     for row, result in zip(probabilities, native.results):
@@ -227,8 +230,16 @@ def test_oip_and_http_answer_as_grpc_does(api, imported, interop_python):
     assert words == [t.text for t in pbg.InferenceStub(proc.channel).Classify(
         pb.ClassifyRequest(model=pb.ModelSpec(name="distilbert_seq"), texts=texts[:1],
                            options=pb.OutputOptions(tokens=True)), timeout=60).results[0].tokens]
-    sub = subwords["value"]["outputs"]["tokens"]["data"][0]
-    assert len(sub) > len(words) and sub[0] == "" and sub[-1] == ""  # [CLS] and [SEP] cover no text
+    # token_count: how many of a row's tokens are the text's -- its words, or in the sub-word view every position.
+    counts = oip["value"]["outputs"]["token_count"]["data"]
+    assert counts[0] == len(words)
+    _, tokenizer, _ = models_["distilbert_seq"]
+    tokenizer.enable_truncation(128)
+    (n,) = subwords["value"]["outputs"]["token_count"]["data"]
+    sub = subwords["value"]["outputs"]["tokens"]["data"][0][:n]
+    enc = tokenizer.encode(texts[0])
+    assert n == len(enc.ids) and sub[0] == "" and sub[-1] == ""  # [CLS], [SEP]: no text
+    assert subwords["value"]["outputs"]["word_index"]["data"][0][:n] == [-1 if w is None else w for w in enc.word_ids]
     body = post_json(proc.http_address, "/v1/models/distilbert_seq:classify",
                      {"texts": texts, "options": {"topK": 3, "subwords": True, "attention": True}})
     for result, want in zip(body["results"], native.results):
@@ -355,3 +366,135 @@ def test_the_readme_imports_a_folder_and_answers_from_it(imported, tmp_path):
         assert [number.sub("#", g) for g in got_lines] == [number.sub("#", w) for w in want_lines], got
         for g, w in zip(number.findall(got), number.findall(want)):
             assert abs(float(g) - float(w)) <= 2e-4, (g, w)
+
+
+def test_a_tagger_without_a_crf_explains_its_entities_by_deleting_words(api, imported):
+    """Occlusion of an imported tagger: an entity's probability is the mean of its words' tag softmax
+    (first sub-words'), and each other word's value what it drops without that word, in both views."""
+    pb, pbg = api
+    proc, models_ = imported
+    stub = pbg.InferenceStub(proc.channel)
+    model, tokenizer, _ = models_["bert_tok"]
+    tokenizer.enable_truncation(128)
+
+    def word_probabilities(ids, word_ids):
+        with torch.no_grad():
+            p = torch.softmax(model(input_ids=torch.tensor([ids])).logits[0], -1)
+        first = {}
+        for position, w in enumerate(word_ids):
+            if w is not None and w not in first:
+                first[w] = position
+        return [p[first[w]] for w in sorted(first)]
+
+    checked = 0
+    for text in corpus_texts(40):
+        request = dict(model=pb.ModelSpec(name="bert_tok"), texts=[text])
+        answer = stub.Tag(pb.TagRequest(**request, options=pb.OutputOptions(occlusion=True)), timeout=60).results[0]
+        if not answer.spans:
+            continue
+        enc = tokenizer.encode(text)
+        base = word_probabilities(enc.ids, enc.word_ids)
+        for span in answer.spans:
+            tags = [TAGS.index(answer.tokens[w].tag) for w in range(span.token_start, span.token_end)]
+            want = sum(float(base[w][t]) for w, t in zip(range(span.token_start, span.token_end), tags)) / len(tags)
+            assert span.probability == pytest.approx(want, abs=1e-5)
+            assert len(span.occlusion) == len(answer.tokens)
+            for w in range(len(answer.tokens)):
+                if span.token_start <= w < span.token_end:
+                    assert span.occlusion[w] == 0
+                    continue
+                kept = [(i, x) for i, x in zip(enc.ids, enc.word_ids) if x != w]
+                without = word_probabilities([i for i, _ in kept], [x for _, x in kept])
+                shift = 1 if w < span.token_start else 0
+                p = sum(float(without[v - shift][t]) for v, t in zip(range(span.token_start, span.token_end), tags))
+                assert span.occlusion[w] == pytest.approx(want - p / len(tags), abs=1e-4), (text, w)
+        subs = stub.Tag(pb.TagRequest(**request, options=pb.OutputOptions(occlusion=True, subwords=True)),
+                        timeout=60).results[0]
+        for span, sub in zip(answer.spans, subs.spans):
+            assert sub.probability == pytest.approx(span.probability, abs=1e-6)
+            assert [sub.occlusion[p] for p, t in enumerate(subs.tokens) if t.word >= 0] == pytest.approx(
+                [span.occlusion[t.word] for t in subs.tokens if t.word >= 0], abs=1e-6)
+        checked += 1
+        if checked == 3:
+            break
+    assert checked == 3, "the random tagger found too few entities to check"
+
+
+def test_the_page_shows_each_words_subwords_on_hover_and_the_report_the_subwords(browser, imported, tmp_path):
+    from selenium.webdriver.common.by import By
+    proc, models_ = imported
+    _, tokenizer, _ = models_["bert_seq"]
+    text = "Unbelievably charming, if overlong."
+    open_page(browser, proc.http_address, "bert_seq")
+    assert ask(browser, text) == "answered"
+    toks = browser.find_elements(By.CSS_SELECTOR, '#answer .row[data-kind="alpha"] .tok')
+    assert [t.text for t in toks] == ["Unbelievably", "charming", ",", "if", "overlong", "."]
+    tokenizer.enable_truncation(128)
+    enc = tokenizer.encode(text)
+    pieces = [t for t, w in zip(enc.tokens, enc.word_ids) if w == 0]
+    assert len(pieces) > 1
+    toks[0].send_keys(Keys.ARROW_RIGHT)
+    toks[1].send_keys(Keys.ARROW_LEFT)  # back to the first word: its numbers and sub-words in the status line
+    status = browser.find_element(By.ID, "status").get_attribute("textContent")
+    assert status.endswith("sub-words " + " ".join(pieces)), status
+    # qvi-client's HTML report of the sub-word view: [CLS], the word pieces and [SEP] as the model read them.
+    page = str(tmp_path / "report.html")
+    out = subprocess.run([os.path.join(REPO, "build", "qvi-client"), "--server", proc.address, "classify", "--model",
+                          "bert_seq", "--subwords", "--attention", "--html", page, text], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    with open(page, encoding="utf-8") as f:
+        report = f.read()
+    shown = re.findall(r'<span class="tok"[^>]*>([^<]*)</span>', report)
+    assert shown[:len(enc.tokens)] == enc.tokens, shown
+
+
+def test_qvi_faithfulness_measures_an_imported_model_word_by_word_and_its_card_carries_it(api, imported, tmp_path):
+    """`python -m qvi faithfulness` on an imported model.pt: its answers per word, α, the maps and occlusion
+    measured by deleting words; the report goes onto the card with a second import, and GetModel shows it."""
+    pb, pbg = api
+    proc, models_ = imported
+    model, tokenizer, _ = models_["roberta_seq"]
+    artifact = os.path.join(proc.work, "store", "roberta_seq", "1", "model.pt")
+    report_path = str(tmp_path / "faithfulness.json")
+    out = qvi_cli("faithfulness", "--artifact", artifact, "--test", os.path.join(DATA, "sentiment", "test.tsv"),
+                  "--max-answers", "24", "--cost-texts", "0", "--quiet", "--out", report_path)
+    assert out.returncode == 0, out.stderr
+    with open(report_path, encoding="utf-8") as f:
+        report = json.load(f)
+    assert report["unit"] == "word" and report["answers"] == 24
+    assert set(report["methods"]) == {"random", "alpha", "last_layer", "rollout", "occlusion"}
+    assert report["padding_check"]["max_abs_diff"] < 1e-5  # deleting the last words = masking them off
+    # The measured model is the served one: its answer on a text is the server's.
+    texts = corpus_texts(3)
+    served = pbg.InferenceStub(proc.channel).Classify(
+        pb.ClassifyRequest(model=pb.ModelSpec(name="roberta_seq"), texts=texts, options=pb.OutputOptions(top_k=3)),
+        timeout=60)
+    from qvi.hf_faithfulness import word_level  # the zoo (qvi_testing puts model_store on the path)
+    words, _, _, encoded = word_level(artifact, texts)
+    for row, result in zip(encoded, served.results):
+        with torch.no_grad():
+            p = torch.softmax(words(torch.tensor([row]), torch.ones(1, len(row), dtype=torch.bool))["logits"][0], -1)
+        got = {s.label: s.score for s in result.labels}
+        assert np.allclose(p.numpy(), [got[label] for label in LABELS], atol=1e-4)
+    # Onto the card: import again with the report; GetModel reads the figures.
+    folder = tmp_path / "again"
+    model.save_pretrained(folder)
+    tokenizer.save(str(folder / "tokenizer.json"))
+    store = os.path.join(proc.work, "store")
+    out = qvi_cli("import", "--from", str(folder), "--store", store, "--name", "roberta_seq", "--version", "2",
+                  "--format", "torchscript", "--faithfulness", report_path)
+    assert out.returncode == 0, out.stderr
+    stub = pbg.InferenceStub(proc.channel)
+
+    def card():
+        try:
+            versions = stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name="roberta_seq", version=2)),
+                                     timeout=30).model.versions
+        except grpc.RpcError:  # not seen yet: NOT_FOUND
+            return None
+        return versions[0].metadata.faithfulness if versions and versions[0].state == pb.MODEL_STATE_READY else None
+
+    wait_until(lambda: card() is not None, "version 2 to be served")
+    assert card().measured and card().answers == 24
+    assert {m.method for m in card().methods} == set(report["methods"])

@@ -62,6 +62,7 @@ TensorSpec TextInput() { return {"text", "BYTES", {-1}}; }
 
 bool HasWireOutput(const Manifest& m, Output output) {
   const OutputRow& row = Row(output);
+  if (output == Output::kWordIndex && !m.subwords()) return false;  // the others' tokens are their words
   return row.wire_datatype != nullptr && ForTask(row, m.task) &&
          (!row.requires_output || HasOutput(m, *row.requires_output));
 }
@@ -253,7 +254,11 @@ int64_t TokenTextsBytes(const AnswerView& v, const OutputRow&, int) {
 void TokenCount(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
   out.SetShape({v.texts});
   const uint32_t max_tokens = static_cast<uint32_t>(std::max(0, v.manifest.tokenizer.max_tokens));
-  for (const TextResult& r : v.answer.results) out.Int32(static_cast<int32_t>(std::min(r.num_tokens, max_tokens)));
+  for (const TextResult& r : v.answer.results) {
+    // A sub-word model's rows hold its words (or, asked so, its sub-words): as many as there are.
+    const size_t shown = r.tokens.empty() ? r.words.size() : r.tokens.size();
+    out.Int32(static_cast<int32_t>(v.manifest.subwords() ? shown : std::min(r.num_tokens, max_tokens)));
+  }
 }
 int64_t PerTextBytes4(const AnswerView& v, const OutputRow&, int) { return v.texts * 4; }
 
@@ -262,6 +267,16 @@ void Truncated(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
   for (const TextResult& r : v.answer.results) out.Bool(r.truncated);
 }
 int64_t PerTextBytes1(const AnswerView& v, const OutputRow&, int) { return v.texts; }
+
+void WordIndex(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
+  out.SetShape({v.texts, v.max_tokens});
+  for (const TextResult& r : v.answer.results) {
+    for (int64_t j = 0; j < v.max_tokens; ++j) {
+      const bool token = j < static_cast<int64_t>(r.tokens.size());
+      out.Int32(token ? r.tokens[static_cast<size_t>(j)].word.value_or(static_cast<int32_t>(j)) : -1);
+    }
+  }
+}
 
 void PerToken(const AnswerView& v, const OutputRow& row, int, TensorWriter& out) {
   out.SetShape({v.texts, v.max_tokens});

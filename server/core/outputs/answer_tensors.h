@@ -104,6 +104,9 @@ int64_t TokenTextsBytes(const AnswerView& v, const OutputRow& row, int classific
 void TokenCount(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
 int64_t PerTextBytes4(const AnswerView& v, const OutputRow& row, int classification);
 void Truncated(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
+// [N, T] INT32: a sub-word model's tokens' words (TokenOutput::word; a word's own index in the word
+// view), -1 for special tokens and past a text's tokens.
+void WordIndex(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
 int64_t PerTextBytes1(const AnswerView& v, const OutputRow& row, int classification);
 void PerToken(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
 int64_t PerTokenBytes(const AnswerView& v, const OutputRow& row, int classification);

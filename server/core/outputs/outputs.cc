@@ -40,6 +40,8 @@ std::vector<OutputRow> MakeCatalogue() {
      std::nullopt, nullptr, nullptr, nullptr, nullptr, t::TokenCount, t::PerTextBytes4},
     {Output::kTruncated, "truncated", K::kAnswer, S::kNamed, F::kBoth, nullptr, false, "BOOL", "N",
      std::nullopt, nullptr, nullptr, nullptr, nullptr, t::Truncated, t::PerTextBytes1},
+    {Output::kWordIndex, "word_index", K::kPerToken, S::kAnyToken, F::kBoth, nullptr, false, "INT32", "N,T",
+     std::nullopt, nullptr, nullptr, nullptr, nullptr, t::WordIndex, t::PerTokenBytes},
     {Output::kAttention, "attention", K::kPerToken, S::kAttention, F::kBoth, "B,T", false, "FP32", "N,T",
      Output::kAttention, &TokenOutput::attention, nullptr, "attention", nullptr, t::PerToken, t::PerTokenBytes},
     {Output::kSentenceAttention, "sentence_attention", K::kPerToken, S::kAttention, F::kBoth, "B,T", false, "FP32",

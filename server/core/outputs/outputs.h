@@ -41,6 +41,7 @@ enum class Output : uint8_t {
   kTokens,             // wire: the tokens' texts
   kTokenCount,         // wire: how many tokens each text was read with
   kTruncated,          // wire: whether each text was cut at max_tokens
+  kWordIndex,          // wire: a sub-word model's word of each token (-1: a special token; the word view: itself)
   kAttention,          // α, paper eq. 4
   kSentenceAttention,  // HAN: the sentence's α
   kGates,              // β, paper eq. 5

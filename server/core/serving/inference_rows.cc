@@ -42,12 +42,28 @@ absl::Status InferenceService::FillOcclusion(const OcclusionRecord& record, int 
         record.Fill(i, result);
         continue;
       }
+      // The values are the words': filled over the word view, then shown on each sub-word of the word.
       TextResult words;
       words.labels = result.labels;
       words.tokens = WordTokens(result.words, result.tokens);
+      auto word_of = [&result](uint32_t position) { return result.tokens.at(position).word.value_or(-1); };
+      for (const SpanOutput& s : result.spans) {
+        SpanOutput& w = words.spans.emplace_back();
+        w.token_start = static_cast<uint32_t>(word_of(s.token_start));
+        w.token_end = static_cast<uint32_t>(word_of(s.token_end - 1) + 1);
+      }
       record.Fill(i, words);
       for (TokenOutput& t : result.tokens) {
         if (t.word.value_or(-1) >= 0) t.occlusion = words.tokens.at(static_cast<size_t>(*t.word)).occlusion;
+      }
+      for (size_t e = 0; e < result.spans.size(); ++e) {
+        SpanOutput& s = result.spans[e];
+        s.probability = words.spans[e].probability;
+        s.occlusion.assign(result.tokens.size(), 0.0F);
+        for (size_t p = 0; p < result.tokens.size(); ++p) {
+          const int32_t w = word_of(static_cast<uint32_t>(p));
+          if (w >= 0) s.occlusion[p] = words.spans[e].occlusion.at(static_cast<size_t>(w));
+        }
       }
     }
   } catch (...) {

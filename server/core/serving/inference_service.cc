@@ -38,10 +38,6 @@ absl::Status CheckExplanations(const InferenceRequest& r, const Model& model) {
       !s.ok()) {
     return s;
   }
-  if (r.options.Asks(OutputSwitch::kOcclusion) && m.task == Task::kTagging && model.crf() == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("options.occlusion: model '", m.name, "' (", m.display_name,
-                                                   ") has no CRF to score its entities with"));
-  }
   return absl::OkStatus();
 }
 
@@ -96,15 +92,15 @@ OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o) {
 // `tokens`: the texts' own, counted already.
 // A sub-word model's variants delete words (`results`' words), not sub-words.
 absl::Status CheckOcclusion(const InferenceRequest& r, const std::vector<std::vector<int64_t>>& ids,
-                            const std::vector<TextResult>& results, int64_t tokens, const ServingConfig& serving,
-                            const RequestLimits& limits) {
+                            const std::vector<TextResult>& results, bool subwords, int64_t tokens,
+                            const ServingConfig& serving, const RequestLimits& limits) {
   if (!r.options.Asks(OutputSwitch::kOcclusion)) return absl::OkStatus();
   int64_t rows = 0, variant_tokens = 0;
   for (size_t i = 0; i < ids.size(); ++i) {
     const auto n = static_cast<int64_t>(ids[i].size());
     const std::vector<WordPieces>& words = results[i].words;
-    rows += 1 + (words.empty() ? OcclusionVariants(n) : OcclusionVariants(static_cast<int64_t>(words.size())));
-    variant_tokens += words.empty() ? OcclusionVariantTokens(n) : WordOcclusionVariantTokens(n, words);
+    rows += 1 + (subwords ? OcclusionVariants(static_cast<int64_t>(words.size())) : OcclusionVariants(n));
+    variant_tokens += subwords ? WordOcclusionVariantTokens(n, words) : OcclusionVariantTokens(n);
   }
   if (variant_tokens > limits.max_occlusion_tokens) {
     return absl::InvalidArgumentError(
@@ -235,7 +231,8 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
                                                    "''s queue of ", serving.max_queued_tokens,
                                                    " tokens (max_queued_tokens); send fewer per request"));
   }
-  if (absl::Status s = CheckOcclusion(r, p.ids, response.results, tokens, serving, limits_); !s.ok()) return s;
+  if (absl::Status s = CheckOcclusion(r, p.ids, response.results, m.subwords(), tokens, serving, limits_); !s.ok())
+    return s;
   if (absl::Status s = CheckAnswerSize(method, m, r, response, limits_.max_response_bytes); !s.ok()) return s;
   return p;
 }
@@ -302,16 +299,17 @@ struct DispatchState {
 // delete words (each whole).
 std::unique_ptr<OcclusionRecord> AddOcclusionRows(const Model& model, const std::vector<TextResult>& results,
                                                   std::vector<std::vector<int64_t>>& ids) {
+  const bool subwords = model.manifest().subwords();
   std::vector<int64_t> counts;
+  std::vector<std::vector<WordPieces>> words;
   for (size_t i = 0; i < results.size(); ++i) {
-    const std::vector<WordPieces>& words = results[i].words;
-    counts.push_back(static_cast<int64_t>(words.empty() ? ids[i].size() : words.size()));
+    counts.push_back(static_cast<int64_t>(subwords ? results[i].words.size() : ids[i].size()));
+    if (subwords) words.push_back(results[i].words);
   }
-  auto record = std::make_unique<OcclusionRecord>(model.manifest(), model.crf(), counts);
+  auto record = std::make_unique<OcclusionRecord>(model.manifest(), model.crf(), counts, words);
   for (size_t i = 0; i < results.size(); ++i) {
-    const std::vector<WordPieces>& words = results[i].words;
     for (std::vector<int64_t>& variant :
-         words.empty() ? OcclusionVariantIds(ids[i]) : WordOcclusionVariantIds(ids[i], words)) {
+         subwords ? WordOcclusionVariantIds(ids[i], words[i]) : OcclusionVariantIds(ids[i])) {
       ids.push_back(std::move(variant));
     }
   }

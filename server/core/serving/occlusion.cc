@@ -1,12 +1,17 @@
 #include "server/core/serving/occlusion.h"
 
 #include <ATen/core/Tensor.h>
+
 #include <algorithm>
+#include <cmath>
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "server/core/request/request_checks.h"
 #include "server/core/serving/postprocess.h"
+#include "server/core/serving/subwords.h"
 
 namespace qvi {
 
@@ -22,9 +27,15 @@ std::vector<std::vector<int64_t>> OcclusionVariantIds(const std::vector<int64_t>
   return out;
 }
 
-OcclusionRecord::OcclusionRecord(const Manifest& manifest, const CrfScores* crf, const std::vector<int64_t>& tokens)
-    : manifest_(manifest), crf_(crf), tokens_(tokens), first_(tokens.size(), -1), tags_(tokens.size()) {
-  if (manifest.task == Task::kTagging && crf == nullptr) throw std::logic_error("a tagger's occlusion needs its CRF");
+OcclusionRecord::OcclusionRecord(const Manifest& manifest, const CrfScores* crf, const std::vector<int64_t>& tokens,
+                                 std::vector<std::vector<WordPieces>> words)
+    : manifest_(manifest),
+      crf_(crf),
+      words_(std::move(words)),
+      tokens_(tokens),
+      first_(tokens.size(), -1),
+      tags_(tokens.size()) {
+  if (!words_.empty() && words_.size() != tokens.size()) throw std::logic_error("occlusion: words of other texts");
   int64_t rows = static_cast<int64_t>(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (OcclusionVariants(tokens[i]) == 0) continue;
@@ -45,18 +56,55 @@ void OcclusionRecord::Record(int index, const ModelOutputs& outputs, int64_t row
     slot = SoftmaxRow(outputs.at(Output::kLogits), row);
     return;
   }
+  if (!words_.empty()) {  // a sub-word model's row, as its words
+    const ModelOutputs words = FoldToWords(outputs, row, RowWords(index));
+    RecordTags(index, words, 0);
+    return;
+  }
+  RecordTags(index, outputs, row);
+}
+
+std::vector<WordPieces> OcclusionRecord::RowWords(int index) const {
+  const int text = owner_[static_cast<size_t>(index)];
+  std::vector<WordPieces> words = words_[static_cast<size_t>(text)];
+  if (index < static_cast<int>(tokens_.size())) return words;
+  const size_t deleted = static_cast<size_t>(index - first_[static_cast<size_t>(text)]);
+  const uint32_t gap = words.at(deleted).end - words.at(deleted).first;
+  words.erase(words.begin() + static_cast<std::ptrdiff_t>(deleted));
+  for (size_t w = deleted; w < words.size(); ++w) {
+    words[w].first -= gap;
+    words[w].end -= gap;
+  }
+  return words;
+}
+
+std::vector<float> OcclusionRecord::Marginals(const float* e, int64_t n, int64_t k) const {
+  if (crf_ != nullptr) return CrfMarginals(*crf_, e, n, k, 1);
+  std::vector<float> out(static_cast<size_t>(n * k));
+  for (int64_t t = 0; t < n; ++t) {  // each token's softmax, as SoftmaxRow computes it
+    const float* x = e + t * k;
+    const float max = *std::max_element(x, x + k);
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += std::exp(x[j] - max);
+    for (int64_t j = 0; j < k; ++j) out[static_cast<size_t>(t * k + j)] = std::exp(x[j] - max) * (1.0F / sum);
+  }
+  return out;
+}
+
+void OcclusionRecord::RecordTags(int index, const ModelOutputs& outputs, int64_t row) {
+  std::vector<float>& slot = slots_[static_cast<size_t>(index)];
   // The row's tokens: its text's, or one fewer for a variant.
   const bool text = index < static_cast<int>(tokens_.size());
   const int64_t n = tokens_[static_cast<size_t>(owner_[static_cast<size_t>(index)])] - (text ? 0 : 1);
   const at::Tensor all = outputs.at(Output::kEmissions);
-  const int64_t k = crf_->num_tags();
+  const int64_t k = crf_ != nullptr ? crf_->num_tags() : static_cast<int64_t>(manifest_.tags.size());
   if (all.dim() != 3 || row < 0 || row >= all.size(0) || n > all.size(1) || all.size(2) != k) {
     throw std::invalid_argument("occlusion: emissions of shape " + c10::str(all.sizes()) + " do not fit row " +
                                 std::to_string(row) + " of " + std::to_string(n) + " tokens and a CRF of " +
                                 std::to_string(k) + " tags");
   }
   const at::Tensor e = all[row].to(at::kCPU, at::kFloat).contiguous();
-  slot = CrfMarginals(*crf_, e.data_ptr<float>(), n, k, 1);
+  slot = Marginals(e.data_ptr<float>(), n, k);
   if (!text) return;
   const at::Tensor tags = outputs.at(Output::kTags)[row].to(at::kCPU, at::kLong).contiguous();
   if (tags.numel() < n) throw std::invalid_argument("occlusion: the tags do not cover the text");
@@ -97,7 +145,7 @@ void OcclusionRecord::FillLabels(int text, TextResult& result) const {
 
 float OcclusionRecord::EntityProbability(const std::vector<float>& marginals, const std::vector<int64_t>& tags,
                                          uint32_t start, uint32_t end, uint32_t shift) const {
-  const int64_t k = crf_->num_tags();
+  const int64_t k = crf_ != nullptr ? crf_->num_tags() : static_cast<int64_t>(manifest_.tags.size());
   double sum = 0;
   for (uint32_t t = start; t < end; ++t) {
     const int64_t tag = std::clamp<int64_t>(tags.at(t), 0, k - 1);

@@ -5,9 +5,12 @@
 //
 //   Classify: p(y | x) − p(y | x ∖ i), for each returned label y.
 //   Tag: for each entity, P(x) − P(x ∖ i), P the mean over the entity's tokens of the CRF marginal
-//        probability of the tag decoded there (forward-backward over the emissions, CrfMarginals);
+//        probability of the tag decoded there (forward-backward over the emissions, CrfMarginals; a
+//        tagger without a CRF: the softmax of the token's emissions, which are then its marginals);
 //        the entity's own tokens are never deleted (0), and its positions shift left by one when a
 //        token before it is.
+// A sub-word model's tokens are its words (subwords.h): each variant deletes a whole word, and a
+// tagger's rows are grouped into words before they are recorded.
 //
 // The record keeps what each row leaves (a classifier row's probabilities, a tagger row's marginals
 // and decoded tags), one slot per row, each written by its own row's handler only; Fill reads them
@@ -32,9 +35,11 @@ std::vector<std::vector<int64_t>> OcclusionVariantIds(const std::vector<int64_t>
 class OcclusionRecord {
  public:
   // `tokens`: each text's token count, in the request's order; its variants follow the texts as
-  // rows texts.size() + ..., text by text, token by token. `crf`: a tagger's CRF (required for one;
-  // it must outlive the record), null for a classifier.
-  OcclusionRecord(const Manifest& manifest, const CrfScores* crf, const std::vector<int64_t>& tokens);
+  // rows texts.size() + ..., text by text, token by token. `crf`: a tagger's CRF (it must outlive the
+  // record), null for a classifier or a tagger without one. `words`: a sub-word model's words of each
+  // text (tokens[i] of them), empty for other models.
+  OcclusionRecord(const Manifest& manifest, const CrfScores* crf, const std::vector<int64_t>& tokens,
+                  std::vector<std::vector<WordPieces>> words = {});
 
   // The rows a request runs: its texts', then the variants'.
   int64_t rows() const { return static_cast<int64_t>(slots_.size()); }
@@ -46,19 +51,26 @@ class OcclusionRecord {
   void Fill(int text, TextResult& result) const;
 
  private:
+  void RecordTags(int index, const ModelOutputs& outputs, int64_t row);
   void FillLabels(int text, TextResult& result) const;
   void FillSpans(int text, TextResult& result) const;
   // The mean over [start, end) of marginals[(t - shift) * K + tags[t]].
   float EntityProbability(const std::vector<float>& marginals, const std::vector<int64_t>& tags, uint32_t start,
                           uint32_t end, uint32_t shift) const;
 
+  // A tagger's row's marginals [n*K]: the CRF's, or each token's softmax without one.
+  std::vector<float> Marginals(const float* emissions, int64_t n, int64_t k) const;
+  // A sub-word model's words of row `index` (its text's, or without the word a variant deletes).
+  std::vector<WordPieces> RowWords(int index) const;
+
   const Manifest& manifest_;
   const CrfScores* crf_;
-  std::vector<int64_t> tokens_;             // per text
-  std::vector<int64_t> first_;              // per text: the row of its first variant (or -1)
-  std::vector<int> owner_;                  // per row: the text it is (or is a variant of)
-  std::vector<std::vector<float>> slots_;   // per row: probabilities, or marginals [n*K]
-  std::vector<std::vector<int64_t>> tags_;  // per text (tagger): its decoded tag ids
+  std::vector<std::vector<WordPieces>> words_;  // per text, a sub-word model's
+  std::vector<int64_t> tokens_;                 // per text
+  std::vector<int64_t> first_;                  // per text: the row of its first variant (or -1)
+  std::vector<int> owner_;                      // per row: the text it is (or is a variant of)
+  std::vector<std::vector<float>> slots_;       // per row: probabilities, or marginals [n*K]
+  std::vector<std::vector<int64_t>> tags_;      // per text (tagger): its decoded tag ids
 };
 
 }  // namespace qvi

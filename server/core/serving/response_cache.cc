@@ -57,14 +57,16 @@ ResponseCache::Key ResponseCache::KeyOf(const std::string& model, uint64_t gener
 int64_t ResponseCache::Bytes(const TextResult& r) {
   int64_t bytes = static_cast<int64_t>(sizeof(Entry)) + VectorBytes(r.labels) + VectorBytes(r.margins) +
                   VectorBytes(r.contribution_rest) + VectorBytes(r.spans) + VectorBytes(r.tokens) +
-                  VectorBytes(r.layers);
+                  VectorBytes(r.layers) + VectorBytes(r.words);
+  for (const WordPieces& w : r.words)
+    bytes += static_cast<int64_t>(w.token.text.capacity() + w.token.normalized.capacity());
   for (const auto& [label, _] : r.labels) bytes += static_cast<int64_t>(label.capacity());
   for (const SpanOutput& s : r.spans) {
     bytes += static_cast<int64_t>(s.label.capacity() + s.text.capacity()) + VectorBytes(s.occlusion);
   }
   for (const TokenOutput& t : r.tokens) {
-    bytes += static_cast<int64_t>(t.token.text.capacity() + t.tag.capacity()) + VectorBytes(t.contribution) +
-             VectorBytes(t.sentence_contribution) + VectorBytes(t.occlusion);
+    bytes += static_cast<int64_t>(t.token.text.capacity() + t.token.normalized.capacity() + t.tag.capacity()) +
+             VectorBytes(t.contribution) + VectorBytes(t.sentence_contribution) + VectorBytes(t.occlusion);
   }
   for (const LayerMapOutput& l : r.layers) {
     bytes += VectorBytes(l.gates) + VectorBytes(l.lambda_q) + VectorBytes(l.lambda_k) + VectorBytes(l.attention);

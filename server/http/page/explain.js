@@ -118,7 +118,8 @@
     var facts = [['task', md.task], ['architecture', md.displayName + ' (' + md.architecture + '), interaction ' +
         md.interaction], md.task === 'classification' ? ['labels', (md.labels || []).join(', ')]
         : ['entities', (md.entityTypes || []).join(', ') + ' (' + md.tagScheme + ' tags)'],
-    ['tokenizer', md.tokenizer ? md.tokenizer.level + ' level, ' + (md.tokenizer.lowercase ? 'lower-cased, ' : '') +
+    ['tokenizer', md.tokenizer ? md.tokenizer.level + ' level' +
+        (md.tokenizer.kind ? ' (' + md.tokenizer.kind + ')' : '') + ', ' + (md.tokenizer.lowercase ? 'lower-cased, ' : '') +
         'up to ' + md.tokenizer.maxTokens + ' tokens' : ''],
     ['layers × heads', md.layers ? md.layers + ' × ' + md.heads : 'no self-attention'],
     ['runs on', md.device + ' from ' + md.format], ['on its test split', testScores(md)]];
@@ -199,6 +200,7 @@
     if (t.sentenceAttention !== undefined) info += '  sentence α=' + fixed(t.sentenceAttention, 4);
     if (t.contribution && t.contribution.length) info += '  contribution=' + fixed(t.contribution[0], 4);
     if (t.occlusion && t.occlusion.length) info += '  occlusion=' + fixed(t.occlusion[0], 4);
+    if (t.subwords && t.subwords.length) info += '  sub-words ' + t.subwords.join(' ');
     return info;
   }
 
@@ -495,6 +497,18 @@
     return {texts: [text], options: options};
   }
 
+  // Each word of `answer` gets `subwords`: the vocabulary spellings of the sub-words `read` shows for it.
+  function attachSubwords(answer, read) {
+    (answer.results || []).forEach(function (r, i) {
+      var words = r.tokens || [];
+      ((read.results || [])[i] || {tokens: []}).tokens.forEach(function (s) {
+        var w = words[s.word];
+        if (s.word === undefined || s.word < 0 || !w) return;
+        (w.subwords = w.subwords || []).push(s.normalized);
+      });
+    });
+  }
+
   async function explain(event) {
     if (event) event.preventDefault();
     var m = selected(), text = $('text').value;
@@ -504,6 +518,12 @@
     var verb = m.md.task === 'classification' ? ':classify' : ':tag', start = performance.now();
     try {
       var answer = await call(modelPath(m) + verb, request(m, text));
+      if (m.md.tokenizer && m.md.tokenizer.level === 'subword') {
+        // A sub-word model answers per word; the sub-words each word was read as come with a second,
+        // cheap call (options.subwords) and show with the word's numbers on hover.
+        var read = await call(modelPath(m) + verb, {texts: [text], options: {tokens: true, subwords: true}});
+        attachSubwords(answer, read);
+      }
       renderAnswer(m, text, answer, performance.now() - start);
       setState('answered');
     } catch (e) {

@@ -137,7 +137,7 @@ TEST(OutputCatalogueTest, WireOutputsAndDefaultsFollowTheModelAndTheSwitches) {
   m.task = Task::kTagging;
   EXPECT_FALSE(HasWireOutput(m, Output::kContribution));
   // Occlusion needs no model output: every classifier has `occlusion`, every tagger `entity_occlusion`
-  // (the server refuses a tagger without a CRF when asked), in a default answer only when asked.
+  // (a tagger without a CRF scores its entities by its tags' softmax), in a default answer only when asked.
   EXPECT_TRUE(HasWireOutput(m, Output::kEntityOcclusion));
   EXPECT_FALSE(HasWireOutput(m, Output::kOcclusion));
   EXPECT_EQ(DefaultWireOutputs(m, SwitchedBy(OutputSwitch::kOcclusion)),
@@ -148,6 +148,13 @@ TEST(OutputCatalogueTest, WireOutputsAndDefaultsFollowTheModelAndTheSwitches) {
   OutputOptions occlusion;
   occlusion.Ask(OutputSwitch::kOcclusion);
   EXPECT_TRUE(occlusion.AsksPerToken());
+  // word_index: only a sub-word model's (format 2), whose answers with tokens carry it.
+  EXPECT_FALSE(HasWireOutput(m, Output::kWordIndex));
+  m.tokenizer.level = TokenLevel::kSubword;
+  EXPECT_TRUE(HasWireOutput(m, Output::kWordIndex));
+  EXPECT_EQ(DefaultWireOutputs(m, SwitchedBy(OutputSwitch::kTokens)),
+            (std::vector<Output>{Output::kLabel, Output::kProbabilities, Output::kTokens, Output::kTokenCount,
+                                 Output::kWordIndex}));
 }
 
 // qvi-client's lists of the outputs each option turns on (client/output_names.h): the client does not
