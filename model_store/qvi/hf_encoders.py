@@ -128,14 +128,14 @@ class Encoder(nn.Module):
         self.head_activation = HEADS[c.family] if classify else "none"
         self.classifier = nn.Linear(c.hidden, c.num_labels)
 
-    def _positions(self, mask: torch.Tensor) -> torch.Tensor:
-        if self.family == "roberta":
-            m = mask.to(torch.long)
+    def _positions(self, token_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.family == "roberta":  # as transformers counts them: over the tokens that are not its padding id
+            m = (mask & (token_ids != self.pad_id)).to(torch.long)
             return torch.cumsum(m, dim=1) * m + self.pad_id
         return torch.arange(mask.size(1), device=mask.device).unsqueeze(0).expand(mask.size(0), -1)
 
     def _embed(self, token_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = self.emb_word(token_ids) + self.emb_pos(self._positions(mask))
+        x = self.emb_word(token_ids) + self.emb_pos(self._positions(token_ids, mask))
         if self.has_types:
             x = x + self.emb_type.weight[0]
         return self.emb_norm(x)

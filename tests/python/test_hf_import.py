@@ -34,7 +34,7 @@ TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "B-ORG", "I-ORG"]
 LABELS = ["negative", "neutral", "positive"]
 PT2_CACHE = os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2-tests"))
 HOSTILE = ["Café CAFÉ café naïve", "東京は日本の首都です。", "👩🏽‍💻 at work, 🇯🇵!", "don't can't O'Neil e-mail",
-           "[MASK] and [CLS] literal", "unbelievably " * 60, "x" * 300,
+           "[MASK] and [CLS] literal", "a <pad> b [PAD] c <s> d", "unbelievably " * 60, "x" * 300,
            "Zalgo: H\u0335\u0321e\u0338\u0327llo"]
 
 
@@ -295,7 +295,14 @@ def test_a_tokenizer_the_server_cannot_read_fails_that_model_only(api, imported,
     j["normalizer"] = {"type": "NFKC"}
     (folder / "tokenizer.json").write_text(json.dumps(j))
     store = tmp_path / "store"
-    assert qvi_cli("import", "--from", str(folder), "--store", str(store), "--name", "nfkc").returncode == 0
+    assert qvi_cli("import", "--from", str(folder), "--store", str(store), "--name", "nfkc",
+                   "--format", "torchscript").returncode == 0
+    # A post-processor naming a [CLS] id past the embedding: refused at load, not on every request.
+    j = json.loads(tokenizer.to_str())
+    j["post_processor"]["special_tokens"]["[CLS]"]["ids"] = [999999]
+    (folder / "tokenizer.json").write_text(json.dumps(j))
+    assert qvi_cli("import", "--from", str(folder), "--store", str(store), "--name", "bigcls",
+                   "--format", "torchscript").returncode == 0
     shutil.copytree(os.path.join(str(imported[0].work), "store", "bert_seq"), store / "bert_seq")
     proc = ServerProcess(str(store), str(tmp_path))
     try:
@@ -303,6 +310,7 @@ def test_a_tokenizer_the_server_cannot_read_fails_that_model_only(api, imported,
         with pytest.raises(grpc.RpcError) as e:
             stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="nfkc"), texts=["x"]), timeout=30)
         assert "NFKC" in proc.log()
+        assert "tokenizer.json has ids up to 999999 but the model's vocab_size is 30522" in proc.log()
         assert e.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND)
         fine = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="bert_seq"), texts=["fine"]), timeout=30)
         assert fine.results[0].labels
@@ -343,6 +351,7 @@ def test_the_readme_imports_a_folder_and_answers_from_it(imported, tmp_path):
     argv = shlex.split(command.replace("~/reviews-distilbert", str(folder)))
     store = os.path.join(proc.work, "store")
     argv[argv.index("--store") + 1] = store
+    argv += ["--pt2-cache", PT2_CACHE]  # the package compiled once per machine, as the other tests' are
     out = subprocess.run(argv[1:], cwd=REPO, env=dict(os.environ, PYTHONPATH="model_store", OMP_NUM_THREADS="1"),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

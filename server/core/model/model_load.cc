@@ -1,5 +1,6 @@
 // Model::Load: the format factory, above both backends (the one file that knows them all), and the
 // files every artifact carries.
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/status/status.h"
@@ -75,10 +76,13 @@ absl::Status Model::ReadSubwordTokenizer(const std::string& tokenizer_json) {
   if (!read.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(file_, ": ", m.tokenizer_file, ": ", read.status().message()));
   }
-  if ((*read)->VocabularySize() > m.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(file_, ": ", m.tokenizer_file, " has ids up to ",
-                                                   (*read)->VocabularySize() - 1, " but the model's vocab_size is ",
-                                                   m.vocab_size, " (manifest tokenizer.vocab_size)"));
+  // The vocabulary's ids, and the post-processor's (its [CLS] may name any id), must fit the embedding.
+  int64_t largest = (*read)->VocabularySize() - 1;
+  for (const hf::SubwordToken& t : (*read)->AddSpecialTokens({})) largest = std::max(largest, t.id);
+  if (largest >= m.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(file_, ": ", m.tokenizer_file, " has ids up to ", largest,
+                                                   " but the model's vocab_size is ", m.vocab_size,
+                                                   " (manifest tokenizer.vocab_size)"));
   }
   if (m.tokenizer.max_tokens <= (*read)->SpecialTokensAdded()) {
     return absl::InvalidArgumentError(absl::StrCat("manifest.json: field 'tokenizer.max_tokens' is ",

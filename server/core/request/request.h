@@ -50,11 +50,11 @@ struct OutputOptions {
   bool Asks(Output output) const { return outputs.test(static_cast<size_t>(output)); }
   // Whether per-layer gates or maps are asked for.
   bool AsksLayers() const { return Asks(OutputSwitch::kLayerGates) || Asks(OutputSwitch::kLayerAttention); }
-  // Whether anything per token is asked for (the answer then keeps its tokens). The sub-word view is
-  // asked for to see the sub-words.
+  // Whether anything per token is asked for (the answer then keeps its tokens; a sub-word model's also
+  // with `subwords`).
   bool AsksPerToken() const {
     return Asks(OutputSwitch::kTokens) || Asks(OutputSwitch::kAttention) || Asks(OutputSwitch::kGates) ||
-           Asks(OutputSwitch::kContributions) || Asks(OutputSwitch::kOcclusion) || AsksLayers() || subwords;
+           Asks(OutputSwitch::kContributions) || Asks(OutputSwitch::kOcclusion) || AsksLayers();
   }
 };
 

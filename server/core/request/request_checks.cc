@@ -97,6 +97,12 @@ namespace {
 int64_t ClassifyLabels(const Manifest& m, const OutputOptions& o) {
   return std::min<int64_t>(std::max(o.top_k, 1), static_cast<int64_t>(m.labels.size()));
 }
+// Whether the answer keeps its tokens: a tagger's always, others' when anything per token is asked (or
+// a sub-word model's sub-word view).
+bool KeepsTokens(Method method, const Manifest& m, const OutputOptions& o) {
+  return method == Method::kTag || o.AsksPerToken() || (o.subwords && m.subwords());
+}
+
 }  // namespace
 
 int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceRequest& r,
@@ -106,7 +112,7 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
   for (const std::string& label : method == Method::kClassify ? m.labels : m.tags) {
     longest_label = std::max(longest_label, label.size());
   }
-  const bool keep_tokens = method == Method::kTag || o.AsksPerToken();
+  const bool keep_tokens = KeepsTokens(method, m, o);
   // Per-layer maps per text, each T gates per gate output and T x T attention.
   const int64_t maps = LayerMapsPerText(m, o);
   const int64_t gate_outputs =
@@ -147,6 +153,16 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
     bytes += maps * (8 + gate_outputs * (4 * n + 4) + (o.Asks(OutputSwitch::kLayerAttention) ? 4 * n * n + 4 : 0));
   }
   return bytes;
+}
+
+OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o) {
+  OutputSet wanted = AnswerTensors(m.task);
+  for (OutputSwitch on : {OutputSwitch::kAttention, OutputSwitch::kGates, OutputSwitch::kLayerGates,
+                          OutputSwitch::kLayerAttention, OutputSwitch::kContributions}) {
+    if (o.Asks(on)) wanted |= ModelTensors(SwitchedBy(on));
+  }
+  if (o.faithfulness_top_k > 0) wanted.set(static_cast<size_t>(Output::kAttention));  // the check ranks by α
+  return wanted;
 }
 
 }  // namespace qvi

@@ -33,6 +33,9 @@ struct RequestLimits {
   int64_t max_occlusion_tokens = 131072;
 };
 
+// The model tensors a request needs: its task's answer and what its switches turn on.
+OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o);
+
 // options.occlusion's rows for a text of `n` tokens: n variants (each token deleted once) of n − 1
 // tokens; none for a text of fewer than two tokens (nothing would be left to read).
 inline int64_t OcclusionVariants(int64_t n) { return n >= 2 ? n : 0; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/request/request_checks.h"
 #include "server/core/sched/exception_text.h"
 #include "server/core/serving/inference_service.h"
 #include "server/core/serving/occlusion.h"
@@ -75,7 +76,7 @@ absl::Status InferenceService::FillOcclusion(const OcclusionRecord& record, int 
 void InferenceService::PostProcessRow(Method method, const Manifest& m, const OutputOptions& o, const std::string& text,
                                       const ModelOutputs& outputs, int64_t row, TextResult& result) {
   if (!m.subwords()) return PostProcessTokens(method, m, o, text, outputs, row, result);
-  const ModelOutputs words = FoldToWords(outputs, row, result.words);
+  const ModelOutputs words = FoldToWords(outputs, row, result.words, WantedOutputs(m, o));
   std::vector<TokenOutput> subwords = std::move(result.tokens);
   result.tokens = WordTokens(result.words, subwords);
   if (!o.subwords) return PostProcessTokens(method, m, o, text, words, 0, result);
@@ -101,7 +102,8 @@ void InferenceService::PostProcessTokens(Method method, const Manifest& m, const
   FillTokenExplanations(outputs, o, row, result);
   if (method == Method::kClassify && o.Asks(OutputSwitch::kContributions)) FillContributions(m, outputs, row, result);
   if (o.AsksLayers()) result.layers = LayerMaps(outputs, o, row, static_cast<int64_t>(result.tokens.size()));
-  if (method != Method::kTag && !o.AsksPerToken()) result.tokens.clear();
+  // A sub-word model's sub-word view is asked for to see the sub-words: they stay.
+  if (method != Method::kTag && !o.AsksPerToken() && !(o.subwords && m.subwords())) result.tokens.clear();
 }
 
 }  // namespace qvi

@@ -76,17 +76,6 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
   return absl::OkStatus();
 }
 
-// The model tensors a request needs: its task's answer and what its switches turn on.
-OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o) {
-  OutputSet wanted = AnswerTensors(m.task);
-  for (OutputSwitch on : {OutputSwitch::kAttention, OutputSwitch::kGates, OutputSwitch::kLayerGates,
-                          OutputSwitch::kLayerAttention, OutputSwitch::kContributions}) {
-    if (o.Asks(on)) wanted |= ModelTensors(SwitchedBy(on));
-  }
-  if (o.faithfulness_top_k > 0) wanted.set(static_cast<size_t>(Output::kAttention));  // the check ranks by α
-  return wanted;
-}
-
 // options.occlusion's variants, Σ n·(n − 1) tokens in Σ n more rows, against --max-occlusion-tokens
 // and, with the texts, against the model's queue.
 // `tokens`: the texts' own, counted already.

@@ -57,7 +57,8 @@ void OcclusionRecord::Record(int index, const ModelOutputs& outputs, int64_t row
     return;
   }
   if (!words_.empty()) {  // a sub-word model's row, as its words
-    const ModelOutputs words = FoldToWords(outputs, row, RowWords(index));
+    const ModelOutputs words =
+        FoldToWords(outputs, row, RowWords(index), OutputsOf({Output::kEmissions, Output::kTags}));
     RecordTags(index, words, 0);
     return;
   }

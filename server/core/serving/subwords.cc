@@ -157,11 +157,13 @@ Fold FoldOf(Output output) {
 
 }  // namespace
 
-ModelOutputs FoldToWords(const ModelOutputs& outputs, int64_t row, const std::vector<WordPieces>& words) {
+ModelOutputs FoldToWords(const ModelOutputs& outputs, int64_t row, const std::vector<WordPieces>& words,
+                         const OutputSet& keep) {
   ModelOutputs out;
   out.layer_index = outputs.layer_index;
   out.head_index = outputs.head_index;
   outputs.ForEach([&](Output output, const at::Tensor& all) {
+    if (!keep.test(static_cast<size_t>(output))) return;
     if (row < 0 || row >= all.size(0)) throw std::out_of_range(absl::StrCat("outputs have no row ", row));
     const Fold fold = FoldOf(output);
     if (fold == Fold::kKeep) {

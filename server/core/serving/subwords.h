@@ -42,8 +42,11 @@ absl::Status TokenizeSubwords(const Model& model, std::string_view text, bool er
 std::vector<TokenOutput> WordTokens(const std::vector<WordPieces>& words, const std::vector<TokenOutput>& subwords);
 
 // Batch row `row` of `outputs` over the words instead of the sub-words, by the rules above: a batch
-// of one row (row 0). Throws std::invalid_argument on outputs that do not fit the words.
-ModelOutputs FoldToWords(const ModelOutputs& outputs, int64_t row, const std::vector<WordPieces>& words);
+// of one row (row 0), of the outputs in `keep` only (a batch carries what any of its requests asked
+// for; folding a map costs two products over it). Throws std::invalid_argument on outputs that do not
+// fit the words.
+ModelOutputs FoldToWords(const ModelOutputs& outputs, int64_t row, const std::vector<WordPieces>& words,
+                         const OutputSet& keep);
 
 // options.occlusion of a sub-word model: `ids` without each word's sub-words in turn (none for a text
 // of fewer than two words), and how many ids those variants hold in all.

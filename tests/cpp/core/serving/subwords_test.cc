@@ -32,7 +32,7 @@ TEST(FoldToWordsTest, SumsWhatAddsUpAveragesGatesAndTakesTheFirstSubwordsTag) {
   out[Output::kEmissions] = torch::arange(2 * 7 * 2, torch::kFloat).view({2, 7, 2});
   out[Output::kContribution] = torch::ones({2, 7, 3});
   out[Output::kLogits] = torch::tensor({{1.f, 2.f}, {3.f, 4.f}});
-  const ModelOutputs words = FoldToWords(out, 1, Words());
+  const ModelOutputs words = FoldToWords(out, 1, Words(), OutputSet().set());
   const at::Tensor a = words.at(Output::kAttention);
   ASSERT_EQ(a.sizes(), (std::vector<int64_t>{1, 2}));
   EXPECT_NEAR(a[0][0].item<float>(), .2f + .3f + .1f, 1e-6);
@@ -62,7 +62,9 @@ TEST(FoldToWordsTest, MapsAverageTheRowsAndSumTheColumnsOfAWord) {
   map[0][0][0][2][4] = 0.f;
   out[Output::kLayerAttention] = map;
   out[Output::kLayerGates] = torch::tensor({0.f, .3f, .6f, .9f, .2f, 0.f, 0.f}).view({1, 1, 1, 7});
-  const ModelOutputs words = FoldToWords(out, 0, Words());
+  const ModelOutputs words = FoldToWords(out, 0, Words(), OutputSet().set());
+  // Only what the request wants is folded: a batch carries every output any of its requests asked for.
+  EXPECT_FALSE(FoldToWords(out, 0, Words(), OutputsOf({Output::kLayerGates})).has(Output::kLayerAttention));
   const at::Tensor m = words.at(Output::kLayerAttention);
   ASSERT_EQ(m.sizes(), (std::vector<int64_t>{1, 1, 1, 2, 2}));
   // From "unbelievable": the mean of three rows; to it: the sum of three columns.
@@ -76,8 +78,8 @@ TEST(FoldToWordsTest, MapsAverageTheRowsAndSumTheColumnsOfAWord) {
 TEST(FoldToWordsTest, RefusesWordsOutsideTheOutputs) {
   ModelOutputs out;
   out[Output::kAttention] = torch::zeros({1, 4});
-  EXPECT_THROW(FoldToWords(out, 0, Words()), std::invalid_argument);
-  EXPECT_THROW(FoldToWords(out, 1, Words()), std::out_of_range);
+  EXPECT_THROW(FoldToWords(out, 0, Words(), OutputSet().set()), std::invalid_argument);
+  EXPECT_THROW(FoldToWords(out, 1, Words(), OutputSet().set()), std::out_of_range);
 }
 
 TEST(WordOcclusionTest, DeletesEachWordWhole) {
