@@ -5,6 +5,7 @@
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -162,6 +163,12 @@ ModelOutputs FoldToWords(const ModelOutputs& outputs, int64_t row, const std::ve
   ModelOutputs out;
   out.layer_index = outputs.layer_index;
   out.head_index = outputs.head_index;
+  // The batch's outputs share its token count: the word matrices are built once for them all.
+  std::optional<WordMatrices> built;
+  auto matrices = [&](int64_t positions) -> const WordMatrices& {
+    if (!built || built->sum.size(1) != positions) built = Matrices(words, positions);
+    return *built;
+  };
   outputs.ForEach([&](Output output, const at::Tensor& all) {
     if (!keep.test(static_cast<size_t>(output))) return;
     if (row < 0 || row >= all.size(0)) throw std::out_of_range(absl::StrCat("outputs have no row ", row));
@@ -173,24 +180,24 @@ ModelOutputs FoldToWords(const ModelOutputs& outputs, int64_t row, const std::ve
     if (all.dim() < 2) throw std::invalid_argument(absl::StrCat(OutputName(output), " has no token dimension"));
     const at::Tensor x = all[row];
     if (fold == Fold::kFirst) {
-      out[output] = x.index_select(0, Matrices(words, x.size(0)).first).unsqueeze(0);
+      out[output] = x.index_select(0, matrices(x.size(0)).first).unsqueeze(0);
       return;
     }
     const at::Tensor f = x.to(at::kFloat);
     switch (fold) {
       case Fold::kSum:
       case Fold::kMean: {
-        const WordMatrices m = Matrices(words, f.size(0));
+        const WordMatrices& m = matrices(f.size(0));
         out[output] = at::matmul(fold == Fold::kSum ? m.sum : m.mean, f).unsqueeze(0);  // [W] or [W,C]
         return;
       }
       case Fold::kMap: {  // [L,H,T,T]: rows (from) mean, columns (to) sum
-        const WordMatrices m = Matrices(words, f.size(-1));
+        const WordMatrices& m = matrices(f.size(-1));
         out[output] = at::matmul(at::matmul(m.mean, f), m.sum.t()).unsqueeze(0);
         return;
       }
       default: {  // [L,H,T]
-        const WordMatrices m = Matrices(words, f.size(-1));
+        const WordMatrices& m = matrices(f.size(-1));
         out[output] = at::matmul(f, m.mean.t()).unsqueeze(0);
         return;
       }
