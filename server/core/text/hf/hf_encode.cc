@@ -92,7 +92,7 @@ void PipelineTokenizer::EncodeSegment(const std::u32string& chars, size_t begin,
     n.from.push_back(static_cast<uint32_t>(i));
     n.to.push_back(static_cast<uint32_t>(i + 1));
   }
-  for (NormalizeStep step : normalize_) Apply(step, &n);
+  for (const auto& normalize : normalize_) normalize(&n);
   const Pieces pieces = PreTokenize(&n, begin);
   std::vector<SubwordPiece> sub;
   for (const auto& [b, e] : pieces) {

@@ -3,6 +3,7 @@
 #ifndef QVI_SERVER_CORE_TEXT_HF_HF_PIPELINE_TOKENIZER_H_
 #define QVI_SERVER_CORE_TEXT_HF_HF_PIPELINE_TOKENIZER_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "server/core/text/hf/hf_models.h"
 #include "server/core/text/hf/hf_pipeline.h"
+#include "server/core/text/hf/hf_precompiled.h"
 #include "server/core/text/hf/hf_tokenizer.h"
 
 namespace qvi::hf {
@@ -37,7 +39,9 @@ class PipelineTokenizer final : public HfTokenizer {
   std::vector<SubwordToken> AddSpecialTokens(std::vector<SubwordToken> sequence) const override;
   int SpecialTokensAdded() const override;
   int64_t VocabularySize() const override { return vocabulary_size_; }
-  int64_t MemoryBytes() const override { return model_->MemoryBytes() + 64 * static_cast<int64_t>(added_.size()); }
+  int64_t MemoryBytes() const override {
+    return model_->MemoryBytes() + normalizer_bytes_ + 64 * static_cast<int64_t>(added_.size());
+  }
   std::string Kind() const override { return byte_level_ ? "byte-level " + model_->Kind() : model_->Kind(); }
 
  private:
@@ -55,6 +59,8 @@ class PipelineTokenizer final : public HfTokenizer {
     bool split = true;
   };
   absl::Status LoadNormalizer(const Json& j, const std::string& path, int depth);
+  // SentencePiece's: Precompiled, Strip, Replace (hf_precompiled.h).
+  absl::Status LoadSentencePieceNormalizer(const Json& j, const std::string& path, const std::string& type);
   absl::Status LoadMetaspace(const Json& j, const std::string& path);
   // The pieces of a normalized segment that begins at character `begin` of the text, as the
   // pre-tokenizer splits them (ByteLevel and Metaspace first change the segment).
@@ -74,7 +80,8 @@ class PipelineTokenizer final : public HfTokenizer {
   // ByteLevel's and RobertaProcessing's trim_offsets: a token's leading and trailing spaces leave its offsets.
   void TrimOffsets(std::vector<SubwordToken>* tokens) const;
 
-  std::vector<NormalizeStep> normalize_;
+  std::vector<std::function<void(Normalized*)>> normalize_;  // in order
+  int64_t normalizer_bytes_ = 0;                             // Precompiled's tables
   std::vector<PreTokenizeStep> pre_tokenize_;
   std::optional<ByteLevel> byte_level_;
   std::optional<Metaspace> metaspace_;

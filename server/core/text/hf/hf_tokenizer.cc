@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/text/hf/hf_pipeline_tokenizer.h"
 #include "server/core/text/tokenizer.h"
@@ -26,21 +27,24 @@ absl::StatusOr<std::string> ComponentType(const Json& j, const std::string& path
 absl::Status PipelineTokenizer::LoadNormalizer(const Json& j, const std::string& path, int depth) {
   absl::StatusOr<std::string> type = ComponentType(j, path, depth);
   if (!type.ok() || type->empty()) return type.status();
+  auto add = [this](NormalizeStep step) { normalize_.emplace_back([step](Normalized* n) { Apply(step, n); }); };
   if (*type == "BertNormalizer") {
     const bool lowercase = Flag(j, "lowercase", true);
-    if (Flag(j, "clean_text", true)) normalize_.push_back(NormalizeStep::kClean);
-    if (Flag(j, "handle_chinese_chars", true)) normalize_.push_back(NormalizeStep::kChinese);
+    if (Flag(j, "clean_text", true)) add(NormalizeStep::kClean);
+    if (Flag(j, "handle_chinese_chars", true)) add(NormalizeStep::kChinese);
     if (Flag(j, "strip_accents", lowercase)) {  // null: as lowercase says
-      normalize_.push_back(NormalizeStep::kNfd);
-      normalize_.push_back(NormalizeStep::kStripNonspacing);
+      add(NormalizeStep::kNfd);
+      add(NormalizeStep::kStripNonspacing);
     }
-    if (lowercase) normalize_.push_back(NormalizeStep::kLowercase);
+    if (lowercase) add(NormalizeStep::kLowercase);
   } else if (*type == "Lowercase") {
-    normalize_.push_back(NormalizeStep::kLowercase);
+    add(NormalizeStep::kLowercase);
   } else if (*type == "NFD") {
-    normalize_.push_back(NormalizeStep::kNfd);
+    add(NormalizeStep::kNfd);
   } else if (*type == "StripAccents") {
-    normalize_.push_back(NormalizeStep::kStripCombining);
+    add(NormalizeStep::kStripCombining);
+  } else if (*type == "Precompiled" || *type == "Strip" || *type == "Replace") {
+    return LoadSentencePieceNormalizer(j, path, *type);
   } else if (*type == "Sequence") {
     auto steps = j.find("normalizers");
     if (steps == j.end() || !steps->is_array()) return Bad(path + ".normalizers", "must be an array");
@@ -49,8 +53,42 @@ absl::Status PipelineTokenizer::LoadNormalizer(const Json& j, const std::string&
         return s;
     }
   } else {
-    return NotImplemented(path + ".type", *type, "BertNormalizer, Lowercase, NFD, StripAccents and Sequence");
+    return NotImplemented(path + ".type", *type,
+                          "BertNormalizer, Lowercase, NFD, StripAccents, Precompiled, Strip, Replace and Sequence");
   }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineTokenizer::LoadSentencePieceNormalizer(const Json& j, const std::string& path,
+                                                            const std::string& type) {
+  if (type == "Strip") {
+    const bool left = Flag(j, "strip_left", false), right = Flag(j, "strip_right", false);
+    normalize_.emplace_back([left, right](Normalized* n) { Strip(left, right, n); });
+    return absl::OkStatus();
+  }
+  if (type == "Replace") {
+    auto pattern = j.find("pattern");
+    if (pattern == j.end() || !pattern->is_object() || pattern->size() != 1 ||
+        !(pattern->contains("String") || pattern->contains("Regex")) || !pattern->begin()->is_string()) {
+      return Bad(path + ".pattern", "must be {\"String\": ...} or {\"Regex\": ...}");
+    }
+    absl::StatusOr<std::string> content = String(j, path, "content");
+    if (!content.ok()) return content.status();
+    const bool regex = pattern->contains("Regex");
+    absl::StatusOr<ReplaceRule> rule = ParseReplace(regex ? "" : pattern->begin()->get<std::string>(),
+                                                    regex ? pattern->begin()->get<std::string>() : "", *content, path);
+    if (!rule.ok()) return rule.status();
+    normalize_.emplace_back([rule = *std::move(rule)](Normalized* n) { Replace(rule, n); });
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> encoded = String(j, path, "precompiled_charsmap");
+  if (!encoded.ok()) return encoded.status();
+  std::string bytes;
+  if (!absl::Base64Unescape(*encoded, &bytes)) return Bad(path + ".precompiled_charsmap", "is not base64");
+  absl::StatusOr<std::shared_ptr<const Charsmap>> map = Charsmap::Parse(bytes, path + ".precompiled_charsmap");
+  if (!map.ok()) return map.status();
+  normalizer_bytes_ += (*map)->MemoryBytes();
+  normalize_.emplace_back([map = *std::move(map)](Normalized* n) { map->Apply(n); });
   return absl::OkStatus();
 }
 

@@ -8,7 +8,11 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
+
+#include "absl/strings/escaping.h"
+#include "tests/cpp/core/text/charsmap_builder.h"
 
 namespace qvi::hf {
 namespace {
@@ -76,9 +80,13 @@ TEST(HfTokenizerTest, WhatIsNotImplementedIsRefusedByName) {
             "tokenizer.json: model.type: type 'WordLevel' is not implemented here (WordPiece, BPE and Unigram are); "
             "the model cannot be served with this tokenizer");
   j = Small();
-  j["normalizer"] = Json::parse(R"({"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "Precompiled"}]})");
-  EXPECT_EQ(
-      Refusal(j).rfind("tokenizer.json: normalizer.normalizers[1].type: type 'Precompiled' is not implemented", 0), 0u);
+  j["normalizer"] = Json::parse(R"({"type": "Sequence", "normalizers": [{"type": "NFD"}, {"type": "NFKC"}]})");
+  EXPECT_EQ(Refusal(j).rfind("tokenizer.json: normalizer.normalizers[1].type: type 'NFKC' is not implemented", 0), 0u);
+  j = Small();
+  j["normalizer"] = Json::parse(R"({"type": "Replace", "pattern": {"Regex": "\\s+"}, "content": " "})");
+  EXPECT_EQ(Refusal(j),
+            "tokenizer.json: normalizer.pattern.Regex: type '\\s+' is not implemented here (a String, or a Regex of "
+            "one character repeated (' {2,}', ' +') are); the model cannot be served with this tokenizer");
   j = Small();
   j["pre_tokenizer"] = Json::parse(R"({"type": "Digits"})");
   EXPECT_EQ(Refusal(j).rfind("tokenizer.json: pre_tokenizer.type: type 'Digits' is not implemented", 0), 0u);
@@ -226,6 +234,76 @@ TEST(HfTokenizerTest, BrokenFilesAreRefusedNamingTheField) {
   j = Small();
   j["normalizer"] = deep;
   EXPECT_NE(Refusal(j).find("must be an object (or null)"), std::string::npos) << "nesting is bounded";
+}
+
+Json WithSentencePieceRules(const std::string& charsmap) {
+  Json j = Small();
+  j["normalizer"] = Json{
+      {"type", "Sequence"},
+      {"normalizers", Json::array({Json{{"type", "Precompiled"}, {"precompiled_charsmap", charsmap}},
+                                   Json{{"type", "Strip"}, {"strip_left", false}, {"strip_right", true}},
+                                   Json{{"type", "Replace"}, {"pattern", {{"Regex", "x{2,}"}}}, {"content", "!"}}})}};
+  j["pre_tokenizer"] = Json{{"type", "WhitespaceSplit"}};
+  j["post_processor"] = nullptr;
+  j["model"]["vocab"]["fi"] = 12;
+  j["model"]["vocab"]["##e"] = 13;
+  return j;
+}
+
+std::vector<std::tuple<int64_t, uint32_t, uint32_t>> Tokens(const HfTokenizer& t, const std::string& text) {
+  auto e = t.Encode(text);
+  EXPECT_TRUE(e.ok()) << e.status();
+  std::vector<std::tuple<int64_t, uint32_t, uint32_t>> out;
+  for (const SubwordToken& s : e.value_or(std::vector<SubwordToken>{})) out.emplace_back(s.id, s.start, s.end);
+  return out;
+}
+
+TEST(HfTokenizerTest, SentencePieceRulesAlignAsTheReferenceDoes) {
+  // \uFB01 (the fi ligature) -> "fi"; a zero-width space -> nothing; "e" + U+0301 (one cluster) -> "e". Each
+  // expectation is what the pinned `tokenizers` answers for the same charsmap.
+  const std::string map = fixtures::Charsmap({{"\xEF\xAC\x81", "fi"}, {"\xE2\x80\x8B", ""}, {"e\xCC\x81", "e"}});
+  auto t = HfTokenizer::FromJson(WithSentencePieceRules(map).dump());
+  ASSERT_TRUE(t.ok()) << t.status();
+  using T = std::tuple<int64_t, uint32_t, uint32_t>;
+  EXPECT_EQ(Tokens(**t, "\xEF\xAC\x81 !"), (std::vector<T>{{12, 0, 1}, {11, 2, 3}})) << "both of fi from the ligature";
+  EXPECT_EQ(Tokens(**t, "!\xE2\x80\x8B\xE2\x80\x8B !"), (std::vector<T>{{11, 0, 1}, {11, 4, 5}}))
+      << "removed characters are charged to the one before them, whose alignment stays its own";
+  EXPECT_EQ(Tokens(**t, "\xE2\x80\x8B! !"), (std::vector<T>{{11, 0, 1}, {11, 2, 3}}))
+      << "removed first, with nothing before it: every alignment after it shifts back one, as in the reference";
+  EXPECT_EQ(Tokens(**t, "fie\xCC\x81 "), (std::vector<T>{{12, 0, 2}, {13, 2, 3}}))
+      << "the cluster e + U+0301 becomes e, aligned to the e; the trailing space is stripped";
+  EXPECT_EQ(Tokens(**t, "fie\xCC\x81\xCC\x81"), (std::vector<T>{{12, 0, 2}, {13, 2, 3}}))
+      << "a key that begins a cluster under six bytes replaces all of it (its other mark is dropped)";
+  EXPECT_EQ(Tokens(**t, "fie\xCC\x81\xCC\x81\xCC\x81"), (std::vector<T>{{1, 0, 6}}))
+      << "a cluster of six bytes or more is looked up a character at a time: nothing changes, the word is unknown";
+  EXPECT_EQ(Tokens(**t, "xxx !"), (std::vector<T>{{11, 2, 3}, {11, 4, 5}})) << "x{2,} -> !, aligned to the last x";
+}
+
+TEST(HfTokenizerTest, BrokenCharsmapsAreRefused) {
+  const std::string good = fixtures::Charsmap({{"a", "b"}});
+  std::string bytes;
+  ASSERT_TRUE(absl::Base64Unescape(good, &bytes));
+  auto refusal = [](const std::string& raw) { return Refusal(WithSentencePieceRules(absl::Base64Escape(raw))); };
+  const std::string at = "tokenizer.json: normalizer.normalizers[0].precompiled_charsmap: ";
+  EXPECT_EQ(refusal(bytes.substr(0, 3)), at + "must hold the trie's size and the trie");
+  std::string wrong_size = bytes;
+  wrong_size[0] = 5;
+  EXPECT_EQ(refusal(wrong_size).rfind(at + "the trie's size (", 0), 0u);
+  std::string outside = bytes;
+  outside[5] = '\x7F';  // the root's offset far past the array
+  EXPECT_EQ(refusal(outside), at + "the trie's root points outside it");
+  std::string two;
+  ASSERT_TRUE(
+      absl::Base64Unescape(fixtures::Charsmap({{"a", "\xC3\xA9"}, {"c", "d"}}), &two));  // "é\0d\0": values 0 and 3
+  two.replace(two.size() - 5, 5, std::string("\0\0\xC3\xA9\0", 5));                      // 3 is now é's second byte
+  EXPECT_EQ(refusal(two), at + "the trie's value 3 is not the start of a replacement");
+  EXPECT_EQ(refusal(bytes + "\xFF").rfind(at + "its replacements are not UTF-8", 0), 0u);
+  EXPECT_EQ(Refusal([] {
+              Json j = WithSentencePieceRules("");
+              j["normalizer"]["normalizers"][0]["precompiled_charsmap"] = "not base64!";
+              return j;
+            }()),
+            "tokenizer.json: normalizer.normalizers[0].precompiled_charsmap: is not base64");
 }
 
 }  // namespace
