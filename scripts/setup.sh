@@ -196,7 +196,16 @@ announce() {  # the demo's lines worth a terminal line; all of them are in $MODE
   done
 }
 cache_store() {  # the finished store into the cache, under its key, unless it is there
-  [[ -n $MODEL_CACHE && ! -d $MODEL_CACHE/$key/store ]] || return 0
+  [[ -n $MODEL_CACHE ]] || return 0
+  if [[ -d $MODEL_CACHE/$key/store ]]; then  # there: only the models it lacks (the pretrained ones come later)
+    local d n
+    for d in model_store/store/*/; do
+      n=$(basename "$d")
+      [[ -d $MODEL_CACHE/$key/store/$n ]] || { cp -a "$d" "$MODEL_CACHE/$key/store/.$n.new" &&
+        mv -T "$MODEL_CACHE/$key/store/.$n.new" "$MODEL_CACHE/$key/store/$n"; } || true
+    done
+    return 0
+  fi
   mkdir -p "$MODEL_CACHE" && tmp=$(mktemp -d "$MODEL_CACHE/.new.XXXXXX")
   # The checkpoints too (32 MB), so that `qvi demo --reexport` and `qvi export --checkpoint work/...` work
   # in a clone that copied its store.
@@ -207,6 +216,16 @@ cache_store() {  # the finished store into the cache, under its key, unless it i
   # Older keys' stores are left for a week, then removed.
   find "$MODEL_CACHE" -mindepth 1 -maxdepth 1 -type d -mtime +7 -exec rm -rf {} + 2>/dev/null || true
 }
+# The pretrained demo models (sentiment-minilm, ner-minilm: MiniLM fine-tuned with QVI, qvi/finetune.py) come
+# after the three GloVe ones, with scripts/run.sh only (--serve-early): 20-odd minutes of both cores that the
+# tests do not need (they fine-tune briefly, tests/python/test_finetune.py). QVI_PRETRAINED_DEMOS=0 leaves them out.
+pretrained_wanted() { ((EARLY)) && [[ ${QVI_PRETRAINED_DEMOS:-1} == 1 ]]; }
+pretrained_complete() {
+  local m
+  for m in sentiment-minilm ner-minilm; do
+    [[ -f model_store/store/$m/1/model.pt && -f model_store/store/$m/1/model.cpu.pt2 ]] || return 1
+  done
+}
 demo_models() {  # runs in the background; reports its own failure (set-up may have returned by then)
   trap - ERR
   set +e
@@ -215,12 +234,16 @@ demo_models() {  # runs in the background; reports its own failure (set-up may h
   # Early: sentiment first, beside the server's build (which runs at nice 19: the first answer waits for
   # both); then the rest, after that build and at nice 19 beside the server.
   ((EARLY)) && passes=("0 --models sentiment --no-faithfulness --no-pt2" "19 --no-faithfulness --no-pt2" "19 ")
+  [[ ${1:-} == pretrained-only ]] && passes=()
+  pretrained_wanted && passes+=("19 pretrained")
   for pass in "${passes[@]}"; do
     nice=${pass%% *} pass=${pass#* }
     # Early, after sentiment: the server's build (BUILDING) has the cores to itself until it is done.
     while ((EARLY && nice)) && [[ -f $BUILDING ]]; do sleep 2; done
+    local command=(demo --store store)
+    [[ $pass == pretrained ]] && command=(demo-pretrained --store store) pass=""
     # shellcheck disable=SC2086  # the pass's flags split on purpose
-    (cd model_store && exec nice -n "$nice" "$VPY" -m qvi demo --store store $pass 2>&1) | tee -a "$MODELS_LOG" |
+    (cd model_store && exec nice -n "$nice" "$VPY" -m qvi "${command[@]}" $pass 2>&1) | tee -a "$MODELS_LOG" |
       announce "$t0"
     rc=${PIPESTATUS[0]}
     if ((rc)); then
@@ -232,6 +255,7 @@ demo_models() {  # runs in the background; reports its own failure (set-up may h
   done
   cache_store
   local name="the demo models (in the background)"
+  [[ ${1:-} == pretrained-only ]] && name="the pretrained demo models (in the background)"
   if ((EARLY)); then  # set-up has ended: this time joins the file itself
     { grep -v "^$name"$'\t' "$TIMES" 2>/dev/null; printf '%s\t%s\n' "$name" $((SECONDS - t0)); } | sort > "$TIMES.new"
     mv "$TIMES.new" "$TIMES"
@@ -246,7 +270,7 @@ if ((BUILD_MODELS)); then
   MODEL_CACHE=${QVI_MODEL_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/qvi-serve/demo-models}
   key=$( (cd model_store && find qvi corpora -type f \( -name '*.py' -o -name '*.txt' -o -name '*.json' \) -print0 |
     sort -z | xargs -0 sha256sum; find data -type f -print0 | sort -z | xargs -0 sha256sum
-    cat ../requirements.lock; "$VPY" --version) | sha256sum | cut -c1-16)
+    cat ../requirements.lock pretrained/requirements.txt; "$VPY" --version) | sha256sum | cut -c1-16)
   if [[ -f $MODELS_PIDFILE ]] && kill -0 "$(cat "$MODELS_PIDFILE")" 2>/dev/null; then
     stage "waiting for the demo models an earlier scripts/run.sh is still making (pid $(cat "$MODELS_PIDFILE"))"
     while kill -0 "$(cat "$MODELS_PIDFILE" 2>/dev/null)" 2>/dev/null; do sleep 5; done
@@ -264,6 +288,15 @@ if ((BUILD_MODELS)); then
     (cd model_store && "$VPY" -m qvi demo --store store 2>&1) | tee -a "$LOG" |
       { grep --line-buffered -E '^(store/|[a-z0-9_]+: )' | grep -v 'exists (use' || true; }
     cache_store
+    if pretrained_wanted && ! pretrained_complete; then
+      log "the pretrained demo models (MiniLM with QVI): fine-tuning in the background (the log: $MODELS_LOG)"
+      : > "$MODELS_LOG"
+      set -m
+      demo_models pretrained-only &
+      MODELS_PID=$!
+      set +m
+      echo "$MODELS_PID" > "$MODELS_PIDFILE"
+    fi
   else
     end_stage  # its time is the background's, kept when it ends
     log "the demo models: training, faithfulness figures, native packages (in the background; the log: $MODELS_LOG)"
@@ -330,6 +363,7 @@ fi
 summary
 if [[ -n ${HANDED:-} ]]; then
   log "ready to serve sentiment; the other models, then each model's faithfulness figures and native package," \
+    "$(pretrained_wanted && echo "then the pretrained sentiment-minilm and ner-minilm (fine-tuned on both cores),")" \
     "follow in the background (pid $HANDED, the log $MODELS_LOG)"
   printf '    once the server below says it serves, try: %s\n' "$(try_line sentiment)"
 else

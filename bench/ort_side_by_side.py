@@ -1,0 +1,188 @@
+"""The fine-tuned MiniLM encoder (qvi/finetune.py) served by QVI Serve, side by side with ONNX Runtime -- the CPU
+runtime users reach for -- running the same model in-process (issue 75, item 4). In one run on the same cores:
+
+  ORT in-process        the encoder exported to ONNX (logits only, what a user would export), onnxruntime (pinned
+                        in requirements-test.txt) with every graph optimisation, the machine's threads
+  TorchScript / pt2     the artifact's model.pt and its AOTInductor package (the server's runtime, here called from
+                        Python), forward without maps: logits, α, β and contributions
+  server end to end     build/qvi-server on the artifact, build/qvi-perf over gRPC (Classify), one text per request
+                        and 32 per request, tokenization and the answer's explanations per word included
+
+on the same texts: ~20-word texts (the sentiment test split) and ~100-word texts (BBC test articles cut to their
+first 100 words), tokenized once with the model's tokenizer.json for the in-process rows (the server tokenizes
+itself). Every row is texts/s; the in-process rows pad each batch to its longest text, as the server batches.
+
+    .venv/bin/python bench/ort_side_by_side.py [--model model_store/store/sentiment-minilm/1] [--seconds 10]
+
+Without the demo model (scripts/run.sh fine-tunes it), --build makes one of the same architecture with an
+untrained head into bench/models/minilm-qvi (speed does not depend on the weights).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "model_store"))
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+import torch  # noqa: E402
+
+DATA = os.path.join(REPO, "model_store", "data")
+PRETRAINED = os.path.join(REPO, "model_store", "pretrained", "all-minilm-l6-v2")
+
+
+def texts():
+    short = [line.rstrip("\n").split("\t", 1)[1] for line in open(os.path.join(DATA, "sentiment", "test.tsv"),
+                                                                   encoding="utf-8")]
+    long = [" ".join(line.rstrip("\n").split("\t", 1)[1].split()[:100])
+            for line in open(os.path.join(DATA, "bbc", "test.tsv"), encoding="utf-8")]
+    return {"~20 words": short[:512], "~100 words": long}
+
+
+def build(folder_root):
+    """An artifact of the demo model's architecture (QVI pooling on MiniLM), head untrained, with its pt2."""
+    from qvi.finetune import FinetuneOptions, export, pretrained_encoder
+    model, c = pretrained_encoder(PRETRAINED, "classification", ["negative", "positive"],
+                                  FinetuneOptions(pooling="qvi", dropout=0.0))
+    report = {"task": "sentiment", "options": {"max_tokens": 128}, "history": [], "test": {},
+              "note": "UNTRAINED head: for speed measurements only"}
+    path = export(model.eval(), c, ["negative", "positive"], report, PRETRAINED, folder_root, "minilm-qvi", 1,
+                  package=True)
+    return os.path.dirname(path)
+
+
+def encoder_of(version):
+    """The artifact's model as the zoo's Encoder (for the ONNX export), its weights from model.pt."""
+    from qvi.hf_encoders import Encoder, EncoderConfig
+    with open(os.path.join(version, "manifest.json"), encoding="utf-8") as f:
+        config = dict(json.load(f)["architecture"]["config"])
+    for extra in ("max_tokens", "source_architecture"):
+        config.pop(extra, None)
+    c = EncoderConfig(**config)
+    model = Encoder(c).eval()
+    model.load_state_dict(torch.jit.load(os.path.join(version, "model.pt")).state_dict())
+    return model
+
+
+class LogitsOnly(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, token_ids, mask):
+        return self.model._run(token_ids, mask, False)["logits"]
+
+
+def batches(encodings, size):
+    out = []
+    for i in range(0, len(encodings), size):
+        chunk = encodings[i:i + size]
+        t = max(len(e) for e in chunk)
+        ids = torch.zeros(len(chunk), t, dtype=torch.long)
+        mask = torch.zeros(len(chunk), t, dtype=torch.bool)
+        for r, e in enumerate(chunk):
+            ids[r, :len(e)] = torch.tensor(e)
+            mask[r, :len(e)] = True
+        out.append((ids, mask))
+    return out
+
+
+def rate(run, work, seconds):
+    """texts/s of `run` over the batches `work`, cycled for `seconds` after one warm-up pass."""
+    for ids, mask in work:
+        run(ids, mask)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for ids, mask in work:
+            run(ids, mask)
+            n += ids.size(0)
+    return n / (time.perf_counter() - t0)
+
+
+def server_rates(version, sets, seconds, threads):
+    from qvi_testing import ServerProcess
+    work = tempfile.mkdtemp(prefix="qvi_ort_")
+    store = os.path.join(work, "store")
+    os.makedirs(os.path.join(store, "bench"))
+    os.symlink(os.path.abspath(version), os.path.join(store, "bench", "1"))
+    proc = ServerProcess(store, work)  # its own thread choice, as deployed
+    out = {}
+    try:
+        for name, items in sets.items():
+            path = os.path.join(work, "texts.txt")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("\n".join(t.replace("\n", " ") for t in items) + "\n")
+            for per_request, concurrency in ((1, 8), (32, 2)):
+                result = os.path.join(work, "perf.json")
+                subprocess.run([os.path.join(REPO, "build", "qvi-perf"), "--server", proc.address, "--model", "bench",
+                                "--texts-file", path, "--texts-per-request", str(per_request), "--concurrency",
+                                str(concurrency), "--duration", str(seconds), "--json", result],
+                               check=True, capture_output=True, timeout=seconds * 4 + 120)
+                with open(result, encoding="utf-8") as f:
+                    steps = json.load(f)
+                step = steps["steps"][0] if isinstance(steps, dict) else steps[0]
+                out[(name, per_request)] = step["texts_per_s"] if "texts_per_s" in step else \
+                    step["throughput"] * per_request
+    finally:
+        proc.stop()
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=os.path.join(REPO, "model_store", "store", "sentiment-minilm", "1"))
+    p.add_argument("--build", action="store_true", help="build an untrained-head model of the same architecture")
+    p.add_argument("--seconds", type=float, default=10)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    a = p.parse_args()
+    version = build(os.path.join(REPO, "bench", "models")) if a.build else a.model
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+    torch.set_num_threads(a.threads)
+    tok = Tokenizer.from_file(os.path.join(version, "tokenizer.json") if os.path.exists(
+        os.path.join(version, "tokenizer.json")) else os.path.join(PRETRAINED, "tokenizer.json"))
+    tok.no_padding()
+    tok.enable_truncation(128)
+    model = encoder_of(version)
+    onnx_path = os.path.join(tempfile.mkdtemp(prefix="qvi_onnx_"), "model.onnx")
+    example = batches([tok.encode("a short example text").ids] * 2, 2)[0]
+    torch.onnx.export(LogitsOnly(model), example, onnx_path, input_names=["token_ids", "mask"], output_names=["logits"],
+                      dynamic_axes={"token_ids": {0: "B", 1: "T"}, "mask": {0: "B", 1: "T"}}, dynamo=False,
+                      opset_version=17)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = a.threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+    scripted = torch.jit.load(os.path.join(version, "model.pt"))
+    package = torch._inductor.aoti_load_package(os.path.join(version, "model.cpu.pt2"), model_name="without_maps")
+    sets = texts()
+    rows = {}
+    for name, items in sets.items():
+        enc = [e.ids for e in tok.encode_batch(items)]
+        for size in (1, 32):
+            work = batches(enc, size)
+            with torch.no_grad():
+                ort_rate = rate(lambda i, m: session.run(None, {"token_ids": i.numpy(), "mask": m.numpy()}), work,
+                                a.seconds)
+                ts_rate = rate(lambda i, m: scripted.forward_without_maps(i, m), work, a.seconds)
+                pt2_rate = rate(lambda i, m: package(i, m), work, a.seconds)
+            rows[(name, size)] = (sum(len(e) for e in enc) / len(enc), ort_rate, ts_rate, pt2_rate)
+            print(f"{name} batch {size}: ORT {ort_rate:.1f}, TorchScript {ts_rate:.1f}, pt2 {pt2_rate:.1f} texts/s",
+                  flush=True)
+    served = server_rates(version, sets, a.seconds, a.threads)
+    print(f"\n{os.cpu_count()} cores ({a.threads} threads); texts/s; x: against ORT in-process at the same batch\n")
+    print("| texts | sub-words | per call | ORT in-process | TorchScript in-process | pt2 in-process | "
+          "server end to end (gRPC) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for (name, size), (tokens, ort_rate, ts_rate, pt2_rate) in rows.items():
+        s = served[(name, size)]
+        print(f"| {name} | {tokens:.0f} | {size} | {ort_rate:,.1f} | {ts_rate:,.1f} ({ts_rate / ort_rate:.2f}x) | "
+              f"{pt2_rate:,.1f} ({pt2_rate / ort_rate:.2f}x) | {s:,.1f} ({s / ort_rate:.2f}x) |")
+
+
+if __name__ == "__main__":
+    main()
