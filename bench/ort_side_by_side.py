@@ -5,8 +5,9 @@ runtime users reach for -- running the same model in-process (issue 75, item 4).
                         in requirements-test.txt) with every graph optimisation, the machine's threads
   TorchScript / pt2     the artifact's model.pt and its AOTInductor package (the server's runtime, here called from
                         Python), forward without maps: logits, α, β and contributions
-  server end to end     build/qvi-server on the artifact, build/qvi-perf over gRPC (Classify), one text per request
-                        and 32 per request, tokenization and the answer's explanations per word included
+  server end to end     build/qvi-server on the artifact, build/qvi-perf over gRPC (Classify): one text per request
+                        from 1 caller and from 8 (the server batches their texts), 32 per request from 2 callers;
+                        tokenization and the answer's explanations per word included
 
 on the same texts: ~20-word texts (the sentiment test split) and ~100-word texts (BBC test articles cut to their
 first 100 words), tokenized once with the model's tokenizer.json for the in-process rows (the server tokenizes
@@ -57,8 +58,7 @@ def build(folder_root):
 def encoder_of(version):
     """The artifact's model as the zoo's Encoder (for the ONNX export), its weights from model.pt."""
     from qvi.hf_encoders import Encoder, EncoderConfig
-    with open(os.path.join(version, "manifest.json"), encoding="utf-8") as f:
-        config = dict(json.load(f)["architecture"]["config"])
+    config = dict(manifest_of(version)["architecture"]["config"])
     for extra in ("max_tokens", "source_architecture"):
         config.pop(extra, None)
     c = EncoderConfig(**config)
@@ -102,12 +102,22 @@ def rate(run, work, seconds):
     return n / (time.perf_counter() - t0)
 
 
-def server_rates(version, sets, seconds, threads):
+def manifest_of(version):
+    """The manifest model.pt carries."""
+    extra = {"manifest.json": ""}
+    torch.jit.load(os.path.join(version, "model.pt"), map_location="cpu", _extra_files=extra)
+    text = extra["manifest.json"]
+    return json.loads(text if isinstance(text, str) else text.decode("utf-8"))
+
+
+def server_rates(version, sets, seconds):
+    """texts/s of the server end to end: {(texts, per request, callers): rate}."""
     from qvi_testing import ServerProcess
     work = tempfile.mkdtemp(prefix="qvi_ort_")
     store = os.path.join(work, "store")
-    os.makedirs(os.path.join(store, "bench"))
-    os.symlink(os.path.abspath(version), os.path.join(store, "bench", "1"))
+    name = manifest_of(version)["name"]  # the server serves a version only under its manifest's name
+    os.makedirs(os.path.join(store, name))
+    os.symlink(os.path.abspath(version), os.path.join(store, name, "1"))
     proc = ServerProcess(store, work)  # its own thread choice, as deployed
     out = {}
     try:
@@ -115,17 +125,15 @@ def server_rates(version, sets, seconds, threads):
             path = os.path.join(work, "texts.txt")
             with open(path, "w", encoding="utf-8") as f:
                 f.write("\n".join(t.replace("\n", " ") for t in items) + "\n")
-            for per_request, concurrency in ((1, 8), (32, 2)):
+            for per_request, concurrency in ((1, 1), (1, 8), (32, 2)):
                 result = os.path.join(work, "perf.json")
-                subprocess.run([os.path.join(REPO, "build", "qvi-perf"), "--server", proc.address, "--model", "bench",
+                subprocess.run([os.path.join(REPO, "build", "qvi-perf"), "--server", proc.address, "--model", name,
                                 "--texts-file", path, "--texts-per-request", str(per_request), "--concurrency",
                                 str(concurrency), "--duration", str(seconds), "--json", result],
                                check=True, capture_output=True, timeout=seconds * 4 + 120)
                 with open(result, encoding="utf-8") as f:
                     steps = json.load(f)
-                step = steps["steps"][0] if isinstance(steps, dict) else steps[0]
-                out[(name, per_request)] = step["texts_per_s"] if "texts_per_s" in step else \
-                    step["throughput"] * per_request
+                out[(name, per_request, concurrency)] = steps["steps"][0]["texts_per_s"]
     finally:
         proc.stop()
     return out
@@ -142,10 +150,9 @@ def main():
     import onnxruntime as ort
     from tokenizers import Tokenizer
     torch.set_num_threads(a.threads)
-    tok = Tokenizer.from_file(os.path.join(version, "tokenizer.json") if os.path.exists(
-        os.path.join(version, "tokenizer.json")) else os.path.join(PRETRAINED, "tokenizer.json"))
+    tok = Tokenizer.from_file(os.path.join(PRETRAINED, "tokenizer.json"))  # the one model.pt carries
     tok.no_padding()
-    tok.enable_truncation(128)
+    tok.enable_truncation(int(manifest_of(version)["tokenizer"]["max_tokens"]))  # as the server truncates
     model = encoder_of(version)
     onnx_path = os.path.join(tempfile.mkdtemp(prefix="qvi_onnx_"), "model.onnx")
     example = batches([tok.encode("a short example text").ids] * 2, 2)[0]
@@ -173,15 +180,18 @@ def main():
             rows[(name, size)] = (sum(len(e) for e in enc) / len(enc), ort_rate, ts_rate, pt2_rate)
             print(f"{name} batch {size}: ORT {ort_rate:.1f}, TorchScript {ts_rate:.1f}, pt2 {pt2_rate:.1f} texts/s",
                   flush=True)
-    served = server_rates(version, sets, a.seconds, a.threads)
-    print(f"\n{os.cpu_count()} cores ({a.threads} threads); texts/s; x: against ORT in-process at the same batch\n")
+    served = server_rates(version, sets, a.seconds)
+    print(f"\n{os.cpu_count()} cores ({a.threads} threads in-process); texts/s; x: against ORT in-process at the same "
+          "texts per call\n")
     print("| texts | sub-words | per call | ORT in-process | TorchScript in-process | pt2 in-process | "
-          "server end to end (gRPC) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "server, 1 caller | server, 8 callers (1 per call) / 2 callers (32) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for (name, size), (tokens, ort_rate, ts_rate, pt2_rate) in rows.items():
-        s = served[(name, size)]
+        one = served.get((name, size, 1))
+        many = served[(name, size, 8 if size == 1 else 2)]
+        one_cell = f"{one:,.1f} ({one / ort_rate:.2f}x)" if one is not None else ""
         print(f"| {name} | {tokens:.0f} | {size} | {ort_rate:,.1f} | {ts_rate:,.1f} ({ts_rate / ort_rate:.2f}x) | "
-              f"{pt2_rate:,.1f} ({pt2_rate / ort_rate:.2f}x) | {s:,.1f} ({s / ort_rate:.2f}x) |")
+              f"{pt2_rate:,.1f} ({pt2_rate / ort_rate:.2f}x) | {one_cell} | {many:,.1f} ({many / ort_rate:.2f}x) |")
 
 
 if __name__ == "__main__":

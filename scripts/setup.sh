@@ -176,7 +176,7 @@ announce() {  # the demo's lines worth a terminal line; all of them are in $MODE
   local t0=$1 line
   while IFS= read -r line; do
     local at="[models $(clock_since "$t0")]"
-    if [[ $line =~ ^store/([a-z]+)/1/model\.pt:\ test\ (.*)\ \(([0-9]+)\ s\)$ ]]; then
+    if [[ $line =~ ^store/([a-z-]+)/1/model\.pt:\ test\ (.*)\ \(([0-9]+)\ s\)$ ]]; then
       local m=${BASH_REMATCH[1]}
       printf '\033[1m%s\033[0m %s trained in %s s (test %s)\n' "$at" "$m" "${BASH_REMATCH[3]}" "${BASH_REMATCH[2]}"
       if ((EARLY)) && [[ -f $BUILDING ]]; then
@@ -184,7 +184,7 @@ announce() {  # the demo's lines worth a terminal line; all of them are in $MODE
       elif ((EARLY)); then
         printf '    served within --poll-store-seconds; try: %s\n' "$(try_line "$m")"
       fi
-    elif [[ $line =~ ^store/([a-z]+)/1/model\.cpu\.pt2\ \(([0-9]+)\ s\)$ ]]; then
+    elif [[ $line =~ ^store/([a-z-]+)/1/model\.cpu\.pt2\ \(([0-9]+)\ s\)$ ]]; then
       printf '\033[1m%s\033[0m %s: native CPU package compiled (%s s)%s\n' "$at" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" \
         "$(((EARLY)) && echo "; the server loads version 1 again (it warns that the files changed in place)")"
     elif [[ $line =~ ^store/([a-z]+)/1/model\.pt:\ its\ card ]]; then
@@ -197,12 +197,12 @@ announce() {  # the demo's lines worth a terminal line; all of them are in $MODE
 }
 cache_store() {  # the finished store into the cache, under its key, unless it is there
   [[ -n $MODEL_CACHE ]] || return 0
-  if [[ -d $MODEL_CACHE/$key/store ]]; then  # there: only the models it lacks (the pretrained ones come later)
-    local d n
+  if [[ -d $MODEL_CACHE/$key/store ]]; then  # there: the complete models it lacks (the pretrained ones come later)
+    local d n to
     for d in model_store/store/*/; do
-      n=$(basename "$d")
-      [[ -d $MODEL_CACHE/$key/store/$n ]] || { cp -a "$d" "$MODEL_CACHE/$key/store/.$n.new" &&
-        mv -T "$MODEL_CACHE/$key/store/.$n.new" "$MODEL_CACHE/$key/store/$n"; } || true
+      n=$(basename "$d") to=$MODEL_CACHE/$key/store
+      [[ -f $d/1/model.pt && -f $d/1/model.cpu.pt2 && ! -f $to/$n/1/model.cpu.pt2 ]] || continue
+      rm -rf "$to/.$n.new" && cp -a "$d" "$to/.$n.new" && rm -rf "$to/$n" && mv -T "$to/.$n.new" "$to/$n" || true
     done
     return 0
   fi
@@ -271,7 +271,14 @@ if ((BUILD_MODELS)); then
   key=$( (cd model_store && find qvi corpora -type f \( -name '*.py' -o -name '*.txt' -o -name '*.json' \) -print0 |
     sort -z | xargs -0 sha256sum; find data -type f -print0 | sort -z | xargs -0 sha256sum
     cat ../requirements.lock pretrained/requirements.txt; "$VPY" --version) | sha256sum | cut -c1-16)
-  if [[ -f $MODELS_PIDFILE ]] && kill -0 "$(cat "$MODELS_PIDFILE")" 2>/dev/null; then
+  glove_complete() {
+    local m
+    for m in sentiment ner topics; do
+      [[ -f model_store/store/$m/1/model.pt && -f model_store/store/$m/1/model.cpu.pt2 ]] || return 1
+    done
+  }
+  # (Only while the GloVe models are incomplete: the pretrained ones go to folders of their own.)
+  if [[ -f $MODELS_PIDFILE ]] && kill -0 "$(cat "$MODELS_PIDFILE")" 2>/dev/null && ! glove_complete; then
     stage "waiting for the demo models an earlier scripts/run.sh is still making (pid $(cat "$MODELS_PIDFILE"))"
     while kill -0 "$(cat "$MODELS_PIDFILE" 2>/dev/null)" 2>/dev/null; do sleep 5; done
   fi
@@ -281,9 +288,7 @@ if ((BUILD_MODELS)); then
     if [[ -d $MODEL_CACHE/$key/work ]]; then mkdir -p model_store/work && cp -an "$MODEL_CACHE/$key/work/." model_store/work/; fi
   fi
   complete=1
-  for m in sentiment ner topics; do
-    [[ -f model_store/store/$m/1/model.pt && -f model_store/store/$m/1/model.cpu.pt2 ]] || complete=0
-  done
+  glove_complete || complete=0
   if ((complete)); then  # cheap: `qvi demo` checks each card and package and says what it keeps
     (cd model_store && "$VPY" -m qvi demo --store store 2>&1) | tee -a "$LOG" |
       { grep --line-buffered -E '^(store/|[a-z0-9_]+: )' | grep -v 'exists (use' || true; }
@@ -362,9 +367,14 @@ if [[ -n $MODELS_PID ]]; then
 fi
 summary
 if [[ -n ${HANDED:-} ]]; then
-  log "ready to serve sentiment; the other models, then each model's faithfulness figures and native package," \
-    "$(pretrained_wanted && echo "then the pretrained sentiment-minilm and ner-minilm (fine-tuned on both cores),")" \
-    "follow in the background (pid $HANDED, the log $MODELS_LOG)"
+  if ((complete)); then
+    log "ready to serve the demo models; the pretrained sentiment-minilm and ner-minilm (fine-tuned on both cores)" \
+      "follow in the background (pid $HANDED, the log $MODELS_LOG)"
+  else
+    log "ready to serve sentiment; the other models, then each model's faithfulness figures and native package," \
+      "$(pretrained_wanted && echo "then the pretrained sentiment-minilm and ner-minilm (fine-tuned on both cores),")" \
+      "follow in the background (pid $HANDED, the log $MODELS_LOG)"
+  fi
   printf '    once the server below says it serves, try: %s\n' "$(try_line sentiment)"
 else
   log "ready"

@@ -189,16 +189,21 @@ def evaluate(model: Encoder, data: SubwordData, labels: Sequence[str],
 
 
 def _optimizer(model: Encoder, o: FinetuneOptions) -> torch.optim.Optimizer:
-    pretrained, new = [], []
+    """AdamW with two learning rates (pretrained weights, new ones) and no weight decay on biases, LayerNorms and
+    the CRF's scores; `frozen_layers` > 0 keeps the embeddings and the first layers as pretrained."""
+    groups: Dict[Tuple[bool, bool], List[nn.Parameter]] = {}
     for name, p in model.named_parameters():
-        frozen = name.startswith("emb_") or any(name.startswith(f"layers.{i}.") for i in range(o.frozen_layers))
+        frozen = o.frozen_layers > 0 and (name.startswith("emb_") or
+                                          any(name.startswith(f"layers.{i}.") for i in range(o.frozen_layers)))
         if frozen and "qvi" not in name:
             p.requires_grad_(False)
             continue
         fresh = not name.startswith(("emb_", "layers.")) or name.endswith(("w_qvi", "u_qvi"))
-        (new if fresh else pretrained).append(p)
-    groups = [{"params": pretrained, "lr": o.lr}, {"params": new, "lr": o.head_lr}]
-    return torch.optim.AdamW([g for g in groups if g["params"]], weight_decay=o.weight_decay, fused=True)
+        decay = p.dim() > 1 and not name.startswith("crf.")
+        groups.setdefault((fresh, decay), []).append(p)
+    return torch.optim.AdamW([{"params": ps, "lr": o.head_lr if fresh else o.lr,
+                               "weight_decay": o.weight_decay if decay else 0.0}
+                              for (fresh, decay), ps in groups.items()], fused=True)
 
 
 def finetune(task: str, data_dir: str, pretrained: str, o: FinetuneOptions,
@@ -212,8 +217,9 @@ def finetune(task: str, data_dir: str, pretrained: str, o: FinetuneOptions,
     train_ex, dev_ex, test_ex = read(path("train")), read(path("dev")), read(path("test"))
     if o.limit > 0:
         train_ex, dev_ex = train_ex[: o.limit], dev_ex[: max(1, o.limit // 4)]
-    labels = tag_set(sorted({t for e in train_ex for _, _, t in e.spans}), "BIO") if tagging else \
-        sorted({e.label for e in train_ex})
+    every = train_ex + dev_ex + test_ex  # labels from every split: a --limit'ed training set may lack one
+    labels = tag_set(sorted({t for e in every for _, _, t in e.spans}), "BIO") if tagging else \
+        sorted({e.label for e in every})
     max_tokens = o.max_tokens or default_max
     seed_everything(o.seed, o.threads)
     model, c = pretrained_encoder(pretrained, kind, labels, o)
@@ -319,11 +325,10 @@ def cmd_demo(a: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         model, c, labels, report = finetune(task, a.data, a.pretrained, copy.deepcopy(o), log=lambda m: print(m, flush=True))
         test = ", ".join(f"{k} {v:.4f}" for k, v in report["test"].items())  # type: ignore[union-attr]
-        path = export(model, c, labels, report, a.pretrained, a.store, name, 1)
-        print(f"{path}: test {test} ({time.perf_counter() - t0:.0f} s)", flush=True)
-        t1 = time.perf_counter()
+        print(f"{target}: test {test} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        t1 = time.perf_counter()  # model.pt, then its package: each file written once
         export(model, c, labels, report, a.pretrained, a.store, name, 1, a.pt2_cache, package=True)
-        print(f"{os.path.join(os.path.dirname(path), 'model.cpu.pt2')} ({time.perf_counter() - t1:.0f} s)", flush=True)
+        print(f"{os.path.join(os.path.dirname(target), 'model.cpu.pt2')} ({time.perf_counter() - t1:.0f} s)", flush=True)
 
 
 def cmd_finetune(a: argparse.Namespace) -> None:

@@ -7,8 +7,9 @@ fine-tuned? Each task is fine-tuned (qvi.finetune) from the same pretrained weig
     taggers:      plain       CRF on the encoder, no QVI                                    (the baseline)
                   qvi-layers  QVI in the top N layers
 
-with several seeds each (the same seed: the same head initialisation, batches and order for every variant), and
-scored on the test split. Runs are appended to a JSON file as they finish, so a study can be stopped and resumed.
+with several seeds each (the same seed: the same batches in the same order for every variant, and the new
+parameters drawn from the same generator -- QVI pooling draws its own W and u first, so its classifier starts from
+other numbers), and scored on the test split. Runs are appended to a JSON file as they finish, so a study can be stopped and resumed.
 
     python -m qvi finetune-study --task sentiment --seeds 1 2 3 --epochs 2 --out study.json
     python -m qvi finetune-study --table study.json      # the markdown table
@@ -43,9 +44,19 @@ def run_study(a: argparse.Namespace) -> None:
         with open(a.out, encoding="utf-8") as f:
             done = json.load(f)
     kind = TASKS[a.task][0]
+    variants = a.variants or VARIANTS[kind]
+    if set(variants) - set(VARIANTS[kind]):
+        raise SystemExit(f"finetune-study: a {kind} task's variants are {', '.join(VARIANTS[kind])}")
     for seed in a.seeds:  # seed by seed: an interrupted study still has whole pairs
-        for variant in a.variants or VARIANTS[kind]:
-            if any(r["task"] == a.task and r["variant"] == variant and r["seed"] == seed for r in done):
+        for variant in variants:
+            same = [r for r in done if r["task"] == a.task and r["variant"] == variant and r["seed"] == seed]
+            if same:
+                asked = options(variant, seed, a)
+                had = same[0]["options"]
+                for key in ("epochs", "qvi_layers", "limit", "frozen_layers", "pooling"):
+                    if had[key] != getattr(asked, key):  # type: ignore[index]
+                        raise SystemExit(f"finetune-study: {a.out} ran {variant} seed {seed} with {key} {had[key]}, "
+                                         f"not {getattr(asked, key)}: use another --out")
                 continue
             _, _, _, report = finetune(a.task, a.data, a.pretrained, options(variant, seed, a))
             done.append(dict(report, variant=variant, seed=seed))

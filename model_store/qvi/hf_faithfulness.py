@@ -94,7 +94,9 @@ def word_level(path: str, texts: Sequence[str]) -> Tuple[WordLevel, WordConfig, 
     module = torch.jit.load(path, map_location="cpu", _extra_files=extra)
     manifest = json.loads(extra["manifest.json"])
     config = manifest["architecture"]["config"]
-    encoder = Encoder(EncoderConfig(**{f.name: config[f.name] for f in fields(EncoderConfig)})).eval()
+    # Fields a later zoo added (pooling, qvi_layers, crf, dropout) are absent from older models: their defaults.
+    encoder = Encoder(EncoderConfig(**{f.name: config[f.name] for f in fields(EncoderConfig)
+                                       if f.name in config})).eval()
     encoder.load_state_dict(module.state_dict())
     tokenizer = Tokenizer.from_str(extra["tokenizer.json"] if isinstance(extra["tokenizer.json"], str)
                                    else extra["tokenizer.json"].decode("utf-8"))
