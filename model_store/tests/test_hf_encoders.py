@@ -57,3 +57,42 @@ def test_configs_and_labels_are_read_or_refused_by_name():
     assert tag_scheme(["O", "B-PER", "E-PER", "S-LOC"]) == "BIOES"
     with pytest.raises(CannotImport, match="'LABEL_1' is not O"):
         tag_scheme(["O", "LABEL_1"])
+
+
+@pytest.mark.parametrize("task,pooling,qvi_layers", [("classification", "attention", 0), ("classification", "qvi", 1),
+                                                      ("classification", "first", 2), ("tagging", "first", 1)])
+def test_the_qvi_variants_pad_without_change_answer_their_spec_and_gate_nothing_on_padding(task, pooling, qvi_layers):
+    """The fine-tuning variants (qvi.finetune): attention or QVI pooling, QVI in the top layers, a CRF tagger."""
+    torch.manual_seed(0)
+    c = EncoderConfig("bert", task, vocab_size=50, hidden=16, layers=2, heads=4, ffn=24, max_positions=40,
+                      type_vocab_size=2, layer_norm_eps=1e-12, activation="gelu", num_labels=3, pooling=pooling,
+                      qvi_layers=qvi_layers, crf=task == "tagging")
+    eager = Encoder(c).eval()
+    with torch.no_grad():  # W and u_h start at 0; move them so that the gates are not all ½
+        for layer in eager.layers:
+            if layer.qvi:
+                layer.w_qvi.normal_()
+                layer.u_qvi.normal_()
+    model = torch.jit.script(eager)
+    ids = torch.randint(2, 50, (1, 7))
+    alone = model(ids, torch.ones(1, 7, dtype=torch.bool))
+    padded_ids = torch.cat([ids, torch.zeros(1, 5, dtype=torch.long)], 1)
+    mask = torch.cat([torch.ones(1, 7, dtype=torch.bool), torch.zeros(1, 5, dtype=torch.bool)], 1)
+    padded = model(padded_ids, mask)
+    lean = model.forward_without_maps(padded_ids, mask)
+    assert sorted(padded) == sorted(output_spec(c))
+    key = "logits" if task == "classification" else "emissions"
+    got = padded[key] if task == "classification" else padded[key][:, :7]
+    assert torch.allclose(got, alone[key], atol=1e-5)
+    assert torch.allclose(lean[key], padded[key], atol=1e-5)
+    if task == "tagging":
+        assert padded["tags"][0, :7].tolist() == alone["tags"][0].tolist() and padded["tags"][0, 7:].eq(-1).all()
+    if "gates" in padded:
+        assert padded["gates"][0, 7:].eq(0).all() and torch.allclose(padded["gates"][:, :7], alone["gates"], atol=1e-5)
+    if qvi_layers:
+        gates = padded["layer_gates"]
+        assert gates.shape == (1, 2, 4, 12) and gates[0, :, :, 7:].eq(0).all()
+        assert gates[0, :2 - qvi_layers, :, :7].eq(1).all(), "β = 1 in the layers without QVI"
+    if "contribution" in padded:
+        total = padded["contribution"].sum(1) + eager.classifier.bias
+        assert torch.allclose(total, padded["logits"], atol=1e-5), "the words' shares and the bias are the logits"
