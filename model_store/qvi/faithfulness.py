@@ -764,8 +764,10 @@ def run_subwords(artifact_path: str, split: str, options: Options, join: str) ->
     from qvi import hf_faithfulness
     examples = load_split(split, _manifest_of(artifact_path), join)
     model, config, manifest, encoded = hf_faithfulness.word_level(artifact_path, [e.text for e in examples])
+    outputs = manifest["outputs"]
     supported = [m for m in hf_faithfulness.METHODS if m == "random" or m == "occlusion" or
-                 ("layer_attention" in manifest["outputs"] and m in ("alpha", "last_layer", "rollout"))]  # type: ignore
+                 ("layer_attention" in outputs and m in ("alpha", "last_layer", "rollout")) or  # type: ignore
+                 (m == "contribution" and "contribution" in outputs)]  # type: ignore[operator]
     options.methods = check_methods(options.methods, supported, config)  # type: ignore[arg-type]
     report = evaluate(model, config, manifest, encoded, options)  # type: ignore[arg-type]
     report.update({"model": manifest["name"], "architecture": config.display_name(), "split": split,

@@ -6,7 +6,8 @@ its ids are word ids of a table built from the split (each word the sub-word ids
 and each forward pass spells every row out in sub-words with the special tokens around them, runs the
 encoder, and groups its outputs into words by the server's rules (attention summed over a word's sub-words,
 a tagger's emissions and tags its first sub-word's, maps averaged over the rows and summed over the columns
-of a word). Deleting a token is then deleting a word, as the server's occlusion does; the "pad" removal
+of a word; a fine-tuned model's contributions summed and β averaged; a CRF tagger's tags Viterbi's over the
+sub-words). Deleting a token is then deleting a word, as the server's occlusion does; the "pad" removal
 replaces a word by the tokenizer's padding token. Gradient methods are not offered: their attributions
 would be per sub-word embedding.
 """
@@ -19,7 +20,7 @@ from torch import nn
 
 from qvi.hf_encoders import Encoder, EncoderConfig
 
-METHODS = ("random", "alpha", "last_layer", "rollout", "occlusion")  # those a word-level view supports
+METHODS = ("random", "alpha", "contribution", "last_layer", "rollout", "occlusion")  # those a word-level view supports
 
 
 @dataclass
@@ -69,13 +70,19 @@ class WordLevel(nn.Module):
             # [B,L,H,T,T] -> [B,L,H,W,W]: from a word the mean of its rows, to a word the sum of its columns
             "layer_attention": mean[:, None, None] @ out["layer_attention"] @ summed[:, None, None].transpose(-1, -2),
         }
+        if "gates" in out:  # β of a fine-tuned QVI model, averaged over a word's sub-words as the server does
+            words["gates"] = torch.bmm(mean, out["gates"].unsqueeze(-1)).squeeze(-1)
         if not self.tagging:
             words["logits"] = out["logits"]
+            if "contribution" in out:  # a word's exact share: its sub-words' summed
+                words["contribution"] = torch.bmm(summed, out["contribution"])
             return words
         first = torch.tensor([[s for s, _ in at] + [0] * (w - len(at)) for at in spans])
         emissions = out["emissions"].gather(1, first.unsqueeze(-1).expand(-1, -1, out["emissions"].size(-1)))
         words["emissions"] = emissions
-        words["tags"] = torch.where(mask, emissions.argmax(-1), torch.full_like(ids, -1))
+        # A CRF tagger's tags are Viterbi's over the sub-words (as the server decodes), each word its first's.
+        decoded = out["tags"].gather(1, first) if "tags" in out and self.encoder.crf is not None else emissions.argmax(-1)
+        words["tags"] = torch.where(mask, decoded, torch.full_like(ids, -1))
         return words
 
 
