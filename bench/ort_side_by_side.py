@@ -2,7 +2,9 @@
 runtime users reach for -- running the same model in-process (issue 75, item 4). In one run on the same cores:
 
   ORT in-process        the encoder exported to ONNX (logits only, what a user would export), onnxruntime (pinned
-                        in requirements-test.txt) with every graph optimisation, the machine's threads
+                        in requirements-test.txt) with every graph optimisation, the machine's threads; and the
+                        same graph through ORT's transformer optimizer (onnxruntime.transformers, model type
+                        bert: the fusions optimum applies), the fused operators it made counted
   TorchScript / pt2     the artifact's model.pt and its AOTInductor package (the server's runtime, here called from
                         Python), forward without maps: logits, α, β and contributions
   server end to end     build/qvi-server on the artifact, build/qvi-perf over gRPC (Classify): one text per request
@@ -139,6 +141,54 @@ def server_rates(version, sets, seconds):
     return out
 
 
+def export_onnx(module, example, path):
+    torch.onnx.export(module, example, path, input_names=["token_ids", "mask"], output_names=["logits"],
+                      dynamic_axes={"token_ids": {0: "B", 1: "T"}, "mask": {0: "B", 1: "T"}}, dynamo=False,
+                      opset_version=17)
+    return path
+
+
+def ort_sessions(model, example, heads, hidden, threads):
+    """{row name: ONNX Runtime session}: the artifact's own model as exported and after the transformer optimizer,
+    and transformers' BertForSequenceClassification of the same MiniLM ([CLS] head, untrained), optimized: the
+    graph a user exporting a plain fine-tuned MiniLM with optimum would run (its attention fuses; ours does not)."""
+    import onnxruntime as ort
+    import transformers
+    from onnxruntime.transformers import optimizer
+    from safetensors.torch import load_file
+    work = tempfile.mkdtemp(prefix="qvi_onnx_")
+    cfg = transformers.BertConfig.from_json_file(os.path.join(PRETRAINED, "config.json"))
+    cfg.num_labels = 2
+    bert = transformers.BertForSequenceClassification._from_config(cfg, attn_implementation="eager").eval()
+    state = {"bert." + k: v for k, v in load_file(os.path.join(PRETRAINED, "model.safetensors")).items()}
+    bert.load_state_dict(state, strict=False)
+    paths = {"ORT, this model": export_onnx(LogitsOnly(model), example, os.path.join(work, "qvi.onnx")),
+             "ORT, transformers' BERT": export_onnx(HfLogits(bert), example, os.path.join(work, "bert.onnx"))}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sessions = {}
+    for name, path in paths.items():
+        if name == "ORT, this model":
+            sessions[name] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        fused = optimizer.optimize_model(path, model_type="bert", num_heads=heads, hidden_size=hidden)
+        fused.save_model_to_file(path + ".fused")
+        stats = {k: v for k, v in fused.get_fused_operator_statistics().items() if v}
+        print(f"{name}: the transformer optimizer fused {stats}", flush=True)
+        sessions[name + " (optimized)"] = ort.InferenceSession(path + ".fused", so, providers=["CPUExecutionProvider"])
+    return sessions
+
+
+class HfLogits(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, token_ids, mask):
+        return self.model(input_ids=token_ids, attention_mask=mask.long()).logits
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=os.path.join(REPO, "model_store", "store", "sentiment-minilm", "1"))
@@ -147,25 +197,21 @@ def main():
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     a = p.parse_args()
     version = build(os.path.join(REPO, "bench", "models")) if a.build else a.model
-    import onnxruntime as ort
     from tokenizers import Tokenizer
     torch.set_num_threads(a.threads)
+    manifest = manifest_of(version)
     tok = Tokenizer.from_file(os.path.join(PRETRAINED, "tokenizer.json"))  # the one model.pt carries
     tok.no_padding()
-    tok.enable_truncation(int(manifest_of(version)["tokenizer"]["max_tokens"]))  # as the server truncates
-    model = encoder_of(version)
-    onnx_path = os.path.join(tempfile.mkdtemp(prefix="qvi_onnx_"), "model.onnx")
+    tok.enable_truncation(int(manifest["tokenizer"]["max_tokens"]))  # as the server truncates
+    config = manifest["architecture"]["config"]
     example = batches([tok.encode("a short example text").ids] * 2, 2)[0]
-    torch.onnx.export(LogitsOnly(model), example, onnx_path, input_names=["token_ids", "mask"], output_names=["logits"],
-                      dynamic_axes={"token_ids": {0: "B", 1: "T"}, "mask": {0: "B", 1: "T"}}, dynamo=False,
-                      opset_version=17)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = a.threads
-    so.inter_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+    runners = {name: (lambda s: lambda i, m: s.run(None, {"token_ids": i.numpy(), "mask": m.numpy()}))(session)
+               for name, session in ort_sessions(encoder_of(version), example, int(config["heads"]),
+                                                 int(config["hidden"]), a.threads).items()}
     scripted = torch.jit.load(os.path.join(version, "model.pt"))
     package = torch._inductor.aoti_load_package(os.path.join(version, "model.cpu.pt2"), model_name="without_maps")
+    runners["TorchScript in-process"] = lambda i, m: scripted.forward_without_maps(i, m)
+    runners["pt2 in-process"] = lambda i, m: package(i, m)
     sets = texts()
     rows = {}
     for name, items in sets.items():
@@ -173,25 +219,23 @@ def main():
         for size in (1, 32):
             work = batches(enc, size)
             with torch.no_grad():
-                ort_rate = rate(lambda i, m: session.run(None, {"token_ids": i.numpy(), "mask": m.numpy()}), work,
-                                a.seconds)
-                ts_rate = rate(lambda i, m: scripted.forward_without_maps(i, m), work, a.seconds)
-                pt2_rate = rate(lambda i, m: package(i, m), work, a.seconds)
-            rows[(name, size)] = (sum(len(e) for e in enc) / len(enc), ort_rate, ts_rate, pt2_rate)
-            print(f"{name} batch {size}: ORT {ort_rate:.1f}, TorchScript {ts_rate:.1f}, pt2 {pt2_rate:.1f} texts/s",
-                  flush=True)
+                rates = {runner: rate(run, work, a.seconds) for runner, run in runners.items()}
+            rows[(name, size)] = (sum(len(e) for e in enc) / len(enc), rates)
+            print(f"{name}, {size} per call: " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()), flush=True)
     served = server_rates(version, sets, a.seconds)
-    print(f"\n{os.cpu_count()} cores ({a.threads} threads in-process); texts/s; x: against ORT in-process at the same "
-          "texts per call\n")
-    print("| texts | sub-words | per call | ORT in-process | TorchScript in-process | pt2 in-process | "
-          "server, 1 caller | server, 8 callers (1 per call) / 2 callers (32) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for (name, size), (tokens, ort_rate, ts_rate, pt2_rate) in rows.items():
-        one = served.get((name, size, 1))
-        many = served[(name, size, 8 if size == 1 else 2)]
-        one_cell = f"{one:,.1f} ({one / ort_rate:.2f}x)" if one is not None else ""
-        print(f"| {name} | {tokens:.0f} | {size} | {ort_rate:,.1f} | {ts_rate:,.1f} ({ts_rate / ort_rate:.2f}x) | "
-              f"{pt2_rate:,.1f} ({pt2_rate / ort_rate:.2f}x) | {one_cell} | {many:,.1f} ({many / ort_rate:.2f}x) |")
+    anchor = "ORT, this model (optimized)"
+    print(f"\n{os.cpu_count()} cores ({a.threads} threads in-process); texts/s; x: against {anchor} at the same texts "
+          "per call\n")
+    names = list(next(iter(rows.values()))[1])
+    print("| texts | sub-words | per call | " + " | ".join(names) + " | server, 1 caller | server, 8 callers (1 per "
+          "call) or 2 (32) |")
+    print("|---|---:|---:|" + "---:|" * (len(names) + 2))
+    for (name, size), (tokens, rates) in rows.items():
+        base = rates[anchor]
+        cells = [f"{rates[n]:,.1f}" + ("" if n == anchor else f" ({rates[n] / base:.2f}x)") for n in names]
+        for key in ((name, size, 1), (name, size, 8 if size == 1 else 2)):
+            cells.append(f"{served[key]:,.1f} ({served[key] / base:.2f}x)" if key in served else "")
+        print(f"| {name} | {tokens:.0f} | {size} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
