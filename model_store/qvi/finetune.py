@@ -315,12 +315,32 @@ DEMOS = {
 }
 
 
+def load_finetuned(path: str) -> Tuple[Encoder, Dict[str, object], str]:
+    """A written model.pt as the zoo's Encoder, with its manifest and tokenizer.json."""
+    extra = {artifact.MANIFEST: "", TOKENIZER_FILE: ""}
+    module = torch.jit.load(path, map_location="cpu", _extra_files=extra)
+    text = {k: v if isinstance(v, str) else v.decode("utf-8") for k, v in extra.items()}
+    manifest = json.loads(text[artifact.MANIFEST])
+    config = {k: v for k, v in manifest["architecture"]["config"].items() if k not in ("max_tokens", "source_architecture")}
+    model = Encoder(EncoderConfig(**config)).eval()
+    model.load_state_dict(module.state_dict())
+    return model, manifest, text[TOKENIZER_FILE]
+
+
 def cmd_demo(a: argparse.Namespace) -> None:
     for name in a.models or list(DEMOS):
         task, o = DEMOS[name]
         target = os.path.join(a.store, name, "1", "model.pt")
-        if os.path.exists(target) and os.path.exists(os.path.join(os.path.dirname(target), "model.cpu.pt2")):
+        package = os.path.join(os.path.dirname(target), "model.cpu.pt2")
+        if os.path.exists(target) and os.path.exists(package):
             print(f"{target} exists")
+            continue
+        if os.path.exists(target):  # trained before, its package not yet compiled
+            t1 = time.perf_counter()
+            model, manifest, tokenizer_text = load_finetuned(target)
+            pt2.write_cached(model, manifest, tokenizer_text, os.path.dirname(target), "cpu", pt2.DEFAULT_CPU_TARGET,
+                             a.pt2_cache)
+            print(f"{package} ({time.perf_counter() - t1:.0f} s)", flush=True)
             continue
         t0 = time.perf_counter()
         model, c, labels, report = finetune(task, a.data, a.pretrained, copy.deepcopy(o), log=lambda m: print(m, flush=True))
