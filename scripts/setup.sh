@@ -201,7 +201,7 @@ cache_store() {  # the finished store into the cache, under its key, unless it i
     local d n to
     for d in model_store/store/*/; do
       n=$(basename "$d") to=$MODEL_CACHE/$key/store
-      [[ -f $d/1/model.pt && -f $d/1/model.cpu.pt2 && ! -f $to/$n/1/model.cpu.pt2 ]] || continue
+      [[ $n != *-minilm && -f $d/1/model.pt && -f $d/1/model.cpu.pt2 && ! -f $to/$n/1/model.cpu.pt2 ]] || continue
       rm -rf "$to/.$n.new" && cp -a "$d" "$to/.$n.new" && rm -rf "$to/$n" && mv -T "$to/.$n.new" "$to/$n" || true
     done
     return 0
@@ -212,14 +212,17 @@ cache_store() {  # the finished store into the cache, under its key, unless it i
   mkdir -p "$tmp/work" && for m in sentiment ner topics; do
     [[ ! -f model_store/work/$m.ckpt ]] || cp -a "model_store/work/$m.ckpt" "$tmp/work/"
   done
-  cp -a model_store/store "$tmp/store" && mv -T "$tmp" "$MODEL_CACHE/$key" 2>/dev/null || rm -rf "$tmp"
+  cp -a model_store/store "$tmp/store" && rm -rf "$tmp"/store/*-minilm && mv -T "$tmp" "$MODEL_CACHE/$key" 2>/dev/null ||
+    rm -rf "$tmp"
   # Older keys' stores are left for a week, then removed.
   find "$MODEL_CACHE" -mindepth 1 -maxdepth 1 -type d -mtime +7 -exec rm -rf {} + 2>/dev/null || true
 }
 # The pretrained demo models (sentiment-minilm, ner-minilm: MiniLM fine-tuned with QVI, qvi/finetune.py) come
-# after the three GloVe ones, with scripts/run.sh only (--serve-early): 20-odd minutes of both cores that the
-# tests do not need (they fine-tune briefly, tests/python/test_finetune.py). QVI_PRETRAINED_DEMOS=0 leaves them out.
-pretrained_wanted() { ((EARLY)) && [[ ${QVI_PRETRAINED_DEMOS:-1} == 1 ]]; }
+# after the three GloVe ones, with scripts/run.sh only (--serve-early) and only when asked (QVI_PRETRAINED_DEMOS=1):
+# about 10 minutes of both cores that the tests do not need (they fine-tune briefly, tests/python/test_finetune.py),
+# and the test suites still expect the demo store to hold the three GloVe models alone (issue 75: not done yet).
+# They are never put into the model cache, for the same reason.
+pretrained_wanted() { ((EARLY)) && [[ ${QVI_PRETRAINED_DEMOS:-0} == 1 ]]; }
 pretrained_complete() {
   local m
   for m in sentiment-minilm ner-minilm; do

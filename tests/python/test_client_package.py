@@ -256,7 +256,8 @@ def test_the_api_key_goes_with_every_call_over_both_protocols(client_python, tmp
         """
         for protocol, address in (("grpc", proc.address), ("http", proc.http_address)):
             got, _ = run(client_python, script, address, protocol, key)
-            assert got[0] in ("positive", "negative") and got[1] == ["ner", "sentiment", "topics"], (protocol, got)
+            # The GloVe demo models, and the pretrained ones where run.sh has fine-tuned them into the store.
+            assert got[0] in ("positive", "negative") and {"ner", "sentiment", "topics"} <= set(got[1]), (protocol, got)
             assert got[2] == ["PERMISSION_DENIED", "priority: API key 'py' may ask for normal priority at most, "
                                                    "not high"], (protocol, got)
             got, _ = run(client_python, script, address, protocol, "")
