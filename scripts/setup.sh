@@ -170,6 +170,8 @@ try_line() {  # the command that tries a model, for the line that says it is ser
     sentiment) echo "build/qvi-client$server classify --model sentiment --attention --gates \"A smart, funny and moving film.\"" ;;
     ner) echo "build/qvi-client$server tag --model ner \"Angela Merkel met Siemens executives in Munich\"" ;;
     topics) echo "build/qvi-client$server classify --model topics \"Shares in the carmaker rose after record profits.\"" ;;
+    sentiment-minilm) echo "build/qvi-client$server classify --model sentiment-minilm --contributions --gates \"The plot is thin but the acting is superb.\"" ;;
+    ner-minilm) echo "build/qvi-client$server tag --model ner-minilm \"Angela Merkel met Siemens executives in Munich\"" ;;
   esac
 }
 announce() {  # the demo's lines worth a terminal line; all of them are in $MODELS_LOG
@@ -190,18 +192,18 @@ announce() {  # the demo's lines worth a terminal line; all of them are in $MODE
     elif [[ $line =~ ^store/([a-z]+)/1/model\.pt:\ its\ card ]]; then
       printf '\033[1m%s\033[0m %s: its card carries its faithfulness figures now (model.pt rewritten in place)\n' \
         "$at" "${BASH_REMATCH[1]}"
-    elif [[ $line =~ ^[a-z0-9_]+:\ |^store/ && ! $line =~ exists\ \(use ]]; then
+    elif [[ $line =~ ^[a-z0-9_-]+:\ |^store/ && ! $line =~ exists\ \(use ]]; then
       printf '\033[1m%s\033[0m %s\n' "$at" "$line"
     fi
   done
 }
 cache_store() {  # the finished store into the cache, under its key, unless it is there
   [[ -n $MODEL_CACHE ]] || return 0
+  local d n to
   if [[ -d $MODEL_CACHE/$key/store ]]; then  # there: the complete models it lacks (the pretrained ones come later)
-    local d n to
     for d in model_store/store/*/; do
       n=$(basename "$d") to=$MODEL_CACHE/$key/store
-      [[ $n != *-minilm && -f $d/1/model.pt && -f $d/1/model.cpu.pt2 && ! -f $to/$n/1/model.cpu.pt2 ]] || continue
+      [[ -f $d/1/model.pt && -f $d/1/model.cpu.pt2 && ! -f $to/$n/1/model.cpu.pt2 ]] || continue
       rm -rf "$to/.$n.new" && cp -a "$d" "$to/.$n.new" && rm -rf "$to/$n" && mv -T "$to/.$n.new" "$to/$n" || true
     done
     return 0
@@ -212,17 +214,17 @@ cache_store() {  # the finished store into the cache, under its key, unless it i
   mkdir -p "$tmp/work" && for m in sentiment ner topics; do
     [[ ! -f model_store/work/$m.ckpt ]] || cp -a "model_store/work/$m.ckpt" "$tmp/work/"
   done
-  cp -a model_store/store "$tmp/store" && rm -rf "$tmp"/store/*-minilm && mv -T "$tmp" "$MODEL_CACHE/$key" 2>/dev/null ||
-    rm -rf "$tmp"
+  cp -a model_store/store "$tmp/store" && for d in "$tmp"/store/*/; do  # only whole models: the rest come later
+    [[ -f $d/1/model.pt && -f $d/1/model.cpu.pt2 ]] || rm -rf "$d"
+  done && mv -T "$tmp" "$MODEL_CACHE/$key" 2>/dev/null || rm -rf "$tmp"
   # Older keys' stores are left for a week, then removed.
   find "$MODEL_CACHE" -mindepth 1 -maxdepth 1 -type d -mtime +7 -exec rm -rf {} + 2>/dev/null || true
 }
 # The pretrained demo models (sentiment-minilm, ner-minilm: MiniLM fine-tuned with QVI, qvi/finetune.py) come
-# after the three GloVe ones, with scripts/run.sh only (--serve-early) and only when asked (QVI_PRETRAINED_DEMOS=1):
-# about 10 minutes of both cores that the tests do not need (they fine-tune briefly, tests/python/test_finetune.py),
-# and the test suites still expect the demo store to hold the three GloVe models alone (issue 75: not done yet).
-# They are never put into the model cache, for the same reason.
-pretrained_wanted() { ((EARLY)) && [[ ${QVI_PRETRAINED_DEMOS:-0} == 1 ]]; }
+# after the three GloVe ones, with scripts/run.sh only (--serve-early), in the background at nice 19: about
+# 10 minutes of both cores that the tests do not need (they fine-tune briefly, tests/python/test_finetune.py,
+# and serve the GloVe three alone). The server picks each up as it lands. QVI_PRETRAINED_DEMOS=0 leaves them out.
+pretrained_wanted() { ((EARLY)) && [[ ${QVI_PRETRAINED_DEMOS:-1} == 1 ]]; }
 pretrained_complete() {
   local m
   for m in sentiment-minilm ner-minilm; do

@@ -36,6 +36,7 @@ from qvi.metrics import accuracy, chunks, macro_f1
 from qvi.train import seed_everything
 
 PRETRAINED = os.path.join("pretrained", "all-minilm-l6-v2")
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # model_store
 # task -> (kind, corpus folder, file pattern, default max tokens)
 TASKS = {
     "sentiment": ("classification", "sentiment", "{}.tsv", 128),
@@ -265,10 +266,14 @@ def finetune(task: str, data_dir: str, pretrained: str, o: FinetuneOptions,
 
 
 def export(model: Encoder, c: EncoderConfig, labels: List[str], report: Dict[str, object], pretrained: str,
-           store: str, name: str, version: int, pt2_cache: Optional[str] = None, package: bool = False) -> str:
-    """model.pt of the fine-tuned model with its manifest (format 2) and a card that says what it is; `package`:
-    its AOTInductor package (model.cpu.pt2) beside it, which the server prefers."""
+           store: str, name: str, version: int, pt2_cache: Optional[str] = None, package: bool = False,
+           faithfulness: Optional[Dict[str, object]] = None) -> str:
+    """model.pt of the fine-tuned model with its manifest (format 2) and a card that says what it is (and, given,
+    the faithfulness figures of its explanations); `package`: its AOTInductor package (model.cpu.pt2) beside it,
+    which the server prefers."""
     manifest, tokenizer_text = finetuned_manifest(model, c, labels, report, pretrained, name)
+    if faithfulness is not None:
+        manifest["model_card"]["faithfulness"] = faithfulness  # type: ignore[index]
     path = artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, store, version)
     if package:
         pt2.write_cached(model, manifest, tokenizer_text, os.path.dirname(path), "cpu", pt2.DEFAULT_CPU_TARGET,
@@ -346,9 +351,36 @@ def cmd_demo(a: argparse.Namespace) -> None:
         model, c, labels, report = finetune(task, a.data, a.pretrained, copy.deepcopy(o), log=lambda m: print(m, flush=True))
         test = ", ".join(f"{k} {v:.4f}" for k, v in report["test"].items())  # type: ignore[union-attr]
         print(f"{target}: test {test} ({time.perf_counter() - t0:.0f} s)", flush=True)
+        figures = None if a.no_faithfulness else demo_faithfulness(model, c, labels, report, a.pretrained, a.data, name)
         t1 = time.perf_counter()  # model.pt, then its package: each file written once
-        export(model, c, labels, report, a.pretrained, a.store, name, 1, a.pt2_cache, package=True)
+        export(model, c, labels, report, a.pretrained, a.store, name, 1, a.pt2_cache, package=True,
+               faithfulness=figures)
         print(f"{os.path.join(os.path.dirname(target), 'model.cpu.pt2')} ({time.perf_counter() - t1:.0f} s)", flush=True)
+
+
+# The faithfulness figures a pretrained demo card carries (qvi/faithfulness.py word by word, as served): a seeded
+# 300 answers of the test split, about 4 minutes of both cores each (every answer would take over 20).
+DEMO_FAITHFULNESS_ANSWERS = 300
+
+
+def demo_faithfulness(model: Encoder, c: EncoderConfig, labels: List[str], report: Dict[str, object],
+                      pretrained: str, data: str, name: str,
+                      answers: int = DEMO_FAITHFULNESS_ANSWERS) -> Dict[str, object]:
+    """A card's faithfulness figures on a seeded `answers` of the test split, measured on the model as it is about
+    to be written (a copy of it in a scratch store: the store gets each of its files once)."""
+    import tempfile
+    from qvi import faithfulness
+    t0 = time.perf_counter()
+    task = str(report["task"])
+    split = os.path.join(data, TASKS[task][1], TASKS[task][2].format("test"))
+    with tempfile.TemporaryDirectory(prefix="qvi_faithfulness_") as scratch:
+        path = export(model, c, labels, report, pretrained, scratch, name, 1)
+        options = faithfulness.Options(progress=False, max_answers=answers)
+        summary = faithfulness.card_summary(faithfulness.run(path, split, options))
+    summary["split"] = os.path.relpath(os.path.abspath(split), HERE)  # data/<corpus>/test.<ext>, as the GloVe cards
+    print(f"{name}: faithfulness of its explanations on {summary['answers']} answers "
+          f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    return summary
 
 
 def cmd_finetune(a: argparse.Namespace) -> None:
@@ -371,6 +403,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--data", default="data")
     d.add_argument("--pretrained", default=PRETRAINED)
     d.add_argument("--pt2-cache")
+    d.add_argument("--no-faithfulness", action="store_true",
+                   help="leave the faithfulness figures out of the cards (about 4 minutes a model)")
     d.set_defaults(func=cmd_demo)
     p = sub.add_parser("finetune", help="fine-tune the pretrained MiniLM encoder with QVI on a demo corpus")
     p.add_argument("--task", choices=tuple(TASKS), required=True)

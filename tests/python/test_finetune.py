@@ -12,7 +12,7 @@ import torch
 
 from qvi_testing import REPO, ServerProcess
 
-from qvi.finetune import FinetuneOptions, export, finetune, pretrained_encoder  # noqa: E402
+from qvi.finetune import FinetuneOptions, demo_faithfulness, export, finetune, pretrained_encoder  # noqa: E402
 from qvi.hf_encoders import start_from_pretrained  # noqa: E402
 
 PRETRAINED = os.path.join(REPO, "model_store", "pretrained", "all-minilm-l6-v2")
@@ -38,7 +38,8 @@ def run(model, text):
 
 @pytest.fixture(scope="module")
 def served():
-    """A QVI classifier (QVI pooling, QVI in the top layer) and a CRF tagger, fine-tuned on 96 texts, served."""
+    """A QVI classifier (QVI pooling, QVI in the top layer) and a CRF tagger, fine-tuned on 96 texts, their cards'
+    faithfulness figures measured on 6 answers, served."""
     torch.set_num_threads(1)
     work = tempfile.mkdtemp(prefix="qvi_finetune_")
     store = os.path.join(work, "store")
@@ -47,7 +48,9 @@ def served():
             ("sentiment-tiny", "sentiment", FinetuneOptions(pooling="qvi", qvi_layers=1, epochs=1, limit=96, threads=1)),
             ("ner-tiny", "ner", FinetuneOptions(epochs=1, limit=96, threads=1, max_tokens=64))):
         model, c, labels, report = finetune(task, DATA, PRETRAINED, options, log=lambda *_: None)
-        export(model, c, labels, report, PRETRAINED, store, name, 1)
+        # The card's faithfulness figures as `qvi demo-pretrained` measures them, on 6 answers of the test split
+        figures = demo_faithfulness(model, c, labels, report, PRETRAINED, DATA, name, answers=6)
+        export(model, c, labels, report, PRETRAINED, store, name, 1, faithfulness=figures)
         models[name] = (model, labels, report)
     proc = ServerProcess(store, work)
     yield proc, models
@@ -125,3 +128,23 @@ def test_the_crf_tagger_tags_each_word_as_its_first_subwords_viterbi_tag(api, se
         assert [t.tag for t in result.tokens] == [labels[tags[first[w]]] for w in sorted(first)], text
         for span in result.spans:
             assert span.text == text[span.start:span.end]
+
+
+def test_the_cards_carry_the_faithfulness_of_the_explanations_word_by_word(api, served):
+    """`qvi demo-pretrained`'s card figures (qvi.faithfulness word by word), served typed by GetModel: the
+    classifier's α, exact contributions and occlusion, the tagger's occlusion, each against the random floor."""
+    pb, pbg = api
+    proc, _ = served
+    stub = pbg.InferenceStub(proc.channel)
+    for name, split, want in (("sentiment-tiny", "data/sentiment/test.tsv",
+                               {"random", "alpha", "contribution", "last_layer", "rollout", "occlusion"}),
+                              ("ner-tiny", "data/conll2003/test.conll", {"random", "occlusion"})):
+        md = stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name=name))).model.versions[0].metadata
+        f = md.faithfulness
+        assert f.measured and (f.split, f.answers) == (split, 6), (name, f)
+        got = {m.method: m for m in f.methods}
+        assert want <= set(got), (name, sorted(got))
+        for method, m in got.items():
+            assert 0 <= m.normalised_comprehensiveness.low <= m.normalised_comprehensiveness.high, (name, method)
+            assert m.cost.ms_per_text_batch_1 > 0, (name, method)
+        assert not got["random"].HasField("vs_random") and got["occlusion"].HasField("vs_random"), name

@@ -11,6 +11,8 @@
 #include <iterator>
 #include <thread>
 
+#include "tests/cpp/test_util/store.h"
+
 namespace qvi::testing {
 
 namespace fs = std::filesystem;
@@ -19,7 +21,10 @@ void ServerProcess::Start(const std::string& name) {
   dir_ = fs::temp_directory_path() / ("qvi_e2e_" + std::to_string(getpid()) + "_" + name);
   fs::remove_all(dir_);
   fs::create_directories(dir_ / "store");
-  fs::copy(fs::path(QVI_SOURCE_DIR) / "model_store" / "store", dir_ / "store", fs::copy_options::recursive);
+  for (const char* model : kGloveDemoModels) {  // whatever else the demo store holds
+    fs::copy(fs::path(QVI_SOURCE_DIR) / "model_store" / "store" / model, dir_ / "store" / model,
+             fs::copy_options::recursive);
+  }
   fs::create_directories(dir_ / "store" / "sentiment" / "7");
   std::ofstream(dir_ / "store" / "sentiment" / "7" / "model.pt") << "corrupt";
   std::ofstream(dir_ / "store" / "sentiment" / "serving.json") << R"({"max_batch_size": 4, "instances": 2})";

@@ -26,7 +26,9 @@ void TempStore::CopyDemo() {
   if (!fs::exists(DemoStore() / "sentiment" / "1" / "model.pt")) {
     throw std::runtime_error("the demo store is missing: run scripts/setup.sh first");
   }
-  fs::copy(DemoStore(), path_, fs::copy_options::recursive);
+  for (const char* model : kGloveDemoModels) {
+    fs::copy(DemoStore() / model, path_ / model, fs::copy_options::recursive);
+  }
 }
 
 void TempStore::CopyDemoFile(const std::string& from, const std::string& to) {
