@@ -21,6 +21,7 @@ import json
 import math
 import os
 import random
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -337,21 +338,18 @@ def cmd_demo(a: argparse.Namespace) -> None:
         task, o = DEMOS[name]
         target = os.path.join(a.store, name, "1", "model.pt")
         package = os.path.join(os.path.dirname(target), "model.cpu.pt2")
-        if os.path.exists(target) and os.path.exists(package):
-            print(f"{target} exists")
-            continue
-        if os.path.exists(target):  # trained before, its package not yet compiled
-            t1 = time.perf_counter()
-            model, manifest, tokenizer_text = load_finetuned(target)
-            pt2.write_cached(model, manifest, tokenizer_text, os.path.dirname(target), "cpu", pt2.DEFAULT_CPU_TARGET,
-                             a.pt2_cache)
-            print(f"{package} ({time.perf_counter() - t1:.0f} s)", flush=True)
+        if os.path.exists(target):  # trained before: what it lacks, its card's figures or its package
+            _complete(target, package, a)
             continue
         t0 = time.perf_counter()
         model, c, labels, report = finetune(task, a.data, a.pretrained, copy.deepcopy(o), log=lambda m: print(m, flush=True))
         test = ", ".join(f"{k} {v:.4f}" for k, v in report["test"].items())  # type: ignore[union-attr]
         print(f"{target}: test {test} ({time.perf_counter() - t0:.0f} s)", flush=True)
-        figures = None if a.no_faithfulness else demo_faithfulness(model, c, labels, report, a.pretrained, a.data, name)
+        figures = None
+        if not a.no_faithfulness:
+            with tempfile.TemporaryDirectory(prefix="qvi_faithfulness_") as scratch:  # the store gets its files once
+                figures = measure_faithfulness(export(model, c, labels, report, a.pretrained, scratch, name, 1),
+                                               task, a.data)
         t1 = time.perf_counter()  # model.pt, then its package: each file written once
         export(model, c, labels, report, a.pretrained, a.store, name, 1, a.pt2_cache, package=True,
                faithfulness=figures)
@@ -363,24 +361,39 @@ def cmd_demo(a: argparse.Namespace) -> None:
 DEMO_FAITHFULNESS_ANSWERS = 300
 
 
-def demo_faithfulness(model: Encoder, c: EncoderConfig, labels: List[str], report: Dict[str, object],
-                      pretrained: str, data: str, name: str,
-                      answers: int = DEMO_FAITHFULNESS_ANSWERS) -> Dict[str, object]:
-    """A card's faithfulness figures on a seeded `answers` of the test split, measured on the model as it is about
-    to be written (a copy of it in a scratch store: the store gets each of its files once)."""
-    import tempfile
+def measure_faithfulness(model_pt: str, task: str, data: str,
+                         answers: int = DEMO_FAITHFULNESS_ANSWERS) -> Dict[str, object]:
+    """A card's faithfulness figures for a written model.pt: qvi.faithfulness word by word, as served, on a seeded
+    `answers` of the task's test split."""
     from qvi import faithfulness
     t0 = time.perf_counter()
-    task = str(report["task"])
     split = os.path.join(data, TASKS[task][1], TASKS[task][2].format("test"))
-    with tempfile.TemporaryDirectory(prefix="qvi_faithfulness_") as scratch:
-        path = export(model, c, labels, report, pretrained, scratch, name, 1)
-        options = faithfulness.Options(progress=False, max_answers=answers)
-        summary = faithfulness.card_summary(faithfulness.run(path, split, options))
+    options = faithfulness.Options(progress=False, max_answers=answers)
+    summary = faithfulness.card_summary(faithfulness.run(model_pt, split, options))
     summary["split"] = os.path.relpath(os.path.abspath(split), HERE)  # data/<corpus>/test.<ext>, as the GloVe cards
-    print(f"{name}: faithfulness of its explanations on {summary['answers']} answers "
-          f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    print(f"{os.path.basename(os.path.dirname(os.path.dirname(model_pt)))}: faithfulness of its explanations on "
+          f"{summary['answers']} answers ({time.perf_counter() - t0:.0f} s)", flush=True)
     return summary
+
+
+def _complete(target: str, package: str, a: argparse.Namespace) -> None:
+    """A pretrained demo model trained before gets what it lacks: the faithfulness figures on its card (then
+    model.pt and its package are written again: the package carries the card too), or its package."""
+    model, manifest, tokenizer_text = load_finetuned(target)
+    card: Dict[str, object] = manifest["model_card"]  # type: ignore[assignment]
+    lacks_figures = not a.no_faithfulness and "faithfulness" not in card
+    if not lacks_figures and os.path.exists(package):
+        print(f"{target} exists")
+        return
+    if lacks_figures:
+        card["faithfulness"] = measure_faithfulness(target, str(card["training"]["task"]), a.data)  # type: ignore[index]
+        artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, os.path.dirname(os.path.dirname(
+            os.path.dirname(target))), 1)
+        print(f"{target}: its card carries the faithfulness figures now", flush=True)
+    t1 = time.perf_counter()
+    pt2.write_cached(model, manifest, tokenizer_text, os.path.dirname(target), "cpu", pt2.DEFAULT_CPU_TARGET,
+                     a.pt2_cache)
+    print(f"{package} ({time.perf_counter() - t1:.0f} s)", flush=True)
 
 
 def cmd_finetune(a: argparse.Namespace) -> None:

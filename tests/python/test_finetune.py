@@ -12,7 +12,7 @@ import torch
 
 from qvi_testing import REPO, ServerProcess
 
-from qvi.finetune import FinetuneOptions, demo_faithfulness, export, finetune, pretrained_encoder  # noqa: E402
+from qvi.finetune import FinetuneOptions, export, finetune, measure_faithfulness, pretrained_encoder  # noqa: E402
 from qvi.hf_encoders import start_from_pretrained  # noqa: E402
 
 PRETRAINED = os.path.join(REPO, "model_store", "pretrained", "all-minilm-l6-v2")
@@ -49,7 +49,7 @@ def served():
             ("ner-tiny", "ner", FinetuneOptions(epochs=1, limit=96, threads=1, max_tokens=64))):
         model, c, labels, report = finetune(task, DATA, PRETRAINED, options, log=lambda *_: None)
         # The card's faithfulness figures as `qvi demo-pretrained` measures them, on 6 answers of the test split
-        figures = demo_faithfulness(model, c, labels, report, PRETRAINED, DATA, name, answers=6)
+        figures = measure_faithfulness(export(model, c, labels, report, PRETRAINED, store, name, 1), task, DATA, 6)
         export(model, c, labels, report, PRETRAINED, store, name, 1, faithfulness=figures)
         models[name] = (model, labels, report)
     proc = ServerProcess(store, work)
