@@ -70,12 +70,15 @@ def encoder_of(version):
 
 
 class LogitsOnly(torch.nn.Module):
-    def __init__(self, model):
+    """A model's logits alone, `logits(model, token_ids, mask)`: what a user would export to ONNX."""
+
+    def __init__(self, model, logits):
         super().__init__()
-        self.model = model
+        self.model = model  # registered: its weights are the graph's
+        self.logits = logits
 
     def forward(self, token_ids, mask):
-        return self.model._run(token_ids, mask, False)["logits"]
+        return self.logits(self.model, token_ids, mask)
 
 
 def batches(encodings, size):
@@ -162,8 +165,11 @@ def ort_sessions(model, example, heads, hidden, threads):
     bert = transformers.BertForSequenceClassification._from_config(cfg, attn_implementation="eager").eval()
     state = {"bert." + k: v for k, v in load_file(os.path.join(PRETRAINED, "model.safetensors")).items()}
     bert.load_state_dict(state, strict=False)
-    paths = {"ORT, this model": export_onnx(LogitsOnly(model), example, os.path.join(work, "qvi.onnx")),
-             "ORT, transformers' BERT": export_onnx(HfLogits(bert), example, os.path.join(work, "bert.onnx"))}
+    # eval(): the exporter puts a wrapper back in the mode it found it in, and a new module is in training mode
+    ours = LogitsOnly(model, lambda m, ids, mask: m._run(ids, mask, False)["logits"]).eval()
+    theirs = LogitsOnly(bert, lambda m, ids, mask: m(input_ids=ids, attention_mask=mask.long()).logits).eval()
+    paths = {"ORT, this model": export_onnx(ours, example, os.path.join(work, "qvi.onnx")),
+             "ORT, transformers' BERT": export_onnx(theirs, example, os.path.join(work, "bert.onnx"))}
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -180,13 +186,18 @@ def ort_sessions(model, example, heads, hidden, threads):
     return sessions
 
 
-class HfLogits(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, token_ids, mask):
-        return self.model(input_ids=token_ids, attention_mask=mask.long()).logits
+def same_function(runners, scripted, tok):
+    """The ORT rows of this model compute what model.pt computes: their logits on two padded batches of test texts."""
+    items = texts()["~20 words"]
+    for ids, mask in batches([e.ids for e in tok.encode_batch(items[:64])], 32):
+        with torch.no_grad():
+            want = scripted.forward_without_maps(ids, mask)["logits"]
+        for name, run in runners.items():
+            if "this model" in name:
+                gap = float((torch.from_numpy(run(ids, mask)[0]) - want).abs().max())
+                print(f"{name}: logits within {gap:.1e} of model.pt's", flush=True)
+                if gap > 1e-3:
+                    raise SystemExit(f"{name} does not compute this model (logits {gap:.3g} apart)")
 
 
 def main():
@@ -209,6 +220,7 @@ def main():
                for name, session in ort_sessions(encoder_of(version), example, int(config["heads"]),
                                                  int(config["hidden"]), a.threads).items()}
     scripted = torch.jit.load(os.path.join(version, "model.pt"))
+    same_function(runners, scripted, tok)
     from qvi.pt2 import load_methods
     package = load_methods(os.path.join(version, "model.cpu.pt2"))["without_maps"]  # as the server loads it
     runners["TorchScript in-process"] = lambda i, m: scripted.forward_without_maps(i, m)

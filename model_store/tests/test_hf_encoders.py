@@ -14,17 +14,21 @@ def config(family, task):
                          num_labels=3, pad_id=1 if family == "roberta" else 0)
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert"])
-@pytest.mark.parametrize("task", ["classification", "tagging"])
-def test_padding_changes_nothing_and_both_forwards_agree(family, task):
-    torch.manual_seed(0)
-    model = torch.jit.script(Encoder(config(family, task)).eval())
+def alone_padded_lean(model):
+    """The scripted model's answers to 7 random ids alone, to the same ids with 5 padding positions after them,
+    and to those from forward_without_maps."""
     ids = torch.randint(2, 50, (1, 7))
     alone = model(ids, torch.ones(1, 7, dtype=torch.bool))
     padded_ids = torch.cat([ids, torch.zeros(1, 5, dtype=torch.long)], 1)
     mask = torch.cat([torch.ones(1, 7, dtype=torch.bool), torch.zeros(1, 5, dtype=torch.bool)], 1)
-    padded = model(padded_ids, mask)
-    lean = model.forward_without_maps(padded_ids, mask)
+    return alone, model(padded_ids, mask), model.forward_without_maps(padded_ids, mask)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "distilbert"])
+@pytest.mark.parametrize("task", ["classification", "tagging"])
+def test_padding_changes_nothing_and_both_forwards_agree(family, task):
+    torch.manual_seed(0)
+    alone, padded, lean = alone_padded_lean(torch.jit.script(Encoder(config(family, task)).eval()))
     key = "logits" if task == "classification" else "emissions"
     got = padded[key] if task == "classification" else padded[key][:, :7]
     assert torch.allclose(got, alone[key], atol=1e-5)
@@ -73,13 +77,7 @@ def test_the_qvi_variants_pad_without_change_answer_their_spec_and_gate_nothing_
             if layer.qvi:
                 layer.w_qvi.normal_()
                 layer.u_qvi.normal_()
-    model = torch.jit.script(eager)
-    ids = torch.randint(2, 50, (1, 7))
-    alone = model(ids, torch.ones(1, 7, dtype=torch.bool))
-    padded_ids = torch.cat([ids, torch.zeros(1, 5, dtype=torch.long)], 1)
-    mask = torch.cat([torch.ones(1, 7, dtype=torch.bool), torch.zeros(1, 5, dtype=torch.bool)], 1)
-    padded = model(padded_ids, mask)
-    lean = model.forward_without_maps(padded_ids, mask)
+    alone, padded, lean = alone_padded_lean(torch.jit.script(eager))
     assert sorted(padded) == sorted(output_spec(c))
     key = "logits" if task == "classification" else "emissions"
     got = padded[key] if task == "classification" else padded[key][:, :7]
