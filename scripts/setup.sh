@@ -222,8 +222,9 @@ cache_store() {  # the finished store into the cache, under its key, unless it i
 }
 # The pretrained demo models (sentiment-minilm, ner-minilm: MiniLM fine-tuned with QVI, qvi/finetune.py) come
 # after the three GloVe ones, with scripts/run.sh only (--serve-early), in the background at nice 19: about
-# 10 minutes of both cores that the tests do not need (they fine-tune briefly, tests/python/test_finetune.py,
-# and serve the GloVe three alone). The server picks each up as it lands. QVI_PRETRAINED_DEMOS=0 leaves them out.
+# 20 minutes of both cores (fine-tuning 8, faithfulness figures 10, packages 2) that the tests do not need (they
+# fine-tune briefly, tests/python/test_finetune.py, and serve the GloVe three alone). The server picks each up
+# as it lands. QVI_PRETRAINED_DEMOS=0 leaves them out.
 pretrained_wanted() { ((EARLY)) && [[ ${QVI_PRETRAINED_DEMOS:-1} == 1 ]]; }
 pretrained_complete() {
   local m
