@@ -105,11 +105,13 @@ def metric_figures(address):
 
 
 class Store:
-    """A copy of the demo store whose models get a new version on each roll()."""
+    """A copy of the three GloVe demo models (whatever else the demo store holds) whose models get a new version
+    on each roll()."""
 
     def __init__(self, root):
         self.root = root
-        shutil.copytree(os.path.join(REPO, "model_store", "store"), root)
+        for name in ("ner", "sentiment", "topics"):
+            shutil.copytree(os.path.join(REPO, "model_store", "store", name), os.path.join(root, name))
         self.latest = {m: max(int(v) for v in os.listdir(os.path.join(root, m)) if v.isdigit())
                        for m in ("sentiment", "ner")}
         self.rolls = 0
