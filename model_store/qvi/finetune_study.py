@@ -15,8 +15,9 @@ other numbers), and scored on the test split. Runs are appended to a JSON file a
     python -m qvi finetune-study --table study.json      # the markdown table
 
 The table gives each variant's mean ± standard deviation over seeds, its difference from the baseline, the
-paired t over seeds (the same seeds), and a paired bootstrap over the test texts (both variants' answers to the
-same texts, seeds pooled: the p-value of the difference having the other sign).
+paired t over seeds (the same seeds) with its two-sided p (Student's t, seeds - 1 degrees), and a paired bootstrap
+over the test texts (both variants' answers to the same texts, seeds pooled: the p-value of the difference having
+the other sign).
 """
 import argparse
 import json
@@ -25,6 +26,7 @@ import statistics
 from typing import Dict, List, Sequence
 
 import numpy as np
+from scipy.stats import t as scipy_t
 
 from qvi.finetune import PRETRAINED, TASKS, FinetuneOptions, finetune
 
@@ -86,8 +88,8 @@ def bootstrap_p(base: List[np.ndarray], other: List[np.ndarray], tagging: bool, 
 
 
 def table(rows: Sequence[Dict[str, object]]) -> str:
-    lines = ["| task | variant | seeds | test score (points) | Δ vs baseline | paired t (seeds) | bootstrap p (texts) |",
-             "|---|---|---:|---|---:|---:|---:|"]
+    lines = ["| task | variant | seeds | test score (points) | Δ vs baseline | paired t (seeds) | p of t | "
+             "bootstrap p (texts) |", "|---|---|---:|---|---:|---:|---:|---:|"]
     for task in dict.fromkeys(str(r["task"]) for r in rows):
         tagging = TASKS[task][0] == "tagging"
         base_name = VARIANTS[TASKS[task][0]][0]
@@ -103,15 +105,16 @@ def table(rows: Sequence[Dict[str, object]]) -> str:
             cells = [task, variant, str(len(seeds)), f"{statistics.mean(scores):.2f} ± {sd:.2f}"]
             common = [s for s in seeds if s in base]
             if variant == base_name or not common:
-                cells += ["", "", ""]
+                cells += ["", "", "", ""]
             else:
                 d = [_score(np.array(runs[s]["test_items"]), tagging) -
                      _score(np.array(base[s]["test_items"]), tagging) for s in common]
                 sdd = statistics.stdev(d) if len(d) > 1 else 0.0
-                t = f"{statistics.mean(d) / (sdd / len(d) ** 0.5):+.2f}" if sdd > 0 else "n/a"
+                t = statistics.mean(d) / (sdd / len(d) ** 0.5) if sdd > 0 else None
                 p = bootstrap_p([np.array(base[s]["test_items"]) for s in common],
                                 [np.array(runs[s]["test_items"]) for s in common], tagging)
-                cells += [f"{statistics.mean(d):+.2f}", t, f"{p:.3f}"]
+                cells += [f"{statistics.mean(d):+.2f}", "n/a" if t is None else f"{t:+.2f}",
+                          "n/a" if t is None else f"{2 * scipy_t.sf(abs(t), len(d) - 1):.3f}", f"{p:.3f}"]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -1,4 +1,5 @@
-"""The study's statistics (qvi.finetune_study) on made-up runs: its table, paired t and paired bootstrap."""
+"""The study's statistics (qvi.finetune_study) on made-up runs: its table, paired t (and its p) and paired
+bootstrap."""
 import numpy as np
 
 from qvi.finetune_study import bootstrap_p, table
@@ -17,8 +18,8 @@ def test_a_variant_right_on_more_of_the_same_texts_is_ahead_and_significant():
         rows += [run("attention", seed, base), run("qvi", seed, better)]
     lines = table(rows).splitlines()
     qvi = next(line for line in lines if "| qvi |" in line).split("|")
-    delta, t, p = float(qvi[5]), float(qvi[6]), float(qvi[7])
-    assert 3 < delta < 7 and t > 4 and p < 0.01
+    delta, t, p_t, p = float(qvi[5]), float(qvi[6]), float(qvi[7]), float(qvi[8])
+    assert 3 < delta < 7 and t > 4 and p_t < 0.05 and p < 0.01
 
 
 def test_the_same_answers_differ_by_nothing_with_p_one():
@@ -34,3 +35,16 @@ def test_entity_f1_is_pooled_from_counts_not_averaged_per_text():
     lines = table(rows).splitlines()
     plain = next(line for line in lines if "| plain |" in line)
     assert "33.33 ± 0.00" in plain
+
+
+def test_the_p_of_the_paired_t_is_students_with_seeds_minus_one_degrees():
+    """Three seeds whose differences are +1, +2, +3 points: t = 2 / (1 / √3) = 3.46 on 2 degrees, p = 0.074."""
+    rows = []
+    for seed, extra in ((1, 1), (2, 2), (3, 3)):
+        base = np.zeros(100, dtype=bool)
+        base[:50] = True
+        better = base.copy()
+        better[50:50 + extra] = True
+        rows += [run("attention", seed, base), run("qvi", seed, better)]
+    qvi = next(line for line in table(rows).splitlines() if "| qvi |" in line).split("|")
+    assert (qvi[5].strip(), qvi[6].strip(), qvi[7].strip()) == ("+2.00", "+3.46", "0.074")
