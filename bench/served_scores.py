@@ -10,9 +10,9 @@ tagger's entity precision, recall and F1 over (start, end, type) spans of the te
         --split model_store/data/conll2003/test.conll
 
 With --gates (a QVI classifier) it also says what β does there: its spread over the words, and how it ranks a
-text's words against α and against their contributions. It prints both scores and their difference, and exits 1 when they differ by more than --tolerance points (the
-server and the trainer should compute the same answers; float32 packages differ from the trainer in the last
-bits, which can move a text that sits on the boundary).
+text's words against α and against their contributions. It prints both scores and their difference, and exits 1
+when they differ by more than --tolerance points (the server and the trainer should compute the same answers;
+float32 packages differ from the trainer in the last bits, which can move a text that sits on the boundary).
 """
 import argparse
 import json

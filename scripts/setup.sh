@@ -222,9 +222,10 @@ cache_store() {  # the finished store into the cache, under its key, unless it i
 }
 # The pretrained demo models (sentiment-minilm, ner-minilm: MiniLM fine-tuned with QVI, qvi/finetune.py) come
 # after the three GloVe ones, with scripts/run.sh only (--serve-early), in the background at nice 19: about
-# 20 minutes of both cores (fine-tuning 8, faithfulness figures 10, packages 2) that the tests do not need (they
-# fine-tune briefly, tests/python/test_finetune.py, and serve the GloVe three alone). The server picks each up
-# as it lands. QVI_PRETRAINED_DEMOS=0 leaves them out.
+# 26 minutes of both cores (measured step by step here: fine-tuning 210 + 243 s, faithfulness figures 332 + 640 s
+# with another job on the cores, packages 81 + 61 s) that the tests do not need (they fine-tune briefly,
+# tests/python/test_finetune.py, and serve the GloVe three alone). The server picks each up as it lands.
+# QVI_PRETRAINED_DEMOS=0 leaves them out.
 pretrained_wanted() { ((EARLY)) && [[ ${QVI_PRETRAINED_DEMOS:-1} == 1 ]]; }
 pretrained_complete() {
   local m

@@ -353,11 +353,12 @@ def cmd_demo(a: argparse.Namespace) -> None:
         t1 = time.perf_counter()  # model.pt, then its package: each file written once
         export(model, c, labels, report, a.pretrained, a.store, name, 1, a.pt2_cache, package=True,
                faithfulness=figures)
-        print(f"{os.path.join(os.path.dirname(target), 'model.cpu.pt2')} ({time.perf_counter() - t1:.0f} s)", flush=True)
+        print(f"{package} ({time.perf_counter() - t1:.0f} s)", flush=True)
 
 
 # The faithfulness figures a pretrained demo card carries (qvi/faithfulness.py word by word, as served): a seeded
-# 300 answers of the test split, about 4 minutes of both cores each (every answer would take over 20).
+# 300 answers of the test split (332 s for sentiment-minilm, 640 s for ner-minilm on two cores that another job
+# shared; the whole split is 1,276 texts for sentiment and the ~5,800 entities ner-minilm finds on CoNLL).
 DEMO_FAITHFULNESS_ANSWERS = 300
 
 
@@ -386,7 +387,8 @@ def _complete(target: str, package: str, a: argparse.Namespace) -> None:
         print(f"{target} exists")
         return
     if lacks_figures:
-        card["faithfulness"] = measure_faithfulness(target, str(card["training"]["task"]), a.data)  # type: ignore[index]
+        task = str(card["training"]["task"])  # type: ignore[index]
+        card["faithfulness"] = measure_faithfulness(target, task, a.data)
         artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, os.path.dirname(os.path.dirname(
             os.path.dirname(target))), 1)
         print(f"{target}: its card carries the faithfulness figures now", flush=True)
@@ -417,7 +419,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--pretrained", default=PRETRAINED)
     d.add_argument("--pt2-cache")
     d.add_argument("--no-faithfulness", action="store_true",
-                   help="leave the faithfulness figures out of the cards (about 4 minutes a model)")
+                   help="leave the faithfulness figures out of the cards (5-11 minutes a model on two cores)")
     d.set_defaults(func=cmd_demo)
     p = sub.add_parser("finetune", help="fine-tune the pretrained MiniLM encoder with QVI on a demo corpus")
     p.add_argument("--task", choices=tuple(TASKS), required=True)
