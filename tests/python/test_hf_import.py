@@ -180,6 +180,8 @@ def test_classifiers_answer_what_transformers_computes_within_1e_4(api, imported
 
 
 def test_taggers_tag_each_word_with_its_first_subwords_tag_and_spans_slice_the_text(api, imported):
+    """Each word's tag is its first sub-word's; words and entity spans slice the text, without the whitespace a
+    SentencePiece piece's offsets take in (server/core/serving/subwords.cc)."""
     pb, pbg = api
     proc, models_ = imported
     stub = pbg.InferenceStub(proc.channel)
@@ -191,6 +193,8 @@ def test_taggers_tag_each_word_with_its_first_subwords_tag_and_spans_slice_the_t
             logits, enc, _ = reference(model, tokenizer, text)
             want = [TAGS[int(logits[p].argmax())] for p in first_subwords(enc)]
             assert [t.tag for t in result.tokens] == want, (name, text)
+            for t in result.tokens:  # a word, not the space a SentencePiece piece ("▁German") spans before it
+                assert t.text == text[t.start:t.end] and (t.text == t.text.strip() or not t.text.strip()), (name, t)
             for span in result.spans:
                 assert span.text == text[span.start:span.end]
                 assert span.start == result.tokens[span.token_start].start

@@ -12,6 +12,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/core/text/hf/hf_pipeline.h"
+#include "server/core/text/hf/hf_unicode.h"
 
 namespace qvi {
 
@@ -28,6 +30,23 @@ TokenOutput Position(const hf::SubwordToken& s, std::string_view text, int32_t w
   out.token.text = std::string(text.substr(s.byte_start, s.byte_end - s.byte_start));
   out.token.normalized = s.token;
   return out;
+}
+
+uint32_t Utf8Bytes(char32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
+
+// A word's span without the whitespace its pieces' offsets take in: a SentencePiece (Metaspace) piece spans the
+// space it replaced ("▁German" spans " German"), the word does not -- as a WordPiece model's words, the corpora's
+// entity spans and qvi/finetune.py's scorer have it. A word of whitespace alone keeps its span.
+void TrimWhitespace(std::string_view text, TextToken& t) {
+  const std::u32string chars = hf::Decode(text.substr(t.byte_start, t.byte_end - t.byte_start));
+  size_t lead = 0, trail = 0;
+  while (lead < chars.size() && hf::IsWhitespace(chars[lead])) ++lead;
+  if (lead == chars.size()) return;
+  while (hf::IsWhitespace(chars[chars.size() - 1 - trail])) ++trail;
+  for (size_t i = 0; i < lead; ++i) t.byte_start += Utf8Bytes(chars[i]);
+  for (size_t i = 0; i < trail; ++i) t.byte_end -= Utf8Bytes(chars[chars.size() - 1 - i]);
+  t.start += static_cast<uint32_t>(lead);
+  t.end -= static_cast<uint32_t>(trail);
 }
 
 }  // namespace
@@ -80,6 +99,7 @@ absl::Status TokenizeSubwords(const Model& model, std::string_view text, bool er
     result.tokens.push_back(Position(s, text, static_cast<int32_t>(result.words.size() - 1)));
   }
   for (WordPieces& w : result.words) {
+    TrimWhitespace(text, w.token);
     w.token.text = std::string(text.substr(w.token.byte_start, w.token.byte_end - w.token.byte_start));
     w.token.normalized = w.token.text;
   }
