@@ -3,7 +3,8 @@
 # caches off — an empty ccache, pip's cache off (torch is downloaded again), an empty demo-model cache, empty
 # caches for the compiled packages (QVI_PT2_CACHE, TORCHINDUCTOR_CACHE_DIR) — timed from the command to
 # the first Classify answered, to each demo model answering, and to the demo models complete (their
-# faithfulness figures and packages in). Prints a line per event, then run.sh's set-up and model lines.
+# faithfulness figures and packages in; the pretrained ones, sentiment-minilm and ner-e5, last). Prints a line
+# per event, then run.sh's set-up and model lines.
 # Debian packages already installed stay installed (the set-up skips them): quote their time apart.
 # Usage: bench/cold_start.sh [run|setup|test] [PORT]    (default run, port 18900; the clone goes to a temp
 #        dir, removed after). `setup` times scripts/setup.sh instead, the set-up scripts/test.sh runs
@@ -12,8 +13,9 @@
 #        layer cache (QVI_IMAGE_NO_CACHE=1; the base image and the image build's pip cache stay), and
 #        prints set-up's and test.sh's stage summaries. The empty ccache (CCACHE_DIR in the temp dir) fills
 #        as a fresh machine's does: the image builds find in it what the set-up's build compiled.
-# Takes about half an hour on two cores (run, setup); test 64 to 74 minutes (2026-12-02: the same VM ran the same
-# work a quarter slower in one hour than in another; bench/results/cold-test-2026-12-02[bc].txt).
+# Takes about half an hour on two cores (setup; run: an hour with the pretrained demo models); test 58 to 74
+# minutes (2026-12-02: the same VM ran the same work a quarter slower in one hour than in another;
+# bench/results/cold-test-2026-12-02[bc].txt).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MODE=${1:-run}
@@ -58,17 +60,21 @@ cleanup() {
 trap cleanup EXIT
 at() { local s=$((SECONDS - start)); printf '[cold %2d:%02d] %s\n' $((s / 60)) $((s % 60)) "$*"; }
 client=$work/repo/build/qvi-client
-declare -A asked=([sentiment]='classify --model sentiment' [ner]='tag --model ner' [topics]='classify --model topics')
+declare -A asked=([sentiment]='classify --model sentiment' [ner]='tag --model ner' [topics]='classify --model topics'
+  [sentiment-minilm]='classify --model sentiment-minilm' [ner-e5]='tag --model ner-e5')
+models=(sentiment ner topics)
+# The pretrained demo models come after the GloVe ones, unless QVI_PRETRAINED_DEMOS=0 leaves them out.
+[[ ${QVI_PRETRAINED_DEMOS:-1} == 1 ]] && models+=(sentiment-minilm ner-e5)
 declare -A answered=()
 complete=0
-while ((${#answered[@]} < 3 || !complete)); do
+while ((${#answered[@]} < ${#models[@]} || !complete)); do
   if ! kill -0 "$run" 2>/dev/null; then
     at "scripts/run.sh ended early; its last lines:"
     tail -n 30 "$work/run.out"
     exit 1
   fi
   if [[ -x $client ]]; then
-    for m in sentiment ner topics; do
+    for m in "${models[@]}"; do
       [[ -n ${answered[$m]:-} ]] && continue
       # shellcheck disable=SC2086  # the command's words split on purpose
       if "$client" --server "localhost:$PORT" --timeout 5 ${asked[$m]} "Shares in Siemens rose in Munich." \

@@ -6,10 +6,13 @@ runtime users reach for -- running the same model in-process (issue 75, item 4).
                         same graph through ORT's transformer optimizer (onnxruntime.transformers, model type
                         bert: the fusions optimum applies), the fused operators it made counted
   TorchScript / pt2     the artifact's model.pt and its AOTInductor package (the server's runtime, here called from
-                        Python), forward without maps: logits, α, β and contributions
-  server end to end     build/qvi-server on the artifact, build/qvi-perf over gRPC (Classify): one text per request
-                        from 1 caller and from 8 (the server batches their texts), 32 per request from 2 callers;
-                        tokenization and the answer's explanations per word included
+                        Python), forward without maps: logits, α, β and contributions; and each reduced-precision
+                        package the version holds (`python -m qvi finetune-packages` writes those that pass the
+                        fidelity gate and beat float32: model.cpu.x86-64-v4-bf16.pt2, ...-int8.pt2)
+  server end to end     build/qvi-server on the artifact (its "auto" package: the first of int8, bf16, float32 the
+                        version holds), build/qvi-perf over gRPC (Classify): one text per request from 1 caller
+                        and from 8 (the server batches their texts), 32 per request from 2 callers; tokenization
+                        and the answer's explanations per word included
 
 on the same texts: ~20-word texts (the sentiment test split) and ~100-word texts (BBC test articles cut to their
 first 100 words), tokenized once with the model's tokenizer.json for the in-process rows (the server tokenizes
@@ -17,12 +20,19 @@ itself). Every row is texts/s; the in-process rows pad each batch to its longest
 
     .venv/bin/python bench/ort_side_by_side.py [--model model_store/store/sentiment-minilm/1] [--seconds 10]
 
+With the bf16 package (a copy of the demo model, so that the demo store stays float32):
+
+    mkdir -p /tmp/v && cp -a model_store/store/sentiment-minilm /tmp/v/ && (cd model_store &&
+      ../.venv/bin/python -m qvi finetune-packages --model /tmp/v/sentiment-minilm/1/model.pt --pt2-cache work/pt2)
+    .venv/bin/python bench/ort_side_by_side.py --model /tmp/v/sentiment-minilm/1 --seconds 5
+
 Without the demo model (scripts/run.sh fine-tunes it), --build makes one of the same architecture with an
 untrained head into bench/models/minilm-qvi (speed does not depend on the weights).
 """
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -126,6 +136,9 @@ def server_rates(version, sets, seconds):
     proc = ServerProcess(store, work)  # its own thread choice, as deployed
     out = {}
     try:
+        loaded = re.search(r"from (\S+\.pt2) \(pt2, (\w+)", proc.log())
+        print(f"the server serves {name} from {loaded.group(1)} ({loaded.group(2)})" if loaded else
+              f"the server's log does not say which package it loaded for {name}", flush=True)
         for label, items in sets.items():
             path = os.path.join(work, "texts.txt")
             with open(path, "w", encoding="utf-8") as f:
@@ -221,10 +234,7 @@ def main():
                                                  int(config["hidden"]), a.threads).items()}
     scripted = torch.jit.load(os.path.join(version, "model.pt"))
     same_function(runners, scripted, tok)
-    from qvi.pt2 import load_methods
-    package = load_methods(os.path.join(version, "model.cpu.pt2"))["without_maps"]  # as the server loads it
-    runners["TorchScript in-process"] = lambda i, m: scripted.forward_without_maps(i, m)
-    runners["pt2 in-process"] = lambda i, m: package(i, m)
+    runners.update(in_process(version, scripted))
     sets = texts()
     rows = {}
     for name, items in sets.items():
@@ -238,6 +248,25 @@ def main():
     served = server_rates(version, sets, a.seconds)
     print(f"\n{os.cpu_count()} cores ({a.threads} threads in-process); texts/s; x: against the fastest ORT row at the "
           "same texts per call\n")
+    table(rows, served)
+
+
+def in_process(version, scripted):
+    """{row name: runner} of the server's runtimes called from Python: model.pt's TorchScript, and each package the
+    version holds (model.cpu.pt2, and the bf16 and int8 ones where `qvi finetune-packages` kept them)."""
+    from qvi import pt2
+    runners = {"TorchScript in-process": lambda i, m: scripted.forward_without_maps(i, m)}
+    for variant in ("base", "x86-64-v4-bf16", "x86-64-v4-int8"):
+        file = pt2.FILES["cpu"] if variant == "base" else pt2.variant_file(variant)
+        if os.path.exists(os.path.join(version, file)):
+            package = pt2.load_methods(os.path.join(version, file))["without_maps"]  # as the server loads it
+            name = "pt2 in-process" if variant == "base" else f"pt2 {pt2.CPU_VARIANTS[variant][1]} in-process"
+            runners[name] = (lambda p: lambda i, m: p(i, m))(package)
+    return runners
+
+
+def table(rows, served):
+    """The markdown table: each in-process row and the server's, x against the fastest ORT row of its kind."""
     names = list(next(iter(rows.values()))[1])
     print("| texts | sub-words | per call | " + " | ".join(names) + " | server, 1 caller | server, 8 callers (1 per "
           "call) or 2 (32) |")

@@ -6,7 +6,7 @@ tagger's entity precision, recall and F1 over (start, end, type) spans of the te
 
     .venv/bin/python bench/served_scores.py --model model_store/store/sentiment-minilm/1 \\
         --split model_store/data/sentiment/test.tsv
-    .venv/bin/python bench/served_scores.py --model model_store/store/ner-minilm/1 \\
+    .venv/bin/python bench/served_scores.py --model model_store/store/ner-e5/1 \\
         --split model_store/data/conll2003/test.conll
 
 With --gates (a QVI classifier) it also says what β does there: its spread over the words, and how it ranks a

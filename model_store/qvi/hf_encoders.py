@@ -153,7 +153,9 @@ class EncoderLayer(nn.Module):
             v, beta = self._qvi_values(q, v, keys, maps)  # eq. 10 attends over G instead of V
         if maps:
             scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(self.head_dim)
-            scores = scores.masked_fill(~keys, -3.4028234663852886e38)  # float32 min, as transformers masks
+            # -inf, as scaled_dot_product_attention masks (the path without maps): float32's min, as transformers
+            # writes it, overflows bfloat16. Every text has a real key ([CLS]), so no row is masked whole.
+            scores = scores.masked_fill(~keys, float("-inf"))
             attention = torch.softmax(scores, dim=-1)
             context = torch.matmul(attention, v)
         else:

@@ -66,10 +66,11 @@ def variant_file(variant: str) -> str:
 
 # How far a compiled package may differ from the float32 eager model on the check's random batches, each
 # difference taken relative to the value's size (|got - want| / (1 + |want|): absolute below 1): float32 code
-# only by rounding (a fine-tuned MiniLM's package came out 1.0e-5 from its eager model in absolute terms:
-# kernels that sum in another order); bfloat16 by its 8-bit mantissa. A bf16 package's real test is the fidelity gate
-# on a test split (qvi/fidelity.py); this one catches a miscompiled package.
-CHECK_TOLERANCE = {"float32": 1e-5, "bfloat16": 0.05, "int8": 0.05}
+# only by rounding, which grows with depth (kernels that sum in another order: a fine-tuned MiniLM, 6 layers, came
+# out 1.0e-5 from its eager model in absolute terms, the 12-layer multilingual-e5-small tagger 1.75e-5); bfloat16
+# by its 8-bit mantissa. A bf16 package's real test is the fidelity gate on a test split (qvi/fidelity.py); this one
+# catches a miscompiled package.
+CHECK_TOLERANCE = {"float32": 5e-5, "bfloat16": 0.05, "int8": 0.05}
 PT2_INFO = "pt2.json"
 INFO_VERSION = 2  # 2: CPU kernels take their OpenMP team size at run time (dynamic threads)
 MIN_TOKENS = 2

@@ -136,7 +136,7 @@ def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card:
     says why); asked for "pt2" alone, it is an error. `cpu_variants` (pt2.CPU_VARIANTS) adds CPU
     packages beside model.cpu.pt2; a bfloat16 or int8 one only if it passes the fidelity gate on the
     corpus `fidelity_test` (qvi/fidelity.py) and is faster than the packages the server would load
-    after it (_speed_gate; with `speed_gate` False it is not timed, and its report says so).
+    after it (keep_if_faster; with `speed_gate` False it is not timed, and its report says so).
     The model card records each variant's measurement.
     `freezing` (pt2.FREEZING) decides the CPU packages' weight freezing."""
     model, ckpt = load_checkpoint(ckpt_path)
@@ -169,7 +169,8 @@ def export_checkpoint(ckpt_path: str, store: str, name: str, version: int, card:
                 for variant in set(kept) & {BF16, INT8}:
                     card["cpu_packages"][variant]["speed"] = "not gated (--cpu-speed-gate off)"  # type: ignore[index]
             elif BF16 in kept or INT8 in kept:
-                _speed_gate(model, probe, vocab, cache, cpu_target, freezing, kept, card["cpu_packages"])  # type: ignore[arg-type]
+                keep_if_faster(model, probe, vocab.to_text(), len(vocab), cache, cpu_target, freezing, kept,
+                           card["cpu_packages"])  # type: ignore[arg-type]
         manifest = artifact.build_manifest(name, config, tok, vocab, ckpt["labels"], ckpt["scheme"], card)
         written = []
         if fmt in ("torchscript", "both"):
@@ -191,8 +192,8 @@ INT8, BF16, V4 = "x86-64-v4-int8", "x86-64-v4-bf16", "x86-64-v4"
 AUTO_ORDER = (INT8, BF16, V4, "base")
 
 
-def _speed_gate(model: torch.nn.Module, manifest: Dict[str, object], vocab: Vocabulary, cache: str, cpu_target: str,
-                freezing: str, kept: List[str], reports: Dict[str, Dict[str, object]]) -> None:
+def keep_if_faster(model: torch.nn.Module, manifest: Dict[str, object], text: str, vocab_size: int, cache: str,
+                   cpu_target: str, freezing: str, kept: List[str], reports: Dict[str, Dict[str, object]]) -> None:
     """Keeps a reduced-precision package (bf16, int8) only where it wins: timed on this machine against
     the base package and every other variant kept (pt2.time_packages: one torch thread, a lone short text
     and a batch of eight), it must be faster by the geometric mean than every package the server's "auto"
@@ -200,8 +201,7 @@ def _speed_gate(model: torch.nn.Module, manifest: Dict[str, object], vocab: Voca
     "auto" loads it first. Where one of those is as fast it is dropped (the demo classifier's bf16 ran
     its lone short texts at about half the base package's speed on a CPU with AMX; there bf16 also ran
     faster than int8 even at BERT-base's size: docs/performance.md), and its report ("speed") says
-    against what."""
-    text = vocab.to_text()
+    against what. `text` is the package's vocabulary (vocab.txt) or tokenizer.json."""
     with tempfile.TemporaryDirectory(prefix="qvi-speed-") as staging:
         paths = {"base": pt2.write_cached(model, manifest, text, os.path.join(staging, "base"), "cpu", cpu_target,
                                           cache, freezing=freezing)}
@@ -209,7 +209,7 @@ def _speed_gate(model: torch.nn.Module, manifest: Dict[str, object], vocab: Voca
             target, dtype = pt2.CPU_VARIANTS[variant]
             paths[variant] = pt2.write_cached(model, manifest, text, os.path.join(staging, variant), "cpu", target,
                                               cache, dtype, freezing=freezing)
-        ms = pt2.time_packages(paths, len(vocab))
+        ms = pt2.time_packages(paths, vocab_size)
     scores = {name: pt2.geometric_mean(times) for name, times in ms.items()}
     fastest = min(scores, key=lambda name: scores[name])
     for variant in (BF16, INT8):  # bf16 first: whether int8 must beat it depends on bf16 being kept

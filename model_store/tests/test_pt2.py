@@ -307,7 +307,7 @@ def test_the_speed_gate_keeps_a_reduced_package_only_if_it_beats_every_package_a
                         lambda paths, vocab_size, **kw: {n: {"1x24": ms[n], "8x24": 1.0} for n in paths})
     variants = ["x86-64-v4-bf16", "x86-64-v4-int8", "x86-64-v4"]
     reports = {v: {"kept": True} for v in variants}
-    workflow._speed_gate(None, {}, Vocabulary(["[PAD]", "[UNK]", "a"]), "cache", "x86-64-v3", "auto", variants, reports)
+    workflow.keep_if_faster(None, {}, "[PAD]\n[UNK]\na\n", 3, "cache", "x86-64-v3", "auto", variants, reports)
     assert variants == kept
     for v in ("x86-64-v4-bf16", "x86-64-v4-int8"):
         assert reports[v]["kept"] is (v in kept) and reports[v].get("not_kept") == why.get(v)

@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(REPO, "model_store"))
 SERVER = os.environ.get("QVI_SERVER", os.path.join(REPO, "build", "qvi-server"))
 DEMO_STORE = os.path.join(REPO, "model_store", "store")
 # The suites are written against the three GloVe demo models. The demo store may also hold the pretrained
-# ones (sentiment-minilm, ner-minilm: scripts/run.sh trains them after the first answer), so STORE is a
+# ones (sentiment-minilm, ner-e5: scripts/run.sh trains them after the first answer), so STORE is a
 # view of the store with these three alone: a folder of this process whose entries link to them. Read it,
 # serve it, copy it (shutil.copytree copies what the links point to); never write into it.
 GLOVE_DEMO_MODELS = ("ner", "sentiment", "topics")

@@ -12,11 +12,14 @@ import torch
 
 from qvi_testing import REPO, ServerProcess
 
-from qvi.finetune import FinetuneOptions, export, finetune, measure_faithfulness, pretrained_encoder  # noqa: E402
+from qvi import pt2  # noqa: E402
+from qvi.finetune import (FinetuneOptions, export, finetune, load_finetuned, measure_faithfulness,  # noqa: E402
+                          pretrained_encoder)
 from qvi.hf_encoders import start_from_pretrained  # noqa: E402
 
 PRETRAINED = os.path.join(REPO, "model_store", "pretrained", "all-minilm-l6-v2")
 DATA = os.path.join(REPO, "model_store", "data")
+CACHE = os.environ.get("QVI_PT2_CACHE", os.path.expanduser("~/.cache/qvi/pt2-tests"))  # the zoo tests' package cache
 TEXTS = ["The plot is thin but the acting is superb.", "A dull, lifeless film.", "Unbelievably charming, if overlong.",
          "Café naïve — 東京!", "x" * 300]
 
@@ -148,3 +151,62 @@ def test_the_cards_carry_the_faithfulness_of_the_explanations_word_by_word(api, 
             assert 0 <= m.normalised_comprehensiveness.low <= m.normalised_comprehensiveness.high, (name, method)
             assert m.cost.ms_per_text_batch_1 > 0, (name, method)
         assert not got["random"].HasField("vs_random") and got["occlusion"].HasField("vs_random"), name
+
+
+def card_of(model_pt):
+    return load_finetuned(model_pt)[1]["model_card"]
+
+
+NEEDS_BF16 = pytest.mark.skipif(
+    not set(pt2.cpu_flags("x86-64-v4", "bfloat16")) <= set(pt2.required_cpu_flags("native")),
+    reason="this CPU cannot run an x86-64-v4 bf16 package (needs AVX-512 and AVX512-BF16)")
+
+
+@NEEDS_BF16
+def test_a_bf16_package_of_a_fine_tuned_encoder_is_kept_only_through_its_fidelity_gate(api, served, monkeypatch):
+    """`qvi finetune-packages`: the bf16 package is compiled from model.pt, measured against the float32 model on
+    the test split (here its first 48 texts), and the card says so either way; a package that fails its gate is
+    not written (and one written before is removed), one that passes is written and is what the server serves."""
+    from qvi import fidelity
+    from qvi.finetune_packages import add_variants
+    pb, pbg = api
+    proc, models = served
+    model, labels, report = models["sentiment-tiny"]
+    work = tempfile.mkdtemp(prefix="qvi_finetune_packages_")
+    store = os.path.join(work, "store")
+    shutil.copytree(os.path.join(proc.work, "store", "sentiment-tiny", "1"), os.path.join(store, "sentiment-tiny", "1"))
+    model_pt = os.path.join(store, "sentiment-tiny", "1", "model.pt")
+    bf16 = os.path.join(store, "sentiment-tiny", "1", pt2.variant_file("x86-64-v4-bf16"))
+    variant = "x86-64-v4-bf16"
+    monkeypatch.setitem(fidelity.LIMITS, "explanations_abs", 1e-7)  # bf16 cannot meet it
+    reports = add_variants(model_pt, [variant], DATA, CACHE, speed_gate=False, log=lambda *_: None, test_limit=48)
+    gate = reports[variant]["fidelity"]
+    assert reports[variant]["kept"] is False and gate["passed"] is False and gate["texts"] == 48
+    assert any("differs by up to" in why and "limit 1e-07" in why for why in gate["failed"]), gate
+    assert not os.path.exists(bf16)
+    assert card_of(model_pt)["cpu_packages"][variant]["fidelity"]["passed"] is False
+
+    monkeypatch.setitem(fidelity.LIMITS, "explanations_abs", 0.02)
+    monkeypatch.setitem(fidelity.LIMITS, "label_agreement", 0.9)  # a one-epoch model's margins are thin
+    reports = add_variants(model_pt, [variant], DATA, CACHE, speed_gate=False, log=lambda *_: None, test_limit=48)
+    gate = reports[variant]["fidelity"]
+    assert reports[variant]["kept"] is True and gate["passed"] is True, gate
+    assert gate["label_agreement"] >= 0.9 and gate["max_abs_attention"] <= 0.02 and gate["max_abs_gates"] <= 0.02
+    assert reports[variant]["speed"] == "not gated (--no-speed-gate)"
+    assert os.path.exists(bf16) and card_of(model_pt)["cpu_packages"][variant]["kept"] is True
+    server = ServerProcess(store, work)
+    try:
+        stub = pbg.InferenceStub(server.channel)
+        info = stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name="sentiment-tiny")), timeout=60)
+        md = info.model.versions[0].metadata
+        assert (md.format, md.file, md.precision) == ("pt2", pt2.variant_file(variant), "bfloat16")
+        answer = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment-tiny"), texts=TEXTS[:3],
+                                                  options=pb.OutputOptions(top_k=2, attention=True)), timeout=120)
+        for text, result in zip(TEXTS, answer.results):
+            out, _ = run(model, text)
+            want = torch.softmax(out["logits"][0], -1).numpy()
+            got = {s.label: s.score for s in result.labels}
+            assert np.allclose([got[label] for label in labels], want, atol=0.02), text
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)

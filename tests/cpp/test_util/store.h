@@ -12,7 +12,7 @@ namespace qvi::testing {
 std::filesystem::path DemoStore();
 
 // The demo models the tests are written against, trained from GloVe by scripts/setup.sh. The demo store
-// may hold more (scripts/run.sh adds the pretrained sentiment-minilm and ner-minilm after its first answer).
+// may hold more (scripts/run.sh adds the pretrained sentiment-minilm and ner-e5 after its first answer).
 inline constexpr const char* kGloveDemoModels[] = {"ner", "sentiment", "topics"};
 
 class TempStore {
