@@ -307,7 +307,7 @@ if ((BUILD_MODELS)); then
       { grep --line-buffered -E '^(store/|[a-z0-9_]+: )' | grep -v 'exists (use' || true; }
     cache_store
     if pretrained_wanted && ! pretrained_complete; then
-      log "the pretrained demo models (MiniLM with QVI): fine-tuning in the background (the log: $MODELS_LOG)"
+      log "the pretrained demo models (MiniLM with QVI pooling, e5 with a CRF): fine-tuning in the background (the log: $MODELS_LOG)"
       : > "$MODELS_LOG"
       set -m
       demo_models pretrained-only &

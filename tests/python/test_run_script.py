@@ -48,7 +48,7 @@ class RunSh:
             self.proc = subprocess.Popen(
                 ["scripts/run.sh", "--port=0", "--host", "127.0.0.1", "--port-file", str(self.port_file),
                  "--metrics-port", "0", "--http-port", "0", "--device", "cpu"],
-                # The pretrained demo models (about 26 minutes of both cores after the GloVe ones) stay out: what is
+                # The pretrained demo models (about 40 minutes of both cores after the GloVe ones) stay out: what is
                 # tested here is the GloVe models' arrival; tests/python/test_finetune.py serves fine-tuned ones.
                 cwd=root, env=dict(os.environ, QVI_MODEL_CACHE="", QVI_PRETRAINED_DEMOS="0"), stdout=out,
                 stderr=subprocess.STDOUT)
