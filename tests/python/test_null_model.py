@@ -34,7 +34,7 @@ def null_server(tmp_path_factory):
         twin = json.load(f)
     for name, device in (("emulated", {"per_batch": 500, "per_text": 20}), ("bad_device", {"per_batch": -1}),
                          ("unpipelined", {"per_batch": 500, "per_text": 20, "asynchronous": False}),
-                         ("bad_mode", {"asynchronous": "yes"})):
+                         ("bad_mode", {"asynchronous": "yes"}), ("bad_hold", {"hold_while_file": 3})):
         os.makedirs(os.path.join(store, name, "1"))
         with open(os.path.join(store, name, "1", "model.null"), "w") as f:
             json.dump(dict(twin, manifest=dict(twin["manifest"], name=name), device_us=device), f)
@@ -126,6 +126,8 @@ def test_a_device_time_out_of_range_fails_its_version_naming_the_field(null_serv
     assert "device_us.per_batch must be a number of microseconds from 0 to 10000000" in models["bad_device"]["reason"]
     assert models["bad_mode"]["state"] == "MODEL_STATE_FAILED"
     assert "device_us.asynchronous must be true or false" in models["bad_mode"]["reason"]
+    assert models["bad_hold"]["state"] == "MODEL_STATE_FAILED"
+    assert "device_us.hold_while_file must be a file's path" in models["bad_hold"]["reason"]
 
 
 def test_a_device_that_cannot_queue_work_answers_the_same_and_counts_the_same_time(null_server):

@@ -1,7 +1,7 @@
 """Request priorities end to end (docs/serving.md, "Priorities"): the native `priority` field, OIP's
 `priority` parameter as tritonclient sends it, the HTTP header X-Request-Priority, and an API key's default
-and highest priority. A model whose (emulated) device takes 2 s a batch, one text a batch, and a queue of
-3 texts makes the order visible: a high-priority request that finds the queue full of low-priority ones
+and highest priority. A model whose (emulated) device holds the first batch until the test lets it go, one
+text a batch, and a queue of 3 texts makes the order visible: a high-priority request that finds the queue full of low-priority ones
 takes the newest one's place (that one is answered RESOURCE_EXHAUSTED, and counted), and is served before
 the low-priority ones that came before it."""
 import hashlib
@@ -40,12 +40,15 @@ def busy():
     twin["manifest"]["name"] = "fast"
     with open(os.path.join(store, "fast", "1", "model.null"), "w") as f:
         json.dump(twin, f)
-    # 2 s a batch, one batch at a time (not pipelined), one text a batch, three texts queued at most;
-    # an aging longer than the test, so that the order is the priorities' alone.
+    # A batch stays on the device while work/hold exists (the test makes and removes it: no race with a
+    # clock, which a loaded machine lost once under ASan), 0.1 s a batch, one batch at a time (not
+    # pipelined), one text a batch, three texts queued at most; an aging longer than the test, so that
+    # the order is the priorities' alone.
     os.makedirs(os.path.join(store, "queue", "1"))
     with open(os.path.join(store, "queue", "1", "model.null"), "w") as f:
         json.dump(dict(twin, manifest=dict(twin["manifest"], name="queue"),
-                       device_us={"per_batch": 2_000_000, "asynchronous": False}), f)
+                       device_us={"per_batch": 100_000, "asynchronous": False,
+                                  "hold_while_file": os.path.join(work, "hold")}), f)
     with open(os.path.join(store, "queue", "serving.json"), "w") as f:
         json.dump({"max_batch_size": 1, "max_queued_texts": 3, "instances": 1, "priority_aging_ms": 600000}, f)
     keys = os.path.join(work, "keys.json")
@@ -80,8 +83,15 @@ def test_a_high_priority_request_takes_a_low_ones_place_and_is_served_before_the
     def queued():
         return busy.metrics().get('qvi_queue_texts{model="queue",version="1"}')
 
+    def outcome(future):
+        return "pending" if not future.done() else future.exception() or "answered"
+
+    hold = os.path.join(busy.work, "hold")
+    open(hold, "w").close()  # low-0 stays on the device until the queue has been seen full
     lows = {"low-0": send("low-0", pb.PRIORITY_LOW)}
-    wait_until(lambda: queued() == 0 and not lows["low-0"].done(), "low-0 on the device", seconds=30)
+    wait_until(lambda: queued() == 0 or lows["low-0"].done(),
+               lambda: f"low-0 on the device (queued {queued()}, low-0 {outcome(lows['low-0'])})", seconds=30)
+    assert not lows["low-0"].done(), f"low-0 ended before it was seen on the device: {outcome(lows['low-0'])}"
     for i in (1, 2, 3):  # one at a time, so that their order in the queue is known
         lows[f"low-{i}"] = send(f"low-{i}", pb.PRIORITY_LOW)
         wait_until(lambda: queued() == i, f"{i} texts queued", seconds=30)
@@ -97,6 +107,8 @@ def test_a_high_priority_request_takes_a_low_ones_place_and_is_served_before_the
     assert shed.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert ("the model's queue was full and a request of a higher priority took this one's place "
             "(priority 3, low); retry with backoff") == shed.value.details()
+    assert not lows["low-0"].done(), "low-0 stays on the device while the hold file exists"
+    os.remove(hold)
     assert high.result(timeout=60).results[0].labels
     for name in ("low-0", "low-1", "low-2"):
         assert lows[name].result(timeout=60).results[0].labels, name

@@ -5,6 +5,7 @@
 #include <ATen/ops/zeros.h>
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -28,10 +29,11 @@ namespace {
 // can launch the next batch meanwhile, as on a GPU.
 class EmulatedDevice {
  public:
-  EmulatedDevice(absl::Duration per_batch, absl::Duration per_text, bool asynchronous)
+  EmulatedDevice(absl::Duration per_batch, absl::Duration per_text, bool asynchronous, std::string hold_file)
       : per_batch_(absl::ToChronoNanoseconds(per_batch)),
         per_text_(absl::ToChronoNanoseconds(per_text)),
-        asynchronous_(asynchronous) {}
+        asynchronous_(asynchronous),
+        hold_file_(std::move(hold_file)) {}
 
   // False ("asynchronous": false in device_us): the runner collects each batch before it launches
   // the next, as if the device could not queue work: the engine without its pipeline, for comparison.
@@ -47,12 +49,24 @@ class EmulatedDevice {
       free_at_ = done;
     }
     out.device_time = absl::FromChrono(busy);
-    out.wait_for_device = [done] { std::this_thread::sleep_until(done); };
+    out.wait_for_device = [done, hold = hold_file_] {
+      std::this_thread::sleep_until(done);
+      // "hold_while_file": a test keeps the batch on the device, its end in the test's hands rather
+      // than a clock's, until it removes the file (at most kMaxHold: a test that fails before removing it
+      // does not hang the server).
+      const auto give_up = std::chrono::steady_clock::now() + kMaxHold;
+      std::error_code error;
+      while (!hold.empty() && std::filesystem::exists(hold, error) && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    };
   }
 
  private:
+  static constexpr std::chrono::seconds kMaxHold{120};
   const std::chrono::nanoseconds per_batch_, per_text_;
   const bool asynchronous_;
+  const std::string hold_file_;
   Mutex mu_;
   std::chrono::steady_clock::time_point free_at_ ABSL_GUARDED_BY(mu_);
 };
@@ -134,8 +148,8 @@ class NullModel final : public Model {
   const std::unique_ptr<EmulatedDevice> emulated_;  // null: no device time
 };
 
-// model.null's "device_us": {"per_batch": µs, "per_text": µs, "asynchronous": bool}, all optional
-// (0, 0, true), each time at most 10 s.
+// model.null's "device_us": {"per_batch": µs, "per_text": µs, "asynchronous": bool, "hold_while_file":
+// path}, all optional (0, 0, true, none), each time at most 10 s.
 absl::StatusOr<std::unique_ptr<EmulatedDevice>> ParseDeviceTime(const nlohmann::json& file, const std::string& path) {
   if (!file.contains("device_us")) return nullptr;
   const nlohmann::json& d = file["device_us"];
@@ -143,6 +157,7 @@ absl::StatusOr<std::unique_ptr<EmulatedDevice>> ParseDeviceTime(const nlohmann::
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": device_us is an object {\"per_batch\": µs, \"per_text\": µs, \"asynchronous\": true}"));
   }
+  std::string hold_file;
   constexpr double kMaxUs = 10e6;
   double us[2] = {0, 0};
   bool asynchronous = true;
@@ -157,10 +172,17 @@ absl::StatusOr<std::unique_ptr<EmulatedDevice>> ParseDeviceTime(const nlohmann::
       asynchronous = value.get<bool>();
       continue;
     }
+    if (key == "hold_while_file") {
+      if (!value.is_string() || value.get<std::string>().empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": device_us.hold_while_file must be a file's path"));
+      }
+      hold_file = value.get<std::string>();
+      continue;
+    }
     const auto* name = std::find_if(std::begin(names), std::end(names), [&](const char* n) { return key == n; });
     if (name == std::end(names)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": device_us.", key, " is not a field (per_batch, per_text, asynchronous)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": device_us.", key, " is not a field (per_batch, per_text, asynchronous, hold_while_file)"));
     }
     if (!value.is_number() || value.get<double>() < 0 || value.get<double>() > kMaxUs) {
       return absl::InvalidArgumentError(
@@ -168,7 +190,8 @@ absl::StatusOr<std::unique_ptr<EmulatedDevice>> ParseDeviceTime(const nlohmann::
     }
     us[name - std::begin(names)] = value.get<double>();
   }
-  return std::make_unique<EmulatedDevice>(absl::Microseconds(us[0]), absl::Microseconds(us[1]), asynchronous);
+  return std::make_unique<EmulatedDevice>(absl::Microseconds(us[0]), absl::Microseconds(us[1]), asynchronous,
+                                          std::move(hold_file));
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 // device_us the runner collects each batch before launching the next (the engine without its
 // pipeline, for comparison). A 2-core machine then measures how well the engine keeps
 // a device busy with its own CPU work around the batches (bench/run.py --emulated-device).
+// "hold_while_file": PATH in device_us keeps each batch on the device, after its time, while PATH exists
+// (at most 120 s): a test decides when a batch ends, with no race against a clock.
 #ifndef QVI_SERVER_CORE_MODEL_NULL_MODEL_H_
 #define QVI_SERVER_CORE_MODEL_NULL_MODEL_H_
 
