@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -154,6 +155,7 @@ def server_rates(version, sets, seconds):
                 out[(label, per_request, concurrency)] = steps["steps"][0]["texts_per_s"]
     finally:
         proc.stop()
+        shutil.rmtree(work, ignore_errors=True)
     return out
 
 
@@ -172,31 +174,33 @@ def ort_sessions(model, example, heads, hidden, threads):
     import transformers
     from onnxruntime.transformers import optimizer
     from safetensors.torch import load_file
-    work = tempfile.mkdtemp(prefix="qvi_onnx_")
-    cfg = transformers.BertConfig.from_json_file(os.path.join(PRETRAINED, "config.json"))
-    cfg.num_labels = 2
-    bert = transformers.BertForSequenceClassification._from_config(cfg, attn_implementation="eager").eval()
-    state = {"bert." + k: v for k, v in load_file(os.path.join(PRETRAINED, "model.safetensors")).items()}
-    bert.load_state_dict(state, strict=False)
-    # eval(): the exporter puts a wrapper back in the mode it found it in, and a new module is in training mode
-    ours = LogitsOnly(model, lambda m, ids, mask: m._run(ids, mask, False)["logits"]).eval()
-    theirs = LogitsOnly(bert, lambda m, ids, mask: m(input_ids=ids, attention_mask=mask.long()).logits).eval()
-    paths = {"ORT, this model": export_onnx(ours, example, os.path.join(work, "qvi.onnx")),
-             "ORT, transformers' BERT": export_onnx(theirs, example, os.path.join(work, "bert.onnx"))}
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    sessions = {}
-    for name, path in paths.items():
-        if name == "ORT, this model":
-            sessions[name] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        fused = optimizer.optimize_model(path, model_type="bert", num_heads=heads, hidden_size=hidden)
-        fused.save_model_to_file(path + ".fused")
-        stats = {k: v for k, v in fused.get_fused_operator_statistics().items() if v}
-        print(f"{name}: the transformer optimizer fused {stats}", flush=True)
-        sessions[name + " (optimized)"] = ort.InferenceSession(path + ".fused", so, providers=["CPUExecutionProvider"])
-    return sessions
+    # The graphs (350 MB) are read into the sessions; the folder goes when they are made.
+    with tempfile.TemporaryDirectory(prefix="qvi_onnx_") as work:
+        cfg = transformers.BertConfig.from_json_file(os.path.join(PRETRAINED, "config.json"))
+        cfg.num_labels = 2
+        bert = transformers.BertForSequenceClassification._from_config(cfg, attn_implementation="eager").eval()
+        state = {"bert." + k: v for k, v in load_file(os.path.join(PRETRAINED, "model.safetensors")).items()}
+        bert.load_state_dict(state, strict=False)
+        # eval(): the exporter puts a wrapper back in the mode it found it in, and a new module is in training mode
+        ours = LogitsOnly(model, lambda m, ids, mask: m._run(ids, mask, False)["logits"]).eval()
+        theirs = LogitsOnly(bert, lambda m, ids, mask: m(input_ids=ids, attention_mask=mask.long()).logits).eval()
+        paths = {"ORT, this model": export_onnx(ours, example, os.path.join(work, "qvi.onnx")),
+                 "ORT, transformers' BERT": export_onnx(theirs, example, os.path.join(work, "bert.onnx"))}
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sessions = {}
+        for name, path in paths.items():
+            if name == "ORT, this model":
+                sessions[name] = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+            fused = optimizer.optimize_model(path, model_type="bert", num_heads=heads, hidden_size=hidden)
+            fused.save_model_to_file(path + ".fused")
+            stats = {k: v for k, v in fused.get_fused_operator_statistics().items() if v}
+            print(f"{name}: the transformer optimizer fused {stats}", flush=True)
+            sessions[name + " (optimized)"] = ort.InferenceSession(path + ".fused", so,
+                                                                   providers=["CPUExecutionProvider"])
+        return sessions
 
 
 def same_function(runners, scripted, tok):

@@ -51,12 +51,15 @@ source_url=$(git config --get remote.origin.url 2>/dev/null || echo "file://$(pw
 ca_bundle=${QVI_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 # Room for the build: a cuda build writes its build stage (8.6 GB), then the image's 4 GB copied out of
 # it, before the stale ones are dropped below; 16 GB free was measured too little (2026-11-29: "no space
-# left on device" in the runtime stage's COPY). With less free than this, the cached build stages of this
-# variant go first (the build is slower, not failed: a full disk half-way stops everything after it).
+# left on device" in the runtime stage's COPY), and 23 GB too (2026-12-06, CI: "no space left on device"
+# committing the build stage's last step, its 3.5 GB of wheels written a second and a third time as the
+# layer's blob and the layer, the model zoo's tests writing beside it). With less free than this, the
+# cached build stages of this variant go first (the build is slower, not failed: a full disk half-way
+# stops everything after it).
 graph_root=$("${QVI_PODMAN[@]}" info --format '{{.Store.GraphRoot}}')
 free_gb=$(($(df --output=avail -k "$graph_root" | tail -1) / 1024 / 1024))
 # QVI_IMAGE_NEED_GB sets the cuda figure (a large one exercises the dropping below).
-need_gb=$([[ $variant == cuda ]] && echo ${QVI_IMAGE_NEED_GB:-24} || echo 8)
+need_gb=$([[ $variant == cuda ]] && echo ${QVI_IMAGE_NEED_GB:-32} || echo 8)
 if ((free_gb < need_gb)); then
   log "only $free_gb GB free in $graph_root (want $need_gb): dropping the cached $variant build stages first"
   # Every image of this variant's build stage, its layer cache included: a prune of dangling images
@@ -66,7 +69,8 @@ if ((free_gb < need_gb)); then
   if ((${#stale[@]} > 0)); then "${QVI_PODMAN[@]}" rmi -f "${stale[@]}" > /dev/null 2>&1 || true; fi
   # (A build that failed half-way leaves a build container holding its image: that one stays.)
   "${QVI_PODMAN[@]}" image prune -f > /dev/null 2>&1 || true
-  log "$(($(df --output=avail -k "$graph_root" | tail -1) / 1024 / 1024)) GB free now"
+  free_gb=$(($(df --output=avail -k "$graph_root" | tail -1) / 1024 / 1024))
+  log "$free_gb GB free now$( ((free_gb >= need_gb)) || echo "; still under $need_gb: the build may run out of room (free the disk)")"
 fi
 # QVI_IMAGE_NO_CACHE=1: no layer cache, as on a fresh machine (bench/cold_start.sh test; the base image and
 # the pip wheels' cache mount stay).
