@@ -11,11 +11,18 @@ What it reads:
 A header belongs to the target that compiles the .cc of the same name; a header with no .cc
 (request.h, sync.h, ...) to the one target that compiles sources in its folder.
 
+Two more rules, read from the tree alone:
+  - the directions between the server's parts (PARTS): a file includes headers of its own part and of the
+    parts on levels below its own, never of one above or beside it;
+  - no import cycle among the Python modules of model_store/qvi, client/python and bench/ (imports inside
+    functions count: a cycle put off to run time is still one).
+
 Usage: scripts/check_layers.py [BUILD_DIR]   (default build/; it is reconfigured once with the query)
-Exit 0 when the includes and the links agree, 1 with each disagreement listed.
+Exit 0 when the includes and the links agree and both rules hold, 1 with each disagreement listed.
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 import subprocess
@@ -148,6 +155,8 @@ def main() -> int:
                     problems.append(f"{f} ({name}): includes {inc} of {lib}, which {name} does not link")
                 used_edges[name].add(lib)
     problems += heavy_torch_includes()
+    problems += direction_problems(ROOT)
+    problems += import_cycle_problems(ROOT)
     # Direct edges between the project's libraries that no include uses.
     for name in sorted(libraries):
         if not PROJECT_LIB.match(name):
@@ -162,7 +171,8 @@ def main() -> int:
         return 1
     print(f"check_layers: {len(sources)} targets, every include of server/ is of a linked library "
           f"and every link between the project's libraries is used, "
-          f"no header (and no server source) includes torch's umbrella headers")
+          f"no header (and no server source) includes torch's umbrella headers, "
+          f"every include goes down the parts' levels, no Python import cycle")
     return 0
 
 
@@ -194,6 +204,137 @@ def heavy_torch_includes() -> list[str]:
                                     "compiles; include <ATen/core/Tensor.h> and the ATen/ops/*.h headers of the "
                                     "operators it calls (at::zeros: <ATen/ops/zeros.h>; +, *: "
                                     "<ATen/TensorOperators.h>)")
+    return problems
+
+
+# The server's parts, from the bottom up: (level, part, path prefixes; the longest prefix that matches a
+# file names its part). A file includes headers of its own part and of parts on lower levels: an include
+# up or sideways (auth and tls, grpc and http) fails. A new folder joins a part here, or the check fails.
+PARTS = (
+    (0, "base", ("server/core/sched/", "server/core/alloc/", "server/logging.")),
+    (1, "text", ("server/core/text/",)),
+    (2, "manifest", ("server/core/manifest/",)),
+    (3, "store", ("server/core/store/",)),
+    (3, "outputs", ("server/core/outputs/",)),
+    (4, "request", ("server/core/request/",)),
+    (5, "model", ("server/core/model/",)),
+    (6, "serving", ("server/core/serving/",)),
+    (7, "auth", ("server/auth/",)),
+    (7, "tls", ("server/tls/",)),
+    (7, "metrics", ("server/metrics/",)),
+    (7, "tracing", ("server/tracing/",)),
+    (7, "cuda", ("server/cuda/",)),
+    (8, "frontend", ("server/frontend/",)),
+    (9, "grpc", ("server/grpc/",)),
+    (9, "http", ("server/http/",)),
+    (10, "server", ("server/main.", "server/server")),  # main.cc, server.cc, its options: the parts put together
+)
+SERVER_INCLUDE = re.compile(r'^\s*#\s*include\s+"(server/[^"]+)"', re.M)
+
+
+def part_of(path: str, parts=PARTS) -> tuple[int, str] | None:
+    """(level, part) of a path under server/, by its longest matching prefix; None if no part holds it."""
+    best = None
+    for level, part, prefixes in parts:
+        for prefix in prefixes:
+            if path.startswith(prefix) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), level, part)
+    return None if best is None else best[1:]
+
+
+def direction_problems(root: Path, parts=PARTS) -> list[str]:
+    """Each include of a file under root/server that goes up or sideways between parts."""
+    problems = []
+    for f in sorted((root / "server").rglob("*")):
+        if f.suffix not in (".h", ".cc"):
+            continue
+        path = str(f.relative_to(root))
+        here = part_of(path, parts)
+        if here is None:
+            problems.append(f"{path}: in no part of scripts/check_layers.py's PARTS (add its folder to one)")
+            continue
+        for inc in SERVER_INCLUDE.findall(f.read_text(errors="replace")):
+            there = part_of(inc, parts)
+            if there is None or there[1] == here[1] or there[0] < here[0]:
+                continue
+            way = "up" if there[0] > here[0] else "sideways"
+            problems.append(f"{path} (part {here[1]}, level {here[0]}) includes {inc} (part {there[1]}, level "
+                            f"{there[0]}): an include {way}; a part includes only parts on lower levels (PARTS)")
+    return problems
+
+
+# The Python packages whose modules must not import each other in a circle: (folder, package name; "" for
+# a folder of top-level modules).
+PYTHON_PACKAGES = (("model_store/qvi", "qvi"), ("client/python/src/qvi_client", "qvi_client"), ("bench", ""))
+
+
+def python_modules(folder: Path, package: str) -> dict[str, Path]:
+    out = {}
+    for f in sorted(folder.rglob("*.py")):
+        parts = list(f.relative_to(folder).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(([package] if package else []) + parts)] = f
+    return out
+
+
+def python_imports(f: Path, name: str, known: dict[str, Path]) -> set[str]:
+    """The modules of `known` that module `name` (file f) imports, anywhere in it."""
+    package = name if f.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(f.read_text(), str(f))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".") if package else []
+                base = ".".join(up[:len(up) - (node.level - 1)] + ([base] if base else []))
+            out.update(m for m in [base, *(f"{base}.{a.name}" for a in node.names)] if m in known)
+    out.discard(name)
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            v, edges = work[-1]
+            w = next(edges, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = stack[stack.index(v):]
+                del stack[stack.index(v):]
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def import_cycle_problems(root: Path, packages=PYTHON_PACKAGES) -> list[str]:
+    problems = []
+    for folder, package in packages:
+        modules = python_modules(root / folder, package)
+        graph = {m: python_imports(f, m, modules) for m, f in modules.items()}
+        problems += [f"{folder}: the modules {', '.join(c)} import each other in a circle" for c in cycles(graph)]
     return problems
 
 

@@ -21,7 +21,7 @@ begin "C++ formatting: clang-format with .clang-format (scripts/format.sh --chec
 scripts/format.sh --check || failed
 begin "complexity: no function over 80 lines or CCN 20 outside the allow-list, no file over its size (scripts/complexity.sh)"
 scripts/complexity.sh || failed
-begin "layers: every include of server/ is of a library the target links, every link is used, no torch umbrella header in a header (scripts/check_layers.py)"
+begin "layers: every include of server/ is of a library the target links, every link is used, includes go down the parts, no torch umbrella header in a header, no Python import cycle (scripts/check_layers.py)"
 .venv/bin/python scripts/check_layers.py build || failed
 begin "C++ unit and end-to-end tests (ctest)"
 (cd build && ctest --output-on-failure -j1) || failed
