@@ -22,21 +22,12 @@ import time
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+from qvi_testing import api_stubs  # noqa: E402  (the native API's modules, generated from proto/)
 SERVER = os.path.join(REPO, "build", "qvi-server")
 STORE = os.path.join(REPO, "model_store", "store")
 MODELS = ("sentiment", "topics", "ner")
 MIB = 1 << 20
-
-
-def stubs():
-    from grpc_tools import protoc
-    out = tempfile.mkdtemp(prefix="qvi_bench_stubs_")
-    proto = os.path.join(REPO, "proto")
-    assert protoc.main(["protoc", f"-I{proto}", f"--python_out={out}", f"--grpc_python_out={out}",
-                        os.path.join(proto, "qvi", "serving", "v1", "inference.proto")]) == 0
-    sys.path.insert(0, out)
-    from qvi.serving.v1 import inference_pb2, inference_pb2_grpc
-    return inference_pb2, inference_pb2_grpc
 
 
 def make_store(work):
@@ -131,7 +122,7 @@ def main():
     p.add_argument("--clients", type=int, nargs="+", default=[3, 8])
     p.add_argument("--duration", type=float, default=20)
     a = p.parse_args()
-    pb, pbg = stubs()
+    pb, pbg = api_stubs()
     work = tempfile.mkdtemp(prefix="qvi_budget_bench_")
     try:
         store = make_store(work)

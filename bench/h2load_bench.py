@@ -18,6 +18,8 @@ TEXT = ("The film opens slowly but the second half is moving, funny and sharp, w
 GRPC_PATH = "/qvi.serving.v1.Inference/Classify"
 SAMPLE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+from qvi_testing import api_stubs  # noqa: E402  (the native API's modules, generated from proto/)
 
 
 def metrics(url):
@@ -45,15 +47,8 @@ def executable(build):
 
 def grpc_body(work, model):
     """One Classify call as gRPC frames it on HTTP/2 (a 0 byte, a 4-byte big-endian length, the message),
-    encoded by stubs generated from proto/ into `work`."""
-    from grpc_tools import protoc
-    out = os.path.join(work, "stubs")
-    os.makedirs(out, exist_ok=True)
-    proto = os.path.join(REPO, "proto")
-    assert protoc.main(["protoc", f"-I{proto}", f"--python_out={out}",
-                        os.path.join(proto, "qvi", "serving", "v1", "inference.proto")]) == 0, "protoc failed"
-    sys.path.insert(0, out)
-    from qvi.serving.v1 import inference_pb2 as pb
+    encoded by the native API's modules generated from proto/ (qvi_testing.api_stubs)."""
+    pb, _ = api_stubs()
     message = pb.ClassifyRequest(model=pb.ModelSpec(name=model), texts=[TEXT]).SerializeToString()
     path = os.path.join(work, "classify.grpc")
     with open(path, "wb") as f:

@@ -29,8 +29,8 @@ import urllib.request
 import grpc
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "scripts"))
-from soak import stubs  # noqa: E402  (the native API's stubs, generated from proto/)
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+from qvi_testing import api_stubs  # noqa: E402  (the native API's modules, generated from proto/)
 
 WORDS = ("the film was great and the cast was wonderful but the plot dragged in the middle while "
          "Alice met Bob in Paris at the United Nations on Monday").split()
@@ -80,7 +80,7 @@ def main():
     ap.add_argument("--rest-seconds", type=float, default=5)
     ap.add_argument("--server-args", default="", help="more flags for qvi-server, one string")
     args = ap.parse_args()
-    pb, pb_grpc = stubs()
+    pb, pb_grpc = api_stubs()
     work = tempfile.mkdtemp(prefix="qvi_memory_")
     port_file, metrics_file = os.path.join(work, "port"), os.path.join(work, "metrics_port")
     log = open(os.path.join(work, "server.log"), "w")

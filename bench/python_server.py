@@ -7,7 +7,6 @@ per request (no batching across callers). It answers Classify with the labels on
 import argparse
 import os
 import sys
-import tempfile
 from concurrent import futures
 
 import grpc
@@ -15,23 +14,11 @@ import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "model_store"))
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
 
 from qvi import artifact  # noqa: E402
 from qvi.tokenizer import config_from_json, encode  # noqa: E402
-
-
-def stubs():
-    """qvi.serving.v1 modules generated from proto/ into a temporary folder."""
-    from grpc_tools import protoc
-    out = tempfile.mkdtemp(prefix="qvi_bench_stubs_")
-    proto = os.path.join(REPO, "proto")
-    assert protoc.main(["protoc", f"-I{proto}", f"--python_out={out}", f"--grpc_python_out={out}",
-                        os.path.join(proto, "qvi", "serving", "v1", "inference.proto")]) == 0
-    sys.path.insert(0, out)
-    import qvi
-    qvi.__path__.append(os.path.join(out, "qvi"))
-    from qvi.serving.v1 import inference_pb2, inference_pb2_grpc
-    return inference_pb2, inference_pb2_grpc
+from qvi_testing import api_stubs  # noqa: E402  (the native API's modules, generated from proto/)
 
 
 def main():
@@ -44,7 +31,7 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     args = ap.parse_args()
     torch.set_num_threads(args.torch_threads)
-    pb, pb_grpc = stubs()
+    pb, pb_grpc = api_stubs()
     module, manifest, vocab = artifact.load(args.model_pt)
     device = torch.device(args.device)
     module = module.to(device)

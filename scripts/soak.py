@@ -43,6 +43,8 @@ import urllib.request
 from collections import Counter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+from qvi_testing import api_stubs  # noqa: E402  (the native API's modules, generated from proto/)
 ALLOWED = {"OK", "DEADLINE_EXCEEDED", "CANCELLED"}
 FLOOD_ALLOWED = {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"}
 FLOOD_BYTES = (16 << 20) - 1024  # within the default message limit
@@ -57,19 +59,6 @@ FLOODS = [("/qvi.serving.v1.Inference/Classify", flood(2)), ("/qvi.serving.v1.In
     ("/inference.GRPCInferenceService/ModelInfer", flood(f)) for f in (4, 5, 6, 7)]
 WORDS = ("the film was great and the cast was wonderful but the plot dragged in the middle while "
          "Alice met Bob in Paris at the United Nations on Monday and nobody liked the ending at all").split()
-
-
-def stubs():
-    """The qvi.serving.v1 modules, generated from proto/ into a temporary folder."""
-    from grpc_tools import protoc
-    out = tempfile.mkdtemp(prefix="qvi_soak_stubs_")
-    proto = os.path.join(REPO, "proto")
-    if protoc.main(["protoc", f"-I{proto}", f"--python_out={out}", f"--grpc_python_out={out}",
-                    os.path.join(proto, "qvi", "serving", "v1", "inference.proto")]) != 0:
-        sys.exit("soak: protoc failed")
-    sys.path.insert(0, out)
-    from qvi.serving.v1 import inference_pb2, inference_pb2_grpc
-    return inference_pb2, inference_pb2_grpc
 
 
 def proc_stats(pid):
@@ -145,7 +134,7 @@ def main():
                     help="take the figures this often (default: before each rollout)")
     args = ap.parse_args()
     import grpc
-    pb, pb_grpc = stubs()
+    pb, pb_grpc = api_stubs()
 
     work = tempfile.mkdtemp(prefix="qvi_soak_")
     store = Store(os.path.join(work, "store"))

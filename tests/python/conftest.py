@@ -10,26 +10,13 @@ import tempfile
 
 import pytest
 
-from qvi_testing import REPO, STORE, ServerProcess  # the helpers every suite shares
+from qvi_testing import REPO, STORE, ServerProcess, api_stubs  # the helpers every suite shares
 
 
 @pytest.fixture(scope="session")
 def api():
-    """The qvi.serving.v1 Python modules, generated into a temporary folder from proto/."""
-    from grpc_tools import protoc
-    out = tempfile.mkdtemp(prefix="qvi_py_stubs_")
-    proto = os.path.join(REPO, "proto")
-    rc = protoc.main(["protoc", f"-I{proto}", f"--python_out={out}", f"--grpc_python_out={out}",
-                      os.path.join(proto, "qvi", "serving", "v1", "inference.proto")])
-    assert rc == 0, "protoc failed"
-    sys.path.insert(0, out)
-    # The model zoo is also a package named qvi (imported by these tests to compare answers); let
-    # it hold the generated qvi/serving/v1 too.
-    import qvi
-    qvi.__path__.append(os.path.join(out, "qvi"))
-    from qvi.serving.v1 import inference_pb2, inference_pb2_grpc  # noqa: E402
-    yield inference_pb2, inference_pb2_grpc
-    shutil.rmtree(out, ignore_errors=True)
+    """The qvi.serving.v1 Python modules, generated from proto/ (qvi_testing.api_stubs)."""
+    return api_stubs()
 
 
 INTEROP = os.path.join(REPO, "tests", "python", "interop")

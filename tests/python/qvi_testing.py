@@ -2,6 +2,7 @@
 port, waiting for a condition, HTTP calls that return status, JSON and headers, and qvi-server run as
 a child process on free ports (ServerProcess). conftest.py turns these into pytest fixtures."""
 import atexit
+import functools
 import http.client
 import re
 import json
@@ -91,6 +92,35 @@ def post_json(address, path, body, headers=None, timeout=30):
                                   {"Content-Type": "application/json", **(headers or {})}, timeout=timeout)
     assert status == 200, f"POST {path}: {status} {answer}"
     return answer
+
+
+@functools.cache
+def api_stubs():
+    """(inference_pb2, inference_pb2_grpc): the native API's modules, generated from proto/ once per process
+    into a temporary folder (removed at exit), as the package `qvi_api` rather than under the proto's path
+    qvi/serving/v1: the model zoo's package is also named qvi, and a process that imports both (a test
+    comparing answers, bench/run.py) found one of them missing (`No module named 'qvi.demo'`). The
+    descriptors keep the proto's file name and package, so the messages and the wire are the same ones."""
+    from grpc_tools import protoc
+    out = tempfile.mkdtemp(prefix="qvi_api_stubs_")
+    atexit.register(shutil.rmtree, out, True)
+    proto, name = os.path.join(REPO, "proto"), os.path.join("qvi", "serving", "v1", "inference.proto")
+    assert protoc.main(["protoc", f"-I{proto}", f"--python_out={out}", f"--grpc_python_out={out}",
+                        os.path.join(proto, name)]) == 0, f"protoc failed on proto/{name}"
+    package = os.path.join(out, "qvi_api")
+    os.makedirs(package)
+    open(os.path.join(package, "__init__.py"), "w").close()
+    generated = os.path.join(out, "qvi", "serving", "v1")
+    shutil.copy(os.path.join(generated, "inference_pb2.py"), package)
+    with open(os.path.join(generated, "inference_pb2_grpc.py")) as f:
+        text = f.read()
+    absolute = "from qvi.serving.v1 import inference_pb2"
+    assert absolute in text, "the generated gRPC module's import of its messages was not found"
+    with open(os.path.join(package, "inference_pb2_grpc.py"), "w") as f:
+        f.write(text.replace(absolute, "from qvi_api import inference_pb2"))
+    sys.path.insert(0, out)
+    from qvi_api import inference_pb2, inference_pb2_grpc
+    return inference_pb2, inference_pb2_grpc
 
 
 def metrics_text(address, timeout=10):
