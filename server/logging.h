@@ -77,7 +77,7 @@ struct AccessRecord {
   double ms = 0;          // arrival to answer
   double queue_ms = 0;    // the longest wait of its texts in the batch queue
   double compute_ms = 0;  // the longest batch it was in
-  // Trace context (server/frontend/trace_context.h): the trace id, "" for none; and, when `traced`, where
+  // Trace context (server/tracing/trace_context.h): the trace id, "" for none; and, when `traced`, where
   // the time went: arrival to the batch queue (parse, check, tokenise), the longest batch's forward
   // pass and post-processing, and building and serialising the answer.
   std::string trace_id;

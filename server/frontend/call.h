@@ -31,9 +31,9 @@
 #include "server/core/sched/env.h"
 #include "server/core/sched/exception_text.h"
 #include "server/core/serving/model_repository.h"
-#include "server/frontend/trace_context.h"
 #include "server/metrics/metrics.h"
 #include "server/tracing/span.h"
+#include "server/tracing/trace_context.h"
 
 namespace qvi {
 

@@ -56,11 +56,15 @@ std::string ToHex(const uint8_t* bytes, size_t n) {
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(bytes), n));
 }
 
+bool Drawn(double ratio) {
+  if (ratio >= 1) return true;
+  if (ratio <= 0) return false;
+  return std::uniform_real_distribution<double>(0, 1)(Rng()) < ratio;
+}
+
 bool SpanSampler::Sample(std::optional<bool> parent_sampled) const {
   if (parent_sampled.has_value()) return *parent_sampled;
-  if (ratio_ >= 1) return true;
-  if (ratio_ <= 0) return false;
-  return std::uniform_real_distribution<double>(0, 1)(Rng()) < ratio_;
+  return Drawn(ratio_);
 }
 
 }  // namespace qvi

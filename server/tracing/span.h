@@ -40,9 +40,13 @@ struct Span {
   void Set(std::string key, Value value) { attributes.emplace_back(std::move(key), std::move(value)); }
 };
 
-// Random ids, never all zero (W3C Trace Context and OTLP call all-zero ids invalid). Thread-safe.
+// Random ids, never all zero (W3C Trace Context and OTLP call all-zero ids invalid). Thread-safe. The
+// only ids the server makes: a span's, an exported trace's, and a trace id for the access log (Tracer).
 TraceId NewTraceId();
 SpanId NewSpanId();
+// True with probability `ratio` (never at 0 or below, always at 1 or above), from the same generator.
+// Thread-safe.
+bool Drawn(double ratio);
 
 // Ids from and to lowercase hex (a traceparent's fields); nullopt when `hex` is not one.
 std::optional<TraceId> TraceIdFromHex(std::string_view hex);

@@ -1,8 +1,6 @@
-#include "server/frontend/trace_context.h"
+#include "server/tracing/trace_context.h"
 
-#include <random>
-
-#include "absl/strings/escaping.h"
+#include "server/tracing/span.h"
 
 namespace qvi {
 namespace {
@@ -15,11 +13,6 @@ bool LowerHex(std::string_view s) {
 }
 
 bool AllZero(std::string_view s) { return s.find_first_not_of('0') == std::string_view::npos; }
-
-std::mt19937_64& Generator() {
-  thread_local std::mt19937_64 generator{std::random_device{}()};
-  return generator;
-}
 
 }  // namespace
 
@@ -42,21 +35,6 @@ std::optional<TraceParent> ParseTraceParent(std::string_view value) {
   return TraceParent{std::string(trace_id), std::string(parent_id), (flag_bits & 1) != 0};
 }
 
-std::string Tracer::NewTraceId() {
-  std::string bytes(16, '\0');
-  do {
-    for (size_t i = 0; i < bytes.size(); i += 8) {
-      const uint64_t r = Generator()();
-      for (size_t j = 0; j < 8; ++j) bytes[i + j] = static_cast<char>((r >> (8 * j)) & 0xff);
-    }
-  } while (bytes == std::string(16, '\0'));
-  return absl::BytesToHexString(bytes);
-}
-
-std::string Tracer::Draw() const {
-  if (rate_ <= 0) return "";
-  if (rate_ < 1 && std::uniform_real_distribution<double>(0, 1)(Generator()) >= rate_) return "";
-  return NewTraceId();
-}
+std::string Tracer::Draw() const { return Drawn(rate_) ? ToHex(NewTraceId()) : ""; }
 
 }  // namespace qvi

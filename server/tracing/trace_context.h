@@ -1,14 +1,14 @@
 // W3C Trace Context (https://www.w3.org/TR/trace-context/): the `traceparent` a caller sends with a
-// call (gRPC metadata now, an HTTP header when HTTP comes), and which calls get per-request timings
-// in the access log.
+// call (gRPC metadata, an HTTP header), and which calls get per-request timings in the access log.
+// The ids themselves, and the one random draw, are span.h's.
 //
 // A call is traced when it brings a valid traceparent (its caller traces it) or, failing that, when a
 // draw falls under --trace-rate; a call traced by the draw gets a trace id of its own. The trace id
 // goes into the access line and every log line about the call; the timings (prepare, queue, forward,
 // post-process, serialise) into the access line of a traced call. This is what Triton's default
-// trace mode and TEI write; exporting spans (OTLP) can come later.
-#ifndef QVI_SERVER_FRONTEND_TRACE_CONTEXT_H_
-#define QVI_SERVER_FRONTEND_TRACE_CONTEXT_H_
+// trace mode and TEI write; the spans exported over OTLP are span.h's and otlp_exporter.h's.
+#ifndef QVI_SERVER_TRACING_TRACE_CONTEXT_H_
+#define QVI_SERVER_TRACING_TRACE_CONTEXT_H_
 
 #include <optional>
 #include <string>
@@ -30,10 +30,9 @@ std::optional<TraceParent> ParseTraceParent(std::string_view value);
 class Tracer {
  public:
   explicit Tracer(double rate) : rate_(rate) {}
-  // The trace id of a call traced by the draw, or "" when the draw says no. Thread-safe.
+  // The trace id of a call traced by the draw (span.h's NewTraceId, as 32 lowercase hex digits), or ""
+  // when the draw says no. Thread-safe.
   std::string Draw() const;
-  // A new random trace id (32 lowercase hex digits, never all zero).
-  static std::string NewTraceId();
 
  private:
   const double rate_;
@@ -41,4 +40,4 @@ class Tracer {
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_FRONTEND_TRACE_CONTEXT_H_
+#endif  // QVI_SERVER_TRACING_TRACE_CONTEXT_H_

@@ -1,5 +1,5 @@
 // W3C traceparent parsing and the --trace-rate draw (trace_context.h).
-#include "server/frontend/trace_context.h"
+#include "server/tracing/trace_context.h"
 
 #include <gtest/gtest.h>
 
