@@ -2,8 +2,8 @@
 // protocol-neutral Call (server/frontend/call.h): gRPC's deadline, cancellation, peer and
 // `traceparent` metadata in, the serialised answer and its status out.
 //
-// StartInferCall() is the skeleton both gRPC APIs share: admission, the API's own decoding and
-// planning, Prepare, Submit, and the catch that keeps a failure (std::bad_alloc, say) to its own call.
+// StartInferCall() is what both gRPC APIs share: admission, then the steps of every call (plan, wait for
+// a load, prepare, submit: server/frontend/infer_steps.h) with gRPC's deadline, cancellation and message.
 // The call is recorded in OnDone, with the status the client really got.
 #ifndef QVI_SERVER_GRPC_INFER_CALL_H_
 #define QVI_SERVER_GRPC_INFER_CALL_H_
@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
+#include "server/frontend/infer_steps.h"
 #include "server/grpc/status.h"
 
 namespace qvi {
@@ -41,7 +42,7 @@ class InferCall final : public grpc::ServerUnaryReactor {
 
   Call& call() { return call_; }
   grpc::CallbackServerContext* context() const { return ctx_; }
-  // What PlanInferCall asks of a call (an InferCall, or one request of a stream, infer_stream.h): the
+  // What GrpcSteps asks of a call (an InferCall, or one request of a stream, infer_stream.h): the
   // deadline in wall time, and whether the client has gone.
   absl::Time deadline() const;
   std::function<bool()> is_cancelled() const {
@@ -74,58 +75,46 @@ void AddRetryPushback(grpc::CallbackServerContext* ctx, const absl::Status& stat
 // The call's deadline as gRPC gives it, in wall time (InfiniteFuture when it has none).
 absl::Time Deadline(const grpc::CallbackServerContext* ctx);
 
-// What an API makes of one call once it has decoded and checked it.
+// What an API makes of one call: the plan (infer_steps.h), and how its message is made of the core's
+// answer (a non-OK status refuses the answer).
 template <typename Message>
-struct PlannedCall {
-  Method method = Method::kClassify;
-  InferenceRequest request;  // request_id: the client's, or empty for one made up here
-  // The version the plan was checked against (OIP reads its manifest to plan the tensors): the
-  // core answers from it. Null: the core resolves the request's model and version, once.
-  ServableHandle servable;
-  absl::Duration timeout = absl::InfiniteDuration();  // the API's own timeout, beside gRPC's deadline
-  // Fills the API's message from the core's answer; a non-OK status refuses the answer.
+struct PlannedCall : Planned {
   std::function<absl::Status(const InferenceResponse&, Message*)> build;
 };
 
-// After admission: plan, Prepare, Submit. A plan that resolved a model which loads on demand waits
-// for it (once, within gRPC's deadline) and plans again on the thread that loaded it.
-// `Target` is an InferCall or a stream's request (infer_stream.h): call(), deadline(), is_cancelled(),
-// Answer(status) and AnswerWith<Message>(answer, raw, build).
+// A gRPC call as PlanAndSubmit's steps (infer_steps.h). `Target` is an InferCall or a stream's request
+// (infer_stream.h): call(), deadline(), is_cancelled(), Answer(status) and AnswerWith<Message>(answer, raw,
+// build). `plan(raw, &call)` decodes and checks the request (it may set the call's model and request id as
+// soon as it knows them, so that a refusal is recorded with them).
+template <typename Message, typename Target, typename PlanFn>
+struct GrpcSteps {
+  Target* target;
+  Core* core;
+  const grpc::ByteBuffer* raw;
+  grpc::ByteBuffer* raw_response;
+  std::shared_ptr<PlanFn> plan;
+
+  Call& call() { return target->call(); }
+  absl::Time WaitDeadline() const { return MonotonicDeadline(core->env(), target->deadline()); }
+  absl::StatusOr<PlannedCall<Message>> Plan() { return (*plan)(*raw, &target->call()); }
+  // The request id, and the deadline: the sooner of gRPC's and the plan's timeout.
+  absl::Status Prepare(InferenceRequest& r, absl::Duration timeout) {
+    r.is_cancelled = target->is_cancelled();
+    return target->call().Prepare(r, target->call().request_id(), WaitDeadline(), timeout);
+  }
+  void Fail(const absl::Status& status) { target->Answer(status); }
+  Core::Done Answerer(PlannedCall<Message>&& planned) {
+    return [target = target, raw_response = raw_response,
+            build = std::move(planned.build)](absl::StatusOr<InferenceResponse> out) {
+      target->template AnswerWith<Message>(out, raw_response, build);
+    };
+  }
+};
+
 template <typename Message, typename Target, typename Plan>
 void PlanInferCall(Target* call, Core* core, const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response,
-                   std::shared_ptr<Plan> plan, bool waited) {
-  try {
-    absl::StatusOr<PlannedCall<Message>> planned = (*plan)(*raw, &call->call());
-    // Waits once -- or again, when the version a load handed over is not the one the request asks for
-    // (another version of the model is still loading): each wait ends with a load, or at the deadline.
-    if (!planned.ok() && (!waited || call->call().loaded != nullptr) && WaitsForLoad(planned.status())) {
-      core->WhenLoaded(call->call().model, MonotonicDeadline(core->env(), call->deadline()),
-                       [call, core, raw, raw_response, plan](absl::StatusOr<ServableHandle> loaded) {
-                         if (!loaded.ok()) return call->Answer(loaded.status());
-                         call->call().loaded = *std::move(loaded);
-                         PlanInferCall<Message>(call, core, raw, raw_response, plan, /*waited=*/true);
-                       });
-      return;
-    }
-    if (!planned.ok()) return call->Answer(planned.status());
-    InferenceRequest& r = planned->request;
-    if (planned->servable == nullptr) planned->servable = Serving(call->call().loaded, r.model, r.version);
-    call->call().loaded = nullptr;  // the request holds it from here
-    if (absl::Status s = call->call().Prepare(r, call->call().request_id(),
-                                              MonotonicDeadline(core->env(), call->deadline()), planned->timeout);
-        !s.ok()) {
-      return call->Answer(s);
-    }
-    r.is_cancelled = call->is_cancelled();
-    core->Submit(
-        planned->method, std::move(r),
-        [call, raw_response, build = std::move(planned->build)](absl::StatusOr<InferenceResponse> out) {
-          call->template AnswerWith<Message>(out, raw_response, build);
-        },
-        std::move(planned->servable));
-  } catch (...) {  // bad_alloc decoding or planning: this call fails, the server goes on
-    call->Answer(absl::InternalError(absl::StrCat("accepting the request failed: ", CurrentExceptionText())));
-  }
+                   std::shared_ptr<Plan> plan) {
+  PlanAndSubmit(core, GrpcSteps<Message, Target, Plan>{call, core, raw, raw_response, std::move(plan)});
 }
 
 // Starts one inference call: admission (the caller's API key, then the request's bytes); then `plan(raw, call)`, which
@@ -141,8 +130,7 @@ grpc::ServerUnaryReactor* StartInferCall(Calls* calls, Core* core, const char* m
     call->Answer(admitted);
     return call;
   }
-  PlanInferCall<Message>(call, core, raw, raw_response, std::make_shared<std::decay_t<Plan>>(std::forward<Plan>(plan)),
-                         /*waited=*/false);
+  PlanInferCall<Message>(call, core, raw, raw_response, std::make_shared<std::decay_t<Plan>>(std::forward<Plan>(plan)));
   return call;
 }
 

@@ -104,7 +104,7 @@ class InferStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   bool done_ ABSL_GUARDED_BY(mu_) = false;         // OnDone ran
 };
 
-// One request of a stream, from its message to its answer's write: what PlanInferCall and
+// One request of a stream, from its message to its answer's write: what GrpcSteps (infer_call.h) and
 // AnswerWithMessage ask of a call.
 template <typename StreamResponse>
 class InferStream<StreamResponse>::Item {
@@ -239,8 +239,7 @@ void InferStream<StreamResponse>::OnReadDone(bool ok) {
             [plan = &options_.plan, index](const grpc::ByteBuffer& bytes, Call* call) {
               return (*plan)(bytes, call, index);
             });
-    PlanInferCall<StreamResponse>(item, options_.core, item->request(), item->response(), std::move(plan),
-                                  /*waited=*/false);
+    PlanInferCall<StreamResponse>(item, options_.core, item->request(), item->response(), std::move(plan));
   }
   Step step;
   {

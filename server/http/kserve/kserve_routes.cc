@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "server/frontend/infer_steps.h"
 #include "server/http/http_call.h"
 #include "server/http/kserve/kserve_rest.h"
 #include "server/http/native/json_body.h"
@@ -30,51 +31,59 @@ absl::StatusOr<size_t> JsonHeaderBytes(const HttpRequest& request) {
   return static_cast<size_t>(n);
 }
 
-// Plan, Prepare and Submit a parsed ModelInfer. A plan that resolved a model which loads on demand
-// waits for it, once, within X-Request-Timeout-Ms, and plans again on the thread that loaded it, with
-// the version `loaded` for it.
-void PlanKServeInfer(Core* core, const OipApi* oip, std::shared_ptr<HttpCall> call,
-                     std::shared_ptr<const HttpRequest> request, std::shared_ptr<const rest::ParsedInfer> asked,
-                     bool waited, const ServableHandle& loaded = nullptr) {
-  absl::StatusOr<OipApi::Planned> planned = oip->Plan(asked->request, loaded);
-  // Waits once, or again when the version handed over is not the one asked for (as PlanInferCall does).
-  if (!planned.ok() && (!waited || loaded != nullptr) && WaitsForLoad(planned.status())) {
-    return core->WhenLoaded(asked->request.model_name(), call->HeaderDeadline(*request),
-                            [core, oip, call, request, asked](absl::StatusOr<ServableHandle> held) {
-                              if (!held.ok()) return call->Fail(held.status());
-                              PlanKServeInfer(core, oip, call, request, asked, /*waited=*/true, *held);
-                            });
+// An OIP ModelInfer over REST as PlanAndSubmit's steps (server/frontend/infer_steps.h): the deadline is
+// X-Request-Timeout-Ms's, the answer the REST protocol's JSON, its binary outputs after it.
+struct KServePlanned : Planned {
+  std::shared_ptr<const oip::InferPlan> plan;  // what BuildAnswer reads of the request (its outputs, their shapes)
+};
+
+struct KServeSteps {
+  std::shared_ptr<HttpCall> http;
+  Core* core;
+  const OipApi* oip;
+  std::shared_ptr<const HttpRequest> request;
+  std::shared_ptr<const rest::ParsedInfer> asked;
+
+  Call& call() { return http->call(); }
+  absl::Time WaitDeadline() const { return http->HeaderDeadline(*request); }
+  absl::StatusOr<KServePlanned> Plan() {
+    absl::StatusOr<OipApi::Planned> planned = oip->Plan(asked->request, http->call().loaded);
+    if (!planned.ok()) return planned.status();
+    KServePlanned out;
+    out.method = planned->plan->method;
+    out.request = std::move(planned->plan->request);  // its estimate reads the plan, which `plan` keeps
+    out.servable = std::move(planned->servable);
+    out.timeout = planned->plan->timeout;
+    out.plan = std::move(planned->plan);
+    return out;
   }
-  if (!planned.ok()) return call->Fail(planned.status());
-  InferenceRequest r = std::move(planned->plan->request);
-  if (absl::Status s = call->Prepare(r, *request, core->limits().max_request_id_bytes, planned->plan->timeout);
-      !s.ok()) {
-    return call->Fail(s);
+  absl::Status Prepare(InferenceRequest& r, absl::Duration timeout) {
+    return http->Prepare(r, *request, core->limits().max_request_id_bytes, timeout);
   }
-  core->Submit(
-      planned->plan->method, std::move(r),
-      [call, oip, plan = planned->plan, asked](absl::StatusOr<InferenceResponse> answer) {
-        call->AnswerWith(answer, [&]() -> absl::StatusOr<HttpResponse> {
-          inference::ModelInferResponse out;
-          if (absl::Status built = oip->BuildAnswer(*answer, *plan, asked->request.id(), &out); !built.ok()) {
-            return built;
-          }
-          absl::StatusOr<rest::InferAnswer> tensors = rest::InferResponse(out, *asked);
-          if (!tensors.ok()) return tensors.status();
-          HttpResponse response{200,
-                                "application/json",
-                                tensors->header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                                {}};
-          if (tensors->binary.empty()) return response;
-          // Outputs in binary follow the JSON: the client finds where by the header, as Triton answers.
-          response.headers.emplace_back("Inference-Header-Content-Length", absl::StrCat(response.body.size()));
-          response.content_type = "application/octet-stream";
-          response.body += tensors->binary;
-          return response;
-        });
-      },
-      std::move(planned->servable));
-}
+  void Fail(const absl::Status& status) { http->Fail(status); }
+  Core::Done Answerer(KServePlanned&& planned) {
+    return [call = http, oip = oip, plan = std::move(planned.plan),
+            asked = asked](absl::StatusOr<InferenceResponse> answer) {
+      call->AnswerWith(answer, [&]() -> absl::StatusOr<HttpResponse> { return Answer(*answer, *oip, *plan, *asked); });
+    };
+  }
+
+  static absl::StatusOr<HttpResponse> Answer(const InferenceResponse& answer, const OipApi& oip,
+                                             const oip::InferPlan& plan, const rest::ParsedInfer& asked) {
+    inference::ModelInferResponse out;
+    if (absl::Status built = oip.BuildAnswer(answer, plan, asked.request.id(), &out); !built.ok()) return built;
+    absl::StatusOr<rest::InferAnswer> tensors = rest::InferResponse(out, asked);
+    if (!tensors.ok()) return tensors.status();
+    HttpResponse response{
+        200, "application/json", tensors->header.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), {}};
+    if (tensors->binary.empty()) return response;
+    // Outputs in binary follow the JSON: the client finds where by the header, as Triton answers.
+    response.headers.emplace_back("Inference-Header-Content-Length", absl::StrCat(response.body.size()));
+    response.content_type = "application/octet-stream";
+    response.body += tensors->binary;
+    return response;
+  }
+};
 
 }  // namespace
 
@@ -95,8 +104,8 @@ void ServeKServeInfer(Core* core, Calls* calls, const OipApi* oip, const HttpRou
                          std::string_view(request.body).substr(*header_bytes));
   request.body.clear();
   if (!infer.ok()) return call->Fail(infer.status());
-  PlanKServeInfer(core, oip, std::move(call), std::make_shared<const HttpRequest>(std::move(request)),
-                  std::make_shared<const rest::ParsedInfer>(*std::move(infer)), /*waited=*/false);
+  PlanAndSubmit(core, KServeSteps{std::move(call), core, oip, std::make_shared<const HttpRequest>(std::move(request)),
+                                  std::make_shared<const rest::ParsedInfer>(*std::move(infer))});
 }
 
 // GET /v2/models/{m}[/versions/{v}][/ready]: OIP's answers in the REST protocol's JSON.
