@@ -19,11 +19,10 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
-from qvi_testing import api_stubs  # noqa: E402  (the native API's modules, generated from proto/)
+from qvi_testing import api_stubs, metric_sum, metrics_of  # noqa: E402  (the native API's modules, generated from proto/)
 SERVER = os.path.join(REPO, "build", "qvi-server")
 STORE = os.path.join(REPO, "model_store", "store")
 MODELS = ("sentiment", "topics", "ner")
@@ -50,12 +49,7 @@ def wait_file(path, proc):
 
 
 def evictions(mport):
-    total = 0.0
-    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("qvi_model_evictions_total{") and 'reason="budget"' in line:
-                total += float(line.rsplit(" ", 1)[1])
-    return total
+    return metric_sum(metrics_of(f"127.0.0.1:{mport}"), "qvi_model_evictions_total", 'reason="budget"')
 
 
 def run(pb, pbg, work, store, budget, clients, duration, n):

@@ -16,27 +16,18 @@ import urllib.request
 TEXT = ("The film opens slowly but the second half is moving, funny and sharp, with a cast that makes "
         "every scene count")
 GRPC_PATH = "/qvi.serving.v1.Inference/Classify"
-SAMPLE = re.compile(r"^(\w+)(\{[^}]*\})? (\S+)$")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
-from qvi_testing import api_stubs  # noqa: E402  (the native API's modules, generated from proto/)
+from qvi_testing import api_stubs, metric_sum, parse_metrics  # noqa: E402  (proto/'s modules, /metrics)
 
 
 def metrics(url):
-    """{(name, labels): value} of the server's /metrics."""
+    """The samples of the server's /metrics at `url` (qvi_testing.parse_metrics)."""
     with urllib.request.urlopen(url, timeout=10) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        m = SAMPLE.match(line)
-        if m:
-            out[(m[1], m[2] or "")] = float(m[3])
-    return out
+        return parse_metrics(r.read().decode())
 
 
-def total(sample, name, *parts):
-    """The sum of `name`'s series whose labels hold every one of `parts`."""
-    return sum(v for (n, labels), v in sample.items() if n == name and all(p in labels for p in parts))
+total = metric_sum  # the sum of a metric's series whose labels hold every one of the parts given
 
 
 def executable(build):

@@ -17,20 +17,18 @@ Prints one Markdown table; docs/performance.md ("Memory") quotes it with the mac
 """
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 import grpc
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
-from qvi_testing import api_stubs  # noqa: E402  (the native API's modules, generated from proto/)
+from qvi_testing import api_stubs, metric_sum, metrics_of  # noqa: E402  (the native API's modules, generated from proto/)
 
 WORDS = ("the film was great and the cast was wonderful but the plot dragged in the middle while "
          "Alice met Bob in Paris at the United Nations on Monday").split()
@@ -64,10 +62,10 @@ def rss_mib(pid):
 
 
 def malloc_in_use_mib(metrics_address):
-    with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10) as r:
-        body = r.read().decode()
-    m = re.search(r'^qvi_malloc_bytes\{allocator="\w+",state="in_use"\} (\S+)$', body, re.M)
-    return float(m.group(1)) / 2**20 if m else float("nan")
+    samples = metrics_of(metrics_address)
+    if not any(s.startswith("qvi_malloc_bytes{") for s in samples):
+        return float("nan")
+    return metric_sum(samples, "qvi_malloc_bytes", 'state="in_use"') / 2**20
 
 
 def main():

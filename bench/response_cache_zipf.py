@@ -18,12 +18,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVER = os.path.join(REPO, "build", "qvi-server")
 PERF = os.path.join(REPO, "build", "qvi-perf")
 STORE = os.path.join(REPO, "model_store", "store")
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+from qvi_testing import metrics_of  # noqa: E402  (the one reader of /metrics)
 WORDS = ("a film story actor scene plot moving funny dull long short bright dark slow quick warm cold "
          "tender cruel clever silly honest hollow great poor fine awful charming tedious gripping flat rich "
          "thin bold timid sharp vague lovely ugly fresh stale brave weak the and but with of in on at as "
@@ -56,12 +57,8 @@ def wait_port(path, proc):
     raise RuntimeError("qvi-server did not start")
 
 
-def metric(port, name):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-    return 0.0
+def metric(port, series):
+    return metrics_of(f"127.0.0.1:{port}").get(series, 0.0)
 
 
 def run(work, texts_file, cache_bytes, a, n):

@@ -39,12 +39,11 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
-from qvi_testing import api_stubs  # noqa: E402  (the native API's modules, generated from proto/)
+from qvi_testing import api_stubs, metrics_of  # noqa: E402  (the native API's modules, generated from proto/)
 ALLOWED = {"OK", "DEADLINE_EXCEEDED", "CANCELLED"}
 FLOOD_ALLOWED = {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"}
 FLOOD_BYTES = (16 << 20) - 1024  # within the default message limit
@@ -77,19 +76,18 @@ def proc_stats(pid):
     return stats
 
 
-MALLOC_SERIES = re.compile(r'^qvi_malloc_bytes\{allocator="(\w+)",state="(\w+)"\} (\S+)$')
+MALLOC_SERIES = re.compile(r'^qvi_malloc_bytes\{allocator="(\w+)",state="(\w+)"\}$')
 
 
 def metric_figures(address):
     """The number of metric series, and what malloc holds (in use by the server, free for reuse)."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
-        lines = [line for line in r.read().decode().splitlines() if line and not line.startswith("#")]
-    figures = {"series": len(lines)}
-    for line in lines:
-        m = MALLOC_SERIES.match(line)
+    samples = metrics_of(address)
+    figures = {"series": len(samples)}
+    for series, value in samples.items():
+        m = MALLOC_SERIES.match(series)
         if m:
             figures["allocator"] = m.group(1)
-            figures[f"malloc_{m.group(2)}_mib"] = round(float(m.group(3)) / 2**20, 1)
+            figures[f"malloc_{m.group(2)}_mib"] = round(value / 2**20, 1)
     return figures
 
 

@@ -129,6 +129,25 @@ def metrics_text(address, timeout=10):
         return r.read().decode()
 
 
+def parse_metrics(text):
+    """Prometheus' text format as /metrics writes it: {'name{labels}': value}, comments left out. The one
+    reader of /metrics for tests, bench/ and scripts/."""
+    return {series: float(value) for series, value in
+            (line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))}
+
+
+def metrics_of(address, timeout=10):
+    """The samples of http://ADDRESS/metrics now (parse_metrics)."""
+    return parse_metrics(metrics_text(address, timeout))
+
+
+def metric_sum(samples, name, *parts):
+    """The sum of `name`'s series (parse_metrics' keys) whose labels hold every one of `parts`
+    ('code="OK"', say); 0 when there is none."""
+    return sum(v for series, v in samples.items()
+               if series.partition("{")[0] == name and all(p in series.partition("{")[2] for p in parts))
+
+
 def doc_commands(doc, heading, program):
     """The commands of the first ```sh block after `heading` in `doc` (a path under the repo): a line
     starting with `program` starts one, the lines after it (a quoted JSON body or a backslash
@@ -267,9 +286,7 @@ class ServerProcess:
 
     def metrics(self):
         """The server's Prometheus samples now: {'name{labels}': value}, as /metrics writes them."""
-        body = metrics_text(self.metrics_address)
-        return {series: float(value) for series, value in
-                (line.rsplit(" ", 1) for line in body.splitlines() if line and not line.startswith("#"))}
+        return metrics_of(self.metrics_address)
 
     def stop(self):
         if self.channel is not None:
