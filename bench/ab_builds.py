@@ -26,7 +26,7 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import null_bench  # noqa: E402
-import run as harness  # noqa: E402
+import harness  # noqa: E402
 
 NAMES = {"grpc": "gRPC Classify", "oip": "OIP ModelInfer", "http": "HTTP/JSON :classify"}
 

@@ -19,7 +19,7 @@ import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import null_bench  # noqa: E402
-import run as h  # noqa: E402
+import harness as h  # noqa: E402
 
 KEY = "bench-secret-7c21"
 

@@ -23,7 +23,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import h2load_bench  # noqa: E402
 import null_bench  # noqa: E402
-import run as harness  # noqa: E402
+import harness  # noqa: E402
 
 
 def serve(work, store, server_cores, label, flags):

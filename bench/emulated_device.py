@@ -36,7 +36,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import h2load_bench  # noqa: E402
 import null_bench  # noqa: E402
-import run as harness  # noqa: E402
+import harness  # noqa: E402
 
 metrics, total, grpc_body = h2load_bench.metrics, h2load_bench.total, h2load_bench.grpc_body
 

@@ -21,7 +21,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import null_bench  # noqa: E402
-import run as harness  # noqa: E402
+import harness  # noqa: E402
 
 CONFIGS = (  # (label, qvi-bench-grpc-front arguments; None: qvi-server on the null model)
     ("callback, inline", ["--api", "callback", "--handoff", "inline"]),

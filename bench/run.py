@@ -47,47 +47,8 @@ import cpu_packages
 import null_bench
 from report import IDLE_US, markdown, plot, served_limit, SYSTEMS
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BUILD = os.path.join(REPO, "build")
-PY = sys.executable
-MODEL = "sentiment"
-MODEL_DIR = os.path.join(REPO, "model_store", "store", MODEL, "1")
-MODEL_PT = os.path.join(MODEL_DIR, "model.pt")
-
-
-def log(msg):
-    print(f"[bench] {msg}", flush=True)
-
-
-def wait_for_file(path, proc, what, timeout=180):
-    deadline = time.monotonic() + timeout
-    while not (os.path.exists(path) and os.path.getsize(path) > 0):
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not start in {timeout} s")
-        time.sleep(0.1)
-    with open(path) as f:
-        return int(f.read())
-
-
-def stop(proc, sig=signal.SIGTERM):
-    if proc.poll() is None:
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def perf(work, label, args, common, prefix=()):
-    out = os.path.join(work, f"{label}.json")
-    cmd = [*prefix, os.path.join(BUILD, "qvi-perf"), *args, *common, "--json", out, "--label", label]
-    log(" ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd))
-    subprocess.run(cmd, check=True)
-    with open(out) as f:
-        return json.load(f)
+import harness  # noqa: E402  (what every benchmark shares: paths, the demo model, starting and stopping)
+from harness import BUILD, MODEL, MODEL_DIR, MODEL_PT, PY, REPO, log, perf, stop, wait_for_file  # noqa: E402
 
 
 def model_line():
@@ -335,7 +296,7 @@ def rewrite_report(a):
         work = tempfile.mkdtemp(prefix="qvi_bench_part_")
         section = "null" if a.null else "cpu_packages"
         if a.null:
-            results["null"] = null_bench.run_null(work, a, sys.modules[__name__])
+            results["null"] = null_bench.run_null(work, a, harness)
         else:
             results["cpu_packages"] = run_cpu_packages(work, a)
         results[section]["command"] = "scripts/setup.sh && .venv/bin/python bench/run.py " + " ".join(sys.argv[1:])
@@ -392,7 +353,7 @@ def measure_sections(work, a, skip, command, words):
     if "null" not in skip:
         if a.smoke:
             a.null_concurrency, a.null_rounds = "1,4", 2
-        results["null"] = null_bench.run_null(work, a, sys.modules[__name__])
+        results["null"] = null_bench.run_null(work, a, harness)
         results["null"]["command"], results["null"]["date"] = command, datetime.date.today().isoformat()
     if "cpu-packages" not in skip and not a.smoke and a.cpu_packages:
         results["cpu_packages"] = run_cpu_packages(work, a)

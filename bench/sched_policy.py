@@ -14,7 +14,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import null_bench  # noqa: E402
-import run as harness  # noqa: E402
+import harness  # noqa: E402
 
 POLICIES = (("SCHED_BATCH", ()), ("default", ("--sched-batch=false",)))
 

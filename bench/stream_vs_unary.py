@@ -17,7 +17,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import null_bench  # noqa: E402
-import run as harness  # noqa: E402
+import harness  # noqa: E402
 
 PROTOCOLS = (("unary Classify", []), ("ClassifyStream", ["--protocol", "stream"]))
 
