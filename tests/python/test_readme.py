@@ -159,3 +159,45 @@ def test_the_readme_quotes_the_test_figures_of_the_demo_models_this_machine_trai
                                      capture_output=True, text=True, check=True, cwd=REPO).stdout)
     assert card["training"]["options"]["isa"] == "avx2", "the demo model was not trained with the pinned recipe"
     assert quoted.group(1) == f"{100 * card['metrics']['test'][key]:.1f}", (name, key, card["metrics"]["test"])
+
+
+def layout_folders(readme_text):
+    """The folders README's Layout names: each entry's path (a file's folder too), the folders listed under
+    server/core/, and the sub-folders an entry's text names (`native/ and oip/`), as paths from the root."""
+    block = re.search(r"## Layout\n\n```\n(.*?)```", readme_text, re.S).group(1)
+    named, current = set(), None
+    for line in block.splitlines():
+        entry = re.match(r"^(\S+)\s", line)
+        nested = re.match(r"^ {20}([a-z][\w-]*)/\s", line)
+        if entry:
+            path = entry.group(1)
+            current = path.rstrip("/") if path.endswith("/") else os.path.dirname(path)
+            named.add(current)
+            text = line[entry.end():]
+        elif nested and current is not None and current.startswith("server/core"):
+            current = "server/core/" + nested.group(1)
+            named.add(current)
+            text = line[nested.end():]
+        else:
+            text = line
+        if current is not None:
+            named.update(f"{current}/{folder}" for folder in re.findall(r"(?<![\w./(-])([a-z][\w-]*)/(?=[\s,)])", text))
+    return named
+
+
+def test_the_layout_names_every_folder_of_the_server_and_only_folders_that_exist():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        named = layout_folders(f.read())
+    missing = sorted(p for p in named if not os.path.isdir(os.path.join(REPO, p)))
+    assert missing == [], f"README's Layout names folders the tree does not have: {missing}"
+    code = {os.path.relpath(folder, REPO) for folder, _, files in os.walk(os.path.join(REPO, "server"))
+            if any(f.endswith((".h", ".cc")) for f in files)}
+    unnamed = sorted(code - named)
+    assert unnamed == [], f"README's Layout leaves out these folders of server/: {unnamed}"
+
+
+def test_the_layout_reader_sees_a_stale_folder_and_a_missing_one():
+    text = ("## Layout\n\n```\nserver/core/      the core:\n                    spec/     outputs.h\n"
+            "server/grpc/      adapters: native/ (the API), oip/ (OIP v2)\nserver/main.cc    the process\n```\n")
+    assert layout_folders(text) == {"server", "server/core", "server/core/spec", "server/grpc", "server/grpc/native",
+                                    "server/grpc/oip"}
