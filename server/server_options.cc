@@ -1,6 +1,7 @@
 #include "server/server_options.h"
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -11,6 +12,17 @@
 #include "server/tls/tls_credentials.h"
 
 namespace qvi {
+
+CLI::Validator FiniteRange(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& input) -> std::string {
+        double value = 0;
+        if (absl::SimpleAtod(input, &value) && std::isfinite(value) && value >= min && value <= max) return "";
+        return absl::StrCat("'", input, "' is not a number from ", min, " to ", max);
+      },
+      absl::StrCat("FLOAT in [", min, " - ", max, "]"));
+}
+
 namespace {
 
 // The model store: where versions come from, how they load, which are served.
@@ -58,11 +70,11 @@ void AddModelOptions(CLI::App& app, ServerOptions& o) {
       ->group("Models");
   app.add_option("--poll-store-seconds", o.models.poll_seconds,
                  "how often to look for new, changed and removed versions; 0 reads the store only at start-up")
-      ->check(CLI::Range(0.0, 86400.0))
+      ->check(FiniteRange(0.0, 86400.0))
       ->group("Models");
   app.add_option("--model-load-timeout-seconds", o.models.load_timeout_seconds,
                  "a version whose load and warm-up take longer is abandoned and FAILED (retried when its files change)")
-      ->check(CLI::Range(0.001, 86400.0))
+      ->check(FiniteRange(0.001, 86400.0))
       ->group("Models");
   app.add_option("--model-load-threads", o.models.load_threads,
                  "models loaded at once, so that one slow or stuck model holds up no other")
@@ -125,11 +137,11 @@ void AddHttpOptions(CLI::App& app, ServerOptions& o) {
       ->group("Network");
   app.add_option("--http-header-timeout-seconds", o.network.http_header_timeout_seconds,
                  "a request's header must arrive within this long of its first byte, else the connection is closed")
-      ->check(CLI::Range(0.1, 3600.0))
+      ->check(FiniteRange(0.1, 3600.0))
       ->group("Network");
   app.add_option("--http-idle-timeout-seconds", o.network.http_idle_timeout_seconds,
                  "an HTTP keep-alive connection without a request for this long is closed")
-      ->check(CLI::Range(0.1, 86400.0))
+      ->check(FiniteRange(0.1, 86400.0))
       ->group("Network");
   app.add_option("--http-max-header-bytes", o.network.http_max_header_bytes,
                  "largest HTTP request header (431 beyond); the body's limit is --max-message-bytes (413)")
@@ -173,11 +185,11 @@ void AddNetworkOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-connection-age-seconds", o.network.max_connection_age_seconds,
                  "close client connections after this long (GOAWAY, then the client reconnects), so that clients "
                  "rebalance over replicas added since they connected; gRPC adds +/-10% jitter. 0: never")
-      ->check(CLI::Range(0.0, 7.0 * 86400))
+      ->check(FiniteRange(0.0, 7.0 * 86400))
       ->group("Network");
   app.add_option("--max-connection-age-grace-seconds", o.network.max_connection_age_grace_seconds,
                  "after a connection's GOAWAY, time its calls in flight get to finish before it is closed")
-      ->check(CLI::Range(0.0, 86400.0))
+      ->check(FiniteRange(0.0, 86400.0))
       ->group("Network");
 
   app.add_option("--grpc-memory-quota-bytes", o.network.grpc_memory_quota_bytes,
@@ -192,19 +204,19 @@ void AddNetworkOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--max-connection-idle-seconds", o.network.max_connection_idle_seconds,
                  "close a client connection that had no call for this long (the client reconnects when it "
                  "next calls). 0: never")
-      ->check(CLI::Range(0.0, 7.0 * 86400))
+      ->check(FiniteRange(0.0, 7.0 * 86400))
       ->group("Network");
   app.add_option("--keepalive-time-seconds", o.network.keepalive_time_seconds,
                  "ping a client connection that has been quiet this long, to find dead peers")
-      ->check(CLI::Range(1.0, 7.0 * 86400))
+      ->check(FiniteRange(1.0, 7.0 * 86400))
       ->group("Network");
   app.add_option("--keepalive-timeout-seconds", o.network.keepalive_timeout_seconds,
                  "close the connection when a ping is not answered within this")
-      ->check(CLI::Range(1.0, 3600.0))
+      ->check(FiniteRange(1.0, 3600.0))
       ->group("Network");
   app.add_option("--min-client-ping-interval-seconds", o.network.min_client_ping_interval_seconds,
                  "a client that pings more often than this gets GOAWAY (too_many_pings) after two such pings")
-      ->check(CLI::Range(0.0, 86400.0))
+      ->check(FiniteRange(0.0, 86400.0))
       ->group("Network");
 }
 
@@ -342,17 +354,17 @@ void AddLoggingAndLifecycleOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--trace-rate", o.logging.trace_rate,
                  "share of calls (0 to 1) whose access line also gets where their time went (prepare, queue, "
                  "forward, post-process, serialise ms) and a trace id; calls with a W3C traceparent always do")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(FiniteRange(0.0, 1.0))
       ->group("Logging");
   app.add_option("--shutdown-grace-seconds", o.shutdown_grace_seconds,
                  "on SIGTERM/SIGINT, time given to accepted requests to finish")
-      ->check(CLI::Range(0.0, 3600.0))
+      ->check(FiniteRange(0.0, 3600.0))
       ->group("Lifecycle");
   app.add_option("--shutdown-delay-seconds", o.shutdown_delay_seconds,
                  "on SIGTERM/SIGINT, report NOT_SERVING on health this long while still taking calls, before "
                  "refusing new ones (set it above the readiness probe's period on Kubernetes); a second signal "
                  "ends the delay")
-      ->check(CLI::Range(0.0, 3600.0))
+      ->check(FiniteRange(0.0, 3600.0))
       ->group("Lifecycle");
 }
 

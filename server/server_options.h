@@ -12,6 +12,7 @@
 
 namespace CLI {
 class App;
+class Validator;
 }  // namespace CLI
 
 namespace qvi {
@@ -122,6 +123,10 @@ struct ServerOptions {
 // Parses argv. Returns the options, or a status whose message is the text to print: for --help and
 // --version the code is kCancelled (print, exit 0); for bad flags kInvalidArgument (print, exit 2).
 absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv);
+
+// CLI::Range(min, max) for a flag's number that also refuses "nan" and "inf" (CLI::Range lets NaN through:
+// every comparison with it is false).
+CLI::Validator FiniteRange(double min, double max);
 
 // The Tracing group's flags (server_tracing.cc).
 void AddTracingOptions(CLI::App& app, ServerOptions& o);

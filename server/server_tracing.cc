@@ -20,7 +20,7 @@ void AddTracingOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--otlp-sampling-ratio", o.tracing.sampling_ratio,
                  "share of calls without a traceparent whose trace is exported (0 to 1); a call with a traceparent "
                  "follows its sampled flag")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(FiniteRange(0.0, 1.0))
       ->group("Tracing");
   app.add_option("--otlp-service-name", o.tracing.service_name, "the spans' service.name")->group("Tracing");
   app.add_option("--otlp-resource-attributes", o.tracing.resource_attributes,
@@ -33,7 +33,7 @@ void AddTracingOptions(CLI::App& app, ServerOptions& o) {
       ->group("Tracing");
   app.add_option("--otlp-timeout-seconds", o.tracing.timeout_seconds,
                  "connecting to, sending to and hearing from the collector, each; a batch past it is counted failed")
-      ->check(CLI::Range(0.01, 300.0))
+      ->check(FiniteRange(0.01, 300.0))
       ->group("Tracing");
 }
 

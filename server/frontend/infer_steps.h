@@ -54,6 +54,9 @@ void PlanAndSubmit(Core* core, Steps steps, bool waited = false) {
     if (!planned.ok() && (!waited || steps.call().loaded != nullptr) && WaitsForLoad(planned.status())) {
       const std::string model = steps.call().model;
       const absl::Time deadline = steps.WaitDeadline();
+      // The version an earlier wait handed over is not the one asked for: not held while waiting again,
+      // so that it does not keep the memory the next load may need.
+      steps.call().loaded = nullptr;
       // `steps` copied, not moved: a throw from here on still answers through it (the catch below).
       core->WhenLoaded(model, deadline, [core, steps](absl::StatusOr<ServableHandle> loaded) mutable {
         if (!loaded.ok()) return steps.Fail(loaded.status());

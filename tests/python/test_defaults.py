@@ -69,3 +69,16 @@ def test_get_model_says_why_a_cpu_model_has_no_cuda_graphs(server, api):
                                                    timeout=30).model
     graphs = model.versions[0].metadata.cuda_graphs
     assert (graphs.active, graphs.note, graphs.graphs, list(graphs.batch_sizes)) == (False, "none on the CPU", 0, [])
+
+
+def test_a_flag_of_seconds_or_a_share_refuses_nan_and_infinity_naming_the_flag_and_its_range():
+    """CLI11's Range lets "nan" through (every comparison with it is false): the server's own check refuses
+    it, the infinities and what is not a number, each with the flag and its range, before anything starts."""
+    for flag, value, bounds in (("--trace-rate", "nan", "0 to 1"), ("--otlp-sampling-ratio", "nan", "0 to 1"),
+                                ("--shutdown-grace-seconds", "inf", "0 to 3600"),
+                                ("--poll-store-seconds", "-inf", "0 to 86400"), ("--trace-rate", "0.5x", "0 to 1"),
+                                ("--trace-rate", "2", "0 to 1")):
+        out = subprocess.run([SERVER, "--model-store", os.path.join(REPO, "model_store", "store"), flag, value],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 2 and f"{flag}: '{value}' is not a number from {bounds}" in out.stderr, \
+            (flag, value, out.stderr)

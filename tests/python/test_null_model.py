@@ -220,7 +220,7 @@ def test_the_emulated_device_benchmark_takes_every_figure_from_one_window():
     assert w["server_cpu_us_per_request"] == pytest.approx(50) and w["instance_cpu_us_per_batch"] == pytest.approx(800)
     assert w["instance_cpu_us_per_text"] == pytest.approx(16)
     assert w["answer_cpu_us_per_text"] == pytest.approx(10)
-    sample = {("qvi_requests_total", '{code="OK",model="m",version="1"}'): 3.0,
-              ("qvi_requests_total", '{code="NOT_FOUND",model="m",version="1"}'): 2.0,
-              ("qvi_requests_total", '{code="OK",model="other",version="1"}'): 7.0}
+    sample = {'qvi_requests_total{code="OK",model="m",version="1"}': 3.0,  # as qvi_testing.parse_metrics reads them
+              'qvi_requests_total{code="NOT_FOUND",model="m",version="1"}': 2.0,
+              'qvi_requests_total{code="OK",model="other",version="1"}': 7.0}
     assert emulated_device.total(sample, "qvi_requests_total", 'model="m"', 'code="OK"') == 3.0

@@ -181,7 +181,7 @@ def layout_folders(readme_text):
         else:
             text = line
         if current is not None:
-            named.update(f"{current}/{folder}" for folder in re.findall(r"(?<![\w./(-])([a-z][\w-]*)/(?=[\s,)])", text))
+            named.update(f"{current}/{folder}" for folder in re.findall(r"(?<![\w./-])([a-z][\w-]*)/(?=[\s,)])", text))
     return named
 
 

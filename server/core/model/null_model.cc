@@ -155,7 +155,9 @@ absl::StatusOr<std::unique_ptr<EmulatedDevice>> ParseDeviceTime(const nlohmann::
   const nlohmann::json& d = file["device_us"];
   if (!d.is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": device_us is an object {\"per_batch\": µs, \"per_text\": µs, \"asynchronous\": true}"));
+        absl::StrCat(path,
+                     ": device_us is an object {\"per_batch\": µs, \"per_text\": µs, \"asynchronous\": true, "
+                     "\"hold_while_file\": path}"));
   }
   std::string hold_file;
   constexpr double kMaxUs = 10e6;

@@ -89,6 +89,7 @@ absl::Status ModelRunner::Observe(const char* hook, const std::function<void()>&
 
 void ModelRunner::ReportQueueDepth() const {
   // The depth is the queue's, not a request's: a failure here is logged and fails nothing.
+  MutexLock lock(&depth_mu_);
   absl::Status s = Observe(
       "OnQueueDepth", [&] { observer_->OnQueueDepth(model_->manifest().name, version_, scheduler_->queued_texts()); });
   if (!s.ok()) spdlog::error("model '{}' version {}: {}", model_->manifest().name, version_, std::string(s.message()));

@@ -216,7 +216,10 @@ class ModelRunner {
 
   // Calls the observer (when there is one); an exception becomes INTERNAL naming the hook.
   absl::Status Observe(const char* hook, const std::function<void()>& call) const;
-  void ReportQueueDepth() const;
+  // The queue's depth now, to the observer. Read and reported under depth_mu_: two reports (an Enqueue's,
+  // an instance thread's after taking a batch) cannot land in the other order than they read, which left
+  // the gauge at 1 over an empty queue until the next change.
+  void ReportQueueDepth() const ABSL_LOCKS_EXCLUDED(depth_mu_);
 
   const std::shared_ptr<const Model> model_;
   const int64_t version_;
@@ -227,6 +230,7 @@ class ModelRunner {
   Executor* const answers_;
   const bool pipelined_;     // launches the next batch before collecting the last
   const int max_answering_;  // batches being answered at once
+  mutable Mutex depth_mu_;   // orders ReportQueueDepth's calls; taken before the observer's own locks
   Mutex answering_mu_;
   CondVar answered_;
   int answering_ ABSL_GUARDED_BY(answering_mu_) = 0;
