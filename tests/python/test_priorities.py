@@ -1,9 +1,9 @@
 """Request priorities end to end (docs/serving.md, "Priorities"): the native `priority` field, OIP's
 `priority` parameter as tritonclient sends it, the HTTP header X-Request-Priority, and an API key's default
 and highest priority. A model whose (emulated) device holds the first batch until the test lets it go, one
-text a batch, and a queue of 3 texts makes the order visible: a high-priority request that finds the queue full of low-priority ones
-takes the newest one's place (that one is answered RESOURCE_EXHAUSTED, and counted), and is served before
-the low-priority ones that came before it."""
+text a batch, and a queue of 3 texts makes the order visible: a high-priority request that finds the queue
+full of low-priority ones takes the newest one's place (that one is answered RESOURCE_EXHAUSTED, and
+counted), and is served before the low-priority ones that came before it."""
 import hashlib
 import json
 import os
