@@ -62,18 +62,28 @@ class FakeCore final : public Core {
   // Answers what Submit kept (the last request's answer for each).
   void Answer(Done done, ServableHandle servable = nullptr) {
     if (!error_.ok()) return done(error_);
+    std::string model, request_id;
+    int64_t version = 0;
+    size_t texts = 0;
+    {
+      MutexLock lock(&mu_);
+      model = request_.model;
+      version = request_.version;
+      request_id = request_.request_id;
+      texts = request_.texts.size();
+    }
     // The manifest the answer is read against, as the core gives it: the resolved version's.
     if (servable == nullptr) {
-      absl::StatusOr<ServableHandle> resolved = repository_->Resolve(request_.model, request_.version);
+      absl::StatusOr<ServableHandle> resolved = repository_->Resolve(model, version);
       if (!resolved.ok()) return done(resolved.status());
       servable = *std::move(resolved);
     }
     InferenceResponse answer;
     answer.manifest = servable->model->shared_manifest();
-    answer.model = request_.model;
+    answer.model = model;
     answer.version = 1;
-    answer.request_id = request_.request_id;
-    for (size_t i = 0; i < request_.texts.size(); ++i) {
+    answer.request_id = request_id;
+    for (size_t i = 0; i < texts; ++i) {
       TextResult r;
       r.labels = labels_;
       answer.results.push_back(std::move(r));
