@@ -28,7 +28,7 @@
 
 #include "client/load_texts.h"
 #include "server/core/model/model.h"
-#include "server/core/serving/model_runner.h"
+#include "server/core/runner/model_runner.h"
 
 namespace {
 

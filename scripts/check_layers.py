@@ -76,17 +76,10 @@ def direct_links(build: Path) -> dict[str, set[str]]:
 ALLOWED = {("qvi_cuda_graphs", "server/core/model/graphs.h")}
 
 
-def main() -> int:
-    build = (Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "build").resolve()
-    if not (build / "CMakeCache.txt").exists():
-        print(f"check_layers: {build} is not a configured build folder (scripts/setup.sh makes build/)")
-        return 2
-    targets = codemodel(build)
-    by_id = {tid: t["name"] for tid, t in targets.items()}
+def target_sources(targets: dict) -> dict[str, set[str]]:
+    """Each target's source files, as paths from the root (generated code under the build folder left out)."""
     sources: dict[str, set[str]] = {}
-    deps: dict[str, set[str]] = {}
-    for tid, t in targets.items():
-        name = t["name"]
+    for t in targets.values():
         srcs = set()
         for s in t.get("sources", []):
             p = Path(s["path"])
@@ -95,54 +88,56 @@ def main() -> int:
                 srcs.add(str(p.resolve().relative_to(ROOT)))
             except ValueError:
                 continue  # generated code under the build folder
-        sources[name] = srcs
-    links = direct_links(build)
-    for name in sources:
-        deps[name] = {d for d in links.get(name, ()) if d in sources}
+        sources[t["name"]] = srcs
+    return sources
 
-    # Who owns a header: the library compiling its .cc, else the one library compiling in its folder.
-    libraries = {n for n, t in ((t["name"], t) for t in targets.values())
-                 if t["type"] in ("STATIC_LIBRARY", "SHARED_LIBRARY", "OBJECT_LIBRARY")}
-    owner_by_cc: dict[str, str] = {}
-    owners_by_dir: dict[str, set[str]] = defaultdict(set)
-    for lib, srcs in sources.items():
-        for s in srcs:
-            if s.endswith(".cc"):
-                owner_by_cc[s] = lib
-                owners_by_dir[str(Path(s).parent)].add(lib)
 
-    def owner(header: str) -> str | None:
+class Owners:
+    """Who owns a header: the library compiling its .cc, else the one library compiling in its folder."""
+
+    def __init__(self, sources: dict[str, set[str]]):
+        self.by_cc: dict[str, str] = {}
+        self.by_dir: dict[str, set[str]] = defaultdict(set)
+        for lib, srcs in sources.items():
+            for s in srcs:
+                if s.endswith(".cc"):
+                    self.by_cc[s] = lib
+                    self.by_dir[str(Path(s).parent)].add(lib)
+
+    def __call__(self, header: str) -> str | None:
         cc = header[: -len(".h")] + ".cc"
-        if cc in owner_by_cc:
-            return owner_by_cc[cc]
-        libs = owners_by_dir.get(str(Path(header).parent), set())
+        if cc in self.by_cc:
+            return self.by_cc[cc]
+        libs = self.by_dir.get(str(Path(header).parent), set())
         return next(iter(libs)) if len(libs) == 1 else None
 
-    def closure(name: str) -> set[str]:
-        seen, todo = set(), [name]
-        while todo:
-            n = todo.pop()
-            for d in deps.get(n, ()):
-                if d not in seen:
-                    seen.add(d)
-                    todo.append(d)
-        return seen
 
-    def includes(path: str) -> list[str]:
-        f = ROOT / path
-        return INCLUDE.findall(f.read_text(errors="replace")) if f.exists() else []
+def closure(deps: dict[str, set[str]], name: str) -> set[str]:
+    """Every target `name` links, directly or through others."""
+    seen, todo = set(), [name]
+    while todo:
+        for d in deps.get(todo.pop(), ()):
+            if d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return seen
 
-    problems: list[str] = []
-    used_edges: dict[str, set[str]] = defaultdict(set)
+
+def includes_of(path: str) -> list[str]:
+    f = ROOT / path
+    return INCLUDE.findall(f.read_text(errors="replace")) if f.exists() else []
+
+
+def include_problems(sources, deps, owner, used_edges) -> list[str]:
+    """Each include of server/ whose owner the including target does not link; fills used_edges."""
+    problems = []
     for name, srcs in sorted(sources.items()):
         files = set(srcs)
         # A target's headers are its files too (a header-only include is still an edge).
-        for header in _headers_near(srcs):
-            if owner(header) == name:
-                files.add(header)
-        reach = closure(name)
+        files.update(h for h in _headers_near(srcs) if owner(h) == name)
+        reach = closure(deps, name)
         for f in sorted(files):
-            for inc in includes(f):
+            for inc in includes_of(f):
                 if not inc.startswith("server/"):
                     continue
                 lib = owner(inc)
@@ -154,16 +149,38 @@ def main() -> int:
                 if lib not in reach:
                     problems.append(f"{f} ({name}): includes {inc} of {lib}, which {name} does not link")
                 used_edges[name].add(lib)
-    problems += heavy_torch_includes()
-    problems += direction_problems(ROOT)
-    problems += import_cycle_problems(ROOT)
-    # Direct edges between the project's libraries that no include uses.
+    return problems
+
+
+def unused_link_problems(libraries, deps, used_edges) -> list[str]:
+    """Direct edges between the project's libraries that no include uses."""
+    problems = []
     for name in sorted(libraries):
         if not PROJECT_LIB.match(name):
             continue
         for d in sorted(deps[name]):
             if d in libraries and PROJECT_LIB.match(d) and d not in used_edges[name] and d not in GENERATED:
                 problems.append(f"{name} links {d}, but none of its files includes a header of {d}")
+    return problems
+
+
+def main() -> int:
+    build = (Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "build").resolve()
+    if not (build / "CMakeCache.txt").exists():
+        print(f"check_layers: {build} is not a configured build folder (scripts/setup.sh makes build/)")
+        return 2
+    targets = codemodel(build)
+    sources = target_sources(targets)
+    links = direct_links(build)
+    deps = {name: {d for d in links.get(name, ()) if d in sources} for name in sources}
+    libraries = {t["name"] for t in targets.values()
+                 if t["type"] in ("STATIC_LIBRARY", "SHARED_LIBRARY", "OBJECT_LIBRARY")}
+    used_edges: dict[str, set[str]] = defaultdict(set)
+    problems = include_problems(sources, deps, Owners(sources), used_edges)
+    problems += heavy_torch_includes()
+    problems += direction_problems(ROOT)
+    problems += import_cycle_problems(ROOT)
+    problems += unused_link_problems(libraries, deps, used_edges)
     if problems:
         print("check_layers: the includes and the CMake link edges disagree:")
         for p in problems:
@@ -218,16 +235,18 @@ PARTS = (
     (3, "outputs", ("server/core/outputs/",)),
     (4, "request", ("server/core/request/",)),
     (5, "model", ("server/core/model/",)),
-    (6, "serving", ("server/core/serving/",)),
-    (7, "auth", ("server/auth/",)),
-    (7, "tls", ("server/tls/",)),
-    (7, "metrics", ("server/metrics/",)),
-    (7, "tracing", ("server/tracing/",)),
-    (7, "cuda", ("server/cuda/",)),
-    (8, "frontend", ("server/frontend/",)),
-    (9, "grpc", ("server/grpc/",)),
-    (9, "http", ("server/http/",)),
-    (10, "server", ("server/main.", "server/server")),  # main.cc, server.cc, its options: the parts put together
+    (6, "runner", ("server/core/runner/",)),
+    (7, "repository", ("server/core/repository/",)),
+    (8, "serving", ("server/core/serving/",)),
+    (9, "auth", ("server/auth/",)),
+    (9, "tls", ("server/tls/",)),
+    (9, "metrics", ("server/metrics/",)),
+    (9, "tracing", ("server/tracing/",)),
+    (9, "cuda", ("server/cuda/",)),
+    (10, "frontend", ("server/frontend/",)),
+    (11, "grpc", ("server/grpc/",)),
+    (11, "http", ("server/http/",)),
+    (12, "server", ("server/main.", "server/server")),  # main.cc, server.cc, its options: the parts put together
 )
 SERVER_INCLUDE = re.compile(r'^\s*#\s*include\s+"(server/[^"]+)"', re.M)
 

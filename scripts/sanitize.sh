@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the scheduling tests (batch scheduler, executor), the text and spec tests, the model runner's tests (its
-# answer pool, with a stress test of failures, expiries and cancellations while batches are answered) and the
+# answer pool, with a stress test of failures, expiries and cancellations while batches are answered), the
+# repository's parts (repository_test: a version's load, abandon and unload threads, the keeper) and the
 # serving-core stress test (64 clients, deadlines, cancellations, a live version switch, real torch model) with
 # AddressSanitizer + UndefinedBehaviorSanitizer (clang) and with ThreadSanitizer (gcc), and runs them. With
 # AddressSanitizer it also builds the whole qvi-server and runs the Python end-to-end suite
@@ -23,10 +24,10 @@ status=0
 for kind in "${kinds[@]}"; do
   dir=build-$kind
   sanitizer_build "$kind"
-  targets=(sched_test text_manifest_test store_test model_runner_test stress_test allocator_test tracing_test)
+  targets=(sched_test text_manifest_test store_test model_runner_test repository_test stress_test allocator_test tracing_test)
   [[ $kind == address ]] && targets+=(qvi-server)
   ninja -C "$dir" -j2 "${targets[@]}"
-  for test in sched_test text_manifest_test store_test model_runner_test stress_test allocator_test tracing_test; do
+  for test in sched_test text_manifest_test store_test model_runner_test repository_test stress_test allocator_test tracing_test; do
     echo "[sanitize] $test under $kind sanitizer"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \

@@ -13,8 +13,8 @@ source scripts/sanitizer_build.sh
 dir=build-address
 sanitizer_build address
 # The object files of every target whose sources hold lock annotations, tests included.
-ninja -C "$dir" -j2 -k 0 qvi_sched qvi_model qvi_serving qvi_metrics qvi_grpc qvi_tls qvi_auth qvi_tracing \
+ninja -C "$dir" -j2 -k 0 qvi_sched qvi_model qvi_runner qvi_repository qvi_serving qvi_metrics qvi_grpc qvi_tls qvi_auth qvi_tracing \
   CMakeFiles/qvi-server.dir/server/main.cc.o CMakeFiles/qvi-server.dir/server/server.cc.o \
   CMakeFiles/qvi-server.dir/server/server_security.cc.o \
-  $(ninja -C "$dir" -t targets all | grep -oE '^CMakeFiles/(core_test|model_runner_test|stress_test|sched_test|scheduler_alloc_test|metrics_test|frontend_test)\.dir/[^:]+\.o' | sort -u)
+  $(ninja -C "$dir" -t targets all | grep -oE '^CMakeFiles/(core_test|model_runner_test|repository_test|stress_test|sched_test|scheduler_alloc_test|metrics_test|frontend_test)\.dir/[^:]+\.o' | sort -u)
 echo "[thread-safety] clang -Wthread-safety: no violations"

@@ -15,9 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/model/graphs.h"
+#include "server/core/repository/model_repository.h"
 #include "server/core/sched/executor.h"
 #include "server/core/serving/inference_service.h"
-#include "server/core/serving/model_repository.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
 #include "server/frontend/oip/api.h"

@@ -7,8 +7,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/manifest/serving_config.h"
+#include "server/core/repository/memory_budget.h"
 #include "server/core/sched/defaults.h"
-#include "server/core/serving/memory_budget.h"
 #include "server/tls/tls_credentials.h"
 
 namespace qvi {

@@ -25,7 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/core/serving/model_repository.h"
+#include "server/core/repository/model_repository.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
 #include "server/frontend/oip/api.h"

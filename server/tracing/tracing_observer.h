@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "server/core/serving/observer.h"
+#include "server/core/runner/observer.h"
 #include "server/tracing/span.h"
 
 namespace qvi {

@@ -6,9 +6,9 @@
 
 #include "absl/status/status.h"
 #include "qvi/serving/v1/inference.pb.h"
+#include "server/core/repository/model_repository.h"
 #include "server/core/request/request.h"
 #include "server/core/request/request_checks.h"
-#include "server/core/serving/model_repository.h"
 #include "server/frontend/native/request.h"
 
 namespace qvi {

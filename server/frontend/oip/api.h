@@ -20,8 +20,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "inference/open_inference_grpc.pb.h"
+#include "server/core/repository/model_repository.h"
 #include "server/core/request/request_checks.h"
-#include "server/core/serving/model_repository.h"
 #include "server/frontend/call.h"
 #include "server/frontend/oip/tensors.h"
 

@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "inference/repository.pb.h"
-#include "server/core/serving/model_repository.h"
+#include "server/core/repository/model_repository.h"
 
 namespace qvi {
 

@@ -6,7 +6,7 @@
 #define QVI_SERVER_GRPC_NATIVE_INFERENCE_SERVICE_H_
 
 #include "qvi/serving/v1/inference.grpc.pb.h"
-#include "server/core/serving/model_repository.h"
+#include "server/core/repository/model_repository.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
 #include "server/grpc/infer_stream.h"

@@ -8,7 +8,7 @@
 #ifndef QVI_SERVER_HTTP_NATIVE_NATIVE_ROUTES_H_
 #define QVI_SERVER_HTTP_NATIVE_NATIVE_ROUTES_H_
 
-#include "server/core/serving/model_repository.h"
+#include "server/core/repository/model_repository.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
 #include "server/http/http_server.h"

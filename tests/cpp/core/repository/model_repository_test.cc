@@ -1,7 +1,7 @@
 // The model repository's lifecycle, driven by explicit Poll() calls (no polling thread, no
 // sleeps): version policies, the atomic switch to a new version, unloading only after the last
 // request, corrupt files isolated and retried when they change, removal, shutdown.
-#include "server/core/serving/model_repository.h"
+#include "server/core/repository/model_repository.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -13,10 +13,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/repository/memory_budget.h"
 #include "server/core/sched/executor.h"
 #include "server/core/sched/sync.h"
 #include "server/core/serving/inference_service.h"
-#include "server/core/serving/memory_budget.h"
 #include "tests/cpp/test_util/fake_env.h"
 #include "tests/cpp/test_util/run.h"
 #include "tests/cpp/test_util/store.h"

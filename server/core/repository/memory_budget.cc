@@ -1,4 +1,4 @@
-#include "server/core/serving/memory_budget.h"
+#include "server/core/repository/memory_budget.h"
 
 #include <ATen/DeviceAccelerator.h>
 #include <unistd.h>

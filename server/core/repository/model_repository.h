@@ -1,7 +1,10 @@
-// The manager of the model store's versions: it owns their states, loads them and unloads them.
-// What is on disk comes from a StoreSource scan (store_source.h: <root>/<model-name>/<version>/
-// holding model.pt and/or model.cpu.pt2, model.cuda.pt2; Model::Load picks the file); which versions
-// to serve comes from SelectVersions (version_policy.h). The repository applies both.
+// The manager of the model store's versions (Triton's ModelRepositoryManager): which versions are
+// wanted and when they load and unload. What is on disk comes from a StoreSource scan (store_source.h:
+// <root>/<model-name>/<version>/ holding model.pt and/or model.cpu.pt2, model.cuda.pt2; Model::Load
+// picks the file); which versions to serve comes from SelectVersions (version_policy.h); a version's
+// load with its timeout and its unloading are the lifecycle's (version_loader.h); the budget's
+// choices are memory_policy.h's, the requests waiting for a load load_waiters.h's. The manager
+// applies them all under one lock, on its poll workers.
 //
 // Guarantees:
 //  1. Each model's version policy (serving.json `version_policy`, else the server's default,
@@ -10,21 +13,18 @@
 //     replaced and removed versions. A new version loads while the old ones keep serving; it
 //     becomes visible to Resolve() in one step under the lock (the atomic switch); only then are
 //     the versions it replaces taken out of service.
-//  3. A version taken out of service is UNLOADING: Resolve() no longer hands it out, and it is
-//     unloaded (its batch queue stopped, its model freed) once the last request holding it has
-//     been answered. Nothing in flight is cut off.
+//  3. A version taken out of service is UNLOADING: Resolve() no longer hands it out, and the
+//     lifecycle unloads it once the last request holding it has been answered (version_loader.h,
+//     guarantee 3); then it leaves the listing. Nothing in flight is cut off.
 //  4. A version that fails to load (corrupt file, bad manifest, bad serving.json, warm-up error) is
 //     FAILED with the reason and nothing else changes. It is tried again only when one of its
 //     model files or the model's serving.json changes, so a half-copied file heals once the copy completes.
 //  5. Every state change is reported to the listener (to log it and to update health).
 //  6. Models are polled on Options::load_threads workers, one model per worker at a time, and a
 //     poll passes over a model whose previous poll is still loading: one slow or stuck model holds
-//     up no other model's rollout, and the background poller never waits for a load. A load
-//     (reading the model file and the warm-up) that has not finished after Options::load_timeout,
-//     or that is still running at Shutdown(), is abandoned: the version is FAILED with that reason
-//     and is retried when its files change, like any failure. The stuck load runs on in a thread
-//     of its own that touches nothing of the repository; if it ever returns, its model is freed
-//     there. LoadsStillRunning() names the abandoned loads that have not returned.
+//     up no other model's rollout, and the background poller never waits for a load. A load that
+//     the lifecycle abandons (Options::load_timeout, or Shutdown(); version_loader.h, guarantee 1)
+//     leaves the version FAILED with that reason, retried when its files change, like any failure.
 //  7. A READY version whose model files change in place (same version number, other bytes) is
 //     loaded again from the new files, like a new version: the loaded one serves until the reload
 //     is READY, then is switched out atomically and drains. A reload that fails leaves the loaded
@@ -55,11 +55,11 @@
 //     and Index(), not loaded again by a poll; RequestLoad or a request (Options::load_on_demand,
 //     WhenLoaded) brings it back. The requests that waited for a load are handed the version it made
 //     READY, in the same step: no other load can unload it before they hold it. The unit is the
-//     model: its version policy decides its versions.
-#ifndef QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
-#define QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
+//     model: its version policy decides its versions. Which models to unload, and when a model is
+//     idle, are memory_policy.h's choices; the keeper thread (keeper.h) runs the timed ones.
+#ifndef QVI_SERVER_CORE_REPOSITORY_MODEL_REPOSITORY_H_
+#define QVI_SERVER_CORE_REPOSITORY_MODEL_REPOSITORY_H_
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -69,6 +69,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -76,11 +77,15 @@
 #include "absl/time/time.h"
 #include "server/core/manifest/serving_config.h"
 #include "server/core/model/model.h"
+#include "server/core/repository/keeper.h"
+#include "server/core/repository/load_waiters.h"
+#include "server/core/repository/memory_budget.h"
+#include "server/core/repository/memory_policy.h"
+#include "server/core/repository/servable.h"
+#include "server/core/repository/version_loader.h"
+#include "server/core/runner/observer.h"
 #include "server/core/sched/env.h"
 #include "server/core/sched/sync.h"
-#include "server/core/serving/memory_budget.h"
-#include "server/core/serving/model_runner.h"
-#include "server/core/serving/observer.h"
 #include "server/core/store/store_source.h"
 #include "server/core/store/version_policy.h"
 
@@ -88,42 +93,6 @@ namespace qvi {
 
 // Which models are served (--model-control): the store's (kPoll), or those loaded over the wire (kExplicit).
 enum class ModelControl { kPoll, kExplicit };
-
-// kUnloaded is only ever reported to listeners: the version is gone and no longer listed.
-enum class ModelState { kLoading, kReady, kFailed, kUnloading, kUnloaded };
-
-const char* ModelStateName(ModelState state);
-
-// A version as ListModels/GetModel report it.
-struct VersionStatus {
-  int64_t version = 0;
-  ModelState state = ModelState::kLoading;
-  std::string reason;
-  std::shared_ptr<const Model> model;  // set when READY or UNLOADING
-  ServingConfig serving;               // effective settings, known when READY or UNLOADING
-  int64_t memory_bytes = 0;            // its footprint as the budget counts it, when READY or UNLOADING
-};
-
-// A loaded version ready to serve: its model, its effective settings and its batch queue with the
-// instance threads. Requests hold it through a ServableHandle.
-struct Servable {
-  std::string name;
-  int64_t version = 0;
-  uint64_t generation = 0;  // this load of the version: a reload of changed files is another
-  std::shared_ptr<const Model> model;
-  ServingConfig serving;
-  std::unique_ptr<ModelRunner> runner;
-  // When a request last resolved it (Env time, ns since the epoch): the budget's least recently used.
-  mutable std::atomic<int64_t> last_used_ns{0};
-};
-
-// A model version held for the life of one request (TF Serving's ServableHandle): while any handle
-// lives, the version stays loaded.
-using ServableHandle = std::shared_ptr<const Servable>;
-
-// `loaded` (a load on demand's answer) when it is the version a request for `model` and `version`
-// (0: the newest) is to be served by, else null: the request resolves its version itself.
-ServableHandle Serving(const absl::StatusOr<ServableHandle>& loaded, const std::string& model, int64_t version);
 
 struct ModelStatus {
   std::string name;
@@ -186,7 +155,7 @@ class ModelRepository {
   };
   using ControlDone = std::function<void(const absl::Status& result)>;
   // A load on demand's answer to a request: the version it made READY (held), or why there is none.
-  using LoadedDone = std::function<void(absl::StatusOr<ServableHandle> loaded)>;
+  using LoadedDone = LoadWaiters::Ready;
 
   static absl::StatusOr<std::unique_ptr<ModelRepository>> Create(Options options);
   ~ModelRepository();
@@ -231,11 +200,11 @@ class ModelRepository {
   // of service and returns once each has finished the requests that hold it and is unloaded. Never
   // waits for a load. Later Resolve() calls get UNAVAILABLE. May be called from any thread, also
   // while another thread is in Poll(), and more than once, but not from two threads at once.
-  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_, loads_mu_);
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
   // The loads abandoned (timed out or at Shutdown()) whose threads have not returned: "name@version
   // (running for 12s)". What a process must not wait for when it exits.
-  std::vector<std::string> LoadsStillRunning() const ABSL_LOCKS_EXCLUDED(loads_mu_);
+  std::vector<std::string> LoadsStillRunning() const { return loader_.StillRunning(); }
 
  private:
   struct Record {
@@ -257,22 +226,12 @@ class ModelRepository {
     std::vector<std::function<void()>> done;  // model control's answers, once the poll of the model ends
     LoadCause cause = LoadCause::kPoll;
   };
-  // A version's memory on its device, by the generation of its servable, from its load to its unloading.
-  struct Charge {
-    std::string device;  // c10::Device::str()
-    int64_t bytes = 0;
+  using Waiter = LoadWaiters::Waiter;
+  // Versions taken out of service under the lock: let go of and reported after it.
+  struct Leaving {
+    std::vector<ServableHandle> release;
+    std::vector<std::pair<std::string, VersionStatus>> unloading;
   };
-  // A request waiting for its model to load on demand.
-  struct Waiter {
-    absl::Time deadline;
-    LoadedDone ready;
-  };
-  // The requests waiting for a model, and the load on demand started for them (its number).
-  struct Waiting {
-    uint64_t load = 0;
-    std::vector<Waiter> waiters;
-  };
-  struct LoadAttempt;  // one load on its own thread (model_repository.cc)
 
   explicit ModelRepository(Options options);
 
@@ -314,26 +273,14 @@ class ModelRepository {
   LoadResult Load(const std::string& name, int64_t version, const StoreModel& found, LoadCause cause);
   // Guarantee 7: loads a READY version again from its changed files and swaps it in.
   LoadResult Reload(const std::string& name, int64_t version, const StoreModel& found);
-  // A version read, warmed up and its graphs captured, with the serving settings it was resolved to.
-  struct LoadedModel {
-    std::unique_ptr<Model> model;
-    ServingConfig serving;
-  };
-  // On a thread of its own, waited for at most options_.load_timeout and not past Shutdown():
-  // options_.load, then the one resolution of the version's serving settings (its manifest is known
-  // now), then its graphs. `what` names the load ("name@version").
-  absl::StatusOr<LoadedModel> LoadModel(const std::string& what, const std::string& dir,
-                                        const ServingOverrides& overrides) ABSL_LOCKS_EXCLUDED(loads_mu_);
-  static std::string RunningFor(const LoadAttempt& attempt, absl::Time now);  // "12 s"
-  // Wakes every load waiting in LoadModel, and refuses new ones: Shutdown()'s first step.
-  void CancelLoads() ABSL_LOCKS_EXCLUDED(loads_mu_);
-  // The version read with the scan's serving.json (its error when that could not be read).
+  // The lifecycle's load of the version with the scan's serving.json (its error when that could not be read).
   absl::StatusOr<ServableHandle> MakeServable(const std::string& name, int64_t version, const StoreModel& found,
-                                              uint64_t generation);
-  // The shared_ptr deleter of every servable: hands it to the unloader thread, never blocks.
-  void Retire(Servable* servable, uint64_t generation) ABSL_LOCKS_EXCLUDED(retire_mu_);
-  void UnloaderLoop() ABSL_LOCKS_EXCLUDED(retire_mu_, mu_);
+                                              uint64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
+  // The lifecycle freed a servable: its record (when still UNLOADING) and its charge go.
+  void Unloaded(const std::string& name, int64_t version, uint64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
   void Notify(const std::string& name, const VersionStatus& status) const;
+  // Tells the listener what left service; the caller lets go of the holds after its own events.
+  void Announce(const Leaving& leaving) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // Guarantee 9 (model_repository_budget.cc). MakeServable within the budget: in its turn, room made
   // first (evicting when `cause` asks for the model), the footprint measured and charged to `generation`.
@@ -341,8 +288,8 @@ class ModelRepository {
                                                       uint64_t generation, LoadCause cause) ABSL_LOCKS_EXCLUDED(mu_);
   // Until the load of `name` is the earliest taken up of those running (turns_): OK, or why it gave up.
   absl::Status AwaitTurn(const std::string& name, LoadCause cause, absl::Time started) ABSL_LOCKS_EXCLUDED(mu_);
-  // Until `need` more bytes fit `budget` on `device`: waits for versions already unloading, evicts
-  // (least recently used first, idle before busy) when `evict`, else RESOURCE_EXHAUSTED saying what holds it.
+  // Until `need` more bytes fit `budget` on `device`, as PlanRoom decides: waits for versions already
+  // unloading, evicts when `evict`, else RESOURCE_EXHAUSTED saying what holds it.
   absl::Status MakeRoom(const std::string& name, const std::string& device, int64_t budget, int64_t need, bool evict,
                         LoadCause cause, absl::Time started) ABSL_LOCKS_EXCLUDED(mu_);
   // How long a load of `name` begun at `started` may wait for its turn and for room: load_timeout, and
@@ -351,37 +298,21 @@ class ModelRepository {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A load on demand whose requests all left (their deadlines passed) gives up waiting.
   absl::Status GaveUpLocked(const std::string& name, const char* waiting_for) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int64_t UsedLocked(const std::string& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The bytes charged to one servable (0 when its load measured nothing).
-  int64_t ChargedLocked(uint64_t generation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Of that, the bytes of versions no longer READY (unloading): free once their requests are answered.
+  // The bytes on `device` of the versions no longer READY (unloading): free once their requests are answered.
   int64_t LeavingLocked(const std::string& device) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED: what `name` needs, what is left, which models hold the device, and `why`.
   absl::Status NoRoomLocked(const std::string& name, const std::string& device, int64_t budget, int64_t need,
                             const char* why) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A model holding memory on a device that a load may unload: its bytes there, and whether a request holds it.
-  struct Evictable {
-    std::string name;
-    int64_t bytes = 0;
-    int64_t last_used_ns = 0;
-    bool busy = false;
-  };
-  // The READY models on `device` (not `except`, none with a poll or load under way), idle ones first,
-  // each group least recently asked for first.
+  // The READY models holding memory on `device` (not `except`, none with a poll or load under way).
   std::vector<Evictable> EvictableOnLocked(const std::string& device, const std::string& except) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes every READY version of `name` out of service (state UNLOADING, `reason`) and lets it rest.
-  void RestLocked(const std::string& name, const std::string& reason, std::vector<ServableHandle>* release,
-                  std::vector<std::pair<std::string, VersionStatus>>* unloading) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The keeper thread (unload_idle_after, load_on_demand): idle models rested, waiters' deadlines.
-  void KeeperLoop() ABSL_LOCKS_EXCLUDED(mu_);
-  // One pass of it: what is due now is done; returns when the next thing falls due.
-  absl::Time KeepOnce() ABSL_LOCKS_EXCLUDED(mu_);
-  // The waiters whose deadline has come, moved to `expired` (a model nobody waits for leaves
-  // waiters_); `next` lowered to the next deadline.
-  void ExpireWaitersLocked(absl::Time now, absl::Time* next, std::vector<Waiter>* expired)
+  void RestLocked(const std::string& name, const std::string& reason, Leaving* leaving)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The models idle for unload_idle_after; `next` lowered to when the next one may be.
+  // The keeper's pass (unload_idle_after, load_on_demand): what is due now is done; returns when the
+  // next thing falls due.
+  absl::Time KeepOnce() ABSL_LOCKS_EXCLUDED(mu_);
+  // The models idle for unload_idle_after (IdleModels); `next` lowered to when the next one may be.
   std::vector<std::string> IdleModelsLocked(absl::Time now, absl::Time* next) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Load on demand number `load` has ended: its waiters get the newest READY version, else `result`'s
   // error. OK with no READY version (unloaded again meanwhile): the model is loaded once more for them.
@@ -417,34 +348,19 @@ class ModelRepository {
   // Guarantee 9: the models resting and why; each servable's footprint; the requests waiting for a
   // load on demand, by model.
   std::map<std::string, std::string> resting_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, Charge> charges_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Waiting> waiters_ ABSL_GUARDED_BY(mu_);  // none empty: the last to leave erases it
-  uint64_t next_load_ ABSL_GUARDED_BY(mu_) = 1;
+  MemoryLedger ledger_ ABSL_GUARDED_BY(mu_);
+  LoadWaiters waiters_ ABSL_GUARDED_BY(mu_);
   CondVar room_freed_;  // a charge dropped, a turn or a job ended, a waiter came or left, or the stop
   // The running poll workers' jobs by model, numbered as they were taken up: the budget's turns.
   std::map<std::string, uint64_t> turns_ ABSL_GUARDED_BY(mu_);
   uint64_t next_turn_ ABSL_GUARDED_BY(mu_) = 0;
-  CondVar keeper_wake_;  // a waiter added (a poke), or the stop
-  uint64_t keeper_pokes_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t keeper_seen_ ABSL_GUARDED_BY(mu_) = 0;  // the pokes the keeper's last pass saw
-  std::thread keeper_;
   CondVar jobs_changed_;  // a job queued, a model no longer busy, or the stop
   std::vector<std::thread> workers_;
-
-  // The loads in progress and the abandoned ones not yet returned. Taken before an attempt's own
-  // mutex, never with mu_.
-  mutable Mutex loads_mu_;
-  std::vector<std::shared_ptr<LoadAttempt>> loads_ ABSL_GUARDED_BY(loads_mu_);
-  bool loads_cancelled_ ABSL_GUARDED_BY(loads_mu_) = false;
-
-  Mutex retire_mu_;
-  CondVar retire_changed_;
-  std::vector<std::pair<Servable*, uint64_t>> retiring_ ABSL_GUARDED_BY(retire_mu_);
-  int live_servables_ ABSL_GUARDED_BY(retire_mu_) = 0;
-  bool unloader_stopping_ ABSL_GUARDED_BY(retire_mu_) = false;
-  std::thread unloader_;
+  // After the state its threads touch, so that they are stopped before it goes.
+  VersionLoader loader_;
+  std::unique_ptr<Keeper> keeper_;  // with unload_idle_after or load_on_demand
 };
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SERVING_MODEL_REPOSITORY_H_
+#endif  // QVI_SERVER_CORE_REPOSITORY_MODEL_REPOSITORY_H_

@@ -1,41 +1,42 @@
-// ModelRepository's loads and unloads: a version read and warmed up with a deadline on a thread of
-// its own (MakeServable, LoadModel), the loads cancelled or waited for at shutdown, and the unloader
-// that lets a retired version go once its last request has its answer. The repository's polling,
-// resolution and listing: model_repository.cc.
+#include "server/core/repository/version_loader.h"
+
 #include <algorithm>
-#include <atomic>
-#include <filesystem>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/alloc/allocator.h"
 #include "server/core/sched/exception_text.h"
-#include "server/core/serving/model_repository.h"
 
 namespace qvi {
 
-namespace fs = std::filesystem;
-
-// One load on a thread of its own, shared by that thread, the poll worker waiting for it and
-// loads_; whoever lets go last frees it.
-struct ModelRepository::LoadAttempt {
-  LoadAttempt(std::string what, absl::Time started) : what(std::move(what)), started(started) {}
+// One load on a thread of its own, shared by that thread, the Load() waiting for it and loads_; whoever
+// lets go last frees it.
+struct VersionLoader::Attempt {
+  Attempt(std::string what, absl::Time started) : what(std::move(what)), started(started) {}
   const std::string what;  // "name@version"
   const absl::Time started;
   Mutex mu;
-  CondVar finished_cv;  // finished, or cancelled by Shutdown()
+  CondVar finished_cv;  // finished, or cancelled
   bool finished ABSL_GUARDED_BY(mu) = false;
   bool cancelled ABSL_GUARDED_BY(mu) = false;
   bool abandoned ABSL_GUARDED_BY(mu) = false;  // nobody waits for the result: the thread frees it
-  absl::StatusOr<LoadedModel> result ABSL_GUARDED_BY(mu);
+  absl::StatusOr<Loaded> result ABSL_GUARDED_BY(mu);
 };
 
-absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& name, int64_t version,
-                                                             const StoreModel& found, uint64_t generation) {
-  if (!found.overrides.ok()) return found.overrides.status();  // a serving.json that cannot be read
-  absl::StatusOr<LoadedModel> loaded =
-      LoadModel(absl::StrCat(name, "@", version), source_.VersionDir(name, version), *found.overrides);
+VersionLoader::VersionLoader(Options options)
+    : options_(std::move(options)), env_(options_.env != nullptr ? options_.env : Env::Default()) {
+  unloader_ = env_->StartThread("qvi-unloader", [this] { UnloaderLoop(); });
+}
+
+VersionLoader::~VersionLoader() {
+  Cancel();
+  Stop();
+}
+
+absl::StatusOr<ServableHandle> VersionLoader::Load(const std::string& name, int64_t version, uint64_t generation,
+                                                   const std::string& dir, const ServingOverrides& overrides) {
+  absl::StatusOr<Loaded> loaded = Run(absl::StrCat(name, "@", version), dir, overrides);
   if (!loaded.ok()) return loaded.status();
   if (loaded->model->manifest().name != name) {
     return absl::InvalidArgumentError(absl::StrCat("manifest.json names the model '", loaded->model->manifest().name,
@@ -48,49 +49,48 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& 
   auto* servable = new Servable{name, version, generation, model, std::move(loaded->serving), *std::move(runner)};
   {
     MutexLock lock(&retire_mu_);
-    ++live_servables_;
+    ++live_;
   }
-  return ServableHandle(servable, [this, generation](Servable* s) { Retire(s, generation); });
+  return ServableHandle(servable, [this](Servable* s) { Retire(s); });
 }
 
-absl::StatusOr<ModelRepository::LoadedModel> ModelRepository::LoadModel(const std::string& what,
-                                                                        const std::string& path,
-                                                                        const ServingOverrides& overrides) {
+absl::StatusOr<VersionLoader::Loaded> VersionLoader::Run(const std::string& what, const std::string& dir,
+                                                         const ServingOverrides& overrides) {
   // Before the thread starts: the load's time counts from here, whatever the clock does meanwhile.
-  auto attempt = std::make_shared<LoadAttempt>(what, env_->Now());
+  auto attempt = std::make_shared<Attempt>(what, env_->Now());
   const absl::Time until = attempt->started + options_.load_timeout;
   {
     MutexLock lock(&loads_mu_);
-    if (loads_cancelled_) return absl::CancelledError("not loaded: the server is shutting down");
+    if (cancelled_) return absl::CancelledError("not loaded: the server is shutting down");
     // Forget the loads that have returned; the abandoned ones still running stay listed.
     loads_.erase(std::remove_if(loads_.begin(), loads_.end(),
-                                [](const std::shared_ptr<LoadAttempt>& a) {
+                                [](const std::shared_ptr<Attempt>& a) {
                                   MutexLock l(&a->mu);
                                   return a->finished;
                                 }),
                  loads_.end());
     loads_.push_back(attempt);
   }
-  auto load =
+  LoadFn load =
       options_.load ? options_.load : [](const std::string& p, const LoadOptions& o) { return Model::Load(p, o); };
   env_->StartThread(
           "qvi-load",
-          [attempt, load = std::move(load), path, defaults = options_.defaults, overrides,
+          [attempt, load = std::move(load), dir, defaults = options_.defaults, overrides,
            backend = options_.graph_backend, note = options_.graph_backend_note, env = env_] {
-            absl::StatusOr<LoadedModel> result;
+            absl::StatusOr<Loaded> result;
             try {
-              result = [&]() -> absl::StatusOr<LoadedModel> {
-                absl::StatusOr<std::unique_ptr<Model>> model = load(path, ResolvePlacement(defaults, overrides));
+              result = [&]() -> absl::StatusOr<Loaded> {
+                absl::StatusOr<std::unique_ptr<Model>> model = load(dir, ResolvePlacement(defaults, overrides));
                 if (!model.ok()) return model.status();
                 ServingConfig serving =
                     ResolveServingConfig(defaults, (*model)->manifest(), overrides, (*model)->torch_device().is_cuda());
                 if (absl::Status s = (*model)->PrepareGraphs(serving, backend, note, env); !s.ok()) return s;
-                return LoadedModel{*std::move(model), std::move(serving)};
+                return Loaded{*std::move(model), std::move(serving)};
               }();
             } catch (...) {
-              result = absl::InternalError(absl::StrCat("loading ", path, " failed: ", CurrentExceptionText()));
+              result = absl::InternalError(absl::StrCat("loading ", dir, " failed: ", CurrentExceptionText()));
             }
-            absl::StatusOr<LoadedModel> late;  // nobody waits for it: freed here, on this thread
+            absl::StatusOr<Loaded> late;  // nobody waits for it: freed here, on this thread
             {
               MutexLock lock(&attempt->mu);
               (attempt->abandoned ? late : attempt->result) = std::move(result);
@@ -114,24 +114,24 @@ absl::StatusOr<ModelRepository::LoadedModel> ModelRepository::LoadModel(const st
                                                   " (--model-load-timeout-seconds); abandoned"));
 }
 
-std::string ModelRepository::RunningFor(const LoadAttempt& attempt, absl::Time now) {
+std::string VersionLoader::RunningFor(const Attempt& attempt, absl::Time now) {
   return absl::StrCat(absl::ToInt64Seconds(now - attempt.started), " s");
 }
 
-void ModelRepository::CancelLoads() {
+void VersionLoader::Cancel() {
   MutexLock lock(&loads_mu_);
-  loads_cancelled_ = true;
-  for (const std::shared_ptr<LoadAttempt>& a : loads_) {
+  cancelled_ = true;
+  for (const std::shared_ptr<Attempt>& a : loads_) {
     MutexLock l(&a->mu);
     a->cancelled = true;
     a->finished_cv.SignalAll();
   }
 }
 
-std::vector<std::string> ModelRepository::LoadsStillRunning() const {
+std::vector<std::string> VersionLoader::StillRunning() const {
   std::vector<std::string> running;
   MutexLock lock(&loads_mu_);
-  for (const std::shared_ptr<LoadAttempt>& a : loads_) {
+  for (const std::shared_ptr<Attempt>& a : loads_) {
     MutexLock l(&a->mu);
     if (a->finished) continue;
     running.push_back(absl::StrCat(a->what, " (running for ", RunningFor(*a, env_->Now()), ")"));
@@ -139,53 +139,46 @@ std::vector<std::string> ModelRepository::LoadsStillRunning() const {
   return running;
 }
 
-void ModelRepository::Retire(Servable* servable, uint64_t generation) {
+void VersionLoader::Retire(Servable* servable) {
   // Runs wherever the last hold was let go, often a model instance thread of this very servable,
   // which must not join itself: the unloader thread does the stopping.
   MutexLock lock(&retire_mu_);
-  retiring_.emplace_back(servable, generation);
+  retiring_.push_back(servable);
   retire_changed_.SignalAll();
 }
 
-void ModelRepository::UnloaderLoop() {
+void VersionLoader::UnloaderLoop() {
   while (true) {
-    std::pair<Servable*, uint64_t> item;
+    Servable* servable = nullptr;
     {
       MutexLock lock(&retire_mu_);
-      while (retiring_.empty() && !unloader_stopping_) retire_changed_.Wait(&retire_mu_);
+      while (retiring_.empty() && !stopping_) retire_changed_.Wait(&retire_mu_);
       if (retiring_.empty()) return;
-      item = retiring_.front();
+      servable = retiring_.front();
       retiring_.erase(retiring_.begin());
     }
-    const std::string name = item.first->name;
-    const int64_t version = item.first->version;
-    delete item.first;  // stops its (now idle) batch queue and instance threads, frees the model
+    const std::string name = servable->name;
+    const int64_t version = servable->version;
+    const uint64_t generation = servable->generation;
+    delete servable;  // stops its (now idle) batch queue and instance threads, frees the model
     // Hand what the version freed back to the system: its instance threads' malloc arenas would
     // otherwise keep it, and a server that rolls out often would grow by it each time.
     ReleaseFreeMemory();
-    bool gone = false;
-    {
-      MutexLock lock(&mu_);
-      auto entry = models_.find(name);
-      if (entry != models_.end()) {
-        auto r = entry->second.versions.find(version);
-        if (r != entry->second.versions.end() && r->second.generation == item.second &&
-            r->second.status.state == ModelState::kUnloading) {
-          entry->second.versions.erase(r);
-          gone = true;
-        }
-        if (entry->second.versions.empty()) models_.erase(entry);
-      }
-      charges_.erase(item.second);
-      room_freed_.SignalAll();
-    }
-    {
-      MutexLock lock(&retire_mu_);
-      --live_servables_;
-      retire_changed_.SignalAll();
-    }
-    if (gone) Notify(name, VersionStatus{version, ModelState::kUnloaded, "unloaded", nullptr, {}});
+    if (options_.unloaded) options_.unloaded(name, version, generation);
+    MutexLock lock(&retire_mu_);
+    --live_;
+    retire_changed_.SignalAll();
   }
+}
+
+void VersionLoader::Stop() {
+  {
+    MutexLock lock(&retire_mu_);
+    while (live_ > 0) retire_changed_.Wait(&retire_mu_);
+    stopping_ = true;
+    retire_changed_.SignalAll();
+  }
+  if (unloader_.joinable()) unloader_.join();
 }
 
 }  // namespace qvi

@@ -1,4 +1,4 @@
-#include "server/core/serving/model_repository.h"
+#include "server/core/repository/model_repository.h"
 #include "server/core/sched/exception_text.h"
 
 #include <algorithm>
@@ -18,21 +18,26 @@ namespace qvi {
 
 namespace fs = std::filesystem;
 
-const char* ModelStateName(ModelState state) {
-  switch (state) {
-    case ModelState::kLoading:
-      return "LOADING";
-    case ModelState::kReady:
-      return "READY";
-    case ModelState::kFailed:
-      return "FAILED";
-    case ModelState::kUnloading:
-      return "UNLOADING";
-    case ModelState::kUnloaded:
-      return "UNLOADED";
-  }
-  return "UNKNOWN";
+namespace {
+
+// What the lifecycle needs of the repository's options.
+VersionLoader::Options LoaderOptions(const ModelRepository::Options& o, const Env* env,
+                                     VersionLoader::Unloaded unloaded) {
+  VersionLoader::Options l;
+  l.defaults = o.defaults;
+  l.env = env;
+  l.observer = o.observer;
+  l.answers = o.answers;
+  l.pipeline = o.pipeline;
+  l.load_timeout = o.load_timeout;
+  l.graph_backend = o.graph_backend;
+  l.graph_backend_note = o.graph_backend_note;
+  l.load = o.load;
+  l.unloaded = std::move(unloaded);
+  return l;
 }
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(Options options) {
   std::error_code ec;
@@ -59,10 +64,12 @@ ModelRepository::ModelRepository(Options options)
     : options_(std::move(options)),
       source_(options_.root, ModelFileNames()),
       env_(options_.env != nullptr ? options_.env : Env::Default()),
-      meter_(options_.meter != nullptr ? options_.meter : &SystemMemoryMeter()) {
-  unloader_ = env_->StartThread("qvi-unloader", [this] { UnloaderLoop(); });
+      meter_(options_.meter != nullptr ? options_.meter : &SystemMemoryMeter()),
+      loader_(LoaderOptions(options_, env_, [this](const std::string& name, int64_t version, uint64_t generation) {
+        Unloaded(name, version, generation);
+      })) {
   if (options_.unload_idle_after > absl::ZeroDuration() || options_.load_on_demand) {
-    keeper_ = env_->StartThread("qvi-keeper", [this] { KeeperLoop(); });
+    keeper_ = std::make_unique<Keeper>(env_, [this] { return KeepOnce(); });
   }
   for (int i = 0; i < std::max(options_.load_threads, 1); ++i) {
     workers_.push_back(env_->StartThread("qvi-poll-worker", [this] { WorkerLoop(); }));
@@ -73,6 +80,36 @@ ModelRepository::~ModelRepository() { Shutdown(); }
 
 void ModelRepository::Notify(const std::string& name, const VersionStatus& status) const {
   if (options_.listener) options_.listener(name, status);
+}
+
+void ModelRepository::Announce(const Leaving& leaving) const {
+  for (const auto& [name, status] : leaving.unloading) Notify(name, status);
+}
+
+absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& name, int64_t version,
+                                                             const StoreModel& found, uint64_t generation) {
+  if (!found.overrides.ok()) return found.overrides.status();  // a serving.json that cannot be read
+  return loader_.Load(name, version, generation, source_.VersionDir(name, version), *found.overrides);
+}
+
+void ModelRepository::Unloaded(const std::string& name, int64_t version, uint64_t generation) {
+  bool gone = false;
+  {
+    MutexLock lock(&mu_);
+    auto entry = models_.find(name);
+    if (entry != models_.end()) {
+      auto r = entry->second.versions.find(version);
+      if (r != entry->second.versions.end() && r->second.generation == generation &&
+          r->second.status.state == ModelState::kUnloading) {
+        entry->second.versions.erase(r);
+        gone = true;
+      }
+      if (entry->second.versions.empty()) models_.erase(entry);
+    }
+    ledger_.Release(generation);
+    room_freed_.SignalAll();
+  }
+  if (gone) Notify(name, VersionStatus{version, ModelState::kUnloaded, "unloaded", nullptr, {}});
 }
 
 void ModelRepository::StartPolling(absl::Duration interval) {
@@ -260,7 +297,7 @@ ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64
     Record& r = entry.versions[version];
     if (servable.ok() && !stopped) {
       r.status = VersionStatus{
-          version, ModelState::kReady, "", (*servable)->model, (*servable)->serving, ChargedLocked(generation)};
+          version, ModelState::kReady, "", (*servable)->model, (*servable)->serving, ledger_.Charged(generation)};
       r.servable = *servable;  // from here on Resolve() hands it out
       r.loaded = env_->Now();
       r.servable->last_used_ns.store(absl::ToUnixNanos(r.loaded));  // a version new to the LRU is not its oldest
@@ -327,7 +364,7 @@ ModelRepository::LoadResult ModelRepository::Reload(const std::string& name, int
       r->stamp = found.stamps.at(version);  // these files were tried: again only once they change
       if (servable.ok()) {
         r->status = VersionStatus{
-            version, ModelState::kReady, "", (*servable)->model, (*servable)->serving, ChargedLocked(generation)};
+            version, ModelState::kReady, "", (*servable)->model, (*servable)->serving, ledger_.Charged(generation)};
         (*servable)->last_used_ns.store(r->servable->last_used_ns.load());
         replaced = std::exchange(r->servable, *servable);  // the atomic switch, as for a new version
         r->generation = generation;
@@ -351,18 +388,16 @@ void ModelRepository::Shutdown() {
     stopped_ = true;
     poll_wake_.SignalAll();
     jobs_changed_.SignalAll();
-    keeper_wake_.SignalAll();
     room_freed_.SignalAll();
   }
+  if (keeper_ != nullptr) keeper_->Stop();  // no idle unload or deadline from here on
   // The workers wait for loads at most until these are cancelled: joining them waits for no load.
-  CancelLoads();
+  loader_.Cancel();
   if (poller_.joinable()) poller_.join();
-  if (keeper_.joinable()) keeper_.join();
   for (std::thread& worker : workers_) {
     if (worker.joinable()) worker.join();
   }
-  std::vector<ServableHandle> release;
-  std::vector<std::pair<std::string, VersionStatus>> unloading;
+  Leaving leaving;
   {
     MutexLock lock(&mu_);
     for (auto& [name, entry] : models_) {
@@ -370,28 +405,22 @@ void ModelRepository::Shutdown() {
         if (r.status.state != ModelState::kReady) continue;
         r.status.state = ModelState::kUnloading;
         r.status.reason = "the server is shutting down";
-        release.push_back(std::move(r.servable));
-        unloading.emplace_back(name, r.status);
+        leaving.release.push_back(std::move(r.servable));
+        leaving.unloading.emplace_back(name, r.status);
       }
     }
   }
-  for (const auto& [name, s] : unloading) Notify(name, s);
-  release.clear();
-  std::map<std::string, Waiting> waiting;
+  Announce(leaving);
+  leaving.release.clear();  // the repository's holds; each version unloads once its requests let go
+  std::map<std::string, std::vector<Waiter>> waiting;
   {
     MutexLock lock(&mu_);
-    waiting.swap(waiters_);
+    waiting = waiters_.TakeAll();
   }
   for (auto& [_, list] : waiting) {
-    for (Waiter& w : list.waiters) w.ready(absl::UnavailableError("the server is shutting down"));
+    for (Waiter& w : list) w.ready(absl::UnavailableError("the server is shutting down"));
   }
-  {
-    MutexLock lock(&retire_mu_);
-    while (live_servables_ > 0) retire_changed_.Wait(&retire_mu_);
-    unloader_stopping_ = true;
-    retire_changed_.SignalAll();
-  }
-  if (unloader_.joinable()) unloader_.join();
+  loader_.Stop();  // once every version is unloaded: after the requests holding them are answered
 }
 
 }  // namespace qvi

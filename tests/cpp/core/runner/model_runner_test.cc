@@ -2,7 +2,7 @@
 // containment (issue 13): nothing is called out of the runner under its lock, and a done-callback,
 // row handler or observer that throws fails only the texts it concerns while the instance thread
 // goes on serving. Runs the fake model of tests/cpp/test_util/fake_model.h on the CPU.
-#include "server/core/serving/model_runner.h"
+#include "server/core/runner/model_runner.h"
 #include "tests/cpp/test_util/fake_model.h"
 
 #include <ATen/core/Tensor.h>

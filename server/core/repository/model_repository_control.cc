@@ -6,8 +6,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/core/repository/model_repository.h"
 #include "server/core/request/request_checks.h"
-#include "server/core/serving/model_repository.h"
 
 namespace qvi {
 namespace {

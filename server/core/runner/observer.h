@@ -2,8 +2,8 @@
 // (server/metrics/); tests and tools may pass none. The core calls these from its model instance
 // threads, on the batch path: implementations must be thread-safe, cheap and must not call back
 // into the core.
-#ifndef QVI_SERVER_CORE_SERVING_OBSERVER_H_
-#define QVI_SERVER_CORE_SERVING_OBSERVER_H_
+#ifndef QVI_SERVER_CORE_RUNNER_OBSERVER_H_
+#define QVI_SERVER_CORE_RUNNER_OBSERVER_H_
 
 #include <cstdint>
 #include <string>
@@ -54,4 +54,4 @@ class ServingObserver {
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SERVING_OBSERVER_H_
+#endif  // QVI_SERVER_CORE_RUNNER_OBSERVER_H_

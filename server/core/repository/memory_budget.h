@@ -10,8 +10,8 @@
 // GPU that is the caching allocator's reserved bytes, which only this process's tensors move; on the
 // CPU it is the process's resident set, which everything the process does moves, so it is
 // approximate there. A model's serving.json may state its footprint (`memory_bytes`) instead.
-#ifndef QVI_SERVER_CORE_SERVING_MEMORY_BUDGET_H_
-#define QVI_SERVER_CORE_SERVING_MEMORY_BUDGET_H_
+#ifndef QVI_SERVER_CORE_REPOSITORY_MEMORY_BUDGET_H_
+#define QVI_SERVER_CORE_REPOSITORY_MEMORY_BUDGET_H_
 
 #include <c10/core/Device.h>
 
@@ -53,4 +53,4 @@ const MemoryMeter& SystemMemoryMeter();
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SERVING_MEMORY_BUDGET_H_
+#endif  // QVI_SERVER_CORE_REPOSITORY_MEMORY_BUDGET_H_

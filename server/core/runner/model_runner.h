@@ -33,8 +33,8 @@
 // Threads: one per instance; torch's own intra-op threads come on top (set per process); the answer
 // pool is shared by every runner (the server's, sized to the CPUs). On a GPU each instance thread
 // runs on a CUDA stream of its own (DeviceStreamScope).
-#ifndef QVI_SERVER_CORE_SERVING_MODEL_RUNNER_H_
-#define QVI_SERVER_CORE_SERVING_MODEL_RUNNER_H_
+#ifndef QVI_SERVER_CORE_RUNNER_MODEL_RUNNER_H_
+#define QVI_SERVER_CORE_RUNNER_MODEL_RUNNER_H_
 
 #include <ATen/core/Tensor.h>
 
@@ -48,10 +48,10 @@
 
 #include "server/core/manifest/serving_config.h"
 #include "server/core/model/model.h"
+#include "server/core/runner/observer.h"
 #include "server/core/sched/batch_scheduler.h"
 #include "server/core/sched/executor.h"
 #include "server/core/sched/sync.h"
-#include "server/core/serving/observer.h"
 
 namespace qvi {
 
@@ -243,4 +243,4 @@ class ModelRunner {
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SERVING_MODEL_RUNNER_H_
+#endif  // QVI_SERVER_CORE_RUNNER_MODEL_RUNNER_H_

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "server/core/model/cuda_support.h"
+#include "server/core/repository/model_repository.h"
 #include "server/core/request/request_checks.h"
-#include "server/core/serving/model_repository.h"
 
 namespace qvi {
 namespace {
@@ -50,19 +50,7 @@ const char* LoadCauseName(LoadCause cause) {
   return "unknown";
 }
 
-int64_t ModelRepository::ChargedLocked(uint64_t generation) const {
-  auto charge = charges_.find(generation);
-  return charge == charges_.end() ? 0 : charge->second.bytes;
-}
-
-int64_t ModelRepository::UsedLocked(const std::string& device) const {
-  int64_t used = 0;
-  for (const auto& [_, charge] : charges_) used += charge.device == device ? charge.bytes : 0;
-  return used;
-}
-
-std::vector<ModelRepository::Evictable> ModelRepository::EvictableOnLocked(const std::string& device,
-                                                                           const std::string& except) const {
+std::vector<Evictable> ModelRepository::EvictableOnLocked(const std::string& device, const std::string& except) const {
   std::vector<Evictable> found;
   for (const auto& [name, entry] : models_) {
     // A job of it running (not one merely queued: a poll tick queues one for every model, and the workers
@@ -75,21 +63,15 @@ std::vector<ModelRepository::Evictable> ModelRepository::EvictableOnLocked(const
       if (r.status.state != ModelState::kReady || r.servable == nullptr) continue;
       // Under mu_ nobody can take a new hold: one hold (ours) means no request has it.
       m.busy = m.busy || r.servable.use_count() > 1;
-      auto charge = charges_.find(r.generation);
-      if (charge != charges_.end() && charge->second.device == device) m.bytes += charge->second.bytes;
+      m.bytes += ledger_.On(r.generation, device);
       m.last_used_ns = std::max(m.last_used_ns, r.servable->last_used_ns.load(std::memory_order_relaxed));
     }
     if (!loading && m.bytes > 0) found.push_back(m);
   }
-  std::sort(found.begin(), found.end(), [](const Evictable& a, const Evictable& b) {
-    return std::tie(a.busy, a.last_used_ns) < std::tie(b.busy, b.last_used_ns);
-  });
   return found;
 }
 
-void ModelRepository::RestLocked(const std::string& name, const std::string& reason,
-                                 std::vector<ServableHandle>* release,
-                                 std::vector<std::pair<std::string, VersionStatus>>* unloading) {
+void ModelRepository::RestLocked(const std::string& name, const std::string& reason, Leaving* leaving) {
   resting_[name] = reason;
   auto entry = models_.find(name);
   if (entry == models_.end()) return;
@@ -97,8 +79,8 @@ void ModelRepository::RestLocked(const std::string& name, const std::string& rea
     if (r.status.state != ModelState::kReady) continue;
     r.status.state = ModelState::kUnloading;
     r.status.reason = reason;
-    release->push_back(std::move(r.servable));
-    unloading->emplace_back(name, r.status);
+    leaving->release.push_back(std::move(r.servable));
+    leaving->unloading.emplace_back(name, r.status);
   }
 }
 
@@ -109,11 +91,7 @@ int64_t ModelRepository::LeavingLocked(const std::string& device) const {
       if (r.status.state == ModelState::kReady) serving.insert(r.generation);
     }
   }
-  int64_t leaving = 0;
-  for (const auto& [generation, charge] : charges_) {
-    if (charge.device == device && serving.count(generation) == 0) leaving += charge.bytes;
-  }
-  return leaving;
+  return ledger_.Leaving(device, serving);
 }
 
 absl::Status ModelRepository::NoRoomLocked(const std::string& name, const std::string& device, int64_t budget,
@@ -122,26 +100,22 @@ absl::Status ModelRepository::NoRoomLocked(const std::string& name, const std::s
   for (const auto& [n, entry] : models_) {
     int64_t bytes = 0;
     for (const auto& [v, r] : entry.versions) {
-      auto charge = charges_.find(r.generation);
-      if (charge != charges_.end() && charge->second.device == device) bytes += charge->second.bytes;
+      bytes += ledger_.On(r.generation, device);
     }
     if (bytes > 0) held.push_back(absl::StrCat(n, " ", FormatBytes(bytes)));
   }
   return absl::ResourceExhaustedError(
       absl::StrCat("model '", Capped(name), "' needs about ", FormatBytes(need), " of ", device,
                    " and the memory budget (", FormatBytes(budget), ", --device-memory-budget) has ",
-                   FormatBytes(std::max<int64_t>(budget - UsedLocked(device), 0)),
+                   FormatBytes(std::max<int64_t>(budget - ledger_.Used(device), 0)),
                    " left; loaded: ", held.empty() ? "(none)" : absl::StrJoin(held, ", "), held.empty() ? "" : why));
 }
 
 absl::Time ModelRepository::WaitUntilLocked(const std::string& name, LoadCause cause, absl::Time started) const {
   absl::Time until = started + options_.load_timeout;
   if (cause != LoadCause::kDemand) return until;
-  absl::Time latest = env_->Now();  // nobody waits any more: give up now
-  if (auto w = waiters_.find(name); w != waiters_.end()) {
-    for (const Waiter& waiter : w->second.waiters) latest = std::max(latest, waiter.deadline);
-  }
-  return std::min(until, latest);
+  // Nobody waits any more: give up now.
+  return std::min(until, waiters_.Latest(name, env_->Now()));
 }
 
 absl::Status ModelRepository::GaveUpLocked(const std::string& name, const char* waiting_for) const {
@@ -175,47 +149,45 @@ absl::Status ModelRepository::AwaitTurn(const std::string& name, LoadCause cause
 
 absl::Status ModelRepository::MakeRoom(const std::string& name, const std::string& device, int64_t budget, int64_t need,
                                        bool evict, LoadCause cause, absl::Time started) {
+  using Verdict = RoomPlan::Verdict;
   while (true) {  // evictions a round, until the load fits or its wait ends
-    std::vector<ServableHandle> release;
-    std::vector<std::pair<std::string, VersionStatus>> unloading;
-    std::vector<std::string> evicted;
+    Leaving leaving;
+    RoomPlan plan;
     {
       MutexLock lock(&mu_);
       if (stopped_) return absl::CancelledError("not loaded: the server is shutting down");
-      const int64_t used = UsedLocked(device);
-      if (used + need <= budget) return absl::OkStatus();
-      if (need > budget) return NoRoomLocked(name, device, budget, need, "; it needs more than the whole budget");
-      if (!evict) return NoRoomLocked(name, device, budget, need, "; a poll of the store evicts no other model");
       const absl::Time until = WaitUntilLocked(name, cause, started);
-      if (env_->Now() >= until) {
-        if (cause == LoadCause::kDemand) return GaveUpLocked(name, "for room in the memory budget");
-        return NoRoomLocked(name, device, budget, need, "; the models unloading did not free it in time");
+      const RoomAsk ask{budget, ledger_.Used(device), LeavingLocked(device), need, evict, env_->Now() >= until};
+      plan = PlanRoom(ask, EvictableOnLocked(device, name));
+      switch (plan.verdict) {
+        case Verdict::kFits:
+          return absl::OkStatus();
+        case Verdict::kMoreThanTheBudget:
+          return NoRoomLocked(name, device, budget, need, "; it needs more than the whole budget");
+        case Verdict::kPollEvictsNothing:
+          return NoRoomLocked(name, device, budget, need, "; a poll of the store evicts no other model");
+        case Verdict::kTimedOut:
+          if (cause == LoadCause::kDemand) return GaveUpLocked(name, "for room in the memory budget");
+          return NoRoomLocked(name, device, budget, need, "; the models unloading did not free it in time");
+        case Verdict::kWait:  // nothing to unload now: wait for the drained memory, or for a load under way to end
+          env_->WaitUntil(&room_freed_, &mu_, until);
+          continue;
+        case Verdict::kEvict:
+          break;
       }
-      // Versions already unloading free their memory once their requests are answered.
-      int64_t short_by = used - LeavingLocked(device) + need - budget;
-      const std::vector<Evictable> evictable = EvictableOnLocked(device, name);
-      int64_t evictable_bytes = 0;
-      for (const Evictable& m : evictable) evictable_bytes += m.bytes;
-      // Nothing is unloaded unless unloading makes room; else a load under way may end and be evictable.
-      if (evictable_bytes < short_by) short_by = 0;
-      for (const Evictable& m : evictable) {
-        if (short_by <= 0) break;
-        short_by -= m.bytes;
-        evicted.push_back(m.name);
+      for (const Evictable& m : plan.evict) {
         RestLocked(m.name,
                    absl::StrCat("unloaded to make room for '", Capped(name), "' within the memory budget of ", device,
                                 m.busy ? " (the least recently used model; its requests in flight were answered)"
                                        : " (the least recently used idle model)"),
-                   &release, &unloading);
+                   &leaving);
       }
-      // Nothing more to unload now: wait for the drained memory, or for a load under way to end.
-      if (evicted.empty()) env_->WaitUntil(&room_freed_, &mu_, until);
     }
-    for (const auto& [n, s] : unloading) Notify(n, s);
-    for (const std::string& n : evicted) {
-      if (options_.memory_event) options_.memory_event(n, false, "budget");
+    Announce(leaving);
+    for (const Evictable& m : plan.evict) {
+      if (options_.memory_event) options_.memory_event(m.name, false, "budget");
     }
-    release.clear();  // idle ones go to the unloader now; busy ones once their last request is answered
+    leaving.release.clear();  // idle ones go to the unloader now; busy ones once their last request is answered
   }
 }
 
@@ -251,7 +223,7 @@ absl::StatusOr<ServableHandle> ModelRepository::MakeServableInBudget(const std::
     if (absl::Status room = MakeRoom(name, key, limit, bytes, evict, cause, started); !room.ok()) return room;
   }
   MutexLock lock(&mu_);
-  charges_[generation] = Charge{key, bytes};
+  ledger_.Charge(generation, key, bytes);
   return servable;
 }
 

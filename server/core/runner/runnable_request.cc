@@ -4,7 +4,7 @@
 #include <ATen/ops/zeros.h>
 #include <algorithm>
 
-#include "server/core/serving/model_runner.h"
+#include "server/core/runner/model_runner.h"
 
 namespace qvi {
 

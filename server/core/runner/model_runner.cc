@@ -1,4 +1,4 @@
-#include "server/core/serving/model_runner.h"
+#include "server/core/runner/model_runner.h"
 #include "server/core/sched/exception_text.h"
 
 #include <ATen/core/Tensor.h>
