@@ -17,6 +17,7 @@ and --shared-cores runs server and qvi-perf on every core unpinned, as the full 
 sizes two instances on a 2-core machine): together, the full run's concurrency-1 set-up, alternated.
 """
 import argparse
+import functools
 import os
 import shutil
 import statistics
@@ -46,9 +47,10 @@ def main():
     a.null_concurrency = "1,16,64"
     wanted = [NAMES[p] for p in a.protocols.split(",")]
     protocols = [p for p in null_bench.PROTOCOLS if p[0] in wanted]
+    before = os.path.abspath(a.before)
     builds = (("after", harness), ("before", types.SimpleNamespace(**{
-        k: getattr(harness, k) for k in ("MODEL", "MODEL_PT", "PY", "perf", "wait_for_file", "stop", "log")},
-        BUILD=os.path.abspath(a.before))))
+        k: getattr(harness, k) for k in ("MODEL", "MODEL_PT", "PY", "perf", "log")},
+        BUILD=before, serve=functools.partial(harness.serve, build=before))))
     rows = {}  # (protocol, concurrency, build) -> [(requests/s, p50, p99, µs)]
     with tempfile.TemporaryDirectory(prefix="qvi_ab_") as work:
         if a.store == "demo":  # the demo classifier alone, so that the server loads nothing else

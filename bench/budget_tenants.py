@@ -14,7 +14,6 @@ import collections
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -22,8 +21,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
-from qvi_testing import api_stubs, metric_sum, metrics_of  # noqa: E402  (the native API's modules, generated from proto/)
-SERVER = os.path.join(REPO, "build", "qvi-server")
+from qvi_testing import ServerProcess, api_stubs, metric_sum, metrics_of  # noqa: E402
 STORE = os.path.join(REPO, "model_store", "store")
 MODELS = ("sentiment", "topics", "ner")
 MIB = 1 << 20
@@ -38,35 +36,19 @@ def make_store(work):
     return store
 
 
-def wait_file(path, proc):
-    for _ in range(1200):
-        if proc.poll() is not None:
-            raise RuntimeError("qvi-server exited")
-        if os.path.exists(path) and open(path).read().strip():
-            return int(open(path).read())
-        time.sleep(0.1)
-    raise RuntimeError("qvi-server did not start")
-
-
-def evictions(mport):
-    return metric_sum(metrics_of(f"127.0.0.1:{mport}"), "qvi_model_evictions_total", 'reason="budget"')
+def evictions(server):
+    return metric_sum(metrics_of(server.metrics_address), "qvi_model_evictions_total", 'reason="budget"')
 
 
 def run(pb, pbg, work, store, budget, clients, duration, n):
     import grpc
-    port_file, metrics_file = os.path.join(work, f"port{n}"), os.path.join(work, f"metrics{n}")
-    args = [SERVER, "--model-store", store, "--device", "cpu", "--port", "0", "--port-file", port_file,
-            "--metrics-port", "0", "--metrics-port-file", metrics_file, "--http-port", "-1"]
-    if budget:
-        args += ["--load-on-demand", "--device-memory-budget", budget]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        port, mport = wait_file(port_file, proc), wait_file(metrics_file, proc)
-        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    flags = ["--load-on-demand", "--device-memory-budget", budget] if budget else []
+    with ServerProcess(store, work, *flags, http=False, name=f"qvi-server-{n}", plaintext_ready=False) as server:
+        channel = grpc.insecure_channel(server.address)
         stub = pbg.InferenceStub(channel)
         for name in MODELS:  # every model answers once before the clock starts
             call(pb, stub, name)
-        before = evictions(mport)
+        before = evictions(server)
         latencies, codes = [], collections.Counter()
         lock = threading.Lock()
         stop = time.monotonic() + duration
@@ -91,11 +73,8 @@ def run(pb, pbg, work, store, budget, clients, duration, n):
         for t in threads:
             t.join()
         elapsed = time.monotonic() - t0
-        swapped = evictions(mport) - before
+        swapped = evictions(server) - before
         channel.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
     latencies.sort()
     pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000  # noqa: E731
     return {"calls": len(latencies), "codes": dict(codes), "calls_per_s": len(latencies) / elapsed,

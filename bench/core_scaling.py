@@ -16,7 +16,6 @@ On a GPU machine's 16 cores: --cores 1,2,4,8,16 (bench/gpu_session.sh cores).
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -26,29 +25,17 @@ import null_bench  # noqa: E402
 import harness  # noqa: E402
 
 
-def serve(work, store, server_cores, label, flags):
-    files = null_bench.port_files(work, label, ("port", "metrics", "http"))
-    with open(os.path.join(work, f"qvi-server-{label}.log"), "w") as log:
-        proc = subprocess.Popen([*null_bench.pin(server_cores), os.path.join(harness.BUILD, "qvi-server"),
-                                 "--model-store", store, "--host", "127.0.0.1", "--port", "0", "--port-file",
-                                 files["port"], "--metrics-port", "0", "--metrics-port-file", files["metrics"],
-                                 "--http-port", "0", "--http-port-file", files["http"], "--device", "cpu",
-                                 "--max-queued-texts", "16384", *flags], stdout=log, stderr=subprocess.STDOUT)
-    ports = {k: harness.wait_for_file(path, proc, f"qvi-server ({label})") for k, path in files.items()}
-    return proc, ports
-
-
 def measure(work, a, store, n, variant, flags, bodies, exe):
     """One server on the first n cores; each protocol under h2load on the others."""
     cores = null_bench.cores()
     server_cores = cores[:n]
     client_cores = cores[n:] or cores
-    proc, ports = serve(work, store, server_cores, f"{variant}-{n}", flags)
     rows = []
-    try:
-        urls = {"grpc": f"http://127.0.0.1:{ports['port']}{h2load_bench.GRPC_PATH}",
-                "http": f"http://127.0.0.1:{ports['http']}/v1/models/{harness.MODEL}:classify"}
-        metrics = f"http://127.0.0.1:{ports['metrics']}/metrics"
+    with harness.serve(store, work, f"qvi-server-{variant}-{n}", "--max-queued-texts", "16384", *flags,
+                       cpus=server_cores) as server:
+        urls = {"grpc": f"http://{server.address}{h2load_bench.GRPC_PATH}",
+                "http": f"http://{server.http_address}/v1/models/{harness.MODEL}:classify"}
+        metrics = server.metrics_url
         for protocol, concurrency in (("grpc", a.grpc_streams), ("http", a.http_connections)):
             cmd = h2load_bench.command(exe, protocol, urls[protocol], concurrency, a.duration, a.warmup,
                                        bodies[protocol])
@@ -56,8 +43,6 @@ def measure(work, a, store, n, variant, flags, bodies, exe):
                                     prefix=null_bench.pin(client_cores), log=harness.log)
             rows.append(dict(step, variant=variant, flags=flags, server_cores=n, client_cores=len(client_cores),
                              protocol=protocol, concurrency=concurrency))
-    finally:
-        harness.stop(proc)
     return rows
 
 

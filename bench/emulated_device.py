@@ -38,7 +38,7 @@ import h2load_bench  # noqa: E402
 import null_bench  # noqa: E402
 import harness  # noqa: E402
 
-metrics, total, grpc_body = h2load_bench.metrics, h2load_bench.total, h2load_bench.grpc_body
+metrics_of, metric_sum, grpc_body = h2load_bench.metrics_of, h2load_bench.metric_sum, h2load_bench.grpc_body
 
 
 def thread_cpu_seconds(pid, name):
@@ -57,16 +57,16 @@ def thread_cpu_seconds(pid, name):
 
 
 def snapshot(url, pid, model):
-    m = metrics(url)
+    m = metrics_of(url)
     labels = f'model="{model}"'
-    return {"time": time.monotonic(), "ok": total(m, "qvi_requests_total", labels, 'code="OK"'),
-            "cpu": total(m, "process_cpu_seconds_total"), "busy": total(m, "qvi_device_busy_seconds_total", labels),
-            "batches": total(m, "qvi_batch_size_count", labels), "texts": total(m, "qvi_batch_size_sum", labels),
-            "compute_s": total(m, "qvi_compute_duration_seconds_sum", labels),
-            "answer_wait_s": total(m, "qvi_answer_wait_seconds_sum", labels),
-            "answer_s": total(m, "qvi_answer_duration_seconds_sum", labels),
-            "shares": total(m, "qvi_answer_duration_seconds_count", labels),
-            "queue_s": total(m, "qvi_queue_duration_seconds_sum", labels),
+    return {"time": time.monotonic(), "ok": metric_sum(m, "qvi_requests_total", labels, 'code="OK"'),
+            "cpu": metric_sum(m, "process_cpu_seconds_total"), "busy": metric_sum(m, "qvi_device_busy_seconds_total", labels),
+            "batches": metric_sum(m, "qvi_batch_size_count", labels), "texts": metric_sum(m, "qvi_batch_size_sum", labels),
+            "compute_s": metric_sum(m, "qvi_compute_duration_seconds_sum", labels),
+            "answer_wait_s": metric_sum(m, "qvi_answer_wait_seconds_sum", labels),
+            "answer_s": metric_sum(m, "qvi_answer_duration_seconds_sum", labels),
+            "shares": metric_sum(m, "qvi_answer_duration_seconds_count", labels),
+            "queue_s": metric_sum(m, "qvi_queue_duration_seconds_sum", labels),
             "instance_cpu": thread_cpu_seconds(pid, "qvi-instance"),
             "answer_cpu": thread_cpu_seconds(pid, "qvi-answer")}
 
@@ -122,19 +122,12 @@ def h2load(port, concurrency, a, body):
 def measure(work, a, store, label, flags=()):
     """One server on `store` (with extra `flags`), each load generator at each concurrency; a window's
     figures per step."""
-    files = null_bench.port_files(work, label, ("port", "metrics"))
     # One instance, as on a GPU, unless the variant sets the count (a store's serving.json may too).
     instances = [] if any(f.startswith("--instances-per-model") for f in flags) else ["--instances-per-model", "1"]
-    with open(os.path.join(work, f"qvi-server-{label}.log"), "w") as log_file:
-        proc = subprocess.Popen([os.path.join(harness.BUILD, "qvi-server"), "--model-store", store, "--host",
-                                 "127.0.0.1", "--port", "0", "--port-file", files["port"], "--metrics-port", "0",
-                                 "--metrics-port-file", files["metrics"], "--http-port", "-1", "--device", a.device,
-                                 "--max-queued-texts", "16384", *instances, *flags],
-                                stdout=log_file, stderr=subprocess.STDOUT)
     rows = []
-    try:
-        port = harness.wait_for_file(files["port"], proc, f"qvi-server ({label})")
-        url = f"http://127.0.0.1:{harness.wait_for_file(files['metrics'], proc, f'qvi-server ({label})')}/metrics"
+    with harness.serve(store, work, f"qvi-server-{label}", "--max-queued-texts", "16384", *instances, *flags,
+                       device=a.device, http=False) as server:
+        port, url, proc = server.port, server.metrics_url, server.proc
         for load, concurrency in [(g, c) for g in a.load.split(",") for c in a.concurrency.split(",")]:
             samples = {}
 
@@ -168,8 +161,6 @@ def measure(work, a, store, label, flags=()):
                 row["gpu_sm_busy"] = samples["gpu_sm_busy"]
             row.update(load=load, concurrency=int(concurrency), **client)
             rows.append(row)
-    finally:
-        harness.stop(proc)
     return rows
 
 

@@ -11,23 +11,13 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
 TEXT = ("The film opens slowly but the second half is moving, funny and sharp, with a cast that makes "
         "every scene count")
 GRPC_PATH = "/qvi.serving.v1.Inference/Classify"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
-from qvi_testing import api_stubs, metric_sum, parse_metrics  # noqa: E402  (proto/'s modules, /metrics)
-
-
-def metrics(url):
-    """The samples of the server's /metrics at `url` (qvi_testing.parse_metrics)."""
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return parse_metrics(r.read().decode())
-
-
-total = metric_sum  # the sum of a metric's series whose labels hold every one of the parts given
+from qvi_testing import api_stubs, metric_sum, metrics_of  # noqa: E402  (proto/'s modules, /metrics)
 
 
 def executable(build):
@@ -73,9 +63,9 @@ def run(cmd, metrics_url, model, warmup, duration, prefix=(), log=print):
 
     def sample():
         time.sleep(warmup + 0.2)
-        samples["before"] = (time.monotonic(), metrics(metrics_url))
+        samples["before"] = (time.monotonic(), metrics_of(metrics_url))
         time.sleep(max(duration - 0.4, 0.1))
-        samples["after"] = (time.monotonic(), metrics(metrics_url))
+        samples["after"] = (time.monotonic(), metrics_of(metrics_url))
 
     log(" ".join([*prefix, *cmd]))
     sampler = threading.Thread(target=sample)
@@ -85,10 +75,10 @@ def run(cmd, metrics_url, model, warmup, duration, prefix=(), log=print):
     assert done.returncode == 0, f"h2load failed: {done.stdout[-2000:]}{done.stderr[-2000:]}"
     (t0, before), (t1, after) = samples["before"], samples["after"]
     labels = f'model="{model}"'
-    ok = total(after, "qvi_requests_total", labels, 'code="OK"') - total(before, "qvi_requests_total", labels,
+    ok = metric_sum(after, "qvi_requests_total", labels, 'code="OK"') - metric_sum(before, "qvi_requests_total", labels,
                                                                            'code="OK"')
     assert ok > 0, "the server answered no call OK in the window (h2load counts gRPC errors as HTTP 200)"
-    cpu = total(after, "process_cpu_seconds_total") - total(before, "process_cpu_seconds_total")
+    cpu = metric_sum(after, "process_cpu_seconds_total") - metric_sum(before, "process_cpu_seconds_total")
     client = re.search(r"requests: \d+ total, \d+ started, (\d+) done", done.stdout)
     return {"ok_per_s": ok / (t1 - t0), "server_cpu_us_per_request": cpu / ok * 1e6,
             "client_done": int(client[1]) if client else None}

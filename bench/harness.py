@@ -15,6 +15,17 @@ MODEL = "sentiment"
 MODEL_DIR = os.path.join(REPO, "model_store", "store", MODEL, "1")
 MODEL_PT = os.path.join(MODEL_DIR, "model.pt")
 
+# qvi-server as the tests run it (tests/python/qvi_testing.py): one launcher for tests, benchmarks and scripts.
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+from qvi_testing import ServerProcess  # noqa: E402,F401
+
+
+def serve(store, work, name, *flags, device="cpu", cpus=None, http=True, build=BUILD):
+    """qvi-server of `build` on `store` with `flags`, its files (name.log, name.port, ...) in `work`: a
+    ServerProcess, which the caller stops (a `with` block)."""
+    return ServerProcess(store, work, *flags, server=os.path.join(build, "qvi-server"), device=device, cpus=cpus,
+                         http=http, name=name, plaintext_ready=False, startup_seconds=180)
+
 
 def log(msg):
     print(f"[bench] {msg}", flush=True)

@@ -18,7 +18,6 @@ Prints one Markdown table; docs/performance.md ("Memory") quotes it with the mac
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,7 +27,7 @@ import grpc
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
-from qvi_testing import api_stubs, metric_sum, metrics_of  # noqa: E402  (the native API's modules, generated from proto/)
+from qvi_testing import ServerProcess, api_stubs, metric_sum, metrics_of  # noqa: E402  (the native API's modules, generated from proto/)
 
 WORDS = ("the film was great and the cast was wonderful but the plot dragged in the middle while "
          "Alice met Bob in Paris at the United Nations on Monday").split()
@@ -80,21 +79,9 @@ def main():
     args = ap.parse_args()
     pb, pb_grpc = api_stubs()
     work = tempfile.mkdtemp(prefix="qvi_memory_")
-    port_file, metrics_file = os.path.join(work, "port"), os.path.join(work, "metrics_port")
-    log = open(os.path.join(work, "server.log"), "w")
-    proc = subprocess.Popen([args.server, "--model-store", args.store, "--port", "0", "--host", "127.0.0.1",
-                             "--port-file", port_file, "--metrics-port", "0", "--metrics-port-file", metrics_file,
-                             "--http-port", "-1", "--device", "cpu", "--max-message-bytes", str(64 << 20)] + args.server_args.split(),
-                            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 180
-        while not (os.path.exists(port_file) and os.path.exists(metrics_file)):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"qvi-server did not start; its log is {log.name}")
-            time.sleep(0.05)
-        time.sleep(0.1)
-        address = f"127.0.0.1:{int(open(port_file).read())}"
-        metrics = f"127.0.0.1:{int(open(metrics_file).read())}"
+    with ServerProcess(args.store, work, "--max-message-bytes", str(64 << 20), *args.server_args.split(),
+                       server=args.server, http=False, plaintext_ready=False, startup_seconds=180) as server:
+        proc, address, metrics = server.proc, server.address, server.metrics_address
         options = [("grpc.max_receive_message_length", 64 << 20), ("grpc.max_send_message_length", 64 << 20)]
         channel = grpc.insecure_channel(address, options=options)
         grpc.channel_ready_future(channel).result(timeout=60)
@@ -144,9 +131,6 @@ def main():
                 print(f"| {mix} | {c} | {sum(calls)} | {peak:.0f} MiB | {peak / c:.1f} MiB | "
                       f"{statistics.mean(samples) - base:.0f} MiB | {after:.0f} MiB | {after_malloc:.0f} MiB |"
                       + (f" errors: {sorted(set(errors))}" if errors else ""))
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 if __name__ == "__main__":

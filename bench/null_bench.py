@@ -58,7 +58,7 @@ def null_store(work, model_pt, model, python):
 
 
 def run_null(work, a, h, server_args=(), store=None, protocols=PROTOCOLS, h2load=True):
-    """h: bench/run.py's helpers (BUILD, MODEL, MODEL_PT, PY, perf, wait_for_file, stop, log).
+    """h: bench/harness.py (BUILD, MODEL, MODEL_PT, PY, perf, serve, log).
     server_args: more qvi-server flags; store: serve this store instead of the null twin's; h2load: also
     the h2load rows.
     The results: {"server_cores", "client_cores", "concurrency", "protocols": {label: qvi-perf's JSON}}."""
@@ -67,21 +67,10 @@ def run_null(work, a, h, server_args=(), store=None, protocols=PROTOCOLS, h2load
     if getattr(a, "shared_cores", False):  # as the full run's servers: both on every core, not pinned
         server_cores = client_cores = all_cores
     store = store or null_store(work, h.MODEL_PT, h.MODEL, h.PY)
-    files = port_files(work, "null", ("port", "metrics", "http"))
-    log_path = os.path.join(work, "qvi-server-null.log")
-    with open(log_path, "w") as log_file:
-        proc = subprocess.Popen([*pin(server_cores), os.path.join(h.BUILD, "qvi-server"), "--model-store", store,
-                                 "--host", "127.0.0.1", "--port", "0", "--port-file", files["port"],
-                                 "--metrics-port", "0", "--metrics-port-file", files["metrics"],
-                                 "--http-port", "0", "--http-port-file", files["http"], "--device", "cpu",
-                                 *server_args],
-                                stdout=log_file, stderr=subprocess.STDOUT)
     out = {"server_cores": server_cores, "client_cores": client_cores, "concurrency": a.null_concurrency,
            "protocols": {}}
-    try:
-        port = h.wait_for_file(files["port"], proc, "qvi-server (null)")
-        metrics = f"http://127.0.0.1:{h.wait_for_file(files['metrics'], proc, 'qvi-server (null)')}/metrics"
-        http = h.wait_for_file(files["http"], proc, "qvi-server (null)")
+    with h.serve(store, work, "qvi-server-null", *server_args, cpus=server_cores) as server:
+        metrics = server.metrics_url
         common = ["--model", h.MODEL, "--concurrency", a.null_concurrency, "--duration", str(a.duration),
                   "--warmup", str(a.warmup), "--words", "20", "--metrics", metrics]
         rounds: Dict[str, List[dict]] = {}
@@ -89,16 +78,14 @@ def run_null(work, a, h, server_args=(), store=None, protocols=PROTOCOLS, h2load
         # run falls on every protocol alike, and the median round of each step is reported.
         for i in range(max(int(getattr(a, "null_rounds", 1)), 1)):
             for label, extra in protocols:
-                target = (["--http", f"http://127.0.0.1:{http}/v1/models/{h.MODEL}:classify", "--http-body", "json"]
-                          if extra is None else ["--server", f"127.0.0.1:{port}", *extra])
+                target = (["--http", f"http://{server.http_address}/v1/models/{h.MODEL}:classify", "--http-body",
+                           "json"] if extra is None else ["--server", server.address, *extra])
                 name = f"null-{re.sub('[^a-z0-9]+', '-', label.lower()).strip('-')}-{i + 1}"
                 rounds.setdefault(label, []).append(h.perf(work, name, target, common, prefix=pin(client_cores)))
         if h2load:
-            out["h2load"] = run_h2load(work, a, h, {"grpc": f"http://127.0.0.1:{port}{h2load_bench.GRPC_PATH}",
-                                                    "http": f"http://127.0.0.1:{http}/v1/models/{h.MODEL}:classify"},
+            out["h2load"] = run_h2load(work, a, h, {"grpc": f"http://{server.address}{h2load_bench.GRPC_PATH}",
+                                                    "http": f"http://{server.http_address}/v1/models/{h.MODEL}:classify"},
                                        metrics, client_cores)
-    finally:
-        h.stop(proc)
     out["rounds"] = len(next(iter(rounds.values()), []))
     out["protocols"] = {label: median_round(runs) for label, runs in rounds.items()}
     return out

@@ -17,14 +17,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SERVER = os.path.join(REPO, "build", "qvi-server")
 PERF = os.path.join(REPO, "build", "qvi-perf")
 STORE = os.path.join(REPO, "model_store", "store")
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
-from qvi_testing import metrics_of  # noqa: E402  (the one reader of /metrics)
+from qvi_testing import ServerProcess, metrics_of  # noqa: E402  (the one launcher, the one reader of /metrics)
 WORDS = ("a film story actor scene plot moving funny dull long short bright dark slow quick warm cold "
          "tender cruel clever silly honest hollow great poor fine awful charming tedious gripping flat rich "
          "thin bold timid sharp vague lovely ugly fresh stale brave weak the and but with of in on at as "
@@ -47,41 +45,22 @@ def zipf_sequence(distinct, length, s, seed):
     return random.Random(seed).choices(distinct, weights=weights, k=length)
 
 
-def wait_port(path, proc):
-    for _ in range(1200):
-        if proc.poll() is not None:
-            raise RuntimeError("qvi-server exited")
-        if os.path.exists(path) and open(path).read().strip():
-            return int(open(path).read())
-        time.sleep(0.1)
-    raise RuntimeError("qvi-server did not start")
-
-
-def metric(port, series):
-    return metrics_of(f"127.0.0.1:{port}").get(series, 0.0)
+def metric(server, series):
+    return metrics_of(server.metrics_address).get(series, 0.0)
 
 
 def run(work, texts_file, cache_bytes, a, n):
-    port_file, metrics_file = os.path.join(work, f"port{n}"), os.path.join(work, f"metrics{n}")
-    args = [SERVER, "--model-store", STORE, "--device", "cpu", "--port", "0", "--port-file", port_file,
-            "--metrics-port", "0", "--metrics-port-file", metrics_file, "--http-port", "-1"]
-    if cache_bytes:
-        args += ["--response-cache-bytes", str(cache_bytes)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        port, mport = wait_port(port_file, proc), wait_port(metrics_file, proc)
+    flags = ["--response-cache-bytes", str(cache_bytes)] if cache_bytes else []
+    with ServerProcess(STORE, work, *flags, http=False, name=f"qvi-server-{n}", plaintext_ready=False) as server:
         out = os.path.join(work, f"perf{n}.json")
-        subprocess.run([PERF, "--server", f"127.0.0.1:{port}", "--texts-file", texts_file, "--attention", "--gates",
+        subprocess.run([PERF, "--server", server.address, "--texts-file", texts_file, "--attention", "--gates",
                         "--concurrency", str(a.concurrency), "--duration", str(a.duration), "--warmup",
                         str(a.warmup), "--json", out], check=True, stdout=subprocess.DEVNULL)
         step = json.load(open(out))["steps"][0]
-        hits = metric(mport, 'qvi_response_cache_hits_total{model="sentiment"}')
-        misses = metric(mport, 'qvi_response_cache_misses_total{model="sentiment"}')
+        hits = metric(server, 'qvi_response_cache_hits_total{model="sentiment"}')
+        misses = metric(server, 'qvi_response_cache_misses_total{model="sentiment"}')
         return {"texts_per_s": step["texts_per_s"], "p50_ms": step["p50_ms"], "p99_ms": step["p99_ms"],
                 "errors": sum(step.get("errors", {}).values()), "hit_rate": hits / (hits + misses) if hits + misses else 0}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 def main():

@@ -144,38 +144,24 @@ def run_cpu_packages(work, a):
 
 
 def run_qvi_server(work, a, common, run):
-    port_file, metrics_file = os.path.join(work, "qvi.port"), os.path.join(work, "qvi.metrics")
-    http_file = os.path.join(work, "qvi.http")
     # A copy of the store whose serving.json sets the batch size the limit found fastest; everything else
     # (instances, torch threads) at the server's defaults.
     store = os.path.join(work, "qvi_store")
     shutil.copytree(os.path.join(REPO, "model_store", "store", MODEL), os.path.join(store, MODEL))
     with open(os.path.join(store, MODEL, "serving.json"), "w") as f:
         json.dump({"max_batch_size": run["max_batch"]}, f)
-    log_path = os.path.join(work, "qvi-server.log")
-    with open(log_path, "w") as log_file:
-        proc = subprocess.Popen([os.path.join(BUILD, "qvi-server"), "--model-store", store,
-                                 "--port", "0", "--port-file", port_file, "--metrics-port", "0",
-                                 "--metrics-port-file", metrics_file, "--host", "127.0.0.1", "--device", a.device,
-                                 "--http-port", "0", "--http-port-file", http_file],
-                                stdout=log_file, stderr=subprocess.STDOUT)
-    try:
-        port = wait_for_file(port_file, proc, "qvi-server")
-        metrics = wait_for_file(metrics_file, proc, "qvi-server")
-        target = ["--server", f"127.0.0.1:{port}", "--metrics", f"http://127.0.0.1:{metrics}/metrics"]
+    with harness.serve(store, work, "qvi-server", device=a.device) as server:
+        target = ["--server", server.address, "--metrics", server.metrics_url]
         r = perf(work, "qvi-server", target, common)
         # The same server and texts through the Open Inference Protocol (ModelInfer), right after.
         r["oip"] = perf(work, "qvi-server-oip", [*target, "--protocol", "oip"], common)
         # And through the HTTP/JSON route (POST /v1/models/{m}:classify), by a blocking client thread per
         # connection (qvi-perf --http, as for TorchServe).
-        http_port = wait_for_file(http_file, proc, "qvi-server")
         r["http"] = perf(work, "qvi-server-http",
-                         ["--http", f"http://127.0.0.1:{http_port}/v1/models/{MODEL}:classify", "--http-body", "json",
-                          "--metrics", f"http://127.0.0.1:{metrics}/metrics"], common)
-    finally:
-        stop(proc)
+                         ["--http", f"http://{server.http_address}/v1/models/{MODEL}:classify", "--http-body", "json",
+                          "--metrics", server.metrics_url], common)
     # What its defaults chose on this machine, from its start-up line.
-    with open(log_path) as f:
+    with open(server.log_path) as f:
         m = re.search(r"models on the \w+: (\d+) instance\(s\) per model, (\d+) torch thread", f.read())
     if m:
         r["instances"], r["torch_threads"] = int(m.group(1)), int(m.group(2))

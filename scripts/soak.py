@@ -34,7 +34,6 @@ import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -43,7 +42,7 @@ from collections import Counter
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
-from qvi_testing import api_stubs, metrics_of  # noqa: E402  (the native API's modules, generated from proto/)
+from qvi_testing import ServerProcess, api_stubs, metrics_of  # noqa: E402  (the native API's modules, generated from proto/)
 ALLOWED = {"OK", "DEADLINE_EXCEEDED", "CANCELLED"}
 FLOOD_ALLOWED = {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED"}
 FLOOD_BYTES = (16 << 20) - 1024  # within the default message limit
@@ -117,7 +116,7 @@ class Store:
         return f"{model} {old} -> {new}"
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=1800)
     ap.add_argument("--rollout-seconds", type=float, default=60)
@@ -130,164 +129,184 @@ def main():
     ap.add_argument("--floods", type=int, default=0, help="threads sending 16 MiB floods of empty elements")
     ap.add_argument("--sample-seconds", type=float, default=None,
                     help="take the figures this often (default: before each rollout)")
-    args = ap.parse_args()
-    import grpc
-    pb, pb_grpc = api_stubs()
+    return ap.parse_args()
 
-    work = tempfile.mkdtemp(prefix="qvi_soak_")
-    store = Store(os.path.join(work, "store"))
-    port_file, metrics_file = os.path.join(work, "port"), os.path.join(work, "metrics_port")
-    log = open(os.path.join(work, "server.log"), "w")
-    server = subprocess.Popen([args.server, "--model-store", store.root, "--host", "127.0.0.1", "--port", "0",
-                               "--port-file", port_file, "--metrics-port", "0", "--metrics-port-file", metrics_file,
-                               "--http-port", "-1", "--device", "cpu", "--poll-store-seconds", "1"],
-                              stdout=log, stderr=subprocess.STDOUT)
-    started = time.monotonic()
-    while not (os.path.exists(port_file) and os.path.exists(metrics_file)):
-        if server.poll() is not None or time.monotonic() - started > 120:
-            sys.exit(f"soak: qvi-server did not start; see {log.name}")
-        time.sleep(0.05)
-    address = f"127.0.0.1:{int(open(port_file).read())}"
-    metrics_address = f"127.0.0.1:{int(open(metrics_file).read())}"
 
-    codes, flood_codes = Counter(), Counter()
-    codes_mu = threading.Lock()
-    stop = threading.Event()
+class Load:
+    """The soak's callers: `clients` threads of random Classify and Tag calls (short deadlines and
+    cancellations among them) and `floods` threads of oversized requests, each answer's code counted."""
 
-    def count(counter, allowed, who, code, details=""):
+    def __init__(self, args, address):
+        self.args, self.address = args, address
+        self.pb, self.pb_grpc = api_stubs()
+        self.codes, self.flood_codes = Counter(), Counter()
+        self.mu = threading.Lock()
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self.client, args=(i,), daemon=True) for i in range(args.clients)]
+        self.threads += [threading.Thread(target=self.flooder, args=(i,), daemon=True) for i in range(args.floods)]
+        for t in self.threads:
+            t.start()
+
+    def stop(self):
+        self.stopping.set()
+        for t in self.threads:
+            t.join(timeout=60)
+
+    def count(self, counter, allowed, who, code, details=""):
         """Counts one answer; one the soak does not allow is also printed."""
         if code not in allowed:
             print(f"soak: {who}: {code}: {details}", file=sys.stderr)
-        with codes_mu:
+        with self.mu:
             counter[code] += 1
 
-    def client(i):
-        rng = random.Random(args.seed * 1000 + i)
-        channel = grpc.insecure_channel(address)
-        stub = pb_grpc.InferenceStub(channel)
-        while not stop.is_set():
-            texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 120))) for _ in range(rng.randint(1, 8))]
-            options = pb.OutputOptions(attention=rng.random() < 0.5, gates=rng.random() < 0.5,
-                                       top_k=rng.randint(0, 2))
-            if rng.random() < 0.2:
-                options.layers.gates = True
-                options.layers.attention_maps = rng.random() < 0.5
-                options.layers.layers.append(rng.randint(0, 1))
-                options.layers.reduction = pb.LayerReduction.Value("LAYER_REDUCTION_MEAN_HEADS")
-            if rng.random() < 0.5:
-                call = stub.Classify.future
-                request = pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts, options=options)
-            else:
-                call = stub.Tag.future
-                request = pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=texts, options=options)
+    def request(self, stub, rng):
+        pb = self.pb
+        texts = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 120))) for _ in range(rng.randint(1, 8))]
+        options = pb.OutputOptions(attention=rng.random() < 0.5, gates=rng.random() < 0.5, top_k=rng.randint(0, 2))
+        if rng.random() < 0.2:
+            options.layers.gates = True
+            options.layers.attention_maps = rng.random() < 0.5
+            options.layers.layers.append(rng.randint(0, 1))
+            options.layers.reduction = pb.LayerReduction.Value("LAYER_REDUCTION_MEAN_HEADS")
+        if rng.random() < 0.5:
+            return stub.Classify.future, pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts,
+                                                            options=options)
+        return stub.Tag.future, pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=texts, options=options)
+
+    def client(self, i):
+        import grpc
+        rng = random.Random(self.args.seed * 1000 + i)
+        channel = grpc.insecure_channel(self.address)
+        stub = self.pb_grpc.InferenceStub(channel)
+        while not self.stopping.is_set():
+            call, request = self.request(stub, rng)
             roll = rng.random()
-            timeout = 0.0005 if roll < 0.1 else 30
-            future = call(request, timeout=timeout)
+            future = call(request, timeout=0.0005 if roll < 0.1 else 30)
             if roll > 0.9:
                 time.sleep(rng.random() * 0.003)
                 future.cancel()
             try:
                 future.result()
-                count(codes, ALLOWED, f"client {i}", "OK")
+                self.count(self.codes, ALLOWED, f"client {i}", "OK")
             except grpc.FutureCancelledError:
-                count(codes, ALLOWED, f"client {i}", "CANCELLED")
+                self.count(self.codes, ALLOWED, f"client {i}", "CANCELLED")
             except grpc.RpcError as e:
-                count(codes, ALLOWED, f"client {i}", e.code().name, e.details())
+                self.count(self.codes, ALLOWED, f"client {i}", e.code().name, e.details())
         channel.close()
 
-    def flooder(i):
-        channel = grpc.insecure_channel(address, options=[("grpc.max_send_message_length", 32 << 20)])
+    def flooder(self, i):
+        import grpc
+        channel = grpc.insecure_channel(self.address, options=[("grpc.max_send_message_length", 32 << 20)])
         n = i
-        while not stop.is_set():
+        while not self.stopping.is_set():
             method, body = FLOODS[n % len(FLOODS)]
             n += 1
             try:
                 channel.unary_unary(method)(body, timeout=60)
-                count(flood_codes, FLOOD_ALLOWED, f"flood {method}", "OK", "a flood was accepted")
+                self.count(self.flood_codes, FLOOD_ALLOWED, f"flood {method}", "OK", "a flood was accepted")
             except grpc.RpcError as e:
-                count(flood_codes, FLOOD_ALLOWED, f"flood {method}", e.code().name, e.details())
+                self.count(self.flood_codes, FLOOD_ALLOWED, f"flood {method}", e.code().name, e.details())
         channel.close()
 
-    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(args.clients)]
-    threads += [threading.Thread(target=flooder, args=(i,), daemon=True) for i in range(args.floods)]
-    for t in threads:
-        t.start()
+
+def observe(args, store, server, load):
+    """Until --seconds pass or the server exits: rollouts every --rollout-seconds, the figures after the
+    warm-up (start), before each rollout or every --sample-seconds (samples) and at the end (None if it
+    crashed)."""
+    proc, metrics_address = server.proc, server.metrics_address
+
+    def figures(begin):
+        return {**proc_stats(proc.pid), **metric_figures(metrics_address), "at_s": round(time.monotonic() - begin, 1)}
+
     warmup = args.warmup_seconds if args.warmup_seconds is not None else args.seconds * 0.1
-    rollouts = []
-    samples = []  # the figures just before each rollout: shows whether growth levels off
+    seen = {"rollouts": [], "samples": [], "start": None}  # samples: shows whether growth levels off
     begin = time.monotonic()
     next_roll = begin + args.rollout_seconds
     next_sample = begin + (args.sample_seconds or float("inf"))
-    start_figures = None
-    while time.monotonic() - begin < args.seconds and server.poll() is None:
+    while time.monotonic() - begin < args.seconds and proc.poll() is None:
         now = time.monotonic()
-        if start_figures is None and now - begin >= warmup:
-            start_figures = {**proc_stats(server.pid), **metric_figures(metrics_address),
-                             "at_s": round(now - begin, 1)}
-            print(f"soak: start {start_figures}", flush=True)
+        if seen["start"] is None and now - begin >= warmup:
+            seen["start"] = figures(begin)
+            print(f"soak: start {seen['start']}", flush=True)
         if now >= next_sample:
-            samples.append({**proc_stats(server.pid), **metric_figures(metrics_address), "at_s": round(now - begin, 1)})
-            print(f"soak: {now - begin:7.1f} s  rss {samples[-1]['rss_mib']} MiB  codes so far {dict(codes)}"
-                  f"{f'  floods {dict(flood_codes)}' if args.floods else ''}", flush=True)
+            seen["samples"].append(figures(begin))
+            print(f"soak: {now - begin:7.1f} s  rss {seen['samples'][-1]['rss_mib']} MiB  codes so far "
+                  f"{dict(load.codes)}{f'  floods {dict(load.flood_codes)}' if args.floods else ''}", flush=True)
             next_sample += args.sample_seconds
         if now >= next_roll:
             if not args.sample_seconds:
-                samples.append({**proc_stats(server.pid), **metric_figures(metrics_address),
-                                "at_s": round(now - begin, 1)})
-            rollouts.append(store.roll())
-            print(f"soak: {now - begin:7.1f} s  rollout {rollouts[-1]}  codes so far {dict(codes)}", flush=True)
+                seen["samples"].append(figures(begin))
+            seen["rollouts"].append(store.roll())
+            print(f"soak: {now - begin:7.1f} s  rollout {seen['rollouts'][-1]}  codes so far {dict(load.codes)}",
+                  flush=True)
             next_roll += args.rollout_seconds
         time.sleep(0.2)
-    crashed = server.poll() is not None
-    end_figures = None if crashed else {**proc_stats(server.pid), **metric_figures(metrics_address),
-                                        "at_s": round(time.monotonic() - begin, 1)}
-    stop.set()
-    for t in threads:
-        t.join(timeout=60)
-    exit_code = server.poll()
-    if exit_code is None:
-        server.send_signal(signal.SIGTERM)
-        exit_code = server.wait(timeout=120)
-    log.close()
+    seen["crashed"] = proc.poll() is not None
+    seen["end"] = None if seen["crashed"] else figures(begin)
+    return seen
 
-    growth = {}
-    if start_figures and end_figures:
+
+def growth_of(start, end, samples):
+    """Each figure's growth from start to end, and the trend of the medians of the first and last five samples
+    (one sample is one instant: RSS swings with the calls in flight)."""
+    growth, trend = {}, {}
+    if start and end:
         for k in ("rss_mib", "rss_anon_mib", "rss_file_mib", "fds", "threads", "series", "malloc_in_use_mib"):
-            growth[k] = round((end_figures[k] - start_figures[k]) / max(start_figures[k], 1), 4)
-    # One sample is one instant: RSS swings with the calls in flight. The medians of the first and
-    # last five samples before rollouts say whether it trends.
-    trend = {}
+            growth[k] = round((end[k] - start[k]) / max(start[k], 1), 4)
     if len(samples) >= 10:
         for k in ("rss_mib", "malloc_in_use_mib"):
             first, last = statistics.median(x[k] for x in samples[:5]), statistics.median(x[k] for x in samples[-5:])
             trend[k] = {"first5": first, "last5": last, "growth": round((last - first) / max(first, 1), 4)}
-    bad = {c: n for c, n in codes.items() if c not in ALLOWED}
-    bad.update({f"flood {c}": n for c, n in flood_codes.items() if c not in FLOOD_ALLOWED})
-    report = {"seconds": args.seconds, "clients": args.clients, "rollouts": len(rollouts), "codes": dict(codes),
-              "floods": args.floods, "flood_codes": dict(flood_codes),
-              "start": start_figures, "end": end_figures, "growth": growth, "median_trend": trend, "server_exit": exit_code,
-              "samples": samples}
-    print(json.dumps(report, indent=2))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=2)
+    return growth, trend
+
+
+def failures_of(args, load, seen, exit_code, growth):
     failures = []
+    bad = {c: n for c, n in load.codes.items() if c not in ALLOWED}
+    bad.update({f"flood {c}": n for c, n in load.flood_codes.items() if c not in FLOOD_ALLOWED})
     if bad:
         failures.append(f"codes other than {sorted(ALLOWED)}: {bad}")
-    if crashed or exit_code != 0:
+    if seen["crashed"] or exit_code != 0:
         failures.append(f"qvi-server exited with {exit_code}")
-    if codes["OK"] == 0:
+    if load.codes["OK"] == 0:
         failures.append("no call succeeded")
-    if len(rollouts) == 0 and args.seconds >= args.rollout_seconds:
+    if len(seen["rollouts"]) == 0 and args.seconds >= args.rollout_seconds:
         failures.append("no rollout happened")
     if args.max_growth is not None:
         for k, g in growth.items():
             if g > args.max_growth:
                 failures.append(f"{k} grew by {g:.1%}, over {args.max_growth:.0%}")
-    if args.floods and sum(flood_codes.values()) == 0:
+    if args.floods and sum(load.flood_codes.values()) == 0:
         failures.append("no flood was answered")
+    return failures
+
+
+def main():
+    args = parse_args()
+    work = tempfile.mkdtemp(prefix="qvi_soak_")
+    store = Store(os.path.join(work, "store"))
+    # Stopped below by hand: the soak reads a crash, and the exit code, itself.
+    server = ServerProcess(store.root, work, "--poll-store-seconds", "1", server=args.server, http=False,
+                           plaintext_ready=False)
+    load = Load(args, server.address)
+    seen = observe(args, store, server, load)
+    load.stop()
+    exit_code = server.proc.poll()
+    if exit_code is None:
+        server.proc.send_signal(signal.SIGTERM)
+        exit_code = server.proc.wait(timeout=120)
+    growth, trend = growth_of(seen["start"], seen["end"], seen["samples"])
+    report = {"seconds": args.seconds, "clients": args.clients, "rollouts": len(seen["rollouts"]),
+              "codes": dict(load.codes), "floods": args.floods, "flood_codes": dict(load.flood_codes),
+              "start": seen["start"], "end": seen["end"], "growth": growth, "median_trend": trend,
+              "server_exit": exit_code, "samples": seen["samples"]}
+    print(json.dumps(report, indent=2))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    failures = failures_of(args, load, seen, exit_code, growth)
     if failures:
-        print(f"soak: FAILED: {'; '.join(failures)}; server log: {os.path.join(work, 'server.log')}", file=sys.stderr)
+        print(f"soak: FAILED: {'; '.join(failures)}; server log: {server.log_path}", file=sys.stderr)
         sys.exit(1)
     shutil.rmtree(work, ignore_errors=True)
     print("soak: passed")

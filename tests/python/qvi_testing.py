@@ -124,8 +124,9 @@ def api_stubs():
 
 
 def metrics_text(address, timeout=10):
-    """The text of http://ADDRESS/metrics."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=timeout) as r:
+    """The text of http://ADDRESS/metrics (`address` may be that whole URL)."""
+    url = address if address.startswith("http") else f"http://{address}/metrics"
+    with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.read().decode()
 
 
@@ -137,7 +138,7 @@ def parse_metrics(text):
 
 
 def metrics_of(address, timeout=10):
-    """The samples of http://ADDRESS/metrics now (parse_metrics)."""
+    """The samples of http://ADDRESS/metrics (or of that URL) now (parse_metrics)."""
     return parse_metrics(metrics_text(address, timeout))
 
 
@@ -238,39 +239,50 @@ class Traffic(Background):
 
 
 class ServerProcess:
-    """qvi-server on a free port over `store`, started and stopped (SIGTERM, exit code 0)."""
+    """qvi-server on a free port over `store`, started and stopped (SIGTERM, exit code 0). The tests' and the
+    benchmarks' one way to run it; also a context manager that stops it."""
 
-    def __init__(self, store, work, *extra_args, plaintext_ready=True, log_pipe=False, cpus=None, port=0):
+    def __init__(self, store, work, *extra_args, plaintext_ready=True, log_pipe=False, cpus=None, port=0,
+                 server=None, device="cpu", http=True, name="server", startup_seconds=120):
         """log_pipe: the server's stdout and stderr go to a pipe (self.proc.stdout) that the test reads
         itself, or leaves unread to see what a blocked stderr does; log() is then not available.
         cpus: the set of CPUs the server may run on (its affinity mask), as taskset would give it.
-        port: the gRPC port; 0 picks a free one."""
-        assert os.path.exists(SERVER), f"{SERVER} is missing: scripts/test.sh builds it"
+        port: the gRPC port; 0 picks a free one. server: the binary (QVI_SERVER, else build/qvi-server).
+        device: --device. http: False turns the HTTP port off. name: its files in `work` are name.log,
+        name.port, ... (several servers may share a folder one after another)."""
+        server = server or SERVER
+        assert os.path.exists(server), f"{server} is missing: scripts/test.sh builds it"
         self.work = work
-        port_file = os.path.join(work, "port")
-        metrics_port_file = os.path.join(work, "metrics_port")
-        http_port_file = os.path.join(work, "http_port")
-        self.log_path = os.path.join(work, "server.log")
+        files = {k: os.path.join(work, f"{name}.{k}") for k in ("port", "metrics_port", "http_port")}
+        for path in files.values():  # one left by an earlier server would be read as this one's
+            if os.path.exists(path):
+                os.remove(path)
+        port_file, metrics_port_file, http_port_file = files["port"], files["metrics_port"], files["http_port"]
+        self.log_path = os.path.join(work, f"{name}.log")
         self._log = open(self.log_path, "w")
         # taskset, not preexec_fn: a preexec_fn makes Python fork() rather than vfork(), which runs
         # grpcio's fork handlers in the child; they restart gRPC's poller thread there, the child's
         # close_fds closes its epoll fd, and the child aborts ("Epoll1Poller ... epoll_wait error: Bad
         # file descriptor") before it execs the server -- grpc/grpc#43055, seen once in CI.
         pin = ["taskset", "-c", ",".join(map(str, sorted(cpus)))] if cpus else []
-        self.proc = subprocess.Popen([*pin, SERVER, "--model-store", store, "--port", str(port), "--host", "127.0.0.1",
-                                      "--port-file", port_file, "--device", "cpu", "--metrics-port", "0",
-                                      "--metrics-port-file", metrics_port_file, "--http-port", "0", "--http-port-file",
-                                      http_port_file, *extra_args],
+        http_args = ["--http-port", "0", "--http-port-file", http_port_file] if http else ["--http-port", "-1"]
+        self.proc = subprocess.Popen([*pin, server, "--model-store", store, "--port", str(port), "--host", "127.0.0.1",
+                                      "--port-file", port_file, "--device", device, "--metrics-port", "0",
+                                      "--metrics-port-file", metrics_port_file, *http_args, *extra_args],
                                      stdout=subprocess.PIPE if log_pipe else self._log, stderr=subprocess.STDOUT)
+
         def started():
-            assert self.proc.poll() is None, f"qvi-server exited: {self.log()}"
+            assert self.proc.poll() is None, f"qvi-server exited: {self.log() if not log_pipe else ''}"
             return os.path.exists(port_file)
-        wait_until(started, "qvi-server to write its port file (120 s)", seconds=120, interval=0.05)
+        wait_until(started, f"qvi-server to write its port file ({startup_seconds} s)", seconds=startup_seconds,
+                   interval=0.05)
         with open(port_file) as f:
-            self.address = f"127.0.0.1:{int(f.read())}"
+            self.port = int(f.read())
+        self.address = f"127.0.0.1:{self.port}"
         with open(metrics_port_file) as f:
             self.metrics_address = f"127.0.0.1:{int(f.read())}"
-        # The HTTP port's file is written before the gRPC port's; none when a test turns HTTP off.
+        self.metrics_url = f"http://{self.metrics_address}/metrics"
+        # The HTTP port's file is written before the gRPC port's; none when HTTP is off.
         self.http_address = None
         if os.path.exists(http_port_file):
             with open(http_port_file) as f:
@@ -279,6 +291,13 @@ class ServerProcess:
         if plaintext_ready:  # a TLS server's test makes its own channels
             self.channel = grpc.insecure_channel(self.address)
             grpc.channel_ready_future(self.channel).result(timeout=30)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.stop()
 
     def log(self):
         with open(self.log_path, encoding="utf-8") as f:

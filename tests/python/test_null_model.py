@@ -223,4 +223,4 @@ def test_the_emulated_device_benchmark_takes_every_figure_from_one_window():
     sample = {'qvi_requests_total{code="OK",model="m",version="1"}': 3.0,  # as qvi_testing.parse_metrics reads them
               'qvi_requests_total{code="NOT_FOUND",model="m",version="1"}': 2.0,
               'qvi_requests_total{code="OK",model="other",version="1"}': 7.0}
-    assert emulated_device.total(sample, "qvi_requests_total", 'model="m"', 'code="OK"') == 3.0
+    assert emulated_device.metric_sum(sample, "qvi_requests_total", 'model="m"', 'code="OK"') == 3.0
