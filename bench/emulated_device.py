@@ -26,7 +26,6 @@ Prints a markdown table; --out also writes the figures as JSON.
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -115,8 +114,8 @@ def h2load(port, concurrency, a, body):
     harness.log(" ".join(cmd))
     run = subprocess.run(cmd, capture_output=True, text=True)
     assert run.returncode == 0, f"h2load failed: {run.stdout[-2000:]}{run.stderr[-2000:]}"
-    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done", run.stdout)
-    return {"client_requests_per_s": int(done[1]) / a.duration if done else None, "p99_ms": None}
+    done = h2load_bench.requests_done(run.stdout)
+    return {"client_requests_per_s": done / a.duration if done is not None else None, "p99_ms": None}
 
 
 def measure(work, a, store, label, flags=()):

@@ -56,6 +56,12 @@ def command(exe, protocol, url, concurrency, duration, warmup, body):
     return [exe, "--h1", "-t", "1", "-c", str(concurrency), *timing, "-H", "content-type: application/json", url]
 
 
+def requests_done(stdout):
+    """The requests h2load's report says were done (its one reader); None when it says nothing."""
+    done = re.search(r"requests: \d+ total, \d+ started, (\d+) done", stdout)
+    return int(done[1]) if done else None
+
+
 def run(cmd, metrics_url, model, warmup, duration, prefix=(), log=print):
     """Runs h2load, reading the server's counters over its measured window (after the warm-up, a little
     inside its end): {"ok_per_s", "server_cpu_us_per_request", "client_done"}."""
@@ -79,6 +85,5 @@ def run(cmd, metrics_url, model, warmup, duration, prefix=(), log=print):
                                                                            'code="OK"')
     assert ok > 0, "the server answered no call OK in the window (h2load counts gRPC errors as HTTP 200)"
     cpu = metric_sum(after, "process_cpu_seconds_total") - metric_sum(before, "process_cpu_seconds_total")
-    client = re.search(r"requests: \d+ total, \d+ started, (\d+) done", done.stdout)
     return {"ok_per_s": ok / (t1 - t0), "server_cpu_us_per_request": cpu / ok * 1e6,
-            "client_done": int(client[1]) if client else None}
+            "client_done": requests_done(done.stdout)}
