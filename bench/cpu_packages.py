@@ -151,6 +151,22 @@ def run(work: str, models: List[str], log, build: str) -> dict:
     return out
 
 
+def smoke(work: str, log, build: str) -> dict:
+    """bench/run.py --smoke: this section's code on the demo store's sentiment version as the set-up made it (its
+    packages; nothing exported), measured for a moment at one length and batch size: the zoo's modules imported
+    beside the API's, the card's gates read, the section's markdown made."""
+    store = os.path.join(MODEL_STORE, "store")
+    variants = runnable_variants()
+    out = {"variants": variants, "cpu": _pt2().cpu_model(), "models": {}}
+    if not os.path.exists(os.path.join(store, "sentiment", "1", "model.cpu.pt2")):
+        log("the demo store's sentiment has no model.cpu.pt2 (this CPU builds none): CPU packages left out")
+        return out
+    out["models"]["sentiment"] = {"gates": gates(store, "sentiment"),
+                                  "runs": measure(work, store, "sentiment", variants, log, build,
+                                                  plan=((DEMO_WORDS[0],), "1", 0.3))}
+    return out
+
+
 def _fidelity_cell(report: dict) -> str:
     f = report.get("fidelity")
     if not isinstance(f, dict):

@@ -14,8 +14,9 @@ line per system, one panel per text length) into BENCHMARKS.md, with the command
 and the machine.
 
     .venv/bin/python bench/run.py                 # the full run; rewrites BENCHMARKS.md
-    .venv/bin/python bench/run.py --smoke         # seconds-long check that every part works (CI);
-                                                  # writes into a temporary folder, gates on nothing
+    .venv/bin/python bench/run.py --smoke         # seconds-long check that every part works (CI), the
+                                                  # CPU packages' section on the demo store's packages;
+                                                  # writes into a temporary folder, gates on no timing
     .venv/bin/python bench/run.py --null          # only the serving path alone (null_bench.py, three
                                                   # rounds, ~5 min), into bench/results/results.json
                                                   # and BENCHMARKS.md
@@ -262,7 +263,7 @@ def parse_args():
                     help="how many times the null benchmark runs each step (the median round is reported)")
     ap.add_argument("--cpu-packages", default=",".join(cpu_packages.MODELS),
                     help="the models whose native CPU packages the full run measures (bench/cpu_packages.py; "
-                         "not in --smoke)")
+                         "--smoke measures the demo store's sentiment packages for a moment instead)")
     ap.add_argument("--cpu-packages-only", action="store_true",
                     help="measure only the native CPU packages and rewrite their section of BENCHMARKS.md")
     ap.add_argument("--report-only", action="store_true",
@@ -331,6 +332,10 @@ def check_answered(runs, results, text):
         assert "Of that, the forward itself" in text, "the added latency's in-process part is missing"
     for label, r in results.get("null", {}).get("protocols", {}).items():
         assert sum(s.get("ok", 0) for s in r["steps"]) > 0, f"the null model answered nothing through {label}"
+    for model, r in results.get("cpu_packages", {}).get("models", {}).items():
+        assert any(s.get("package") == "base" for run in r["runs"] for s in run["steps"]), \
+            f"the CPU packages section measured no package of {model}"
+        assert "## Native CPU packages" in text, "the CPU packages section is missing from the report"
 
 
 def measure_sections(work, a, skip, command, words):
@@ -341,7 +346,10 @@ def measure_sections(work, a, skip, command, words):
             a.null_concurrency, a.null_rounds = "1,4", 2
         results["null"] = null_bench.run_null(work, a, harness)
         results["null"]["command"], results["null"]["date"] = command, datetime.date.today().isoformat()
-    if "cpu-packages" not in skip and not a.smoke and a.cpu_packages:
+    if "cpu-packages" not in skip and a.smoke:  # its code on the demo store's packages, for a moment
+        results["cpu_packages"] = cpu_packages.smoke(work, log, BUILD)
+        results["cpu_packages"]["command"] = command
+    elif "cpu-packages" not in skip and a.cpu_packages:
         results["cpu_packages"] = run_cpu_packages(work, a)
         results["cpu_packages"]["command"] = ("scripts/setup.sh && .venv/bin/python bench/run.py --cpu-packages-only "
                                               f"--cpu-packages {a.cpu_packages}")
