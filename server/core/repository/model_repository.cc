@@ -1,8 +1,6 @@
 #include "server/core/repository/model_repository.h"
-#include "server/core/sched/exception_text.h"
 
 #include <algorithm>
-#include <atomic>
 #include <filesystem>
 #include <set>
 #include <system_error>
@@ -11,18 +9,15 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/core/alloc/allocator.h"
-#include "server/core/request/request_checks.h"
+#include "server/core/model/cuda_support.h"
 
 namespace qvi {
+namespace {
 
 namespace fs = std::filesystem;
 
-namespace {
-
 // What the lifecycle needs of the repository's options.
-VersionLoader::Options LoaderOptions(const ModelRepository::Options& o, const Env* env,
-                                     VersionLoader::Unloaded unloaded) {
+VersionLoader::Options LoaderOptions(const RepositoryOptions& o, const Env* env, VersionLoader::Unloaded unloaded) {
   VersionLoader::Options l;
   l.defaults = o.defaults;
   l.env = env;
@@ -56,71 +51,55 @@ absl::StatusOr<std::unique_ptr<ModelRepository>> ModelRepository::Create(Options
         "load an idle model again");
   }
   std::unique_ptr<ModelRepository> repository(new ModelRepository(std::move(options)));
-  if (absl::Status s = repository->WantAtStart(); !s.ok()) return s;
+  if (absl::Status s = repository->control_.WantAtStart(); !s.ok()) return s;
   return repository;
 }
 
 ModelRepository::ModelRepository(Options options)
-    : options_(std::move(options)),
-      source_(options_.root, ModelFileNames()),
-      env_(options_.env != nullptr ? options_.env : Env::Default()),
-      meter_(options_.meter != nullptr ? options_.meter : &SystemMemoryMeter()),
-      loader_(LoaderOptions(options_, env_, [this](const std::string& name, int64_t version, uint64_t generation) {
-        Unloaded(name, version, generation);
-      })) {
-  if (options_.unload_idle_after > absl::ZeroDuration() || options_.load_on_demand) {
-    keeper_ = std::make_unique<Keeper>(env_, [this] { return KeepOnce(); });
+    : s_(std::move(options)),
+      loader_(LoaderOptions(s_.options, s_.env,
+                            [this](const std::string& name, int64_t version, uint64_t generation) {
+                              Unloaded(name, version, generation);
+                            })),
+      control_(&s_),
+      catalog_(&s_),
+      budget_(&s_, &loader_),
+      demand_(&s_, &control_) {
+  demand_.Start();
+  for (int i = 0; i < std::max(s_.options.load_threads, 1); ++i) {
+    workers_.push_back(s_.env->StartThread("qvi-poll-worker", [this] { WorkerLoop(); }));
   }
-  for (int i = 0; i < std::max(options_.load_threads, 1); ++i) {
-    workers_.push_back(env_->StartThread("qvi-poll-worker", [this] { WorkerLoop(); }));
-  }
-}
-
-ModelRepository::~ModelRepository() { Shutdown(); }
-
-void ModelRepository::Notify(const std::string& name, const VersionStatus& status) const {
-  if (options_.listener) options_.listener(name, status);
-}
-
-void ModelRepository::Announce(const Leaving& leaving) const {
-  for (const auto& [name, status] : leaving.unloading) Notify(name, status);
-}
-
-absl::StatusOr<ServableHandle> ModelRepository::MakeServable(const std::string& name, int64_t version,
-                                                             const StoreModel& found, uint64_t generation) {
-  if (!found.overrides.ok()) return found.overrides.status();  // a serving.json that cannot be read
-  return loader_.Load(name, version, generation, source_.VersionDir(name, version), *found.overrides);
 }
 
 void ModelRepository::Unloaded(const std::string& name, int64_t version, uint64_t generation) {
   bool gone = false;
   {
-    MutexLock lock(&mu_);
-    auto entry = models_.find(name);
-    if (entry != models_.end()) {
+    MutexLock lock(&s_.mu);
+    auto entry = s_.models.find(name);
+    if (entry != s_.models.end()) {
       auto r = entry->second.versions.find(version);
       if (r != entry->second.versions.end() && r->second.generation == generation &&
           r->second.status.state == ModelState::kUnloading) {
         entry->second.versions.erase(r);
         gone = true;
       }
-      if (entry->second.versions.empty()) models_.erase(entry);
+      if (entry->second.versions.empty()) s_.models.erase(entry);
     }
-    ledger_.Release(generation);
-    room_freed_.SignalAll();
+    s_.ledger.Release(generation);
+    s_.room_freed.SignalAll();
   }
-  if (gone) Notify(name, VersionStatus{version, ModelState::kUnloaded, "unloaded", nullptr, {}});
+  if (gone) s_.Notify(name, VersionStatus{version, ModelState::kUnloaded, "unloaded", nullptr, {}});
 }
 
 void ModelRepository::StartPolling(absl::Duration interval) {
   // The first poll is due `interval` from now, not from whenever the thread gets going.
-  const absl::Time first = env_->Now() + interval;
-  poller_ = env_->StartThread("qvi-poller", [this, interval, first] {
-    for (absl::Time due = first;; due = env_->Now() + interval) {
+  const absl::Time first = s_.env->Now() + interval;
+  poller_ = s_.env->StartThread("qvi-poller", [this, interval, first] {
+    for (absl::Time due = first;; due = s_.env->Now() + interval) {
       {
-        MutexLock lock(&mu_);
-        while (!stopped_ && env_->Now() < due) env_->WaitUntil(&poll_wake_, &mu_, due);
-        if (stopped_) return;
+        MutexLock lock(&s_.mu);
+        while (!s_.stopped && s_.env->Now() < due) s_.env->WaitUntil(&s_.poll_wake, &s_.mu, due);
+        if (s_.stopped) return;
       }
       Dispatch();  // not waited for: a stuck load must not hold up the next poll of the others
     }
@@ -129,35 +108,35 @@ void ModelRepository::StartPolling(absl::Duration interval) {
 
 void ModelRepository::Poll() {
   const std::vector<std::string> queued = Dispatch();
-  MutexLock lock(&mu_);
-  while (!stopped_) {
+  MutexLock lock(&s_.mu);
+  while (!s_.stopped) {
     bool pending = false;
-    for (const std::string& name : queued) pending = pending || busy_.count(name) > 0;
+    for (const std::string& name : queued) pending = pending || s_.busy.count(name) > 0;
     if (!pending) return;
-    jobs_changed_.Wait(&mu_);
+    s_.jobs_changed.Wait(&s_.mu);
   }
 }
 
 std::vector<std::string> ModelRepository::Dispatch() {
-  std::map<std::string, StoreModel> disk = source_.Scan();
-  MutexLock lock(&mu_);
-  if (stopped_) return {};
+  std::map<std::string, StoreModel> disk = s_.source.Scan();
+  MutexLock lock(&s_.mu);
+  if (s_.stopped) return {};
   std::set<std::string> names;
-  on_disk_.clear();
+  s_.on_disk.clear();
   for (const auto& [name, _] : disk) {
-    on_disk_.insert(name);
-    const bool served = options_.model_control == ModelControl::kPoll || wanted_.count(name) > 0;
-    if (served && resting_.count(name) == 0) names.insert(name);
+    s_.on_disk.insert(name);
+    const bool served = s_.options.model_control == ModelControl::kPoll || s_.wanted.count(name) > 0;
+    if (served && s_.resting.count(name) == 0) names.insert(name);
   }
-  for (const auto& [name, _] : models_) names.insert(name);
+  for (const auto& [name, _] : s_.models) names.insert(name);
   std::vector<std::string> queued;
   for (const std::string& name : names) {
     // Still being polled (a load in progress, perhaps stuck): the next poll looks at it again.
-    if (!busy_.insert(name).second) continue;
-    jobs_.push_back(Job{name, FoundLocked(name, disk), {}});
+    if (!s_.busy.insert(name).second) continue;
+    s_.jobs.push_back(Job{name, s_.FoundLocked(name, disk), {}});
     queued.push_back(name);
   }
-  jobs_changed_.SignalAll();
+  s_.jobs_changed.SignalAll();
   return queued;
 }
 
@@ -165,31 +144,67 @@ void ModelRepository::WorkerLoop() {
   while (true) {
     Job job;
     {
-      MutexLock lock(&mu_);
-      while (jobs_.empty() && !stopped_) jobs_changed_.Wait(&mu_);
-      if (jobs_.empty()) return;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-      turns_[job.name] = next_turn_++;  // its loads' turn at the budget: in the order taken up
+      MutexLock lock(&s_.mu);
+      while (s_.jobs.empty() && !s_.stopped) s_.jobs_changed.Wait(&s_.mu);
+      if (s_.jobs.empty()) return;
+      job = std::move(s_.jobs.front());
+      s_.jobs.pop_front();
+      s_.turns[job.name] = s_.next_turn++;  // its loads' turn at the budget: in the order taken up
       // Unloaded for memory while its poll was queued: the poll leaves it resting, as one queued now would.
-      if (job.cause == LoadCause::kPoll && resting_.count(job.name) > 0) job.found.reset();
+      if (job.cause == LoadCause::kPoll && s_.resting.count(job.name) > 0) job.found.reset();
     }
     PollModel(job.name, job.found ? &*job.found : nullptr, job.cause);
     {
-      MutexLock lock(&mu_);
-      turns_.erase(job.name);
-      room_freed_.SignalAll();
+      MutexLock lock(&s_.mu);
+      s_.turns.erase(job.name);
+      s_.room_freed.SignalAll();
     }
     for (const std::function<void()>& answer : job.done) answer();
     FinishJob(job.name);
   }
 }
 
+void ModelRepository::FinishJob(const std::string& name) {
+  std::vector<std::function<void()>> again;
+  bool stopped = false;
+  {
+    MutexLock lock(&s_.mu);
+    auto it = s_.again.find(name);
+    if (it != s_.again.end()) {
+      again = std::move(it->second);
+      s_.again.erase(it);
+    }
+    stopped = s_.stopped;
+    if (again.empty() || stopped) {
+      s_.busy.erase(name);
+      s_.jobs_changed.SignalAll();
+      s_.room_freed.SignalAll();  // a load waiting for room may unload this model now
+    }
+  }
+  if (again.empty()) return;
+  if (stopped) {  // no poll will run: each answers that the server is shutting down
+    for (const std::function<void()>& answer : again) answer();
+    return;
+  }
+  std::map<std::string, StoreModel> disk = s_.source.Scan();
+  MutexLock lock(&s_.mu);
+  // Queued while this worker holds no job: it takes the job itself if no other worker does first,
+  // so the job runs even if Shutdown() began meanwhile (its poll then returns at once).
+  LoadCause cause = LoadCause::kAdmin;
+  if (auto load = s_.again_load.find(name); load != s_.again_load.end()) {
+    cause = load->second;
+    s_.again_load.erase(load);
+    s_.WakeLocked(name);
+  }
+  s_.jobs.push_back(Job{name, s_.FoundLocked(name, disk), std::move(again), cause});
+  s_.jobs_changed.SignalAll();
+}
+
 std::map<int64_t, KnownVersion> ModelRepository::Known(const std::string& name, const StoreModel* found) const {
   std::map<int64_t, KnownVersion> known;
-  MutexLock lock(&mu_);
-  auto entry = models_.find(name);
-  if (entry == models_.end()) return known;
+  MutexLock lock(&s_.mu);
+  auto entry = s_.models.find(name);
+  if (entry == s_.models.end()) return known;
   for (const auto& [version, r] : entry->second.versions) {
     switch (r.status.state) {
       case ModelState::kReady:
@@ -218,14 +233,14 @@ std::map<int64_t, KnownVersion> ModelRepository::Known(const std::string& name, 
 void ModelRepository::PollModel(const std::string& name, const StoreModel* found, LoadCause cause) {
   VersionPolicy policy;
   {
-    MutexLock lock(&mu_);
-    if (stopped_) return;
-    auto [entry, created] = models_.try_emplace(name);
-    if (created) entry->second.policy = options_.version_policy;
+    MutexLock lock(&s_.mu);
+    if (s_.stopped) return;
+    auto [entry, created] = s_.models.try_emplace(name);
+    if (created) entry->second.policy = s_.options.version_policy;
     // A serving.json that cannot be read keeps the policy in force; versions loaded from now on
     // fail with its error, so the problem shows in ListModels.
     if (found != nullptr && found->overrides.ok()) {
-      entry->second.policy = found->overrides->version_policy.value_or(options_.version_policy);
+      entry->second.policy = found->overrides->version_policy.value_or(s_.options.version_policy);
     }
     policy = entry->second.policy;
   }
@@ -256,9 +271,9 @@ void ModelRepository::PollModel(const std::string& name, const StoreModel* found
   std::vector<ServableHandle> release;
   std::vector<VersionStatus> unloading;
   {
-    MutexLock lock(&mu_);
-    const bool by_admin = UnloadedByAdminLocked(name, found);
-    Entry& entry = models_[name];
+    MutexLock lock(&s_.mu);
+    const bool by_admin = s_.UnloadedByAdminLocked(name, found);
+    Entry& entry = s_.models[name];
     for (const VersionActions::Unload& u : actions.unload) {
       Record& r = entry.versions[u.version];
       r.status.state = ModelState::kUnloading;
@@ -267,9 +282,9 @@ void ModelRepository::PollModel(const std::string& name, const StoreModel* found
       unloading.push_back(r.status);
     }
     for (int64_t version : actions.forget) entry.versions.erase(version);
-    if (entry.versions.empty()) models_.erase(name);
+    if (entry.versions.empty()) s_.models.erase(name);
   }
-  for (const VersionStatus& s : unloading) Notify(name, s);
+  for (const VersionStatus& s : unloading) s_.Notify(name, s);
   release.clear();  // the repository's holds; each version unloads once its requests let go
 }
 
@@ -278,36 +293,36 @@ ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64
   uint64_t generation = 0;
   const VersionStatus loading{version, ModelState::kLoading, "loading", nullptr, {}};
   {
-    MutexLock lock(&mu_);
-    if (stopped_) return LoadResult::kShuttingDown;
-    generation = next_generation_++;
-    models_[name].versions[version] =
+    MutexLock lock(&s_.mu);
+    if (s_.stopped) return LoadResult::kShuttingDown;
+    generation = s_.next_generation++;
+    s_.models[name].versions[version] =
         Record{loading, nullptr, found.stamps.at(version), generation, absl::InfinitePast()};
   }
-  Notify(name, loading);
-  absl::StatusOr<ServableHandle> servable = MakeServableInBudget(name, version, found, generation, cause);
+  s_.Notify(name, loading);
+  absl::StatusOr<ServableHandle> servable = budget_.MakeServable(name, version, found, generation, cause);
   VersionStatus result;
   ServableHandle unused;  // loaded after Shutdown() began: let go outside the lock, never served
   std::vector<std::pair<Waiter, ServableHandle>> answered;  // the requests that waited for it
   bool stopped = false;
   {
-    MutexLock lock(&mu_);
-    stopped = stopped_;
-    Entry& entry = models_[name];
+    MutexLock lock(&s_.mu);
+    stopped = s_.stopped;
+    Entry& entry = s_.models[name];
     Record& r = entry.versions[version];
     if (servable.ok() && !stopped) {
       r.status = VersionStatus{
-          version, ModelState::kReady, "", (*servable)->model, (*servable)->serving, ledger_.Charged(generation)};
+          version, ModelState::kReady, "", (*servable)->model, (*servable)->serving, s_.ledger.Charged(generation)};
       r.servable = *servable;  // from here on Resolve() hands it out
-      r.loaded = env_->Now();
+      r.loaded = s_.env->Now();
       r.servable->last_used_ns.store(absl::ToUnixNanos(r.loaded));  // a version new to the LRU is not its oldest
-      HandOverLocked(name, r.servable, &answered);                  // before any other load may unload it
+      s_.HandOverLocked(name, r.servable, &answered);               // before any other load may unload it
     } else {
       // A model the budget has no room for rests, unless another version of it serves.
       const bool serving = std::any_of(entry.versions.begin(), entry.versions.end(),
                                        [](const auto& v) { return v.second.status.state == ModelState::kReady; });
       if (absl::IsResourceExhausted(servable.status()) && !serving) {
-        resting_[name] = std::string(servable.status().message());
+        s_.resting[name] = std::string(servable.status().message());
       }
       const std::string why =
           servable.ok() ? "loaded after the server began shutting down" : std::string(servable.status().message());
@@ -317,9 +332,9 @@ ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64
     result = r.status;
   }
   unused.reset();
-  Notify(name, result);
-  if (result.state == ModelState::kReady && options_.memory_event)
-    options_.memory_event(name, true, LoadCauseName(cause));
+  s_.Notify(name, result);
+  if (result.state == ModelState::kReady && s_.options.memory_event)
+    s_.options.memory_event(name, true, LoadCauseName(cause));
   for (auto& [w, held] : answered) w.ready(std::move(held));
   if (stopped) return LoadResult::kShuttingDown;
   return servable.ok() ? LoadResult::kReady : LoadResult::kFailed;
@@ -327,9 +342,9 @@ ModelRepository::LoadResult ModelRepository::Load(const std::string& name, int64
 
 std::vector<int64_t> ModelRepository::ChangedReadyVersions(const std::string& name, const StoreModel& found) const {
   std::vector<int64_t> changed;
-  MutexLock lock(&mu_);
-  auto entry = models_.find(name);
-  if (entry == models_.end()) return changed;
+  MutexLock lock(&s_.mu);
+  auto entry = s_.models.find(name);
+  if (entry == s_.models.end()) return changed;
   for (const auto& [version, r] : entry->second.versions) {
     if (r.status.state != ModelState::kReady) continue;
     auto stamp = found.stamps.find(version);
@@ -341,20 +356,20 @@ std::vector<int64_t> ModelRepository::ChangedReadyVersions(const std::string& na
 ModelRepository::LoadResult ModelRepository::Reload(const std::string& name, int64_t version, const StoreModel& found) {
   uint64_t generation = 0;
   {
-    MutexLock lock(&mu_);
-    if (stopped_) return LoadResult::kShuttingDown;
-    generation = next_generation_++;
+    MutexLock lock(&s_.mu);
+    if (s_.stopped) return LoadResult::kShuttingDown;
+    generation = s_.next_generation++;
   }
-  absl::StatusOr<ServableHandle> servable = MakeServableInBudget(name, version, found, generation, LoadCause::kPoll);
+  absl::StatusOr<ServableHandle> servable = budget_.MakeServable(name, version, found, generation, LoadCause::kPoll);
   ServableHandle replaced;  // let go outside the lock: the servable it was drains and unloads
   std::optional<VersionStatus> ready;
   bool stopped = false;
   {
-    MutexLock lock(&mu_);
-    stopped = stopped_;
-    auto entry = models_.find(name);
+    MutexLock lock(&s_.mu);
+    stopped = s_.stopped;
+    auto entry = s_.models.find(name);
     Record* r = nullptr;
-    if (entry != models_.end()) {
+    if (entry != s_.models.end()) {
       auto it = entry->second.versions.find(version);
       if (it != entry->second.versions.end() && it->second.status.state == ModelState::kReady) r = &it->second;
     }
@@ -364,7 +379,7 @@ ModelRepository::LoadResult ModelRepository::Reload(const std::string& name, int
       r->stamp = found.stamps.at(version);  // these files were tried: again only once they change
       if (servable.ok()) {
         r->status = VersionStatus{
-            version, ModelState::kReady, "", (*servable)->model, (*servable)->serving, ledger_.Charged(generation)};
+            version, ModelState::kReady, "", (*servable)->model, (*servable)->serving, s_.ledger.Charged(generation)};
         (*servable)->last_used_ns.store(r->servable->last_used_ns.load());
         replaced = std::exchange(r->servable, *servable);  // the atomic switch, as for a new version
         r->generation = generation;
@@ -377,20 +392,20 @@ ModelRepository::LoadResult ModelRepository::Reload(const std::string& name, int
   }
   replaced.reset();
   if (stopped) return LoadResult::kShuttingDown;
-  if (ready) Notify(name, *ready);
-  if (options_.files_changed) options_.files_changed(name, version, servable.status());
+  if (ready) s_.Notify(name, *ready);
+  if (s_.options.files_changed) s_.options.files_changed(name, version, servable.status());
   return servable.ok() ? LoadResult::kReady : LoadResult::kFailed;
 }
 
 void ModelRepository::Shutdown() {
   {
-    MutexLock lock(&mu_);
-    stopped_ = true;
-    poll_wake_.SignalAll();
-    jobs_changed_.SignalAll();
-    room_freed_.SignalAll();
+    MutexLock lock(&s_.mu);
+    s_.stopped = true;
+    s_.poll_wake.SignalAll();
+    s_.jobs_changed.SignalAll();
+    s_.room_freed.SignalAll();
   }
-  if (keeper_ != nullptr) keeper_->Stop();  // no idle unload or deadline from here on
+  demand_.Stop();  // no idle unload or deadline from here on
   // The workers wait for loads at most until these are cancelled: joining them waits for no load.
   loader_.Cancel();
   if (poller_.joinable()) poller_.join();
@@ -399,8 +414,8 @@ void ModelRepository::Shutdown() {
   }
   Leaving leaving;
   {
-    MutexLock lock(&mu_);
-    for (auto& [name, entry] : models_) {
+    MutexLock lock(&s_.mu);
+    for (auto& [name, entry] : s_.models) {
       for (auto& [v, r] : entry.versions) {
         if (r.status.state != ModelState::kReady) continue;
         r.status.state = ModelState::kUnloading;
@@ -410,17 +425,19 @@ void ModelRepository::Shutdown() {
       }
     }
   }
-  Announce(leaving);
+  s_.Announce(leaving);
   leaving.release.clear();  // the repository's holds; each version unloads once its requests let go
   std::map<std::string, std::vector<Waiter>> waiting;
   {
-    MutexLock lock(&mu_);
-    waiting = waiters_.TakeAll();
+    MutexLock lock(&s_.mu);
+    waiting = s_.waiters.TakeAll();
   }
   for (auto& [_, list] : waiting) {
     for (Waiter& w : list) w.ready(absl::UnavailableError("the server is shutting down"));
   }
   loader_.Stop();  // once every version is unloaded: after the requests holding them are answered
 }
+
+ModelRepository::~ModelRepository() { Shutdown(); }
 
 }  // namespace qvi
