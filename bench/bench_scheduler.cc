@@ -19,8 +19,8 @@
 #include <random>
 #include <vector>
 
+#include "server/core/base/env.h"
 #include "server/core/sched/batch_scheduler.h"
-#include "server/core/sched/env.h"
 #include "tests/cpp/test_util/count_allocations.h"
 
 namespace qvi {

@@ -37,7 +37,9 @@ import h2load_bench  # noqa: E402
 import null_bench  # noqa: E402
 import harness  # noqa: E402
 
-metrics_of, metric_sum, grpc_body = h2load_bench.metrics_of, h2load_bench.metric_sum, h2load_bench.grpc_body
+from qvi_testing import metric_sum, metrics_of  # noqa: E402  (harness put tests/python on the path)
+
+grpc_body = h2load_bench.grpc_body
 
 
 def thread_cpu_seconds(pid, name):

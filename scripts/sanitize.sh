@@ -10,7 +10,7 @@
 # check turns into a failure.
 # Needs scripts/setup.sh first. Usage: scripts/sanitize.sh [address|thread]...
 #
-# The core's locks are std::mutex (server/core/sched/sync.h), which TSan sees through pthreads; Debian's
+# The core's locks are std::mutex (server/core/base/sync.h), which TSan sees through pthreads; Debian's
 # abseil is not TSan-instrumented, so absl::Mutex would hide every ordering from it. LibTorch,
 # gRPC and abseil come uninstrumented from PyPI and Debian: TSan and ASan check our code and what
 # it does with their memory, not their insides. No suppressions are needed.

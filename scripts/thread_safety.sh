@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles the server's libraries (serving core, scheduler, gRPC adapter, metrics) and its tests with
 # clang and -Wthread-safety -Werror=thread-safety: the lock annotations (ABSL_GUARDED_BY and friends,
-# on the std::mutex wrappers of server/core/sched/sync.h) are checked at compile time, and any access to
+# on the std::mutex wrappers of server/core/base/sync.h) are checked at compile time, and any access to
 # guarded state without its lock, or call that needs a lock not held, fails the build.
 # The check is compiled into the clang ASan build (build-address, scripts/sanitizer_build.sh), which
 # scripts/sanitize.sh builds first in the test command; this script compiles what that build leaves
@@ -13,7 +13,7 @@ source scripts/sanitizer_build.sh
 dir=build-address
 sanitizer_build address
 # The object files of every target whose sources hold lock annotations, tests included.
-ninja -C "$dir" -j2 -k 0 qvi_sched qvi_model qvi_runner qvi_repository qvi_serving qvi_metrics qvi_grpc qvi_tls qvi_auth qvi_tracing \
+ninja -C "$dir" -j2 -k 0 qvi_base qvi_sched qvi_model qvi_runner qvi_repository qvi_serving qvi_metrics qvi_grpc qvi_tls qvi_auth qvi_tracing \
   CMakeFiles/qvi-server.dir/server/main.cc.o CMakeFiles/qvi-server.dir/server/server.cc.o \
   CMakeFiles/qvi-server.dir/server/server_security.cc.o \
   $(ninja -C "$dir" -t targets all | grep -oE '^CMakeFiles/(core_test|model_runner_test|repository_test|stress_test|sched_test|scheduler_alloc_test|metrics_test|frontend_test)\.dir/[^:]+\.o' | sort -u)

@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "server/core/base/env.h"
 #include "server/core/sched/cpu_policy.h"
-#include "server/core/sched/env.h"
 #include "server/logging.h"
 #include "server/server.h"
 #include "server/server_options.h"

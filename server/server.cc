@@ -20,8 +20,8 @@
 #include "absl/strings/str_join.h"
 #include "grpc/health/v1/health.pb.h"
 #include "server/core/alloc/allocator.h"
+#include "server/core/base/env.h"
 #include "server/core/model/model.h"
-#include "server/core/sched/env.h"
 #include "server/core/serving/cpu_budget.h"
 #include "server/logging.h"
 

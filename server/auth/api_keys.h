@@ -40,8 +40,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/auth/rate_limit.h"
+#include "server/core/base/sync.h"
 #include "server/core/sched/priority.h"
-#include "server/core/sched/sync.h"
 
 namespace qvi {
 

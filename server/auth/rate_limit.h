@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "server/core/sched/sync.h"
+#include "server/core/base/sync.h"
 
 namespace qvi {
 

@@ -1,5 +1,5 @@
 #include "server/frontend/call.h"
-#include "server/core/sched/exception_text.h"
+#include "server/core/base/exception_text.h"
 
 #include <spdlog/spdlog.h>
 

@@ -10,10 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "server/core/base/env.h"
 #include "server/core/repository/model_repository.h"
 #include "server/core/request/request.h"
 #include "server/core/request/request_checks.h"
-#include "server/core/sched/env.h"
 #include "server/core/serving/inference_service.h"
 
 namespace qvi {

@@ -29,9 +29,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/core/base/exception_text.h"
 #include "server/core/repository/model_repository.h"
 #include "server/core/request/request.h"
-#include "server/core/sched/exception_text.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
 

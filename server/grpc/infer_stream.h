@@ -34,7 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "server/auth/rate_limit.h"
-#include "server/core/sched/sync.h"
+#include "server/core/base/sync.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
 #include "server/grpc/infer_call.h"

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/sched/exception_text.h"
+#include "server/core/base/exception_text.h"
 #include "server/grpc/infer_call.h"
 #include "server/grpc/status.h"
 #include "server/grpc/wire/wire_scan.h"

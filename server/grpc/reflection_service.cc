@@ -1,5 +1,5 @@
 #include "server/grpc/reflection_service.h"
-#include "server/core/sched/exception_text.h"
+#include "server/core/base/exception_text.h"
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>

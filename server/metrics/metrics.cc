@@ -15,7 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/alloc/allocator.h"
-#include "server/core/sched/env.h"
+#include "server/core/base/env.h"
 #include "server/core/sched/priority.h"
 
 namespace qvi {

@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/base/sync.h"
 #include "server/core/repository/model_repository.h"
 #include "server/core/runner/observer.h"
-#include "server/core/sched/sync.h"
 #include "server/core/serving/response_cache.h"
 
 namespace httplib {

@@ -13,7 +13,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/sched/env.h"
+#include "server/core/base/env.h"
 #include "server/core/store/store_source.h"
 
 namespace qvi {

@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/core/sched/sync.h"
+#include "server/core/base/sync.h"
 
 namespace qvi {
 

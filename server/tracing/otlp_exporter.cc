@@ -11,7 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.pb.h"
-#include "server/core/sched/exception_text.h"
+#include "server/core/base/exception_text.h"
 #include "spdlog/spdlog.h"
 
 namespace qvi {

@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/core/sched/sync.h"
+#include "server/core/base/sync.h"
 #include "server/tracing/span.h"
 
 namespace qvi {

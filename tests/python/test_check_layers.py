@@ -18,17 +18,17 @@ def write(root, path, text):
 
 
 def test_an_include_up_or_sideways_between_parts_fails_and_one_down_passes(tmp_path):
-    write(tmp_path, "server/core/sched/sync.h", '#include "server/core/runner/model_runner.h"\n')
+    write(tmp_path, "server/core/base/sync.h", '#include "server/core/runner/model_runner.h"\n')
     write(tmp_path, "server/auth/api_keys.cc", '#include "server/auth/api_keys.h"\n#include "server/tls/tls.h"\n')
     write(tmp_path, "server/frontend/call.cc", '#include "server/core/runner/model_runner.h"\n'
                                                '#include "server/logging.h"\n')
     write(tmp_path, "server/main.cc", '#include "server/http/http_server.h"\n')
-    write(tmp_path, "server/rooms/new.cc", '#include "server/core/sched/sync.h"\n')
+    write(tmp_path, "server/rooms/new.cc", '#include "server/core/base/sync.h"\n')
     problems = check_layers.direction_problems(tmp_path)
     assert problems == [
         "server/auth/api_keys.cc (part auth, level 9) includes server/tls/tls.h (part tls, level 9): an include "
         "sideways; a part includes only parts on lower levels (PARTS)",
-        "server/core/sched/sync.h (part base, level 0) includes server/core/runner/model_runner.h (part runner, "
+        "server/core/base/sync.h (part base, level 0) includes server/core/runner/model_runner.h (part runner, "
         "level 6): an include up; a part includes only parts on lower levels (PARTS)",
         "server/rooms/new.cc: in no part of scripts/check_layers.py's PARTS (add its folder to one)",
     ], problems

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from qvi_testing import REPO, STORE, ServerProcess, get_json, post_json, wait_until
+from qvi_testing import REPO, STORE, ServerProcess, get_json, metric_sum, post_json, wait_until
 
 MODEL_STORE = os.path.join(REPO, "model_store")
 
@@ -223,4 +223,4 @@ def test_the_emulated_device_benchmark_takes_every_figure_from_one_window():
     sample = {'qvi_requests_total{code="OK",model="m",version="1"}': 3.0,  # as qvi_testing.parse_metrics reads them
               'qvi_requests_total{code="NOT_FOUND",model="m",version="1"}': 2.0,
               'qvi_requests_total{code="OK",model="other",version="1"}': 7.0}
-    assert emulated_device.metric_sum(sample, "qvi_requests_total", 'model="m"', 'code="OK"') == 3.0
+    assert metric_sum(sample, "qvi_requests_total", 'model="m"', 'code="OK"') == 3.0

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/base/env.h"
+#include "server/core/base/sync.h"
 #include "server/core/manifest/manifest.h"
 #include "server/core/manifest/serving_config.h"
 #include "server/core/manifest/shape_buckets.h"
@@ -25,8 +27,6 @@
 #include "server/core/model/graphs.h"
 #include "server/core/model/model_outputs.h"
 #include "server/core/model/viterbi.h"
-#include "server/core/sched/env.h"
-#include "server/core/sched/sync.h"
 #include "server/core/text/hf/hf_tokenizer.h"
 #include "server/core/text/tokenizer.h"
 #include "server/core/text/vocabulary.h"

@@ -17,7 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
-#include "server/core/sched/sync.h"
+#include "server/core/base/sync.h"
 
 namespace qvi {
 namespace {

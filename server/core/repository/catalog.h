@@ -28,12 +28,14 @@ class Catalog {
   bool Has(const std::string& name) const ABSL_LOCKS_EXCLUDED(s_.mu);
   absl::StatusOr<ModelStatus> Get(const std::string& name) const ABSL_LOCKS_EXCLUDED(s_.mu);
 
+  // UNAVAILABLE with WaitsForLoad's mark: Resolve()'s answer for a model that loads on demand (a front
+  // end's tests plan with it too).
+  static absl::Status LoadsOnDemand(const std::string& name);
+
  private:
   using Record = RepositoryState::Record;
   // UNAVAILABLE: `name` is in the store and not loaded (model control is explicit).
   static absl::Status NotLoaded(const std::string& name);
-  // UNAVAILABLE with WaitsForLoad's mark.
-  static absl::Status LoadsOnDemand(const std::string& name);
   // Resolve()'s answer for a model it has no record of, or one resting or not loaded; OK when it has one.
   absl::Status NotServedLocked(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(s_.mu);
 

@@ -10,8 +10,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
-#include "server/core/sched/env.h"
-#include "server/core/sched/sync.h"
+#include "server/core/base/env.h"
+#include "server/core/base/sync.h"
 
 namespace qvi {
 

@@ -8,7 +8,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "server/core/model/cuda_support.h"
 
 namespace qvi {

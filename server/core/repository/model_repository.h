@@ -67,12 +67,9 @@
 #define QVI_SERVER_CORE_REPOSITORY_MODEL_REPOSITORY_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -81,6 +78,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/core/base/env.h"
+#include "server/core/base/sync.h"
 #include "server/core/manifest/serving_config.h"
 #include "server/core/model/model.h"
 #include "server/core/repository/admin_control.h"
@@ -93,9 +92,6 @@
 #include "server/core/repository/repository_types.h"
 #include "server/core/repository/servable.h"
 #include "server/core/repository/version_loader.h"
-#include "server/core/runner/observer.h"
-#include "server/core/sched/env.h"
-#include "server/core/sched/sync.h"
 #include "server/core/store/store_source.h"
 #include "server/core/store/version_policy.h"
 

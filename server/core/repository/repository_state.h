@@ -20,12 +20,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
+#include "server/core/base/env.h"
+#include "server/core/base/sync.h"
 #include "server/core/repository/load_waiters.h"
 #include "server/core/repository/memory_policy.h"
 #include "server/core/repository/repository_types.h"
 #include "server/core/repository/servable.h"
-#include "server/core/sched/env.h"
-#include "server/core/sched/sync.h"
 #include "server/core/store/store_source.h"
 #include "server/core/store/version_policy.h"
 

@@ -6,7 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/alloc/allocator.h"
-#include "server/core/sched/exception_text.h"
+#include "server/core/base/exception_text.h"
 
 namespace qvi {
 

@@ -30,14 +30,14 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/core/base/env.h"
+#include "server/core/base/sync.h"
 #include "server/core/manifest/serving_config.h"
 #include "server/core/model/graphs.h"
 #include "server/core/model/model.h"
 #include "server/core/repository/servable.h"
 #include "server/core/runner/observer.h"
-#include "server/core/sched/env.h"
 #include "server/core/sched/executor.h"
-#include "server/core/sched/sync.h"
 
 namespace qvi {
 

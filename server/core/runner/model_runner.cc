@@ -1,5 +1,5 @@
 #include "server/core/runner/model_runner.h"
-#include "server/core/sched/exception_text.h"
+#include "server/core/base/exception_text.h"
 
 #include <ATen/core/Tensor.h>
 #include <algorithm>

@@ -46,12 +46,12 @@
 #include <thread>
 #include <vector>
 
+#include "server/core/base/sync.h"
 #include "server/core/manifest/serving_config.h"
 #include "server/core/model/model.h"
 #include "server/core/runner/observer.h"
 #include "server/core/sched/batch_scheduler.h"
 #include "server/core/sched/executor.h"
-#include "server/core/sched/sync.h"
 
 namespace qvi {
 

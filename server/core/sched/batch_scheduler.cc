@@ -1,5 +1,5 @@
 #include "server/core/sched/batch_scheduler.h"
-#include "server/core/sched/exception_text.h"
+#include "server/core/base/exception_text.h"
 
 #include <algorithm>
 #include <cstdlib>

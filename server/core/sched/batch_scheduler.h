@@ -47,10 +47,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/core/base/env.h"
+#include "server/core/base/sync.h"
 #include "server/core/sched/defaults.h"
-#include "server/core/sched/env.h"
 #include "server/core/sched/priority.h"
-#include "server/core/sched/sync.h"
 
 namespace qvi {
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "server/core/sched/env.h"
-#include "server/core/sched/sync.h"
+#include "server/core/base/env.h"
+#include "server/core/base/sync.h"
 
 namespace qvi {
 

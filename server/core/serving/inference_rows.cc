@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/base/exception_text.h"
 #include "server/core/request/request_checks.h"
-#include "server/core/sched/exception_text.h"
 #include "server/core/serving/inference_service.h"
 #include "server/core/serving/occlusion.h"
 #include "server/core/serving/postprocess.h"

@@ -1,11 +1,11 @@
 #include "server/core/serving/inference_service.h"
-#include "server/core/sched/exception_text.h"
+#include "server/core/base/exception_text.h"
 
 #include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/core/sched/sync.h"
+#include "server/core/base/sync.h"
 #include "server/core/serving/occlusion.h"
 #include "server/core/serving/postprocess.h"
 #include "server/core/serving/subwords.h"

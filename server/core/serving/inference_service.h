@@ -23,12 +23,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "server/core/base/sync.h"
 #include "server/core/repository/model_repository.h"
 #include "server/core/request/request.h"
 #include "server/core/request/request_checks.h"
 #include "server/core/runner/model_runner.h"
 #include "server/core/sched/executor.h"
-#include "server/core/sched/sync.h"
 #include "server/core/serving/response_cache.h"
 
 namespace qvi {

@@ -21,9 +21,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "server/core/base/sync.h"
 #include "server/core/outputs/answer.h"
 #include "server/core/request/request.h"
-#include "server/core/sched/sync.h"
 
 namespace qvi {
 

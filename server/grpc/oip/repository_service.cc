@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/base/exception_text.h"
 #include "server/core/request/request_checks.h"
-#include "server/core/sched/exception_text.h"
 #include "server/grpc/infer_call.h"
 #include "server/grpc/status.h"
 #include "spdlog/spdlog.h"

@@ -22,7 +22,7 @@
 #include "inference/open_inference_grpc.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "qvi/serving/v1/inference.grpc.pb.h"
-#include "server/core/sched/sync.h"
+#include "server/core/base/sync.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
 #include "server/frontend/oip/api.h"

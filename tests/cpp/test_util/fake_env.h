@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "server/core/sched/env.h"
-#include "server/core/sched/sync.h"
+#include "server/core/base/env.h"
+#include "server/core/base/sync.h"
 
 namespace qvi {
 

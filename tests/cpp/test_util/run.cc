@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "server/core/sched/sync.h"
+#include "server/core/base/sync.h"
 
 namespace qvi::testing {
 

@@ -17,7 +17,7 @@
 
 #include "absl/time/clock.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.pb.h"
-#include "server/core/sched/sync.h"
+#include "server/core/base/sync.h"
 #include "server/tracing/tracing_observer.h"
 
 namespace qvi {

@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "server/core/base/sync.h"
 #include "server/core/repository/memory_budget.h"
 #include "server/core/sched/executor.h"
-#include "server/core/sched/sync.h"
 #include "server/core/serving/inference_service.h"
 #include "tests/cpp/test_util/fake_env.h"
 #include "tests/cpp/test_util/run.h"

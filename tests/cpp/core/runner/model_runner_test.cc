@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
+#include "server/core/base/sync.h"
 #include "server/core/sched/executor.h"
-#include "server/core/sched/sync.h"
 #include "tests/cpp/test_util/fake_env.h"
 
 namespace qvi {

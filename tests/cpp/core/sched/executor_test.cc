@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/core/sched/sync.h"
+#include "server/core/base/sync.h"
 
 namespace qvi {
 namespace {

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <memory>
 
-#include "server/core/sched/sync.h"
+#include "server/core/base/sync.h"
 #include "tests/cpp/test_util/run.h"
 #include "tests/cpp/test_util/store.h"
 

@@ -15,9 +15,9 @@
 #include <random>
 #include <thread>
 
+#include "server/core/base/sync.h"
 #include "server/core/repository/model_repository.h"
 #include "server/core/sched/executor.h"
-#include "server/core/sched/sync.h"
 #include "server/core/serving/inference_service.h"
 #include "tests/cpp/test_util/run.h"
 #include "tests/cpp/test_util/store.h"

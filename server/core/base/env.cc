@@ -1,4 +1,4 @@
-#include "server/core/sched/env.h"
+#include "server/core/base/env.h"
 
 #include <pthread.h>
 

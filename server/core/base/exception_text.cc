@@ -1,4 +1,4 @@
-#include "server/core/sched/exception_text.h"
+#include "server/core/base/exception_text.h"
 
 #include <exception>
 

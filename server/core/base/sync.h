@@ -5,8 +5,8 @@
 // built with -fsanitize=thread, so under TSan the ordering absl::Mutex provides is invisible and
 // every guarded access is reported as a race. std::mutex goes through pthreads, which TSan
 // intercepts, so the TSan build (scripts/sanitize.sh) checks the real locking.
-#ifndef QVI_SERVER_CORE_SCHED_SYNC_H_
-#define QVI_SERVER_CORE_SCHED_SYNC_H_
+#ifndef QVI_SERVER_CORE_BASE_SYNC_H_
+#define QVI_SERVER_CORE_BASE_SYNC_H_
 
 #include <algorithm>
 #include <chrono>
@@ -99,4 +99,4 @@ class Notification {
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SCHED_SYNC_H_
+#endif  // QVI_SERVER_CORE_BASE_SYNC_H_

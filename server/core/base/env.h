@@ -10,15 +10,15 @@
 //
 // A deadline that arrives as wall time (gRPC's) is turned into monotonic time once, as the call
 // arrives: MonotonicDeadline().
-#ifndef QVI_SERVER_CORE_SCHED_ENV_H_
-#define QVI_SERVER_CORE_SCHED_ENV_H_
+#ifndef QVI_SERVER_CORE_BASE_ENV_H_
+#define QVI_SERVER_CORE_BASE_ENV_H_
 
 #include <functional>
 #include <string>
 #include <thread>
 
 #include "absl/time/time.h"
-#include "server/core/sched/sync.h"
+#include "server/core/base/sync.h"
 
 namespace qvi {
 
@@ -44,4 +44,4 @@ absl::Time MonotonicDeadline(const Env& env, absl::Time wall_deadline);
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_CORE_SCHED_ENV_H_
+#endif  // QVI_SERVER_CORE_BASE_ENV_H_
