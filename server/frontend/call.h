@@ -197,6 +197,11 @@ class Call {
   // The version a load on demand made READY for this call (ModelRepository::WhenLoaded), held: its
   // plan serves the call by it (Serving()) rather than resolving again. Null until then.
   ServableHandle loaded;
+  // When the call first began and last ended waiting for a load on demand (PlanAndSubmit), on the
+  // core's clock: its trace shows the wait (qvi.load_wait). InfiniteFuture: it did not wait (or, for the
+  // end, is still waiting).
+  absl::Time load_wait_start = absl::InfiniteFuture();
+  absl::Time load_wait_end = absl::InfiniteFuture();
 
  private:
   friend class Calls;  // Record reads what the call gathered

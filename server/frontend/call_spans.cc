@@ -1,6 +1,8 @@
 // The spans of a finished call whose trace is exported (--otlp-endpoint), in OpenTelemetry's terms:
 //
 //   <method>            SERVER; the caller's traceparent its parent; the whole call, as the client saw it
+//   ├─ qvi.load_wait    only for a call that waited for its model to load on demand: from the first wait's
+//   │                   start to the last one's end (within qvi.prepare's time, or the call's if refused)
 //   ├─ qvi.prepare      admission, decoding, checks and tokenising, until its first text joined the queue
 //   ├─ qvi.queue        the batch queue, until the batch that ran its last text began
 //   ├─ qvi.postprocess  its rows of the batch's outputs made into results (the forward pass is the
@@ -62,6 +64,10 @@ void Calls::ExportSpans(const Call& call, const absl::Status& status, const Answ
     s.status_message = absl::StrCat(StatusCodeName(status.code()), ": ", status.message().substr(0, 256));
   }
   std::vector<Span> spans;
+  if (call.load_wait_start != absl::InfiniteFuture()) {
+    const absl::Time end = call.load_wait_end != absl::InfiniteFuture() ? call.load_wait_end : now;
+    spans.push_back(Child(s, "qvi.load_wait", call.load_wait_start + to_wall, end - call.load_wait_start));
+  }
   if (answer != nullptr && answer->queued_at != absl::InfiniteFuture()) {
     const absl::Time queued = answer->queued_at + to_wall;
     const absl::Time batch = queued + answer->queue;

@@ -7,7 +7,8 @@
 //   wait     a plan that found its model loading on demand (WaitsForLoad) waits for the load, within
 //            the call's deadline, and plans again on the thread that loaded it, with the version the load
 //            made READY (Call::loaded); again only when that version is not the one asked for (another
-//            version of the model is still loading): each wait ends with a load or at the deadline;
+//            version of the model is still loading): each wait ends with a load or at the deadline; the
+//            call keeps when its waiting began and ended, for its trace (qvi.load_wait);
 //   prepare  the transport's request id, deadline, priority and cancellation, then Call::Prepare (the
 //            limits, the request held);
 //   submit   to the core, whose answer the transport turns into its own.
@@ -57,8 +58,10 @@ void PlanAndSubmit(Core* core, Steps steps, bool waited = false) {
       // The version an earlier wait handed over is not the one asked for: not held while waiting again,
       // so that it does not keep the memory the next load may need.
       steps.call().loaded = nullptr;
+      if (steps.call().load_wait_start == absl::InfiniteFuture()) steps.call().load_wait_start = core->env().Now();
       // `steps` copied, not moved: a throw from here on still answers through it (the catch below).
       core->WhenLoaded(model, deadline, [core, steps](absl::StatusOr<ServableHandle> loaded) mutable {
+        steps.call().load_wait_end = core->env().Now();
         if (!loaded.ok()) return steps.Fail(loaded.status());
         steps.call().loaded = *std::move(loaded);
         PlanAndSubmit(core, std::move(steps), /*waited=*/true);

@@ -23,8 +23,10 @@
 #include "nlohmann/json.hpp"
 #include "qvi/serving/v1/inference.grpc.pb.h"
 #include "server/core/base/sync.h"
+#include "server/core/repository/catalog.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
+#include "server/frontend/infer_steps.h"
 #include "server/frontend/oip/api.h"
 #include "server/grpc/native/inference_service.h"
 #include "server/grpc/oip/oip_service.h"
@@ -92,6 +94,21 @@ class FakeCore final : public Core {
   }
   const RequestLimits& limits() const override { return limits_; }
   const Env& env() const override { return *repository_->env(); }
+  // Keeps each wait for a load on demand until FinishLoads().
+  void WhenLoaded(const std::string& /*model*/, absl::Time /*deadline*/, ModelRepository::LoadedDone ready) override {
+    MutexLock lock(&mu_);
+    load_waits_.push_back(std::move(ready));
+  }
+  // Hands every waiting plan `loaded` (a version, or why there is none); how many waited.
+  int FinishLoads(const absl::StatusOr<ServableHandle>& loaded) {
+    std::vector<ModelRepository::LoadedDone> waits;
+    {
+      MutexLock lock(&mu_);
+      waits.swap(load_waits_);
+    }
+    for (auto& ready : waits) ready(loaded);
+    return static_cast<int>(waits.size());
+  }
 
   // What the next calls get: an error, or one answer per text with `labels`; `hold` bytes asked
   // to be held for the answer.
@@ -167,6 +184,7 @@ class FakeCore final : public Core {
   bool holding_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Done> waiting_ ABSL_GUARDED_BY(mu_);
   int max_waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<ModelRepository::LoadedDone> load_waits_ ABSL_GUARDED_BY(mu_);
 };
 
 class FrontendTest : public ::testing::Test {
@@ -568,6 +586,102 @@ TEST_F(FrontendTest, AnExportedCallIsASpanUnderTheCallersTraceparentOnEveryProto
   EXPECT_EQ(ToHex(refused.trace_id), "4bf92f3577b34da6a3ce929d0e0e4736");
   EXPECT_EQ(refused.status, Span::Status::kError);
   EXPECT_NE(refused.status_message.find("NOT_FOUND: no such model"), std::string::npos) << refused.status_message;
+}
+
+// The steps of a call whose model loads on demand, as a transport writes them (infer_steps.h): the first
+// plan finds the model loading, the second (once the load handed it over) plans one text.
+struct OnDemandSteps {
+  Call* c;
+  int* plans;
+  absl::Status* answered;
+  Call& call() { return *c; }
+  absl::Time WaitDeadline() { return absl::InfiniteFuture(); }
+  absl::StatusOr<Planned> Plan() {
+    if ((*plans)++ == 0) return Catalog::LoadsOnDemand("sentiment");
+    Planned planned;
+    planned.request.model = "sentiment";
+    planned.request.texts = {"a fine film"};
+    return planned;
+  }
+  absl::Status Prepare(InferenceRequest& r, absl::Duration timeout) {
+    return c->Prepare(r, "", absl::InfiniteFuture(), timeout);
+  }
+  void Fail(const absl::Status& status) {
+    if (!c->Claim()) return;
+    *answered = status;
+    c->Record(status, nullptr);
+  }
+  Core::Done Answerer(Planned&&) {
+    return [c = c, answered = answered](absl::StatusOr<InferenceResponse> answer) {
+      if (!c->Claim()) return;
+      AnswerSummary summary;
+      *answered = answer.ok() ? c->BuildAnswer(
+                                    *answer, [] { return int64_t{1}; }, &summary)
+                              : answer.status();
+      c->Record(*answered, answered->ok() ? &summary : nullptr);
+    };
+  }
+};
+
+TEST_F(FrontendTest, ACallThatWaitedForALoadOnDemandShowsTheWaitInItsTrace) {
+  RecordingSink sink;
+  Calls::Options options;
+  options.spans = &sink;
+  Start(options);
+  const std::string traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  int plans = 0;
+  absl::Status answered = absl::UnknownError("not answered");
+  {
+    Call call(calls_.get(), "Classify", 16);
+    call.SetOrigin("ipv4:127.0.0.1:1", traceparent);
+    PlanAndSubmit(&core_, OnDemandSteps{&call, &plans, &answered});
+    EXPECT_EQ(plans, 1);
+    EXPECT_EQ(core_.calls(), 0) << "nothing is submitted while the model loads";
+    EXPECT_TRUE(sink.spans().empty());
+    absl::StatusOr<ServableHandle> loaded = repo_->Resolve("sentiment", 0);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(core_.FinishLoads(*loaded), 1);
+  }
+  EXPECT_EQ(plans, 2);
+  EXPECT_TRUE(answered.ok()) << answered;
+  EXPECT_EQ(core_.calls(), 1);
+  ASSERT_EQ(sink.calls().size(), 1u);
+  const Span call = sink.calls()[0];
+  std::vector<Span> waits;
+  for (const Span& s : sink.spans()) {
+    if (s.name == "qvi.load_wait") waits.push_back(s);
+  }
+  ASSERT_EQ(waits.size(), 1u);
+  EXPECT_EQ(waits[0].trace_id, call.trace_id);
+  EXPECT_EQ(waits[0].parent, std::optional<SpanId>(call.span_id));
+  EXPECT_LE(call.start, waits[0].start);
+  EXPECT_LE(waits[0].start, waits[0].end);
+  EXPECT_LE(waits[0].end, call.end);
+
+  // A wait that ends without a load is the call's error, and the wait is in its trace too.
+  Call refused(calls_.get(), "Classify", 16);
+  refused.SetOrigin("ipv4:127.0.0.1:1", traceparent);
+  plans = 0;
+  PlanAndSubmit(&core_, OnDemandSteps{&refused, &plans, &answered});
+  EXPECT_EQ(core_.FinishLoads(absl::DeadlineExceededError("the load did not finish in time")), 1);
+  EXPECT_EQ(answered.code(), absl::StatusCode::kDeadlineExceeded) << answered;
+  EXPECT_EQ(plans, 1);
+  ASSERT_EQ(sink.calls().size(), 2u);
+  const std::optional<SpanId> refused_span = sink.calls()[1].span_id;
+  EXPECT_EQ(sink.calls()[1].status, Span::Status::kError);
+  int refused_waits = 0;
+  for (const Span& s : sink.spans()) refused_waits += s.name == "qvi.load_wait" && s.parent == refused_span;
+  EXPECT_EQ(refused_waits, 1);
+
+  // A call that did not wait has no such span.
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("traceparent", traceparent);
+  v1::ClassifyResponse out;
+  ASSERT_TRUE(native_stub_->Classify(&ctx, StreamRequest("sentiment", "a fine film", "plain"), &out).ok());
+  ASSERT_TRUE(Eventually([&] { return sink.calls().size() == 3; }));
+  int all_waits = 0;
+  for (const Span& s : sink.spans()) all_waits += s.name == "qvi.load_wait";
+  EXPECT_EQ(all_waits, 2);
 }
 
 TEST(ExplainLabelTest, TheExplanationsAskedForNameTheMetricsSeriesInOneOrder) {
