@@ -21,7 +21,7 @@
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
 #include "server/frontend/oip/api.h"
-#include "server/grpc/native/inference_service.h"
+#include "server/grpc/native/native_service.h"
 #include "server/grpc/oip/oip_service.h"
 #include "server/grpc/oip/repository_service.h"
 #include "server/grpc/reflection_service.h"

@@ -28,7 +28,7 @@
 #include "server/frontend/core.h"
 #include "server/frontend/infer_steps.h"
 #include "server/frontend/oip/api.h"
-#include "server/grpc/native/inference_service.h"
+#include "server/grpc/native/native_service.h"
 #include "server/grpc/oip/oip_service.h"
 #include "server/http/http_api.h"
 #include "tests/cpp/test_util/run.h"

@@ -1,4 +1,4 @@
-#include "server/grpc/native/inference_service.h"
+#include "server/grpc/native/native_service.h"
 
 #include "server/frontend/native/api.h"
 #include "server/grpc/infer_call.h"

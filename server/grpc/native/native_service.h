@@ -2,8 +2,8 @@
 // hands it to the core through the frontend's Call (server/grpc/infer_call.h) and encodes the
 // native API's answer (server/frontend/native/api.h). No reactor callback blocks: Classify and Tag
 // finish from the core's threads; ListModels and GetModel only read the repository's state.
-#ifndef QVI_SERVER_GRPC_NATIVE_INFERENCE_SERVICE_H_
-#define QVI_SERVER_GRPC_NATIVE_INFERENCE_SERVICE_H_
+#ifndef QVI_SERVER_GRPC_NATIVE_NATIVE_SERVICE_H_
+#define QVI_SERVER_GRPC_NATIVE_NATIVE_SERVICE_H_
 
 #include "qvi/serving/v1/inference.grpc.pb.h"
 #include "server/core/repository/model_repository.h"
@@ -68,4 +68,4 @@ class InferenceServiceImpl final : public InferenceBase {
 
 }  // namespace qvi
 
-#endif  // QVI_SERVER_GRPC_NATIVE_INFERENCE_SERVICE_H_
+#endif  // QVI_SERVER_GRPC_NATIVE_NATIVE_SERVICE_H_
