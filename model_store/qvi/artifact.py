@@ -81,6 +81,28 @@ def export_files(model: nn.Module, manifest: Dict[str, object], files: Dict[str,
     os.makedirs(folder, exist_ok=True)
     scripted = torch.jit.script(model.eval())
     extra = dict(files, **{MANIFEST: json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True)})
+    return _save(scripted, extra, folder)
+
+
+def update_card(path: str, entries: Dict[str, object]) -> str:
+    """Puts `entries` on the card of the zoo artifact `path` (model.pt, rewritten atomically with the same
+    weights and vocabulary). The native packages beside it keep the card they were compiled with: say so."""
+    extra = {MANIFEST: "", VOCAB: ""}
+    module = torch.jit.load(path, map_location="cpu", _extra_files=extra)
+    manifest = json.loads(extra[MANIFEST])
+    card = manifest.setdefault("model_card", {})
+    card.update(entries)
+    files = {VOCAB: extra[VOCAB] if isinstance(extra[VOCAB], str) else extra[VOCAB].decode("utf-8"),
+             MANIFEST: json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True)}
+    written = _save(module, files, os.path.dirname(os.path.abspath(path)))
+    stale = [f for f in os.listdir(os.path.dirname(written)) if f.endswith(".pt2")]
+    if stale:
+        written += f" (its packages {', '.join(sorted(stale))} keep their old card until compiled again from it)"
+    return written
+
+
+def _save(scripted: torch.jit.ScriptModule, extra: Dict[str, str], folder: str) -> str:
+    """Writes folder/model.pt atomically, readable by any user."""
     fd, tmp = tempfile.mkstemp(prefix=".model.pt.", dir=folder)
     os.close(fd)
     try:

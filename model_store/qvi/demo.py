@@ -109,6 +109,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
         test = os.path.join(args.corpora, corpus, f"test.{EXTENSIONS[corpus]}")
         if not args.no_faithfulness:
             card["faithfulness"] = _demo_faithfulness(name, out, test)
+        card["calibration"] = _demo_calibration(name, out, corpus, args.corpora)
         if args.no_pt2:
             export_checkpoint(path, args.store, name, 1, card)
             continue
@@ -153,18 +154,23 @@ def _demo_finish(name: str, target: str, ckpt: str, corpus: str, args: argparse.
     from qvi import artifact
     card = artifact.load(target)[1]["model_card"]
     assert isinstance(card, dict)
-    if args.no_faithfulness or "faithfulness" in card:
+    lacks = [k for k in ("faithfulness", "calibration") if k not in card and not (
+        k == "faithfulness" and args.no_faithfulness)]
+    if not lacks:
         _demo_package(target, args, force=False)
         return
     if not os.path.exists(ckpt):
-        print(f"{target}: its card has no faithfulness figures, and its checkpoint {ckpt} is not here to add "
-              f"them (`python -m qvi demo --force --models {name}` trains it again)")
+        print(f"{target}: its card has no {' and no '.join(lacks)} figures, and its checkpoint {ckpt} is not here "
+              f"to add them (`python -m qvi demo --force --models {name}` trains it again)")
         _demo_package(target, args, force=False)
         return
     test = os.path.join(args.corpora, corpus, f"test.{EXTENSIONS[corpus]}")
-    card["faithfulness"] = _demo_faithfulness(name, target, test)
+    if "faithfulness" in lacks:
+        card["faithfulness"] = _demo_faithfulness(name, target, test)
+    if "calibration" in lacks:
+        card["calibration"] = _demo_calibration(name, target, corpus, args.corpora)
     export_checkpoint(ckpt, args.store, name, 1, card)
-    print(f"{target}: its card carries the faithfulness figures now")
+    print(f"{target}: its card carries the {' and '.join(lacks)} figures now")
     _demo_package(target, args, force=True)  # the package carries the card too
 
 
@@ -182,6 +188,20 @@ def _demo_faithfulness(name: str, model_pt: str, test: str) -> Dict[str, object]
     summary["split"] = os.path.relpath(test, HERE)  # data/<corpus>/test.<ext>, wherever the store is built
     print(f"{name}: faithfulness of its explanations on {summary['answers']} answers ({time.time() - t0:.0f} s)")
     return summary
+
+
+def _demo_calibration(name: str, model_pt: str, corpus: str, corpora: str) -> Dict[str, object]:
+    """The calibration figures each demo card carries (qvi/calibration.py): a temperature fitted on the dev
+    split, measured on the test split."""
+    from qvi import calibration
+    t0 = time.time()
+    split = os.path.join(corpora, corpus, "{}." + EXTENSIONS[corpus])
+    card = calibration.calibrate(model_pt, split.format("dev"), split.format("test"), root=HERE)
+    after = card["after"]
+    assert isinstance(after, dict)
+    print(f"{name}: calibrated, T {card['temperature']:.3f}, ECE {card['before']['ece']} -> {after['ece']} "  # type: ignore[index]
+          f"({time.time() - t0:.0f} s)")
+    return card
 
 
 def _current_package(package: str) -> bool:

@@ -235,10 +235,12 @@ def test_demo_adds_the_faithfulness_figures_a_card_was_exported_without(tmp_path
     assert "its checkpoint" in capsys.readouterr().out and os.stat(target).st_ino == before.st_ino
 
     demo._demo_finish("sentiment", target, ckpt, "sentiment", args)
-    assert f"{target}: its card carries the faithfulness figures now" in capsys.readouterr().out
+    assert f"{target}: its card carries the faithfulness and calibration figures now" in capsys.readouterr().out
     module, manifest, _ = artifact.load(target)
     card = manifest["model_card"]
     assert card["description"] == "toy" and card["faithfulness"]["answers"] == 30, card
+    assert card["calibration"]["test_answers"] == 30 and card["calibration"]["dev_answers"] == 30, card
+    assert card["calibration"]["fitted_on"] == os.path.relpath(str(corpora / "sentiment/dev.tsv"), demo.HERE)
     assert card["faithfulness"]["split"] == os.path.relpath(str(corpora / "sentiment/test.tsv"), demo.HERE)
     assert os.stat(target).st_ino != before.st_ino, "written to a new file and renamed over the old one"
     assert os.listdir(os.path.dirname(target)) == ["model.pt"]
