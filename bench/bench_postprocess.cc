@@ -5,7 +5,9 @@
 // allocated otherwise and not counted).
 //
 //   Classify/C    the labels of each row, C labels (2: the demo classifier; 20: the topic one)
-//   Tag           DecodeTagging over each row: 24 tokens, 9 BIO tags
+//   Tag           DecodeTagging over each row: 24 tokens, 9 BIO tags, no CRF (each token's softmax)
+//   TagCrf        the same with a CRF: each entity's score from the forward-backward marginals (issue 77:
+//                 one confidence per entity, computed for every answer)
 //
 // Run: build/qvi-bench-postprocess [--benchmark_min_time=0.3]; docs/performance.md, "Post-processing
 // without torch", has the results and the command. The code it replaced (through torch's operations
@@ -65,25 +67,33 @@ struct Tagging {
   }
 };
 
-template <void (*Decode)(const Manifest&, const at::Tensor&, const at::Tensor&, int64_t, const std::string&,
-                         TextResult&)>
-void TagWith(benchmark::State& state) {
+void TagWith(benchmark::State& state, const CrfScores* crf) {
   Tagging in;
   const int64_t allocs = testing::Allocations();
   for (auto _ : state) {
     for (int64_t row = 0; row < kBatch; ++row) {
       in.result.spans.clear();
-      Decode(in.manifest, in.tags, in.emissions, row, in.text, in.result);
+      DecodeTagging(in.manifest, in.tags, in.emissions, row, in.text, in.result, crf, /*temperature=*/1.45);
       benchmark::DoNotOptimize(in.result);
     }
   }
   state.SetItemsProcessed(state.iterations() * kBatch);
   state.counters["allocs"] = PerRow(testing::Allocations() - allocs, state);
 }
-void Tag(benchmark::State& state) { TagWith<DecodeTagging>(state); }
+void Tag(benchmark::State& state) { TagWith(state, nullptr); }
+void TagCrf(benchmark::State& state) {
+  CrfScores crf;
+  const at::Tensor scores = torch::randn({9 * 9 + 2 * 9});
+  const float* v = scores.data_ptr<float>();
+  crf.start.assign(v, v + 9);
+  crf.end.assign(v + 9, v + 18);
+  crf.transitions.assign(v + 18, v + 18 + 81);
+  TagWith(state, &crf);
+}
 
 BENCHMARK(Classify)->Arg(2)->Arg(20);
 BENCHMARK(Tag);
+BENCHMARK(TagCrf);
 
 }  // namespace
 }  // namespace qvi

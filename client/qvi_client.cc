@@ -71,6 +71,7 @@ struct Explain {
   bool contributions = false;  // Classify: options.contributions
   bool occlusion = false;      // options.occlusion
   bool subwords = false;       // options.subwords: a sub-word model's answer per sub-word
+  bool raw_scores = false;     // options.raw_scores: the uncalibrated softmax (CRF marginals)
 };
 
 bool UseColor(const Common& c) {
@@ -108,6 +109,7 @@ void Fill(v1::OutputOptions* o, const Explain& e) {
   o->set_contributions(e.contributions);
   o->set_occlusion(e.occlusion);
   o->set_subwords(e.subwords);
+  o->set_raw_scores(e.raw_scores);
   o->set_tokens(e.tokens || e.faithfulness_top_k > 0);  // the check names the tokens it deleted
   if (e.error_on_truncation) o->set_truncation(v1::TRUNCATION_POLICY_ERROR);
   if (e.faithfulness_top_k > 0) o->mutable_faithfulness()->set_top_k(e.faithfulness_top_k);
@@ -381,6 +383,8 @@ void AddInferOptions(CLI::App* sub, Common& common, Explain& explain, std::vecto
                 "(n more rows per text of n tokens)");
   sub->add_flag("--tokens", explain.tokens, "list the tokens");
   sub->add_flag("--subwords", explain.subwords, "a sub-word model (qvi import): each sub-word read, not each word");
+  sub->add_flag("--raw-scores", explain.raw_scores,
+                "the raw softmax (CRF marginals), not the probabilities calibrated by the model card");
   sub->add_flag("--error-on-truncation", explain.error_on_truncation, "fail instead of truncating long texts");
   sub->add_option("--faithfulness-top-k", explain.faithfulness_top_k,
                   "Classify: also check α by deleting its top K tokens and running the rest again");

@@ -26,6 +26,11 @@ def corpus_texts(name, n):
     return [e.text for e in read_conll(path)][:n]
 
 
+def card_temperature(manifest):
+    """The temperature the server answers a model's scores at (its card's calibration; 1 without one)."""
+    return manifest.get("model_card", {}).get("calibration", {}).get("temperature", 1.0)
+
+
 def python_outputs(model_name, texts, store=STORE):
     module, manifest, vocab = artifact.load(os.path.join(store, model_name, "1", "model.pt"))
     cfg = config_from_json(manifest["tokenizer"])
@@ -50,7 +55,7 @@ def test_classify_equals_the_python_model(server, api):
                              options=pb.OutputOptions(top_k=2, attention=True, gates=True))
     resp = pb_grpc.InferenceStub(server).Classify(req, timeout=60)
     manifest, encs, out = python_outputs("sentiment", texts)
-    probs = out["logits"].softmax(-1)
+    probs = (out["logits"] / card_temperature(manifest)).softmax(-1)
     assert resp.model.version == 1 and len(resp.results) == len(texts)
     for i, (res, enc) in enumerate(zip(resp.results, encs)):
         best = int(probs[i].argmax())
@@ -82,6 +87,51 @@ def test_tag_equals_the_python_model(server, api):
             assert texts[i][s.start:s.end] == s.text and 0 <= s.score <= 1
         found += len(res.spans)
     assert found > 0, "the demo tagger should find some entity in 30 test sentences"
+
+
+def test_scores_are_calibrated_by_the_card_and_raw_on_request(server, api):
+    """Issue 77: a model whose card carries a calibration answers softmax(logits / T), and the raw
+    softmax with options.raw_scores; a tagger's entity has one confidence, its mean CRF marginal at T,
+    which options.occlusion's probability repeats."""
+    from types import SimpleNamespace
+    from qvi.faithfulness import crf_marginals
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(server)
+    texts = corpus_texts("sentiment", 12)
+    manifest, _, out = python_outputs("sentiment", texts)
+    t = card_temperature(manifest)
+    assert t != 1.0, "the demo sentiment card carries a fitted temperature (python -m qvi demo)"
+    for raw, temperature in ((False, t), (True, 1.0)):
+        resp = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts,
+                                                options=pb.OutputOptions(top_k=2, raw_scores=raw)), timeout=60)
+        probs = (out["logits"] / temperature).softmax(-1)
+        for i, res in enumerate(resp.results):
+            for ls in res.labels:
+                assert abs(ls.score - float(probs[i][manifest["labels"].index(ls.label)])) < 1e-4, (raw, texts[i])
+
+    texts = corpus_texts("conll2003", 20)
+    module, manifest, _ = artifact.load(os.path.join(STORE, "ner", "1", "model.pt"))
+    _, encs, out = python_outputs("ner", texts)
+    t = card_temperature(manifest)
+    assert t != 1.0, "the demo tagger's card carries a fitted temperature"
+    mask = torch.zeros(out["emissions"].shape[:2], dtype=torch.bool)
+    for i, e in enumerate(encs):
+        mask[i, : len(e.ids)] = True
+    for raw, temperature in ((False, t), (True, 1.0)):
+        crf = SimpleNamespace(**{k: getattr(module.crf, k).detach().double() / temperature
+                                 for k in ("start", "end", "trans")})
+        marginals = crf_marginals(crf, out["emissions"].double() / temperature, mask)
+        resp = stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=texts,
+                                      options=pb.OutputOptions(occlusion=True, raw_scores=raw)), timeout=120)
+        spans = 0
+        for i, res in enumerate(resp.results):
+            for s in res.spans:
+                tags = [int(x) for x in out["tags"][i, s.token_start:s.token_end]]
+                want = sum(float(marginals[i, s.token_start + j, tag]) for j, tag in enumerate(tags)) / len(tags)
+                assert abs(s.score - want) < 1e-5, (raw, texts[i], s.text)
+                assert s.probability == s.score, "one confidence per entity"
+                spans += 1
+        assert spans > 10
 
 
 def test_a_cased_model_gets_the_ids_the_zoo_gives_it(api, tmp_path):
@@ -273,7 +323,7 @@ def test_concurrent_requests_share_batches_invisibly(server, api):
     stub = pb_grpc.InferenceStub(server)
     pool_texts = corpus_texts("sentiment", 40)
     manifest, encs, out = python_outputs("sentiment", pool_texts)
-    probs = out["logits"].softmax(-1)
+    probs = (out["logits"] / card_temperature(manifest)).softmax(-1)
     rng = random.Random(7)
     jobs = [(rng.sample(range(len(pool_texts)), rng.randint(1, 5)), rng.random() < 0.5) for _ in range(64)]
 
@@ -361,7 +411,8 @@ def test_the_faithfulness_check_deletes_alphas_top_tokens_and_runs_the_rest_agai
         ids = torch.tensor([kept or [0]], dtype=torch.long)
         mask = torch.tensor([[bool(kept)] * max(1, len(kept))])
         with torch.no_grad():
-            p = torch.softmax(module(ids, mask)["logits"][0], -1)[manifest["labels"].index(f.label)]
+            p = torch.softmax(module(ids, mask)["logits"][0] / card_temperature(manifest), -1)[
+                manifest["labels"].index(f.label)]
         assert abs(f.score_without - float(p)) < 1e-4, text
     # texts that did not ask get no check; the default path stays as it was
     plain = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts[:2]), timeout=60)

@@ -2,6 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -196,6 +200,41 @@ absl::Status ParseFaithfulness(const json& j, FaithfulnessCard& f) {
   return absl::OkStatus();
 }
 
+// model_card.calibration: a card without it answers raw scores.
+absl::Status ParseCalibration(const json& j, CalibrationCard& c) {
+  const std::string path = "model_card.calibration";
+  if (!j.is_object()) return Bad(path, "is not an object");
+  QVI_RETURN_IF_ERROR(Get(j, "temperature", path + ".", c.temperature));
+  if (!std::isfinite(c.temperature) || c.temperature <= 0) return Bad(path + ".temperature", "must be above 0");
+  QVI_RETURN_IF_ERROR(Get(j, "fitted_on", path + ".", c.fitted_on));
+  QVI_RETURN_IF_ERROR(Get(j, "measured_on", path + ".", c.measured_on));
+  for (const char* side : {"before", "after"}) {
+    if (!j.contains(side) || !j[side].is_object()) return Bad(absl::StrCat(path, ".", side), "is missing");
+    const std::string prefix = absl::StrCat(path, ".", side, ".");
+    const bool before = std::string_view(side) == "before";
+    QVI_RETURN_IF_ERROR(Get(j[side], "ece", prefix, before ? c.ece_before : c.ece_after));
+    QVI_RETURN_IF_ERROR(Get(j[side], "brier", prefix, before ? c.brier_before : c.brier_after));
+  }
+  if (!j.contains("conformal")) return absl::OkStatus();
+  if (!j["conformal"].is_array()) return Bad(path + ".conformal", "is not a list");
+  for (size_t i = 0; i < j["conformal"].size(); ++i) {
+    const std::string prefix = absl::StrCat(path, ".conformal[", i, "].");
+    ConformalLevel& level = c.conformal.emplace_back();
+    QVI_RETURN_IF_ERROR(Get(j["conformal"][i], "coverage_target", prefix, level.coverage_target));
+    QVI_RETURN_IF_ERROR(Get(j["conformal"][i], "min_probability", prefix, level.min_probability));
+    QVI_RETURN_IF_ERROR(Get(j["conformal"][i], "coverage", prefix, level.coverage));
+    if (!(level.coverage_target > 0 && level.coverage_target < 1)) {
+      return Bad(prefix + "coverage_target", "must be in (0, 1)");
+    }
+    if (!(level.min_probability >= 0 && level.min_probability <= 1)) {
+      return Bad(prefix + "min_probability", "must be in [0, 1]");
+    }
+  }
+  std::sort(c.conformal.begin(), c.conformal.end(),
+            [](const ConformalLevel& a, const ConformalLevel& b) { return a.coverage_target < b.coverage_target; });
+  return absl::OkStatus();
+}
+
 // One batching block (the manifest's `serving`, or its `cuda`): the keys it has, over `b`'s values.
 absl::Status ParseBatching(const json& s, const char* prefix, BatchingDefaults& b) {
   if (s.contains("max_batch_size")) QVI_RETURN_IF_ERROR(Get(s, "max_batch_size", prefix, b.max_batch_size));
@@ -222,6 +261,9 @@ absl::Status ParseServingAndCard(const json& j, Manifest& m) {
     }
     if (card.is_object() && card.contains("faithfulness")) {
       QVI_RETURN_IF_ERROR(ParseFaithfulness(card["faithfulness"], m.faithfulness.emplace()));
+    }
+    if (card.is_object() && card.contains("calibration")) {
+      QVI_RETURN_IF_ERROR(ParseCalibration(card["calibration"], m.calibration.emplace()));
     }
   }
   return absl::OkStatus();

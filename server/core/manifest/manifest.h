@@ -69,6 +69,24 @@ struct FaithfulnessCard {
   std::string cost_machine;  // where the methods' costs were measured; empty without costs
 };
 
+// One coverage level of a classifier's split-conformal label sets: a label joins the set when its
+// calibrated probability is at least `min_probability`; `coverage` is what the card's test split got.
+struct ConformalLevel {
+  double coverage_target = 0;
+  double min_probability = 0;
+  double coverage = 0;
+};
+
+// model_card.calibration, written at export by `python -m qvi calibrate` (model_store/qvi/calibration.py):
+// the temperature the server divides a classifier's logits (a tagger's CRF potentials) by, fitted on
+// `fitted_on`, and what it measured on `measured_on`.
+struct CalibrationCard {
+  double temperature = 1.0;
+  std::string fitted_on, measured_on;
+  double ece_before = 0, ece_after = 0, brier_before = 0, brier_after = 0;
+  std::vector<ConformalLevel> conformal;  // classifiers; ascending coverage
+};
+
 struct Manifest {
   // 2 added sub-word tokenizers (tokenizer.level "subword", its file inside the artifact); a server
   // reads every version up to kFormatVersion.
@@ -101,6 +119,10 @@ struct Manifest {
   std::optional<BatchingDefaults> serving_cuda;  // on a GPU; absent: GpuBatchingDefaults()
   std::string model_card_json;
   std::optional<FaithfulnessCard> faithfulness;  // absent: not measured
+  std::optional<CalibrationCard> calibration;    // absent: scores are the raw softmax (marginals)
+
+  // The temperature an answer's scores are computed at: the card's, or 1 with `raw` or without one.
+  double ScoreTemperature(bool raw) const { return raw || !calibration ? 1.0 : calibration->temperature; }
 
   // Whether the model computes the output of this name (outputs.h: HasOutput of a catalogue row).
   bool HasOutput(const std::string& name) const { return outputs.count(name) > 0; }

@@ -86,31 +86,36 @@ double LogSumExp(const double* x, int count) {
 }  // namespace
 
 std::vector<float> CrfMarginals(const CrfScores& crf, const float* emissions, int64_t n, int64_t token_stride,
-                                int64_t tag_stride) {
+                                int64_t tag_stride, double temperature) {
   const int k = crf.num_tags();
   std::vector<float> out(static_cast<size_t>(n) * k);
   if (n == 0 || k == 0) return out;
-  auto emission = [&](int64_t t, int j) { return static_cast<double>(emissions[t * token_stride + j * tag_stride]); };
-  auto trans = [&](int from, int to) {
-    return static_cast<double>(crf.transitions[static_cast<size_t>(from) * k + to]);
+  const double inverse = 1.0 / temperature;  // 1: the potentials as they are, to the bit
+  auto emission = [&](int64_t t, int j) {
+    return static_cast<double>(emissions[t * token_stride + j * tag_stride]) * inverse;
   };
+  auto trans = [&](int from, int to) {
+    return static_cast<double>(crf.transitions[static_cast<size_t>(from) * k + to]) * inverse;
+  };
+  auto start = [&](int j) { return static_cast<double>(crf.start[j]) * inverse; };
+  auto end = [&](int j) { return static_cast<double>(crf.end[j]) * inverse; };
   // alpha[t][j]: log Σ over paths ending in j at t; beta[t][j]: log Σ over the continuations from j at t.
   std::vector<double> alpha(static_cast<size_t>(n) * k), beta(static_cast<size_t>(n) * k), terms(k);
-  for (int j = 0; j < k; ++j) alpha[j] = crf.start[j] + emission(0, j);
+  for (int j = 0; j < k; ++j) alpha[j] = start(j) + emission(0, j);
   for (int64_t t = 1; t < n; ++t) {
     for (int to = 0; to < k; ++to) {
       for (int from = 0; from < k; ++from) terms[from] = alpha[(t - 1) * k + from] + trans(from, to);
       alpha[t * k + to] = LogSumExp(terms.data(), k) + emission(t, to);
     }
   }
-  for (int j = 0; j < k; ++j) beta[(n - 1) * k + j] = crf.end[j];
+  for (int j = 0; j < k; ++j) beta[(n - 1) * k + j] = end(j);
   for (int64_t t = n - 2; t >= 0; --t) {
     for (int from = 0; from < k; ++from) {
       for (int to = 0; to < k; ++to) terms[to] = trans(from, to) + emission(t + 1, to) + beta[(t + 1) * k + to];
       beta[t * k + from] = LogSumExp(terms.data(), k);
     }
   }
-  for (int j = 0; j < k; ++j) terms[j] = alpha[(n - 1) * k + j] + crf.end[j];
+  for (int j = 0; j < k; ++j) terms[j] = alpha[(n - 1) * k + j] + end(j);
   const double log_z = LogSumExp(terms.data(), k);
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(std::exp(alpha[i] + beta[i] - log_z));
   return out;

@@ -27,9 +27,10 @@ absl::StatusOr<at::Tensor> ViterbiDecode(const CrfScores& crf, const at::Tensor&
 // p(y_t = k | x) under the CRF for one text of `n` tokens (forward-backward in log space, in double),
 // as model_store/qvi/faithfulness.py's crf_marginals computes it: element (t, k) of the result [n*K]
 // is the marginal probability of tag k at token t. The emission of (t, k) is
-// emissions[t * token_stride + k * tag_stride]. Empty for n = 0.
+// emissions[t * token_stride + k * tag_stride]. Empty for n = 0. At `temperature` T every potential
+// (emissions, transitions, start and end scores) is divided by T (a model card's calibration).
 std::vector<float> CrfMarginals(const CrfScores& crf, const float* emissions, int64_t n, int64_t token_stride,
-                                int64_t tag_stride);
+                                int64_t tag_stride, double temperature = 1.0);
 
 }  // namespace qvi
 

@@ -43,6 +43,9 @@ struct OutputOptions {
   // A sub-word model's answer per sub-word (its special tokens included) instead of per word: the
   // tokens, their explanations and maps. Entities still start and end on words. Ignored by other models.
   bool subwords = false;
+  // The raw softmax (a tagger: CRF marginals) instead of the probabilities calibrated by the model card's
+  // temperature (Manifest::ScoreTemperature). Ignored by a model without calibration.
+  bool raw_scores = false;
 
   // Asks for every output `on` turns on (options.attention: α and the sentence α, say).
   void Ask(OutputSwitch on) { outputs |= SwitchedBy(on); }

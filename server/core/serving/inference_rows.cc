@@ -14,13 +14,13 @@ namespace qvi {
 namespace {
 
 // options.faithfulness's answer from the runner's second forward (ModelRunner::RunChecks).
-FaithfulnessCheckOutput CheckOutput(const Manifest& m, const ModelOutputs& outputs, int64_t row) {
+FaithfulnessCheckOutput CheckOutput(const Manifest& m, const ModelOutputs& outputs, int64_t row, double temperature) {
   const int64_t check = outputs.check_row.at(static_cast<size_t>(row));
   if (check < 0) throw std::logic_error("a text that asked for the faithfulness check has no check row");
   // The same probabilities as the answer's labels (TopK): its top label and score, and that label's
   // probability in the check's forward.
-  const std::vector<float> before = SoftmaxRow(outputs.at(Output::kLogits), row);
-  const std::vector<float> after = SoftmaxRow(outputs.check_logits, check);
+  const std::vector<float> before = SoftmaxRow(outputs.at(Output::kLogits), row, temperature);
+  const std::vector<float> after = SoftmaxRow(outputs.check_logits, check, temperature);
   if (before.empty() || after.size() != before.size()) throw std::logic_error("the check's logits do not match");
   // The first of the largest, as TopK's stable sort picks it.
   const size_t best = static_cast<size_t>(std::max_element(before.begin(), before.end()) - before.begin());
@@ -73,32 +73,41 @@ absl::Status InferenceService::FillOcclusion(const OcclusionRecord& record, int 
   return absl::OkStatus();
 }
 
-void InferenceService::PostProcessRow(Method method, const Manifest& m, const OutputOptions& o, const std::string& text,
-                                      const ModelOutputs& outputs, int64_t row, TextResult& result) {
-  if (!m.subwords()) return PostProcessTokens(method, m, o, text, outputs, row, result);
+void InferenceService::PostProcessRow(Method method, const Model& model, const OutputOptions& o,
+                                      const std::string& text, const ModelOutputs& outputs, int64_t row,
+                                      TextResult& result) {
+  const Manifest& m = model.manifest();
+  if (!m.subwords()) return PostProcessTokens(method, model, o, text, outputs, row, result);
   const ModelOutputs words = FoldToWords(outputs, row, result.words, WantedOutputs(m, o));
   std::vector<TokenOutput> subwords = std::move(result.tokens);
   result.tokens = WordTokens(result.words, subwords);
-  if (!o.subwords) return PostProcessTokens(method, m, o, text, words, 0, result);
+  if (!o.subwords) return PostProcessTokens(method, model, o, text, words, 0, result);
   // The sub-word view: entities from the words' tags, everything else per position.
-  if (method == Method::kTag) PostProcessTokens(method, m, OutputOptions{}, text, words, 0, result);
+  if (method == Method::kTag) {
+    OutputOptions spans_only;
+    spans_only.raw_scores = o.raw_scores;
+    PostProcessTokens(method, model, spans_only, text, words, 0, result);
+  }
   std::vector<SpanOutput> spans = std::move(result.spans);
   SpansOnSubwords(result.words, spans);
   result.tokens = std::move(subwords);
   result.spans.clear();
-  PostProcessTokens(method, m, o, text, outputs, row, result);
+  PostProcessTokens(method, model, o, text, outputs, row, result);
   if (method == Method::kTag) result.spans = std::move(spans);
 }
 
-void InferenceService::PostProcessTokens(Method method, const Manifest& m, const OutputOptions& o,
+void InferenceService::PostProcessTokens(Method method, const Model& model, const OutputOptions& o,
                                          const std::string& text, const ModelOutputs& outputs, int64_t row,
                                          TextResult& result) {
+  const Manifest& m = model.manifest();
+  const double temperature = m.ScoreTemperature(o.raw_scores);
   if (method == Method::kClassify) {
-    result.labels = TopK(SoftmaxRow(outputs.at(Output::kLogits), row), m.labels, o.top_k);
+    result.labels = TopK(SoftmaxRow(outputs.at(Output::kLogits), row, temperature), m.labels, o.top_k);
   } else {
-    DecodeTagging(m, outputs.at(Output::kTags), outputs.at(Output::kEmissions), row, text, result);
+    DecodeTagging(m, outputs.at(Output::kTags), outputs.at(Output::kEmissions), row, text, result, model.crf(),
+                  temperature);
   }
-  if (o.faithfulness_top_k > 0) result.faithfulness = CheckOutput(m, outputs, row);
+  if (o.faithfulness_top_k > 0) result.faithfulness = CheckOutput(m, outputs, row, temperature);
   FillTokenExplanations(outputs, o, row, result);
   if (method == Method::kClassify && o.Asks(OutputSwitch::kContributions)) FillContributions(m, outputs, row, result);
   if (o.AsksLayers()) result.layers = LayerMaps(outputs, o, row, static_cast<int64_t>(result.tokens.size()));

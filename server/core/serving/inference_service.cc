@@ -287,7 +287,7 @@ struct DispatchState {
 // (OcclusionRecord's order), and the record they leave their values in. A sub-word model's variants
 // delete words (each whole).
 std::unique_ptr<OcclusionRecord> AddOcclusionRows(const Model& model, const std::vector<TextResult>& results,
-                                                  std::vector<std::vector<int64_t>>& ids) {
+                                                  std::vector<std::vector<int64_t>>& ids, double temperature) {
   const bool subwords = model.manifest().subwords();
   std::vector<int64_t> counts;
   std::vector<std::vector<WordPieces>> words;
@@ -295,7 +295,7 @@ std::unique_ptr<OcclusionRecord> AddOcclusionRows(const Model& model, const std:
     counts.push_back(static_cast<int64_t>(subwords ? results[i].words.size() : ids[i].size()));
     if (subwords) words.push_back(results[i].words);
   }
-  auto record = std::make_unique<OcclusionRecord>(model.manifest(), model.crf(), counts, words);
+  auto record = std::make_unique<OcclusionRecord>(model.manifest(), model.crf(), counts, words, temperature);
   for (size_t i = 0; i < results.size(); ++i) {
     for (std::vector<int64_t>& variant :
          subwords ? WordOcclusionVariantIds(ids[i], words[i]) : OcclusionVariantIds(ids[i])) {
@@ -333,15 +333,15 @@ void InferenceService::Dispatch(Method method, InferenceRequest r, Done done, Se
   std::shared_ptr<const Model> model = servable->model;
   const int texts = static_cast<int>(prepared->ids.size());
   if (r.options.Asks(OutputSwitch::kOcclusion)) {
-    state->occlusion = AddOcclusionRows(*model, state->response.results, prepared->ids);
+    state->occlusion = AddOcclusionRows(*model, state->response.results, prepared->ids,
+                                        model->manifest().ScoreTemperature(r.options.raw_scores));
   }
   for (const std::vector<int64_t>& text : prepared->ids) state->response.tokens += static_cast<int64_t>(text.size());
   auto request = std::make_shared<RunnableRequest>(
       std::move(prepared->ids), WantedOutputs(model->manifest(), r.options), r.deadline, r.is_cancelled,
       [state, model, method, texts, options = r.options, text = std::move(r.texts)](int i, const ModelOutputs& out,
                                                                                     int64_t row) {
-        if (i < texts)
-          PostProcessRow(method, model->manifest(), options, text[i], out, row, state->response.results[i]);
+        if (i < texts) PostProcessRow(method, *model, options, text[i], out, row, state->response.results[i]);
         if (state->occlusion) state->occlusion->Record(i, out, row);
         return absl::OkStatus();
       },

@@ -82,15 +82,15 @@ class InferenceService {
   void DispatchWhenLoaded(Method method, InferenceRequest request, Done done);
   // One text's answer from its row of checked outputs. May throw c10::Error. A sub-word model's row is
   // grouped into words first (subwords.h), unless options.subwords.
-  static void PostProcessRow(Method method, const Manifest& manifest, const OutputOptions& options,
-                             const std::string& text, const ModelOutputs& outputs, int64_t row, TextResult& result);
+  static void PostProcessRow(Method method, const Model& model, const OutputOptions& options, const std::string& text,
+                             const ModelOutputs& outputs, int64_t row, TextResult& result);
   // options.occlusion's values into each text's answer, once every row is done; a failure (outputs
   // that do not fit the model) fails the request. A sub-word model's values are per word: in the
   // sub-word view, each sub-word shows its word's.
   static absl::Status FillOcclusion(const OcclusionRecord& record, int texts, bool subword_view,
                                     InferenceResponse& response);
   // The same over `result.tokens` as the model's positions.
-  static void PostProcessTokens(Method method, const Manifest& manifest, const OutputOptions& options,
+  static void PostProcessTokens(Method method, const Model& model, const OutputOptions& options,
                                 const std::string& text, const ModelOutputs& outputs, int64_t row, TextResult& result);
 
   ModelRepository* repository_;

@@ -28,9 +28,10 @@ std::vector<std::vector<int64_t>> OcclusionVariantIds(const std::vector<int64_t>
 }
 
 OcclusionRecord::OcclusionRecord(const Manifest& manifest, const CrfScores* crf, const std::vector<int64_t>& tokens,
-                                 std::vector<std::vector<WordPieces>> words)
+                                 std::vector<std::vector<WordPieces>> words, double temperature)
     : manifest_(manifest),
       crf_(crf),
+      temperature_(temperature),
       words_(std::move(words)),
       tokens_(tokens),
       first_(tokens.size(), -1),
@@ -53,7 +54,7 @@ void OcclusionRecord::Record(int index, const ModelOutputs& outputs, int64_t row
   if (index < 0 || index >= rows()) throw std::out_of_range("occlusion: no row " + std::to_string(index));
   std::vector<float>& slot = slots_[static_cast<size_t>(index)];
   if (manifest_.task == Task::kClassification) {
-    slot = SoftmaxRow(outputs.at(Output::kLogits), row);
+    slot = SoftmaxRow(outputs.at(Output::kLogits), row, temperature_);
     return;
   }
   if (!words_.empty()) {  // a sub-word model's row, as its words
@@ -79,17 +80,8 @@ std::vector<WordPieces> OcclusionRecord::RowWords(int index) const {
   return words;
 }
 
-std::vector<float> OcclusionRecord::Marginals(const float* e, int64_t n, int64_t k) const {
-  if (crf_ != nullptr) return CrfMarginals(*crf_, e, n, k, 1);
-  std::vector<float> out(static_cast<size_t>(n * k));
-  for (int64_t t = 0; t < n; ++t) {  // each token's softmax, as SoftmaxRow computes it
-    const float* x = e + t * k;
-    const float max = *std::max_element(x, x + k);
-    float sum = 0;
-    for (int64_t j = 0; j < k; ++j) sum += std::exp(x[j] - max);
-    for (int64_t j = 0; j < k; ++j) out[static_cast<size_t>(t * k + j)] = std::exp(x[j] - max) * (1.0F / sum);
-  }
-  return out;
+int64_t OcclusionRecord::Tags() const {
+  return crf_ != nullptr ? crf_->num_tags() : static_cast<int64_t>(manifest_.tags.size());
 }
 
 void OcclusionRecord::RecordTags(int index, const ModelOutputs& outputs, int64_t row) {
@@ -98,14 +90,14 @@ void OcclusionRecord::RecordTags(int index, const ModelOutputs& outputs, int64_t
   const bool text = index < static_cast<int>(tokens_.size());
   const int64_t n = tokens_[static_cast<size_t>(owner_[static_cast<size_t>(index)])] - (text ? 0 : 1);
   const at::Tensor all = outputs.at(Output::kEmissions);
-  const int64_t k = crf_ != nullptr ? crf_->num_tags() : static_cast<int64_t>(manifest_.tags.size());
+  const int64_t k = Tags();
   if (all.dim() != 3 || row < 0 || row >= all.size(0) || n > all.size(1) || all.size(2) != k) {
     throw std::invalid_argument("occlusion: emissions of shape " + c10::str(all.sizes()) + " do not fit row " +
                                 std::to_string(row) + " of " + std::to_string(n) + " tokens and a CRF of " +
                                 std::to_string(k) + " tags");
   }
   const at::Tensor e = all[row].to(at::kCPU, at::kFloat).contiguous();
-  slot = Marginals(e.data_ptr<float>(), n, k);
+  slot = TagMarginals(crf_, e.data_ptr<float>(), n, k, k, 1, temperature_);
   if (!text) return;
   const at::Tensor tags = outputs.at(Output::kTags)[row].to(at::kCPU, at::kLong).contiguous();
   if (tags.numel() < n) throw std::invalid_argument("occlusion: the tags do not cover the text");
@@ -144,17 +136,6 @@ void OcclusionRecord::FillLabels(int text, TextResult& result) const {
   }
 }
 
-float OcclusionRecord::EntityProbability(const std::vector<float>& marginals, const std::vector<int64_t>& tags,
-                                         uint32_t start, uint32_t end, uint32_t shift) const {
-  const int64_t k = crf_ != nullptr ? crf_->num_tags() : static_cast<int64_t>(manifest_.tags.size());
-  double sum = 0;
-  for (uint32_t t = start; t < end; ++t) {
-    const int64_t tag = std::clamp<int64_t>(tags.at(t), 0, k - 1);
-    sum += marginals.at(static_cast<size_t>((t - shift) * k + tag));
-  }
-  return end > start ? static_cast<float>(sum / (end - start)) : 0.0F;
-}
-
 void OcclusionRecord::FillSpans(int text, TextResult& result) const {
   const int64_t n = tokens_[static_cast<size_t>(text)];
   const int64_t first = first_[static_cast<size_t>(text)];
@@ -162,7 +143,7 @@ void OcclusionRecord::FillSpans(int text, TextResult& result) const {
   const std::vector<float>& marginals = slots_[static_cast<size_t>(text)];
   for (SpanOutput& span : result.spans) {
     if (span.token_end > n || span.token_start >= span.token_end) throw std::logic_error("occlusion: a span outside");
-    const float p = EntityProbability(marginals, tags, span.token_start, span.token_end, 0);
+    const float p = EntityProbability(marginals, Tags(), tags, span.token_start, span.token_end);
     span.probability = p;
     span.occlusion.assign(static_cast<size_t>(n), 0.0F);
     if (first < 0) continue;
@@ -171,7 +152,7 @@ void OcclusionRecord::FillSpans(int text, TextResult& result) const {
       const std::vector<float>& without = slots_[static_cast<size_t>(first + i)];
       const uint32_t shift = i < span.token_start ? 1 : 0;
       span.occlusion[static_cast<size_t>(i)] =
-          p - EntityProbability(without, tags, span.token_start, span.token_end, shift);
+          p - EntityProbability(without, Tags(), tags, span.token_start, span.token_end, shift);
     }
   }
 }

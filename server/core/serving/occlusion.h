@@ -37,9 +37,10 @@ class OcclusionRecord {
   // `tokens`: each text's token count, in the request's order; its variants follow the texts as
   // rows texts.size() + ..., text by text, token by token. `crf`: a tagger's CRF (it must outlive the
   // record), null for a classifier or a tagger without one. `words`: a sub-word model's words of each
-  // text (tokens[i] of them), empty for other models.
+  // text (tokens[i] of them), empty for other models. `temperature`: the answer's scores' (its labels'
+  // and entities' probabilities are computed at it, as the answer's are).
   OcclusionRecord(const Manifest& manifest, const CrfScores* crf, const std::vector<int64_t>& tokens,
-                  std::vector<std::vector<WordPieces>> words = {});
+                  std::vector<std::vector<WordPieces>> words = {}, double temperature = 1.0);
 
   // The rows a request runs: its texts', then the variants'.
   int64_t rows() const { return static_cast<int64_t>(slots_.size()); }
@@ -54,17 +55,14 @@ class OcclusionRecord {
   void RecordTags(int index, const ModelOutputs& outputs, int64_t row);
   void FillLabels(int text, TextResult& result) const;
   void FillSpans(int text, TextResult& result) const;
-  // The mean over [start, end) of marginals[(t - shift) * K + tags[t]].
-  float EntityProbability(const std::vector<float>& marginals, const std::vector<int64_t>& tags, uint32_t start,
-                          uint32_t end, uint32_t shift) const;
-
-  // A tagger's row's marginals [n*K]: the CRF's, or each token's softmax without one.
-  std::vector<float> Marginals(const float* emissions, int64_t n, int64_t k) const;
+  // The tags' count K.
+  int64_t Tags() const;
   // A sub-word model's words of row `index` (its text's, or without the word a variant deletes).
   std::vector<WordPieces> RowWords(int index) const;
 
   const Manifest& manifest_;
   const CrfScores* crf_;
+  const double temperature_;
   std::vector<std::vector<WordPieces>> words_;  // per text, a sub-word model's
   std::vector<int64_t> tokens_;                 // per text
   std::vector<int64_t> first_;                  // per text: the row of its first variant (or -1)

@@ -38,29 +38,53 @@ void CheckRow(const at::Tensor& t, int64_t row, int64_t tokens, const char* what
 
 // Softmax over the `count` values x[i * stride], as torch's CPU kernel computes it: the maximum
 // subtracted, then times 1/sum. softmax(x)[i] = At(x[i * stride]).
+// At inverse temperature `inverse` (1: the plain softmax, to the bit).
 struct Softmax {
-  Softmax(const float* x, int64_t count, int64_t stride) {
-    for (int64_t i = 0; i < count; ++i) max = std::max(max, x[i * stride]);
+  Softmax(const float* x, int64_t count, int64_t stride, float inverse = 1.0F) : inverse(inverse) {
+    for (int64_t i = 0; i < count; ++i) max = std::max(max, x[i * stride] * inverse);
     float sum = 0;
-    for (int64_t i = 0; i < count; ++i) sum += std::exp(x[i * stride] - max);
+    for (int64_t i = 0; i < count; ++i) sum += std::exp(x[i * stride] * inverse - max);
     scale = 1.0F / sum;
   }
-  float At(float value) const { return std::exp(value - max) * scale; }
+  float At(float value) const { return std::exp(value * inverse - max) * scale; }
+  float inverse;
   float max = -std::numeric_limits<float>::infinity(), scale = 0;
 };
 
 }  // namespace
 
-std::vector<float> SoftmaxRow(const at::Tensor& logits, int64_t row) {
+std::vector<float> SoftmaxRow(const at::Tensor& logits, int64_t row, double temperature) {
   const at::Tensor t = OnCpuAs(logits, at::kFloat);
   CheckDims(t, 2, "logits");
   CheckRow(t, row, 0, "logits");
   const float* x = t.data_ptr<float>() + row * t.stride(0);
   const int64_t count = t.size(1), stride = t.stride(1);
-  const Softmax softmax(x, count, stride);
+  const Softmax softmax(x, count, stride, static_cast<float>(1.0 / temperature));
   std::vector<float> out(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) out[i] = softmax.At(x[i * stride]);
   return out;
+}
+
+std::vector<float> TagMarginals(const CrfScores* crf, const float* emissions, int64_t n, int64_t k,
+                                int64_t token_stride, int64_t tag_stride, double temperature) {
+  if (crf != nullptr) return CrfMarginals(*crf, emissions, n, token_stride, tag_stride, temperature);
+  std::vector<float> out(static_cast<size_t>(n * k));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* x = emissions + t * token_stride;
+    const Softmax softmax(x, k, tag_stride, static_cast<float>(1.0 / temperature));
+    for (int64_t j = 0; j < k; ++j) out[static_cast<size_t>(t * k + j)] = softmax.At(x[j * tag_stride]);
+  }
+  return out;
+}
+
+float EntityProbability(const std::vector<float>& marginals, int64_t k, const std::vector<int64_t>& tags,
+                        uint32_t start, uint32_t end, uint32_t shift) {
+  double sum = 0;
+  for (uint32_t t = start; t < end; ++t) {
+    const int64_t tag = std::clamp<int64_t>(tags.at(t), 0, k - 1);
+    sum += marginals.at(static_cast<size_t>((t - shift) * k + tag));
+  }
+  return end > start ? static_cast<float>(sum / (end - start)) : 0.0F;
 }
 
 std::vector<std::pair<std::string, float>> TopK(const std::vector<float>& probs, const std::vector<std::string>& labels,
@@ -77,7 +101,7 @@ std::vector<std::pair<std::string, float>> TopK(const std::vector<float>& probs,
 }
 
 void DecodeTagging(const Manifest& manifest, const at::Tensor& tags, const at::Tensor& emissions, int64_t row,
-                   const std::string& text, TextResult& result) {
+                   const std::string& text, TextResult& result, const CrfScores* crf, double temperature) {
   const int64_t n = static_cast<int64_t>(result.tokens.size());
   const at::Tensor tag_all = OnCpuAs(tags, at::kLong), emission_all = OnCpuAs(emissions, at::kFloat);
   CheckDims(tag_all, 2, "tags");
@@ -89,14 +113,18 @@ void DecodeTagging(const Manifest& manifest, const at::Tensor& tags, const at::T
   const int64_t tag_step = tag_all.stride(1);
   const int64_t k = emission_all.size(2), emission_step = emission_all.stride(2);
   const float* emission_row = emission_all.data_ptr<float>() + row * emission_all.stride(0);
-  // A span token's probability of its own tag, from its row of emissions.
-  auto probability = [&](int64_t t) {
-    const float* x = emission_row + t * emission_all.stride(1);
-    return Softmax(x, k, emission_step).At(x[std::clamp<int64_t>(tag_row[t * tag_step], 0, k - 1) * emission_step]);
-  };
+  if (crf != nullptr && crf->num_tags() != k) {
+    throw std::invalid_argument("emissions of " + std::to_string(k) + " tags for a CRF of " +
+                                std::to_string(crf->num_tags()));
+  }
+  // One confidence per entity, the same as options.occlusion's (occlusion.h): its EntityProbability.
+  const std::vector<float> marginals =
+      TagMarginals(crf, emission_row, n, k, emission_all.stride(1), emission_step, temperature);
+  std::vector<int64_t> ids(static_cast<size_t>(n));
   std::vector<std::string> names(n);
   for (int64_t t = 0; t < n; ++t) {
     const int64_t id = tag_row[t * tag_step];
+    ids[static_cast<size_t>(t)] = id;
     names[t] = (id >= 0 && id < static_cast<int64_t>(manifest.tags.size())) ? manifest.tags[id] : "O";
     result.tokens[t].tag = names[t];
   }
@@ -112,9 +140,7 @@ void DecodeTagging(const Manifest& manifest, const at::Tensor& tags, const at::T
     span.token_start = static_cast<uint32_t>(s.start);
     span.token_end = static_cast<uint32_t>(s.end);
     span.text = text.substr(span.byte_start, span.byte_end - span.byte_start);
-    float sum = 0;
-    for (int t = s.start; t < s.end; ++t) sum += probability(t);
-    span.score = sum / static_cast<float>(s.end - s.start);
+    span.score = EntityProbability(marginals, k, ids, span.token_start, span.token_end);
     result.spans.push_back(std::move(span));
   }
 }

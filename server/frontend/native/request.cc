@@ -25,6 +25,7 @@ InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::R
   o.error_on_truncation = options.truncation() == v1::TRUNCATION_POLICY_ERROR;
   o.faithfulness_top_k = options.faithfulness().top_k();
   o.subwords = options.subwords();
+  o.raw_scores = options.raw_scores();
   o.layers.layers.assign(l.layers().begin(), l.layers().end());
   o.layers.heads.assign(l.heads().begin(), l.heads().end());
   o.layers.reduction = l.reduction() == v1::LAYER_REDUCTION_MEAN_HEADS ? LayerSelection::Reduction::kMeanHeads

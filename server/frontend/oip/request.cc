@@ -18,8 +18,8 @@ constexpr char kInput[] = "text";
 // (outputs.h, NamesOf), so that a row with a new switch is a parameter here too.
 const std::set<std::string>& KnownParameters() {
   static const std::set<std::string> known = [] {
-    std::set<std::string> names = {"top_k",   "truncation",         "layers",   "heads",   "reduction",
-                                   "timeout", "faithfulness_top_k", "priority", "subwords"};
+    std::set<std::string> names = {"top_k",   "truncation",         "layers",   "heads",    "reduction",
+                                   "timeout", "faithfulness_top_k", "priority", "subwords", "raw_scores"};
     for (const OutputRow& row : OutputCatalogue()) {
       if (const char* parameter = NamesOf(row.on).parameter) names.insert(parameter);
     }
@@ -238,10 +238,10 @@ absl::Status ReadParameters(const inference::ModelInferRequest& in, const Manife
         return absl::InvalidArgumentError(absl::StrCat("parameters.reduction: '", t->substr(0, 32),
                                                        "'; want \"none\", \"mean_heads\" or \"mean_all\""));
       }
-    } else if (name == "subwords") {  // a sub-word model's tensors per sub-word (OutputOptions::subwords)
+    } else if (name == "subwords" || name == "raw_scores") {  // OutputOptions::subwords, raw_scores
       absl::StatusOr<bool> flag = BoolParameter(name, value);
       if (!flag.ok()) return flag.status();
-      o.subwords = *flag;
+      (name == "subwords" ? o.subwords : o.raw_scores) = *flag;
     } else if (name == "layers" || name == "heads") {
       absl::StatusOr<std::vector<int>> list = IndexListParameter(name, value);
       if (!list.ok()) return list.status();

@@ -214,11 +214,15 @@ TEST(OipConvertTest, ParametersSetTheOptionsAndAreChecked) {
   (*b.mutable_parameters())["priority"].set_string_param("high");
   EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.priority: must be an int64");
   b = Request({"a"});
+  (*b.mutable_parameters())["raw_scores"].set_bool_param(true);
+  ASSERT_TRUE(FromModelInfer(b, Classifier()).ok());
+  EXPECT_TRUE(FromModelInfer(b, Classifier())->request.options.raw_scores);
+  b = Request({"a"});
   (*b.mutable_parameters())["priorty"].set_int64_param(1);
   EXPECT_EQ(Error(FromModelInfer(b, Classifier())),
             "parameters.priorty: not a parameter of ModelInfer (attention, contributions, faithfulness_top_k, gates, "
-            "heads, layer_attention, layer_gates, layers, occlusion, priority, reduction, subwords, timeout, tokens, "
-            "top_k, truncation)");
+            "heads, layer_attention, layer_gates, layers, occlusion, priority, raw_scores, reduction, subwords, "
+            "timeout, tokens, top_k, truncation)");
   b = Request({"a"});
   (*b.mutable_parameters())["subwords"].set_bool_param(true);
   absl::StatusOr<InferPlan> subwords = FromModelInfer(b, Classifier());

@@ -126,6 +126,35 @@ TEST(ManifestTest, ReadsTheCardsFaithfulnessFigures) {
   EXPECT_EQ(f.cost_machine, "x86_64, 2 torch threads");
 }
 
+// A card's calibration block as model_store/qvi/calibration.py writes it (levels out of order here).
+nlohmann::json Calibration() {
+  return nlohmann::json::parse(R"({"fitted_on": "data/sentiment/dev.tsv", "measured_on": "data/sentiment/test.tsv",
+    "temperature": 1.8, "method": "temperature", "bins": 15,
+    "before": {"ece": 0.082, "brier": 0.31, "reliability": [[0.6, 0.55, 0.5, 10]]},
+    "after": {"ece": 0.028, "brier": 0.295},
+    "conformal": [{"coverage_target": 0.95, "min_probability": 0.22, "coverage": 0.946, "mean_set_size": 1.46},
+                  {"coverage_target": 0.9, "min_probability": 0.31, "coverage": 0.903, "mean_set_size": 1.3}]})");
+}
+
+TEST(ManifestTest, ReadsTheCardsCalibration) {
+  absl::StatusOr<Manifest> none = Manifest::Parse(Valid().dump());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->calibration.has_value());
+  EXPECT_EQ(none->ScoreTemperature(false), 1.0) << "no calibration: raw scores";
+  nlohmann::json j = Valid();
+  j["model_card"]["calibration"] = Calibration();
+  absl::StatusOr<Manifest> m = Manifest::Parse(j.dump());
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(m->calibration.has_value());
+  EXPECT_EQ(m->ScoreTemperature(false), 1.8);
+  EXPECT_EQ(m->ScoreTemperature(/*raw=*/true), 1.0);
+  EXPECT_EQ(m->calibration->fitted_on, "data/sentiment/dev.tsv");
+  EXPECT_DOUBLE_EQ(m->calibration->ece_after, 0.028);
+  ASSERT_EQ(m->calibration->conformal.size(), 2u);
+  EXPECT_EQ(m->calibration->conformal[0].coverage_target, 0.9) << "ascending";
+  EXPECT_EQ(m->calibration->conformal[1].min_probability, 0.22);
+}
+
 struct BadCase {
   const char* name;
   std::function<void(nlohmann::json&)> edit;
@@ -204,6 +233,24 @@ TEST(ManifestTest, ErrorsNameTheField) {
          j["model_card"]["faithfulness"]["methods"][1]["cost"].erase("extra_forwards_per_text");
        },
        "field 'model_card.faithfulness.methods[1].cost.extra_forwards_per_text' is missing"},
+      {"temperature",
+       [](auto& j) {
+         j["model_card"]["calibration"] = Calibration();
+         j["model_card"]["calibration"]["temperature"] = 0;
+       },
+       "field 'model_card.calibration.temperature' must be above 0"},
+      {"calibration's ECE",
+       [](auto& j) {
+         j["model_card"]["calibration"] = Calibration();
+         j["model_card"]["calibration"]["after"].erase("ece");
+       },
+       "field 'model_card.calibration.after.ece' is missing"},
+      {"conformal level",
+       [](auto& j) {
+         j["model_card"]["calibration"] = Calibration();
+         j["model_card"]["calibration"]["conformal"][1]["coverage_target"] = 1.5;
+       },
+       "field 'model_card.calibration.conformal[1].coverage_target' must be in (0, 1)"},
   };
   for (const BadCase& c : cases) {
     nlohmann::json j = Valid();

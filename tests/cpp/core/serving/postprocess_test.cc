@@ -70,7 +70,7 @@ TEST(DecodeTaggingTest, ReadsAnyLayoutAndRefusesRowsTheBatchLacks) {
       out.token.byte_end = 3 * i + 2;
       r.tokens.push_back(out);
     }
-    DecodeTagging(m, t, e, row, text, r);
+    DecodeTagging(m, t, e, row, text, r, /*crf=*/nullptr, /*temperature=*/1.0);
     return r;
   };
   const TextResult r = result_of(tags, emissions, 0);
@@ -86,6 +86,58 @@ TEST(DecodeTaggingTest, ReadsAnyLayoutAndRefusesRowsTheBatchLacks) {
   EXPECT_EQ(result_of(tags, emissions, 1).spans[0].text, "ab");
   EXPECT_THROW(result_of(tags, emissions, 2), std::out_of_range);
   EXPECT_THROW(result_of(tags.slice(1, 0, 3), emissions, 0), std::out_of_range);  // 4 tokens, 3 tags
+}
+
+// The scores at the model card's temperature T: a classifier's softmax of logits / T (T = 1 the plain
+// softmax to the bit); a CRF tagger's entity scores the mean forward-backward marginal of its tags with
+// every potential divided by T, the same number options.occlusion gives the entity.
+TEST(CalibratedScoresTest, AreTheSoftmaxAndTheCrfMarginalsAtTheCardsTemperature) {
+  torch::manual_seed(11);
+  const at::Tensor logits = torch::randn({2, 3}) * 4;
+  const std::vector<float> plain = SoftmaxRow(logits, 1);
+  const at::Tensor expected = torch::softmax(logits[1], 0);
+  for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(plain[j], SoftmaxRow(logits, 1, 1.0)[j]);
+  const std::vector<float> warm = SoftmaxRow(logits, 1, 2.5);
+  const at::Tensor expected_warm = torch::softmax(logits[1] / 2.5, 0);
+  for (int64_t j = 0; j < 3; ++j) {
+    EXPECT_NEAR(plain[j], expected[j].item<float>(), 1e-6);
+    EXPECT_NEAR(warm[j], expected_warm[j].item<float>(), 1e-6);
+  }
+  EXPECT_LT(*std::max_element(warm.begin(), warm.end()), *std::max_element(plain.begin(), plain.end()));
+
+  Manifest m;
+  m.tags = {"O", "B-PER", "I-PER"};
+  CrfScores crf;
+  crf.start = {0.5f, -0.25f, -2.0f};
+  crf.end = {0.1f, 0.2f, 0.3f};
+  crf.transitions = {0.3f, 0.1f, -3.0f, -0.2f, 0.1f, 1.5f, 0.2f, -0.5f, 0.4f};
+  CrfScores halved = crf;
+  for (auto* v : {&halved.start, &halved.end, &halved.transitions}) {
+    for (float& x : *v) x /= 2;
+  }
+  const at::Tensor tags = torch::tensor({0, 1, 2, 0}, torch::kLong).reshape({1, 4});
+  const at::Tensor emissions = torch::randn({1, 4, 3});
+  TextResult r;
+  for (uint32_t i = 0; i < 4; ++i) {
+    TokenOutput out;
+    out.token.byte_start = 3 * i;
+    out.token.byte_end = 3 * i + 2;
+    r.tokens.push_back(out);
+  }
+  DecodeTagging(m, tags, emissions, 0, "ab cd ef gh", r, &crf, 2.0);
+  ASSERT_EQ(r.spans.size(), 1u);
+  const at::Tensor e = (emissions[0] / 2).contiguous();
+  const std::vector<float> marginals = CrfMarginals(halved, e.data_ptr<float>(), 4, 3, 1);
+  EXPECT_NEAR(r.spans[0].score, (marginals[1 * 3 + 1] + marginals[2 * 3 + 2]) / 2, 1e-6);
+  EXPECT_EQ(r.spans[0].score,
+            EntityProbability(TagMarginals(&crf, emissions[0].contiguous().data_ptr<float>(), 4, 3, 3, 1, 2.0), 3,
+                              {0, 1, 2, 0}, 1, 3));
+  // A CRF of another size than the emissions is refused.
+  CrfScores two = crf;
+  two.start.resize(2);
+  TextResult again = r;
+  again.spans.clear();
+  EXPECT_THROW(DecodeTagging(m, tags, emissions, 0, "ab cd ef gh", again, &two, 1.0), std::invalid_argument);
 }
 
 // options.contributions: each returned label's margin over the mean of the others, each token's share
