@@ -36,10 +36,9 @@
 #include "qvi/serving/v1/inference.grpc.pb.h"
 
 namespace v1 = qvi::serving::v1;
-using qvi::client::PrintContributions;
+using qvi::client::PrintClassification;
 using qvi::client::PrintEntityOcclusion;
 using qvi::client::PrintLayers;
-using qvi::client::PrintOcclusion;
 using qvi::client::PrintTokens;
 
 namespace {
@@ -72,6 +71,8 @@ struct Explain {
   bool occlusion = false;      // options.occlusion
   bool subwords = false;       // options.subwords: a sub-word model's answer per sub-word
   bool raw_scores = false;     // options.raw_scores: the uncalibrated softmax (CRF marginals)
+  double coverage = 0;         // Classify: options.coverage (0: none)
+  double abstain_below = -1;   // options.abstain_below (negative: none)
 };
 
 bool UseColor(const Common& c) {
@@ -110,6 +111,8 @@ void Fill(v1::OutputOptions* o, const Explain& e) {
   o->set_occlusion(e.occlusion);
   o->set_subwords(e.subwords);
   o->set_raw_scores(e.raw_scores);
+  if (e.coverage != 0) o->set_coverage(e.coverage);
+  if (e.abstain_below >= 0) o->set_abstain_below(e.abstain_below);
   o->set_tokens(e.tokens || e.faithfulness_top_k > 0);  // the check names the tokens it deleted
   if (e.error_on_truncation) o->set_truncation(v1::TRUNCATION_POLICY_ERROR);
   if (e.faithfulness_top_k > 0) o->mutable_faithfulness()->set_top_k(e.faithfulness_top_k);
@@ -237,23 +240,8 @@ int Classify(v1::Inference::Stub& stub, const Common& c, Explain e, const std::v
   if (rc == 0) return 0;
   const bool color = UseColor(c);
   for (int i = 0; i < resp.results_size(); ++i) {
-    const v1::Classification& r = resp.results(i);
     std::cout << texts[i] << "\n";
-    for (const auto& l : r.labels()) std::printf("  %-12s %.4f\n", l.label().c_str(), l.score());
-    if (r.truncated()) std::cout << "  (truncated: " << r.num_tokens() << " tokens, the model reads fewer)\n";
-    if (r.has_faithfulness()) {
-      const v1::FaithfulnessCheck& f = r.faithfulness();
-      std::string removed;
-      for (uint32_t t : f.removed()) {
-        removed += (removed.empty() ? "" : " ") + (static_cast<int>(t) < r.tokens_size() ? r.tokens(t).text() : "?");
-      }
-      std::printf("  check: %s %.4f -> %.4f without α's top %d (%s)\n", f.label().c_str(), f.score(), f.score_without(),
-                  f.removed_size(), removed.c_str());
-    }
-    if (r.tokens_size() > 0) PrintContributions(r, color);
-    if (r.tokens_size() > 0) PrintOcclusion(r, color);
-    if (e.attention || e.gates || e.tokens) PrintTokens(r.tokens(), color);
-    PrintLayers(r.layers(), r.tokens());
+    PrintClassification(resp.results(i), e.attention || e.gates || e.tokens, e.abstain_below, color);
   }
   std::cout << "(" << resp.model().name() << "@" << resp.model().version() << ")\n";
   return 0;
@@ -276,8 +264,8 @@ int Tag(v1::Inference::Stub& stub, const Common& c, Explain e, const std::vector
     std::cout << texts[i] << "\n";
     if (r.spans_size() == 0) std::cout << "  (no entities)\n";
     for (const auto& sp : r.spans()) {
-      std::printf("  %-14s %-30s [%u,%u) score %.3f\n", sp.label().c_str(), sp.text().c_str(), sp.start(), sp.end(),
-                  sp.score());
+      std::printf("  %-14s %-30s [%u,%u) score %.3f%s\n", sp.label().c_str(), sp.text().c_str(), sp.start(), sp.end(),
+                  sp.score(), sp.abstained() ? " (abstained)" : "");
     }
     PrintEntityOcclusion(r, color);
     if (e.attention || e.gates || e.tokens) PrintTokens(r.tokens(), color);
@@ -385,6 +373,11 @@ void AddInferOptions(CLI::App* sub, Common& common, Explain& explain, std::vecto
   sub->add_flag("--subwords", explain.subwords, "a sub-word model (qvi import): each sub-word read, not each word");
   sub->add_flag("--raw-scores", explain.raw_scores,
                 "the raw softmax (CRF marginals), not the probabilities calibrated by the model card");
+  sub->add_option("--coverage", explain.coverage,
+                  "Classify: the set of labels that holds the true one with this probability (a level the model "
+                  "card was calibrated for, e.g. 0.9)");
+  sub->add_option("--abstain-below", explain.abstain_below,
+                  "mark answers (a text's top label; each entity) whose calibrated probability is below this");
   sub->add_flag("--error-on-truncation", explain.error_on_truncation, "fail instead of truncating long texts");
   sub->add_option("--faithfulness-top-k", explain.faithfulness_top_k,
                   "Classify: also check α by deleting its top K tokens and running the rest again");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "client/faithfulness.h"
 
@@ -180,6 +181,31 @@ void PrintLayers(const google::protobuf::RepeatedPtrField<v1::LayerMap>& layers,
       std::printf("      %-16s -> %s\n", tokens[q].text().c_str(), line.c_str());
     }
   }
+}
+
+void PrintClassification(const v1::Classification& r, bool show_tokens, double abstain_below, bool color) {
+  for (const auto& l : r.labels()) std::printf("  %-12s %.4f\n", l.label().c_str(), l.score());
+  if (r.has_label_set()) {
+    std::string set;
+    for (const std::string& label : r.label_set().labels()) set += (set.empty() ? "" : ", ") + label;
+    std::printf("  set at coverage %g: {%s} (the labels at p >= %.4f)\n", r.label_set().coverage(), set.c_str(),
+                r.label_set().min_probability());
+  }
+  if (r.abstained()) std::printf("  abstained: the top label's probability is below %g\n", abstain_below);
+  if (r.truncated()) std::cout << "  (truncated: " << r.num_tokens() << " tokens, the model reads fewer)\n";
+  if (r.has_faithfulness()) {
+    const v1::FaithfulnessCheck& f = r.faithfulness();
+    std::string removed;
+    for (uint32_t t : f.removed()) {
+      removed += (removed.empty() ? "" : " ") + (static_cast<int>(t) < r.tokens_size() ? r.tokens(t).text() : "?");
+    }
+    std::printf("  check: %s %.4f -> %.4f without α's top %d (%s)\n", f.label().c_str(), f.score(), f.score_without(),
+                f.removed_size(), removed.c_str());
+  }
+  if (r.tokens_size() > 0) PrintContributions(r, color);
+  if (r.tokens_size() > 0) PrintOcclusion(r, color);
+  if (show_tokens) PrintTokens(r.tokens(), color);
+  PrintLayers(r.layers(), r.tokens());
 }
 
 }  // namespace qvi::client

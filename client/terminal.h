@@ -23,6 +23,11 @@ void PrintTokens(const google::protobuf::RepeatedPtrField<serving::v1::Token>& t
 void PrintLayers(const google::protobuf::RepeatedPtrField<serving::v1::LayerMap>& layers,
                  const google::protobuf::RepeatedPtrField<serving::v1::Token>& tokens);
 
+// One text's classification as qvi-client prints it: its labels, label set and abstention (`abstain_below`:
+// the threshold asked for), the faithfulness check, contributions, occlusion, the tokens when `show_tokens`,
+// and the layers.
+void PrintClassification(const serving::v1::Classification& r, bool show_tokens, double abstain_below, bool color);
+
 }  // namespace qvi::client
 
 #endif  // QVI_CLIENT_TERMINAL_H_

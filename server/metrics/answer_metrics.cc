@@ -48,7 +48,18 @@ Metrics::AnswerMix::AnswerMix(prometheus::Registry& registry)
                 .Name("qvi_otlp_spans_total")
                 .Help("Spans of exported traces (--otlp-endpoint), by outcome: exported (the collector took them), "
                       "dropped (the exporter's queue was full), failed (the collector was down, slow or refused)")
-                .Register(registry)) {}
+                .Register(registry)),
+      judged(prometheus::BuildCounter()
+                 .Name("qvi_abstention_judged_total")
+                 .Help("Answers that asked for options.abstain_below (a classifier's text, a tagger's entity), by "
+                       "model and version: qvi_abstained_total over it is the share abstained")
+                 .Register(registry)),
+      abstained(prometheus::BuildCounter()
+                    .Name("qvi_abstained_total")
+                    .Help("Answers marked abstained: their calibrated probability was below options.abstain_below. "
+                          "A share that climbs says live traffic no longer looks like the split the model was "
+                          "calibrated on")
+                    .Register(registry)) {}
 
 void Metrics::OnLookups(const std::string& model, int hits, int misses) {
   if (hits > 0) answer_mix_.cache_hits.Add({{"model", model}}).Increment(hits);
@@ -79,6 +90,12 @@ void Metrics::OnAnswer(const std::string& model, const std::string& explain, int
   }
   series.first->Observe(static_cast<double>(bytes));
   series.second->Observe(absl::ToDoubleSeconds(made));
+}
+
+void Metrics::OnAbstention(const std::string& model, int64_t version, int64_t judged, int64_t abstained) {
+  const prometheus::Labels labels{{"model", model}, {"version", std::to_string(version)}};
+  answer_mix_.judged.Add(labels).Increment(static_cast<double>(judged));
+  answer_mix_.abstained.Add(labels).Increment(static_cast<double>(abstained));
 }
 
 }  // namespace qvi

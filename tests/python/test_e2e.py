@@ -134,6 +134,60 @@ def test_scores_are_calibrated_by_the_card_and_raw_on_request(server, api):
         assert spans > 10
 
 
+def test_label_sets_and_abstention_follow_the_card_on_grpc_and_http(server_process, api):
+    """options.coverage answers the labels whose calibrated probability reaches the card's threshold;
+    options.abstain_below marks answers (texts, entities) below it, and /metrics counts them; bad options
+    are refused naming the field, before the model runs."""
+    from qvi_testing import metric_sum, post_json, http_call
+    pb, pb_grpc = api
+    stub = pb_grpc.InferenceStub(server_process.channel)
+    card = artifact.load(os.path.join(STORE, "topics", "1", "model.pt"))[1]["model_card"]["calibration"]
+    level = card["conformal"][0]
+    texts = corpus_texts("bbc", 30)
+    before = server_process.metrics()
+    resp = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="topics"), texts=texts, options=pb.OutputOptions(
+        top_k=5, coverage=level["coverage_target"], abstain_below=0.9)), timeout=60)
+    abstained = 0
+    for res in resp.results:
+        want = [ls.label for ls in res.labels if ls.score >= level["min_probability"]]
+        assert list(res.label_set.labels) == want and res.label_set.coverage == level["coverage_target"]
+        assert res.label_set.min_probability == pytest.approx(level["min_probability"])
+        assert res.abstained == (res.labels[0].score < 0.9)
+        abstained += res.abstained
+    after = server_process.metrics()
+    judged = metric_sum(after, "qvi_abstention_judged_total", 'model="topics"') - metric_sum(
+        before, "qvi_abstention_judged_total", 'model="topics"')
+    marked = metric_sum(after, "qvi_abstained_total", 'model="topics"') - metric_sum(
+        before, "qvi_abstained_total", 'model="topics"')
+    assert (judged, marked) == (len(texts), abstained)
+
+    tagged = stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=corpus_texts("conll2003", 20),
+                                    options=pb.OutputOptions(abstain_below=0.95)), timeout=60)
+    spans = [s for r in tagged.results for s in r.spans]
+    assert spans and all(s.abstained == (s.score < 0.95) for s in spans) and any(s.abstained for s in spans)
+
+    answer = post_json(server_process.http_address, "/v1/models/topics:classify",
+                       {"texts": texts[:2], "options": {"coverage": level["coverage_target"], "abstain_below": 0.5}})
+    for res, grpc_res in zip(answer["results"], resp.results[:2]):
+        assert res["labelSet"]["labels"] == list(grpc_res.label_set.labels)
+
+    for options, code, message in (
+            (pb.OutputOptions(coverage=1.5), grpc.StatusCode.INVALID_ARGUMENT, "options.coverage: 1.5 is outside (0, 1)"),
+            (pb.OutputOptions(coverage=0.8), grpc.StatusCode.INVALID_ARGUMENT,
+             "options.coverage: 0.8 is not a level model 'topics' was calibrated for (0.9, 0.95)"),
+            (pb.OutputOptions(abstain_below=2), grpc.StatusCode.INVALID_ARGUMENT,
+             "options.abstain_below: 2 is outside [0, 1]"),
+            (pb.OutputOptions(abstain_below=0.5, raw_scores=True), grpc.StatusCode.INVALID_ARGUMENT,
+             "options.abstain_below: reads calibrated probabilities; not with options.raw_scores")):
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="topics"), texts=["x"], options=options),
+                          timeout=30)
+        assert e.value.code() == code and e.value.details() == message
+    status, body, _ = http_call(server_process.http_address, "POST", "/v1/models/ner:tag",
+                                {"texts": ["Anna"], "options": {"coverage": 0.9}}, {"Content-Type": "application/json"})
+    assert status == 400 and "options.coverage: label sets are for Classify; model 'ner' tags" in json.dumps(body)
+
+
 def test_a_cased_model_gets_the_ids_the_zoo_gives_it(api, tmp_path):
     """Tokenizer rule 7 on both sides: a tagger whose manifest folds case classes into the ids is fed
     by the server exactly the ids the zoo's encoder makes (word id + vocabulary size x case class),

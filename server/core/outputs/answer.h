@@ -57,6 +57,15 @@ struct SpanOutput {
   // the text, its drop when that token is deleted (0 on the entity's own tokens).
   std::optional<float> probability;
   std::vector<float> occlusion;
+  bool abstained = false;  // options.abstain_below: its score is below
+};
+
+// options.coverage: the labels whose calibrated probability is at least the card's threshold for the
+// coverage asked for (trust.h), most probable first.
+struct LabelSetOutput {
+  double coverage = 0;
+  double min_probability = 0;
+  std::vector<std::string> labels;
 };
 
 struct LayerMapOutput {
@@ -90,6 +99,8 @@ struct TextResult {
   uint32_t num_tokens = 0;
   std::vector<LayerMapOutput> layers;
   std::optional<FaithfulnessCheckOutput> faithfulness;
+  std::optional<LabelSetOutput> label_set;
+  bool abstained = false;  // options.abstain_below: the top label's probability is below
 };
 
 struct InferenceResponse {

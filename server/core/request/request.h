@@ -46,6 +46,10 @@ struct OutputOptions {
   // The raw softmax (a tagger: CRF marginals) instead of the probabilities calibrated by the model card's
   // temperature (Manifest::ScoreTemperature). Ignored by a model without calibration.
   bool raw_scores = false;
+  // Classify: the label set that holds the true label with this probability (trust.h); unset = none.
+  std::optional<double> coverage;
+  // Mark answers whose calibrated probability is below this abstained (trust.h); unset = none.
+  std::optional<double> abstain_below;
 
   // Asks for every output `on` turns on (options.attention: α and the sentence α, say).
   void Ask(OutputSwitch on) { outputs |= SwitchedBy(on); }

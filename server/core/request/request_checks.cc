@@ -105,6 +105,24 @@ bool KeepsTokens(Method method, const Manifest& m, const OutputOptions& o) {
 
 }  // namespace
 
+namespace {
+
+// A classification's answer beyond its tokens: `labels` labels of up to `longest_label` bytes, and what the
+// options add.
+int64_t ClassificationBytes(const Manifest& m, const OutputOptions& o, int64_t labels, int64_t longest_label) {
+  int64_t bytes = labels * (longest_label + 8);
+  // options.contributions: each label's margin and rest.
+  if (o.Asks(OutputSwitch::kContributions)) bytes += labels * 10;
+  // options.faithfulness: the label, two floats and at most top_k indices of up to 5 bytes.
+  if (o.faithfulness_top_k > 0) bytes += longest_label + 16 + 5 * o.faithfulness_top_k;
+  // options.coverage: at most every label, two doubles; options.abstain_below: a flag.
+  if (o.coverage) bytes += static_cast<int64_t>(m.labels.size()) * (longest_label + 2) + 24;
+  if (o.abstain_below) bytes += 2;
+  return bytes;
+}
+
+}  // namespace
+
 int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceRequest& r,
                               const InferenceResponse& response) {
   const OutputOptions& o = r.options;
@@ -126,14 +144,10 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
     const int64_t n = static_cast<int64_t>(t.tokens.size());
     bytes += 16;
     if (method == Method::kClassify) {
-      bytes += labels * static_cast<int64_t>(longest_label + 8);
-      // options.contributions: each label's margin and rest.
-      if (o.Asks(OutputSwitch::kContributions)) bytes += labels * 10;
-      // options.faithfulness: the label, two floats and at most top_k indices of up to 5 bytes.
-      if (o.faithfulness_top_k > 0) bytes += static_cast<int64_t>(longest_label) + 16 + 5 * o.faithfulness_top_k;
+      bytes += ClassificationBytes(m, o, labels, static_cast<int64_t>(longest_label));
     } else {
-      // Spans: at most one per token, each with its label, offsets, score and text.
-      bytes += n * static_cast<int64_t>(longest_label + 32) + static_cast<int64_t>(r.texts[i].size());
+      // Spans: at most one per token, each with its label, offsets, score, text and abstention.
+      bytes += n * static_cast<int64_t>(longest_label + 34) + static_cast<int64_t>(r.texts[i].size());
     }
     if (keep_tokens) {
       for (const TokenOutput& token : t.tokens) {

@@ -9,6 +9,7 @@
 #include "server/core/serving/occlusion.h"
 #include "server/core/serving/postprocess.h"
 #include "server/core/serving/subwords.h"
+#include "server/core/serving/trust.h"
 
 namespace qvi {
 namespace {
@@ -86,6 +87,7 @@ void InferenceService::PostProcessRow(Method method, const Model& model, const O
   if (method == Method::kTag) {
     OutputOptions spans_only;
     spans_only.raw_scores = o.raw_scores;
+    spans_only.abstain_below = o.abstain_below;
     PostProcessTokens(method, model, spans_only, text, words, 0, result);
   }
   std::vector<SpanOutput> spans = std::move(result.spans);
@@ -102,10 +104,13 @@ void InferenceService::PostProcessTokens(Method method, const Model& model, cons
   const Manifest& m = model.manifest();
   const double temperature = m.ScoreTemperature(o.raw_scores);
   if (method == Method::kClassify) {
-    result.labels = TopK(SoftmaxRow(outputs.at(Output::kLogits), row, temperature), m.labels, o.top_k);
+    const std::vector<float> probabilities = SoftmaxRow(outputs.at(Output::kLogits), row, temperature);
+    result.labels = TopK(probabilities, m.labels, o.top_k);
+    FillLabelTrust(m, o, probabilities, result);
   } else {
     DecodeTagging(m, outputs.at(Output::kTags), outputs.at(Output::kEmissions), row, text, result, model.crf(),
                   temperature);
+    FillSpanTrust(o, result);
   }
   if (o.faithfulness_top_k > 0) result.faithfulness = CheckOutput(m, outputs, row, temperature);
   FillTokenExplanations(outputs, o, row, result);

@@ -9,6 +9,7 @@
 #include "server/core/serving/occlusion.h"
 #include "server/core/serving/postprocess.h"
 #include "server/core/serving/subwords.h"
+#include "server/core/serving/trust.h"
 
 namespace qvi {
 namespace {
@@ -50,6 +51,7 @@ absl::Status CheckAgainstModel(Method method, const InferenceRequest& r, const M
                                                    MethodName(method)));
   }
   if (absl::Status s = CheckExplanations(r, model); !s.ok()) return s;
+  if (absl::Status s = CheckTrustOptions(method, r.options, m); !s.ok()) return s;
   if (r.options.faithfulness_top_k > 0) {
     if (method != Method::kClassify) {
       return absl::InvalidArgumentError("options.faithfulness: the check is for Classify; Tag does not take it");
@@ -182,6 +184,7 @@ absl::Status ReadText(Method method, const Model& model, const InferenceRequest&
 absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method method, const InferenceRequest& r,
                                                                      ServableHandle servable) const {
   if (absl::Status s = CheckRequest(r, limits_); !s.ok()) return s;
+  if (absl::Status s = CheckTrustRanges(r.options); !s.ok()) return s;
   absl::StatusOr<ServableHandle> handle = std::move(servable);
   if (*handle == nullptr) {
     handle = repository_->Resolve(r.model, r.version);

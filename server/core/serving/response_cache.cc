@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace qvi {
@@ -33,7 +34,9 @@ std::string ResponseCache::OptionsKey(Method method, const OutputOptions& o) {
                       "|outputs=", o.outputs.to_string(), "|error_on_truncation=", o.error_on_truncation,
                       "|layers=", absl::StrJoin(o.layers.layers, ","), "|heads=", absl::StrJoin(o.layers.heads, ","),
                       "|reduction=", static_cast<int>(o.layers.reduction), "|faithfulness=", o.faithfulness_top_k,
-                      "|subwords=", o.subwords);
+                      "|subwords=", o.subwords, "|raw_scores=", o.raw_scores,
+                      "|coverage=", o.coverage ? absl::StrFormat("%a", *o.coverage) : "none",
+                      "|abstain_below=", o.abstain_below ? absl::StrFormat("%a", *o.abstain_below) : "none");
 }
 
 ResponseCache::Key ResponseCache::KeyOf(const std::string& model, uint64_t generation, const std::string& options_key,

@@ -152,6 +152,13 @@ void ToProto(const InferenceResponse& in, v1::ClassifyResponse* out) {
       f->set_score_without(r.faithfulness->score_without);
       f->mutable_removed()->Add(r.faithfulness->removed.begin(), r.faithfulness->removed.end());
     }
+    if (r.label_set) {
+      v1::LabelSet* set = c->mutable_label_set();
+      set->set_coverage(r.label_set->coverage);
+      set->set_min_probability(r.label_set->min_probability);
+      for (const std::string& label : r.label_set->labels) set->add_labels(label);
+    }
+    c->set_abstained(r.abstained);
   }
 }
 
@@ -174,6 +181,7 @@ void ToProto(const InferenceResponse& in, v1::TagResponse* out) {
       p->set_token_end(s.token_end);
       if (s.probability) p->set_probability(*s.probability);
       p->mutable_occlusion()->Add(s.occlusion.begin(), s.occlusion.end());
+      p->set_abstained(s.abstained);
     }
     TokensToProto(r.tokens, t->mutable_tokens());
     t->set_truncated(r.truncated);

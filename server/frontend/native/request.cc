@@ -26,6 +26,8 @@ InferenceRequest FromProto(const v1::ModelSpec& model, const google::protobuf::R
   o.faithfulness_top_k = options.faithfulness().top_k();
   o.subwords = options.subwords();
   o.raw_scores = options.raw_scores();
+  if (options.has_coverage()) o.coverage = options.coverage();
+  if (options.has_abstain_below()) o.abstain_below = options.abstain_below();
   o.layers.layers.assign(l.layers().begin(), l.layers().end());
   o.layers.heads.assign(l.heads().begin(), l.heads().end());
   o.layers.reduction = l.reduction() == v1::LAYER_REDUCTION_MEAN_HEADS ? LayerSelection::Reduction::kMeanHeads

@@ -109,15 +109,16 @@ using json_body::Assign;
 using json_body::Expected;
 using json_body::Scalar;
 
-// Whether MessageBuild reads every field `d` can reach: no maps, bytes, groups, oneofs (proto3
-// `optional` among them) or protobuf's well-known types, whose JSON forms are their own, and at most
-// 64 fields a message (a bit each for "given twice"). Other messages go to protobuf's converter.
+// Whether MessageBuild reads every field `d` can reach: no maps, bytes, groups, oneofs or protobuf's
+// well-known types, whose JSON forms are their own, and at most 64 fields a message (a bit each for "given
+// twice"). A proto3 `optional` field (a oneof of its own, synthetic) is read: setting it marks it present.
+// Other messages go to protobuf's converter.
 bool BuildReads(const Descriptor* d, int depth = 0) {
   if (depth > kMaxJsonDepth) return true;  // a recursive message: no body nests deeper than this
   if (d->file()->name().rfind("google/protobuf/", 0) == 0 || d->field_count() > 64) return false;
   for (int i = 0; i < d->field_count(); ++i) {
     const FieldDescriptor* f = d->field(i);
-    if (f->is_map() || f->containing_oneof() != nullptr || f->type() == FieldDescriptor::TYPE_BYTES ||
+    if (f->is_map() || f->real_containing_oneof() != nullptr || f->type() == FieldDescriptor::TYPE_BYTES ||
         f->type() == FieldDescriptor::TYPE_GROUP) {
       return false;
     }

@@ -375,6 +375,12 @@ TEST(ProtoJsonTest, WritesTheAnswersAsProtobufDoes) {
         r->mutable_faithfulness()->set_score_without(RandomFloat(rng));
         r->mutable_faithfulness()->add_removed(rng());
       }
+      if (rng() % 3 == 0) {  // options.coverage: doubles, and a list that may be empty
+        r->mutable_label_set()->set_coverage(static_cast<double>(RandomFloat(rng)) / 3);
+        r->mutable_label_set()->set_min_probability(1.0 / (1 + rng() % 1000));
+        for (int l = static_cast<int>(rng() % 3); l > 0; --l) r->mutable_label_set()->add_labels(RandomText(rng));
+      }
+      r->set_abstained(rng() % 2);
     }
     ExpectSameAsProtobuf(c);
     v1::TagResponse t;
@@ -387,6 +393,7 @@ TEST(ProtoJsonTest, WritesTheAnswersAsProtobufDoes) {
         span->set_text(RandomText(rng));
         span->set_score(RandomFloat(rng));
         span->set_token_end(rng());
+        span->set_abstained(rng() % 2);
       }
       for (int k = static_cast<int>(rng() % 4); k > 0; --k) FillToken(rng, r->add_tokens());
       FillLayers(rng, r->mutable_layers());
@@ -493,6 +500,10 @@ void FillOptions(std::mt19937& rng, v1::OutputOptions* o) {
   o->set_attention(rng() % 2);
   o->set_gates(rng() % 2);
   o->set_tokens(rng() % 2);
+  o->set_raw_scores(rng() % 2);
+  // proto3 optional fields: present (0 included) or absent
+  if (rng() % 2) o->set_coverage(static_cast<double>(rng() % 5) / 4);
+  if (rng() % 2) o->set_abstain_below(static_cast<double>(rng() % 1000) / 999);
   o->set_truncation(static_cast<v1::TruncationPolicy>(rng() % 2));
   if (rng() % 2) o->mutable_faithfulness()->set_top_k(static_cast<int32_t>(rng() % 40) - 5);
   if (rng() % 2) {
@@ -559,6 +570,8 @@ TEST(JsonBodyTest, ReadsTheHandWrittenFormsAsProtobufDoes) {
           R"({"model": {"version": 9223372036854775807}})",
           R"({"model": {"version": "-9223372036854775808"}})",
           R"({"request_id": "r-1", "texts": ["\ud83d\ude00"]})",
+          R"({"options": {"coverage": 0.9, "abstainBelow": "0.5", "rawScores": true}})",
+          R"({"options": {"coverage": 0, "abstain_below": null}})",
       }) {
     ExpectSameAsProtobuf<v1::ClassifyRequest>(body);
   }
