@@ -71,8 +71,10 @@ struct Explain {
   bool occlusion = false;      // options.occlusion
   bool subwords = false;       // options.subwords: a sub-word model's answer per sub-word
   bool raw_scores = false;     // options.raw_scores: the uncalibrated softmax (CRF marginals)
-  double coverage = 0;         // Classify: options.coverage (0: none)
-  double abstain_below = -1;   // options.abstain_below (negative: none)
+  // Classify: options.coverage; options.abstain_below. NaN: not given (any value given is sent, for the
+  // server to check).
+  double coverage = std::nan("");
+  double abstain_below = std::nan("");
 };
 
 bool UseColor(const Common& c) {
@@ -111,8 +113,8 @@ void Fill(v1::OutputOptions* o, const Explain& e) {
   o->set_occlusion(e.occlusion);
   o->set_subwords(e.subwords);
   o->set_raw_scores(e.raw_scores);
-  if (e.coverage != 0) o->set_coverage(e.coverage);
-  if (e.abstain_below >= 0) o->set_abstain_below(e.abstain_below);
+  if (!std::isnan(e.coverage)) o->set_coverage(e.coverage);
+  if (!std::isnan(e.abstain_below)) o->set_abstain_below(e.abstain_below);
   o->set_tokens(e.tokens || e.faithfulness_top_k > 0);  // the check names the tokens it deleted
   if (e.error_on_truncation) o->set_truncation(v1::TRUNCATION_POLICY_ERROR);
   if (e.faithfulness_top_k > 0) o->mutable_faithfulness()->set_top_k(e.faithfulness_top_k);

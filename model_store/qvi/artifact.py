@@ -90,6 +90,8 @@ def update_card(path: str, entries: Dict[str, object]) -> str:
     extra = {MANIFEST: "", VOCAB: ""}
     module = torch.jit.load(path, map_location="cpu", _extra_files=extra)
     manifest = json.loads(extra[MANIFEST])
+    if manifest.get("format_version") != FORMAT_VERSION:  # an imported model carries other files (tokenizer.json)
+        raise ValueError(f"{path}: only the zoo's own artifacts (format {FORMAT_VERSION}) are rewritten here")
     card = manifest.setdefault("model_card", {})
     card.update(entries)
     files = {VOCAB: extra[VOCAB] if isinstance(extra[VOCAB], str) else extra[VOCAB].decode("utf-8"),

@@ -24,8 +24,10 @@ Label sets with a coverage guarantee (split conformal prediction; Vovk et al. 20
 ambiguous" score of Sadinle, Lei and Wasserman 2019): on the n dev answers, s_i = 1 − p(true label);
 q = the ⌈(n+1)(1−α)⌉-th smallest s_i; then the set {y : p(y) ≥ 1 − q} of a new text holds its true label
 with probability at least 1−α, provided the new text and the dev texts are exchangeable (drawn alike).
-The card keeps 1 − q as `min_probability` per level, and the coverage and mean set size the test split
-gets. A set may be empty (no label is plausible enough), which is an honest "none of these" and keeps the
+The card keeps 1 − q as `min_probability` per level (rounded down to six places, so that no label it
+admitted is left out), and the coverage and mean set size the test split gets. T is fitted on the same dev
+split: one parameter, which the guarantee does not account for (a stricter split would fit T and the
+threshold on halves of it); the test split's measured coverage is the check. A set may be empty (no label is plausible enough), which is an honest "none of these" and keeps the
 guarantee. Classifiers only: a tagger's entity is kept or dropped, which the abstention table covers.
 
 Abstention: an answer whose calibrated confidence is below a threshold is marked abstained; the card
@@ -189,7 +191,7 @@ def classifier_card(dev_logits: np.ndarray, dev_labels: Sequence[int], test_logi
         threshold = min_probability(dev_true, level)
         sets = after >= threshold
         covered = float(sets[np.arange(len(sets)), test_y].mean())
-        conformal.append({"coverage_target": level, "min_probability": round(threshold, 6),
+        conformal.append({"coverage_target": level, "min_probability": math.floor(threshold * 1e6) / 1e6,
                           "coverage": round(covered, 4), "coverage_interval": interval(covered, len(test_y)),
                           "mean_set_size": round(float(sets.sum(axis=1).mean()), 4),
                           "empty": round(float((sets.sum(axis=1) == 0).mean()), 4)})

@@ -407,3 +407,30 @@ def test_occlusion_through_modelinfer_equals_the_native_answers(oip, api, server
             assert row[:len(sp.occlusion)] == pytest.approx(list(sp.occlusion), abs=TOL)
             assert row[len(sp.occlusion):] == [0.0] * (t - len(sp.occlusion))
 
+
+
+def test_label_sets_and_abstention_through_modelinfer_equal_the_native_answers(oip, api, server):
+    """Issue 77 over OIP: the parameters coverage and abstain_below bring the tensors label_set (each
+    text's set, JSON) and abstained; a tagger's spans carry "abstained"; the same answers as the native
+    API's, and the same refusals."""
+    r = oip([{"client": "triton", "rpc": "infer", "model": "sentiment", "texts": TEXTS,
+              "parameters": {"coverage": 0.9, "abstain_below": 0.8}},
+             {"client": "triton", "rpc": "infer", "model": "sentiment", "texts": TEXTS,
+              "outputs": [{"name": "label_set"}]},
+             {"client": "triton", "rpc": "infer", "model": "sentiment", "texts": TEXTS,
+              "parameters": {"coverage": 0.8}},
+             {"client": "triton", "rpc": "infer", "model": "ner", "texts": NER_TEXTS,
+              "parameters": {"abstain_below": 0.95}}])
+    out = value(r[0])["outputs"]
+    assert list(out) == ["label", "probabilities", "label_set", "abstained"]
+    want = native(api, server, "Classify", TEXTS, coverage=0.9, abstain_below=0.8)
+    for i, w in enumerate(want.results):
+        assert json.loads(out["label_set"]["data"][i]) == list(w.label_set.labels)
+        assert out["abstained"]["data"][i] == w.abstained
+    assert r[1]["code"] == "INVALID_ARGUMENT" and "'label_set' needs parameters.coverage" in r[1]["message"], r[1]
+    assert r[2]["code"] == "INVALID_ARGUMENT", r[2]
+    assert "options.coverage: 0.8 is not a level model 'sentiment' was calibrated for (0.9, 0.95)" in r[2]["message"]
+    spans = [json.loads(s) for s in value(r[3])["outputs"]["spans"]["data"]]
+    tagged = native(api, server, "Tag", NER_TEXTS, abstain_below=0.95)
+    for got, w in zip(spans, tagged.results):
+        assert [s.get("abstained", False) for s in got] == [s.abstained for s in w.spans]

@@ -38,6 +38,7 @@ nlohmann::json SpansJson(const std::vector<SpanOutput>& spans) {
                    {"token_start", s.token_start},
                    {"token_end", s.token_end}});
     if (s.probability) out.back()["probability"] = *s.probability;  // options.occlusion's baseline
+    if (s.abstained) out.back()["abstained"] = true;                // options.abstain_below
   }
   return out;
 }
@@ -380,6 +381,28 @@ void PerLayerMap(const AnswerView& v, const OutputRow& row, int, TensorWriter& o
 }
 int64_t PerLayerMapBytes(const AnswerView& v, const OutputRow&, int) {
   return v.texts * v.layer_maps * v.max_tokens * v.max_tokens * 4;
+}
+
+void LabelSets(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
+  out.SetShape({v.texts});
+  for (const TextResult& r : v.answer.results) {
+    nlohmann::json set = nlohmann::json::array();
+    if (r.label_set) {
+      for (const std::string& label : r.label_set->labels) set.push_back(label);
+    }
+    out.Bytes(set.dump());
+  }
+}
+// Every label, quoted and escaped (at most 6 bytes a byte), and the list's brackets and commas.
+int64_t LabelSetBytes(const AnswerView& v, const OutputRow&, int) {
+  int64_t all = 2;
+  for (const std::string& label : v.manifest.labels) all += 6 * static_cast<int64_t>(label.size()) + 3;
+  return v.texts * (4 + all);
+}
+
+void Abstained(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {
+  out.SetShape({v.texts});
+  for (const TextResult& r : v.answer.results) out.Bool(r.abstained);
 }
 
 void FaithfulnessLabel(const AnswerView& v, const OutputRow&, int, TensorWriter& out) {

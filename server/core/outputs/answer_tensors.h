@@ -131,6 +131,11 @@ int64_t PerLayerMapBytes(const AnswerView& v, const OutputRow& row, int classifi
 // The faithfulness check, per text: "" and 0 for a text without one; faithfulness_removed is [N, R],
 // R the most tokens any text's check deleted, each row padded with -1.
 void FaithfulnessLabel(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
+// options.coverage: each text's label set as a JSON list ("[\"sport\", \"business\"]"); options.abstain_below:
+// whether each text's answer was marked abstained.
+void LabelSets(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
+int64_t LabelSetBytes(const AnswerView& v, const OutputRow& row, int classification);
+void Abstained(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
 void FaithfulnessScore(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
 void FaithfulnessScoreWithout(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);
 void FaithfulnessRemoved(const AnswerView& v, const OutputRow& row, int classification, TensorWriter& out);

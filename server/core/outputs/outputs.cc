@@ -92,6 +92,10 @@ std::vector<OutputRow> MakeCatalogue() {
     {Output::kFaithfulnessRemoved, "faithfulness_removed", K::kAnswer, S::kFaithfulness, F::kClassification, nullptr,
      false, "INT32", "N,R", Output::kAttention, nullptr, nullptr, nullptr, nullptr,
      t::FaithfulnessRemoved, t::FaithfulnessRemovedBytes},
+    {Output::kLabelSet, "label_set", K::kAnswer, S::kCoverage, F::kClassification, nullptr, false, "BYTES", "N",
+     std::nullopt, nullptr, nullptr, nullptr, nullptr, t::LabelSets, t::LabelSetBytes},
+    {Output::kAbstained, "abstained", K::kAnswer, S::kAbstention, F::kClassification, nullptr, false, "BOOL", "N",
+     std::nullopt, nullptr, nullptr, nullptr, nullptr, t::Abstained, t::PerTextBytes1},
   };
   // clang-format on
   // The enum and the table agree row for row: a row out of place is a programming error.

@@ -67,8 +67,11 @@ enum class Output : uint8_t {
   kFaithfulnessScore,         // wire: its probability as answered
   kFaithfulnessScoreWithout,  // wire: its probability with α's top tokens deleted
   kFaithfulnessRemoved,       // wire: the deleted tokens' indices, ascending, padded with -1
+  // How far to trust a score (options.coverage, options.abstain_below; OIP's parameters of those names):
+  kLabelSet,   // wire: each text's label set at the coverage asked for, as a JSON list, most probable first
+  kAbstained,  // wire: whether each text's answer was marked abstained (a tagger's: in each span's JSON)
 };
-inline constexpr size_t kOutputCount = static_cast<size_t>(Output::kFaithfulnessRemoved) + 1;
+inline constexpr size_t kOutputCount = static_cast<size_t>(Output::kAbstained) + 1;
 
 // A set of outputs: what a request asks for, what a batch computes, what a model has.
 using OutputSet = std::bitset<kOutputCount>;
@@ -95,8 +98,10 @@ enum class OutputSwitch {
   kContributions,   // options.contributions
   kOcclusion,       // options.occlusion
   kFaithfulness,    // options.faithfulness.top_k > 0 (OIP: the int64 parameter faithfulness_top_k)
+  kCoverage,        // options.coverage set (OIP: the double parameter coverage)
+  kAbstention,      // options.abstain_below set (OIP: the double parameter abstain_below)
 };
-inline constexpr size_t kOutputSwitchCount = static_cast<size_t>(OutputSwitch::kFaithfulness) + 1;
+inline constexpr size_t kOutputSwitchCount = static_cast<size_t>(OutputSwitch::kAbstention) + 1;
 
 // Which tasks an output belongs to.
 enum class TaskFilter { kBoth, kClassification, kTagging };

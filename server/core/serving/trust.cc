@@ -10,6 +10,10 @@
 namespace qvi {
 namespace {
 
+// A probability is compared with a threshold in double, with the float's rounding forgiven: 0.7F is
+// 0.69999999, and a label the card's threshold 0.7 admits must not fall out for it.
+constexpr double kFloatSlack = 1e-6;
+
 // The card's level for `coverage` (levels are written to six places; a request names them as the card
 // shows them).
 const ConformalLevel* LevelOf(const CalibrationCard& card, double coverage) {
@@ -60,7 +64,9 @@ absl::Status CheckTrustOptions(Method method, const OutputOptions& o, const Mani
 }
 
 void FillLabelTrust(const Manifest& m, const OutputOptions& o, const std::vector<float>& p, TextResult& result) {
-  if (o.abstain_below && !p.empty()) result.abstained = *std::max_element(p.begin(), p.end()) < *o.abstain_below;
+  if (o.abstain_below && !p.empty()) {
+    result.abstained = *std::max_element(p.begin(), p.end()) + kFloatSlack < *o.abstain_below;
+  }
   if (!o.coverage || !m.calibration) return;
   const ConformalLevel* level = LevelOf(*m.calibration, *o.coverage);
   if (level == nullptr) return;  // CheckTrustOptions refused it
@@ -69,14 +75,14 @@ void FillLabelTrust(const Manifest& m, const OutputOptions& o, const std::vector
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&p](size_t a, size_t b) { return p[a] > p[b]; });
   for (size_t i : order) {
-    if (p[i] >= level->min_probability) set.labels.push_back(m.labels[i]);
+    if (p[i] + kFloatSlack >= level->min_probability) set.labels.push_back(m.labels[i]);
   }
   result.label_set = std::move(set);
 }
 
 void FillSpanTrust(const OutputOptions& o, TextResult& result) {
   if (!o.abstain_below) return;
-  for (SpanOutput& s : result.spans) s.abstained = s.score < *o.abstain_below;
+  for (SpanOutput& s : result.spans) s.abstained = s.score + kFloatSlack < *o.abstain_below;
 }
 
 }  // namespace qvi

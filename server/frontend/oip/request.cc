@@ -18,8 +18,9 @@ constexpr char kInput[] = "text";
 // (outputs.h, NamesOf), so that a row with a new switch is a parameter here too.
 const std::set<std::string>& KnownParameters() {
   static const std::set<std::string> known = [] {
-    std::set<std::string> names = {"top_k",   "truncation",         "layers",   "heads",    "reduction",
-                                   "timeout", "faithfulness_top_k", "priority", "subwords", "raw_scores"};
+    std::set<std::string> names = {"top_k",    "truncation",         "layers",   "heads",    "reduction",
+                                   "timeout",  "faithfulness_top_k", "priority", "subwords", "raw_scores",
+                                   "coverage", "abstain_below"};
     for (const OutputRow& row : OutputCatalogue()) {
       if (const char* parameter = NamesOf(row.on).parameter) names.insert(parameter);
     }
@@ -44,6 +45,20 @@ absl::StatusOr<int64_t> IntParameter(const std::string& name, const inference::I
     return static_cast<int64_t>(p.uint64_param());
   }
   return ParameterType(name, "an int64");
+}
+
+// A double, or a whole number (tritonclient sends 1 as an int64).
+absl::StatusOr<double> DoubleParameter(const std::string& name, const inference::InferParameter& p) {
+  switch (p.parameter_choice_case()) {
+    case inference::InferParameter::kDoubleParam:
+      return p.double_param();
+    case inference::InferParameter::kInt64Param:
+      return static_cast<double>(p.int64_param());
+    case inference::InferParameter::kUint64Param:
+      return static_cast<double>(p.uint64_param());
+    default:
+      return ParameterType(name, "a double");
+  }
 }
 
 absl::StatusOr<std::string> StringParameter(const std::string& name, const inference::InferParameter& p) {
@@ -206,6 +221,10 @@ absl::Status ReadParameters(const inference::ModelInferRequest& in, const Manife
       plan.top_k = static_cast<int>(std::clamp<int64_t>(*k, 1, std::max<int64_t>(1, m.labels.size())));
     } else if (name == "faithfulness_top_k") {
       if (absl::Status st = ReadFaithfulness(value, m, o); !st.ok()) return st;
+    } else if (name == "coverage" || name == "abstain_below") {  // checked by the core (trust.h)
+      absl::StatusOr<double> v = DoubleParameter(name, value);
+      if (!v.ok()) return v.status();
+      (name == "coverage" ? o.coverage : o.abstain_below) = *v;
     } else if (name == "priority") {  // tritonclient's infer(priority=N): 1 the highest, 0 the default
       absl::StatusOr<int64_t> n = IntParameter(name, value);
       if (!n.ok()) return n.status();
@@ -255,6 +274,32 @@ absl::Status ReadParameters(const inference::ModelInferRequest& in, const Manife
   return absl::OkStatus();
 }
 
+// An output a request names: one the model has, named once, with the parameter it needs when it needs one.
+absl::Status CheckNamed(const std::string& field, const std::string& name, std::optional<Output> output,
+                        const Manifest& m, const OutputOptions& o, const OutputSet& seen) {
+  if (!output || !HasWireOutput(m, *output)) {
+    std::vector<std::string> names;
+    for (const TensorSpec& s : WireOutputs(m)) names.push_back(s.name);
+    return absl::InvalidArgumentError(absl::StrCat(field, ".name: model '", m.name, "' has no output '",
+                                                   name.substr(0, 64), "'; its outputs: ", absl::StrJoin(names, ", ")));
+  }
+  if (seen.test(static_cast<size_t>(*output))) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".name: '", name, "' is asked for twice"));
+  }
+  const OutputSwitch on = Row(*output).on;
+  if (on == OutputSwitch::kFaithfulness && o.faithfulness_top_k == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".name: '", name,
+                                                   "' is the faithfulness check's; ask for the check with "
+                                                   "parameters.faithfulness_top_k (1-",
+                                                   kMaxFaithfulnessTopK, ")"));
+  }
+  if ((on == OutputSwitch::kCoverage && !o.coverage) || (on == OutputSwitch::kAbstention && !o.abstain_below)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".name: '", name, "' needs parameters.",
+                                                   on == OutputSwitch::kCoverage ? "coverage" : "abstain_below"));
+  }
+  return absl::OkStatus();
+}
+
 // The outputs asked for (or the defaults), in the answer's order; what is asked decides what is computed.
 absl::Status ReadOutputs(const inference::ModelInferRequest& in, const Manifest& m, InferPlan& plan) {
   OutputOptions& o = plan.request.options;
@@ -263,22 +308,7 @@ absl::Status ReadOutputs(const inference::ModelInferRequest& in, const Manifest&
     const auto& want = in.outputs(i);
     const std::string field = absl::StrCat("outputs[", i, "]");
     const std::optional<Output> output = OutputNamed(want.name());
-    if (!output || !HasWireOutput(m, *output)) {
-      std::vector<std::string> names;
-      for (const TensorSpec& s : WireOutputs(m)) names.push_back(s.name);
-      return absl::InvalidArgumentError(absl::StrCat(field, ".name: model '", m.name, "' has no output '",
-                                                     want.name().substr(0, 64),
-                                                     "'; its outputs: ", absl::StrJoin(names, ", ")));
-    }
-    if (seen.test(static_cast<size_t>(*output))) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".name: '", want.name(), "' is asked for twice"));
-    }
-    if (Row(*output).on == OutputSwitch::kFaithfulness && o.faithfulness_top_k == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".name: '", want.name(),
-                                                     "' is the faithfulness check's; ask for the check with "
-                                                     "parameters.faithfulness_top_k (1-",
-                                                     kMaxFaithfulnessTopK, ")"));
-    }
+    if (absl::Status named = CheckNamed(field, want.name(), output, m, o, seen); !named.ok()) return named;
     seen.set(static_cast<size_t>(*output));
     RequestedOutput out{*output, 0};
     for (const auto& [name, value] : want.parameters()) {
@@ -305,6 +335,8 @@ absl::Status ReadOutputs(const inference::ModelInferRequest& in, const Manifest&
     // holds them (the check itself is o.faithfulness_top_k).
     OutputSet asked = o.outputs;
     if (o.faithfulness_top_k > 0) asked |= SwitchedBy(OutputSwitch::kFaithfulness);
+    if (o.coverage) asked |= SwitchedBy(OutputSwitch::kCoverage);
+    if (o.abstain_below) asked |= SwitchedBy(OutputSwitch::kAbstention);
     for (Output output : DefaultWireOutputs(m, asked)) plan.outputs.push_back({output, 0});
   }
   // Every label's probability is read (probabilities, labels, scores); the core sorts them, best first.

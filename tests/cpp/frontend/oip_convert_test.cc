@@ -218,11 +218,23 @@ TEST(OipConvertTest, ParametersSetTheOptionsAndAreChecked) {
   ASSERT_TRUE(FromModelInfer(b, Classifier()).ok());
   EXPECT_TRUE(FromModelInfer(b, Classifier())->request.options.raw_scores);
   b = Request({"a"});
+  (*b.mutable_parameters())["coverage"].set_double_param(0.9);
+  (*b.mutable_parameters())["abstain_below"].set_int64_param(1);
+  ASSERT_TRUE(FromModelInfer(b, Classifier()).ok());
+  EXPECT_EQ(FromModelInfer(b, Classifier())->request.options.coverage, 0.9);
+  EXPECT_EQ(FromModelInfer(b, Classifier())->request.options.abstain_below, 1.0);
+  b = Request({"a"});
+  (*b.mutable_parameters())["coverage"].set_string_param("0.9");
+  EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.coverage: must be a double");
+  b = Request({"a"});
+  b.add_outputs()->set_name("label_set");
+  EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "outputs[0].name: 'label_set' needs parameters.coverage");
+  b = Request({"a"});
   (*b.mutable_parameters())["priorty"].set_int64_param(1);
   EXPECT_EQ(Error(FromModelInfer(b, Classifier())),
-            "parameters.priorty: not a parameter of ModelInfer (attention, contributions, faithfulness_top_k, gates, "
-            "heads, layer_attention, layer_gates, layers, occlusion, priority, raw_scores, reduction, subwords, "
-            "timeout, tokens, top_k, truncation)");
+            "parameters.priorty: not a parameter of ModelInfer (abstain_below, attention, contributions, coverage, "
+            "faithfulness_top_k, gates, heads, layer_attention, layer_gates, layers, occlusion, priority, "
+            "raw_scores, reduction, subwords, timeout, tokens, top_k, truncation)");
   b = Request({"a"});
   (*b.mutable_parameters())["subwords"].set_bool_param(true);
   absl::StatusOr<InferPlan> subwords = FromModelInfer(b, Classifier());
@@ -277,7 +289,7 @@ TEST(OipConvertTest, TheOutputsAskedForDecideWhatIsComputed) {
   EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
             "outputs[0].name: model 'sentiment' has no output 'spans'; its outputs: label, probabilities, labels, "
             "scores, tokens, token_count, truncated, attention, gates, occlusion, faithfulness_label, "
-            "faithfulness_score, faithfulness_score_without, faithfulness_removed");
+            "faithfulness_score, faithfulness_score_without, faithfulness_removed, label_set, abstained");
   r = Request({"a"});
   r.add_outputs()->set_name("label");
   r.add_outputs()->set_name("label");

@@ -51,9 +51,11 @@ TEST(OutputCatalogueTest, EveryAnswerFieldHasItsNativeApiField) {
 // leads back to its switch: the native API, OIP and the null model all read the switches from here.
 TEST(OutputCatalogueTest, EveryRequestSwitchARowUsesHasItsNames) {
   // kFaithfulness is asked by a number, not a switch: options.faithfulness.top_k, OIP's int64
-  // parameter faithfulness_top_k (server/frontend/oip/request.cc reads it).
-  const std::set<OutputSwitch> not_asked = {OutputSwitch::kAnswer, OutputSwitch::kNamed, OutputSwitch::kAnyToken,
-                                            OutputSwitch::kAnyLayer, OutputSwitch::kFaithfulness};
+  // parameter faithfulness_top_k (server/frontend/oip/request.cc reads it); kCoverage and kAbstention
+  // by a probability (options.coverage, options.abstain_below; OIP's double parameters of those names).
+  const std::set<OutputSwitch> not_asked = {
+      OutputSwitch::kAnswer,       OutputSwitch::kNamed,    OutputSwitch::kAnyToken,  OutputSwitch::kAnyLayer,
+      OutputSwitch::kFaithfulness, OutputSwitch::kCoverage, OutputSwitch::kAbstention};
   for (const OutputRow& row : OutputCatalogue()) {
     if (not_asked.count(row.on) > 0) {
       EXPECT_EQ(NamesOf(row.on).parameter, nullptr) << row.name;
@@ -100,10 +102,11 @@ TEST(OutputCatalogueTest, WireOutputsAndDefaultsFollowTheModelAndTheSwitches) {
                {"sentence_gates", {"B", "T"}}, {"unknown", {"B"}}};
   std::vector<std::string> names;
   for (const TensorSpec& s : WireOutputs(m)) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"label", "probabilities", "labels", "scores", "tokens", "token_count",
-                                             "truncated", "attention", "sentence_attention", "gates", "sentence_gates",
-                                             "occlusion", "faithfulness_label", "faithfulness_score",
-                                             "faithfulness_score_without", "faithfulness_removed"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"label", "probabilities", "labels", "scores", "tokens", "token_count",
+                                      "truncated", "attention", "sentence_attention", "gates", "sentence_gates",
+                                      "occlusion", "faithfulness_label", "faithfulness_score",
+                                      "faithfulness_score_without", "faithfulness_removed", "label_set", "abstained"}));
   EXPECT_EQ(WireOutputs(m)[1].shape, (std::vector<int64_t>{-1, 3}));
   EXPECT_EQ(OutputsOfModel(m), OutputsOf({Output::kLogits, Output::kAttention, Output::kGates,
                                           Output::kSentenceAttention, Output::kSentenceGates}));
@@ -119,6 +122,9 @@ TEST(OutputCatalogueTest, WireOutputsAndDefaultsFollowTheModelAndTheSwitches) {
             (std::vector<Output>{Output::kLabel, Output::kProbabilities, Output::kFaithfulnessLabel,
                                  Output::kFaithfulnessScore, Output::kFaithfulnessScoreWithout,
                                  Output::kFaithfulnessRemoved}));
+  // The label set and the abstention flag: in a default answer when their parameters were given.
+  EXPECT_EQ(DefaultWireOutputs(m, SwitchedBy(OutputSwitch::kCoverage) | SwitchedBy(OutputSwitch::kAbstention)),
+            (std::vector<Output>{Output::kLabel, Output::kProbabilities, Output::kLabelSet, Output::kAbstained}));
   m.outputs = {{"logits", {"B", "C"}}};
   EXPECT_FALSE(HasWireOutput(m, Output::kFaithfulnessLabel));
   // Contributions: a model with them has the per-label tensors (HAN also its sentences'), a default

@@ -75,10 +75,20 @@ TEST(TrustTest, ALabelSetHoldsTheLabelsAtTheCardsThresholdMostProbableFirst) {
   EXPECT_EQ(r.label_set->labels, (std::vector<std::string>{"tech", "business"}));
   EXPECT_EQ(r.label_set->min_probability, 0.1);
   EXPECT_FALSE(r.abstained) << "0.6 is not below 0.6";
+  o.abstain_below = 0.7;  // 0.7F is 0.69999999: not below 0.7 either
+  TextResult edge;
+  FillLabelTrust(m, o, {0.3f, 0.0f, 0.7f}, edge);
+  EXPECT_FALSE(edge.abstained);
+  o.abstain_below = 0.7001;
+  FillLabelTrust(m, o, {0.3f, 0.0f, 0.7f}, edge);
+  EXPECT_TRUE(edge.abstained);
   o.coverage = 0.9;  // min_probability 0.4: nothing passes
   TextResult empty;
   FillLabelTrust(m, o, {0.35f, 0.3f, 0.35f}, empty);
   ASSERT_TRUE(empty.label_set.has_value());
+  TextResult at;  // a probability at the threshold, as a float, joins the set
+  FillLabelTrust(m, o, {0.4f, 0.3f, 0.3f}, at);
+  EXPECT_EQ(at.label_set->labels, (std::vector<std::string>{"business"}));
   EXPECT_TRUE(empty.label_set->labels.empty()) << "an empty set: no label is likely enough";
   EXPECT_TRUE(empty.abstained);
   TextResult unasked;
