@@ -79,6 +79,12 @@ def test_classify_report_renders_with_highlighted_tokens(server_process, work):
                         r"sufficiency -?0\.\d{3}; leave-one-out agreement ρ -?0\.\d\d; cost \d+\.\d\d ms/text alone, "
                         r"\d+\.\d\d in batches of 32, \+0\.0 forwards$", html.unescape(x))
                for x in lines), lines
+    # How far to trust the scores: the card's calibration and its reliability diagram, before and after.
+    cal = re.search(r'<details class="calibration" id="calibration"><summary>(.*?)</summary>\s*<svg id="reliability"'
+                    r'(.*?)</svg>', dom, re.S)
+    assert cal and cal.group(1).startswith("scores calibrated on "), dom[:3000]
+    sides = re.findall(r'data-side="(before|after)"', cal.group(2))
+    assert "before" in sides and "after" in sides, sides
     # The most attended token of each text is drawn at full red; β boxes are blue.
     red = count(img, lambda p: near(p, (220, 38, 38)))
     blue = count(img, lambda p: p[2] > 200 and p[2] - p[0] > 90 and p[2] - p[1] > 50)

@@ -146,6 +146,17 @@ def test_a_classification_typed_by_keyboard_shows_what_the_json_route_answers(br
     methods = [r.get_attribute("data-method") for r in browser.find_elements(By.CSS_SELECTOR, "#faithfulness-table tr[data-method]")]
     assert methods == [m["method"] for m in md["faithfulness"]["methods"]] and "alpha" in methods
     assert browser.find_element(By.CSS_SELECTOR, "#faithfulness summary").text.startswith("faithfulness on test.tsv: ")
+    # how far to trust its scores: the card's calibration and its reliability diagram (before and after)
+    cal = json.loads(md["modelCardJson"])["calibration"]
+    summary = browser.find_element(By.CSS_SELECTOR, "#calibration summary").text
+    assert summary.startswith(f"scores calibrated on {cal['fitted_on']} (T {cal['temperature']:.2f}): ECE "), summary
+    dots = browser.find_elements(By.CSS_SELECTOR, "#reliability circle")
+    assert len(dots) == len(cal["before"]["reliability"]) + len(cal["after"]["reliability"])
+    after = [(float(d.get_attribute("data-confidence")), float(d.get_attribute("data-accuracy")))
+             for d in dots if d.get_attribute("data-side") == "after"]
+    assert after == [(q[1], q[2]) for q in cal["after"]["reliability"]]
+    levels = [li.get_attribute("data-coverage") for li in browser.find_elements(By.CSS_SELECTOR, "#conformal li")]
+    assert levels == [str(c["coverage_target"]) for c in cal["conformal"]]
     # what the model scored on its test split, from its card
     test = json.loads(md["modelCardJson"])["metrics"]["test"]
     scored = browser.find_element(By.CSS_SELECTOR, '#card dd[data-fact="on its test split"]').text
@@ -415,8 +426,11 @@ def test_the_page_is_self_contained_and_runs_only_its_own_script(server_process)
     status, body, headers = http_call(server_process.http_address, "GET", "/", raw=True)
     assert status == 200 and headers["Content-Type"] == "text/html; charset=utf-8"
     page = body.decode()
-    # Nothing from elsewhere: no absolute URL, no external script, style or image.
-    assert "http://" not in page and "https://" not in page
+    # Nothing from elsewhere: no absolute URL, no external script, style or image. (SVG's namespace is a
+    # name in the form of a URL, never fetched: the reliability diagram's elements are made in it.)
+    assert page.count("http://www.w3.org/2000/svg") == 1
+    named = page.replace("http://www.w3.org/2000/svg", "")
+    assert "http://" not in named and "https://" not in named
     assert not re.search(r"<(script|link|img|iframe)[^>]+(src|href)=\"(?!data:|openapi\.json)", page), page[:2000]
     scripts = re.findall(r"<script>(.*?)</script>", page, re.S)
     assert len(scripts) == 1

@@ -112,6 +112,62 @@
     }).join(', ');
   }
 
+  // --- how far to trust a score: the card's calibration (docs/serving.md, "How far to trust a score") ----
+  function calibrationOf(md) {
+    try { return JSON.parse(md.modelCardJson || '{}').calibration; } catch (e) { return undefined; }
+  }
+
+  function svg(tag, attrs) {
+    var e = document.createElementNS('http://www.w3.org/2000/svg', tag);
+    Object.keys(attrs).forEach(function (k) { e.setAttribute(k, String(attrs[k])); });
+    return e;
+  }
+
+  // The reliability diagram: each bin's accuracy against its mean confidence, before (grey) and after
+  // (blue) calibration, a dot's area its share of the answers; calibrated dots sit on the diagonal.
+  function reliabilityDiagram(c) {
+    var size = 200, pad = 24, plot = svg('svg', {id: 'reliability', width: size + 2 * pad, height: size + 2 * pad,
+      viewBox: '0 0 ' + (size + 2 * pad) + ' ' + (size + 2 * pad), role: 'img'});
+    var x = function (v) { return pad + v * size; }, y = function (v) { return pad + (1 - v) * size; };
+    plot.appendChild(svg('rect', {x: pad, y: pad, width: size, height: size, fill: 'none', stroke: '#999'}));
+    plot.appendChild(svg('line', {x1: x(0), y1: y(0), x2: x(1), y2: y(1), stroke: '#999', 'stroke-dasharray': '4 3'}));
+    [['before', '#9ca3af'], ['after', '#2563eb']].forEach(function (side) {
+      var points = (c[side[0]] || {}).reliability || [];
+      var total = points.reduce(function (n, q) { return n + q[3]; }, 0) || 1;
+      points.forEach(function (q) {
+        plot.appendChild(svg('circle', {cx: x(q[1]), cy: y(q[2]), r: 2 + 10 * Math.sqrt(q[3] / total), fill: side[1],
+          'fill-opacity': 0.7, 'data-side': side[0], 'data-confidence': q[1], 'data-accuracy': q[2]}));
+      });
+    });
+    var label = svg('text', {x: pad, y: size + 2 * pad - 6, 'font-size': 11});
+    label.textContent = 'confidence →  (up: how often right)';
+    plot.appendChild(label);
+    return plot;
+  }
+
+  function calibrationBlock(md) {
+    var c = calibrationOf(md);
+    if (!c) {
+      return el('details', {className: 'calibration', id: 'calibration'},
+        [el('summary', {}, 'scores: the raw softmax (the card has no calibration)')]);
+    }
+    var b = c.before || {}, a = c.after || {};
+    var block = el('details', {className: 'calibration', id: 'calibration', open: ''}, [el('summary', {},
+      'scores calibrated on ' + c.fitted_on + ' (T ' + fixed(c.temperature, 2) + '): ECE ' + fixed(b.ece, 3) + ' → ' +
+      fixed(a.ece, 3) + ', Brier ' + fixed(b.brier, 3) + ' → ' + fixed(a.brier, 3) + ' on ' + c.measured_on)]);
+    block.appendChild(reliabilityDiagram(c));
+    var lines = (c.conformal || []).map(function (l) {
+      return el('li', {'data-coverage': l.coverage_target}, 'coverage ' + l.coverage_target + ': labels at p ≥ ' +
+        fixed(l.min_probability, 4) + ' covered ' + fixed(100 * l.coverage, 1) + ' % of the test split, ' +
+        fixed(l.mean_set_size, 2) + ' labels a set');
+    });
+    if (lines.length) block.appendChild(el('ul', {id: 'conformal'}, lines));
+    block.appendChild(el('p', {className: 'note'}, 'Of the answers given about 0.8, about 80 % were right on the ' +
+        'test split: grey before calibration, blue after. Ask for a label set with "coverage", or mark unsure ' +
+        'answers with "abstain_below".'));
+    return block;
+  }
+
   function renderCard(m) {
     var md = m.md, card = $('card');
     card.textContent = '';
@@ -142,6 +198,7 @@
           'random tokens; sufficiency is the fall when only those tokens are kept (lower is better).'));
     }
     card.appendChild(faith);
+    card.appendChild(calibrationBlock(md));
     var raw = el('details', {}, [el('summary', {}, 'the whole model card (JSON)')]);
     var json = md.modelCardJson || '{}';
     try { json = JSON.stringify(JSON.parse(json), null, 2); } catch (e) { /* shown as it came */ }
