@@ -53,6 +53,18 @@ TEST(TopKTest, SoftmaxRowMatchesTorchOnAnyLayout) {
   EXPECT_THROW(SoftmaxRow(torch::zeros({2, 3, 4}), 0), std::invalid_argument);
 }
 
+// The tokens of "ab cd ef gh", as a tagger's answer holds them before its tags are decoded.
+TextResult FourTokens() {
+  TextResult r;
+  for (uint32_t i = 0; i < 4; ++i) {
+    TokenOutput out;
+    out.token.byte_start = 3 * i;
+    out.token.byte_end = 3 * i + 2;
+    r.tokens.push_back(out);
+  }
+  return r;
+}
+
 // A tagger's row read through its strides gives the tags and span scores torch's own softmax gives,
 // on a transposed (strided) batch too; a row or a token count the batch does not hold is refused.
 TEST(DecodeTaggingTest, ReadsAnyLayoutAndRefusesRowsTheBatchLacks) {
@@ -63,13 +75,7 @@ TEST(DecodeTaggingTest, ReadsAnyLayoutAndRefusesRowsTheBatchLacks) {
   const at::Tensor emissions = torch::randn({2, 4, 3});
   const std::string text = "ab cd ef gh";
   auto result_of = [&](const at::Tensor& t, const at::Tensor& e, int64_t row) {
-    TextResult r;
-    for (uint32_t i = 0; i < 4; ++i) {
-      TokenOutput out;
-      out.token.byte_start = 3 * i;
-      out.token.byte_end = 3 * i + 2;
-      r.tokens.push_back(out);
-    }
+    TextResult r = FourTokens();
     DecodeTagging(m, t, e, row, text, r, /*crf=*/nullptr, /*temperature=*/1.0);
     return r;
   };
@@ -117,13 +123,7 @@ TEST(CalibratedScoresTest, AreTheSoftmaxAndTheCrfMarginalsAtTheCardsTemperature)
   }
   const at::Tensor tags = torch::tensor({0, 1, 2, 0}, torch::kLong).reshape({1, 4});
   const at::Tensor emissions = torch::randn({1, 4, 3});
-  TextResult r;
-  for (uint32_t i = 0; i < 4; ++i) {
-    TokenOutput out;
-    out.token.byte_start = 3 * i;
-    out.token.byte_end = 3 * i + 2;
-    r.tokens.push_back(out);
-  }
+  TextResult r = FourTokens();
   DecodeTagging(m, tags, emissions, 0, "ab cd ef gh", r, &crf, 2.0);
   ASSERT_EQ(r.spans.size(), 1u);
   const at::Tensor e = (emissions[0] / 2).contiguous();
