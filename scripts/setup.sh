@@ -191,9 +191,8 @@ announce() {  # the demo's lines worth a terminal line; all of them are in $MODE
     elif [[ $line =~ ^store/([a-z-]+)/1/model\.cpu\.pt2\ \(([0-9]+)\ s\)$ ]]; then
       printf '\033[1m%s\033[0m %s: native CPU package compiled (%s s)%s\n' "$at" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" \
         "$(((EARLY)) && echo "; the server loads version 1 again (it warns that the files changed in place)")"
-    elif [[ $line =~ ^store/([a-z-]+)/1/model\.pt:\ its\ card ]]; then
-      printf '\033[1m%s\033[0m %s: its card carries its faithfulness figures now (model.pt rewritten in place)\n' \
-        "$at" "${BASH_REMATCH[1]}"
+    elif [[ $line =~ ^store/([a-z-]+)/1/model\.pt:\ (its\ card\ .*)$ ]]; then
+      printf '\033[1m%s\033[0m %s: %s (model.pt rewritten in place)\n' "$at" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
     elif [[ $line =~ ^[a-z0-9_-]+:\ |^store/ && ! $line =~ exists\ \(use ]]; then
       printf '\033[1m%s\033[0m %s\n' "$at" "$line"
     fi

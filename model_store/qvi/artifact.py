@@ -25,6 +25,7 @@ from qvi.tokenizer import TokenizerConfig, Vocabulary, config_to_json
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 VOCAB = "vocab.txt"
+TOKENIZER = "tokenizer.json"  # a sub-word model's (format 2: qvi.hf_import, qvi.finetune)
 PREDICTIONS = ("logits", "emissions", "tags")
 
 # Batching defaults the server starts from; a server-side override file may change them.
@@ -85,17 +86,20 @@ def export_files(model: nn.Module, manifest: Dict[str, object], files: Dict[str,
 
 
 def update_card(path: str, entries: Dict[str, object]) -> str:
-    """Puts `entries` on the card of the zoo artifact `path` (model.pt, rewritten atomically with the same
-    weights and vocabulary). The native packages beside it keep the card they were compiled with: say so."""
-    extra = {MANIFEST: "", VOCAB: ""}
+    """Puts `entries` on the card of the artifact `path` (model.pt, rewritten atomically with the same weights
+    and the files it carries: the zoo's vocab.txt, or a sub-word model's tokenizer.json). The native packages
+    beside it keep the card they were compiled with: say so."""
+    extra = {MANIFEST: "", VOCAB: "", TOKENIZER: ""}  # a file the artifact lacks reads as ""
     module = torch.jit.load(path, map_location="cpu", _extra_files=extra)
     manifest = json.loads(extra[MANIFEST])
-    if manifest.get("format_version") != FORMAT_VERSION:  # an imported model carries other files (tokenizer.json)
-        raise ValueError(f"{path}: only the zoo's own artifacts (format {FORMAT_VERSION}) are rewritten here")
+    if manifest.get("format_version") not in (FORMAT_VERSION, 2):
+        raise ValueError(f"{path}: manifest format_version {manifest.get('format_version')} is not "
+                         f"{FORMAT_VERSION} or 2")
     card = manifest.setdefault("model_card", {})
     card.update(entries)
-    files = {VOCAB: extra[VOCAB] if isinstance(extra[VOCAB], str) else extra[VOCAB].decode("utf-8"),
-             MANIFEST: json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True)}
+    files = {name: text if isinstance(text, str) else text.decode("utf-8") for name, text in extra.items()
+             if name != MANIFEST and text}
+    files[MANIFEST] = json.dumps(manifest, ensure_ascii=False, indent=1, sort_keys=True)
     written = _save(module, files, os.path.dirname(os.path.abspath(path)))
     stale = [f for f in os.listdir(os.path.dirname(written)) if f.endswith(".pt2")]
     if stale:

@@ -37,6 +37,7 @@ precision) of the rest — a risk-coverage curve.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 from types import SimpleNamespace
@@ -296,31 +297,116 @@ def tagger_outputs(module, manifest: Dict[str, object], vocab, path: str, join: 
             for r in range(ids.shape[0]):
                 n = int(mask[r].sum())
                 gold.append(chunks([tags[int(k)] for k in targets[r, :n]]))
-    crf = getattr(module, "crf", None)
-    if crf is not None:
-        crf = SimpleNamespace(start=crf.start.detach().double(), end=crf.end.detach().double(),
-                              trans=crf.trans.detach().double())
-    return TaggerOutputs(out, crf, tags, gold)  # type: ignore[arg-type]
+    return TaggerOutputs(out, crf_scores(getattr(module, "crf", None)), tags, gold)  # type: ignore[arg-type]
+
+
+def crf_scores(crf: Optional[object]) -> Optional[SimpleNamespace]:
+    """A model's CRF potentials (start, end, transitions) in float64, as the server's CrfMarginals; None: no CRF."""
+    if crf is None:
+        return None
+    return SimpleNamespace(**{k: getattr(crf, k).detach().double() for k in ("start", "end", "trans")})
+
+
+# -- a sub-word model (fine-tuned by the zoo, or imported): its tokenizer.json, its answers per word as served -----
+Forward = Callable[[torch.Tensor, torch.Tensor], Dict[str, torch.Tensor]]
+
+
+def subword_split(tokenizer_json: str, path: str, task: str, labels: Sequence[str], max_tokens: int):
+    """A split encoded for a sub-word model (qvi.subword_data.SubwordData) from its tokenizer.json's text."""
+    from qvi.data import read_classification, read_conll
+    from qvi.subword_data import SubwordData
+    tagging = task == "tagging"
+    examples = read_conll(path) if tagging else read_classification(path)
+    found = {t for e in examples for _, _, t in e.spans} if tagging else {e.label for e in examples}
+    known = {t.split("-", 1)[-1] for t in labels} if tagging else set(labels)
+    if found - known:
+        raise ValueError(f"{path}: {'entity types' if tagging else 'labels'} {sorted(found - known)} are not the "
+                         f"model's ({', '.join(sorted(known - {'O'}))})")
+    return SubwordData(tokenizer_json, examples, labels, tagging, max_tokens, tokenizer_text=True)
+
+
+def subword_logits(forward: Forward, data) -> Tuple[np.ndarray, np.ndarray]:
+    from qvi.subword_data import batches
+    rows: Dict[int, np.ndarray] = {}
+    with torch.no_grad():
+        for ids, mask, _, index in batches(data.items, 64, False, 0, shuffle=False):
+            logits = forward(ids, mask)["logits"].double().numpy()
+            rows.update(zip(index, logits))
+    return np.stack([rows[i] for i in range(len(rows))]), np.asarray([e.target[0] for e in data.items])
+
+
+def subword_tagger_outputs(forward: Forward, data, tags: Sequence[str], crf: Optional[object]) -> TaggerOutputs:
+    """As the server answers a sub-word tagger: each word's first sub-word's emissions and tag, the CRF over the
+    words; gold entities as spans of words (an entity that is not whole words cannot be found, and is left out)."""
+    from qvi.subword_data import batches
+    words: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
+    with torch.no_grad():
+        for ids, mask, _, index in batches(data.items, 64, True, 0, shuffle=False):
+            out = forward(ids, mask)
+            for k, r in enumerate(index):
+                first = torch.tensor([f for f, _, _ in data.words[r]], dtype=torch.long)
+                words[r] = (out["emissions"][k].index_select(0, first).double(), out["tags"][k].index_select(0, first))
+    batches = []
+    for b in range(0, len(words), 64):
+        group = [words[r] for r in range(b, min(b + 64, len(words)))]
+        n = max([1] + [len(p) for _, p in group])
+        emissions = torch.zeros(len(group), n, len(tags), dtype=torch.double)
+        mask = torch.zeros(len(group), n, dtype=torch.bool)
+        predicted = torch.zeros(len(group), n, dtype=torch.long)
+        for k, (e, p) in enumerate(group):
+            emissions[k, :len(p)], mask[k, :len(p)], predicted[k, :len(p)] = e, True, p
+        batches.append((emissions, mask, predicted))
+    gold = []
+    for i, ex in enumerate(data.examples):
+        starts = {s: j for j, (_, s, _) in enumerate(data.words[i])}
+        ends = {e: j + 1 for j, (_, _, e) in enumerate(data.words[i])}
+        gold.append({(starts[s], ends[e], t) for s, e, t in ex.spans if s in starts and e in ends})
+    return TaggerOutputs(batches, crf, tags, gold)
+
+
+def subword_card(forward: Forward, manifest: Dict[str, object], tokenizer_json: str, dev: str, test: str,
+                 crf: Optional[object]) -> Dict[str, object]:
+    """model_card.calibration of a sub-word model (`forward(ids, mask)`: its outputs) from its dev and test splits."""
+    task = str(manifest["task"])
+    labels = manifest["labels"] if task == "classification" else manifest["tags"]
+    max_tokens = int(manifest["architecture"]["config"]["max_tokens"])  # type: ignore[index]
+    splits = [subword_split(tokenizer_json, p, task, labels, max_tokens) for p in (dev, test)]  # type: ignore[arg-type]
+    if task == "classification":
+        return classifier_card(*subword_logits(forward, splits[0]), *subword_logits(forward, splits[1]))
+    return tagger_card(*(subword_tagger_outputs(forward, d, labels, crf_scores(crf)) for d in splits))  # type: ignore[arg-type]
+
+
+def split_names(dev: str, test: str, root: Optional[str]) -> Dict[str, str]:
+    """The card's fitted_on and measured_on: the splits' paths from `root` (else their file names)."""
+    name = (lambda p: os.path.relpath(os.path.abspath(p), root)) if root else os.path.basename
+    return {"fitted_on": name(dev), "measured_on": name(test)}
 
 
 def calibrate(artifact_path: str, dev: str, test: str, join: str = " ", root: Optional[str] = None) -> Dict[str, object]:
-    """The calibration card of an exported model.pt from its dev and test splits (`root`: the folder the
-    splits are named from on the card)."""
+    """The calibration card of an exported model.pt (the zoo's, or a sub-word model's) from its dev and test
+    splits (`root`: the folder the splits are named from on the card)."""
     from qvi import artifact
-    module, manifest, vocab = artifact.load(artifact_path)
     torch.manual_seed(0)
-    if manifest["task"] == "classification":
-        card = classifier_card(*classifier_logits(module, manifest, vocab, dev, join),
-                               *classifier_logits(module, manifest, vocab, test, join))
+    extra = {artifact.MANIFEST: "", artifact.TOKENIZER: ""}
+    module = torch.jit.load(artifact_path, map_location="cpu", _extra_files=extra)
+    manifest = json.loads(extra[artifact.MANIFEST])
+    if manifest.get("tokenizer", {}).get("level") == "subword":
+        module.eval()
+        text = extra[artifact.TOKENIZER]
+        card = subword_card(module.forward_without_maps, manifest, text if isinstance(text, str) else text.decode(),
+                            dev, test, getattr(module, "crf", None))
     else:
-        card = tagger_card(tagger_outputs(module, manifest, vocab, dev, join),
-                           tagger_outputs(module, manifest, vocab, test, join))
-    name = (lambda p: os.path.relpath(p, root)) if root else os.path.basename
-    return {"fitted_on": name(dev), "measured_on": name(test), **card}
+        module, manifest, vocab = artifact.load(artifact_path)
+        if manifest["task"] == "classification":
+            card = classifier_card(*classifier_logits(module, manifest, vocab, dev, join),
+                                   *classifier_logits(module, manifest, vocab, test, join))
+        else:
+            card = tagger_card(tagger_outputs(module, manifest, vocab, dev, join),
+                               tagger_outputs(module, manifest, vocab, test, join))
+    return {**split_names(dev, test, root), **card}
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
-    import json
     card = calibrate(args.artifact, args.dev, args.test, args.conll_join)
     shown = {k: v for k, v in card.items()}
     for side in ("before", "after"):

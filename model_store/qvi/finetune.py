@@ -20,7 +20,6 @@ import copy
 import json
 import math
 import os
-import random
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -30,10 +29,11 @@ import torch
 from torch import nn
 
 from qvi import artifact, pt2
-from qvi.data import Encoded, Example, read_classification, read_conll, spans_to_tags, tag_set
+from qvi.data import Example, read_classification, read_conll, tag_set
 from qvi.hf_encoders import Encoder, EncoderConfig, start_from_pretrained
 from qvi.hf_import import TOKENIZER_FILE, build_manifest, load_weights
 from qvi.metrics import accuracy, chunks, macro_f1
+from qvi.subword_data import SubwordData, batches
 from qvi.train import seed_everything
 
 PRETRAINED = os.path.join("pretrained", "all-minilm-l6-v2")
@@ -88,93 +88,6 @@ def pretrained_encoder(folder: str, task: str, labels: Sequence[str], o: Finetun
     return model, c
 
 
-class SubwordData:
-    """A corpus split encoded with the pretrained tokenizer.json (the `tokenizers` package, at training time
-    only; the server has its own reader): ids, targets, and for taggers each word's sub-words and characters."""
-
-    def __init__(self, tokenizer_path: str, examples: Sequence[Example], labels: Sequence[str], tagging: bool,
-                 max_tokens: int):
-        from tokenizers import Tokenizer
-        tok = Tokenizer.from_file(tokenizer_path)
-        tok.no_padding()
-        tok.enable_truncation(max_tokens)
-        index = {name: i for i, name in enumerate(labels)}
-        self.examples = list(examples)
-        self.items: List[Encoded] = []
-        self.words: List[List[Tuple[int, int, int]]] = []  # per text: (first sub-word, start, end) of each word
-        for ex, enc in zip(self.examples, tok.encode_batch([e.text for e in self.examples])):
-            if tagging:
-                words = _words(ex.text, enc.word_ids, enc.offsets)
-                # A piece of whitespace alone (SentencePiece's "▁" before a word it does not join, as in "▁" "(")
-                # is its word's first sub-word, the one the server reads: it takes its word's span, so its tag.
-                ids = sorted({w for w in enc.word_ids if w is not None})  # _words' order
-                word_spans = {w: (s, e) for w, (_, s, e) in zip(ids, words)}
-                pieces = [_Span(*word_spans[w]) if w is not None and not ex.text[s:e].strip() else _Span(s, e)
-                          for w, (s, e) in zip(enc.word_ids, enc.offsets)]
-                target = [index[t] for t in spans_to_tags(pieces, ex.spans, "BIO")]
-                self.words.append(words)
-            else:
-                target = [index[ex.label]]
-            self.items.append(Encoded(list(enc.ids), target))
-
-
-@dataclass
-class _Span:
-    start: int
-    end: int
-
-
-def _words(text: str, word_ids: Sequence[Optional[int]],
-           offsets: Sequence[Tuple[int, int]]) -> List[Tuple[int, int, int]]:
-    """Each word's (first sub-word, start, end), its span without the whitespace a piece may carry: a SentencePiece
-    (Metaspace) piece's offsets take in the space before it ("▁German" spans " German"), the word does not."""
-    words: Dict[int, Tuple[int, int, int]] = {}
-    for i, (w, (s, e)) in enumerate(zip(word_ids, offsets)):
-        if w is None:
-            continue
-        first, start, end = words.get(w, (i, s, e))
-        words[w] = (first, min(start, s), max(end, e))
-    out = []
-    for w in sorted(words):
-        first, start, end = words[w]
-        while start < end and text[start].isspace():
-            start += 1
-        while end > start and text[end - 1].isspace():
-            end -= 1
-        out.append((first, start, end))
-    return out
-
-
-def _batches(data: Sequence[Encoded], size: int, tagging: bool, seed: int,
-             shuffle: bool) -> List[Tuple[torch.Tensor, torch.Tensor, torch.Tensor, List[int]]]:
-    """Batches of similar lengths (little padding): shuffled, sorted by length within 50 batches, the batches
-    shuffled. (ids, mask, targets, the rows' indices)."""
-    order = list(range(len(data)))
-    rng = random.Random(seed)
-    if shuffle:
-        rng.shuffle(order)
-    span = size * 50
-    order = [i for k in range(0, len(order), span) for i in sorted(order[k:k + span], key=lambda j: len(data[j].ids))]
-    groups = [order[k:k + size] for k in range(0, len(order), size)]
-    if shuffle:
-        rng.shuffle(groups)
-    out = []
-    for rows in groups:
-        t = max(len(data[r].ids) for r in rows)
-        ids = torch.zeros(len(rows), t, dtype=torch.long)
-        mask = torch.zeros(len(rows), t, dtype=torch.bool)
-        targets = torch.zeros(len(rows), t, dtype=torch.long) if tagging else \
-            torch.tensor([data[r].target[0] for r in rows], dtype=torch.long)
-        for k, r in enumerate(rows):
-            n = len(data[r].ids)
-            ids[k, :n] = torch.tensor(data[r].ids)
-            mask[k, :n] = True
-            if tagging:
-                targets[k, :n] = torch.tensor(data[r].target)
-        out.append((ids, mask, targets, rows))
-    return out
-
-
 def _loss(model: Encoder, ids: torch.Tensor, mask: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     out = model._run(ids, mask, False)
     if model.crf is None:
@@ -190,7 +103,7 @@ def evaluate(model: Encoder, data: SubwordData, labels: Sequence[str],
     model.eval()
     tagging = model.crf is not None
     preds: Dict[int, List[int]] = {}
-    for ids, mask, _, rows in _batches(data.items, 64, tagging, 0, shuffle=False):
+    for ids, mask, _, rows in batches(data.items, 64, tagging, 0, shuffle=False):
         out = model._run(ids, mask, False)
         for k, r in enumerate(rows):
             preds[r] = [int(out["logits"][k].argmax())] if not tagging else \
@@ -263,7 +176,7 @@ def finetune(task: str, data_dir: str, pretrained: str, o: FinetuneOptions,
     for epoch in range(1, o.epochs + 1):
         model.train()
         t0, total, texts, tokens = time.perf_counter(), 0.0, 0, 0
-        for ids, mask, targets, _ in _batches(train_d.items, o.batch_size, tagging, o.seed * 1000 + epoch, True):
+        for ids, mask, targets, _ in batches(train_d.items, o.batch_size, tagging, o.seed * 1000 + epoch, True):
             loss = _loss(model, ids, mask, targets)
             opt.zero_grad()
             loss.backward()
@@ -294,13 +207,14 @@ def finetune(task: str, data_dir: str, pretrained: str, o: FinetuneOptions,
 
 def export(model: Encoder, c: EncoderConfig, labels: List[str], report: Dict[str, object], pretrained: str,
            store: str, name: str, version: int, pt2_cache: Optional[str] = None, package: bool = False,
-           faithfulness: Optional[Dict[str, object]] = None) -> str:
+           faithfulness: Optional[Dict[str, object]] = None, calibration: Optional[Dict[str, object]] = None) -> str:
     """model.pt of the fine-tuned model with its manifest (format 2) and a card that says what it is (and, given,
-    the faithfulness figures of its explanations); `package`: its AOTInductor package (model.cpu.pt2) beside it,
-    which the server prefers."""
+    the faithfulness figures of its explanations and its calibration); `package`: its AOTInductor package
+    (model.cpu.pt2) beside it, which the server prefers."""
     manifest, tokenizer_text = finetuned_manifest(model, c, labels, report, pretrained, name)
-    if faithfulness is not None:
-        manifest["model_card"]["faithfulness"] = faithfulness  # type: ignore[index]
+    for key, figures in (("faithfulness", faithfulness), ("calibration", calibration)):
+        if figures is not None:
+            manifest["model_card"][key] = figures  # type: ignore[index]
     path = artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, store, version)
     if package:
         pt2.write_cached(model, manifest, tokenizer_text, os.path.dirname(path), "cpu", pt2.DEFAULT_CPU_TARGET,
@@ -391,9 +305,11 @@ def cmd_demo(a: argparse.Namespace) -> None:
             with tempfile.TemporaryDirectory(prefix="qvi_faithfulness_") as scratch:  # the store gets its files once
                 figures = measure_faithfulness(export(model, c, labels, report, pretrained, scratch, name, 1),
                                                task, a.data)
+        calibration = measure_calibration(model, finetuned_manifest(model, c, labels, report, pretrained, name),
+                                          task, a.data)
         t1 = time.perf_counter()  # model.pt, then its package: each file written once
         export(model, c, labels, report, pretrained, a.store, name, 1, a.pt2_cache, package=True,
-               faithfulness=figures)
+               faithfulness=figures, calibration=calibration)
         print(f"{package} ({time.perf_counter() - t1:.0f} s)", flush=True)
 
 
@@ -418,21 +334,40 @@ def measure_faithfulness(model_pt: str, task: str, data: str,
     return summary
 
 
+def measure_calibration(model: Encoder, written: Tuple[Dict[str, object], str], task: str,
+                        data: str) -> Dict[str, object]:
+    """A card's calibration (qvi/calibration.py): a temperature and conformal thresholds fitted on the task's dev
+    split, measured on its test split, with the answers as the server gives them (`written`: the model's manifest
+    and tokenizer.json)."""
+    from qvi import calibration
+    t0 = time.perf_counter()
+    split = os.path.join(data, TASKS[task][1], TASKS[task][2])
+    dev, test = split.format("dev"), split.format("test")
+    card = calibration.subword_card(lambda ids, mask: model._run(ids, mask, False), *written, dev, test, model.crf)
+    print(f"{written[0]['name']}: calibrated, T {card['temperature']:.3f}, ECE {card['before']['ece']} -> "  # type: ignore[index]
+          f"{card['after']['ece']} ({time.perf_counter() - t0:.0f} s)", flush=True)  # type: ignore[index]
+    return {**calibration.split_names(dev, test, HERE), **card}
+
+
 def _complete(target: str, package: str, a: argparse.Namespace) -> None:
-    """A pretrained demo model trained before gets what it lacks: the faithfulness figures on its card (then
-    model.pt and its package are written again: the package carries the card too), or its package."""
+    """A pretrained demo model trained before gets what it lacks: the faithfulness figures or the calibration on
+    its card (then model.pt and its package are written again: the package carries the card too), or its package."""
     model, manifest, tokenizer_text = load_finetuned(target)
     card: Dict[str, object] = manifest["model_card"]  # type: ignore[assignment]
-    lacks_figures = not a.no_faithfulness and "faithfulness" not in card
-    if not lacks_figures and os.path.exists(package):
+    task = str(card["training"]["task"])  # type: ignore[index]
+    lacks = [k for k in ("faithfulness", "calibration") if k not in card and not (k == "faithfulness" and
+                                                                                   a.no_faithfulness)]
+    if not lacks and os.path.exists(package):
         print(f"{target} exists")
         return
-    if lacks_figures:
-        task = str(card["training"]["task"])  # type: ignore[index]
-        card["faithfulness"] = measure_faithfulness(target, task, a.data)
+    if lacks:
+        if "faithfulness" in lacks:
+            card["faithfulness"] = measure_faithfulness(target, task, a.data)
+        if "calibration" in lacks:
+            card["calibration"] = measure_calibration(model, (manifest, tokenizer_text), task, a.data)
         artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, os.path.dirname(os.path.dirname(
             os.path.dirname(target))), 1)
-        print(f"{target}: its card carries the faithfulness figures now", flush=True)
+        print(f"{target}: its card carries the {' and '.join(lacks)} figures now", flush=True)
     t1 = time.perf_counter()
     pt2.write_cached(model, manifest, tokenizer_text, os.path.dirname(target), "cpu", pt2.DEFAULT_CPU_TARGET,
                      a.pt2_cache)

@@ -23,7 +23,8 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from qvi import artifact, pt2
-from qvi.finetune import HERE, TASKS, SubwordData, finetuned_config, load_finetuned, read_split
+from qvi.finetune import HERE, TASKS, finetuned_config, load_finetuned, read_split
+from qvi.subword_data import SubwordData
 from qvi.hf_encoders import Encoder, EncoderConfig
 from qvi.hf_import import TOKENIZER_FILE
 

@@ -2,6 +2,7 @@
 QVI, fine-tuned briefly on the demo corpora (a few dozen texts, one epoch: what is tested is the machinery, not the
 scores), written as artifacts, served, and answered as the model computes -- with exact per-word contributions and
 β per word."""
+import json
 import os
 import shutil
 import tempfile
@@ -12,7 +13,7 @@ import torch
 
 from qvi_testing import REPO, ServerProcess
 
-from qvi import pt2  # noqa: E402
+from qvi import artifact, calibration, pt2  # noqa: E402
 from qvi.finetune import (FinetuneOptions, export, finetune, load_finetuned, measure_faithfulness,  # noqa: E402
                           pretrained_encoder)
 from qvi.hf_encoders import start_from_pretrained  # noqa: E402
@@ -39,10 +40,32 @@ def run(model, text):
         return model(ids, torch.ones_like(ids, dtype=torch.bool)), enc
 
 
+def head_of_split(path, out, texts):
+    """The first `texts` texts of a split (a CoNLL file's sentences, a TSV's lines), written to `out`."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    if path.endswith(".tsv"):
+        kept = lines[:texts]
+    else:
+        kept, n = [], 0
+        for line in lines:
+            n += not line.strip() and bool(kept) and bool(kept[-1].strip())  # a blank line ends a sentence
+            kept.append(line)
+            if n == texts:
+                break
+    with open(out, "w", encoding="utf-8") as f:
+        f.write("\n".join(kept) + "\n")
+    return out
+
+
+SPLITS = {"sentiment": ("sentiment", "{}.tsv"), "ner": ("conll2003", "{}.conll")}
+
+
 @pytest.fixture(scope="module")
 def served():
     """A QVI classifier (QVI pooling, QVI in the top layer) and a CRF tagger, fine-tuned on 96 texts, their cards'
-    faithfulness figures measured on 6 answers, served."""
+    faithfulness figures measured on 6 answers, calibrated (`qvi calibrate --write`'s path) on 60 dev texts and
+    measured on 60 test texts, served."""
     torch.set_num_threads(1)
     work = tempfile.mkdtemp(prefix="qvi_finetune_")
     store = os.path.join(work, "store")
@@ -53,8 +76,13 @@ def served():
         model, c, labels, report = finetune(task, DATA, PRETRAINED, options, log=lambda *_: None)
         # The card's faithfulness figures as `qvi demo-pretrained` measures them, on 6 answers of the test split
         figures = measure_faithfulness(export(model, c, labels, report, PRETRAINED, store, name, 1), task, DATA, 6)
-        export(model, c, labels, report, PRETRAINED, store, name, 1, faithfulness=figures)
-        models[name] = (model, labels, report)
+        path = export(model, c, labels, report, PRETRAINED, store, name, 1, faithfulness=figures)
+        folder, pattern = SPLITS[task]
+        dev, test = (head_of_split(os.path.join(DATA, folder, pattern.format(s)),
+                                   os.path.join(work, f"{name}.{pattern.format(s)}"), 60) for s in ("dev", "test"))
+        card = calibration.calibrate(path, dev, test)
+        artifact.update_card(path, {"calibration": card})
+        models[name] = (model, labels, report, card, dev)
     proc = ServerProcess(store, work)
     yield proc, models
     proc.stop()
@@ -85,12 +113,12 @@ def test_qvi_in_the_encoder_starts_from_the_pretrained_function_exactly():
 def test_the_classifier_answers_as_the_model_computes_with_exact_word_contributions(api, served):
     pb, pbg = api
     proc, models = served
-    model, labels, report = models["sentiment-tiny"]
+    model, labels, report = models["sentiment-tiny"][:3]
     assert report["train_examples"] == 96 and set(report["test"]) == {"accuracy", "macro_f1"}
     stub = pbg.InferenceStub(proc.channel)
     answer = stub.Classify(pb.ClassifyRequest(
         model=pb.ModelSpec(name="sentiment-tiny"), texts=TEXTS,
-        options=pb.OutputOptions(top_k=2, attention=True, gates=True, contributions=True)), timeout=120)
+        options=pb.OutputOptions(top_k=2, attention=True, gates=True, contributions=True, raw_scores=True)), timeout=120)
     for text, result in zip(TEXTS, answer.results):
         out, enc = run(model, text)
         want = torch.softmax(out["logits"][0], -1).numpy()
@@ -114,7 +142,7 @@ def test_the_classifier_answers_as_the_model_computes_with_exact_word_contributi
 def test_the_crf_tagger_tags_each_word_as_its_first_subwords_viterbi_tag(api, served):
     pb, pbg = api
     proc, models = served
-    model, labels, report = models["ner-tiny"]
+    model, labels, report = models["ner-tiny"][:3]
     assert set(report["test"]) == {"precision", "recall", "f1"}
     stub = pbg.InferenceStub(proc.channel)
     texts = ["EU rejects German call to boycott British lamb .", "Peter Blackburn in BRUSSELS 1996-08-22"] + TEXTS
@@ -153,6 +181,54 @@ def test_the_cards_carry_the_faithfulness_of_the_explanations_word_by_word(api, 
         assert not got["random"].HasField("vs_random") and got["occlusion"].HasField("vs_random"), name
 
 
+def test_a_sub_word_models_card_carries_its_calibration_and_every_score_served_is_calibrated(api, served):
+    """`qvi calibrate` on a sub-word artifact (its tokenizer.json kept): the classifier's answers are softmax(logits /
+    T), the raw softmax on request; the tagger's entity scores are the confidences its calibration measured (the
+    mean CRF marginal over the words' first sub-words, at T), so the card's ECE is of the numbers served."""
+    pb, pbg = api
+    proc, models = served
+    stub = pbg.InferenceStub(proc.channel)
+    for name in ("sentiment-tiny", "ner-tiny"):
+        card = models[name][3]
+        assert card_of(os.path.join(proc.work, "store", name, "1", "model.pt"))["calibration"] == card, name
+        assert 0.05 <= card["temperature"] <= 20 and card["fitted_on"] == os.path.basename(models[name][4]), name
+        for side in ("before", "after"):
+            assert 0 <= card[side]["ece"] <= 1 and card[side]["reliability"], (name, side)
+        served_card = stub.GetModel(pb.GetModelRequest(model=pb.ModelSpec(name=name))).model.versions[0].metadata
+        assert json.loads(served_card.model_card_json)["calibration"]["temperature"] == card["temperature"], name
+
+    model, labels, _, card, dev = models["sentiment-tiny"]
+    assert [c["coverage_target"] for c in card["conformal"]] == [0.9, 0.95]
+    texts = [e.text for e in calibration.subword_split(tokenizer_text(), dev, "classification", labels, 128).examples][:8]
+    t = card["temperature"]
+    for raw in (False, True):
+        options = pb.OutputOptions(top_k=len(labels), raw_scores=raw)
+        answer = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment-tiny"), texts=texts,
+                                                  options=options), timeout=120)
+        for text, result in zip(texts, answer.results):
+            out, _ = run(model, text)
+            want = torch.softmax(out["logits"][0].double() / (1.0 if raw else t), -1)
+            assert {s.label: s.score for s in result.labels} == pytest.approx(
+                {labels[k]: float(want[k]) for k in range(len(labels))}, abs=2e-4), (raw, text)
+
+    model, tags, _, card, dev = models["ner-tiny"]
+    data = calibration.subword_split(tokenizer_text(), dev, "tagging", tags, 64)
+    outputs = calibration.subword_tagger_outputs(lambda ids, mask: model._run(ids, mask, False), data, tags,
+                                                 calibration.crf_scores(model.crf))
+    measured = outputs.entities(card["temperature"])[0]
+    answer = stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner-tiny"), texts=[e.text for e in data.examples]),
+                      timeout=120)
+    scores = [s.score for r in answer.results for s in r.spans]
+    assert len(scores) == len(measured) > 0
+    assert scores == pytest.approx(list(measured), abs=2e-4)
+
+
+def tokenizer_text():
+    """The tokenizer.json the tiny models were fine-tuned with (their artifacts carry it)."""
+    with open(os.path.join(PRETRAINED, "tokenizer.json"), encoding="utf-8") as f:
+        return f.read()
+
+
 def card_of(model_pt):
     return load_finetuned(model_pt)[1]["model_card"]
 
@@ -171,7 +247,7 @@ def test_a_bf16_package_of_a_fine_tuned_encoder_is_kept_only_through_its_fidelit
     from qvi.finetune_packages import add_variants
     pb, pbg = api
     proc, models = served
-    model, labels, report = models["sentiment-tiny"]
+    model, labels, report = models["sentiment-tiny"][:3]
     work = tempfile.mkdtemp(prefix="qvi_finetune_packages_")
     store = os.path.join(work, "store")
     shutil.copytree(os.path.join(proc.work, "store", "sentiment-tiny", "1"), os.path.join(store, "sentiment-tiny", "1"))
@@ -201,7 +277,7 @@ def test_a_bf16_package_of_a_fine_tuned_encoder_is_kept_only_through_its_fidelit
         md = info.model.versions[0].metadata
         assert (md.format, md.file, md.precision) == ("pt2", pt2.variant_file(variant), "bfloat16")
         answer = stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment-tiny"), texts=TEXTS[:3],
-                                                  options=pb.OutputOptions(top_k=2, attention=True)), timeout=120)
+                                                  options=pb.OutputOptions(top_k=2, attention=True, raw_scores=True)), timeout=120)
         for text, result in zip(TEXTS, answer.results):
             out, _ = run(model, text)
             want = torch.softmax(out["logits"][0], -1).numpy()
