@@ -1,10 +1,12 @@
 #include "client/html_report.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "client/faithfulness.h"
 #include "nlohmann/json.hpp"
@@ -229,6 +231,40 @@ void LayerMaps(std::ostringstream& out, const Tokens& tokens,
   }
 }
 
+// The risk-coverage curve of the card's abstention table: for each threshold, the share of the test split
+// answered (not abstained) against the accuracy of those answers (a tagger's: the precision of its entities);
+// the accuracy axis starts at the tenth below the lowest point.
+std::string RiskCoverage(const nlohmann::json& rows) {
+  std::vector<std::array<double, 3>> points;  // below, answered, accuracy
+  for (const auto& r : rows) {
+    if (!r.is_object() || !r.contains("below") || !r.contains("abstained") || !r.contains("accuracy") ||
+        !r["below"].is_number() || !r["abstained"].is_number() || !r["accuracy"].is_number()) {
+      continue;  // accuracy null: every answer abstained
+    }
+    points.push_back({r["below"].get<double>(), 1 - r["abstained"].get<double>(), r["accuracy"].get<double>()});
+  }
+  if (points.empty()) return "";
+  double low = 1;
+  for (const auto& q : points) low = std::min(low, q[2]);
+  low = std::clamp(std::floor(low * 10) / 10, 0.0, 0.9);
+  auto x = [](double v) { return Fixed(24 + 200 * v, 1); };
+  auto y = [low](double v) { return Fixed(224 - 200 * (v - low) / (1 - low), 1); };
+  std::ostringstream out, line;
+  out << "<svg id=\"risk-coverage\" width=\"248\" height=\"248\" viewBox=\"0 0 248 248\" role=\"img\">"
+      << "<rect x=\"24\" y=\"24\" width=\"200\" height=\"200\" fill=\"none\" stroke=\"#999\"/>";
+  for (const auto& q : points) line << (line.tellp() > 0 ? " " : "") << x(q[1]) << "," << y(q[2]);
+  out << "<polyline points=\"" << line.str() << "\" fill=\"none\" stroke=\"#2563eb\"/>";
+  for (const auto& q : points) {
+    out << "<circle data-below=\"" << Fixed(q[0], 2) << "\" data-answered=\"" << Fixed(q[1], 4) << "\" data-accuracy=\""
+        << Fixed(q[2], 4) << "\" cx=\"" << x(q[1]) << "\" cy=\"" << y(q[2])
+        << "\" r=\"3\" fill=\"#2563eb\"><title>below " << Fixed(q[0], 2) << ": " << Fixed(100 * q[1], 1)
+        << " % answered, " << Fixed(100 * q[2], 1) << " % right</title></circle>";
+  }
+  out << "<text x=\"24\" y=\"240\" font-size=\"11\">answered &rarr; (up: right, from " << Fixed(low, 1)
+      << ")</text></svg>";
+  return out.str();
+}
+
 // How far to trust the scores: the card's calibration (docs/serving.md, "How far to trust a score") with its
 // reliability diagram, each bin's accuracy against its mean confidence, before (grey) and after (blue); or
 // a line saying the scores are raw.
@@ -264,8 +300,11 @@ std::string CalibrationBlock(const v1::ModelMetadata& md) {
           << "\" fill-opacity=\"0.7\"/>";
     }
   }
-  out << "</svg><p class=\"meta\">Of the answers given about 0.8, about 80 % were right on the test split: grey "
-         "before calibration, blue after (a dot's area is its share of the answers).</p></details>\n";
+  out << "</svg>" << RiskCoverage(c.value("abstention", nlohmann::json::array()))
+      << "<p class=\"meta\">Left: of the answers given about 0.8, about 80 % were right on the test split, grey "
+         "before calibration, blue after (a dot's area is its share of the answers). Right: abstaining below each "
+         "threshold, the share of the test split still answered against how often those answers were right "
+         "(options.abstain_below).</p></details>\n";
   return out.str();
 }
 

@@ -85,6 +85,12 @@ def test_classify_report_renders_with_highlighted_tokens(server_process, work):
     assert cal and cal.group(1).startswith("scores calibrated on "), dom[:3000]
     sides = re.findall(r'data-side="(before|after)"', cal.group(2))
     assert "before" in sides and "after" in sides, sides
+    # and its risk-coverage curve: per threshold of the card's abstention table, the share answered and its accuracy
+    curve = re.search(r'<svg id="risk-coverage"(.*?)</svg>', dom, re.S)
+    dots = re.findall(r'<circle data-below="([\d.]+)" data-answered="([\d.]+)" data-accuracy="([\d.]+)"', curve.group(1))
+    answered = [float(a) for _, a, _ in dots]
+    assert len(dots) == 6 and answered == sorted(answered, reverse=True) and answered[0] > answered[-1], dots
+    assert [float(b) for b, _, _ in dots] == [0.5, 0.6, 0.7, 0.8, 0.9, 0.95], dots
     # The most attended token of each text is drawn at full red; β boxes are blue.
     red = count(img, lambda p: near(p, (220, 38, 38)))
     blue = count(img, lambda p: p[2] > 200 and p[2] - p[0] > 90 and p[2] - p[1] > 50)

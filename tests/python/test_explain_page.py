@@ -155,6 +155,12 @@ def test_a_classification_typed_by_keyboard_shows_what_the_json_route_answers(br
     after = [(float(d.get_attribute("data-confidence")), float(d.get_attribute("data-accuracy")))
              for d in dots if d.get_attribute("data-side") == "after"]
     assert after == [(q[1], q[2]) for q in cal["after"]["reliability"]]
+    # the risk-coverage curve: a dot per threshold of the card's abstention table, answered share against accuracy
+    curve = [(float(d.get_attribute("data-below")), float(d.get_attribute("data-answered")),
+              float(d.get_attribute("data-accuracy")))
+             for d in browser.find_elements(By.CSS_SELECTOR, "#risk-coverage circle")]
+    assert curve == pytest.approx([(r["below"], 1 - r["abstained"], r["accuracy"]) for r in cal["abstention"]]), curve
+    assert len(curve) == 6 and [a for _, a, _ in curve] == sorted((a for _, a, _ in curve), reverse=True), curve
     levels = [li.get_attribute("data-coverage") for li in browser.find_elements(By.CSS_SELECTOR, "#conformal li")]
     assert levels == [str(c["coverage_target"]) for c in cal["conformal"]]
     # what the model scored on its test split, from its card

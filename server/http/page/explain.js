@@ -145,6 +145,34 @@
     return plot;
   }
 
+  // The risk-coverage curve of the card's abstention table: for each threshold, the share of the test split
+  // still answered against the accuracy of those answers (a tagger's: its entities' precision).
+  function riskCoverage(c) {
+    var rows = (c.abstention || []).filter(function (r) { return typeof r.accuracy === 'number'; });
+    if (!rows.length) return null;
+    var low = Math.min(0.9, Math.max(0, Math.floor(10 * Math.min.apply(null, rows.map(function (r) {
+      return r.accuracy; }))) / 10));
+    var size = 200, pad = 24, plot = svg('svg', {id: 'risk-coverage', width: size + 2 * pad, height: size + 2 * pad,
+      viewBox: '0 0 ' + (size + 2 * pad) + ' ' + (size + 2 * pad), role: 'img'});
+    var x = function (v) { return pad + v * size; }, y = function (v) { return pad + (1 - (v - low) / (1 - low)) * size; };
+    plot.appendChild(svg('rect', {x: pad, y: pad, width: size, height: size, fill: 'none', stroke: '#999'}));
+    plot.appendChild(svg('polyline', {fill: 'none', stroke: '#2563eb', points: rows.map(function (r) {
+      return x(1 - r.abstained) + ',' + y(r.accuracy); }).join(' ')}));
+    rows.forEach(function (r) {
+      var dot = svg('circle', {cx: x(1 - r.abstained), cy: y(r.accuracy), r: 3, fill: '#2563eb', 'data-below': r.below,
+        'data-answered': 1 - r.abstained, 'data-accuracy': r.accuracy});
+      var title = svg('title', {});
+      title.textContent = 'below ' + r.below + ': ' + fixed(100 * (1 - r.abstained), 1) + ' % answered, ' +
+        fixed(100 * r.accuracy, 1) + ' % right';
+      dot.appendChild(title);
+      plot.appendChild(dot);
+    });
+    var label = svg('text', {x: pad, y: size + 2 * pad - 6, 'font-size': 11});
+    label.textContent = 'answered →  (up: right, from ' + fixed(low, 1) + ')';
+    plot.appendChild(label);
+    return plot;
+  }
+
   function calibrationBlock(md) {
     var c = calibrationOf(md);
     if (!c) {
@@ -156,15 +184,18 @@
       'scores calibrated on ' + c.fitted_on + ' (T ' + fixed(c.temperature, 2) + '): ECE ' + fixed(b.ece, 3) + ' → ' +
       fixed(a.ece, 3) + ', Brier ' + fixed(b.brier, 3) + ' → ' + fixed(a.brier, 3) + ' on ' + c.measured_on)]);
     block.appendChild(reliabilityDiagram(c));
+    var curve = riskCoverage(c);
+    if (curve) block.appendChild(curve);
     var lines = (c.conformal || []).map(function (l) {
       return el('li', {'data-coverage': l.coverage_target}, 'coverage ' + l.coverage_target + ': labels at p ≥ ' +
         fixed(l.min_probability, 4) + ' covered ' + fixed(100 * l.coverage, 1) + ' % of the test split, ' +
         fixed(l.mean_set_size, 2) + ' labels a set');
     });
     if (lines.length) block.appendChild(el('ul', {id: 'conformal'}, lines));
-    block.appendChild(el('p', {className: 'note'}, 'Of the answers given about 0.8, about 80 % were right on the ' +
-        'test split: grey before calibration, blue after. Ask for a label set with "coverage", or mark unsure ' +
-        'answers with "abstain_below".'));
+    block.appendChild(el('p', {className: 'note'}, 'Left: of the answers given about 0.8, about 80 % were right on ' +
+        'the test split, grey before calibration, blue after. Right: abstaining below each threshold, the share of ' +
+        'the test split still answered against how often those answers were right. Ask for a label set with ' +
+        '"coverage", or mark unsure answers with "abstain_below".'));
     return block;
   }
 
