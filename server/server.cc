@@ -68,12 +68,15 @@ void LogModelEvent(const std::string& name, const VersionStatus& v) {
     const ServingConfig& c = v.serving;
     spdlog::info(
         "model {}@{} READY: {} ({}) on {} from {} ({}), {} labels/tags, max_tokens {}; batches of up to {} "
-        "texts / {} tokens / {} ms, {} instance(s); {} of memory{}",
+        "texts / {} tokens / {} ms, {} instance(s); {} of memory{}{}",
         name, v.version, m.display_name, m.task == Task::kClassification ? "classification" : "tagging",
         v.model->device(), std::filesystem::path(v.model->file()).filename().string(), FormatDescription(*v.model),
         m.task == Task::kClassification ? m.labels.size() : m.tags.size(), m.tokenizer.max_tokens, c.max_batch_size,
         c.max_batch_tokens, c.max_queue_delay_ms, c.instances, FormatBytes(v.memory_bytes),
-        v.model->has_forward_without_maps() ? "; batches that ask for no attention maps skip them" : "");
+        v.model->has_forward_without_maps() ? "; batches that ask for no attention maps skip them" : "",
+        c.abstain_below ? absl::StrCat("; answers below p ", *c.abstain_below,
+                                       " marked abstained unless a request sets its own (serving.json)")
+                        : "");
     if (!v.model->fallback_reason().empty())
       spdlog::warn("model {}@{}: {}", name, v.version, v.model->fallback_reason());
     const GraphReport& g = v.model->graphs();

@@ -137,13 +137,14 @@ void Calls::Record(const Call& call, const absl::Status& status, const AnswerSum
     if (options_.api_keys != nullptr) options_.metrics->OnKeyRequest(key != nullptr ? key->name : "_none", code);
     if (answer != nullptr && status.ok()) {
       options_.metrics->OnAnswer(model, call.explain_, answer->bytes, answer->postprocess + answer->serialize);
-      if (call.judges_) options_.metrics->OnAbstention(model, version, answer->judged, answer->abstained);
+      if (answer->judges) options_.metrics->OnAbstention(model, version, answer->judged, answer->abstained);
     }
   }
   if (call.span_.sampled && options_.spans != nullptr) ExportSpans(call, status, answer);
 }
 
 void CountAbstentions(const InferenceResponse& answer, AnswerSummary* summary) {
+  summary->judges = true;
   for (const TextResult& r : answer.results) {
     if (!r.labels.empty()) {
       ++summary->judged;
@@ -202,7 +203,6 @@ absl::Status Call::Prepare(InferenceRequest& r, std::string_view fallback_id, ab
   }
   priority_ = r.priority;
   explain_ = ExplainLabel(r.options);
-  judges_ = r.options.abstain_below.has_value();
   if (span_.sampled) r.span = SpanRef{span_.trace_id, span_.span_id};
   if (!key_) return absl::OkStatus();
   return calls_->limiter_.TakeTexts(key_->bucket(), texts_, start_);

@@ -47,7 +47,9 @@ struct AnswerSummary {
   absl::Time queued_at = absl::InfiniteFuture();
   absl::Duration forward, postprocess, serialize;
   int64_t bytes = 0;  // the answer as serialised
-  // options.abstain_below: the answers judged (texts, or entities) and those marked abstained.
+  // options.abstain_below (the request's, or its model's default): `judges`, and the answers judged (texts,
+  // or entities) and those marked abstained.
+  bool judges = false;
   int64_t judged = 0, abstained = 0;
 };
 
@@ -228,7 +230,6 @@ class Call {
   int64_t texts_ = 0;
   Priority priority_ = Priority::kDefault;  // the request's, once Prepare resolved it
   std::string explain_ = "none";            // the explanations it asked for (ExplainLabel), once prepared
-  bool judges_ = false;                     // it asked for options.abstain_below, once prepared
 };
 
 // options.abstain_below's counts of an answer (AnswerSummary::judged, abstained): a classifier's texts, a
@@ -256,7 +257,7 @@ absl::Status Call::BuildAnswer(const InferenceResponse& answer, Build&& build, A
     *summary = AnswerSummary{answer.version,          answer.tokens,        answer.queue_time,
                              answer.compute_time,     answer.queued_at,     answer.forward_time,
                              answer.postprocess_time, env.Now() - building, *bytes};
-    if (judges_) CountAbstentions(answer, summary);
+    if (answer.abstain_below) CountAbstentions(answer, summary);
   }
   return status;
 }

@@ -434,3 +434,41 @@ def test_label_sets_and_abstention_through_modelinfer_equal_the_native_answers(o
     tagged = native(api, server, "Tag", NER_TEXTS, abstain_below=0.95)
     for got, w in zip(spans, tagged.results):
         assert [s.get("abstained", False) for s in got] == [s.abstained for s in w.spans]
+
+
+def test_a_models_default_threshold_in_serving_json_judges_every_answer_that_sets_none(interop_python, api,
+                                                                                        tmp_path):
+    """serving.json's "abstain_below" (issue 77): the answers of a request that sets no threshold are judged by
+    the model's, natively and over OIP (whose default outputs then carry "abstained"), and counted; a request's
+    own threshold (0: none abstains) and raw_scores override it; the response cache keeps them apart."""
+    import os
+    import shutil
+    from qvi_testing import STORE, ServerProcess, metric_sum
+    pb, pbg = api
+    store = tmp_path / "store"
+    for name in ("sentiment", "ner"):
+        shutil.copytree(os.path.join(STORE, name), store / name)
+        (store / name / "serving.json").write_text('{"abstain_below": 0.8}')
+    proc = ServerProcess(str(store), str(tmp_path), "--response-cache-bytes", str(1 << 20))
+    try:
+        before = proc.metrics()
+        plain = native(api, proc.channel, "Classify", TEXTS)
+        marks = [r.abstained for r in plain.results]
+        assert marks == [r.labels[0].score < 0.8 for r in plain.results] and any(marks) and not all(marks), plain
+        judged = metric_sum(proc.metrics(), "qvi_abstention_judged_total", 'model="sentiment"') - metric_sum(
+            before, "qvi_abstention_judged_total", 'model="sentiment"')
+        assert judged == len(TEXTS)
+        for options in ({"abstain_below": 0.0}, {"raw_scores": True}):
+            assert not any(r.abstained for r in native(api, proc.channel, "Classify", TEXTS, **options).results)
+        assert [r.abstained for r in native(api, proc.channel, "Classify", TEXTS).results] == marks  # from the cache
+        tagged = native(api, proc.channel, "Tag", NER_TEXTS)
+        spans = [s for r in tagged.results for s in r.spans]
+        assert spans and all(s.abstained == (s.score < 0.8) for s in spans)
+        r = oip_calls(interop_python, proc.address, [{"client": "triton", "rpc": "infer", "model": "sentiment",
+                                                      "texts": TEXTS}])
+        out = value(r[0])["outputs"]
+        assert list(out) == ["label", "probabilities", "abstained"] and out["abstained"]["data"] == marks
+        with open(proc.log_path, encoding="utf-8") as f:  # the operator reads the default in the load's line
+            assert "answers below p 0.8 marked abstained unless a request sets its own (serving.json)" in f.read()
+    finally:
+        proc.stop()

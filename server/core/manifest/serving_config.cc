@@ -162,6 +162,8 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
       absl::StatusOr<GraphSettings> graphs = ParseGraphSettings(value);
       if (!graphs.ok()) return graphs.status();
       o.cuda_graphs = *std::move(graphs);
+    } else if (key == "abstain_below") {
+      s = ReadNumber(value, key, 0.0, 1.0, o.abstain_below);
     } else if (key == "version_policy") {
       if (!value.is_string()) return Bad(key, "must be a string: \"latest:N\", \"all\" or \"specific:V1,V2\"");
       absl::StatusOr<VersionPolicy> policy = VersionPolicy::Parse(value.get<std::string>());
@@ -171,7 +173,7 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
       return Bad(key,
                  "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
                  "max_queued_texts, max_queued_tokens, priority_aging_ms, instances, device, format, cpu_package, "
-                 "version_policy, batch_when_idle, cuda_graphs, memory_bytes");
+                 "version_policy, batch_when_idle, cuda_graphs, memory_bytes, abstain_below");
     }
     if (!s.ok()) return s;
   }
@@ -212,7 +214,17 @@ ServingConfig ResolveServingConfig(const ServingConfig& d, const Manifest& m, co
   c.priority_aging_ms = o.priority_aging_ms.value_or(d.priority_aging_ms);
   c.batching = o.batching.value_or(d.batching);
   c.cuda_graphs = o.cuda_graphs.value_or(d.cuda_graphs);
+  c.abstain_below = o.abstain_below;
   return c;
+}
+
+absl::Status CheckServingFor(const ServingConfig& c, const Manifest& m) {
+  if (c.abstain_below && !m.calibration) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("serving.json: 'abstain_below' judges calibrated probabilities, and model '", m.name,
+                     "' has no calibration on its card (`python -m qvi calibrate --write` adds one)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckCpuPackage(const std::string& name) {

@@ -3,7 +3,8 @@
 //   2. the model's manifest (`serving`: max_batch_size, max_batch_tokens, max_queue_delay_ms),
 //   3. the operator's file beside the versions, <store>/<model>/serving.json, which may set
 //      max_batch_size, max_batch_tokens, max_queue_delay_ms, max_queued_texts, max_queued_tokens,
-//      instances, device, format, cpu_package, version_policy, batch_when_idle, cuda_graphs.
+//      instances, device, format, cpu_package, version_policy, batch_when_idle, cuda_graphs, memory_bytes,
+//      abstain_below.
 // The file never changes the model's own facts (labels, tokenizer, outputs). An unknown key or a
 // value out of range is an error naming the key, so a typo cannot pass silently.
 #ifndef QVI_SERVER_CORE_MANIFEST_SERVING_CONFIG_H_
@@ -91,6 +92,9 @@ struct ServingConfig {
   std::string cpu_package = "auto";
   BatchingMode batching = defaults::kBatchWhenIdle ? BatchingMode::kWhenIdle : BatchingMode::kFillOrDelay;
   GraphSettings cuda_graphs;
+  // options.abstain_below for the requests that set none and ask for calibrated scores (serving/trust.h's
+  // ApplyServingDefaults); only for a model whose card carries a calibration (CheckServingFor).
+  std::optional<double> abstain_below;
 };
 
 // What a serving.json sets; unset fields keep the value from the sources before it.
@@ -104,6 +108,7 @@ struct ServingOverrides {
   std::optional<VersionPolicy> version_policy;
   std::optional<BatchingMode> batching;  // "batch_when_idle": true or false
   std::optional<GraphSettings> cuda_graphs;
+  std::optional<double> abstain_below;  // in [0, 1]
   // A version's footprint as the memory budget counts it, instead of the one measured at its load.
   std::optional<int64_t> memory_bytes;
 
@@ -130,6 +135,10 @@ Placement ResolvePlacement(const ServingConfig& server_defaults, const ServingOv
 // graphs and runner.
 ServingConfig ResolveServingConfig(const ServingConfig& server_defaults, const Manifest& manifest,
                                    const ServingOverrides& overrides, bool on_gpu = false);
+
+// What a resolved config asks of its model: FAILED_PRECONDITION naming the key where the model cannot give
+// it (abstain_below on a model without calibration). Checked at each load, so the version fails to load.
+absl::Status CheckServingFor(const ServingConfig& config, const Manifest& manifest);
 
 }  // namespace qvi
 

@@ -110,6 +110,9 @@ struct InferenceResponse {
   std::shared_ptr<const Manifest> manifest;
   std::vector<TextResult> results;
   std::string request_id;
+  // The threshold its answers were judged by (options.abstain_below, the request's or its model's default):
+  // the metrics count its abstentions.
+  std::optional<double> abstain_below;
   // For the access log and metrics: tokens fed to the model (after truncation), when its first text
   // joined the batch queue (the core's clock), the longest wait of its texts there, and the longest
   // batch it was in, whole and split into the forward pass and the post-processing of the rows.

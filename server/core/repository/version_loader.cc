@@ -84,6 +84,7 @@ absl::StatusOr<VersionLoader::Loaded> VersionLoader::Run(const std::string& what
                 if (!model.ok()) return model.status();
                 ServingConfig serving =
                     ResolveServingConfig(defaults, (*model)->manifest(), overrides, (*model)->torch_device().is_cuda());
+                if (absl::Status s = CheckServingFor(serving, (*model)->manifest()); !s.ok()) return s;
                 if (absl::Status s = (*model)->PrepareGraphs(serving, backend, note, env); !s.ok()) return s;
                 return Loaded{*std::move(model), std::move(serving)};
               }();

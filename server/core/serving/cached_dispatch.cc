@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/serving/inference_service.h"
+#include "server/core/serving/trust.h"
 
 namespace qvi {
 namespace {
@@ -37,6 +38,7 @@ bool InferenceService::AnswerWithCache(Method method, InferenceRequest& r, Done&
     if (!resolved.ok()) return false;  // answered (or waited for) on the usual path
     servable = *std::move(resolved);
   }
+  ApplyServingDefaults(servable->serving, r.options);  // the answer depends on them: so does its key
   const std::string options = ResponseCache::OptionsKey(method, r.options);
   std::vector<ResponseCache::Key> keys;
   keys.reserve(r.texts.size());
@@ -63,6 +65,7 @@ bool InferenceService::AnswerWithCache(Method method, InferenceRequest& r, Done&
     answer.version = servable->version;
     answer.manifest = servable->model->shared_manifest();
     answer.request_id = r.request_id;
+    answer.abstain_below = r.options.abstain_below;
     for (std::optional<TextResult>& result : state->found) answer.results.push_back(*std::move(result));
     state->done(std::move(answer));
     return true;

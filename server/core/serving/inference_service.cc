@@ -181,7 +181,7 @@ absl::Status ReadText(Method method, const Model& model, const InferenceRequest&
 
 }  // namespace
 
-absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method method, const InferenceRequest& r,
+absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method method, InferenceRequest& r,
                                                                      ServableHandle servable) const {
   if (absl::Status s = CheckRequest(r, limits_); !s.ok()) return s;
   if (absl::Status s = CheckTrustRanges(r.options); !s.ok()) return s;
@@ -195,9 +195,10 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
   if (!handle.ok()) return handle.status();
   const Model& model = *(*handle)->model;
   const Manifest& m = model.manifest();
+  const ServingConfig& serving = (*handle)->serving;
+  ApplyServingDefaults(serving, r.options);
   if (absl::Status s = CheckAgainstModel(method, r, model); !s.ok()) return s;
 
-  const ServingConfig& serving = (*handle)->serving;
   if (static_cast<int64_t>(r.texts.size()) > serving.max_queued_texts) {
     return absl::InvalidArgumentError(absl::StrCat("texts: ", r.texts.size(), " texts can never fit model '", r.model,
                                                    "''s queue of ", serving.max_queued_texts,
@@ -211,6 +212,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
   response.version = (*handle)->version;
   response.manifest = model.shared_manifest();  // not the handle: an answer must not hold its version loaded
   response.request_id = r.request_id;
+  response.abstain_below = r.options.abstain_below;
   response.results.resize(r.texts.size());
   p.ids.resize(r.texts.size());
   for (size_t i = 0; i < r.texts.size(); ++i) {

@@ -64,7 +64,9 @@ class InferenceService {
     InferenceResponse response;  // tokens filled in, results to come
     std::vector<std::vector<int64_t>> ids;
   };
-  absl::StatusOr<Prepared> Prepare(Method method, const InferenceRequest& request, ServableHandle servable) const;
+  // Checks the request against the version that answers, with that version's defaults applied to its
+  // options (ApplyServingDefaults), and tokenises its texts.
+  absl::StatusOr<Prepared> Prepare(Method method, InferenceRequest& request, ServableHandle servable) const;
   // Takes the request by value: its texts move into the answer's post-processing, uncopied.
   // A model that loads on demand (WaitsForLoad) is waited for, once, within the request's deadline.
   // `cached`: the response cache was looked in already (AnswerWithCache's request of the texts it lacks).

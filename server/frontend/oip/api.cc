@@ -37,7 +37,8 @@ absl::StatusOr<OipApi::Planned> OipApi::Plan(const inference::ModelInferRequest&
   absl::StatusOr<ServableHandle> servable = Serving(loaded, request.model_name(), *version);
   if (*servable == nullptr) servable = repository_->Resolve(request.model_name(), *version);
   if (!servable.ok()) return servable.status();
-  absl::StatusOr<oip::InferPlan> plan = oip::FromModelInfer(request, (*servable)->model->manifest());
+  absl::StatusOr<oip::InferPlan> plan =
+      oip::FromModelInfer(request, (*servable)->model->manifest(), (*servable)->serving);
   if (!plan.ok()) return plan.status();
   Planned planned{std::move(*servable), std::make_shared<oip::InferPlan>(std::move(*plan))};
   // Padded tensors can be far larger than the texts: the core sizes the answer before the model

@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "server/core/request/request_checks.h"
+#include "server/core/serving/trust.h"
 
 namespace qvi::oip {
 namespace {
@@ -359,7 +360,8 @@ absl::StatusOr<int64_t> ParseVersion(const std::string& field, const std::string
   return v;
 }
 
-absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in, const Manifest& m) {
+absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in, const Manifest& m,
+                                         const ServingConfig& serving) {
   InferPlan plan;
   plan.method = m.task == Task::kClassification ? Method::kClassify : Method::kTag;
   InferenceRequest& r = plan.request;
@@ -370,6 +372,7 @@ absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in,
   r.request_id = in.id();
   if (absl::Status s = ReadInput(in, m, r); !s.ok()) return s;
   if (absl::Status s = ReadParameters(in, m, plan); !s.ok()) return s;
+  ApplyServingDefaults(serving, r.options);  // a model's default abstain_below brings the "abstained" tensor too
   if (absl::Status s = ReadOutputs(in, m, plan); !s.ok()) return s;
   return plan;
 }

@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "inference/open_inference_grpc.pb.h"
 #include "server/core/manifest/manifest.h"
+#include "server/core/manifest/serving_config.h"
 #include "server/core/outputs/answer_tensors.h"
 #include "server/core/request/request.h"
 
@@ -57,8 +58,10 @@ struct InferPlan {
 // "" is 0 (the newest ready version); otherwise a positive integer. INVALID_ARGUMENT names `field`.
 absl::StatusOr<int64_t> ParseVersion(const std::string& field, const std::string& version);
 
-// Checks `in` against the model and the protocol; errors name the field and what was wrong.
-absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in, const Manifest& manifest);
+// Checks `in` against the model and the protocol; errors name the field and what was wrong. `serving`: the
+// version's config, whose defaults (ApplyServingDefaults) fill what the parameters leave unset.
+absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in, const Manifest& manifest,
+                                         const ServingConfig& serving = {});
 
 // response.cc: the response half. --------------------------------------------------------
 

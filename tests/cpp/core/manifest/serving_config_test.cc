@@ -85,11 +85,33 @@ TEST(ServingConfigTest, ErrorsNameTheKey) {
             "'cpu_package' must be \"auto\", \"x86-64-v4-int8\", \"x86-64-v4-bf16\", \"x86-64-v4\", \"base\" (\"base\" "
             "is"},
            {R"({"cpu_package": 4})", "'cpu_package' must be"},
+           {R"({"abstain_below": 1.5})", "'abstain_below' must be in [0, 1], got 1.5"},
+           {R"({"abstain_below": "high"})", "'abstain_below' must be a number"},
        }) {
     absl::StatusOr<ServingOverrides> o = ServingOverrides::Parse(c.json);
     ASSERT_FALSE(o.ok()) << c.json;
     EXPECT_NE(o.status().message().find(c.message), std::string::npos) << o.status().message();
   }
+}
+
+// A model's default abstain_below (serving/trust.h) needs calibrated scores: a version without a calibration
+// on its card fails its load, the key named.
+TEST(ServingConfigTest, ADefaultAbstentionThresholdNeedsACalibratedModel) {
+  absl::StatusOr<ServingOverrides> o = ServingOverrides::Parse(R"({"abstain_below": 0.7})");
+  ASSERT_TRUE(o.ok()) << o.status();
+  Manifest m;
+  m.name = "topics";
+  const ServingConfig c = ResolveServingConfig(ServingConfig{}, m, *o);
+  EXPECT_EQ(c.abstain_below, 0.7);
+  EXPECT_FALSE(ResolveServingConfig(ServingConfig{}, m, ServingOverrides{}).abstain_below.has_value());
+  const absl::Status raw = CheckServingFor(c, m);
+  EXPECT_EQ(raw.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(raw.message(),
+            "serving.json: 'abstain_below' judges calibrated probabilities, and model 'topics' has no calibration on "
+            "its card (`python -m qvi calibrate --write` adds one)");
+  m.calibration = CalibrationCard{};
+  EXPECT_TRUE(CheckServingFor(c, m).ok());
+  EXPECT_TRUE(CheckServingFor(ServingConfig{}, Manifest{}).ok());
 }
 
 TEST(ServingConfigTest, NoFileMeansNoOverrides) {

@@ -25,6 +25,28 @@ Manifest Calibrated() {
 
 std::string Error(const absl::Status& s) { return std::string(s.message()); }
 
+// serving.json's abstain_below fills a request that set none; a request's own threshold (0 included: none
+// abstains) and raw_scores (no calibrated scores to judge) keep theirs.
+TEST(TrustTest, AModelsDefaultThresholdAppliesOnlyWhereTheRequestSetNone) {
+  ServingConfig serving;
+  serving.abstain_below = 0.6;
+  OutputOptions plain;
+  ApplyServingDefaults(serving, plain);
+  EXPECT_EQ(plain.abstain_below, 0.6);
+  OutputOptions own;
+  own.abstain_below = 0.0;
+  ApplyServingDefaults(serving, own);
+  EXPECT_EQ(own.abstain_below, 0.0);
+  OutputOptions raw;
+  raw.raw_scores = true;
+  ApplyServingDefaults(serving, raw);
+  EXPECT_FALSE(raw.abstain_below.has_value());
+  EXPECT_TRUE(CheckTrustRanges(raw).ok());
+  OutputOptions none;
+  ApplyServingDefaults(ServingConfig{}, none);
+  EXPECT_FALSE(none.abstain_below.has_value());
+}
+
 TEST(TrustTest, BadOptionsAreRefusedNamingTheField) {
   OutputOptions o;
   EXPECT_TRUE(CheckTrustRanges(o).ok());
