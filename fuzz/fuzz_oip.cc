@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   // The caps' elements at their most (16 inputs, 64 outputs, 3 x 64 parameters, 256 texts...) fit in 512 KiB.
   Check(request.SpaceUsedLong() <= 4 * size + (512 << 10));
-  absl::StatusOr<qvi::oip::InferPlan> plan = qvi::oip::FromModelInfer(request, *manifest);
+  absl::StatusOr<qvi::oip::InferPlan> plan = qvi::oip::FromModelInfer(request, *manifest, qvi::ServingConfig{});
   if (!plan.ok()) {
     Check(plan.status().code() == absl::StatusCode::kInvalidArgument);
     Check(plan.status().message().size() < 600);

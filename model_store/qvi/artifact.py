@@ -23,6 +23,7 @@ from qvi.models import ModelConfig, build_model, output_spec
 from qvi.tokenizer import TokenizerConfig, Vocabulary, config_to_json
 
 FORMAT_VERSION = 1
+SUBWORD_FORMAT_VERSION = 2  # a sub-word model's (qvi.hf_import, qvi.finetune): tokenizer.json, no vocab.txt
 MANIFEST = "manifest.json"
 VOCAB = "vocab.txt"
 TOKENIZER = "tokenizer.json"  # a sub-word model's (format 2: qvi.hf_import, qvi.finetune)
@@ -92,9 +93,9 @@ def update_card(path: str, entries: Dict[str, object]) -> str:
     extra = {MANIFEST: "", VOCAB: "", TOKENIZER: ""}  # a file the artifact lacks reads as ""
     module = torch.jit.load(path, map_location="cpu", _extra_files=extra)
     manifest = json.loads(extra[MANIFEST])
-    if manifest.get("format_version") not in (FORMAT_VERSION, 2):
+    if manifest.get("format_version") not in (FORMAT_VERSION, SUBWORD_FORMAT_VERSION):
         raise ValueError(f"{path}: manifest format_version {manifest.get('format_version')} is not "
-                         f"{FORMAT_VERSION} or 2")
+                         f"{FORMAT_VERSION} or {SUBWORD_FORMAT_VERSION}")
     card = manifest.setdefault("model_card", {})
     card.update(entries)
     files = {name: text if isinstance(text, str) else text.decode("utf-8") for name, text in extra.items()
@@ -133,7 +134,7 @@ def load(path: str, device: str = "cpu") -> Tuple[torch.jit.ScriptModule, Dict[s
     extra = {MANIFEST: "", VOCAB: ""}
     module = torch.jit.load(path, map_location=device, _extra_files=extra)
     manifest = json.loads(extra[MANIFEST])
-    if manifest.get("format_version") not in (FORMAT_VERSION, 2):  # 2: qvi.hf_import's sub-word models
+    if manifest.get("format_version") not in (FORMAT_VERSION, SUBWORD_FORMAT_VERSION):
         raise ValueError(f"{path}: manifest format_version {manifest.get('format_version')} is not {FORMAT_VERSION}")
     if manifest.get("tokenizer", {}).get("level") == "subword":
         raise ValueError(f"{path} is a sub-word model (imported with `python -m qvi import`): the zoo's word "

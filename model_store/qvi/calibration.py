@@ -311,18 +311,20 @@ def crf_scores(crf: Optional[object]) -> Optional[SimpleNamespace]:
 Forward = Callable[[torch.Tensor, torch.Tensor], Dict[str, torch.Tensor]]
 
 
-def subword_split(tokenizer_json: str, path: str, task: str, labels: Sequence[str], max_tokens: int):
-    """A split encoded for a sub-word model (qvi.subword_data.SubwordData) from its tokenizer.json's text."""
+def subword_split(tokenizer_json: str, path: str, task: str, labels: Sequence[str], max_tokens: int,
+                  join: str = " "):
+    """A split encoded for a sub-word model (qvi.subword_data.SubwordData) from its tokenizer.json's text, truncated
+    at `max_tokens` as the server truncates (the manifest's tokenizer.max_tokens)."""
     from qvi.data import read_classification, read_conll
     from qvi.subword_data import SubwordData
     tagging = task == "tagging"
-    examples = read_conll(path) if tagging else read_classification(path)
+    examples = read_conll(path, join) if tagging else read_classification(path)
     found = {t for e in examples for _, _, t in e.spans} if tagging else {e.label for e in examples}
     known = {t.split("-", 1)[-1] for t in labels} if tagging else set(labels)
     if found - known:
         raise ValueError(f"{path}: {'entity types' if tagging else 'labels'} {sorted(found - known)} are not the "
                          f"model's ({', '.join(sorted(known - {'O'}))})")
-    return SubwordData(tokenizer_json, examples, labels, tagging, max_tokens, tokenizer_text=True)
+    return SubwordData(tokenizer_json, examples, labels, tagging, max_tokens, tokenizer_text=True, targets=False)
 
 
 def subword_logits(forward: Forward, data) -> Tuple[np.ndarray, np.ndarray]:
@@ -346,7 +348,7 @@ def subword_tagger_outputs(forward: Forward, data, tags: Sequence[str], crf: Opt
             for k, r in enumerate(index):
                 first = torch.tensor([f for f, _, _ in data.words[r]], dtype=torch.long)
                 words[r] = (out["emissions"][k].index_select(0, first).double(), out["tags"][k].index_select(0, first))
-    batches = []
+    padded = []
     for b in range(0, len(words), 64):
         group = [words[r] for r in range(b, min(b + 64, len(words)))]
         n = max([1] + [len(p) for _, p in group])
@@ -355,22 +357,23 @@ def subword_tagger_outputs(forward: Forward, data, tags: Sequence[str], crf: Opt
         predicted = torch.zeros(len(group), n, dtype=torch.long)
         for k, (e, p) in enumerate(group):
             emissions[k, :len(p)], mask[k, :len(p)], predicted[k, :len(p)] = e, True, p
-        batches.append((emissions, mask, predicted))
+        padded.append((emissions, mask, predicted))
     gold = []
     for i, ex in enumerate(data.examples):
         starts = {s: j for j, (_, s, _) in enumerate(data.words[i])}
         ends = {e: j + 1 for j, (_, _, e) in enumerate(data.words[i])}
         gold.append({(starts[s], ends[e], t) for s, e, t in ex.spans if s in starts and e in ends})
-    return TaggerOutputs(batches, crf, tags, gold)
+    return TaggerOutputs(padded, crf, tags, gold)
 
 
 def subword_card(forward: Forward, manifest: Dict[str, object], tokenizer_json: str, dev: str, test: str,
-                 crf: Optional[object]) -> Dict[str, object]:
+                 crf: Optional[object], join: str = " ") -> Dict[str, object]:
     """model_card.calibration of a sub-word model (`forward(ids, mask)`: its outputs) from its dev and test splits."""
     task = str(manifest["task"])
     labels = manifest["labels"] if task == "classification" else manifest["tags"]
-    max_tokens = int(manifest["architecture"]["config"]["max_tokens"])  # type: ignore[index]
-    splits = [subword_split(tokenizer_json, p, task, labels, max_tokens) for p in (dev, test)]  # type: ignore[arg-type]
+    max_tokens = int(manifest["tokenizer"]["max_tokens"])  # type: ignore[index]
+    splits = [subword_split(tokenizer_json, p, task, labels, max_tokens, join)  # type: ignore[arg-type]
+              for p in (dev, test)]
     if task == "classification":
         return classifier_card(*subword_logits(forward, splits[0]), *subword_logits(forward, splits[1]))
     return tagger_card(*(subword_tagger_outputs(forward, d, labels, crf_scores(crf)) for d in splits))  # type: ignore[arg-type]
@@ -394,7 +397,7 @@ def calibrate(artifact_path: str, dev: str, test: str, join: str = " ", root: Op
         module.eval()
         text = extra[artifact.TOKENIZER]
         card = subword_card(module.forward_without_maps, manifest, text if isinstance(text, str) else text.decode(),
-                            dev, test, getattr(module, "crf", None))
+                            dev, test, getattr(module, "crf", None), join)
     else:
         module, manifest, vocab = artifact.load(artifact_path)
         if manifest["task"] == "classification":

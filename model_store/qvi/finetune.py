@@ -368,6 +368,13 @@ def _complete(target: str, package: str, a: argparse.Namespace) -> None:
         artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, os.path.dirname(os.path.dirname(
             os.path.dirname(target))), 1)
         print(f"{target}: its card carries the {' and '.join(lacks)} figures now", flush=True)
+        # Every package carries the card it was compiled with: model.cpu.pt2 is compiled again below, the others
+        # (`qvi finetune-packages`' variants, a GPU's) would answer with the old one, so they go.
+        folder = os.path.dirname(target)
+        for stale in sorted(f for f in os.listdir(folder) if f.endswith(".pt2") and f != os.path.basename(package)):
+            os.unlink(os.path.join(folder, stale))
+            print(f"{os.path.join(folder, stale)}: removed, its card is older (compile it again from model.pt)",
+                  flush=True)
     t1 = time.perf_counter()
     pt2.write_cached(model, manifest, tokenizer_text, os.path.dirname(target), "cpu", pt2.DEFAULT_CPU_TARGET,
                      a.pt2_cache)

@@ -22,7 +22,7 @@ from qvi import artifact, pt2
 from qvi.hf_encoders import Encoder, EncoderConfig, output_spec
 from qvi.workflow import add_freezing_arg
 
-FORMAT_VERSION = 2           # the manifest format with sub-word tokenizers
+FORMAT_VERSION = artifact.SUBWORD_FORMAT_VERSION  # the manifest format with sub-word tokenizers
 TOKENIZER_FILE = artifact.TOKENIZER
 REQUIRED = ("config.json", "model.safetensors", TOKENIZER_FILE)
 # architectures[0] of config.json -> (family, task)

@@ -4,7 +4,7 @@ characters; and the batches of similar lengths it is read in. Shared by fine-tun
 (qvi.calibration)."""
 import random
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -12,11 +12,12 @@ from qvi.data import Encoded, Example, spans_to_tags
 
 
 class SubwordData:
-    """A corpus split encoded with the pretrained tokenizer.json (the `tokenizers` package, at training time
-    only; the server has its own reader): ids, targets, and for taggers each word's sub-words and characters."""
+    """A corpus split encoded with a tokenizer.json (`tokenizer`: its path, or with `tokenizer_text` its text):
+    ids, targets (a tagger's in BIO over the sub-words; `targets` False: none, as calibration reads only the
+    gold spans), and for taggers each word's first sub-word and characters."""
 
     def __init__(self, tokenizer: str, examples: Sequence[Example], labels: Sequence[str], tagging: bool,
-                 max_tokens: int, tokenizer_text: bool = False):
+                 max_tokens: int, tokenizer_text: bool = False, targets: bool = True):
         from tokenizers import Tokenizer
         tok = Tokenizer.from_str(tokenizer) if tokenizer_text else Tokenizer.from_file(tokenizer)  # text, or its path
         tok.no_padding()
@@ -34,7 +35,7 @@ class SubwordData:
                 word_spans = {w: (s, e) for w, (_, s, e) in zip(ids, words)}
                 pieces = [_Span(*word_spans[w]) if w is not None and not ex.text[s:e].strip() else _Span(s, e)
                           for w, (s, e) in zip(enc.word_ids, enc.offsets)]
-                target = [index[t] for t in spans_to_tags(pieces, ex.spans, "BIO")]
+                target = [index[t] for t in spans_to_tags(pieces, ex.spans, "BIO")] if targets else []
                 self.words.append(words)
             else:
                 target = [index[ex.label]]
@@ -92,7 +93,7 @@ def batches(data: Sequence[Encoded], size: int, tagging: bool, seed: int,
             n = len(data[r].ids)
             ids[k, :n] = torch.tensor(data[r].ids)
             mask[k, :n] = True
-            if tagging:
+            if tagging and data[r].target:
                 targets[k, :n] = torch.tensor(data[r].target)
         out.append((ids, mask, targets, rows))
     return out

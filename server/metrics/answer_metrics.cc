@@ -51,12 +51,13 @@ Metrics::AnswerMix::AnswerMix(prometheus::Registry& registry)
                 .Register(registry)),
       judged(prometheus::BuildCounter()
                  .Name("qvi_abstention_judged_total")
-                 .Help("Answers that asked for options.abstain_below (a classifier's text, a tagger's entity), by "
-                       "model and version: qvi_abstained_total over it is the share abstained")
+                 .Help("Answers judged by an abstention threshold (options.abstain_below, or the model's serving.json "
+                       "default; a classifier's text, a tagger's entity), by model and version: qvi_abstained_total "
+                       "over it is the share abstained")
                  .Register(registry)),
       abstained(prometheus::BuildCounter()
                     .Name("qvi_abstained_total")
-                    .Help("Answers marked abstained: their calibrated probability was below options.abstain_below. "
+                    .Help("Answers marked abstained: their calibrated probability was below the threshold. "
                           "A share that climbs says live traffic no longer looks like the split the model was "
                           "calibrated on")
                     .Register(registry)) {}

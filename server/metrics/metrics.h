@@ -84,8 +84,9 @@ class Metrics final : public ServingObserver, public ResponseCache::Events {
   // One answered inference call: its answer's bytes as serialised and the time it took to make them
   // (post-processing and serialising), by model and the explanations asked for (ExplainLabel).
   void OnAnswer(const std::string& model, const std::string& explain, int64_t bytes, absl::Duration made);
-  // An answer that asked for options.abstain_below: `judged` answers (texts, or entities), `abstained` of them
-  // marked (qvi_abstention_judged_total, qvi_abstained_total).
+  // An answer judged by an abstention threshold (options.abstain_below, or its model's serving.json default):
+  // `judged` answers (texts, or entities), `abstained` of them marked (qvi_abstention_judged_total,
+  // qvi_abstained_total).
   void OnAbstention(const std::string& model, int64_t version, int64_t judged, int64_t abstained);
   // ResponseCache::Events: qvi_response_cache_{hits,misses,evictions}_total{model}.
   void OnLookups(const std::string& model, int hits, int misses) override;

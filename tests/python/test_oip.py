@@ -451,16 +451,23 @@ def test_a_models_default_threshold_in_serving_json_judges_every_answer_that_set
         (store / name / "serving.json").write_text('{"abstain_below": 0.8}')
     proc = ServerProcess(str(store), str(tmp_path), "--response-cache-bytes", str(1 << 20))
     try:
-        before = proc.metrics()
+        def counted(name):
+            return metric_sum(proc.metrics(), name, 'model="sentiment"')
+
         plain = native(api, proc.channel, "Classify", TEXTS)
         marks = [r.abstained for r in plain.results]
         assert marks == [r.labels[0].score < 0.8 for r in plain.results] and any(marks) and not all(marks), plain
-        judged = metric_sum(proc.metrics(), "qvi_abstention_judged_total", 'model="sentiment"') - metric_sum(
-            before, "qvi_abstention_judged_total", 'model="sentiment"')
-        assert judged == len(TEXTS)
+        assert (counted("qvi_abstention_judged_total"), counted("qvi_abstained_total")) == (len(TEXTS), sum(marks))
+        # The request's own threshold and raw scores are other answers, kept apart from the default's in the cache
+        # (each misses it once), and judged by their own threshold or not at all.
         for options in ({"abstain_below": 0.0}, {"raw_scores": True}):
             assert not any(r.abstained for r in native(api, proc.channel, "Classify", TEXTS, **options).results)
-        assert [r.abstained for r in native(api, proc.channel, "Classify", TEXTS).results] == marks  # from the cache
+        assert counted("qvi_response_cache_hits_total") == 0
+        assert counted("qvi_abstention_judged_total") == 2 * len(TEXTS)
+        assert [r.abstained for r in native(api, proc.channel, "Classify", TEXTS).results] == marks
+        assert counted("qvi_response_cache_hits_total") == len(TEXTS)  # from the cache, judged and counted still
+        assert (counted("qvi_abstention_judged_total"), counted("qvi_abstained_total")) == (3 * len(TEXTS),
+                                                                                            2 * sum(marks))
         tagged = native(api, proc.channel, "Tag", NER_TEXTS)
         spans = [s for r in tagged.results for s in r.spans]
         assert spans and all(s.abstained == (s.score < 0.8) for s in spans)
@@ -468,6 +475,7 @@ def test_a_models_default_threshold_in_serving_json_judges_every_answer_that_set
                                                       "texts": TEXTS}])
         out = value(r[0])["outputs"]
         assert list(out) == ["label", "probabilities", "abstained"] and out["abstained"]["data"] == marks
+        assert counted("qvi_abstention_judged_total") == 4 * len(TEXTS)
         with open(proc.log_path, encoding="utf-8") as f:  # the operator reads the default in the load's line
             assert "answers below p 0.8 marked abstained unless a request sets its own (serving.json)" in f.read()
     finally:

@@ -61,7 +61,7 @@ absl::StatusOr<int64_t> ParseVersion(const std::string& field, const std::string
 // Checks `in` against the model and the protocol; errors name the field and what was wrong. `serving`: the
 // version's config, whose defaults (ApplyServingDefaults) fill what the parameters leave unset.
 absl::StatusOr<InferPlan> FromModelInfer(const inference::ModelInferRequest& in, const Manifest& manifest,
-                                         const ServingConfig& serving = {});
+                                         const ServingConfig& serving);
 
 // response.cc: the response half. --------------------------------------------------------
 

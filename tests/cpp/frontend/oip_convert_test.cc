@@ -60,6 +60,11 @@ ModelInferRequest Request(const std::vector<std::string>& texts) {
   return r;
 }
 
+// A plan for a version served with the server's defaults (no serving.json).
+absl::StatusOr<InferPlan> PlanOf(const ModelInferRequest& r, const Manifest& m) {
+  return FromModelInfer(r, m, ServingConfig{});
+}
+
 std::string Error(const absl::StatusOr<InferPlan>& plan) {
   EXPECT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
@@ -72,11 +77,37 @@ std::vector<std::string> Names(const InferPlan& plan) {
   return names;
 }
 
+// serving.json's abstain_below judges a request whose parameters set none: its default answer carries the
+// "abstained" tensor, which it may also name; its own parameter, or raw_scores, wins.
+TEST(OipConvertTest, AModelsDefaultThresholdBringsTheAbstainedTensor) {
+  ServingConfig serving;
+  serving.abstain_below = 0.7;
+  auto plan = FromModelInfer(Request({"a good film"}), Classifier(), serving);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->request.options.abstain_below, 0.7);
+  EXPECT_EQ(Names(*plan), (std::vector<std::string>{"label", "probabilities", "abstained"}));
+  ModelInferRequest named = Request({"a good film"});
+  named.add_outputs()->set_name("abstained");
+  plan = FromModelInfer(named, Classifier(), serving);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(Names(*plan), (std::vector<std::string>{"abstained"}));
+  EXPECT_EQ(Error(PlanOf(named, Classifier())), "outputs[0].name: 'abstained' needs parameters.abstain_below");
+  ModelInferRequest own = Request({"a good film"});
+  (*own.mutable_parameters())["abstain_below"].set_double_param(0.2);
+  EXPECT_EQ(FromModelInfer(own, Classifier(), serving)->request.options.abstain_below, 0.2);
+  ModelInferRequest raw = Request({"a good film"});
+  (*raw.mutable_parameters())["raw_scores"].set_bool_param(true);
+  plan = FromModelInfer(raw, Classifier(), serving);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->request.options.abstain_below.has_value());
+  EXPECT_EQ(Names(*plan), (std::vector<std::string>{"label", "probabilities"}));
+}
+
 TEST(OipConvertTest, ReadsRawAndListedTextsAlike) {
   ModelInferRequest raw = Request({"a good film", "", "ünïcödé 👍"});
   raw.set_id("id-7");
   raw.set_model_version("2");
-  auto plan = FromModelInfer(raw, Classifier());
+  auto plan = PlanOf(raw, Classifier());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->request.texts, (std::vector<std::string>{"a good film", "", "ünïcödé 👍"}));
   EXPECT_EQ(plan->request.version, 2);
@@ -88,74 +119,71 @@ TEST(OipConvertTest, ReadsRawAndListedTextsAlike) {
   listed.mutable_inputs(0)->set_shape(0, 2);
   listed.mutable_inputs(0)->mutable_contents()->add_bytes_contents("one");
   listed.mutable_inputs(0)->mutable_contents()->add_bytes_contents("two");
-  plan = FromModelInfer(listed, Classifier());
+  plan = PlanOf(listed, Classifier());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->request.texts, (std::vector<std::string>{"one", "two"}));
 
   ModelInferRequest column = Request({"x", "y"});  // [N, 1], as tritonclient examples often shape it
   column.mutable_inputs(0)->add_shape(1);
-  EXPECT_TRUE(FromModelInfer(column, Classifier()).ok());
+  EXPECT_TRUE(PlanOf(column, Classifier()).ok());
 }
 
 TEST(OipConvertTest, RefusesMalformedRawContentsNamingTheElement) {
   ModelInferRequest r = Request({"abc"});
   r.set_raw_input_contents(0, r.raw_input_contents(0).substr(0, 5));  // 3 bytes promised, 1 there
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
-            "raw_input_contents[0]: element 0 is 3 bytes, past the end of the buffer");
+  EXPECT_EQ(Error(PlanOf(r, Classifier())), "raw_input_contents[0]: element 0 is 3 bytes, past the end of the buffer");
   r = Request({"abc"});
   r.set_raw_input_contents(0, r.raw_input_contents(0) + "\x01\x00");
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
+  EXPECT_EQ(Error(PlanOf(r, Classifier())),
             "raw_input_contents[0]: element 1 has an incomplete 4-byte length at byte 7");
   r = Request({"a", "b", "c"});
   r.mutable_inputs(0)->set_shape(0, 2);
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
-            "raw_input_contents[0]: holds more than the 2 elements of inputs[0].shape");
+  EXPECT_EQ(Error(PlanOf(r, Classifier())), "raw_input_contents[0]: holds more than the 2 elements of inputs[0].shape");
   r = Request({"a"});
   r.mutable_inputs(0)->set_shape(0, 1000000000000);  // a shape the buffer cannot hold reserves nothing large
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
-            "inputs[0]: holds 1 elements, but its shape promises 1000000000000");
+  EXPECT_EQ(Error(PlanOf(r, Classifier())), "inputs[0]: holds 1 elements, but its shape promises 1000000000000");
   r = Request({"a"});
   r.add_raw_input_contents("x");
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())), "raw_input_contents: 2 buffers for 1 input");
+  EXPECT_EQ(Error(PlanOf(r, Classifier())), "raw_input_contents: 2 buffers for 1 input");
   r = Request({"a"});
   r.mutable_inputs(0)->mutable_contents()->add_bytes_contents("b");
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
+  EXPECT_EQ(Error(PlanOf(r, Classifier())),
             "inputs[0].contents: set beside raw_input_contents; send the texts in one of the two");
   r = Request({"a"});
   r.clear_raw_input_contents();
   r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f);
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
+  EXPECT_EQ(Error(PlanOf(r, Classifier())),
             "inputs[0].contents: 'text' is BYTES; send the texts as bytes_contents or raw_input_contents");
 }
 
 TEST(OipConvertTest, RefusesInputsThatAreNotOneTextTensor) {
   ModelInferRequest r = Request({"a"});
   r.mutable_inputs(0)->set_name("TEXT");
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
+  EXPECT_EQ(Error(PlanOf(r, Classifier())),
             "inputs[0].name: 'TEXT' is not an input of model 'sentiment'; its input is 'text'");
   r = Request({"a"});
   r.mutable_inputs(0)->set_datatype("FP32");
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())), "inputs[0].datatype: 'FP32'; 'text' is BYTES (UTF-8 texts)");
+  EXPECT_EQ(Error(PlanOf(r, Classifier())), "inputs[0].datatype: 'FP32'; 'text' is BYTES (UTF-8 texts)");
   r = Request({"a"});
   r.mutable_inputs(0)->add_shape(2);
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())), "inputs[0].shape: [1, 2]; 'text' is [N] (or [N, 1]): N texts");
+  EXPECT_EQ(Error(PlanOf(r, Classifier())), "inputs[0].shape: [1, 2]; 'text' is [N] (or [N, 1]): N texts");
   r = Request({"a"});
   r.mutable_inputs(0)->set_shape(0, -1);
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())), "inputs[0].shape: [-1]; 'text' is [N] (or [N, 1]): N texts");
+  EXPECT_EQ(Error(PlanOf(r, Classifier())), "inputs[0].shape: [-1]; 'text' is [N] (or [N, 1]): N texts");
   r = Request({"a"});
   *r.add_inputs() = r.inputs(0);
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
+  EXPECT_EQ(Error(PlanOf(r, Classifier())),
             "inputs: model 'sentiment' takes one input, 'text' (BYTES [N]); the request has 2");
   r = Request({"a"});
   (*r.mutable_inputs(0)->mutable_parameters())["shared_memory_region"].set_string_param("r");
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
+  EXPECT_EQ(Error(PlanOf(r, Classifier())),
             "inputs[0].parameters.shared_memory_region: input parameters (shared memory among them) are not supported");
   r = Request({"a"});
   (*r.mutable_inputs(0)->mutable_parameters())["binary_data_size"].set_int64_param(5);  // KServe's: ignored
-  EXPECT_TRUE(FromModelInfer(r, Classifier()).ok());
+  EXPECT_TRUE(PlanOf(r, Classifier()).ok());
   r = Request({"a"});
   r.set_model_version("v2");
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
+  EXPECT_EQ(Error(PlanOf(r, Classifier())),
             "model_version: 'v2' is not a version (a positive integer, or empty for the newest ready version)");
 }
 
@@ -169,7 +197,7 @@ TEST(OipConvertTest, ParametersSetTheOptionsAndAreChecked) {
   p["heads"].set_int64_param(1);
   p["reduction"].set_string_param("mean_all");
   p["timeout"].set_int64_param(2500);
-  auto plan = FromModelInfer(r, Classifier());
+  auto plan = PlanOf(r, Classifier());
   ASSERT_TRUE(plan.ok()) << plan.status();
   const OutputOptions& o = plan->request.options;
   EXPECT_EQ(plan->top_k, 3);
@@ -190,62 +218,62 @@ TEST(OipConvertTest, ParametersSetTheOptionsAndAreChecked) {
   for (const auto& [set, message] : bad) {
     ModelInferRequest b = Request({"a"});
     set((*b.mutable_parameters())["top_k"]);
-    EXPECT_EQ(Error(FromModelInfer(b, Classifier())), message);
+    EXPECT_EQ(Error(PlanOf(b, Classifier())), message);
   }
   ModelInferRequest b = Request({"a"});
   (*b.mutable_parameters())["gates"].set_int64_param(1);
-  EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.gates: must be a bool");
+  EXPECT_EQ(Error(PlanOf(b, Classifier())), "parameters.gates: must be a bool");
   b = Request({"a"});
   (*b.mutable_parameters())["layers"].set_string_param("0,x");
-  EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.layers: 'x' is not an index (want e.g. \"0,2\")");
+  EXPECT_EQ(Error(PlanOf(b, Classifier())), "parameters.layers: 'x' is not an index (want e.g. \"0,2\")");
   b = Request({"a"});
   (*b.mutable_parameters())["reduction"].set_string_param("max");
-  EXPECT_EQ(Error(FromModelInfer(b, Classifier())),
+  EXPECT_EQ(Error(PlanOf(b, Classifier())),
             "parameters.reduction: 'max'; want \"none\", \"mean_heads\" or \"mean_all\"");
   b = Request({"a"});
   (*b.mutable_parameters())["timeout"].set_int64_param(0);
-  EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.timeout: 0 µs is not positive");
+  EXPECT_EQ(Error(PlanOf(b, Classifier())), "parameters.timeout: 0 µs is not positive");
   b = Request({"a"});
   (*b.mutable_parameters())["priority"].set_uint64_param(4);
-  EXPECT_EQ(Error(FromModelInfer(b, Classifier())),
+  EXPECT_EQ(Error(PlanOf(b, Classifier())),
             "parameters.priority: 4 is not a priority; it takes 0 or \"default\", 1 or \"high\", 2 or \"normal\", "
             "3 or \"low\"");
   b = Request({"a"});
   (*b.mutable_parameters())["priority"].set_string_param("high");
-  EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.priority: must be an int64");
+  EXPECT_EQ(Error(PlanOf(b, Classifier())), "parameters.priority: must be an int64");
   b = Request({"a"});
   (*b.mutable_parameters())["raw_scores"].set_bool_param(true);
-  ASSERT_TRUE(FromModelInfer(b, Classifier()).ok());
-  EXPECT_TRUE(FromModelInfer(b, Classifier())->request.options.raw_scores);
+  ASSERT_TRUE(PlanOf(b, Classifier()).ok());
+  EXPECT_TRUE(PlanOf(b, Classifier())->request.options.raw_scores);
   b = Request({"a"});
   (*b.mutable_parameters())["coverage"].set_double_param(0.9);
   (*b.mutable_parameters())["abstain_below"].set_int64_param(1);
-  ASSERT_TRUE(FromModelInfer(b, Classifier()).ok());
-  EXPECT_EQ(FromModelInfer(b, Classifier())->request.options.coverage, 0.9);
-  EXPECT_EQ(FromModelInfer(b, Classifier())->request.options.abstain_below, 1.0);
+  ASSERT_TRUE(PlanOf(b, Classifier()).ok());
+  EXPECT_EQ(PlanOf(b, Classifier())->request.options.coverage, 0.9);
+  EXPECT_EQ(PlanOf(b, Classifier())->request.options.abstain_below, 1.0);
   b = Request({"a"});
   (*b.mutable_parameters())["coverage"].set_string_param("0.9");
-  EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.coverage: must be a double");
+  EXPECT_EQ(Error(PlanOf(b, Classifier())), "parameters.coverage: must be a double");
   b = Request({"a"});
   b.add_outputs()->set_name("label_set");
-  EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "outputs[0].name: 'label_set' needs parameters.coverage");
+  EXPECT_EQ(Error(PlanOf(b, Classifier())), "outputs[0].name: 'label_set' needs parameters.coverage");
   b = Request({"a"});
   (*b.mutable_parameters())["priorty"].set_int64_param(1);
-  EXPECT_EQ(Error(FromModelInfer(b, Classifier())),
+  EXPECT_EQ(Error(PlanOf(b, Classifier())),
             "parameters.priorty: not a parameter of ModelInfer (abstain_below, attention, contributions, coverage, "
             "faithfulness_top_k, gates, heads, layer_attention, layer_gates, layers, occlusion, priority, "
             "raw_scores, reduction, subwords, timeout, tokens, top_k, truncation)");
   b = Request({"a"});
   (*b.mutable_parameters())["subwords"].set_bool_param(true);
-  absl::StatusOr<InferPlan> subwords = FromModelInfer(b, Classifier());
+  absl::StatusOr<InferPlan> subwords = PlanOf(b, Classifier());
   ASSERT_TRUE(subwords.ok()) << subwords.status();
   EXPECT_TRUE(subwords->request.options.subwords);
   b = Request({"a"});
   (*b.mutable_parameters())["subwords"].set_string_param("yes");
-  EXPECT_EQ(Error(FromModelInfer(b, Classifier())), "parameters.subwords: must be a bool");
+  EXPECT_EQ(Error(PlanOf(b, Classifier())), "parameters.subwords: must be a bool");
   b = Request({"a"});
   (*b.mutable_parameters())["priority"].set_uint64_param(3);  // as tritonclient's infer(priority=3) sends it
-  absl::StatusOr<InferPlan> low = FromModelInfer(b, Classifier());
+  absl::StatusOr<InferPlan> low = PlanOf(b, Classifier());
   ASSERT_TRUE(low.ok()) << low.status();
   EXPECT_EQ(low->request.priority, Priority::kLow);
 }
@@ -259,7 +287,7 @@ TEST(OipConvertTest, EverySwitchOfTheCatalogueIsAParameter) {
     for (const Manifest& m : {Classifier(), Tagger()}) {
       ModelInferRequest r = Request({"a"});
       (*r.mutable_parameters())[parameter].set_bool_param(true);
-      auto plan = FromModelInfer(r, m);
+      auto plan = PlanOf(r, m);
       ASSERT_TRUE(plan.ok()) << parameter << ": " << plan.status();
     }
   }
@@ -269,7 +297,7 @@ TEST(OipConvertTest, TheOutputsAskedForDecideWhatIsComputed) {
   ModelInferRequest r = Request({"a"});
   r.add_outputs()->set_name("gates");
   r.add_outputs()->set_name("label");
-  auto plan = FromModelInfer(r, Classifier());
+  auto plan = PlanOf(r, Classifier());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(Names(*plan), (std::vector<std::string>{"gates", "label"}));
   EXPECT_TRUE(plan->request.options.Asks(OutputSwitch::kGates));
@@ -280,29 +308,29 @@ TEST(OipConvertTest, TheOutputsAskedForDecideWhatIsComputed) {
   auto* ranked = r.add_outputs();
   ranked->set_name("probabilities");
   (*ranked->mutable_parameters())["classification"].set_int64_param(5);
-  plan = FromModelInfer(r, Classifier());
+  plan = PlanOf(r, Classifier());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->outputs[0].classification, 3);  // capped at the labels
 
   r = Request({"a"});
   r.add_outputs()->set_name("spans");
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())),
+  EXPECT_EQ(Error(PlanOf(r, Classifier())),
             "outputs[0].name: model 'sentiment' has no output 'spans'; its outputs: label, probabilities, labels, "
             "scores, tokens, token_count, truncated, attention, gates, occlusion, faithfulness_label, "
             "faithfulness_score, faithfulness_score_without, faithfulness_removed, label_set, abstained");
   r = Request({"a"});
   r.add_outputs()->set_name("label");
   r.add_outputs()->set_name("label");
-  EXPECT_EQ(Error(FromModelInfer(r, Classifier())), "outputs[1].name: 'label' is asked for twice");
+  EXPECT_EQ(Error(PlanOf(r, Classifier())), "outputs[1].name: 'label' is asked for twice");
 
   ModelInferRequest t = Request({"Ann met Bob"});
   t.set_model_name("ner");
-  plan = FromModelInfer(t, Tagger());
+  plan = PlanOf(t, Tagger());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->method, Method::kTag);
   EXPECT_EQ(Names(*plan), (std::vector<std::string>{"spans", "tags", "token_count"}));
   t.add_outputs()->set_name("layer_attention");
-  plan = FromModelInfer(t, Tagger());
+  plan = PlanOf(t, Tagger());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->request.options.Asks(OutputSwitch::kLayerAttention));
   EXPECT_FALSE(plan->request.options.Asks(OutputSwitch::kLayerGates));
@@ -332,14 +360,14 @@ std::vector<std::string> Strings(const std::string& raw) {
 TEST(OipConvertTest, TheFaithfulnessCheckIsAParameterAnsweredAsTensors) {
   ModelInferRequest r = Request({"a"});
   (*r.mutable_parameters())["faithfulness_top_k"].set_int64_param(2);
-  auto plan = FromModelInfer(r, Classifier());
+  auto plan = PlanOf(r, Classifier());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->request.options.faithfulness_top_k, 2);
   EXPECT_EQ(Names(*plan),
             (std::vector<std::string>{"label", "probabilities", "faithfulness_label", "faithfulness_score",
                                       "faithfulness_score_without", "faithfulness_removed"}));
   r.add_outputs()->set_name("faithfulness_score_without");
-  plan = FromModelInfer(r, Classifier());
+  plan = PlanOf(r, Classifier());
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(Names(*plan), (std::vector<std::string>{"faithfulness_score_without"}));
 
@@ -351,26 +379,26 @@ TEST(OipConvertTest, TheFaithfulnessCheckIsAParameterAnsweredAsTensors) {
   for (const auto& [set, message] : bad) {
     ModelInferRequest b = Request({"a"});
     set((*b.mutable_parameters())["faithfulness_top_k"]);
-    EXPECT_EQ(Error(FromModelInfer(b, Classifier())), message);
+    EXPECT_EQ(Error(PlanOf(b, Classifier())), message);
   }
   ModelInferRequest t = Request({"a"});
   (*t.mutable_parameters())["faithfulness_top_k"].set_int64_param(1);
-  EXPECT_EQ(Error(FromModelInfer(t, Tagger())),
+  EXPECT_EQ(Error(PlanOf(t, Tagger())),
             "parameters.faithfulness_top_k: the check is for classifiers; model 'ner' tags");
   Manifest plain = Classifier();
   plain.display_name = "CNN";
   plain.outputs = {{"logits", {"B", "C"}}};
-  EXPECT_EQ(Error(FromModelInfer(t, plain)),
+  EXPECT_EQ(Error(PlanOf(t, plain)),
             "parameters.faithfulness_top_k: model 'sentiment' (CNN) has no attention to check");
   ModelInferRequest named = Request({"a"});
   named.add_outputs()->set_name("faithfulness_score");
-  EXPECT_EQ(Error(FromModelInfer(named, Classifier())),
+  EXPECT_EQ(Error(PlanOf(named, Classifier())),
             "outputs[0].name: 'faithfulness_score' is the faithfulness check's; ask for the check with "
             "parameters.faithfulness_top_k (1-32)");
   // Without attention the check's tensors are not among the model's outputs at all.
   named = Request({"a"});
   named.add_outputs()->set_name("faithfulness_label");
-  EXPECT_NE(Error(FromModelInfer(named, plain)).find("has no output 'faithfulness_label'"), std::string::npos);
+  EXPECT_NE(Error(PlanOf(named, plain)).find("has no output 'faithfulness_label'"), std::string::npos);
 
   // The tensors: one row per text, "" and 0 where a text has no check, the indices padded with -1.
   const auto manifest = std::make_shared<const Manifest>(Classifier());
@@ -447,7 +475,7 @@ TEST(OipConvertTest, AnswersAreRowMajorPaddedTensorsInTheOrderAsked) {
     r.add_outputs()->set_name(n);
   }
   (*r.mutable_parameters())["top_k"].set_int64_param(2);
-  auto plan = FromModelInfer(r, *manifest);
+  auto plan = PlanOf(r, *manifest);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ModelInferResponse out;
   ToModelInfer(answer, *plan, "id-1", &out);
