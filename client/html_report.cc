@@ -300,8 +300,12 @@ std::string CalibrationBlock(const v1::ModelMetadata& md) {
           << "\" fill-opacity=\"0.7\"/>";
     }
   }
-  out << "</svg>" << RiskCoverage(c.value("abstention", nlohmann::json::array()))
-      << "<p class=\"meta\">Left: of the answers given about 0.8, about 80 % were right on the test split, grey "
+  out << "</svg>" << RiskCoverage(c.value("abstention", nlohmann::json::array()));
+  // Where the test split's coverage fell short of a target beyond sampling error, the card says why.
+  if (c.contains("note") && c["note"].is_string()) {
+    out << "<p class=\"meta\" id=\"calibration-note\">" << HtmlEscape(c["note"].get<std::string>()) << "</p>";
+  }
+  out << "<p class=\"meta\">Left: of the answers given about 0.8, about 80 % were right on the test split, grey "
          "before calibration, blue after (a dot's area is its share of the answers). Right: abstaining below each "
          "threshold, the share of the test split still answered against how often those answers were right "
          "(options.abstain_below).</p></details>\n";

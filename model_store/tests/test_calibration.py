@@ -3,6 +3,7 @@ construction, the temperature recovered from data drawn at a known one, conforma
 seeded draws, entity confidences on a hand-made CRF, the card written onto an artifact, and the demo
 models' cards."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -94,6 +95,25 @@ def test_a_classifier_card_fits_on_dev_and_measures_on_test():
     rows = card["abstention"]
     assert [r["below"] for r in rows] == list(calibration.ABSTAIN_BELOW)
     assert all(a["abstained"] <= b["abstained"] for a, b in zip(rows, rows[1:]))
+
+
+def test_a_card_says_why_when_coverage_falls_short_beyond_sampling_error():
+    """Thresholds fitted on a dev split the model finds easier than the test split cover less there: the card
+    says so, with both accuracies; on exchangeable splits it says nothing."""
+    rng = np.random.default_rng(3)
+
+    def draw(n, temperature):  # logits whose labels are drawn at `temperature`: higher, less often right
+        logits = rng.normal(0, 3, size=(n, 3))
+        return logits, np.array([rng.choice(3, p=p) for p in calibration.softmax(logits, temperature)])
+
+    easy, hard = draw(2000, 1.0), draw(2000, 2.0)
+    card = calibration.classifier_card(*easy, *hard)
+    assert all(c["coverage_interval"][1] < c["coverage_target"] for c in card["conformal"]), card["conformal"]
+    note = card["note"]
+    assert note.startswith("coverage on the test split fell short beyond sampling error (0.")
+    dev, test = map(float, re.search(r"right (\d+\.\d) % of the time against (\d+\.\d) % on the test", note).groups())
+    assert dev > test + 10, note
+    assert calibration.classifier_card(*easy, *draw(2000, 1.0)).get("note") is None
 
 
 def tiny_tagger():

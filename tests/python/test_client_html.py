@@ -91,6 +91,7 @@ def test_classify_report_renders_with_highlighted_tokens(server_process, work):
     answered = [float(a) for _, a, _ in dots]
     assert len(dots) == 6 and answered == sorted(answered, reverse=True) and answered[0] > answered[-1], dots
     assert [float(b) for b, _, _ in dots] == [0.5, 0.6, 0.7, 0.8, 0.9, 0.95], dots
+    assert 'id="calibration-note"' not in dom  # sentiment's coverage is within sampling error
     # The most attended token of each text is drawn at full red; β boxes are blue.
     red = count(img, lambda p: near(p, (220, 38, 38)))
     blue = count(img, lambda p: p[2] > 200 and p[2] - p[0] > 90 and p[2] - p[1] > 50)
@@ -206,3 +207,27 @@ def test_tag_report_highlights_the_entity(server_process, work):
     assert html.unescape(shown) == text, shown
     marked = count(img, lambda p: near(p, (253, 230, 138), tol=6))  # the entity's background
     assert marked > 100, f"{marked} highlighted pixels: the entity span is not highlighted"
+
+
+def test_the_report_says_why_a_coverage_fell_short(tmp_path):
+    """A card whose test split fell short of a coverage beyond sampling error carries qvi.calibration's note; the
+    report shows it under the diagrams, escaped."""
+    from qvi import artifact
+    from qvi_testing import STORE, ServerProcess
+    store = tmp_path / "store"
+    shutil.copytree(os.path.join(STORE, "sentiment"), store / "sentiment")
+    for package in (store / "sentiment" / "1").glob("*.pt2"):  # the card is read from model.pt then
+        package.unlink()
+    model_pt = str(store / "sentiment" / "1" / "model.pt")
+    card = artifact.load(model_pt)[1]["model_card"]["calibration"]
+    note = "coverage on the test split fell short beyond sampling error (0.879 for 0.9): <dev & test differ>"
+    artifact.update_card(model_pt, {"calibration": dict(card, note=note)})
+    proc = ServerProcess(str(store), str(tmp_path))
+    try:
+        page = str(tmp_path / "why.html")
+        client(proc, "classify", "--model", "sentiment", "--html", page, "A dull film.")
+        with open(page, encoding="utf-8") as f:
+            shown = re.search(r'<p class="meta" id="calibration-note">(.*?)</p>', f.read())
+        assert shown and shown.group(1) == html.escape(note, quote=True), shown
+    finally:
+        proc.stop()

@@ -162,6 +162,7 @@ def test_a_classification_typed_by_keyboard_shows_what_the_json_route_answers(br
     assert curve == pytest.approx([(r["below"], 1 - r["abstained"], r["accuracy"]) for r in cal["abstention"]]), curve
     assert len(curve) == 6 and [a for _, a, _ in curve] == sorted((a for _, a, _ in curve), reverse=True), curve
     levels = [li.get_attribute("data-coverage") for li in browser.find_elements(By.CSS_SELECTOR, "#conformal li")]
+    assert not browser.find_elements(By.ID, "calibration-note")  # its coverage is within sampling error
     assert levels == [str(c["coverage_target"]) for c in cal["conformal"]]
     # what the model scored on its test split, from its card
     test = json.loads(md["modelCardJson"])["metrics"]["test"]
@@ -352,8 +353,19 @@ def test_a_refused_request_shows_the_servers_error(browser, server_process):
     assert browser.find_element(By.ID, "error").text == ""
 
 
-# A card with measured costs (the shape card_summary writes), on the HAN of explained_zoo.
-CARD = {"faithfulness": {
+# A card with measured costs (the shape card_summary writes), on the HAN of explained_zoo, and a calibration whose
+# test split fell short of its coverage (qvi.calibration's note).
+SHORT = ("coverage on the test split fell short beyond sampling error (0.879 for 0.9): the thresholds were fitted "
+         "on the dev split, on which this model is right 85.5 % of the time against 82.4 % on the test split")
+CARD = {"calibration": {
+    "fitted_on": "dev.tsv", "measured_on": "test.tsv", "method": "temperature", "temperature": 1.0, "bins": 15,
+    "before": {"ece": 0.05, "brier": 0.2, "reliability": [[0.6, 0.7, 0.65, 10]]},
+    "after": {"ece": 0.02, "brier": 0.19, "reliability": [[0.6, 0.7, 0.68, 10]]},
+    "conformal": [{"coverage_target": 0.9, "min_probability": 0.4, "coverage": 0.879,
+                   "coverage_interval": [0.86, 0.896], "mean_set_size": 1.1, "empty": 0.0}],
+    "abstention": [{"below": 0.5, "abstained": 0.0, "accuracy": 0.82}, {"below": 0.8, "abstained": 0.3,
+                                                                        "accuracy": 0.91}],
+    "note": SHORT}, "faithfulness": {
     "split": "test.tsv", "answers": 10, "texts": 10, "ks": [1, 5, 10, 20, 50], "removal": "delete",
     "target": "p(predicted label)", "cost_machine": "x86_64, 2 torch threads",
     "methods": [{"method": m, "name": name,
@@ -426,6 +438,9 @@ def test_the_cards_table_shows_each_methods_cost(browser, explained_zoo):
     assert shown == [("occlusion", "12.50 / 1.25", "+21.4"), ("alpha", "2.00 / 0.13", "+0.0")], shown
     summary = browser.find_element(By.CSS_SELECTOR, "#faithfulness summary").text
     assert summary.endswith("costs measured on x86_64, 2 torch threads"), summary
+    # and the calibration's note, where its test split fell short of a coverage
+    assert browser.find_element(By.ID, "calibration-note").text == SHORT
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#risk-coverage circle")) == 2
 
 
 def test_the_page_is_self_contained_and_runs_only_its_own_script(server_process):

@@ -192,6 +192,8 @@
         fixed(l.mean_set_size, 2) + ' labels a set');
     });
     if (lines.length) block.appendChild(el('ul', {id: 'conformal'}, lines));
+    // Where the test split's coverage fell short of a target beyond sampling error, the card says why.
+    if (c.note) block.appendChild(el('p', {className: 'note', id: 'calibration-note'}, c.note));
     block.appendChild(el('p', {className: 'note'}, 'Left: of the answers given about 0.8, about 80 % were right on ' +
         'the test split, grey before calibration, blue after. Right: abstaining below each threshold, the share of ' +
         'the test split still answered against how often those answers were right. Ask for a label set with ' +
