@@ -265,6 +265,22 @@ std::string RiskCoverage(const nlohmann::json& rows) {
   return out.str();
 }
 
+// One side of the reliability diagram: a dot per bin [edge, mean confidence, accuracy, answers], at its mean
+// confidence and accuracy, its area its share of the answers.
+std::string ReliabilityDots(const nlohmann::json& points, const char* side, const char* colour) {
+  double total = 0;
+  for (const auto& q : points) total += q.size() == 4 && q[3].is_number() ? q[3].get<double>() : 0;
+  std::ostringstream out;
+  for (const auto& q : points) {
+    if (q.size() != 4 || !q[1].is_number() || !q[2].is_number() || !q[3].is_number() || total <= 0) continue;
+    out << "<circle data-side=\"" << side << "\" cx=\"" << Fixed(24 + 200 * q[1].get<double>(), 1) << "\" cy=\""
+        << Fixed(224 - 200 * q[2].get<double>(), 1) << "\" r=\""
+        << Fixed(2 + 10 * std::sqrt(q[3].get<double>() / total), 1) << "\" fill=\"" << colour
+        << "\" fill-opacity=\"0.7\"/>";
+  }
+  return out.str();
+}
+
 // How far to trust the scores: the card's calibration (docs/serving.md, "How far to trust a score") with its
 // reliability diagram, each bin's accuracy against its mean confidence, before (grey) and after (blue); or
 // a line saying the scores are raw.
@@ -289,16 +305,8 @@ std::string CalibrationBlock(const v1::ModelMetadata& md) {
       << "<rect x=\"24\" y=\"24\" width=\"200\" height=\"200\" fill=\"none\" stroke=\"#999\"/>"
       << "<line x1=\"24\" y1=\"224\" x2=\"224\" y2=\"24\" stroke=\"#999\" stroke-dasharray=\"4 3\"/>";
   for (const auto& [side, colour] : {std::pair<const char*, const char*>{"before", "#9ca3af"}, {"after", "#2563eb"}}) {
-    const nlohmann::json points = (side[0] == 'b' ? before : after).value("reliability", nlohmann::json::array());
-    double total = 0;
-    for (const auto& q : points) total += q.size() == 4 && q[3].is_number() ? q[3].get<double>() : 0;
-    for (const auto& q : points) {
-      if (q.size() != 4 || !q[1].is_number() || !q[2].is_number() || !q[3].is_number() || total <= 0) continue;
-      out << "<circle data-side=\"" << side << "\" cx=\"" << Fixed(24 + 200 * q[1].get<double>(), 1) << "\" cy=\""
-          << Fixed(224 - 200 * q[2].get<double>(), 1) << "\" r=\""
-          << Fixed(2 + 10 * std::sqrt(q[3].get<double>() / total), 1) << "\" fill=\"" << colour
-          << "\" fill-opacity=\"0.7\"/>";
-    }
+    out << ReliabilityDots((side[0] == 'b' ? before : after).value("reliability", nlohmann::json::array()), side,
+                           colour);
   }
   out << "</svg>" << RiskCoverage(c.value("abstention", nlohmann::json::array()));
   // Where the test split's coverage fell short of a target beyond sampling error, the card says why.
