@@ -350,6 +350,7 @@ absl::Status Server::StartHttp() {
   api.cors_origins = net.http_cors_allow_origins;
   api.explain_page = net.http_explain_page;
   api.repository_control = oip_repository_.get();
+  api.default_model = options_.models.default_model;
   http_api_ = std::make_unique<HttpApi>(frontend_core_.get(), repository_.get(), calls_.get(), oip_api_.get(),
                                         &serving_, std::move(api));
   HttpServer::Options o;

@@ -50,6 +50,10 @@ void AddModelOptions(CLI::App& app, ServerOptions& o) {
                  "models on a GPU replay CUDA graphs captured at load, one per batch-size and length bucket, "
                  "unless their serving.json says \"cuda_graphs\": false (docs/performance.md)")
       ->group("Models");
+  app.add_option("--default-model", o.models.default_model,
+                 "the model that the routes naming none answer from (TEI's /predict, /, /info); unset: the store's "
+                 "only model (with several, those routes say to name one: /models/{m}/predict)")
+      ->group("Models");
   app.add_option("--model-control", o.models.model_control,
                  "poll: serve every model of the store, loading and unloading them as their folders come and go; "
                  "explicit: serve the models --load-model names and those an admin loads over the wire (OIP's "

@@ -35,6 +35,7 @@ struct ServerOptions {
     bool load_on_demand = false;               // a request for a model not loaded loads it
     int max_waiting_loads = 8;                 // models loading on demand at once; more are refused
     int64_t response_cache_bytes = 0;          // per-text answers kept (response_cache.h); 0: no cache
+    std::string default_model;                 // the model of routes that name none (TEI's); "": the only one
   } models;
   struct Network {
     std::string host = "0.0.0.0";

@@ -10,6 +10,7 @@
 #include "server/http/native/json_body.h"
 #include "server/http/native/native_routes.h"
 #include "server/http/openapi.h"
+#include "server/http/tei/tei_routes.h"
 #include "server/logging.h"
 
 namespace qvi {
@@ -115,6 +116,15 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
     case Kind::kClassify:
     case Kind::kTag:
       return ServeNativeInfer(core_, calls_, *route, std::move(request), std::move(reply));
+    case Kind::kTeiPredict:
+      return ServeTeiPredict(core_, calls_, *repository_, options_.default_model, *route, std::move(request),
+                             std::move(reply));
+    case Kind::kTeiInfo:
+      // TEI's /info is public; here it names a model and its labels: the `read` scope, as GetModel.
+      if (absl::Status s = calls_->Authorize(request.Header("Authorization"), Scope::kRead); !s.ok()) {
+        return reply(TeiError(s));
+      }
+      return reply(TeiInfoRoute(*repository_, core_->limits(), options_.default_model, *route));
     case Kind::kInfer:
       return ServeKServeInfer(core_, calls_, oip_, *route, std::move(request), std::move(reply));
     case Kind::kRepositoryIndex:

@@ -9,6 +9,8 @@
 //   GET  /v2                                        KServe v2 REST (kserve/): server metadata,
 //   GET  /v2/models/{m}[/versions/{v}][/ready]      model metadata and readiness,
 //   POST /v2/models/{m}[/versions/{v}]/infer        inference with JSON tensors, as OIP over gRPC
+//   POST /predict, / , /models/{m}[/predict]        Text Embeddings Inference's routes (tei/): a classifier's
+//   GET  /info, /models/{m}/info                    labels in TEI's shapes, for TEI's and InferenceClient's callers
 //   GET  /openapi.json                              this list as an OpenAPI 3.1 document
 //   GET  /                                          the explanation page (explain_page.h), unless off
 // Errors are {"error": "..."} with the HTTP status of the gRPC code (HttpStatus, routes.h). With TLS the
@@ -47,6 +49,8 @@ class HttpApi {
     bool explain_page = true;
     // OIP's repository extension (/v2/repository/...); null: those routes answer UNIMPLEMENTED.
     const OipRepository* repository_control = nullptr;
+    // The model of the routes that name none (TEI's); "": the store's only model.
+    std::string default_model;
   };
   HttpApi(Core* core, const ModelRepository* repository, Calls* calls, const OipApi* oip,
           const std::atomic<bool>* serving, Options options)

@@ -53,7 +53,7 @@ absl::Time HttpCall::HeaderDeadline(const HttpRequest& request) const {
   return header.ok() && *header != absl::InfiniteDuration() ? call_.start() + *header : absl::InfiniteFuture();
 }
 
-void HttpCall::Fail(const absl::Status& status) { Finish(status, ErrorResponse(status), nullptr); }
+void HttpCall::Fail(const absl::Status& status) { Finish(status, error_form_(status), nullptr); }
 
 void HttpCall::Finish(const absl::Status& status, HttpResponse response, const AnswerSummary* summary) {
   if (!call_.Claim()) return;

@@ -14,7 +14,10 @@
 #include "absl/time/time.h"
 #include "server/core/request/request.h"
 #include "server/frontend/call.h"
+#include "server/frontend/core.h"
+#include "server/frontend/infer_steps.h"
 #include "server/http/http_server.h"
+#include "server/http/routes.h"
 
 namespace qvi {
 
@@ -36,8 +39,10 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
   absl::Status Prepare(InferenceRequest& r, const HttpRequest& request, int max_request_id_bytes,
                        absl::Duration timeout = absl::InfiniteDuration());
 
-  // Answers with the error (once).
+  // Answers with the error (once), in the route's form (ErrorResponse unless set_error_form chose another:
+  // TEI's routes answer TEI's).
   void Fail(const absl::Status& status);
+  void set_error_form(HttpResponse (*form)(const absl::Status&)) { error_form_ = form; }
 
   // Answers with the core's answer, or its error: `build()` returns the HTTP answer (or why there is
   // none), timed, bounded by the send limit and kept from throwing by Call::BuildAnswer.
@@ -50,6 +55,38 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
   Call call_;
   HttpServer::Reply reply_;
   bool echo_id_ = false;  // the request id goes back in X-Request-Id
+  HttpResponse (*error_form_)(const absl::Status&) = ErrorResponse;
+};
+
+// A call whose plan is the request its body decoded to (the native routes, TEI's), as PlanAndSubmit's steps
+// (server/frontend/infer_steps.h): the core resolves its model (and waits, where it loads on demand) itself.
+// `build(answer)` makes the HTTP answer (or says why there is none).
+template <typename Build>
+struct DecodedSteps {
+  std::shared_ptr<HttpCall> http;
+  Core* core;
+  std::shared_ptr<const HttpRequest> request;
+  Method method;
+  std::shared_ptr<InferenceRequest> decoded;
+  Build build;
+
+  Call& call() { return http->call(); }
+  absl::Time WaitDeadline() const { return http->HeaderDeadline(*request); }
+  absl::StatusOr<Planned> Plan() {
+    Planned planned;
+    planned.method = method;
+    planned.request = std::move(*decoded);
+    return planned;
+  }
+  absl::Status Prepare(InferenceRequest& r, absl::Duration timeout) {
+    return http->Prepare(r, *request, core->limits().max_request_id_bytes, timeout);
+  }
+  void Fail(const absl::Status& status) { http->Fail(status); }
+  Core::Done Answerer(Planned&&) {
+    return [call = http, build = build](absl::StatusOr<InferenceResponse> answer) {
+      call->AnswerWith(answer, [&]() -> absl::StatusOr<HttpResponse> { return build(*answer); });
+    };
+  }
 };
 
 template <typename Build>

@@ -216,6 +216,65 @@ json MessageSchemaRef(const Descriptor* message, json& schemas) {
 
 namespace {
 
+// Text Embeddings Inference's routes (tei/tei_routes.h; docs/serving.md, "Drop-in routes"): a classifier's
+// labels in TEI's shapes, the model from the path, --default-model or the store's only one.
+void AddTeiPaths(json& paths, json& schemas) {
+  const json text = {{"type", "string"}, {"minLength", 1}};
+  const json one = {{"type", "array"}, {"items", text}, {"minItems", 1}, {"maxItems", 1}};
+  const json prediction = {{"type", "object"},
+                           {"required", {"score", "label"}},
+                           {"properties", {{"score", {{"type", "number"}}}, {"label", {{"type", "string"}}}}}};
+  schemas["tei.Predictions"] = {{"type", "array"}, {"items", prediction}};
+  schemas["tei.PredictRequest"] = {
+      {"type", "object"},
+      {"required", {"inputs"}},
+      {"properties",
+       {{"inputs", {{"oneOf", {text, one, {{"type", "array"}, {"items", one}, {"minItems", 1}}}}}},
+        {"truncate",
+         {{"type", {"boolean", "null"}}, {"description", "false: a text over max_input_length is refused"}}},
+        {"raw_scores", {{"type", {"boolean", "null"}}, {"description", "only false: logits are not answered"}}},
+        {"truncation_direction", {{"type", {"string", "null"}}, {"enum", {"right", "Right", nullptr}}}},
+        {"parameters",
+         {{"type", {"object", "null"}},
+          {"description",
+           "Hugging Face InferenceClient's: top_k, function_to_apply (softmax); with it the answer is "
+           "a list of lists"},
+          {"properties",
+           {{"top_k", {{"type", {"integer", "null"}}, {"minimum", 1}}},
+            {"function_to_apply", {{"type", {"string", "null"}}, {"enum", {"softmax", nullptr}}}}}}}}}}};
+  schemas["tei.Info"] = {{"type", "object"},
+                         {"required", {"model_id", "model_type", "max_input_length", "max_client_batch_size"}},
+                         {"properties",
+                          {{"model_id", {{"type", "string"}}},
+                           {"served_model_name", {{"type", "string"}}},
+                           {"model_type", {{"type", "object"}}},
+                           {"max_input_length", {{"type", "integer"}}},
+                           {"max_batch_tokens", {{"type", "integer"}}},
+                           {"max_client_batch_size", {{"type", "integer"}}},
+                           {"version", {{"type", "string"}}}}}};
+  const json answer = {{"oneOf", {Ref("tei.Predictions"), {{"type", "array"}, {"items", Ref("tei.Predictions")}}}}};
+  const json model =
+      Parameter("model", "path", {{"type", "string"}}, "the model's name (its folder in the store)", true);
+  for (const std::string& path : {std::string("/predict"), std::string("/models/{model}/predict")}) {
+    json o = Operation("TEI's predict: every label with its score, best first (a list per text for a batch)",
+                       "the predictions", answer);
+    o["parameters"] = InferenceHeaders();
+    if (path != "/predict") o["parameters"].push_back(model);
+    o["requestBody"] = {{"required", true}, {"content", JsonBody(Ref("tei.PredictRequest"))}};
+    paths[path]["post"] = o;
+    if (path == "/predict") {
+      o["summary"] = "TEI's / for a classifier: predict (Hugging Face InferenceClient(base_url=...) posts here)";
+      paths["/"]["post"] = o;
+    }
+  }
+  for (const std::string& path : {std::string("/info"), std::string("/models/{model}/info")}) {
+    json o = Operation("TEI's info: the model, its labels (model_type.classifier.id2label) and limits", "the info",
+                       Ref("tei.Info"));
+    if (path != "/info") o["parameters"] = json::array({model});
+    paths[path]["get"] = std::move(o);
+  }
+}
+
 // OIP's repository extension (docs/serving.md, "Model control"), with the admin scope; the body is optional.
 void AddRepositoryPaths(json& paths) {
   const json string = {{"type", "string"}};
@@ -264,6 +323,7 @@ std::string BuildOpenApiDocument() {
   paths["/"]["get"] = Operation("the explanation page (HTML; 404 with --http-explain-page=false)", "text/html", object);
   paths["/"]["get"]["responses"]["200"]["content"] = {{"text/html", {{"schema", {{"type", "string"}}}}}};
   AddModelPaths(paths, schemas);
+  AddTeiPaths(paths, schemas);
   AddRepositoryPaths(paths);
   json doc = {{"openapi", "3.1.0"}, {"paths", std::move(paths)}};
   doc["components"]["schemas"] = std::move(schemas);

@@ -69,6 +69,21 @@ absl::StatusOr<HttpRoute> ParseV1ModelRoute(absl::string_view path, absl::string
   return route;
 }
 
+// TEI's routes for a model the path names, with `path` after "/models/": {m} (POST: predict, as / is),
+// {m}/predict, {m}/info.
+absl::StatusOr<HttpRoute> ParseTeiModelRoute(absl::string_view path, absl::string_view target) {
+  const size_t slash = path.find('/');
+  const absl::string_view verb = slash == absl::string_view::npos ? "" : path.substr(slash + 1);
+  if (slash == 0 || path.empty() || (slash != absl::string_view::npos && verb != "predict" && verb != "info")) {
+    return absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200),
+                                            ": TEI's routes for a model are /models/{m}/predict and /models/{m}/info"));
+  }
+  HttpRoute route;
+  route.model = std::string(path.substr(0, slash));
+  route.kind = verb == "info" ? HttpRoute::Kind::kTeiInfo : HttpRoute::Kind::kTeiPredict;
+  return route;
+}
+
 }  // namespace
 
 absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_view target_sv) {
@@ -87,12 +102,25 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_vie
     }
     return route;
   };
-  if (path == "/v2/health/live") return want(Kind::kLive, "GET");
-  if (path == "/v2/health/ready") return want(Kind::kReady, "GET");
-  if (path == "/v1/models") return want(Kind::kListModels, "GET");
-  if (path == "/v2") return want(Kind::kServerMetadata, "GET");
-  if (path == "/openapi.json") return want(Kind::kOpenApi, "GET");
-  if (path == "/") return want(Kind::kPage, "GET");
+  // The paths of one route each (/ has two: the page, and TEI's predict for a classifier).
+  static constexpr struct {
+    const char* path;
+    Kind kind;
+    const char* method;
+  } kFixed[] = {{"/v2/health/live", Kind::kLive, "GET"},  {"/v2/health/ready", Kind::kReady, "GET"},
+                {"/v1/models", Kind::kListModels, "GET"}, {"/v2", Kind::kServerMetadata, "GET"},
+                {"/openapi.json", Kind::kOpenApi, "GET"}, {"/predict", Kind::kTeiPredict, "POST"},
+                {"/info", Kind::kTeiInfo, "GET"}};
+  for (const auto& fixed : kFixed) {
+    if (path == fixed.path) return want(fixed.kind, fixed.method);
+  }
+  if (path == "/") return method == "POST" ? want(Kind::kTeiPredict, "POST") : want(Kind::kPage, "GET");
+  if (absl::ConsumePrefix(&path, "/models/")) {
+    absl::StatusOr<HttpRoute> tei = ParseTeiModelRoute(path, target);
+    if (!tei.ok()) return tei.status();
+    route = *std::move(tei);
+    return want(route.kind, route.kind == Kind::kTeiInfo ? "GET" : "POST");
+  }
   if (path == "/v2/repository/index") return want(Kind::kRepositoryIndex, "POST");
   if (absl::ConsumePrefix(&path, "/v2/repository/models/")) {
     // {m}/load or {m}/unload; a model name holds no '/'.
@@ -148,10 +176,12 @@ int HttpStatus(absl::StatusCode code) {
 }
 
 absl::StatusOr<std::string> AllowedMethods(const std::string& target) {
-  absl::StatusOr<HttpRoute> route = ParseRoute("GET", target);
-  if (route.ok()) return std::string("GET, OPTIONS");
-  if (route.status().code() == absl::StatusCode::kFailedPrecondition) return std::string("POST, OPTIONS");
-  return route.status();
+  absl::StatusOr<HttpRoute> get = ParseRoute("GET", target);
+  absl::StatusOr<HttpRoute> post = ParseRoute("POST", target);
+  if (get.ok() && post.ok()) return std::string("GET, POST, OPTIONS");
+  if (get.ok()) return std::string("GET, OPTIONS");
+  if (post.ok()) return std::string("POST, OPTIONS");
+  return get.status().code() == absl::StatusCode::kFailedPrecondition ? post.status() : get.status();
 }
 
 HttpResponse JsonError(int status, absl::string_view message) {

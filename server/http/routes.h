@@ -28,12 +28,14 @@ struct HttpRoute {
     kInfer,
     kOpenApi,
     kPage,
+    kTeiPredict,  // TEI's (tei/tei_routes.h): POST /predict, POST /, POST /models/{m}[/predict]
+    kTeiInfo,     // GET /info, /models/{m}/info
     kRepositoryIndex,
     kRepositoryLoad,
     kRepositoryUnload
   };
   Kind kind = Kind::kLive;
-  std::string model;    // kGetModel, kClassify, kTag
+  std::string model;    // kGetModel, kClassify, kTag; kTei*: "" when the path names none
   int64_t version = 0;  // 0: the version policy's choice
   std::string allow;    // the methods the path takes ("GET", "POST")
 };
@@ -46,8 +48,8 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method, std::string_view t
 // UNAVAILABLE 503, DEADLINE_EXCEEDED 504, CANCELLED 499, ...).
 int HttpStatus(absl::StatusCode code);
 
-// "GET, OPTIONS" or "POST, OPTIONS" for a path a route has (every route takes one method), or why
-// none does.
+// "GET, OPTIONS", "POST, OPTIONS" or "GET, POST, OPTIONS" (/: the page, and TEI's predict) for a path
+// a route has, or why none does.
 absl::StatusOr<std::string> AllowedMethods(const std::string& target);
 
 // {"error": "..."} with `status`; ErrorResponse: with the HTTP status of the status's code.

@@ -120,7 +120,7 @@ def server_process():
     os.makedirs(os.path.join(store, "ner", "3"))
     with open(os.path.join(store, "ner", "3", "model.pt"), "wb") as f:
         f.write(b"\x00not a model")
-    proc = ServerProcess(store, work)
+    proc = ServerProcess(store, work, "--default-model", "sentiment")  # TEI's routes name no model
     yield proc
     proc.stop()
     shutil.rmtree(work, ignore_errors=True)

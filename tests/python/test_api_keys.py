@@ -154,6 +154,18 @@ def test_the_http_routes_want_a_key_and_say_so(keyed):
     assert status == 200 and answer["models"]
     status, _, _ = http_call(keyed.http_address, "GET", "/v2/models/ner", headers={"Authorization": "Basic eDp5"})
     assert status == 401
+    # TEI's routes want the same keys (TEI's Authorization: Bearer), and refuse in TEI's form
+    status, answer, headers = http_call(keyed.http_address, "POST", "/models/sentiment/predict", {"inputs": "Fine."})
+    assert status == 401 and headers.get("WWW-Authenticate") == "Bearer" and answer["error_type"] == "Backend"
+    status, answer, _ = http_call(keyed.http_address, "POST", "/models/sentiment/predict", {"inputs": "Fine."},
+                                  {"Authorization": f"Bearer {READER}"})
+    assert status == 403 and "lacks the scope 'infer'" in answer["error"], answer
+    status, answer, _ = http_call(keyed.http_address, "POST", "/models/sentiment/predict", {"inputs": "Fine."},
+                                  {"Authorization": f"Bearer {SEARCH}"})
+    assert status == 200 and answer[0]["label"] in ("positive", "negative"), answer
+    assert http_call(keyed.http_address, "GET", "/models/sentiment/info")[0] == 401
+    assert http_call(keyed.http_address, "GET", "/models/sentiment/info",
+                     headers={"Authorization": f"Bearer {READER}"})[0] == 200
     # The page and the OpenAPI document are served without a key: the page asks for one.
     status, page, _ = http_call(keyed.http_address, "GET", "/", raw=True)
     assert status == 200 and b'id="api-key"' in page

@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/frontend/infer_steps.h"
 #include "server/frontend/native/api.h"
 #include "server/http/http_call.h"
 #include "server/http/native/json_body.h"
@@ -28,41 +27,6 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
   if (!status.ok()) return absl::InternalError(absl::StrCat("writing the answer as JSON failed: ", status.ToString()));
   return out;
 }
-
-// A native call over HTTP as PlanAndSubmit's steps (server/frontend/infer_steps.h): its plan is the decoded
-// request, which the core resolves (and waits for, where its model loads on demand) itself.
-template <typename Response>
-struct NativeSteps {
-  std::shared_ptr<HttpCall> http;
-  Core* core;
-  std::shared_ptr<const HttpRequest> request;
-  Method method;
-  std::shared_ptr<InferenceRequest> decoded;
-
-  Call& call() { return http->call(); }
-  absl::Time WaitDeadline() const { return http->HeaderDeadline(*request); }
-  absl::StatusOr<Planned> Plan() {
-    Planned planned;
-    planned.method = method;
-    planned.request = std::move(*decoded);
-    return planned;
-  }
-  absl::Status Prepare(InferenceRequest& r, absl::Duration timeout) {
-    return http->Prepare(r, *request, core->limits().max_request_id_bytes, timeout);
-  }
-  void Fail(const absl::Status& status) { http->Fail(status); }
-  Core::Done Answerer(Planned&&) {
-    return [call = http](absl::StatusOr<InferenceResponse> answer) {
-      call->AnswerWith(answer, [&]() -> absl::StatusOr<HttpResponse> {
-        Response out;
-        ToProto(*answer, &out);
-        absl::StatusOr<std::string> json = ToJson(out);
-        if (!json.ok()) return json.status();
-        return HttpResponse{200, "application/json", *std::move(json), {}};
-      });
-    };
-  }
-};
 
 template <typename Request, typename Response>
 void Serve(Core* core, Calls* calls, Method method, const HttpRoute& route, HttpRequest request,
@@ -86,9 +50,16 @@ void Serve(Core* core, Calls* calls, Method method, const HttpRoute& route, Http
   message.mutable_model()->set_version(route.version);
   auto decoded = std::make_shared<InferenceRequest>(
       FromProto(message.model(), message.texts(), message.options(), message.request_id(), message.priority()));
-  PlanAndSubmit(core,
-                NativeSteps<Response>{std::move(call), core, std::make_shared<const HttpRequest>(std::move(request)),
-                                      method, std::move(decoded)});
+  auto build = [](const InferenceResponse& answer) -> absl::StatusOr<HttpResponse> {
+    Response out;
+    ToProto(answer, &out);
+    absl::StatusOr<std::string> json = ToJson(out);
+    if (!json.ok()) return json.status();
+    return HttpResponse{200, "application/json", *std::move(json), {}};
+  };
+  PlanAndSubmit(core, DecodedSteps<decltype(build)>{std::move(call), core,
+                                                    std::make_shared<const HttpRequest>(std::move(request)), method,
+                                                    std::move(decoded), build});
 }
 
 HttpResponse JsonAnswer(const google::protobuf::Message& message) {

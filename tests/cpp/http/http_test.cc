@@ -24,6 +24,7 @@
 #include "server/http/native/proto_json.h"
 #include "server/http/openapi.h"
 #include "server/http/routes.h"
+#include "server/http/tei/tei_routes.h"
 
 namespace qvi {
 namespace {
@@ -58,6 +59,12 @@ TEST(HttpRouteTest, PathsAndMethodsPickTheRoute) {
            {"POST", "/v2/models/ner/versions/1/infer", Kind::kInfer, "ner", 1},
            {"GET", "/", Kind::kPage, "", 0},
            {"GET", "/?model=ner", Kind::kPage, "", 0},
+           {"POST", "/", Kind::kTeiPredict, "", 0},  // TEI's / for a classifier
+           {"POST", "/predict", Kind::kTeiPredict, "", 0},
+           {"GET", "/info", Kind::kTeiInfo, "", 0},
+           {"POST", "/models/topics", Kind::kTeiPredict, "topics", 0},
+           {"POST", "/models/topics/predict", Kind::kTeiPredict, "topics", 0},
+           {"GET", "/models/topics/info", Kind::kTeiInfo, "topics", 0},
        }) {
     absl::StatusOr<HttpRoute> r = ParseRoute(c.method, c.target);
     ASSERT_TRUE(r.ok()) << c.target << ": " << r.status();
@@ -76,7 +83,13 @@ TEST(HttpRouteTest, RefusalsSayWhy) {
   };
   for (const Case& c : std::vector<Case>{
            {"GET", "/index.html", absl::StatusCode::kNotFound, "no route for /index.html"},
-           {"POST", "/", absl::StatusCode::kFailedPrecondition, "method POST is not allowed on /; use GET"},
+           {"PUT", "/", absl::StatusCode::kFailedPrecondition, "method PUT is not allowed on /; use GET"},
+           {"GET", "/predict", absl::StatusCode::kFailedPrecondition,
+            "method GET is not allowed on /predict; use POST"},
+           {"POST", "/info", absl::StatusCode::kFailedPrecondition, "use GET"},
+           {"POST", "/models/", absl::StatusCode::kNotFound, "no route for /models/"},
+           {"POST", "/models/a/embed", absl::StatusCode::kNotFound,
+            "TEI's routes for a model are /models/{m}/predict and /models/{m}/info"},
            {"GET", "/v1/models/", absl::StatusCode::kNotFound, "no route for /v1/models/"},
            {"GET", "/v1/models/a/b", absl::StatusCode::kNotFound, "no route"},
            {"POST", "/v1/models/a:predict", absl::StatusCode::kNotFound, "the verbs are :classify and :tag"},
@@ -96,6 +109,80 @@ TEST(HttpRouteTest, RefusalsSayWhy) {
     EXPECT_EQ(r.status().code(), c.code) << c.target << ": " << r.status();
     EXPECT_NE(r.status().message().find(c.message), std::string::npos) << r.status();
   }
+}
+
+// TEI's predict body (tei_routes.h): a text, a list of one, or a batch of such lists; what TEI's callers and
+// InferenceClient send is read, and what these models cannot answer is refused naming the field.
+TEST(TeiRoutesTest, PredictBodiesAreReadAsTeiReadsThem) {
+  absl::StatusOr<TeiPredict> p = ParseTeiPredict(R"({"inputs": "a good film"})", 4);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->texts, std::vector<std::string>{"a good film"});
+  EXPECT_FALSE(p->batch || p->nested || p->refuse_truncation);
+  p = ParseTeiPredict(R"({"inputs": ["a good film"], "truncate": false, "raw_scores": false})", 4);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(!p->batch && p->refuse_truncation);
+  p = ParseTeiPredict(R"({"inputs": [["a"], ["b"]], "truncation_direction": "Right"})", 4);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->texts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(p->batch);
+  p = ParseTeiPredict(R"({"inputs": "a", "parameters": {"top_k": 2, "function_to_apply": "softmax"}})", 4);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->nested);
+  EXPECT_EQ(p->top_k, 2);
+  struct Case {
+    const char* body;
+    const char* message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"([1])", "the body is not a JSON object"},
+           {R"({"input": "a"})", "inputs: missing"},
+           {R"({"inputs": 3})", "inputs: a text, a list of one text, or a list of such lists"},
+           {R"({"inputs": ""})", "Input validation error: `inputs` cannot be empty"},
+           {R"({"inputs": []})", "Input validation error: `inputs` cannot be empty"},
+           {R"({"inputs": ["q", "d"]})", "inputs: a pair of texts; these models classify one text"},
+           {R"({"inputs": ["a", "b", "c"]})", "inputs: a list of 3 items; give one text"},
+           {R"({"inputs": [["a"], "b"]})", "inputs[1]: a batch holds lists of one text"},
+           {R"({"inputs": [["a"], [2]]})", "inputs[1][0]: not a text"},
+           {R"({"inputs": [["a"], ["b"], ["c"], ["d"], ["e"]]})", "batch size 5 > maximum allowed batch size 4"},
+           {R"({"inputs": "a", "raw_scores": true})", "raw_scores: the models' logits are not answered here"},
+           {R"({"inputs": "a", "truncate": "no"})", "truncate: not true or false"},
+           {R"({"inputs": "a", "truncation_direction": "left"})", "truncation_direction: only \"right\""},
+           {R"({"inputs": "a", "parameters": {"top_k": 0}})", "parameters.top_k: not a whole number"},
+           {R"({"inputs": "a", "parameters": {"function_to_apply": "sigmoid"}})",
+            "parameters.function_to_apply: only \"softmax\""},
+       }) {
+    absl::StatusOr<TeiPredict> bad = ParseTeiPredict(c.body, 4);
+    ASSERT_FALSE(bad.ok()) << c.body;
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << c.body;
+    EXPECT_NE(bad.status().message().find(c.message), std::string::npos) << c.body << ": " << bad.status();
+  }
+}
+
+// TEI's error body and status codes: Validation 422, Empty 400, Overloaded 429, Unhealthy 503, Backend else;
+// the headers of the native error kept.
+TEST(TeiRoutesTest, ErrorsTakeTeisShapeAndStatus) {
+  struct Case {
+    absl::Status status;
+    int http;
+    const char* type;
+  };
+  for (const Case& c : std::vector<Case>{
+           {absl::InvalidArgumentError("texts[0]: 600 tokens exceed"), 422, "Validation"},
+           {absl::InvalidArgumentError("Input validation error: `inputs` cannot be empty"), 400, "Empty"},
+           {absl::ResourceExhaustedError("the queue is full"), 429, "Overloaded"},
+           {absl::UnavailableError("draining"), 503, "Unhealthy"},
+           {absl::NotFoundError("model 'x' is not in the store"), 404, "Validation"},
+           {absl::InternalError("the forward pass failed"), 500, "Backend"},
+           {absl::UnauthenticatedError("an API key is needed"), 401, "Backend"},
+       }) {
+    const HttpResponse r = TeiError(c.status);
+    EXPECT_EQ(r.status, c.http) << c.status;
+    const nlohmann::json body = nlohmann::json::parse(r.body);
+    EXPECT_EQ(body, (nlohmann::json{{"error", std::string(c.status.message())}, {"error_type", c.type}}));
+  }
+  const HttpResponse unauthenticated = TeiError(absl::UnauthenticatedError("an API key is needed"));
+  EXPECT_EQ(unauthenticated.headers,
+            (std::vector<std::pair<std::string, std::string>>{{"WWW-Authenticate", "Bearer"}}));
 }
 
 // Every path of /openapi.json routes, with its method, and every route is in it.

@@ -1,0 +1,60 @@
+// Text Embeddings Inference's routes on the HTTP port (docs/serving.md, "Drop-in routes"), so that a client
+// written for TEI, or Hugging Face's InferenceClient, calls a classifier here unchanged:
+//   POST /predict, POST / (TEI answers / with predict for a classifier), POST /models/{m}[/predict]
+//        {"inputs": "text" | ["text"] | [["text"], ["text"], ...], "truncate": bool, "raw_scores": false,
+//         "parameters": {"top_k": K, "function_to_apply": "softmax"}}  (parameters: InferenceClient's)
+//        -> every label with its score, best first: [{"score", "label"}, ...] for one text, a list of those for
+//           a batch; with "parameters" (InferenceClient's text_classification) always a list of lists, each
+//           cut to top_k.
+//   GET  /info, /models/{m}/info   TEI's Info: the model, its labels (model_type.classifier), its limits.
+// The model: the path's; else --default-model; else the store's only model (several: an error naming both
+// ways). Every call runs through the one call layer (server/frontend/call.h): API keys (Authorization: Bearer,
+// as TEI's), limits, priorities, deadlines, the response cache, metrics (method "Predict") and traces. Errors
+// are TEI's {"error": "...", "error_type": "Validation" | "Overloaded" | "Unhealthy" | "Backend" | "Empty"}
+// with TEI's status codes (TeiError).
+//
+// Not built yet (docs/serving.md says so): raw_scores (TEI answers logits; refused), text pairs, left
+// truncation, /tokenize and /decode, TEI's gRPC service, token classification's shapes.
+#ifndef QVI_SERVER_HTTP_TEI_TEI_ROUTES_H_
+#define QVI_SERVER_HTTP_TEI_TEI_ROUTES_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/core/repository/model_repository.h"
+#include "server/frontend/call.h"
+#include "server/frontend/core.h"
+#include "server/http/http_server.h"
+#include "server/http/routes.h"
+
+namespace qvi {
+
+// A predict body, decoded and checked (before any model is resolved): errors name the field.
+struct TeiPredict {
+  std::vector<std::string> texts;
+  bool batch = false;              // "inputs" was a list of lists: the answer is a list per text
+  bool nested = false;             // "parameters" present (InferenceClient): a list of lists, whatever the inputs
+  int top_k = 0;                   // parameters.top_k; 0: every label
+  bool refuse_truncation = false;  // "truncate": false
+};
+absl::StatusOr<TeiPredict> ParseTeiPredict(const std::string& body, int max_texts);
+
+// The model a TEI route answers from: `route.model`, else `default_model`, else the store's only model.
+absl::StatusOr<std::string> TeiModel(const HttpRoute& route, const std::string& default_model,
+                                     const ModelRepository& repository);
+
+// TEI's error body and status for `status`: INVALID_ARGUMENT and the like are 422 "Validation" (an empty text:
+// 400 "Empty"), RESOURCE_EXHAUSTED 429 "Overloaded", UNAVAILABLE 503 "Unhealthy", NOT_FOUND 404, others
+// "Backend" with their HTTP status (ErrorResponse's headers kept: WWW-Authenticate, Retry-After).
+HttpResponse TeiError(const absl::Status& status);
+
+void ServeTeiPredict(Core* core, Calls* calls, const ModelRepository& repository, const std::string& default_model,
+                     const HttpRoute& route, HttpRequest request, HttpServer::Reply reply);
+HttpResponse TeiInfoRoute(const ModelRepository& repository, const RequestLimits& limits,
+                          const std::string& default_model, const HttpRoute& route);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_HTTP_TEI_TEI_ROUTES_H_

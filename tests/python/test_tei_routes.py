@@ -1,0 +1,131 @@
+"""Text Embeddings Inference's routes (server/http/tei/; docs/serving.md, "Drop-in routes"): POST /predict, POST /,
+/models/{m}[/predict] and GET /info answer a classifier in TEI's shapes — the same scores as the native Classify —
+and Hugging Face's own InferenceClient (huggingface_hub, pinned in requirements-test.txt) calls them unchanged;
+errors take TEI's {"error", "error_type"} form and status codes; the model comes from the path, --default-model or
+the store's only model."""
+import os
+import shutil
+
+import pytest
+
+from qvi_testing import STORE, ServerProcess, http_call, metric_sum
+
+TEXTS = ["a wonderful , moving film", "terrible acting and a boring plot", "it was fine"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    work = tmp_path_factory.mktemp("tei")
+    store = work / "store"
+    for name in ("sentiment", "topics", "ner"):
+        shutil.copytree(os.path.join(STORE, name), store / name)
+    proc = ServerProcess(str(store), str(work), "--default-model", "sentiment")
+    yield proc
+    proc.stop()
+
+
+def native(api, server, model, texts):
+    """The native answer's labels per text, best first: [[(label, score), ...], ...]."""
+    pb, pbg = api
+    answer = pbg.InferenceStub(server.channel).Classify(
+        pb.ClassifyRequest(model=pb.ModelSpec(name=model), texts=texts, options=pb.OutputOptions(top_k=100)),
+        timeout=30)
+    return [[(s.label, s.score) for s in r.labels] for r in answer.results]
+
+
+def pairs(predictions):
+    assert all(list(p) == ["score", "label"] for p in predictions), predictions  # TEI's order of fields
+    return [(p["label"], p["score"]) for p in predictions]
+
+
+def same(got, want):
+    """The same labels in the same order, with the same scores (a batch's other texts move the last digits)."""
+    return [label for label, _ in got] == [label for label, _ in want] and \
+        [score for _, score in got] == pytest.approx([score for _, score in want], abs=1e-5)
+
+
+def test_predict_answers_every_label_best_first_in_teis_shapes(api, server):
+    want = native(api, server, "sentiment", TEXTS)
+    for path in ("/predict", "/", "/models/sentiment/predict", "/models/sentiment"):
+        status, one, _ = http_call(server.http_address, "POST", path, {"inputs": TEXTS[0]})
+        assert status == 200 and same(pairs(one), want[0]), (path, one)
+        status, listed, _ = http_call(server.http_address, "POST", path, {"inputs": [TEXTS[1]], "truncate": True})
+        assert status == 200 and same(pairs(listed), want[1]), (path, listed)  # ["text"]: one text
+        status, batch, _ = http_call(server.http_address, "POST", path, {"inputs": [[t] for t in TEXTS]})
+        assert status == 200 and len(batch) == 3 and all(same(pairs(b), w) for b, w in zip(batch, want)), batch
+    topics = native(api, server, "topics", TEXTS[:1])[0]
+    status, got, _ = http_call(server.http_address, "POST", "/models/topics/predict", {"inputs": TEXTS[0]})
+    assert status == 200 and len(got) == 5 and same(pairs(got), topics)
+
+
+def test_hugging_faces_inference_client_classifies_unchanged(api, server):
+    """InferenceClient(base_url=...) posts {"inputs", "parameters"} to the URL as given and reads a list of
+    lists: the default model at /, another at /models/{m}."""
+    from huggingface_hub import InferenceClient
+    for url, model in ((f"http://{server.http_address}", "sentiment"),
+                       (f"http://{server.http_address}/models/topics", "topics")):
+        client = InferenceClient(base_url=url, timeout=30)
+        got = client.text_classification(TEXTS[0], top_k=2)
+        want = native(api, server, model, TEXTS[:1])[0][:2]
+        assert len(got) == 2 and same([(e.label, e.score) for e in got], want), (url, got)
+    status, nested, _ = http_call(server.http_address, "POST", "/", {"inputs": TEXTS[0], "parameters": {}})
+    assert status == 200 and len(nested) == 1 and len(nested[0]) == 2  # every label, in a list of lists
+
+
+def test_refusals_take_teis_form_and_status(server):
+    long_text = " ".join(["good"] * 400)  # more tokens than the demo model reads
+    for body, path, status, kind, message in (
+            ({"inputs": ["q", "d"]}, "/predict", 422, "Validation", "inputs: a pair of texts"),
+            ({"inputs": ""}, "/predict", 400, "Empty", "`inputs` cannot be empty"),
+            ({"inputs": "a", "raw_scores": True}, "/predict", 422, "Validation", "raw_scores: the models' logits"),
+            ({"inputs": long_text, "truncate": False}, "/predict", 422, "Validation", "exceed model 'sentiment'"),
+            ({"inputs": [["a"]] * 300}, "/predict", 422, "Validation", "batch size 300 > maximum allowed batch size"),
+            ({"inputs": "a"}, "/models/nope/predict", 404, "Validation", "nope"),
+            ({"inputs": "Anna went to Paris"}, "/models/ner/predict", 422, "Validation", "ner"),
+            ({"inputs": "x" * (10 << 20)}, "/predict", 422, "Validation", "bytes")):
+        got, answer, _ = http_call(server.http_address, "POST", path, body)
+        assert (got, answer["error_type"]) == (status, kind) and message in answer["error"], (body.keys(), answer)
+        assert list(answer) == ["error", "error_type"]
+    # The same long text with truncation (TEI's default) is answered, cut at the model's max_tokens.
+    assert http_call(server.http_address, "POST", "/predict", {"inputs": long_text})[0] == 200
+
+
+def test_info_names_the_model_its_labels_and_limits(api, server):
+    pb, pbg = api
+    md = pbg.InferenceStub(server.channel).GetModel(pb.GetModelRequest(model=pb.ModelSpec(name="topics")),
+                                                     timeout=10).model.versions[0].metadata
+    for path, model in (("/info", "sentiment"), ("/models/topics/info", "topics")):
+        status, info, _ = http_call(server.http_address, "GET", path)
+        assert status == 200 and info["model_id"] == model == info["served_model_name"], info
+        labels = info["model_type"]["classifier"]["id2label"]
+        assert info["model_type"]["classifier"]["label2id"] == {v: int(k) for k, v in labels.items()}
+        assert info["max_input_length"] > 0 and info["max_client_batch_size"] == 256 and info["auto_truncate"]
+    assert list(labels.values()) == list(md.labels) and info["max_input_length"] == md.tokenizer.max_tokens
+    status, tagger, _ = http_call(server.http_address, "GET", "/models/ner/info")
+    assert status == 200 and "token_classifier" in tagger["model_type"]
+
+
+def test_predict_is_counted_as_every_call_is(server):
+    before = metric_sum(server.metrics(), "qvi_requests_total", 'method="Predict"', 'code="OK"')
+    assert http_call(server.http_address, "POST", "/predict", {"inputs": TEXTS[0]})[0] == 200
+    after = metric_sum(server.metrics(), "qvi_requests_total", 'method="Predict"', 'code="OK"')
+    assert after == before + 1
+
+
+def test_without_a_default_the_only_model_answers_and_several_must_be_named(tmp_path):
+    store = tmp_path / "store"
+    shutil.copytree(os.path.join(STORE, "sentiment"), store / "sentiment")
+    proc = ServerProcess(str(store), str(tmp_path))
+    try:
+        assert http_call(proc.http_address, "POST", "/predict", {"inputs": TEXTS[0]})[0] == 200
+        shutil.copytree(os.path.join(STORE, "topics"), store / "topics")
+        proc.stop()
+        proc = ServerProcess(str(store), str(tmp_path))
+        for method, path, body in (("POST", "/predict", {"inputs": "a"}), ("GET", "/info", None)):
+            status, answer, _ = http_call(proc.http_address, method, path, body)
+            assert status == 422 and answer["error"] == (
+                "no model named: this server holds 2 models (sentiment, topics); call /models/{m}/predict, or start "
+                "it with --default-model"), answer
+        assert http_call(proc.http_address, "POST", "/models/topics/predict", {"inputs": "a"})[0] == 200
+    finally:
+        proc.stop()
