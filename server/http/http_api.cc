@@ -86,15 +86,17 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
   // CORS: an answer to an allowed origin says so (whichever thread writes it).
   reply = WithCors(request, std::move(reply));
   if (request.method == "OPTIONS") return reply(Preflight(request));
+  // TEI's paths refuse in TEI's form, their routing's refusals too (404, 405).
+  HttpResponse (*const refuse)(const absl::Status&) = IsTeiTarget(request.target) ? TeiError : ErrorResponse;
   // Authorization is no list: HTTP allows it once. Two (a proxy that added its own beside the client's)
   // would let whichever came first decide; refused whatever the route, naming the header, not its values.
   if (request.HeaderCount("Authorization") > 1) {
-    return reply(ErrorResponse(
+    return reply(refuse(
         absl::InvalidArgumentError("the request carries the Authorization header more than once; send it once")));
   }
   absl::StatusOr<HttpRoute> route = ParseRoute(request.method, request.target);
   if (!route.ok()) {
-    HttpResponse r = ErrorResponse(route.status());
+    HttpResponse r = refuse(route.status());
     if (route.status().code() == absl::StatusCode::kFailedPrecondition) {
       r.status = 405;
       r.headers.emplace_back("Allow", AllowedMethods(request.target).value_or("GET, OPTIONS"));
@@ -120,7 +122,7 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
       return ServeTeiPredict(core_, calls_, *repository_, options_.default_model, *route, std::move(request),
                              std::move(reply));
     case Kind::kTeiInfo:
-      // TEI's /info is public; here it names a model and its labels: the `read` scope, as GetModel.
+      // It names a model and its labels: the `read` scope, as GetModel (TEI's is public).
       if (absl::Status s = calls_->Authorize(request.Header("Authorization"), Scope::kRead); !s.ok()) {
         return reply(TeiError(s));
       }

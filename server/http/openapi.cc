@@ -252,12 +252,25 @@ void AddTeiPaths(json& paths, json& schemas) {
                            {"max_batch_tokens", {{"type", "integer"}}},
                            {"max_client_batch_size", {{"type", "integer"}}},
                            {"version", {{"type", "string"}}}}}};
+  schemas["tei.Error"] = {
+      {"type", "object"},
+      {"required", {"error", "error_type"}},
+      {"properties",
+       {{"error", {{"type", "string"}}},
+        {"error_type",
+         {{"type", "string"}, {"enum", {"Validation", "Empty", "Overloaded", "Unhealthy", "Backend"}}}}}}};
+  const json tei_error = {{"description",
+                           "TEI's error: Validation 422 (an unknown model 404), Empty 400, "
+                           "Overloaded 429, Unhealthy 503, Backend otherwise"},
+                          {"content", JsonBody(Ref("tei.Error"))}};
   const json answer = {{"oneOf", {Ref("tei.Predictions"), {{"type", "array"}, {"items", Ref("tei.Predictions")}}}}};
   const json model =
       Parameter("model", "path", {{"type", "string"}}, "the model's name (its folder in the store)", true);
-  for (const std::string& path : {std::string("/predict"), std::string("/models/{model}/predict")}) {
+  for (const std::string& path :
+       {std::string("/predict"), std::string("/models/{model}/predict"), std::string("/models/{model}")}) {
     json o = Operation("TEI's predict: every label with its score, best first (a list per text for a batch)",
                        "the predictions", answer);
+    o["responses"]["default"] = tei_error;
     o["parameters"] = InferenceHeaders();
     if (path != "/predict") o["parameters"].push_back(model);
     o["requestBody"] = {{"required", true}, {"content", JsonBody(Ref("tei.PredictRequest"))}};
@@ -270,6 +283,7 @@ void AddTeiPaths(json& paths, json& schemas) {
   for (const std::string& path : {std::string("/info"), std::string("/models/{model}/info")}) {
     json o = Operation("TEI's info: the model, its labels (model_type.classifier.id2label) and limits", "the info",
                        Ref("tei.Info"));
+    o["responses"]["default"] = tei_error;
     if (path != "/info") o["parameters"] = json::array({model});
     paths[path]["get"] = std::move(o);
   }

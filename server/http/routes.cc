@@ -114,6 +114,10 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_vie
   for (const auto& fixed : kFixed) {
     if (path == fixed.path) return want(fixed.kind, fixed.method);
   }
+  if (path == "/" && method != "GET" && method != "POST") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("method ", method, " is not allowed on /; use GET (the page) or POST (TEI's predict)"));
+  }
   if (path == "/") return method == "POST" ? want(Kind::kTeiPredict, "POST") : want(Kind::kPage, "GET");
   if (absl::ConsumePrefix(&path, "/models/")) {
     absl::StatusOr<HttpRoute> tei = ParseTeiModelRoute(path, target);

@@ -3,7 +3,9 @@
 and Hugging Face's own InferenceClient (huggingface_hub, pinned in requirements-test.txt) calls them unchanged;
 errors take TEI's {"error", "error_type"} form and status codes; the model comes from the path, --default-model or
 the store's only model."""
+import json
 import os
+import re
 import shutil
 
 import pytest
@@ -81,13 +83,38 @@ def test_refusals_take_teis_form_and_status(server):
             ({"inputs": long_text, "truncate": False}, "/predict", 422, "Validation", "exceed model 'sentiment'"),
             ({"inputs": [["a"]] * 300}, "/predict", 422, "Validation", "batch size 300 > maximum allowed batch size"),
             ({"inputs": "a"}, "/models/nope/predict", 404, "Validation", "nope"),
-            ({"inputs": "Anna went to Paris"}, "/models/ner/predict", 422, "Validation", "ner"),
+            ({"inputs": "Anna went to Paris"}, "/models/ner/predict", 422, "Validation", "model 'ner' is a tagging model"),
             ({"inputs": "x" * (10 << 20)}, "/predict", 422, "Validation", "bytes")):
         got, answer, _ = http_call(server.http_address, "POST", path, body)
         assert (got, answer["error_type"]) == (status, kind) and message in answer["error"], (body.keys(), answer)
         assert list(answer) == ["error", "error_type"]
+    # A body that is not JSON, or whose cost is out of bounds, is refused before anything is built from it.
+    for body, message in ((b"[" * 10000, "nested deeper than 16 levels"), (b'{"inputs": "\xff\xfe"}', "UTF-8"),
+                          (b'{"inputs": "a"', "request body")):
+        got, answer, _ = http_call(server.http_address, "POST", "/predict", body)
+        assert (got, answer["error_type"]) == (422, "Validation") and message in answer["error"], (body[:20], answer)
+    # Routing's refusals on TEI's paths take TEI's form too.
+    got, answer, headers = http_call(server.http_address, "GET", "/predict")
+    assert (got, headers["Allow"], answer["error_type"]) == (405, "POST, OPTIONS", "Validation"), answer
+    got, answer, _ = http_call(server.http_address, "POST", "/models/sentiment/embed", {"inputs": "a"})
+    assert got == 404 and "TEI's routes for a model are" in answer["error"] and answer["error_type"] == "Validation"
+    got, _, headers = http_call(server.http_address, "OPTIONS", "/")
+    assert got == 204 and headers["Allow"] == "GET, POST, OPTIONS"
     # The same long text with truncation (TEI's default) is answered, cut at the model's max_tokens.
     assert http_call(server.http_address, "POST", "/predict", {"inputs": long_text})[0] == 200
+
+
+def test_scores_are_the_native_floats_written_shortest(server):
+    """A score is the native answer's float32, written as the shortest decimal that reads back as it (as TEI's
+    serde writes an f32: 0.9855092, not its double's 0.9855092167854309)."""
+    import numpy as np
+    _, tei, _ = http_call(server.http_address, "POST", "/predict", {"inputs": TEXTS[0]}, raw=True)
+    _, native_json, _ = http_call(server.http_address, "POST", "/v1/models/sentiment:classify",
+                                  {"texts": [TEXTS[0]], "options": {"topK": 2}}, raw=True)
+    ours = re.findall(rb'"score": ?([0-9.e-]+)', tei)
+    theirs = re.findall(rb'"score": ?([0-9.e-]+)', native_json)  # protobuf's JSON: nine significant digits
+    assert [np.float32(float(x)) for x in ours] == [np.float32(float(x)) for x in theirs], (tei, native_json)
+    assert all(len(a) <= len(b) for a, b in zip(ours, theirs)) and any(len(a) < len(b) for a, b in zip(ours, theirs))
 
 
 def test_info_names_the_model_its_labels_and_limits(api, server):

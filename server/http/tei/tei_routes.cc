@@ -1,5 +1,7 @@
 #include "server/http/tei/tei_routes.h"
 
+#include <charconv>
+#include <cstdlib>
 #include <memory>
 #include <utility>
 
@@ -7,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "server/http/http_call.h"
+#include "server/http/native/json_body.h"
 
 namespace qvi {
 namespace {
@@ -57,10 +60,11 @@ absl::Status ReadParameters(const json& p, TeiPredict& out) {
   if (!p.is_object()) return Invalid("parameters: not an object");
   out.nested = true;
   if (p.contains("top_k") && !p["top_k"].is_null()) {
-    if (!p["top_k"].is_number_integer() || p["top_k"].get<int64_t>() < 1) {
+    const json& k = p["top_k"];
+    if (!k.is_number_unsigned() || k.get<uint64_t>() < 1) {
       return Invalid("parameters.top_k: not a whole number of labels of at least 1");
     }
-    out.top_k = static_cast<int>(std::min<int64_t>(p["top_k"].get<int64_t>(), 1 << 20));
+    out.top_k = static_cast<int>(std::min<uint64_t>(k.get<uint64_t>(), 1 << 20));  // past every label: all
   }
   if (p.contains("function_to_apply") && !p["function_to_apply"].is_null() && p["function_to_apply"] != "softmax") {
     return Invalid(
@@ -88,13 +92,20 @@ std::pair<int, const char*> TeiKind(const absl::Status& status) {
   }
 }
 
+// A float score as the shortest decimal that reads back as it (0.98, not 0.9800000190734863 of its double).
+double Shortest(float v) {
+  char text[32];
+  const auto [end, ec] = std::to_chars(text, text + sizeof(text), v);
+  return ec == std::errc() ? std::strtod(std::string(text, end).c_str(), nullptr) : v;
+}
+
 // Every label, best first, as TEI writes a prediction (score, then label: its fields' order kept), the first
 // `top_k` (0: all).
 nlohmann::ordered_json Predictions(const TextResult& result, int top_k) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const auto& [label, score] : result.labels) {
     if (top_k > 0 && static_cast<int>(out.size()) == top_k) break;
-    out.push_back(nlohmann::ordered_json{{"score", score}, {"label", label}});
+    out.push_back(nlohmann::ordered_json{{"score", Shortest(score)}, {"label", label}});
   }
   return out;
 }
@@ -106,7 +117,15 @@ std::string Dump(const Json& j) {
 
 }  // namespace
 
+bool IsTeiTarget(std::string_view target) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  return path == "/predict" || path == "/info" || path.substr(0, 8) == "/models/";
+}
+
 absl::StatusOr<TeiPredict> ParseTeiPredict(const std::string& body, int max_texts) {
+  // Its cost bounded before anything is built (json_body.h): malformed JSON named by byte, invalid UTF-8, deep
+  // nesting, more values than a request of max_texts texts needs.
+  if (absl::Status scanned = ScanBody(body, max_texts); !scanned.ok()) return scanned;
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Invalid("the body is not a JSON object");
   if (!j.contains("inputs")) return Invalid("inputs: missing");
@@ -141,6 +160,7 @@ absl::StatusOr<std::string> TeiModel(const HttpRoute& route, const std::string& 
   std::vector<std::string> names;
   for (const ModelStatus& m : repository.List()) names.push_back(m.name);
   if (names.size() == 1) return names[0];
+  if (names.empty()) return absl::UnavailableError("no model named, and the store holds none (yet)");
   return Invalid(absl::StrCat("no model named: this server holds ", names.size(), " models (",
                               absl::StrJoin(names.begin(), names.begin() + std::min<size_t>(names.size(), 8), ", "),
                               names.size() > 8 ? ", ..." : "",
@@ -194,29 +214,30 @@ HttpResponse TeiInfoRoute(const ModelRepository& repository, const RequestLimits
   if (!servable.ok()) return TeiError(servable.status());
   const Manifest& m = (*servable)->model->manifest();
   const std::vector<std::string>& labels = m.task == Task::kClassification ? m.labels : m.tags;
-  json id2label = json::object(), label2id = json::object();
+  nlohmann::ordered_json id2label = nlohmann::ordered_json::object(), label2id = nlohmann::ordered_json::object();
   for (size_t i = 0; i < labels.size(); ++i) {
     id2label[std::to_string(i)] = labels[i];
     label2id[labels[i]] = i;
   }
   // A tagger is no TEI model type; it says what it is under a name of its own.
   const char* type = m.task == Task::kClassification ? "classifier" : "token_classifier";
-  const json info = {{"model_id", m.name},
-                     {"model_sha", nullptr},
-                     {"model_dtype", "float32"},
-                     {"served_model_name", *model},
-                     {"model_type", {{type, {{"id2label", id2label}, {"label2id", label2id}}}}},
-                     {"max_concurrent_requests", (*servable)->serving.max_queued_texts},
-                     {"max_input_length", m.tokenizer.max_tokens},
-                     {"max_batch_tokens", (*servable)->serving.max_batch_tokens},
-                     {"max_batch_requests", (*servable)->serving.max_batch_size},
-                     {"max_client_batch_size", limits.max_texts},
-                     {"auto_truncate", true},
-                     {"tokenization_workers", nullptr},
-                     {"version", QVI_VERSION},
-                     {"sha", nullptr},
-                     {"docker_label", nullptr},
-                     {"served_model_version", (*servable)->version}};
+  const std::string precision = (*servable)->model->precision();
+  const nlohmann::ordered_json info = {{"model_id", m.name},
+                                       {"model_sha", nullptr},
+                                       {"model_dtype", precision.empty() ? "float32" : precision},
+                                       {"served_model_name", *model},
+                                       {"model_type", {{type, {{"id2label", id2label}, {"label2id", label2id}}}}},
+                                       {"max_concurrent_requests", (*servable)->serving.max_queued_texts},
+                                       {"max_input_length", m.tokenizer.max_tokens},
+                                       {"max_batch_tokens", (*servable)->serving.max_batch_tokens},
+                                       {"max_batch_requests", (*servable)->serving.max_batch_size},
+                                       {"max_client_batch_size", limits.max_texts},
+                                       {"auto_truncate", true},
+                                       {"tokenization_workers", nullptr},
+                                       {"version", QVI_VERSION},
+                                       {"sha", nullptr},
+                                       {"docker_label", nullptr},
+                                       {"served_model_version", (*servable)->version}};
   return HttpResponse{200, "application/json", Dump(info), {}};
 }
 

@@ -19,6 +19,7 @@
 #define QVI_SERVER_HTTP_TEI_TEI_ROUTES_H_
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -30,6 +31,10 @@
 #include "server/http/routes.h"
 
 namespace qvi {
+
+// Whether `target` is one of TEI's paths (/predict, /info, /models/...), whose refusals, routing's included
+// (404, 405), take TEI's form.
+bool IsTeiTarget(std::string_view target);
 
 // A predict body, decoded and checked (before any model is resolved): errors name the field.
 struct TeiPredict {

@@ -83,7 +83,8 @@ TEST(HttpRouteTest, RefusalsSayWhy) {
   };
   for (const Case& c : std::vector<Case>{
            {"GET", "/index.html", absl::StatusCode::kNotFound, "no route for /index.html"},
-           {"PUT", "/", absl::StatusCode::kFailedPrecondition, "method PUT is not allowed on /; use GET"},
+           {"PUT", "/", absl::StatusCode::kFailedPrecondition,
+            "method PUT is not allowed on /; use GET (the page) or POST (TEI's predict)"},
            {"GET", "/predict", absl::StatusCode::kFailedPrecondition,
             "method GET is not allowed on /predict; use POST"},
            {"POST", "/info", absl::StatusCode::kFailedPrecondition, "use GET"},
