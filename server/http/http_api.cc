@@ -55,6 +55,21 @@ HttpServer::Reply HttpApi::WithCors(const HttpRequest& request, HttpServer::Repl
   };
 }
 
+namespace {
+
+// A path no route has (404), or a method its route does not take (405, with Allow), in the path's form.
+HttpResponse RouteRefusal(const absl::Status& why, const std::string& target,
+                          HttpResponse (*refuse)(const absl::Status&)) {
+  HttpResponse r = refuse(why);
+  if (why.code() == absl::StatusCode::kFailedPrecondition) {
+    r.status = 405;
+    r.headers.emplace_back("Allow", AllowedMethods(target).value_or("GET, OPTIONS"));
+  }
+  return r;
+}
+
+}  // namespace
+
 // The routes that only read the server's state.
 HttpResponse HttpApi::Describe(const HttpRoute& route) const {
   using Kind = HttpRoute::Kind;
@@ -95,14 +110,7 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
         absl::InvalidArgumentError("the request carries the Authorization header more than once; send it once")));
   }
   absl::StatusOr<HttpRoute> route = ParseRoute(request.method, request.target);
-  if (!route.ok()) {
-    HttpResponse r = refuse(route.status());
-    if (route.status().code() == absl::StatusCode::kFailedPrecondition) {
-      r.status = 405;
-      r.headers.emplace_back("Allow", AllowedMethods(request.target).value_or("GET, OPTIONS"));
-    }
-    return reply(std::move(r));
-  }
+  if (!route.ok()) return reply(RouteRefusal(route.status(), request.target, refuse));
   using Kind = HttpRoute::Kind;
   switch (route->kind) {
     case Kind::kListModels:

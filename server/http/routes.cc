@@ -81,6 +81,34 @@ absl::StatusOr<HttpRoute> ParseTeiModelRoute(absl::string_view path, absl::strin
   HttpRoute route;
   route.model = std::string(path.substr(0, slash));
   route.kind = verb == "info" ? HttpRoute::Kind::kTeiInfo : HttpRoute::Kind::kTeiPredict;
+  route.allow = verb == "info" ? "GET" : "POST";
+  return route;
+}
+
+// OIP's repository extension for a model, with `path` after "/v2/repository/models/": {m}/load or {m}/unload;
+// a model name holds no '/'.
+absl::StatusOr<HttpRoute> ParseRepositoryModelRoute(absl::string_view path, absl::string_view target) {
+  const size_t slash = path.find('/');
+  const absl::string_view verb = slash == absl::string_view::npos ? "" : path.substr(slash + 1);
+  if (slash == 0 || (verb != "load" && verb != "unload")) {
+    return absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
+  }
+  HttpRoute route;
+  route.model = std::string(path.substr(0, slash));
+  route.kind = verb == "load" ? HttpRoute::Kind::kRepositoryLoad : HttpRoute::Kind::kRepositoryUnload;
+  route.allow = "POST";
+  return route;
+}
+
+// "/": the page (GET) and TEI's predict for a classifier (POST).
+absl::StatusOr<HttpRoute> RootRoute(absl::string_view method) {
+  if (method != "GET" && method != "POST") {
+    return absl::FailedPreconditionError(
+        absl::StrCat("method ", method, " is not allowed on /; use GET (the page) or POST (TEI's predict)"));
+  }
+  HttpRoute route;
+  route.kind = method == "POST" ? HttpRoute::Kind::kTeiPredict : HttpRoute::Kind::kPage;
+  route.allow = method == "POST" ? "POST" : "GET";
   return route;
 }
 
@@ -110,34 +138,18 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_vie
   } kFixed[] = {{"/v2/health/live", Kind::kLive, "GET"},  {"/v2/health/ready", Kind::kReady, "GET"},
                 {"/v1/models", Kind::kListModels, "GET"}, {"/v2", Kind::kServerMetadata, "GET"},
                 {"/openapi.json", Kind::kOpenApi, "GET"}, {"/predict", Kind::kTeiPredict, "POST"},
-                {"/info", Kind::kTeiInfo, "GET"}};
+                {"/info", Kind::kTeiInfo, "GET"},         {"/v2/repository/index", Kind::kRepositoryIndex, "POST"}};
   for (const auto& fixed : kFixed) {
     if (path == fixed.path) return want(fixed.kind, fixed.method);
   }
-  if (path == "/" && method != "GET" && method != "POST") {
-    return absl::FailedPreconditionError(
-        absl::StrCat("method ", method, " is not allowed on /; use GET (the page) or POST (TEI's predict)"));
-  }
-  if (path == "/") return method == "POST" ? want(Kind::kTeiPredict, "POST") : want(Kind::kPage, "GET");
-  if (absl::ConsumePrefix(&path, "/models/")) {
-    absl::StatusOr<HttpRoute> tei = ParseTeiModelRoute(path, target);
-    if (!tei.ok()) return tei.status();
-    route = *std::move(tei);
-    return want(route.kind, route.kind == Kind::kTeiInfo ? "GET" : "POST");
-  }
-  if (path == "/v2/repository/index") return want(Kind::kRepositoryIndex, "POST");
-  if (absl::ConsumePrefix(&path, "/v2/repository/models/")) {
-    // {m}/load or {m}/unload; a model name holds no '/'.
-    const size_t slash = path.find('/');
-    const absl::string_view verb = slash == absl::string_view::npos ? "" : path.substr(slash + 1);
-    if (slash == 0 || (verb != "load" && verb != "unload")) {
-      return absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
-    }
-    route.model = std::string(path.substr(0, slash));
-    return want(verb == "load" ? Kind::kRepositoryLoad : Kind::kRepositoryUnload, "POST");
-  }
   absl::StatusOr<HttpRoute> model = absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200)));
-  if (absl::ConsumePrefix(&path, "/v2/models/")) {
+  if (path == "/") {
+    model = RootRoute(method);
+  } else if (absl::ConsumePrefix(&path, "/models/")) {
+    model = ParseTeiModelRoute(path, target);
+  } else if (absl::ConsumePrefix(&path, "/v2/repository/models/")) {
+    model = ParseRepositoryModelRoute(path, target);
+  } else if (absl::ConsumePrefix(&path, "/v2/models/")) {
     model = ParseV2ModelRoute(path, target);
   } else if (absl::ConsumePrefix(&path, "/v1/models/")) {
     model = ParseV1ModelRoute(path, target);
