@@ -9,6 +9,7 @@
 #include "server/http/kserve/repository_routes.h"
 #include "server/http/native/json_body.h"
 #include "server/http/native/native_routes.h"
+#include "server/http/openai/classify_routes.h"
 #include "server/http/openapi.h"
 #include "server/http/tei/tei_routes.h"
 #include "server/logging.h"
@@ -64,8 +65,16 @@ HttpResponse RouteRefusal(const absl::Status& why, const std::string& target,
   if (why.code() == absl::StatusCode::kFailedPrecondition) {
     r.status = 405;
     r.headers.emplace_back("Allow", AllowedMethods(target).value_or("GET, OPTIONS"));
+    if (refuse == OpenAiError) r.body = OpenAiErrorBody(why.message(), "MethodNotAllowedError", 405);  // its code
   }
   return r;
+}
+
+// The form of an error on `target`'s path: the drop-in routes' protocols' own, else {"error"}.
+HttpResponse (*ErrorFormOf(const std::string& target))(const absl::Status&) {
+  if (IsTeiTarget(target)) return TeiError;
+  if (IsOpenAiTarget(target)) return OpenAiError;
+  return ErrorResponse;
 }
 
 }  // namespace
@@ -101,8 +110,8 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
   // CORS: an answer to an allowed origin says so (whichever thread writes it).
   reply = WithCors(request, std::move(reply));
   if (request.method == "OPTIONS") return reply(Preflight(request));
-  // TEI's paths refuse in TEI's form, their routing's refusals too (404, 405).
-  HttpResponse (*const refuse)(const absl::Status&) = IsTeiTarget(request.target) ? TeiError : ErrorResponse;
+  // The drop-in routes' paths refuse in their protocol's form, their routing's refusals too (404, 405).
+  HttpResponse (*const refuse)(const absl::Status&) = ErrorFormOf(request.target);
   // Authorization is no list: HTTP allows it once. Two (a proxy that added its own beside the client's)
   // would let whichever came first decide; refused whatever the route, naming the header, not its values.
   if (request.HeaderCount("Authorization") > 1) {
@@ -126,6 +135,9 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
     case Kind::kClassify:
     case Kind::kTag:
       return ServeNativeInfer(core_, calls_, *route, std::move(request), std::move(reply));
+    case Kind::kOpenAiClassify:
+      return ServeOpenAiClassify(core_, calls_, *repository_, options_.default_model, std::move(request),
+                                 std::move(reply));
     case Kind::kTeiPredict:
       return ServeTeiPredict(core_, calls_, *repository_, options_.default_model, *route, std::move(request),
                              std::move(reply));

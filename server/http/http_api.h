@@ -11,6 +11,7 @@
 //   POST /v2/models/{m}[/versions/{v}]/infer        inference with JSON tensors, as OIP over gRPC
 //   POST /predict, / , /models/{m}[/predict]        Text Embeddings Inference's routes (tei/): a classifier's
 //   GET  /info, /models/{m}/info                    labels in TEI's shapes, for TEI's and InferenceClient's callers
+//   POST /classify, /v1/classify                    OpenAI-style classification as vLLM serves it (openai/)
 //   GET  /openapi.json                              this list as an OpenAPI 3.1 document
 //   GET  /                                          the explanation page (explain_page.h), unless off
 // Errors are {"error": "..."} with the HTTP status of the gRPC code (HttpStatus, routes.h). With TLS the

@@ -289,6 +289,56 @@ void AddTeiPaths(json& paths, json& schemas) {
   }
 }
 
+// OpenAI-style classification as vLLM serves it (openai/classify_routes.h).
+void AddOpenAiPaths(json& paths, json& schemas) {
+  schemas["openai.ClassifyRequest"] = {
+      {"type", "object"},
+      {"required", {"input"}},
+      {"properties",
+       {{"model", {{"type", {"string", "null"}}, {"description", "default: --default-model, else the only model"}}},
+        {"input",
+         {{"oneOf", {{{"type", "string"}}, {{"type", "array"}, {"items", {{"type", "string"}}}, {"minItems", 1}}}}}}}}};
+  schemas["openai.ClassifyResponse"] = {
+      {"type", "object"},
+      {"required", {"id", "object", "created", "model", "data", "usage"}},
+      {"properties",
+       {{"id", {{"type", "string"}}},
+        {"object", {{"const", "list"}}},
+        {"created", {{"type", "integer"}}},
+        {"model", {{"type", "string"}}},
+        {"data",
+         {{"type", "array"},
+          {"items",
+           {{"type", "object"},
+            {"required", {"index", "label", "probs", "num_classes"}},
+            {"properties",
+             {{"index", {{"type", "integer"}}},
+              {"label", {{"type", "string"}}},
+              {"probs", {{"type", "array"}, {"items", {{"type", "number"}}}}},
+              {"num_classes", {{"type", "integer"}}}}}}}}},
+        {"usage", {{"type", "object"}, {"required", {"prompt_tokens", "total_tokens"}}}}}}};
+  schemas["openai.Error"] = {
+      {"type", "object"},
+      {"required", {"error"}},
+      {"properties",
+       {{"error",
+         {{"type", "object"},
+          {"required", {"message", "type", "code"}},
+          {"properties",
+           {{"message", {{"type", "string"}}}, {"type", {{"type", "string"}}}, {"code", {{"type", "integer"}}}}}}}}}};
+  for (const char* path : {"/classify", "/v1/classify"}) {
+    json o = Operation(
+        "OpenAI-style classification (vLLM's /classify): each text's label and every label's "
+        "probability in the model's order",
+        "the classifications", Ref("openai.ClassifyResponse"));
+    o["responses"]["default"] = {{"description", "OpenAI's error: BadRequestError 400, NotFoundError 404, ..."},
+                                 {"content", JsonBody(Ref("openai.Error"))}};
+    o["parameters"] = InferenceHeaders();
+    o["requestBody"] = {{"required", true}, {"content", JsonBody(Ref("openai.ClassifyRequest"))}};
+    paths[path]["post"] = std::move(o);
+  }
+}
+
 // OIP's repository extension (docs/serving.md, "Model control"), with the admin scope; the body is optional.
 void AddRepositoryPaths(json& paths) {
   const json string = {{"type", "string"}};
@@ -338,6 +388,7 @@ std::string BuildOpenApiDocument() {
   paths["/"]["get"]["responses"]["200"]["content"] = {{"text/html", {{"schema", {{"type", "string"}}}}}};
   AddModelPaths(paths, schemas);
   AddTeiPaths(paths, schemas);
+  AddOpenAiPaths(paths, schemas);
   AddRepositoryPaths(paths);
   json doc = {{"openapi", "3.1.0"}, {"paths", std::move(paths)}};
   doc["components"]["schemas"] = std::move(schemas);

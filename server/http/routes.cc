@@ -135,10 +135,16 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_vie
     const char* path;
     Kind kind;
     const char* method;
-  } kFixed[] = {{"/v2/health/live", Kind::kLive, "GET"},  {"/v2/health/ready", Kind::kReady, "GET"},
-                {"/v1/models", Kind::kListModels, "GET"}, {"/v2", Kind::kServerMetadata, "GET"},
-                {"/openapi.json", Kind::kOpenApi, "GET"}, {"/predict", Kind::kTeiPredict, "POST"},
-                {"/info", Kind::kTeiInfo, "GET"},         {"/v2/repository/index", Kind::kRepositoryIndex, "POST"}};
+  } kFixed[] = {{"/v2/health/live", Kind::kLive, "GET"},
+                {"/v2/health/ready", Kind::kReady, "GET"},
+                {"/v1/models", Kind::kListModels, "GET"},
+                {"/v2", Kind::kServerMetadata, "GET"},
+                {"/openapi.json", Kind::kOpenApi, "GET"},
+                {"/predict", Kind::kTeiPredict, "POST"},
+                {"/info", Kind::kTeiInfo, "GET"},
+                {"/v2/repository/index", Kind::kRepositoryIndex, "POST"},
+                {"/classify", Kind::kOpenAiClassify, "POST"},
+                {"/v1/classify", Kind::kOpenAiClassify, "POST"}};
   for (const auto& fixed : kFixed) {
     if (path == fixed.path) return want(fixed.kind, fixed.method);
   }

@@ -28,8 +28,9 @@ struct HttpRoute {
     kInfer,
     kOpenApi,
     kPage,
-    kTeiPredict,  // TEI's (tei/tei_routes.h): POST /predict, POST /, POST /models/{m}[/predict]
-    kTeiInfo,     // GET /info, /models/{m}/info
+    kTeiPredict,      // TEI's (tei/tei_routes.h): POST /predict, POST /, POST /models/{m}[/predict]
+    kTeiInfo,         // GET /info, /models/{m}/info
+    kOpenAiClassify,  // POST /classify, /v1/classify (openai/classify_routes.h)
     kRepositoryIndex,
     kRepositoryLoad,
     kRepositoryUnload

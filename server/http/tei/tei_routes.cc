@@ -1,13 +1,11 @@
 #include "server/http/tei/tei_routes.h"
 
-#include <charconv>
-#include <cstdlib>
 #include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "server/http/drop_in.h"
 #include "server/http/http_call.h"
 #include "server/http/native/json_body.h"
 
@@ -92,20 +90,13 @@ std::pair<int, const char*> TeiKind(const absl::Status& status) {
   }
 }
 
-// A float score as the shortest decimal that reads back as it (0.98, not 0.9800000190734863 of its double).
-double Shortest(float v) {
-  char text[32];
-  const auto [end, ec] = std::to_chars(text, text + sizeof(text), v);
-  return ec == std::errc() ? std::strtod(std::string(text, end).c_str(), nullptr) : v;
-}
-
 // Every label, best first, as TEI writes a prediction (score, then label: its fields' order kept), the first
 // `top_k` (0: all).
 nlohmann::ordered_json Predictions(const TextResult& result, int top_k) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const auto& [label, score] : result.labels) {
     if (top_k > 0 && static_cast<int>(out.size()) == top_k) break;
-    out.push_back(nlohmann::ordered_json{{"score", Shortest(score)}, {"label", label}});
+    out.push_back(nlohmann::ordered_json{{"score", ShortestDouble(score)}, {"label", label}});
   }
   return out;
 }
@@ -155,16 +146,7 @@ absl::StatusOr<TeiPredict> ParseTeiPredict(const std::string& body, int max_text
 
 absl::StatusOr<std::string> TeiModel(const HttpRoute& route, const std::string& default_model,
                                      const ModelRepository& repository) {
-  if (!route.model.empty()) return route.model;
-  if (!default_model.empty()) return default_model;
-  std::vector<std::string> names;
-  for (const ModelStatus& m : repository.List()) names.push_back(m.name);
-  if (names.size() == 1) return names[0];
-  if (names.empty()) return absl::UnavailableError("no model named, and the store holds none (yet)");
-  return Invalid(absl::StrCat("no model named: this server holds ", names.size(), " models (",
-                              absl::StrJoin(names.begin(), names.begin() + std::min<size_t>(names.size(), 8), ", "),
-                              names.size() > 8 ? ", ..." : "",
-                              "); call /models/{m}/predict, or start it with --default-model"));
+  return ChooseModel(route.model, default_model, repository, "call /models/{m}/predict");
 }
 
 HttpResponse TeiError(const absl::Status& status) {

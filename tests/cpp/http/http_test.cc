@@ -22,6 +22,7 @@
 #include "server/http/http_server.h"
 #include "server/http/native/json_body.h"
 #include "server/http/native/proto_json.h"
+#include "server/http/openai/classify_routes.h"
 #include "server/http/openapi.h"
 #include "server/http/routes.h"
 #include "server/http/tei/tei_routes.h"
@@ -65,6 +66,8 @@ TEST(HttpRouteTest, PathsAndMethodsPickTheRoute) {
            {"POST", "/models/topics", Kind::kTeiPredict, "topics", 0},
            {"POST", "/models/topics/predict", Kind::kTeiPredict, "topics", 0},
            {"GET", "/models/topics/info", Kind::kTeiInfo, "topics", 0},
+           {"POST", "/classify", Kind::kOpenAiClassify, "", 0},
+           {"POST", "/v1/classify", Kind::kOpenAiClassify, "", 0},
        }) {
     absl::StatusOr<HttpRoute> r = ParseRoute(c.method, c.target);
     ASSERT_TRUE(r.ok()) << c.target << ": " << r.status();
@@ -184,6 +187,41 @@ TEST(TeiRoutesTest, ErrorsTakeTeisShapeAndStatus) {
   const HttpResponse unauthenticated = TeiError(absl::UnauthenticatedError("an API key is needed"));
   EXPECT_EQ(unauthenticated.headers,
             (std::vector<std::pair<std::string, std::string>>{{"WWW-Authenticate", "Bearer"}}));
+}
+
+// vLLM's /classify body (openai/classify_routes.h): a text or a list of texts, the model optional; what would
+// change the answer and is not answered here is refused naming the field.
+TEST(OpenAiClassifyTest, BodiesAreReadAsVllmReadsThem) {
+  absl::StatusOr<OpenAiClassify> c = ParseOpenAiClassify(R"({"model": "topics", "input": ["a", "b"], "user": "u"})", 4);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model, "topics");
+  EXPECT_EQ(c->texts, (std::vector<std::string>{"a", "b"}));
+  c = ParseOpenAiClassify(R"({"input": "a", "use_activation": true, "add_special_tokens": true})", 4);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->model.empty());
+  for (const auto& [body, message] : std::vector<std::pair<const char*, const char*>>{
+           {R"({"model": 3, "input": "a"})", "model: not a name"},
+           {R"({"model": "m"})", "input: missing"},
+           {R"({"input": {}})", "input: a text or a list of texts"},
+           {R"({"input": ["a", 7]})", "input[1]: token ids are not read here"},
+           {R"({"input": [[1, 2]]})", "input[0]: token ids are not read here"},
+           {R"({"input": ["a", "b", "c", "d", "e"]})", "input: 5 texts, more than 4"},
+           {R"({"input": "a", "truncate_prompt_tokens": 8})", "truncate_prompt_tokens: not read here"},
+           {R"({"input": "a"})"
+            "\xff",
+            "request body"},
+       }) {
+    absl::StatusOr<OpenAiClassify> bad = ParseOpenAiClassify(body, 4);
+    ASSERT_FALSE(bad.ok()) << body;
+    EXPECT_NE(bad.status().message().find(message), std::string::npos) << body << ": " << bad.status();
+  }
+  const nlohmann::json error = nlohmann::json::parse(OpenAiError(absl::NotFoundError("no model 'x'")).body);
+  EXPECT_EQ(
+      error,
+      (nlohmann::json{
+          {"error", {{"message", "no model 'x'"}, {"type", "NotFoundError"}, {"param", nullptr}, {"code", 404}}}}));
+  EXPECT_EQ(OpenAiError(absl::ResourceExhaustedError("full")).status, 429);
+  EXPECT_EQ(OpenAiError(absl::InternalError("broke")).status, 500);
 }
 
 // Every path of /openapi.json routes, with its method, and every route is in it.

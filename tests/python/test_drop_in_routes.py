@@ -156,3 +156,47 @@ def test_without_a_default_the_only_model_answers_and_several_must_be_named(tmp_
         assert http_call(proc.http_address, "POST", "/models/topics/predict", {"inputs": "a"})[0] == 200
     finally:
         proc.stop()
+
+
+# --- OpenAI-style /classify, as vLLM serves it -----------------------------------------------------------------
+def test_classify_answers_as_vllm_does_with_the_native_scores(api, server):
+    """vLLM's ClassificationResponse: an id, "list", a unix time, the model, per text its top label and every
+    label's probability in the model's label order, and the tokens read."""
+    import time
+    pb, pbg = api
+    labels = list(pbg.InferenceStub(server.channel).GetModel(
+        pb.GetModelRequest(model=pb.ModelSpec(name="topics")), timeout=10).model.versions[0].metadata.labels)
+    want = native(api, server, "topics", TEXTS)
+    for path in ("/classify", "/v1/classify"):
+        t0 = int(time.time())
+        status, got, headers = http_call(server.http_address, "POST", path, {"model": "topics", "input": TEXTS},
+                                         {"X-Request-Id": "vllm-client-1"})
+        assert status == 200, got
+        assert list(got) == ["id", "object", "created", "model", "data", "usage"]
+        assert (got["id"], got["object"], got["model"]) == ("classify-vllm-client-1", "list", "topics")
+        assert t0 <= got["created"] <= time.time() + 1
+        assert [d["index"] for d in got["data"]] == [0, 1, 2]
+        for d, w in zip(got["data"], want):
+            assert d["num_classes"] == len(labels) == len(d["probs"]) and d["label"] == w[0][0]
+            assert dict(zip(labels, d["probs"])) == pytest.approx(dict(w), abs=1e-5)
+        usage = got["usage"]
+        assert usage["prompt_tokens"] == usage["total_tokens"] > len(TEXTS) and usage["completion_tokens"] == 0
+        assert "completion_tokens_details" in usage and usage["completion_tokens_details"] is None
+    status, one, _ = http_call(server.http_address, "POST", "/classify", {"input": TEXTS[0]})  # the default model
+    assert status == 200 and one["model"] == "sentiment" and len(one["data"]) == 1
+
+
+def test_classify_refuses_in_openais_form(server):
+    for body, status, kind, message in (
+            ({"model": "nope", "input": "a"}, 404, "NotFoundError", "nope"),
+            ({"input": [1, 2, 3]}, 400, "BadRequestError", "input[0]: token ids are not read here"),
+            ({"input": "a", "use_activation": False}, 400, "BadRequestError", "use_activation: false asks for logits"),
+            ({"input": []}, 400, "BadRequestError", "input: a text or a list of texts"),
+            ({"model": "ner", "input": "Anna went to Paris"}, 400, "BadRequestError", "is a tagging model"),
+            ({"messages": [{"role": "user", "content": "a"}]}, 400, "BadRequestError", "messages: the chat form")):
+        got, answer, _ = http_call(server.http_address, "POST", "/v1/classify", body)
+        error = answer["error"]
+        assert (got, error["type"], error["code"]) == (status, kind, status) and message in error["message"], answer
+        assert list(error) == ["message", "type", "param", "code"]
+    got, answer, headers = http_call(server.http_address, "GET", "/classify")
+    assert (got, headers["Allow"], answer["error"]["code"]) == (405, "POST, OPTIONS", 405), answer

@@ -1,0 +1,25 @@
+// What the drop-in routes share (TEI's in tei/, OpenAI-style /classify in openai/; docs/serving.md, "Drop-in
+// routes"): which model answers, and how a score is written.
+#ifndef QVI_SERVER_HTTP_DROP_IN_H_
+#define QVI_SERVER_HTTP_DROP_IN_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/core/repository/model_repository.h"
+
+namespace qvi {
+
+// A drop-in route names a model in its path or body, or not at all: the named one; else --default-model; else
+// the store's only model. Several and none named: INVALID_ARGUMENT saying how to name one (`how_to_name`); none
+// in the store yet: UNAVAILABLE.
+absl::StatusOr<std::string> ChooseModel(const std::string& named, const std::string& default_model,
+                                        const ModelRepository& repository, const char* how_to_name);
+
+// A float score as the double of the shortest decimal that reads back as it, so that JSON shows 0.98, not
+// 0.9800000190734863 (as TEI and vLLM write their f32 scores).
+double ShortestDouble(float v);
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_HTTP_DROP_IN_H_

@@ -1,0 +1,162 @@
+#include "server/http/openai/classify_routes.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "server/http/drop_in.h"
+#include "server/http/http_call.h"
+#include "server/http/native/json_body.h"
+
+namespace qvi {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// Fields vLLM reads that would change the answer and are not answered here: refused, not ignored.
+absl::Status CheckUnanswered(const nlohmann::json& j) {
+  if (j.contains("use_activation") && j["use_activation"] == false) {
+    return Invalid("use_activation: false asks for logits, which are not answered here (only probabilities)");
+  }
+  if (j.contains("truncate_prompt_tokens") && !j["truncate_prompt_tokens"].is_null()) {
+    return Invalid("truncate_prompt_tokens: not read here; texts are cut at the model's max_tokens");
+  }
+  if (j.contains("messages")) return Invalid("messages: the chat form is not read here; send \"input\"");
+  return absl::OkStatus();
+}
+
+std::pair<int, const char*> OpenAiKind(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return {400, "BadRequestError"};
+    case absl::StatusCode::kNotFound:
+      return {404, "NotFoundError"};
+    case absl::StatusCode::kUnauthenticated:
+      return {401, "AuthenticationError"};
+    case absl::StatusCode::kPermissionDenied:
+      return {403, "PermissionDeniedError"};
+    case absl::StatusCode::kResourceExhausted:
+      return {429, "RateLimitError"};
+    case absl::StatusCode::kUnavailable:
+      return {503, "ServiceUnavailableError"};
+    default:
+      return {HttpStatus(code) >= 500 ? HttpStatus(code) : 500, "InternalServerError"};
+  }
+}
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// Each text's answer as vLLM writes it: its top label, and every label's probability in the model's order.
+json Data(const InferenceResponse& answer) {
+  const std::vector<std::string>& labels = answer.manifest->labels;
+  json data = json::array();
+  for (size_t i = 0; i < answer.results.size(); ++i) {
+    const TextResult& r = answer.results[i];
+    absl::flat_hash_map<std::string, float> score_of(r.labels.begin(), r.labels.end());
+    json probs = json::array();
+    for (const std::string& label : labels) {
+      const auto it = score_of.find(label);
+      probs.push_back(it == score_of.end() ? 0.0 : ShortestDouble(it->second));
+    }
+    data.push_back(json{{"index", i},
+                        {"label", r.labels.empty() ? json(nullptr) : json(r.labels[0].first)},
+                        {"probs", std::move(probs)},
+                        {"num_classes", labels.size()}});
+  }
+  return data;
+}
+
+}  // namespace
+
+bool IsOpenAiTarget(std::string_view target) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  return path == "/classify" || path == "/v1/classify";
+}
+
+absl::StatusOr<OpenAiClassify> ParseOpenAiClassify(const std::string& body, int max_texts) {
+  if (absl::Status scanned = ScanBody(body, max_texts); !scanned.ok()) return scanned;  // json_body.h
+  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Invalid("the body is not a JSON object");
+  OpenAiClassify out;
+  if (j.contains("model") && !j["model"].is_null()) {
+    if (!j["model"].is_string()) return Invalid("model: not a name");
+    out.model = j["model"].get<std::string>();
+  }
+  if (absl::Status s = CheckUnanswered(j); !s.ok()) return s;
+  if (!j.contains("input")) return Invalid("input: missing");
+  const nlohmann::json& input = j["input"];
+  if (input.is_string()) {
+    out.texts.push_back(input.get<std::string>());
+    return out;
+  }
+  if (!input.is_array() || input.empty()) return Invalid("input: a text or a list of texts");
+  if (static_cast<int64_t>(input.size()) > max_texts) {
+    return Invalid(
+        absl::StrCat("input: ", input.size(), " texts, more than ", max_texts, " (--max-texts-per-request)"));
+  }
+  for (size_t i = 0; i < input.size(); ++i) {
+    if (input[i].is_number() || input[i].is_array()) {
+      return Invalid(absl::StrCat("input[", i, "]: token ids are not read here; send texts"));
+    }
+    if (!input[i].is_string()) return Invalid(absl::StrCat("input[", i, "]: not a text"));
+    out.texts.push_back(input[i].get<std::string>());
+  }
+  return out;
+}
+
+std::string OpenAiErrorBody(absl::string_view message, const char* type, int code) {
+  return Dump(json{{"error", {{"message", std::string(message)}, {"type", type}, {"param", nullptr}, {"code", code}}}});
+}
+
+HttpResponse OpenAiError(const absl::Status& status) {
+  HttpResponse r = ErrorResponse(status);  // its headers: WWW-Authenticate, Retry-After
+  const auto [code, type] = OpenAiKind(status.code());
+  r.status = code;
+  r.body = OpenAiErrorBody(status.message(), type, code);
+  return r;
+}
+
+void ServeOpenAiClassify(Core* core, Calls* calls, const ModelRepository& repository, const std::string& default_model,
+                         HttpRequest request, HttpServer::Reply reply) {
+  auto call = std::make_shared<HttpCall>(calls, "OpenAiClassify", request, std::move(reply));
+  call->set_error_form(OpenAiError);
+  if (absl::Status admitted = call->call().Admission(request.Header("Authorization")); !admitted.ok()) {
+    return call->Fail(admitted);
+  }
+  absl::StatusOr<OpenAiClassify> parsed = ParseOpenAiClassify(request.body, core->limits().max_texts);
+  if (!parsed.ok()) return call->Fail(parsed.status());
+  absl::StatusOr<std::string> model = ChooseModel(parsed->model, default_model, repository, "name one in \"model\"");
+  if (!model.ok()) return call->Fail(model.status());
+  call->call().model = *model;
+  request.body.clear();
+  auto decoded = std::make_shared<InferenceRequest>();
+  decoded->model = *model;
+  decoded->texts = std::move(parsed->texts);
+  decoded->options.top_k = 1 << 20;  // every label's probability
+  auto build = [](const InferenceResponse& answer) -> absl::StatusOr<HttpResponse> {
+    if (answer.manifest == nullptr) return absl::InternalError("the answer has no manifest");
+    const json out = {{"id", absl::StrCat("classify-", answer.request_id)},
+                      {"object", "list"},
+                      {"created", absl::ToUnixSeconds(absl::Now())},
+                      {"model", answer.model},
+                      {"data", Data(answer)},
+                      {"usage",
+                       {{"prompt_tokens", answer.tokens},
+                        {"total_tokens", answer.tokens},
+                        {"completion_tokens", 0},
+                        {"completion_tokens_details", nullptr}}}};
+    return HttpResponse{200, "application/json", Dump(out), {}};
+  };
+  PlanAndSubmit(core, DecodedSteps<decltype(build)>{std::move(call), core,
+                                                    std::make_shared<const HttpRequest>(std::move(request)),
+                                                    Method::kClassify, std::move(decoded), build});
+}
+
+}  // namespace qvi
