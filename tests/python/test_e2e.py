@@ -138,7 +138,7 @@ def test_label_sets_and_abstention_follow_the_card_on_grpc_and_http(server_proce
     """options.coverage answers the labels whose calibrated probability reaches the card's threshold;
     options.abstain_below marks answers (texts, entities) below it, and /metrics counts them; bad options
     are refused naming the field, before the model runs."""
-    from qvi_testing import metric_sum, post_json, http_call
+    from qvi_testing import http_call, metric_sum, post_json, wait_until
     pb, pb_grpc = api
     stub = pb_grpc.InferenceStub(server_process.channel)
     card = artifact.load(os.path.join(STORE, "topics", "1", "model.pt"))[1]["model_card"]["calibration"]
@@ -154,12 +154,14 @@ def test_label_sets_and_abstention_follow_the_card_on_grpc_and_http(server_proce
         assert res.label_set.min_probability == pytest.approx(level["min_probability"])
         assert res.abstained == (res.labels[0].score < 0.9)
         abstained += res.abstained
-    after = server_process.metrics()
-    judged = metric_sum(after, "qvi_abstention_judged_total", 'model="topics"') - metric_sum(
-        before, "qvi_abstention_judged_total", 'model="topics"')
-    marked = metric_sum(after, "qvi_abstained_total", 'model="topics"') - metric_sum(
-        before, "qvi_abstained_total", 'model="topics"')
-    assert (judged, marked) == (len(texts), abstained)
+    # A gRPC call is counted once it is done (OnDone), which may be just after its client has the answer.
+    def counted():
+        after = server_process.metrics()
+        return tuple(metric_sum(after, name, 'model="topics"') - metric_sum(before, name, 'model="topics"')
+                     for name in ("qvi_abstention_judged_total", "qvi_abstained_total"))
+
+    wait_until(lambda: counted()[0] >= len(texts), "the call's abstention counts", seconds=30)
+    assert counted() == (len(texts), abstained)
 
     tagged = stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=corpus_texts("conll2003", 20),
                                     options=pb.OutputOptions(abstain_below=0.95)), timeout=60)

@@ -179,4 +179,8 @@ OutputSet WantedOutputs(const Manifest& m, const OutputOptions& o) {
   return wanted;
 }
 
+void ApplyServingDefaults(const ServingConfig& serving, OutputOptions& o) {
+  if (!o.abstain_below && !o.raw_scores) o.abstain_below = serving.abstain_below;
+}
+
 }  // namespace qvi

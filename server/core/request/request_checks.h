@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "server/core/manifest/manifest.h"
+#include "server/core/manifest/serving_config.h"
 #include "server/core/request/request.h"
 
 namespace qvi {
@@ -68,6 +69,12 @@ inline constexpr int kMaxFaithfulnessTopK = 32;
 
 // Layer or head indices against a model with `count` of them. INVALID_ARGUMENT naming `field`.
 absl::Status CheckIndices(const char* field, const std::vector<int>& indices, int count, const char* what);
+
+// The model's defaults for what the request left unset: serving.json's abstain_below (serving/trust.h), for a
+// request that set no abstain_below and asked for calibrated scores. Applied once the version that answers is
+// known, before its checks, its response-cache key and the answer's size (and by OIP's plan, whose outputs
+// follow it).
+void ApplyServingDefaults(const ServingConfig& serving, OutputOptions& options);
 
 }  // namespace qvi
 

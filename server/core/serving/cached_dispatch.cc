@@ -9,8 +9,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/core/request/request_checks.h"
 #include "server/core/serving/inference_service.h"
-#include "server/core/serving/trust.h"
 
 namespace qvi {
 namespace {

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/core/base/sync.h"
+#include "server/core/request/request_checks.h"
 #include "server/core/serving/occlusion.h"
 #include "server/core/serving/postprocess.h"
 #include "server/core/serving/subwords.h"

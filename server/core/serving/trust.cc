@@ -31,10 +31,6 @@ std::string Levels(const CalibrationCard& card) {
 
 }  // namespace
 
-void ApplyServingDefaults(const ServingConfig& serving, OutputOptions& o) {
-  if (!o.abstain_below && !o.raw_scores) o.abstain_below = serving.abstain_below;
-}
-
 absl::Status CheckTrustRanges(const OutputOptions& o) {
   if (o.coverage && !(*o.coverage > 0 && *o.coverage < 1)) {
     return absl::InvalidArgumentError(absl::StrCat("options.coverage: ", *o.coverage, " is outside (0, 1)"));

@@ -8,7 +8,8 @@
 //   options.abstain_below  an answer (a classifier's top label; each entity) whose calibrated probability
 //                          is below the threshold is marked abstained; it is still answered. A model's
 //                          serving.json may set a default ("abstain_below"), which a request's own value
-//                          (0: none abstains) or options.raw_scores overrides.
+//                          (0: none abstains) or options.raw_scores overrides (request_checks.h's
+//                          ApplyServingDefaults).
 #ifndef QVI_SERVER_CORE_SERVING_TRUST_H_
 #define QVI_SERVER_CORE_SERVING_TRUST_H_
 
@@ -17,16 +18,10 @@
 
 #include "absl/status/status.h"
 #include "server/core/manifest/manifest.h"
-#include "server/core/manifest/serving_config.h"
 #include "server/core/outputs/answer.h"
 #include "server/core/request/request.h"
 
 namespace qvi {
-
-// The model's defaults for what the request left unset: serving.json's abstain_below, for a request that
-// set no abstain_below and asked for calibrated scores. Applied once the version that answers is known, before
-// its checks, its response-cache key and the answer's size.
-void ApplyServingDefaults(const ServingConfig& serving, OutputOptions& options);
 
 // The options' ranges, before any model is resolved: INVALID_ARGUMENT naming the field.
 absl::Status CheckTrustRanges(const OutputOptions& options);

@@ -8,7 +8,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "server/core/request/request_checks.h"
-#include "server/core/serving/trust.h"
 
 namespace qvi::oip {
 namespace {

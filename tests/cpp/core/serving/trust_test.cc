@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "server/core/request/request_checks.h"
+
 namespace qvi {
 namespace {
 
