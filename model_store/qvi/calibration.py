@@ -208,14 +208,14 @@ def classifier_card(dev_logits: np.ndarray, dev_labels: Sequence[int], test_logi
 
 def shortfall_note(conformal: List[Dict[str, object]], dev_accuracy: float, test_accuracy: float) -> str:
     """What the card says when a level's coverage on the test split falls short of its target beyond sampling
-    error (its 95 % interval lies below the target): the guarantee holds for texts drawn like the dev split, and
-    the test split was not — a model that is more accurate on dev than on test shows it. "" otherwise."""
+    error (its 95 % interval lies below the target): the guarantee holds for texts drawn like the calibration split,
+    and the test split was not — a model more accurate on the one than on the other shows it. "" otherwise."""
     short = [c for c in conformal if c["coverage_interval"][1] < c["coverage_target"]]  # type: ignore[index,operator]
     if not short:
         return ""
     levels = ", ".join(f"{c['coverage']:.3f} for {c['coverage_target']}" for c in short)
     return (f"coverage on the test split fell short beyond sampling error ({levels}): the thresholds were fitted "
-            f"on the dev split, on which this model is right {100 * dev_accuracy:.1f} % of the time against "
+            f"on the calibration split, on which this model is right {100 * dev_accuracy:.1f} % of the time against "
             f"{100 * test_accuracy:.1f} % on the test split, so the two are not drawn alike for it, which the "
             "guarantee assumes; expect less coverage than asked for on texts like the test split")
 
@@ -328,14 +328,15 @@ def crf_scores(crf: Optional[object]) -> Optional[SimpleNamespace]:
 Forward = Callable[[torch.Tensor, torch.Tensor], Dict[str, torch.Tensor]]
 
 
-def subword_split(tokenizer_json: str, path: str, task: str, labels: Sequence[str], max_tokens: int,
+def subword_split(tokenizer_json: str, split, task: str, labels: Sequence[str], max_tokens: int,
                   join: str = " "):
-    """A split encoded for a sub-word model (qvi.subword_data.SubwordData) from its tokenizer.json's text, truncated
-    at `max_tokens` as the server truncates (the manifest's tokenizer.max_tokens)."""
+    """A split (its file, or its examples) encoded for a sub-word model (qvi.subword_data.SubwordData) from its
+    tokenizer.json's text, truncated at `max_tokens` as the server truncates (the manifest's tokenizer.max_tokens)."""
     from qvi.data import read_classification, read_conll
     from qvi.subword_data import SubwordData
     tagging = task == "tagging"
-    examples = read_conll(path, join) if tagging else read_classification(path)
+    path = split if isinstance(split, str) else "the held-out slice"
+    examples = split if not isinstance(split, str) else read_conll(path, join) if tagging else read_classification(path)
     found = {t for e in examples for _, _, t in e.spans} if tagging else {e.label for e in examples}
     known = {t.split("-", 1)[-1] for t in labels} if tagging else set(labels)
     if found - known:
@@ -383,9 +384,10 @@ def subword_tagger_outputs(forward: Forward, data, tags: Sequence[str], crf: Opt
     return TaggerOutputs(padded, crf, tags, gold)
 
 
-def subword_card(forward: Forward, manifest: Dict[str, object], tokenizer_json: str, dev: str, test: str,
+def subword_card(forward: Forward, manifest: Dict[str, object], tokenizer_json: str, dev, test: str,
                  crf: Optional[object], join: str = " ") -> Dict[str, object]:
-    """model_card.calibration of a sub-word model (`forward(ids, mask)`: its outputs) from its dev and test splits."""
+    """model_card.calibration of a sub-word model (`forward(ids, mask)`: its outputs) from the split it is fitted on
+    (`dev`: a file, or examples such as a slice held out of training) and its test split."""
     task = str(manifest["task"])
     labels = manifest["labels"] if task == "classification" else manifest["tags"]
     max_tokens = int(manifest["tokenizer"]["max_tokens"])  # type: ignore[index]

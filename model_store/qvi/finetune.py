@@ -20,10 +20,11 @@ import copy
 import json
 import math
 import os
+import random
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
@@ -70,6 +71,7 @@ class FinetuneOptions:
     max_tokens: int = 0         # 0: the task's default
     frozen_layers: int = 0      # the embeddings and the first N layers kept as pretrained
     limit: int = 0              # > 0: the first N training examples (tests)
+    held_out: float = 0.0       # > 0: this share of the training split held out for calibration alone
     seed: int = 1
     threads: int = 2
 
@@ -159,6 +161,7 @@ def finetune(task: str, data_dir: str, pretrained: str, o: FinetuneOptions,
     if o.limit > 0:
         train_ex, dev_ex = train_ex[: o.limit], dev_ex[: max(1, o.limit // 4)]
     every = train_ex + dev_ex + test_ex  # labels from every split: a --limit'ed training set may lack one
+    train_ex, calibration_ex = hold_out(train_ex, o.held_out, o.seed)
     labels = tag_set(sorted({t for e in every for _, _, t in e.spans}), "BIO") if tagging else \
         sorted({e.label for e in every})
     max_tokens = o.max_tokens or default_max
@@ -202,7 +205,18 @@ def finetune(task: str, data_dir: str, pretrained: str, o: FinetuneOptions,
     log(f"{task} test: " + ", ".join(f"{k} {v:.4f}" for k, v in test.items()))
     report = {"task": task, "options": dict(asdict(o), max_tokens=max_tokens), "history": history, "test": test,
               "train_examples": len(train_d.items), "test_items": items}
+    if calibration_ex:
+        report["held_out_examples"] = len(calibration_ex)
     return model, c, labels, report
+
+
+def hold_out(examples: List[Example], share: float, seed: int) -> Tuple[List[Example], List[Example]]:
+    """The training split without its calibration slice, and the slice: a seeded `share` of it, the same for the same
+    examples, share and seed (a card trained before gets its slice again from its options)."""
+    if share <= 0:
+        return examples, []
+    chosen = set(random.Random(seed).sample(range(len(examples)), max(1, round(share * len(examples)))))
+    return ([e for i, e in enumerate(examples) if i not in chosen], [e for i, e in enumerate(examples) if i in chosen])
 
 
 def export(model: Encoder, c: EncoderConfig, labels: List[str], report: Dict[str, object], pretrained: str,
@@ -258,9 +272,13 @@ def finetuned_manifest(model: Encoder, c: EncoderConfig, labels: List[str], repo
 # is fine-tuned as, from which encoder. The classifier: MiniLM, two epochs (the dev score of a third did not pay
 # its minutes on two cores). The tagger: the cased multilingual-e5-small (MiniLM lower-cases every text, and
 # reached 84.0 F1 on CoNLL-2003 against the GloVe tagger's 86.3), its embeddings and first layer kept as
-# pretrained (model_store/README.md, "QVI on a pretrained encoder").
+# pretrained (model_store/README.md, "QVI on a pretrained encoder"). The classifier's temperature and conformal
+# thresholds are fitted on a tenth of its training split held out of training (the dev split picks the epoch, so
+# its answers are not drawn like new texts: fitted there, the label sets covered 0.879/0.926 of the test split
+# for 0.90/0.95); the tagger's on the dev split (it answers no label sets, and holding out a tenth of CoNLL costs
+# the F1 the issue asks for).
 DEMOS = {
-    "sentiment-minilm": ("sentiment", FinetuneOptions(pooling="qvi", epochs=2), PRETRAINED),
+    "sentiment-minilm": ("sentiment", FinetuneOptions(pooling="qvi", epochs=2, held_out=0.1), PRETRAINED),
     "ner-e5": ("ner", FinetuneOptions(epochs=3, frozen_layers=1), E5),
 }
 
@@ -336,17 +354,26 @@ def measure_faithfulness(model_pt: str, task: str, data: str,
 
 def measure_calibration(model: Encoder, written: Tuple[Dict[str, object], str], task: str,
                         data: str) -> Dict[str, object]:
-    """A card's calibration (qvi/calibration.py): a temperature and conformal thresholds fitted on the task's dev
-    split, measured on its test split, with the answers as the server gives them (`written`: the model's manifest
-    and tokenizer.json)."""
+    """A card's calibration (qvi/calibration.py): a temperature and conformal thresholds fitted on the slice of the
+    training split its options held out (else on the task's dev split), measured on its test split, with the
+    answers as the server gives them (`written`: the model's manifest and tokenizer.json)."""
     from qvi import calibration
     t0 = time.perf_counter()
     split = os.path.join(data, TASKS[task][1], TASKS[task][2])
-    dev, test = split.format("dev"), split.format("test")
-    card = calibration.subword_card(lambda ids, mask: model._run(ids, mask, False), *written, dev, test, model.crf)
+    options = written[0]["model_card"]["training"]["options"]  # type: ignore[index]
+    share, seed = float(options.get("held_out", 0.0)), int(options["seed"])
+    fitted: Union[str, List[Example]] = split.format("dev")
+    if share > 0:  # the slice training held out, drawn again from what it read
+        train = read_split(task, split.format("train"))
+        fitted = hold_out(train[: int(options["limit"])] if int(options["limit"]) > 0 else train, share, seed)[1]
+    test = split.format("test")
+    card = calibration.subword_card(lambda ids, mask: model._run(ids, mask, False), *written, fitted, test, model.crf)
     print(f"{written[0]['name']}: calibrated, T {card['temperature']:.3f}, ECE {card['before']['ece']} -> "  # type: ignore[index]
           f"{card['after']['ece']} ({time.perf_counter() - t0:.0f} s)", flush=True)  # type: ignore[index]
-    return {**calibration.split_names(dev, test, HERE), **card}
+    names = calibration.split_names(split.format("train" if share > 0 else "dev"), test, HERE)
+    if share > 0:
+        names["fitted_on"] += f", the {100 * share:g} % held out of training (seed {seed})"
+    return {**names, **card}
 
 
 def _complete(target: str, package: str, a: argparse.Namespace) -> None:

@@ -14,8 +14,8 @@ import torch
 from qvi_testing import REPO, ServerProcess
 
 from qvi import artifact, calibration, pt2  # noqa: E402
-from qvi.finetune import (FinetuneOptions, export, finetune, load_finetuned, measure_faithfulness,  # noqa: E402
-                          pretrained_encoder)
+from qvi.finetune import (FinetuneOptions, export, finetune, hold_out, load_finetuned,  # noqa: E402
+                          measure_calibration, measure_faithfulness, pretrained_encoder, read_split)
 from qvi.hf_encoders import start_from_pretrained  # noqa: E402
 
 PRETRAINED = os.path.join(REPO, "model_store", "pretrained", "all-minilm-l6-v2")
@@ -73,7 +73,8 @@ def served():
     store = os.path.join(work, "store")
     models = {}
     for name, task, options in (
-            ("sentiment-tiny", "sentiment", FinetuneOptions(pooling="qvi", qvi_layers=1, epochs=1, limit=96, threads=1)),
+            ("sentiment-tiny", "sentiment", FinetuneOptions(pooling="qvi", qvi_layers=1, epochs=1, limit=96, threads=1,
+                                                             held_out=0.25)),
             ("ner-tiny", "ner", FinetuneOptions(epochs=1, limit=96, threads=1, max_tokens=64))):
         model, c, labels, report = finetune(task, DATA, PRETRAINED, options, log=lambda *_: None)
         # The card's faithfulness figures as `qvi demo-pretrained` measures them, on 6 answers of the test split
@@ -226,6 +227,26 @@ def test_a_sub_word_models_card_carries_its_calibration_and_every_score_served_i
     scores = [s.score for r in answer.results for s in r.spans]
     assert len(scores) == len(measured) > 0
     assert scores == pytest.approx(list(measured), abs=2e-4)
+
+
+def test_a_slice_held_out_of_training_is_what_the_calibration_is_fitted_on(served):
+    """`held_out`: a seeded share of the training split is left out of training, and `qvi demo-pretrained`'s
+    calibration is fitted on that slice (drawn again from the card's options), not on the dev split."""
+    examples = read_split("sentiment", os.path.join(DATA, "sentiment", "train.tsv"))[:200]
+    kept, held = hold_out(examples, 0.1, 7)
+    assert len(held) == 20 and len(kept) == 180 and sorted(map(id, kept + held)) == sorted(map(id, examples))
+    assert [e.text for e in hold_out(examples, 0.1, 7)[1]] == [e.text for e in held]
+    assert [e.text for e in hold_out(examples, 0.1, 8)[1]] != [e.text for e in held]
+    assert hold_out(examples, 0.0, 7) == (examples, [])
+
+    proc, models = served
+    report = models["sentiment-tiny"][2]
+    assert (report["train_examples"], report["held_out_examples"]) == (72, 24)
+    model, manifest, text = load_finetuned(os.path.join(proc.work, "store", "sentiment-tiny", "1", "model.pt"))
+    card = measure_calibration(model, (manifest, text), "sentiment", DATA)
+    assert card["fitted_on"].endswith("train.tsv, the 25 % held out of training (seed 1)"), card["fitted_on"]
+    assert card["dev_answers"] == 24 and card["test_answers"] == 1276
+    assert models["ner-tiny"][2].get("held_out_examples") is None
 
 
 def tokenizer_text():
