@@ -4,10 +4,13 @@
 //
 //   qvi-hf-tokenize --tokenizer tokenizer.json --texts texts.jsonl [--out tokens.jsonl]
 //   qvi-hf-tokenize --tokenizer tokenizer.json --texts texts.jsonl --repeat 5
+//   qvi-hf-tokenize --tokenizer tokenizer.json --decode ids.jsonl [--out texts.jsonl]
 //
 // texts.jsonl holds one JSON string a line. --out writes, a line per text, {"ids": [...], "offsets":
 // [[start, end], ...], "words": [...]} (code points; a special token's word is null) or {"error": "..."}.
-// --repeat N encodes every text N times and prints texts/s and tokens/s of one thread instead.
+// --repeat N encodes every text N times and prints texts/s and tokens/s of one thread instead. --decode reads
+// a JSON list of ids a line and writes {"text": its text without the special tokens, "all": with them} or
+// {"error": "..."}.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -20,13 +23,38 @@
 #include "CLI/CLI.hpp"
 #include "server/core/text/hf/hf_tokenizer.h"
 
+namespace {
+
+int Decode(const qvi::hf::HfTokenizer& tokenizer, const std::string& ids_path, const std::string& out_path) {
+  std::ifstream in(ids_path);
+  std::ofstream out(out_path.empty() ? "/dev/stdout" : out_path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto ids = nlohmann::json::parse(line).get<std::vector<int64_t>>();
+    nlohmann::json answer;
+    for (const bool skip : {true, false}) {
+      auto text = tokenizer.DecodeIds(ids, skip);
+      if (!text.ok()) {
+        answer = {{"error", std::string(text.status().message())}};
+        break;
+      }
+      answer[skip ? "text" : "all"] = *text;
+    }
+    out << answer.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"The server's sub-word tokenizer on a file of texts"};
-  std::string tokenizer_path, texts_path, out_path;
+  std::string tokenizer_path, texts_path, out_path, decode_path;
   int repeat = 0;
   bool no_special = false;
   app.add_option("--tokenizer", tokenizer_path, "a Hugging Face tokenizer.json")->required();
-  app.add_option("--texts", texts_path, "one JSON string a line")->required();
+  auto* texts_option = app.add_option("--texts", texts_path, "one JSON string a line");
+  app.add_option("--decode", decode_path, "decode these: one JSON list of ids a line")->excludes(texts_option);
   app.add_option("--out", out_path, "where to write each text's ids, offsets and words (JSON lines)");
   app.add_option("--repeat", repeat, "encode every text this many times and print the speed")
       ->check(CLI::Range(0, 1000));
@@ -39,6 +67,11 @@ int main(int argc, char** argv) {
   auto tokenizer = qvi::hf::HfTokenizer::FromJson(json.str());
   if (!tokenizer.ok()) {
     std::cerr << tokenizer.status().message() << "\n";
+    return 2;
+  }
+  if (!decode_path.empty()) return Decode(**tokenizer, decode_path, out_path);
+  if (texts_path.empty()) {
+    std::cerr << "--texts or --decode is required\n";
     return 2;
   }
   std::vector<std::string> texts;

@@ -12,6 +12,7 @@
 #include "server/http/openai/classify_routes.h"
 #include "server/http/openapi.h"
 #include "server/http/tei/tei_routes.h"
+#include "server/http/tei/tokenize_routes.h"
 #include "server/logging.h"
 
 namespace qvi {
@@ -106,6 +107,30 @@ HttpResponse HttpApi::Describe(const HttpRoute& route) const {
   }
 }
 
+void HttpApi::ServeDropIn(const HttpRoute& route, HttpRequest request, HttpServer::Reply reply) {
+  using Kind = HttpRoute::Kind;
+  switch (route.kind) {
+    case Kind::kOpenAiClassify:
+      return ServeOpenAiClassify(core_, calls_, *repository_, options_.default_model, std::move(request),
+                                 std::move(reply));
+    case Kind::kTeiPredict:
+      return ServeTeiPredict(core_, calls_, *repository_, options_.default_model, route, std::move(request),
+                             std::move(reply));
+    case Kind::kTeiInfo:
+      // It names a model and its labels: the `read` scope, as GetModel (TEI's is public).
+      if (absl::Status s = calls_->Authorize(request.Header("Authorization"), Scope::kRead); !s.ok()) {
+        return reply(TeiError(s));
+      }
+      return reply(TeiInfoRoute(*repository_, core_->limits(), options_.default_model, route));
+    case Kind::kTeiTokenize:
+    case Kind::kTeiDecode:
+      return ServeTeiTokens(calls_, *repository_, core_->limits(), options_.default_model, route, std::move(request),
+                            std::move(reply));
+    default:
+      return reply(TeiError(absl::InternalError("not a drop-in route")));
+  }
+}
+
 void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
   // CORS: an answer to an allowed origin says so (whichever thread writes it).
   reply = WithCors(request, std::move(reply));
@@ -121,6 +146,7 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
   absl::StatusOr<HttpRoute> route = ParseRoute(request.method, request.target);
   if (!route.ok()) return reply(RouteRefusal(route.status(), request.target, refuse));
   using Kind = HttpRoute::Kind;
+  if (IsDropIn(route->kind)) return ServeDropIn(*route, std::move(request), std::move(reply));
   switch (route->kind) {
     case Kind::kListModels:
     case Kind::kGetModel:
@@ -135,18 +161,6 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
     case Kind::kClassify:
     case Kind::kTag:
       return ServeNativeInfer(core_, calls_, *route, std::move(request), std::move(reply));
-    case Kind::kOpenAiClassify:
-      return ServeOpenAiClassify(core_, calls_, *repository_, options_.default_model, std::move(request),
-                                 std::move(reply));
-    case Kind::kTeiPredict:
-      return ServeTeiPredict(core_, calls_, *repository_, options_.default_model, *route, std::move(request),
-                             std::move(reply));
-    case Kind::kTeiInfo:
-      // It names a model and its labels: the `read` scope, as GetModel (TEI's is public).
-      if (absl::Status s = calls_->Authorize(request.Header("Authorization"), Scope::kRead); !s.ok()) {
-        return reply(TeiError(s));
-      }
-      return reply(TeiInfoRoute(*repository_, core_->limits(), options_.default_model, *route));
     case Kind::kInfer:
       return ServeKServeInfer(core_, calls_, oip_, *route, std::move(request), std::move(reply));
     case Kind::kRepositoryIndex:

@@ -43,6 +43,8 @@ class HttpCall : public std::enable_shared_from_this<HttpCall> {
   // TEI's routes answer TEI's).
   void Fail(const absl::Status& status);
   void set_error_form(HttpResponse (*form)(const absl::Status&)) { error_form_ = form; }
+  // Answers with `response` (once), OK: a call the core has no part in (TEI's /tokenize).
+  void Answer(HttpResponse response) { Finish(absl::OkStatus(), std::move(response), nullptr); }
 
   // Answers with the core's answer, or its error: `build()` returns the HTTP answer (or why there is
   // none), timed, bounded by the send limit and kept from throwing by Call::BuildAnswer.

@@ -1,11 +1,12 @@
 #include "server/http/openapi.h"
 
+#include "server/http/openapi_parts.h"
+
 #include <string>
 
 #include "qvi/serving/v1/inference.pb.h"
 
 namespace qvi {
-namespace {
 
 using json = nlohmann::json;
 using google::protobuf::Descriptor;
@@ -13,6 +14,8 @@ using google::protobuf::EnumDescriptor;
 using google::protobuf::FieldDescriptor;
 
 json Ref(const std::string& name) { return {{"$ref", "#/components/schemas/" + name}}; }
+
+namespace {
 
 json EnumSchemaRef(const EnumDescriptor* e, json& schemas) {
   if (!schemas.contains(e->full_name())) {
@@ -130,6 +133,8 @@ void AddKServeSchemas(json& schemas) {
   schemas["Error"] = {{"type", "object"}, {"required", json::array({"error"})}, {"properties", {{"error", string}}}};
 }
 
+}  // namespace
+
 json JsonBody(json schema) { return {{"application/json", {{"schema", std::move(schema)}}}}; }
 
 json Operation(const std::string& summary, const std::string& answer, json answer_schema) {
@@ -156,6 +161,8 @@ json InferenceHeaders() {
                  "the request's priority in the model's batch queue when the body names none", false),
        Parameter("traceparent", "header", string, "W3C Trace Context: the call is traced in the access log", false)});
 }
+
+namespace {
 
 // The model routes, with and without a version in the path.
 void AddModelPaths(json& paths, json& schemas) {
@@ -216,129 +223,6 @@ json MessageSchemaRef(const Descriptor* message, json& schemas) {
 
 namespace {
 
-// Text Embeddings Inference's routes (tei/tei_routes.h; docs/serving.md, "Drop-in routes"): a classifier's
-// labels in TEI's shapes, the model from the path, --default-model or the store's only one.
-void AddTeiPaths(json& paths, json& schemas) {
-  const json text = {{"type", "string"}, {"minLength", 1}};
-  const json one = {{"type", "array"}, {"items", text}, {"minItems", 1}, {"maxItems", 1}};
-  const json prediction = {{"type", "object"},
-                           {"required", {"score", "label"}},
-                           {"properties", {{"score", {{"type", "number"}}}, {"label", {{"type", "string"}}}}}};
-  schemas["tei.Predictions"] = {{"type", "array"}, {"items", prediction}};
-  schemas["tei.PredictRequest"] = {
-      {"type", "object"},
-      {"required", {"inputs"}},
-      {"properties",
-       {{"inputs", {{"oneOf", {text, one, {{"type", "array"}, {"items", one}, {"minItems", 1}}}}}},
-        {"truncate",
-         {{"type", {"boolean", "null"}}, {"description", "false: a text over max_input_length is refused"}}},
-        {"raw_scores", {{"type", {"boolean", "null"}}, {"description", "only false: logits are not answered"}}},
-        {"truncation_direction", {{"type", {"string", "null"}}, {"enum", {"right", "Right", nullptr}}}},
-        {"parameters",
-         {{"type", {"object", "null"}},
-          {"description",
-           "Hugging Face InferenceClient's: top_k, function_to_apply (softmax); with it the answer is "
-           "a list of lists"},
-          {"properties",
-           {{"top_k", {{"type", {"integer", "null"}}, {"minimum", 1}}},
-            {"function_to_apply", {{"type", {"string", "null"}}, {"enum", {"softmax", nullptr}}}}}}}}}}};
-  schemas["tei.Info"] = {{"type", "object"},
-                         {"required", {"model_id", "model_type", "max_input_length", "max_client_batch_size"}},
-                         {"properties",
-                          {{"model_id", {{"type", "string"}}},
-                           {"served_model_name", {{"type", "string"}}},
-                           {"model_type", {{"type", "object"}}},
-                           {"max_input_length", {{"type", "integer"}}},
-                           {"max_batch_tokens", {{"type", "integer"}}},
-                           {"max_client_batch_size", {{"type", "integer"}}},
-                           {"version", {{"type", "string"}}}}}};
-  schemas["tei.Error"] = {
-      {"type", "object"},
-      {"required", {"error", "error_type"}},
-      {"properties",
-       {{"error", {{"type", "string"}}},
-        {"error_type",
-         {{"type", "string"}, {"enum", {"Validation", "Empty", "Overloaded", "Unhealthy", "Backend"}}}}}}};
-  const json tei_error = {{"description",
-                           "TEI's error: Validation 422 (an unknown model 404), Empty 400, "
-                           "Overloaded 429, Unhealthy 503, Backend otherwise"},
-                          {"content", JsonBody(Ref("tei.Error"))}};
-  const json answer = {{"oneOf", {Ref("tei.Predictions"), {{"type", "array"}, {"items", Ref("tei.Predictions")}}}}};
-  const json model =
-      Parameter("model", "path", {{"type", "string"}}, "the model's name (its folder in the store)", true);
-  for (const std::string& path :
-       {std::string("/predict"), std::string("/models/{model}/predict"), std::string("/models/{model}")}) {
-    json o = Operation("TEI's predict: every label with its score, best first (a list per text for a batch)",
-                       "the predictions", answer);
-    o["responses"]["default"] = tei_error;
-    o["parameters"] = InferenceHeaders();
-    if (path != "/predict") o["parameters"].push_back(model);
-    o["requestBody"] = {{"required", true}, {"content", JsonBody(Ref("tei.PredictRequest"))}};
-    paths[path]["post"] = o;
-    if (path == "/predict") {
-      o["summary"] = "TEI's / for a classifier: predict (Hugging Face InferenceClient(base_url=...) posts here)";
-      paths["/"]["post"] = o;
-    }
-  }
-  for (const std::string& path : {std::string("/info"), std::string("/models/{model}/info")}) {
-    json o = Operation("TEI's info: the model, its labels (model_type.classifier.id2label) and limits", "the info",
-                       Ref("tei.Info"));
-    o["responses"]["default"] = tei_error;
-    if (path != "/info") o["parameters"] = json::array({model});
-    paths[path]["get"] = std::move(o);
-  }
-}
-
-// OpenAI-style classification as vLLM serves it (openai/classify_routes.h).
-void AddOpenAiPaths(json& paths, json& schemas) {
-  schemas["openai.ClassifyRequest"] = {
-      {"type", "object"},
-      {"required", {"input"}},
-      {"properties",
-       {{"model", {{"type", {"string", "null"}}, {"description", "default: --default-model, else the only model"}}},
-        {"input",
-         {{"oneOf", {{{"type", "string"}}, {{"type", "array"}, {"items", {{"type", "string"}}}, {"minItems", 1}}}}}}}}};
-  schemas["openai.ClassifyResponse"] = {
-      {"type", "object"},
-      {"required", {"id", "object", "created", "model", "data", "usage"}},
-      {"properties",
-       {{"id", {{"type", "string"}}},
-        {"object", {{"const", "list"}}},
-        {"created", {{"type", "integer"}}},
-        {"model", {{"type", "string"}}},
-        {"data",
-         {{"type", "array"},
-          {"items",
-           {{"type", "object"},
-            {"required", {"index", "label", "probs", "num_classes"}},
-            {"properties",
-             {{"index", {{"type", "integer"}}},
-              {"label", {{"type", "string"}}},
-              {"probs", {{"type", "array"}, {"items", {{"type", "number"}}}}},
-              {"num_classes", {{"type", "integer"}}}}}}}}},
-        {"usage", {{"type", "object"}, {"required", {"prompt_tokens", "total_tokens"}}}}}}};
-  schemas["openai.Error"] = {
-      {"type", "object"},
-      {"required", {"error"}},
-      {"properties",
-       {{"error",
-         {{"type", "object"},
-          {"required", {"message", "type", "code"}},
-          {"properties",
-           {{"message", {{"type", "string"}}}, {"type", {{"type", "string"}}}, {"code", {{"type", "integer"}}}}}}}}}};
-  for (const char* path : {"/classify", "/v1/classify"}) {
-    json o = Operation(
-        "OpenAI-style classification (vLLM's /classify): each text's label and every label's "
-        "probability in the model's order",
-        "the classifications", Ref("openai.ClassifyResponse"));
-    o["responses"]["default"] = {{"description", "OpenAI's error: BadRequestError 400, NotFoundError 404, ..."},
-                                 {"content", JsonBody(Ref("openai.Error"))}};
-    o["parameters"] = InferenceHeaders();
-    o["requestBody"] = {{"required", true}, {"content", JsonBody(Ref("openai.ClassifyRequest"))}};
-    paths[path]["post"] = std::move(o);
-  }
-}
-
 // OIP's repository extension (docs/serving.md, "Model control"), with the admin scope; the body is optional.
 void AddRepositoryPaths(json& paths) {
   const json string = {{"type", "string"}};
@@ -387,8 +271,7 @@ std::string BuildOpenApiDocument() {
   paths["/"]["get"] = Operation("the explanation page (HTML; 404 with --http-explain-page=false)", "text/html", object);
   paths["/"]["get"]["responses"]["200"]["content"] = {{"text/html", {{"schema", {{"type", "string"}}}}}};
   AddModelPaths(paths, schemas);
-  AddTeiPaths(paths, schemas);
-  AddOpenAiPaths(paths, schemas);
+  AddDropInPaths(paths, schemas);
   AddRepositoryPaths(paths);
   json doc = {{"openapi", "3.1.0"}, {"paths", std::move(paths)}};
   doc["components"]["schemas"] = std::move(schemas);

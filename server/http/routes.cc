@@ -70,18 +70,26 @@ absl::StatusOr<HttpRoute> ParseV1ModelRoute(absl::string_view path, absl::string
 }
 
 // TEI's routes for a model the path names, with `path` after "/models/": {m} (POST: predict, as / is),
-// {m}/predict, {m}/info.
+// {m}/predict, {m}/info, {m}/tokenize, {m}/decode.
 absl::StatusOr<HttpRoute> ParseTeiModelRoute(absl::string_view path, absl::string_view target) {
   const size_t slash = path.find('/');
   const absl::string_view verb = slash == absl::string_view::npos ? "" : path.substr(slash + 1);
-  if (slash == 0 || path.empty() || (slash != absl::string_view::npos && verb != "predict" && verb != "info")) {
+  using Kind = HttpRoute::Kind;
+  static const auto* kVerbs = new std::vector<std::pair<absl::string_view, Kind>>{{"predict", Kind::kTeiPredict},
+                                                                                  {"info", Kind::kTeiInfo},
+                                                                                  {"tokenize", Kind::kTeiTokenize},
+                                                                                  {"decode", Kind::kTeiDecode}};
+  const auto known = std::find_if(kVerbs->begin(), kVerbs->end(), [&](const auto& v) { return v.first == verb; });
+  if (slash == 0 || path.empty() || (slash != absl::string_view::npos && known == kVerbs->end())) {
     return absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200),
-                                            ": TEI's routes for a model are /models/{m}/predict and /models/{m}/info"));
+                                            ": TEI's routes for a model are /models/{m}/predict, /models/{m}/info, "
+                                            "/models/{m}/tokenize and /models/{m}/decode"));
   }
   HttpRoute route;
   route.model = std::string(path.substr(0, slash));
-  route.kind = verb == "info" ? HttpRoute::Kind::kTeiInfo : HttpRoute::Kind::kTeiPredict;
+  route.kind = known == kVerbs->end() ? Kind::kTeiPredict : known->second;
   route.allow = verb == "info" ? "GET" : "POST";
+  route.by_model_type = verb.empty();
   return route;
 }
 
@@ -109,6 +117,7 @@ absl::StatusOr<HttpRoute> RootRoute(absl::string_view method) {
   HttpRoute route;
   route.kind = method == "POST" ? HttpRoute::Kind::kTeiPredict : HttpRoute::Kind::kPage;
   route.allow = method == "POST" ? "POST" : "GET";
+  route.by_model_type = method == "POST";
   return route;
 }
 
@@ -142,6 +151,8 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_vie
                 {"/openapi.json", Kind::kOpenApi, "GET"},
                 {"/predict", Kind::kTeiPredict, "POST"},
                 {"/info", Kind::kTeiInfo, "GET"},
+                {"/tokenize", Kind::kTeiTokenize, "POST"},
+                {"/decode", Kind::kTeiDecode, "POST"},
                 {"/v2/repository/index", Kind::kRepositoryIndex, "POST"},
                 {"/classify", Kind::kOpenAiClassify, "POST"},
                 {"/v1/classify", Kind::kOpenAiClassify, "POST"}};

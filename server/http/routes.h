@@ -30,6 +30,8 @@ struct HttpRoute {
     kPage,
     kTeiPredict,      // TEI's (tei/tei_routes.h): POST /predict, POST /, POST /models/{m}[/predict]
     kTeiInfo,         // GET /info, /models/{m}/info
+    kTeiTokenize,     // POST /tokenize, /models/{m}/tokenize (tei/tokenize_routes.h)
+    kTeiDecode,       // POST /decode, /models/{m}/decode
     kOpenAiClassify,  // POST /classify, /v1/classify (openai/classify_routes.h)
     kRepositoryIndex,
     kRepositoryLoad,
@@ -39,7 +41,17 @@ struct HttpRoute {
   std::string model;    // kGetModel, kClassify, kTag; kTei*: "" when the path names none
   int64_t version = 0;  // 0: the version policy's choice
   std::string allow;    // the methods the path takes ("GET", "POST")
+  // kTeiPredict on POST / and /models/{m}: answered as the model is, as TEI does (a tagger: Hugging Face's
+  // token-classification pipeline, hf/pipeline_routes.h); /predict classifies.
+  bool by_model_type = false;
 };
+
+// TEI's routes and OpenAI-style /classify: their own error forms, the model chosen as drop_in.h says.
+inline bool IsDropIn(HttpRoute::Kind kind) {
+  using Kind = HttpRoute::Kind;
+  return kind == Kind::kOpenAiClassify || kind == Kind::kTeiPredict || kind == Kind::kTeiInfo ||
+         kind == Kind::kTeiTokenize || kind == Kind::kTeiDecode;
+}
 
 // The route of `target` (its query ignored): NOT_FOUND for a path no route has, FAILED_PRECONDITION
 // (answered 405 with Allow) for a known path with another method, INVALID_ARGUMENT for a bad version.

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from qvi_testing import STORE, ServerProcess, http_call, metric_sum
+from qvi_testing import STORE, ServerProcess, http_call, metric_sum, wait_until
 
 TEXTS = ["a wonderful , moving film", "terrible acting and a boring plot", "it was fine"]
 
@@ -72,6 +72,72 @@ def test_hugging_faces_inference_client_classifies_unchanged(api, server):
         assert len(got) == 2 and same([(e.label, e.score) for e in got], want), (url, got)
     status, nested, _ = http_call(server.http_address, "POST", "/", {"inputs": TEXTS[0], "parameters": {}})
     assert status == 200 and len(nested) == 1 and len(nested[0]) == 2  # every label, in a list of lists
+
+
+SENTENCES = ["Angela Merkel met Emmanuel Macron in Paris on Monday .", "Zoë works for Siemens in München ."]
+
+
+def test_hugging_faces_inference_client_tags_unchanged_in_the_pipelines_shape(api, server):
+    """POST / and /models/{m} answer as the model is (as TEI's do): a tagger in the token-classification
+    pipeline's shape — its entities with their one calibrated score and character offsets, the native Tag's
+    spans exactly — so InferenceClient.token_classification reads them; /predict stays classification."""
+    from huggingface_hub import InferenceClient
+    pb, pbg = api
+    native_tag = pbg.InferenceStub(server.channel).Tag(
+        pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=SENTENCES), timeout=30)
+    want = [[(s.label, s.text, s.start, s.end) for s in r.spans] for r in native_tag.results]
+    scores = [[s.score for s in r.spans] for r in native_tag.results]
+    assert all(want), want  # the demo tagger finds entities in both
+    client = InferenceClient(base_url=f"http://{server.http_address}/models/ner", timeout=30)
+    for text, spans, score in zip(SENTENCES, want, scores):
+        for strategy in (None, "simple", "first"):
+            got = client.token_classification(text, aggregation_strategy=strategy)
+            assert [(e.entity_group, e.word, e.start, e.end) for e in got] == spans, (strategy, got)
+            assert [e.score for e in got] == pytest.approx(score, abs=1e-6)
+            assert all(text[e.start:e.end] == e.word for e in got)  # characters, as Python counts them
+    status, batch, _ = http_call(server.http_address, "POST", "/models/ner",
+                                 {"inputs": SENTENCES, "parameters": {"ignore_labels": ["O", "LOC"]}})
+    assert status == 200 and [[(e["entity_group"], e["word"], e["start"], e["end"]) for e in b] for b in batch] == \
+        [[s for s in spans if s[0] != "LOC"] for spans in want], batch
+    assert all(list(e) == ["entity_group", "score", "word", "start", "end"] for b in batch for e in b)
+    before = metric_sum(server.metrics(), "qvi_requests_total", 'method="TokenClassification"', 'code="OK"')
+    assert http_call(server.http_address, "POST", "/models/ner", {"inputs": SENTENCES[0]})[0] == 200
+    wait_until(lambda: metric_sum(server.metrics(), "qvi_requests_total", 'method="TokenClassification"',
+                                  'code="OK"') == before + 1, "the call counted")
+    for parameters, message in (({"aggregation_strategy": "max"}, "parameters.aggregation_strategy: "),
+                                ({"aggregation_strategy": "none"}, "sub-word scores"),
+                                ({"stride": 16}, "parameters.stride: not read here"),
+                                ({"ignore_labels": "O"}, "parameters.ignore_labels: not a list")):
+        status, answer, _ = http_call(server.http_address, "POST", "/models/ner",
+                                      {"inputs": SENTENCES[0], "parameters": parameters})
+        assert (status, answer["error_type"]) == (422, "Validation") and message in answer["error"], answer
+    for inputs, status, kind, message in ((["a", 3], 422, "Validation", "inputs[1]: not a text"),
+                                          ([], 400, "Empty", "cannot be empty"),
+                                          (["a"] * 300, 422, "Validation", "batch size 300")):
+        got, answer, _ = http_call(server.http_address, "POST", "/models/ner", {"inputs": inputs})
+        assert (got, answer["error_type"]) == (status, kind) and message in answer["error"], answer
+
+
+def test_tokenize_answers_a_word_level_models_words_and_ids(api, server):
+    """TEI's /tokenize on a GloVe model: its words, their vocabulary ids and byte offsets — the native answer's
+    tokens — always a list per text; /decode needs a sub-word tokenizer (test_hf_import.py has those)."""
+    pb, pbg = api
+    texts = ["Zoë's café , naïve !", "a wonderful , moving film"]
+    answer = pbg.InferenceStub(server.channel).Classify(
+        pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=texts, options=pb.OutputOptions(tokens=True)),
+        timeout=30)
+    want = [[{"id": t.id, "text": t.text, "special": False, "start": t.byte_start, "stop": t.byte_end}
+             for t in r.tokens] for r in answer.results]
+    for path, inputs in (("/tokenize", texts), ("/models/sentiment/tokenize", texts), ("/tokenize", texts[0])):
+        status, got, _ = http_call(server.http_address, "POST", path, {"inputs": inputs})
+        assert status == 200 and got == want[:len(got)] and len(got) == (2 if isinstance(inputs, list) else 1), got
+    assert [t["text"] for t in want[0]] == ["Zoë", "'", "s", "café", ",", "naïve", "!"]
+    assert [t["stop"] - t["start"] for t in want[0]] == [len(t["text"].encode()) for t in want[0]]  # bytes
+    before = metric_sum(server.metrics(), "qvi_requests_total", 'method="Decode"', 'code="FAILED_PRECONDITION"')
+    status, refused, _ = http_call(server.http_address, "POST", "/decode", {"ids": [5, 6]})
+    assert (status, refused["error_type"]) == (422, "Validation") and "reads words, not sub-words" in refused["error"]
+    wait_until(lambda: metric_sum(server.metrics(), "qvi_requests_total", 'method="Decode"',
+                                  'code="FAILED_PRECONDITION"') == before + 1, "the refusal counted")
 
 
 def test_refusals_take_teis_form_and_status(server):

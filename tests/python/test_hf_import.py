@@ -24,7 +24,7 @@ from conftest import oip_calls
 from selenium.webdriver.common.keys import Keys
 from test_explain_page import ask, browser, open_page  # noqa: F401 (browser: the page tests' fixture)
 from test_hf_tokenizer import sentencepiece_converted
-from qvi_testing import REPO, ServerProcess, post_json, wait_until
+from qvi_testing import REPO, ServerProcess, http_call, post_json, wait_until
 
 import torch
 import transformers
@@ -263,6 +263,57 @@ def test_oip_and_http_answer_as_grpc_does(api, imported, interop_python):
         assert np.allclose([got[label] for label in LABELS], [{s.label: s.score for s in want.labels}[label]
                                                              for label in LABELS], atol=1e-6)
         assert result["tokens"][0]["word"] == -1 and result["tokens"][1]["word"] == 0
+
+
+def test_teis_tokenize_and_decode_answer_as_the_models_own_tokenizer(imported):
+    """TEI's /tokenize and /decode for a sub-word model (server/http/tei/tokenize_routes.h): every token's id, its
+    bytes of the text and their byte offsets, a special token's own spelling with null offsets (as TEI writes
+    them), always a list per text; /decode the tokenizer's own decode, with and without the special tokens —
+    WordPiece's decoder (MiniLM's file), SentencePiece's Metaspace (XLM-R's), and none (the byte-level BPE here
+    has no decoder: its tokens joined by spaces, as `tokenizers` does)."""
+    proc, models_ = imported
+    for name in ("bert_seq", "xlmr_tok", "roberta_seq"):
+        tokenizer = Tokenizer.from_str(models_[name][1].to_str())
+        tokenizer.no_truncation()  # TEI's /tokenize truncates nothing (MiniLM's file cuts at 128)
+        status, got, _ = http_call(proc.http_address, "POST", f"/models/{name}/tokenize", {"inputs": HOSTILE})
+        assert status == 200 and len(got) == len(HOSTILE), (name, got)
+        for text, tokens, enc in zip(HOSTILE, got, tokenizer.encode_batch(HOSTILE)):
+            raw = text.encode()
+            byte = [len(text[:i].encode()) for i in range(len(text) + 1)]
+            want = [{"id": i, "text": t if m else raw[byte[a]:byte[b]].decode(), "special": bool(m),
+                     "start": None if m else byte[a], "stop": None if m else byte[b]}
+                    for i, t, m, (a, b) in zip(enc.ids, enc.tokens, enc.special_tokens_mask, enc.offsets)]
+            assert tokens == want, (name, text)
+            assert all(list(t) == ["id", "text", "special", "start", "stop"] for t in tokens)
+        status, plain, _ = http_call(proc.http_address, "POST", f"/models/{name}/tokenize",
+                                     {"inputs": HOSTILE[0], "add_special_tokens": False})
+        assert status == 200 and [t["id"] for t in plain[0]] == tokenizer.encode(HOSTILE[0], add_special_tokens=False).ids
+        ids = [e.ids for e in tokenizer.encode_batch(HOSTILE)]
+        for skip in (True, False):
+            status, texts, _ = http_call(proc.http_address, "POST", f"/models/{name}/decode",
+                                         {"ids": ids, "skip_special_tokens": skip})
+            assert status == 200 and texts == [tokenizer.decode(i, skip_special_tokens=skip) for i in ids], (name, skip)
+        status, one, _ = http_call(proc.http_address, "POST", f"/models/{name}/decode", {"ids": ids[0]})
+        assert status == 200 and one == [tokenizer.decode(ids[0])]  # one list of ids: a list of one text
+    size = models_["bert_seq"][1].get_vocab_size()
+    for body, status, kind, message in (
+            ({"ids": [101, size + 5]}, 422, "Validation", f"ids[1]: {size + 5} is no token's id"),
+            ({"ids": [[101], [7, -3]]}, 422, "Validation", "ids[1][1]: not a token id"),
+            ({"ids": []}, 400, "Empty", "cannot be empty"),
+            ({"ids": [[101]] * 300}, 422, "Validation", "batch size 300"),
+            ({"inputs": "a"}, 422, "Validation", "ids: missing")):
+        got, answer, _ = http_call(proc.http_address, "POST", "/models/bert_seq/decode", body)
+        assert (got, answer["error_type"]) == (status, kind) and message in answer["error"], (body, answer)
+    for body, status, kind, message in (
+            ({"inputs": ""}, 400, "Empty", "cannot be empty"),
+            ({"inputs": ["a", 3]}, 422, "Validation", "inputs[1]: not a text"),
+            ({"inputs": "x" * 70000}, 422, "Validation", "inputs: 70000 bytes, over the limit of 65536"),
+            ({"inputs": "a", "prompt_name": "query"}, 422, "Validation", "prompt_name: these models have no prompts"),
+            ({"inputs": ["x " * 30000] * 20}, 422, "Validation", "the answer would pass")):
+        got, answer, _ = http_call(proc.http_address, "POST", "/models/bert_seq/tokenize", body)
+        assert (got, answer["error_type"]) == (status, kind) and message in answer["error"], (str(body)[:60], answer)
+    got, answer, _ = http_call(proc.http_address, "POST", "/models/nope/tokenize", {"inputs": "a"})
+    assert got == 404 and "nope" in answer["error"]
 
 
 def test_occlusion_deletes_whole_words_and_maps_are_per_word(api, imported):

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from qvi_testing import REPO
 
@@ -228,3 +228,50 @@ def test_every_tokenizer_tokenizes_as_the_reference_does_id_for_id_and_offset_fo
             if answer != want:
                 wrong.append((text[:80], want, answer))
         assert not wrong, f"{name}: {len(wrong)} of {len(everything)} texts differ; the first: {wrong[:3]}"
+
+
+# The decoder each tokenizer under test is given for the decoding test (None: the file's own, or none).
+DECODERS = {
+    "uncased": lambda: decoders.WordPiece(),
+    "cased": lambda: decoders.WordPiece(cleanup=False),
+    "roberta-like BPE": lambda: decoders.ByteLevel(),
+    "gpt2-like BPE": lambda: decoders.ByteLevel(),
+    "word BPE": lambda: decoders.BPEDecoder(suffix="</w>"),
+    "T5-like Unigram": lambda: decoders.Metaspace(prepend_scheme="always"),
+    "XLM-R-like Unigram": lambda: decoders.Metaspace(prepend_scheme="first"),
+}
+
+
+def test_every_tokenizer_decodes_ids_as_the_reference_does(tmp_path, texts):
+    """DecodeIds (TEI's /decode) against `tokenizers`' decode, with and without the special tokens, for every
+    decoder implemented (WordPiece with and without its clean-up, ByteLevel, BPEDecoder, Metaspace at each
+    prepend scheme, none): the encodings of the corpora and hostile texts, and seeded runs of random ids (a
+    byte-level run may not be UTF-8: each ill-formed sequence becomes one U+FFFD, as Rust's from_utf8_lossy
+    writes it)."""
+    import random
+    rng = random.Random(5)
+    sample = texts["corpora"][:300] + texts["hostile"] + texts["vectors"][:100]
+    for name, tokenizer in tokenizers_under_test(texts["corpora"], str(tmp_path)).items():
+        if name in DECODERS:
+            tokenizer.decoder = DECODERS[name]()
+        size = tokenizer.get_vocab_size(with_added_tokens=True)
+        runs = [e.ids for e in tokenizer.encode_batch(sample)] + \
+            [[rng.randrange(size) for _ in range(rng.randrange(1, 24))] for _ in range(300)]
+        path, ids_file, out = (str(tmp_path / f"{name}.{ext}") for ext in ("json", "ids.jsonl", "decoded.jsonl"))
+        tokenizer.save(path)
+        with open(ids_file, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(ids) + "\n" for ids in runs)
+        subprocess.run([TOOL, "--tokenizer", path, "--decode", ids_file, "--out", out], check=True, timeout=600)
+        got = [json.loads(line) for line in open(out, encoding="utf-8")]
+        want = [{"text": tokenizer.decode(ids, skip_special_tokens=True),
+                 "all": tokenizer.decode(ids, skip_special_tokens=False)} for ids in runs]
+        wrong = [(ids, w, g) for ids, w, g in zip(runs, want, got) if w != g]
+        assert len(got) == len(runs) and not wrong, f"{name}: {len(wrong)} of {len(runs)} differ; {wrong[:3]}"
+    # An id that is no token's is named (the reference skips it silently).
+    minilm = Tokenizer.from_file(MINILM)
+    with open(tmp_path / "bad.jsonl", "w") as f:
+        f.write(json.dumps([101, 7592, 10 ** 6]) + "\n" + json.dumps([-1]) + "\n")
+    out = subprocess.run([TOOL, "--tokenizer", MINILM, "--decode", str(tmp_path / "bad.jsonl")], check=True,
+                         capture_output=True, text=True, timeout=60).stdout.splitlines()
+    assert [json.loads(line)["error"].split(" is no")[0] for line in out] == ["ids[2]: 1000000", "ids[0]: -1"]
+    assert minilm.get_vocab_size() < 10 ** 6

@@ -3,9 +3,11 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "server/http/drop_in.h"
+#include "server/http/hf/pipeline_routes.h"
 #include "server/http/http_call.h"
 #include "server/http/native/json_body.h"
 
@@ -16,8 +18,12 @@ using json = nlohmann::json;
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-// An empty text is TEI's "Empty" error (400), told apart from other refusals by this message's start.
+// An empty text is TEI's "Empty" error (400), told apart from other refusals by its message, TEI's own:
+// "Input validation error: `inputs` cannot be empty" (/decode's: `input_ids`).
 constexpr char kEmpty[] = "Input validation error: `inputs` cannot be empty";
+bool IsEmptyRefusal(absl::string_view message) {
+  return absl::StartsWith(message, "Input validation error: `") && absl::EndsWith(message, "` cannot be empty");
+}
 
 // "inputs": a text, a list of one text, or a batch: a list of lists of one text each. A list of two texts
 // (TEI's text pair, for cross-encoders) is refused: these models read one text.
@@ -78,7 +84,7 @@ std::pair<int, const char*> TeiKind(const absl::Status& status) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kOutOfRange:
-      return status.message().rfind(kEmpty, 0) == 0 ? std::pair{400, "Empty"} : std::pair{422, "Validation"};
+      return IsEmptyRefusal(status.message()) ? std::pair{400, "Empty"} : std::pair{422, "Validation"};
     case absl::StatusCode::kResourceExhausted:
       return {429, "Overloaded"};
     case absl::StatusCode::kUnavailable:
@@ -101,6 +107,13 @@ nlohmann::ordered_json Predictions(const TextResult& result, int top_k) {
   return out;
 }
 
+// Whether `model`'s current version is a tagger (one not loaded yet is taken for a classifier: predict's
+// answer then says what it is).
+bool IsTagger(const ModelRepository& repository, const std::string& model) {
+  absl::StatusOr<ServableHandle> servable = repository.Resolve(model, 0);
+  return servable.ok() && (*servable)->model->manifest().task == Task::kTagging;
+}
+
 template <typename Json>
 std::string Dump(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
@@ -110,7 +123,8 @@ std::string Dump(const Json& j) {
 
 bool IsTeiTarget(std::string_view target) {
   const std::string_view path = target.substr(0, target.find('?'));
-  return path == "/predict" || path == "/info" || path.substr(0, 8) == "/models/";
+  return path == "/predict" || path == "/info" || path == "/tokenize" || path == "/decode" ||
+         path.substr(0, 8) == "/models/";
 }
 
 absl::StatusOr<TeiPredict> ParseTeiPredict(const std::string& body, int max_texts) {
@@ -159,14 +173,16 @@ HttpResponse TeiError(const absl::Status& status) {
 
 void ServeTeiPredict(Core* core, Calls* calls, const ModelRepository& repository, const std::string& default_model,
                      const HttpRoute& route, HttpRequest request, HttpServer::Reply reply) {
-  auto call = std::make_shared<HttpCall>(calls, "Predict", request, std::move(reply));
-  call->set_error_form(TeiError);
   absl::StatusOr<std::string> model = TeiModel(route, default_model, repository);
+  const bool tagger = model.ok() && route.by_model_type && IsTagger(repository, *model);
+  auto call = std::make_shared<HttpCall>(calls, tagger ? "TokenClassification" : "Predict", request, std::move(reply));
+  call->set_error_form(TeiError);
   if (model.ok()) call->call().model = *model;
   if (absl::Status admitted = call->call().Admission(request.Header("Authorization")); !admitted.ok()) {
     return call->Fail(admitted);
   }
   if (!model.ok()) return call->Fail(model.status());
+  if (tagger) return ServeTokenClassification(core, std::move(call), *model, std::move(request));
   absl::StatusOr<TeiPredict> parsed = ParseTeiPredict(request.body, core->limits().max_texts);
   if (!parsed.ok()) return call->Fail(parsed.status());
   request.body.clear();

@@ -13,8 +13,11 @@
 // are TEI's {"error": "...", "error_type": "Validation" | "Overloaded" | "Unhealthy" | "Backend" | "Empty"}
 // with TEI's status codes (TeiError).
 //
+// POST / and POST /models/{m} answer by what the model is, as TEI's do: a tagger answers Hugging Face's
+// token-classification pipeline shape (hf/pipeline_routes.h; a tagger not loaded yet, under load on demand, is
+// taken for a classifier and refused as one).
 // Not built yet (docs/serving.md says so): raw_scores (TEI answers logits; refused), text pairs, left
-// truncation, /tokenize and /decode, TEI's gRPC service, token classification's shapes.
+// truncation, TEI's gRPC service. /tokenize and /decode: tokenize_routes.h.
 #ifndef QVI_SERVER_HTTP_TEI_TEI_ROUTES_H_
 #define QVI_SERVER_HTTP_TEI_TEI_ROUTES_H_
 

@@ -18,6 +18,7 @@
 #include <google/protobuf/util/json_util.h>
 #include "qvi/serving/v1/inference.pb.h"
 #include "server/http/explain_page.h"
+#include "server/http/hf/pipeline_routes.h"
 #include "server/http/http_api.h"
 #include "server/http/http_server.h"
 #include "server/http/native/json_body.h"
@@ -26,6 +27,7 @@
 #include "server/http/openapi.h"
 #include "server/http/routes.h"
 #include "server/http/tei/tei_routes.h"
+#include "server/http/tei/tokenize_routes.h"
 
 namespace qvi {
 namespace {
@@ -66,6 +68,10 @@ TEST(HttpRouteTest, PathsAndMethodsPickTheRoute) {
            {"POST", "/models/topics", Kind::kTeiPredict, "topics", 0},
            {"POST", "/models/topics/predict", Kind::kTeiPredict, "topics", 0},
            {"GET", "/models/topics/info", Kind::kTeiInfo, "topics", 0},
+           {"POST", "/tokenize", Kind::kTeiTokenize, "", 0},
+           {"POST", "/models/ner/tokenize", Kind::kTeiTokenize, "ner", 0},
+           {"POST", "/decode", Kind::kTeiDecode, "", 0},
+           {"POST", "/models/ner/decode", Kind::kTeiDecode, "ner", 0},
            {"POST", "/classify", Kind::kOpenAiClassify, "", 0},
            {"POST", "/v1/classify", Kind::kOpenAiClassify, "", 0},
        }) {
@@ -74,6 +80,9 @@ TEST(HttpRouteTest, PathsAndMethodsPickTheRoute) {
     EXPECT_EQ(r->kind, c.kind) << c.target;
     EXPECT_EQ(r->model, c.model) << c.target;
     EXPECT_EQ(r->version, c.version) << c.target;
+    // TEI answers / and /models/{m} by what the model is (a tagger: token classification); /predict classifies.
+    const std::string target = c.target;
+    EXPECT_EQ(r->by_model_type, c.kind == Kind::kTeiPredict && target.find("predict") == std::string::npos) << c.target;
   }
 }
 
@@ -93,7 +102,7 @@ TEST(HttpRouteTest, RefusalsSayWhy) {
            {"POST", "/info", absl::StatusCode::kFailedPrecondition, "use GET"},
            {"POST", "/models/", absl::StatusCode::kNotFound, "no route for /models/"},
            {"POST", "/models/a/embed", absl::StatusCode::kNotFound,
-            "TEI's routes for a model are /models/{m}/predict and /models/{m}/info"},
+            "TEI's routes for a model are /models/{m}/predict, /models/{m}/info, /models/{m}/tokenize"},
            {"GET", "/v1/models/", absl::StatusCode::kNotFound, "no route for /v1/models/"},
            {"GET", "/v1/models/a/b", absl::StatusCode::kNotFound, "no route"},
            {"POST", "/v1/models/a:predict", absl::StatusCode::kNotFound, "the verbs are :classify and :tag"},
@@ -187,6 +196,86 @@ TEST(TeiRoutesTest, ErrorsTakeTeisShapeAndStatus) {
   const HttpResponse unauthenticated = TeiError(absl::UnauthenticatedError("an API key is needed"));
   EXPECT_EQ(unauthenticated.headers,
             (std::vector<std::pair<std::string, std::string>>{{"WWW-Authenticate", "Bearer"}}));
+}
+
+// TEI's /tokenize and /decode bodies (tei/tokenize_routes.h): a text or a list; a list of ids or a list of such
+// lists; TEI's defaults (special tokens added, skipped when decoding); refusals name the field.
+TEST(TeiRoutesTest, TokenizeAndDecodeBodiesAreReadAsTeiReadsThem) {
+  absl::StatusOr<TeiTokenize> t = ParseTeiTokenize(R"({"inputs": "a good film"})", 4, 64);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->texts, std::vector<std::string>{"a good film"});
+  EXPECT_TRUE(t->add_special_tokens);
+  t = ParseTeiTokenize(R"({"inputs": ["a", "b"], "add_special_tokens": false, "prompt_name": null})", 4, 64);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->texts, (std::vector<std::string>{"a", "b"}));
+  EXPECT_FALSE(t->add_special_tokens);
+  absl::StatusOr<TeiDecode> d = ParseTeiDecode(R"({"ids": [101, 7592, 102]})", 4);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->ids, (std::vector<std::vector<int64_t>>{{101, 7592, 102}}));
+  EXPECT_TRUE(d->skip_special_tokens);
+  d = ParseTeiDecode(R"({"ids": [[1], [2, 3]], "skip_special_tokens": false})", 4);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->ids, (std::vector<std::vector<int64_t>>{{1}, {2, 3}}));
+  EXPECT_FALSE(d->skip_special_tokens);
+  for (const auto& [body, message] : std::vector<std::pair<std::string, const char*>>{
+           {R"({"inputs": ""})", "Input validation error: `inputs` cannot be empty"},
+           {R"({"inputs": []})", "Input validation error: `inputs` cannot be empty"},
+           {R"({"inputs": ["a", ["b"]]})", "inputs[1]: not a text"},
+           {R"({"inputs": ["a", "b", "c", "d", "e"]})", "batch size 5 > maximum allowed batch size 4"},
+           {R"({"inputs": ")" + std::string(65, 'x') + R"("})", "inputs: 65 bytes, over the limit of 64"},
+           {R"({"inputs": "a", "add_special_tokens": 1})", "add_special_tokens: not true or false"},
+           {R"({"inputs": "a", "prompt_name": "query"})", "prompt_name: these models have no prompts"},
+           {R"({"text": "a"})", "inputs: missing"},
+       }) {
+    absl::StatusOr<TeiTokenize> bad = ParseTeiTokenize(body, 4, 64);
+    ASSERT_FALSE(bad.ok()) << body;
+    EXPECT_NE(bad.status().message().find(message), std::string::npos) << body << ": " << bad.status();
+  }
+  for (const auto& [body, message] : std::vector<std::pair<std::string, const char*>>{
+           {R"({"ids": []})", "Input validation error: `input_ids` cannot be empty"},
+           {R"({"ids": [[]]})", "Input validation error: `input_ids` cannot be empty"},
+           {R"({"ids": [1, -2]})", "ids[1]: not a token id"},
+           {R"({"ids": [1, 2.5]})", "ids[1]: not a token id"},
+           {R"({"ids": [[1], 2]})", "ids[1]: not a list of token ids"},
+           {R"({"ids": [[1], [2], [3], [4], [5]]})", "batch size 5 > maximum allowed batch size 4"},
+           {R"({"ids": "101"})", "ids: a list of token ids"},
+           {R"({"ids": [1], "skip_special_tokens": "yes"})", "skip_special_tokens: not true or false"},
+       }) {
+    absl::StatusOr<TeiDecode> bad = ParseTeiDecode(body, 4);
+    ASSERT_FALSE(bad.ok()) << body;
+    EXPECT_NE(bad.status().message().find(message), std::string::npos) << body << ": " << bad.status();
+  }
+  // An empty list of ids is TEI's "Empty" (400), as an empty text is.
+  EXPECT_EQ(TeiError(ParseTeiDecode(R"({"ids": []})", 4).status()).status, 400);
+}
+
+// Hugging Face's token-classification body (hf/pipeline_routes.h): what the pipeline's aggregations mean here
+// is read ("simple", "first": the tagger's entities), what needs sub-word scores is refused naming the field.
+TEST(TeiRoutesTest, TokenClassificationBodiesAreReadAsThePipelineReadsThem) {
+  absl::StatusOr<TokenClassification> t = ParseTokenClassification(
+      R"({"inputs": "Anna lives in Paris", "parameters": {"aggregation_strategy": "simple", "ignore_labels": ["O", "LOC"]}})",
+      4);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->texts, std::vector<std::string>{"Anna lives in Paris"});
+  EXPECT_FALSE(t->batch);
+  EXPECT_EQ(t->ignore, (std::vector<std::string>{"O", "LOC"}));
+  t = ParseTokenClassification(R"({"inputs": ["a", "b"], "parameters": {"aggregation_strategy": "first"}})", 4);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->batch);
+  for (const auto& [body, message] : std::vector<std::pair<const char*, const char*>>{
+           {R"({"inputs": "a", "parameters": {"aggregation_strategy": "average"}})",
+            "parameters.aggregation_strategy: \"simple\" or \"first\""},
+           {R"({"inputs": "a", "parameters": {"stride": 8}})", "parameters.stride: not read here"},
+           {R"({"inputs": "a", "parameters": {"ignore_labels": [1]}})", "parameters.ignore_labels[0]: not a label"},
+           {R"({"inputs": "a", "parameters": []})", "parameters: not an object"},
+           {R"({"inputs": ["a", "b", "c", "d", "e"]})", "batch size 5"},
+           {R"({"inputs": [""]})", "cannot be empty"},
+           {R"({"inputs": 3})", "inputs: a text or a list of texts"},
+       }) {
+    absl::StatusOr<TokenClassification> bad = ParseTokenClassification(body, 4);
+    ASSERT_FALSE(bad.ok()) << body;
+    EXPECT_NE(bad.status().message().find(message), std::string::npos) << body << ": " << bad.status();
+  }
 }
 
 // vLLM's /classify body (openai/classify_routes.h): a text or a list of texts, the model optional; what would

@@ -75,7 +75,10 @@ class WordPieceModel final : public SubwordModel {
       max_chars_ = m->get<size_t>();
     }
     if (absl::Status s = LoadVocabulary(j, &vocab_, &memory_); !s.ok()) return s;
+    tokens_.resize(vocab_.size());
     for (const auto& [token, id] : vocab_) {
+      tokens_[static_cast<size_t>(id)] = token;
+      memory_ += static_cast<int64_t>(token.size() + 32);
       if (!prefix_.empty() && token.size() > prefix_.size() && token.compare(0, prefix_.size(), prefix_) == 0) {
         continuing_.emplace(token.substr(prefix_.size()), id);
         memory_ += static_cast<int64_t>(token.size() + 48);
@@ -117,13 +120,15 @@ class WordPieceModel final : public SubwordModel {
   }
 
   int64_t Id(absl::string_view token) const override { return IdIn(vocab_, token); }
+  const std::string& Token(int64_t id) const override { return tokens_[static_cast<size_t>(id)]; }
   int64_t VocabularySize() const override { return static_cast<int64_t>(vocab_.size()); }
   int64_t MemoryBytes() const override { return memory_; }
   std::string Kind() const override { return "WordPiece"; }
 
  private:
-  Vocab vocab_;       // every token
-  Vocab continuing_;  // "##ing" by "ing"
+  Vocab vocab_;                      // every token
+  std::vector<std::string> tokens_;  // by id
+  Vocab continuing_;                 // "##ing" by "ing"
   std::string prefix_ = "##";
   std::string unk_;
   int64_t unk_id_ = 0;
@@ -138,6 +143,7 @@ class BpeModel final : public SubwordModel {
   void Tokenize(const std::u32string& word, std::vector<SubwordPiece>* out) const override;
 
   int64_t Id(absl::string_view token) const override { return IdIn(vocab_, token); }
+  const std::string& Token(int64_t id) const override { return tokens_[static_cast<size_t>(id)]; }
   int64_t VocabularySize() const override { return static_cast<int64_t>(vocab_.size()); }
   int64_t MemoryBytes() const override { return memory_; }
   std::string Kind() const override { return "BPE"; }

@@ -50,6 +50,8 @@ class SubwordModel {
   virtual void Tokenize(const std::u32string& word, std::vector<SubwordPiece>* out) const = 0;
   // The id of `token`, or -1 when the vocabulary lacks it.
   virtual int64_t Id(absl::string_view token) const = 0;
+  // The token of `id` (0 <= id < VocabularySize()), as the vocabulary spells it.
+  virtual const std::string& Token(int64_t id) const = 0;
   virtual int64_t VocabularySize() const = 0;
   virtual int64_t MemoryBytes() const = 0;
   virtual std::string Kind() const = 0;

@@ -34,10 +34,21 @@ struct TemplatePiece {
 
 class PipelineTokenizer final : public HfTokenizer {
  public:
+  // The file's decoder (hf_decode.cc): how DecodeIds joins tokens into text.
+  struct Decoder {
+    enum class Kind { kNone, kWordPiece, kMetaspace, kByteLevel, kBpe } kind = Kind::kNone;
+    std::string affix;            // WordPiece's prefix ("##"), BPEDecoder's suffix ("</w>")
+    bool cleanup = true;          // WordPiece's: " ." -> "." and the like, token by token
+    char32_t replacement = 0;     // Metaspace's (▁)
+    bool strip_first = true;      // Metaspace's: the first token's ▁s are dropped (prepend_scheme not never)
+    std::string not_implemented;  // why DecodeIds refuses ("" : it decodes)
+  };
+
   absl::Status Load(const Json& root);
   absl::StatusOr<std::vector<SubwordToken>> Encode(std::string_view text, bool add_special_tokens) const override;
   std::vector<SubwordToken> AddSpecialTokens(std::vector<SubwordToken> sequence) const override;
   int SpecialTokensAdded() const override;
+  absl::StatusOr<std::string> DecodeIds(const std::vector<int64_t>& ids, bool skip_special_tokens) const override;
   int64_t VocabularySize() const override { return vocabulary_size_; }
   int64_t MemoryBytes() const override {
     return model_->MemoryBytes() + normalizer_bytes_ + 64 * static_cast<int64_t>(added_.size());
@@ -58,6 +69,8 @@ class PipelineTokenizer final : public HfTokenizer {
     enum class Prepend { kAlways, kFirst, kNever } prepend = Prepend::kAlways;
     bool split = true;
   };
+  // Never fails the load: a decoder not implemented here makes DecodeIds refuse, naming it.
+  void LoadDecoder(const Json& j);
   absl::Status LoadNormalizer(const Json& j, const std::string& path, int depth);
   // SentencePiece's: Precompiled, Strip, Replace (hf_precompiled.h).
   absl::Status LoadSentencePieceNormalizer(const Json& j, const std::string& path, const std::string& type);
@@ -89,6 +102,7 @@ class PipelineTokenizer final : public HfTokenizer {
   std::unique_ptr<SubwordModel> model_;
   std::vector<AddedToken> added_;
   std::vector<TemplatePiece> template_;
+  Decoder decoder_;
   int64_t vocabulary_size_ = 0;
 };
 

@@ -273,6 +273,7 @@ absl::Status PipelineTokenizer::Load(const Json& root) {
   if (absl::Status s = LoadNormalizer(at("normalizer"), "normalizer", 0); !s.ok()) return s;
   if (absl::Status s = LoadPreTokenizer(at("pre_tokenizer"), "pre_tokenizer", 0); !s.ok()) return s;
   if (absl::Status s = LoadAddedTokens(at("added_tokens")); !s.ok()) return s;
+  LoadDecoder(at("decoder"));
   return LoadPostProcessor(at("post_processor"));
 }
 

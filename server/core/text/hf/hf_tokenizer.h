@@ -53,6 +53,12 @@ class HfTokenizer {
   // The post-processor's special tokens around `sequence` (Encode's without them, truncated as the
   // caller needs: a model's max_tokens counts them).
   virtual std::vector<SubwordToken> AddSpecialTokens(std::vector<SubwordToken> sequence) const = 0;
+  // The text of `ids`, as the reference's decode(ids, skip_special_tokens): each id's token (an added
+  // token's, else the model's; the special ones left out when `skip_special_tokens`) through the file's
+  // decoder. INVALID_ARGUMENT names an id that is no token's ("ids[3]: 99999 ..."); UNIMPLEMENTED when
+  // the file's decoder is not one implemented here (WordPiece, Metaspace, ByteLevel, BPEDecoder, none),
+  // which leaves encoding as it was.
+  virtual absl::StatusOr<std::string> DecodeIds(const std::vector<int64_t>& ids, bool skip_special_tokens) const = 0;
   // How many special tokens the post-processor adds to one sequence (BERT: 2).
   virtual int SpecialTokensAdded() const = 0;
   // The vocabulary's size (ids are below it) and a rough count of the bytes the tokenizer holds.

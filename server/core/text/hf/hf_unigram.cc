@@ -103,6 +103,7 @@ class UnigramModel final : public SubwordModel {
   }
 
   int64_t Id(absl::string_view token) const override { return IdIn(ids_, token); }
+  const std::string& Token(int64_t id) const override { return pieces_[static_cast<size_t>(id)].first; }
   int64_t VocabularySize() const override { return static_cast<int64_t>(pieces_.size()); }
   int64_t MemoryBytes() const override { return memory_; }
   std::string Kind() const override { return "Unigram"; }
