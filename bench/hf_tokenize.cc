@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "server/core/text/hf/hf_tokenizer.h"
 
 namespace {
@@ -35,7 +36,7 @@ int Decode(const qvi::hf::HfTokenizer& tokenizer, const std::string& ids_path, c
     for (const bool skip : {true, false}) {
       auto text = tokenizer.DecodeIds(ids, skip);
       if (!text.ok()) {
-        answer = {{"error", std::string(text.status().message())}};
+        answer = {{"error", absl::StrCat("ids", text.status().message())}};
         break;
       }
       answer[skip ? "text" : "all"] = *text;

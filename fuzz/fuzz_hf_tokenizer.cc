@@ -4,21 +4,23 @@
 // and pre-tokenizer, an added token, a template), a small byte-level BPE one (RoBERTa's processing, a
 // <mask> that takes the space before it) or a small Unigram one (SentencePiece's rules as a Precompiled normalizer,
 // Strip, Replace, Metaspace), whose tokens must lie inside the text (WordPiece's in order) with ids from the
-// vocabulary.
+// vocabulary; their ids, and the text's bytes taken for ids, decode to UTF-8 (or are refused, naming an id).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/core/text/hf/hf_tokenizer.h"
+#include "server/core/text/tokenizer.h"
 #include "tests/cpp/core/text/charsmap_builder.h"
 
 namespace {
 
 constexpr char kTokenizer[] = R"({"added_tokens": [{"id": 4, "content": "[MASK]", "special": true}],
-  "normalizer": {"type": "BertNormalizer", "lowercase": true},
+  "normalizer": {"type": "BertNormalizer", "lowercase": true}, "decoder": {"type": "WordPiece", "prefix": "##"},
   "pre_tokenizer": {"type": "BertPreTokenizer"},
   "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "[CLS]"}},
     {"Sequence": {"id": "A"}}, {"SpecialToken": {"id": "[SEP]"}}]},
@@ -28,7 +30,7 @@ constexpr char kTokenizer[] = R"({"added_tokens": [{"id": 4, "content": "[MASK]"
 
 constexpr char kBpe[] = R"({"added_tokens": [{"id": 0, "content": "<s>", "special": true},
   {"id": 1, "content": "</s>", "special": true}, {"id": 2, "content": "<mask>", "special": true, "lstrip": true}],
-  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": true},
+  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": true}, "decoder": {"type": "ByteLevel"},
   "post_processor": {"type": "RobertaProcessing", "sep": ["</s>", 1], "cls": ["<s>", 0], "trim_offsets": true,
     "add_prefix_space": true},
   "model": {"type": "BPE", "dropout": null, "unk_token": null, "vocab": {"<s>": 0, "</s>": 1, "<mask>": 2, "a": 3,
@@ -37,6 +39,7 @@ constexpr char kBpe[] = R"({"added_tokens": [{"id": 0, "content": "<s>", "specia
 
 constexpr char kUnigram[] = R"({"added_tokens": [{"id": 1, "content": "<mask>", "special": true, "lstrip": true}],
   "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true},
+  "decoder": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first"},
   "model": {"type": "Unigram", "unk_id": 0, "vocab": [["<unk>", 0.0], ["<mask>", 0.0], ["▁", -2.0], ["▁ab", -3.0],
     ["a", -2.5], ["b", -2.5], ["ab", -4.5], ["c", -3.0], ["▁c", -6.0], ["é", -4.0]]}})";
 
@@ -92,6 +95,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // reference does too ("ab\x1b<mask>b": Ġ at 10..10, then b at 9..10).
     Check(t.start >= last || tokenizer == bpe);
     last = t.start;
+  }
+  // Decoding (DecodeIds, TEI's /decode): the encoded ids, and the bytes read as ids, each decode to valid UTF-8
+  // or, an id past the vocabulary, to INVALID_ARGUMENT.
+  std::vector<int64_t> ids;
+  for (const qvi::hf::SubwordToken& t : *encoded) ids.push_back(t.id);
+  std::vector<int64_t> raw(rest.begin(), rest.end());
+  for (const auto* list : {&ids, &raw}) {
+    for (const bool skip : {true, false}) {
+      auto decoded = tokenizer->DecodeIds(*list, skip);
+      if (decoded.ok()) {
+        Check(qvi::ValidateUtf8(*decoded).ok());
+      } else {
+        Check(decoded.status().code() == absl::StatusCode::kInvalidArgument);
+      }
+    }
   }
   return 0;
 }

@@ -13,7 +13,7 @@ source scripts/sanitizer_build.sh
 seconds=${1:-10}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(tokenizer manifest vocabulary serving_config version_policy spans request oip http_json hf_tokenizer)
+[[ ${#targets[@]} -gt 0 ]] || targets=(tokenizer manifest vocabulary serving_config version_policy spans request oip http_json hf_tokenizer drop_in)
 dir=build-address
 sanitizer_build address
 ninja -C "$dir" -j2 $(printf 'fuzz_%s ' "${targets[@]}") > /dev/null

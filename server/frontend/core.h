@@ -28,6 +28,12 @@ class Core {
   virtual const RequestLimits& limits() const = 0;
   // The clock of InferenceRequest::deadline.
   virtual const Env& env() const = 0;
+  // Runs `work` off the caller's thread, on a request thread (InferenceService::TryRun); false when their queue
+  // is full and nothing ran. A core with no threads of its own (the tests' fakes) runs it here.
+  virtual bool TryRun(std::function<void()> work) {
+    work();
+    return true;
+  }
   // ModelRepository::WhenLoaded: for a plan that resolved a model which loads on demand (WaitsForLoad).
   virtual void WhenLoaded(const std::string& model, absl::Time /*deadline*/, ModelRepository::LoadedDone ready) {
     ready(absl::UnavailableError(absl::StrCat("model '", Capped(model), "' is not loaded")));
@@ -43,6 +49,7 @@ class ServingCore final : public Core {
   }
   const RequestLimits& limits() const override { return service_->limits(); }
   const Env& env() const override { return service_->env(); }
+  bool TryRun(std::function<void()> work) override { return service_->TryRun(std::move(work)); }
   void WhenLoaded(const std::string& model, absl::Time deadline, ModelRepository::LoadedDone ready) override {
     service_->WhenLoaded(model, deadline, std::move(ready));
   }

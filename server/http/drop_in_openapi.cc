@@ -1,8 +1,10 @@
 // The drop-in routes' part of the OpenAPI document (openapi.h): TEI's routes (tei/), Hugging Face's
 // token-classification shape on them (hf/), OpenAI-style /classify (openai/).
+#include "server/http/drop_in_openapi.h"
+
 #include <string>
 
-#include "server/http/openapi_parts.h"
+#include "server/http/openapi.h"
 
 namespace qvi {
 namespace {
@@ -47,7 +49,8 @@ void AddTokenPaths(json& paths, json& schemas, const json& tei_error, const json
                         : Operation("TEI's decode: each list of ids as text (a sub-word model's decoder)",
                                     "a text per list", {{"type", "array"}, {"items", {{"type", "string"}}}});
       o["responses"]["default"] = tei_error;
-      if (path[1] == 'm') o["parameters"] = json::array({model});
+      o["parameters"] = InferenceHeaders();
+      if (path[1] == 'm') o["parameters"].push_back(model);
       o["requestBody"] = {{"required", true},
                           {"content", JsonBody(Ref(tokenize ? "tei.TokenizeRequest" : "tei.DecodeRequest"))}};
       paths[path]["post"] = std::move(o);
@@ -68,7 +71,8 @@ json TokenClassificationSchemas(json& schemas) {
                                 {"word", {{"type", "string"}}},
                                 {"start", {{"type", "integer"}, {"description", "characters (code points)"}}},
                                 {"end", {{"type", "integer"}}}}}}}};
-  return {{"oneOf", {Ref("hf.Entities"), {{"type", "array"}, {"items", Ref("hf.Entities")}}}}};
+  // anyOf: a text with no entities answers [], which both shapes (and TEI's) hold.
+  return {{"anyOf", {Ref("hf.Entities"), {{"type", "array"}, {"items", Ref("hf.Entities")}}}}};
 }
 
 // Text Embeddings Inference's routes (tei/tei_routes.h; docs/serving.md, "Drop-in routes"): a classifier's
@@ -143,7 +147,7 @@ void AddTeiPaths(json& paths, json& schemas) {
                         "a batch); for a tagger, Hugging Face's token classification (its entities)"
                       : "TEI's predict: every label with its score, best first (a list per text for a batch)",
         by_model_type ? "the predictions, or a tagger's entities" : "the predictions",
-        by_model_type ? json{{"oneOf", {answer, entities}}} : answer);
+        by_model_type ? json{{"anyOf", {answer, entities}}} : answer);
     o["responses"]["default"] = tei_error;
     o["parameters"] = InferenceHeaders();
     if (path != "/predict") o["parameters"].push_back(model);
@@ -153,7 +157,7 @@ void AddTeiPaths(json& paths, json& schemas) {
       o["summary"] =
           "TEI's /: predict for a classifier, token classification for a tagger (Hugging Face "
           "InferenceClient(base_url=...) posts here)";
-      o["responses"]["200"]["content"] = JsonBody({{"oneOf", {answer, entities}}});
+      o["responses"]["200"]["content"] = JsonBody({{"anyOf", {answer, entities}}});
       paths["/"]["post"] = o;
     }
   }

@@ -124,7 +124,7 @@ void HttpApi::ServeDropIn(const HttpRoute& route, HttpRequest request, HttpServe
       return reply(TeiInfoRoute(*repository_, core_->limits(), options_.default_model, route));
     case Kind::kTeiTokenize:
     case Kind::kTeiDecode:
-      return ServeTeiTokens(calls_, *repository_, core_->limits(), options_.default_model, route, std::move(request),
+      return ServeTeiTokens(core_, calls_, *repository_, options_.default_model, route, std::move(request),
                             std::move(reply));
     default:
       return reply(TeiError(absl::InternalError("not a drop-in route")));

@@ -1,6 +1,6 @@
 #include "server/http/openapi.h"
 
-#include "server/http/openapi_parts.h"
+#include "server/http/drop_in_openapi.h"
 
 #include <string>
 

@@ -20,6 +20,17 @@ const std::string& OpenApiDocument();
 // it and every message and enum it holds are added by full name.
 nlohmann::json MessageSchemaRef(const google::protobuf::Descriptor* message, nlohmann::json& schemas);
 
+// The pieces the document is built from, shared with its drop-in routes' part (drop_in_openapi.h).
+// {"$ref": "#/components/schemas/<name>"}.
+nlohmann::json Ref(const std::string& name);
+// A JSON body's content: {"application/json": {"schema": schema}}.
+nlohmann::json JsonBody(nlohmann::json schema);
+// An operation answering `answer_schema` with 200, and the native error form otherwise.
+nlohmann::json Operation(const std::string& summary, const std::string& answer, nlohmann::json answer_schema);
+nlohmann::json Parameter(const char* name, const char* in, nlohmann::json schema, const char* what, bool required);
+// The headers every inference route reads (docs/serving.md, "HTTP/JSON").
+nlohmann::json InferenceHeaders();
+
 }  // namespace qvi
 
 #endif  // QVI_SERVER_HTTP_OPENAPI_H_

@@ -104,6 +104,8 @@ def test_hugging_faces_inference_client_tags_unchanged_in_the_pipelines_shape(ap
     assert http_call(server.http_address, "POST", "/models/ner", {"inputs": SENTENCES[0]})[0] == 200
     wait_until(lambda: metric_sum(server.metrics(), "qvi_requests_total", 'method="TokenClassification"',
                                   'code="OK"') == before + 1, "the call counted")
+    got = client.token_classification("the weather is fine today .", aggregation_strategy="SIMPLE")
+    assert got == []  # no entity: an empty list (the case is read as transformers reads it)
     for parameters, message in (({"aggregation_strategy": "max"}, "parameters.aggregation_strategy: "),
                                 ({"aggregation_strategy": "none"}, "sub-word scores"),
                                 ({"stride": 16}, "parameters.stride: not read here"),

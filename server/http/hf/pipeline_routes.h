@@ -20,17 +20,10 @@
 
 #include "absl/status/statusor.h"
 #include "server/frontend/core.h"
+#include "server/http/drop_in_bodies.h"
 #include "server/http/http_call.h"
 
 namespace qvi {
-
-// A token-classification body, decoded and checked: errors name the field.
-struct TokenClassification {
-  std::vector<std::string> texts;
-  bool batch = false;               // "inputs" was a list: a list of entities per text
-  std::vector<std::string> ignore;  // parameters.ignore_labels: entity types left out ("O" is never one)
-};
-absl::StatusOr<TokenClassification> ParseTokenClassification(const std::string& body, int max_texts);
 
 // Answers `call` (admitted, for `model`, a tagger) with the tagger's entities in the pipeline's shape.
 void ServeTokenClassification(Core* core, std::shared_ptr<HttpCall> call, const std::string& model,

@@ -9,26 +9,11 @@
 #include "nlohmann/json.hpp"
 #include "server/http/drop_in.h"
 #include "server/http/http_call.h"
-#include "server/http/native/json_body.h"
 
 namespace qvi {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
-
-// Fields vLLM reads that would change the answer and are not answered here: refused, not ignored.
-absl::Status CheckUnanswered(const nlohmann::json& j) {
-  if (j.contains("use_activation") && j["use_activation"] == false) {
-    return Invalid("use_activation: false asks for logits, which are not answered here (only probabilities)");
-  }
-  if (j.contains("truncate_prompt_tokens") && !j["truncate_prompt_tokens"].is_null()) {
-    return Invalid("truncate_prompt_tokens: not read here; texts are cut at the model's max_tokens");
-  }
-  if (j.contains("messages")) return Invalid("messages: the chat form is not read here; send \"input\"");
-  return absl::OkStatus();
-}
 
 std::pair<int, const char*> OpenAiKind(absl::StatusCode code) {
   switch (code) {
@@ -78,37 +63,6 @@ json Data(const InferenceResponse& answer) {
 bool IsOpenAiTarget(std::string_view target) {
   const std::string_view path = target.substr(0, target.find('?'));
   return path == "/classify" || path == "/v1/classify";
-}
-
-absl::StatusOr<OpenAiClassify> ParseOpenAiClassify(const std::string& body, int max_texts) {
-  if (absl::Status scanned = ScanBody(body, max_texts); !scanned.ok()) return scanned;  // json_body.h
-  const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Invalid("the body is not a JSON object");
-  OpenAiClassify out;
-  if (j.contains("model") && !j["model"].is_null()) {
-    if (!j["model"].is_string()) return Invalid("model: not a name");
-    out.model = j["model"].get<std::string>();
-  }
-  if (absl::Status s = CheckUnanswered(j); !s.ok()) return s;
-  if (!j.contains("input")) return Invalid("input: missing");
-  const nlohmann::json& input = j["input"];
-  if (input.is_string()) {
-    out.texts.push_back(input.get<std::string>());
-    return out;
-  }
-  if (!input.is_array() || input.empty()) return Invalid("input: a text or a list of texts");
-  if (static_cast<int64_t>(input.size()) > max_texts) {
-    return Invalid(
-        absl::StrCat("input: ", input.size(), " texts, more than ", max_texts, " (--max-texts-per-request)"));
-  }
-  for (size_t i = 0; i < input.size(); ++i) {
-    if (input[i].is_number() || input[i].is_array()) {
-      return Invalid(absl::StrCat("input[", i, "]: token ids are not read here; send texts"));
-    }
-    if (!input[i].is_string()) return Invalid(absl::StrCat("input[", i, "]: not a text"));
-    out.texts.push_back(input[i].get<std::string>());
-  }
-  return out;
 }
 
 std::string OpenAiErrorBody(absl::string_view message, const char* type, int code) {

@@ -26,6 +26,7 @@
 #include "server/core/repository/model_repository.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
+#include "server/http/drop_in_bodies.h"
 #include "server/http/http_server.h"
 #include "server/http/routes.h"
 
@@ -33,13 +34,6 @@ namespace qvi {
 
 // Whether `target` is /classify or /v1/classify, whose refusals, routing's included, take OpenAI's form.
 bool IsOpenAiTarget(std::string_view target);
-
-// A /classify body, decoded and checked before any model is resolved: errors name the field.
-struct OpenAiClassify {
-  std::string model;  // "": none named
-  std::vector<std::string> texts;
-};
-absl::StatusOr<OpenAiClassify> ParseOpenAiClassify(const std::string& body, int max_texts);
 
 // OpenAI's error body: INVALID_ARGUMENT and the like 400 "BadRequestError", NOT_FOUND 404 "NotFoundError",
 // UNAUTHENTICATED 401 "AuthenticationError", PERMISSION_DENIED 403 "PermissionDeniedError", RESOURCE_EXHAUSTED 429

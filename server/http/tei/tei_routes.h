@@ -30,6 +30,7 @@
 #include "server/core/repository/model_repository.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
+#include "server/http/drop_in_bodies.h"
 #include "server/http/http_server.h"
 #include "server/http/routes.h"
 
@@ -39,19 +40,10 @@ namespace qvi {
 // (404, 405), take TEI's form.
 bool IsTeiTarget(std::string_view target);
 
-// A predict body, decoded and checked (before any model is resolved): errors name the field.
-struct TeiPredict {
-  std::vector<std::string> texts;
-  bool batch = false;              // "inputs" was a list of lists: the answer is a list per text
-  bool nested = false;             // "parameters" present (InferenceClient): a list of lists, whatever the inputs
-  int top_k = 0;                   // parameters.top_k; 0: every label
-  bool refuse_truncation = false;  // "truncate": false
-};
-absl::StatusOr<TeiPredict> ParseTeiPredict(const std::string& body, int max_texts);
-
-// The model a TEI route answers from: `route.model`, else `default_model`, else the store's only model.
+// The model a TEI route answers from: `route.model`, else `default_model`, else the store's only model (the
+// refusal names /models/{m}/<verb>).
 absl::StatusOr<std::string> TeiModel(const HttpRoute& route, const std::string& default_model,
-                                     const ModelRepository& repository);
+                                     const ModelRepository& repository, const char* verb = "predict");
 
 // TEI's error body and status for `status`: INVALID_ARGUMENT and the like are 422 "Validation" (an empty text:
 // 400 "Empty"), RESOURCE_EXHAUSTED 429 "Overloaded", UNAVAILABLE 503 "Unhealthy", NOT_FOUND 404, others

@@ -22,28 +22,17 @@
 #include "server/core/repository/model_repository.h"
 #include "server/core/request/request_checks.h"
 #include "server/frontend/call.h"
+#include "server/frontend/core.h"
+#include "server/http/drop_in_bodies.h"
 #include "server/http/http_server.h"
 #include "server/http/routes.h"
 
 namespace qvi {
 
-struct TeiTokenize {
-  std::vector<std::string> texts;
-  bool add_special_tokens = true;
-};
-// Errors name the field; a text over `max_text_bytes` is refused.
-absl::StatusOr<TeiTokenize> ParseTeiTokenize(const std::string& body, int max_texts, int max_text_bytes);
-
-struct TeiDecode {
-  std::vector<std::vector<int64_t>> ids;
-  bool skip_special_tokens = true;
-};
-// At most `max_texts` lists of ids, and 128 ids a list on average (ScanBody's bound on the values).
-absl::StatusOr<TeiDecode> ParseTeiDecode(const std::string& body, int max_texts);
-
-void ServeTeiTokens(Calls* calls, const ModelRepository& repository, const RequestLimits& limits,
-                    const std::string& default_model, const HttpRoute& route, HttpRequest request,
-                    HttpServer::Reply reply);
+// Answers on a request thread (core->TryRun): the work grows with the texts, and the I/O thread serves every
+// connection.
+void ServeTeiTokens(Core* core, Calls* calls, const ModelRepository& repository, const std::string& default_model,
+                    const HttpRoute& route, HttpRequest request, HttpServer::Reply reply);
 
 }  // namespace qvi
 

@@ -2,8 +2,10 @@
 // file's decoder, as the reference's decoders do token by token (tokenizers' decoders/ and
 // pre_tokenizers/metaspace.rs, byte_level.rs); tests/python/test_hf_tokenizer.py compares the two.
 #include <algorithm>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,19 +19,35 @@
 namespace qvi::hf {
 namespace {
 
-// WordPiece's cleanup, applied to each token on its own (as the reference does).
-std::string Cleanup(const std::string& token) {
-  return absl::StrReplaceAll(token, {{" .", "."},
-                                     {" ?", "?"},
-                                     {" !", "!"},
-                                     {" ,", ","},
-                                     {" ' ", "'"},
-                                     {" n't", "n't"},
-                                     {" 'm", "'m"},
-                                     {" do not", " don't"},
-                                     {" 's", "'s"},
-                                     {" 've", "'ve"},
-                                     {" 're", "'re"}});
+// WordPiece's cleanup, applied to each token on its own, one replacement after another (as the reference's
+// chain of replace calls: a later one sees what an earlier one left).
+std::string Cleanup(std::string token) {
+  for (const auto& [from, to] : std::initializer_list<std::pair<const char*, const char*>>{{" .", "."},
+                                                                                           {" ?", "?"},
+                                                                                           {" !", "!"},
+                                                                                           {" ,", ","},
+                                                                                           {" ' ", "'"},
+                                                                                           {" n't", "n't"},
+                                                                                           {" 'm", "'m"},
+                                                                                           {" do not", " don't"},
+                                                                                           {" 's", "'s"},
+                                                                                           {" 've", "'ve"},
+                                                                                           {" 're", "'re"}}) {
+    token = absl::StrReplaceAll(token, {{from, to}});
+  }
+  return token;
+}
+
+// Rust's str::replace of `from` by `to`, an empty `from` included (it matches before each character and at
+// the end: "ab".replace("", " ") is " a b ").
+std::string ReplaceAll(const std::string& text, const std::string& from, const std::string& to) {
+  if (!from.empty()) return absl::StrReplaceAll(text, {{from, to}});
+  std::string out = to;
+  for (const char32_t c : Decode(text)) {
+    AppendUtf8(c, &out);
+    out += to;
+  }
+  return out;
 }
 
 // ByteLevel's printable stand-in of each byte, back to the byte.
@@ -95,8 +113,8 @@ std::string JoinWordPiece(const std::vector<std::string>& tokens, const std::str
   std::string out;
   for (size_t i = 0; i < tokens.size(); ++i) {
     std::string t = tokens[i];
-    if (i != 0) {
-      const bool continues = !prefix.empty() && t.compare(0, prefix.size(), prefix) == 0;
+    if (i != 0) {  // an empty prefix starts every token, as Rust's starts_with("") says
+      const bool continues = t.compare(0, prefix.size(), prefix) == 0;
       t = continues ? t.erase(0, prefix.size()) : absl::StrCat(" ", t);
     }
     out += cleanup ? Cleanup(t) : t;
@@ -141,7 +159,7 @@ std::string JoinByteLevel(const std::vector<std::string>& tokens) {
 std::string JoinBpe(const std::vector<std::string>& tokens, const std::string& suffix) {
   std::string out;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    out += absl::StrReplaceAll(tokens[i], {{suffix, i + 1 == tokens.size() ? "" : " "}});
+    out += ReplaceAll(tokens[i], suffix, i + 1 == tokens.size() ? "" : " ");
   }
   return out;
 }
@@ -167,6 +185,8 @@ PipelineTokenizer::Decoder MetaspaceDecoder(const Json& j) {
 
 void PipelineTokenizer::LoadDecoder(const Json& j) {
   using Kind = Decoder::Kind;
+  added_by_id_.clear();
+  for (size_t a = 0; a < added_.size(); ++a) added_by_id_.emplace(added_[a].id, a);  // the first of an id
   decoder_ = Decoder{};
   if (j.is_null()) return;
   const std::string type =
@@ -200,14 +220,14 @@ absl::StatusOr<std::string> PipelineTokenizer::DecodeIds(const std::vector<int64
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t id = ids[i];
     // An added token's id names it first (as the reference's added vocabulary does), else the model's.
-    const auto added = std::find_if(added_.begin(), added_.end(), [id](const AddedToken& a) { return a.id == id; });
-    if (added != added_.end()) {
-      if (!(skip_special_tokens && added->special)) tokens.push_back(added->content);
+    if (const auto added = added_by_id_.find(id); added != added_by_id_.end()) {
+      const AddedToken& a = added_[added->second];
+      if (!(skip_special_tokens && a.special)) tokens.push_back(a.content);
     } else if (id >= 0 && id < model_->VocabularySize()) {
       tokens.push_back(model_->Token(id));
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("ids[", i, "]: ", id, " is no token's id (the vocabulary's are ",
-                                                     "0 to ", vocabulary_size_ - 1, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("[", i, "]: ", id, " is no token's id (this tokenizer's are below ", vocabulary_size_, ")"));
     }
   }
   using Kind = Decoder::Kind;

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "server/core/text/hf/hf_models.h"
 #include "server/core/text/hf/hf_pipeline.h"
 #include "server/core/text/hf/hf_precompiled.h"
@@ -101,6 +102,7 @@ class PipelineTokenizer final : public HfTokenizer {
   std::optional<bool> trim_offsets_;  // set: trim, with the post-processor's add_prefix_space
   std::unique_ptr<SubwordModel> model_;
   std::vector<AddedToken> added_;
+  absl::flat_hash_map<int64_t, size_t> added_by_id_;  // DecodeIds': an added token's index by its id
   std::vector<TemplatePiece> template_;
   Decoder decoder_;
   int64_t vocabulary_size_ = 0;

@@ -55,7 +55,8 @@ class HfTokenizer {
   virtual std::vector<SubwordToken> AddSpecialTokens(std::vector<SubwordToken> sequence) const = 0;
   // The text of `ids`, as the reference's decode(ids, skip_special_tokens): each id's token (an added
   // token's, else the model's; the special ones left out when `skip_special_tokens`) through the file's
-  // decoder. INVALID_ARGUMENT names an id that is no token's ("ids[3]: 99999 ..."); UNIMPLEMENTED when
+  // decoder. INVALID_ARGUMENT names an id that is no token's by its position ("[3]: 99999 is no token's id
+  // ...", for the caller to prefix with its field; the reference would skip it); UNIMPLEMENTED when
   // the file's decoder is not one implemented here (WordPiece, Metaspace, ByteLevel, BPEDecoder, none),
   // which leaves encoding as it was.
   virtual absl::StatusOr<std::string> DecodeIds(const std::vector<int64_t>& ids, bool skip_special_tokens) const = 0;
