@@ -6,7 +6,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+#include "server/core/outputs/answer.h"
 #include "server/core/repository/model_repository.h"
+#include "server/core/request/request.h"
 
 namespace qvi {
 
@@ -15,6 +18,15 @@ namespace qvi {
 // in the store yet: UNAVAILABLE.
 absl::StatusOr<std::string> ChooseModel(const std::string& named, const std::string& default_model,
                                         const ModelRepository& repository, const char* how_to_name);
+
+// What "explain": true asks of a classifier (QVI's addition to the drop-in shapes): the words with α, β and
+// every returned label's exact contributions — each that `model`'s outputs have (a model not loaded yet: α and
+// the contributions, which the zoo's attention-pooling classifiers answer).
+void AskExplanations(const ModelRepository& repository, const std::string& model, OutputOptions& options);
+
+// A text's explanation as the drop-in answers carry it: {"words": [{"text", "start", "end"}, ...] (characters),
+// "alpha": [...], "beta": [...], "contributions": {label: [one per word], ...}}, each key only when answered.
+nlohmann::ordered_json Explanation(const TextResult& result);
 
 // A float score as the double of the shortest decimal that reads back as it, so that JSON shows 0.98, not
 // 0.9800000190734863 (as TEI and vLLM write their f32 scores).

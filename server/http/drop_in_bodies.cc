@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "absl/strings/match.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "server/http/native/json_body.h"
@@ -137,9 +137,9 @@ absl::Status ReadParameters(const json& p, TokenClassification& out) {
   if (!p.is_object()) return Invalid("parameters: not an object");
   if (p.contains("aggregation_strategy") && !p["aggregation_strategy"].is_null()) {
     // transformers reads the name in any case (AggregationStrategy[name.upper()]).
-    const std::string a = p["aggregation_strategy"].is_string() ? absl::AsciiStrToLower(
-                                                                       p["aggregation_strategy"].get<std::string>())
-                                                                 : "";
+    const std::string a = p["aggregation_strategy"].is_string()
+                              ? absl::AsciiStrToLower(p["aggregation_strategy"].get<std::string>())
+                              : "";
     if (a != "simple" && a != "first") {
       return Invalid(
           "parameters.aggregation_strategy: \"simple\" or \"first\" (the tagger labels whole words from their "
@@ -188,17 +188,14 @@ absl::StatusOr<TeiPredict> ParseTeiPredict(const std::string& body, int max_text
   if (!j.contains("inputs")) return Invalid("inputs: missing");
   TeiPredict out;
   if (absl::Status s = ReadInputs(j["inputs"], max_texts, out); !s.ok()) return s;
-  if (j.contains("truncate") && !j["truncate"].is_null()) {
-    if (!j["truncate"].is_boolean()) return Invalid("truncate: not true or false");
-    out.refuse_truncation = !j["truncate"].get<bool>();
-  }
-  if (j.contains("raw_scores") && !j["raw_scores"].is_null()) {
-    if (!j["raw_scores"].is_boolean()) return Invalid("raw_scores: not true or false");
-    if (j["raw_scores"].get<bool>()) {
-      return Invalid(
-          "raw_scores: the models' logits are not answered here (only probabilities; the native "
-          "options.raw_scores gives the uncalibrated softmax)");
-    }
+  bool truncate = true, raw_scores = false;
+  if (absl::Status s = ReadFlag(j, "truncate", truncate); !s.ok()) return s;
+  out.refuse_truncation = !truncate;
+  if (absl::Status s = ReadFlag(j, "raw_scores", raw_scores); !s.ok()) return s;
+  if (raw_scores) {
+    return Invalid(
+        "raw_scores: the models' logits are not answered here (only probabilities; the native "
+        "options.raw_scores gives the uncalibrated softmax)");
   }
   if (j.contains("truncation_direction") && !j["truncation_direction"].is_null() &&
       j["truncation_direction"] != "right" && j["truncation_direction"] != "Right") {
@@ -207,6 +204,7 @@ absl::StatusOr<TeiPredict> ParseTeiPredict(const std::string& body, int max_text
   if (j.contains("parameters") && !j["parameters"].is_null()) {
     if (absl::Status s = ReadParameters(j["parameters"], out); !s.ok()) return s;
   }
+  if (absl::Status s = ReadFlag(j, "explain", out.explain); !s.ok()) return s;
   return out;
 }
 
@@ -242,7 +240,8 @@ absl::StatusOr<TeiDecode> ParseTeiDecode(const std::string& body, int max_texts)
   if (absl::Status scanned = ScanBody(body, max_texts * kIdsPerText); !scanned.ok()) {
     if (!absl::StrContains(scanned.message(), "JSON values")) return scanned;
     return Invalid(absl::StrCat("ids: more than ", 4 * int64_t{max_texts} * kIdsPerText + 1024, " values; a request ",
-                                "holds at most ", max_texts, " lists of ids (", 4 * kIdsPerText, " ids a list on average)"));
+                                "holds at most ", max_texts, " lists of ids (", 4 * kIdsPerText,
+                                " ids a list on average)"));
   }
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return Invalid("the body is not a JSON object");
@@ -295,6 +294,7 @@ absl::StatusOr<OpenAiClassify> ParseOpenAiClassify(const std::string& body, int 
     out.model = j["model"].get<std::string>();
   }
   if (absl::Status s = CheckUnanswered(j); !s.ok()) return s;
+  if (absl::Status s = ReadFlag(j, "explain", out.explain); !s.ok()) return s;
   if (!j.contains("input")) return Invalid("input: missing");
   const nlohmann::json& input = j["input"];
   if (input.is_string()) {

@@ -27,6 +27,7 @@ struct TeiPredict {
   bool nested = false;             // "parameters" present (InferenceClient): a list of lists, whatever the inputs
   int top_k = 0;                   // parameters.top_k; 0: every label
   bool refuse_truncation = false;  // "truncate": false
+  bool explain = false;            // "explain": true (QVI's addition: the top prediction's "explanation")
 };
 absl::StatusOr<TeiPredict> ParseTeiPredict(const std::string& body, int max_texts);
 
@@ -61,6 +62,7 @@ absl::StatusOr<TokenClassification> ParseTokenClassification(const std::string& 
 struct OpenAiClassify {
   std::string model;  // "": none named
   std::vector<std::string> texts;
+  bool explain = false;  // "explain": true (QVI's addition: each data item's "explanation")
 };
 absl::StatusOr<OpenAiClassify> ParseOpenAiClassify(const std::string& body, int max_texts);
 

@@ -77,13 +77,41 @@ json TokenClassificationSchemas(json& schemas) {
 
 // Text Embeddings Inference's routes (tei/tei_routes.h; docs/serving.md, "Drop-in routes"): a classifier's
 // labels in TEI's shapes, the model from the path, --default-model or the store's only one.
+// QVI's addition to the drop-in answers ("explain": true; drop_in.h's Explanation).
+json ExplanationSchema(json& schemas) {
+  const json numbers = {{"type", "array"}, {"items", {{"type", "number"}}}};
+  schemas["qvi.Explanation"] = {
+      {"type", "object"},
+      {"required", {"words"}},
+      {"description", "the text's words (characters) with α, β and each label's exact contributions, one a word"},
+      {"properties",
+       {{"words",
+         {{"type", "array"},
+          {"items",
+           {{"type", "object"},
+            {"properties",
+             {{"text", {{"type", "string"}}}, {"start", {{"type", "integer"}}}, {"end", {{"type", "integer"}}}}}}}}},
+        {"alpha", numbers},
+        {"beta", numbers},
+        {"contributions", {{"type", "object"}, {"additionalProperties", numbers}}}}}};
+  return Ref("qvi.Explanation");
+}
+
+json ExplainFlag() {
+  return {{"type", {"boolean", "null"}},
+          {"description", "QVI's addition: the answer carries the words' α, β and contributions"}};
+}
+
 // TEI's request and answer schemas.
 void AddTeiSchemas(json& schemas) {
   const json text = {{"type", "string"}, {"minLength", 1}};
   const json one = {{"type", "array"}, {"items", text}, {"minItems", 1}, {"maxItems", 1}};
   const json prediction = {{"type", "object"},
                            {"required", {"score", "label"}},
-                           {"properties", {{"score", {{"type", "number"}}}, {"label", {{"type", "string"}}}}}};
+                           {"properties",
+                            {{"score", {{"type", "number"}}},
+                             {"label", {{"type", "string"}}},
+                             {"explanation", ExplanationSchema(schemas)}}}};
   schemas["tei.Predictions"] = {{"type", "array"}, {"items", prediction}};
   schemas["tei.PredictRequest"] = {
       {"type", "object"},
@@ -92,6 +120,7 @@ void AddTeiSchemas(json& schemas) {
        {{"inputs", {{"oneOf", {text, one, {{"type", "array"}, {"items", one}, {"minItems", 1}}}}}},
         {"truncate",
          {{"type", {"boolean", "null"}}, {"description", "false: a text over max_input_length is refused"}}},
+        {"explain", ExplainFlag()},
         {"raw_scores", {{"type", {"boolean", "null"}}, {"description", "only false: logits are not answered"}}},
         {"truncation_direction", {{"type", {"string", "null"}}, {"enum", {"right", "Right", nullptr}}}},
         {"parameters",
@@ -179,7 +208,8 @@ void AddOpenAiPaths(json& paths, json& schemas) {
       {"properties",
        {{"model", {{"type", {"string", "null"}}, {"description", "default: --default-model, else the only model"}}},
         {"input",
-         {{"oneOf", {{{"type", "string"}}, {{"type", "array"}, {"items", {{"type", "string"}}}, {"minItems", 1}}}}}}}}};
+         {{"oneOf", {{{"type", "string"}}, {{"type", "array"}, {"items", {{"type", "string"}}}, {"minItems", 1}}}}}},
+        {"explain", ExplainFlag()}}}};
   schemas["openai.ClassifyResponse"] = {
       {"type", "object"},
       {"required", {"id", "object", "created", "model", "data", "usage"}},
@@ -197,7 +227,8 @@ void AddOpenAiPaths(json& paths, json& schemas) {
              {{"index", {{"type", "integer"}}},
               {"label", {{"type", "string"}}},
               {"probs", {{"type", "array"}, {"items", {{"type", "number"}}}}},
-              {"num_classes", {{"type", "integer"}}}}}}}}},
+              {"num_classes", {{"type", "integer"}}},
+              {"explanation", Ref("qvi.Explanation")}}}}}}},
         {"usage", {{"type", "object"}, {"required", {"prompt_tokens", "total_tokens"}}}}}}};
   schemas["openai.Error"] = {
       {"type", "object"},

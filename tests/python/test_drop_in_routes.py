@@ -142,6 +142,46 @@ def test_tokenize_answers_a_word_level_models_words_and_ids(api, server):
                                   'code="FAILED_PRECONDITION"') == before + 1, "the refusal counted")
 
 
+def test_explain_adds_the_words_alpha_beta_and_contributions_the_native_answer_has(api, server):
+    """"explain": true, QVI's addition in a field TEI's and vLLM's clients ignore: TEI's top prediction and each of
+    vLLM's data items carry the text's words with α, β and every label's exact contributions — the native Classify's
+    numbers for the same options."""
+    pb, pbg = api
+    options = pb.OutputOptions(top_k=100, attention=True, gates=True, contributions=True)
+    answer = pbg.InferenceStub(server.channel).Classify(
+        pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=TEXTS[:2], options=options), timeout=30)
+    want = []
+    for r in answer.results:
+        want.append({"words": [(t.text, t.start, t.end) for t in r.tokens], "alpha": [t.attention for t in r.tokens],
+                     "beta": [t.gate for t in r.tokens],
+                     "contributions": {label.label: [t.contribution[k] for t in r.tokens]
+                                       for k, label in enumerate(r.labels)}})
+    assert all(w["words"] and any(w["beta"]) for w in want)
+
+    def same_explanation(got, w):
+        assert [(x["text"], x["start"], x["end"]) for x in got["words"]] == w["words"]
+        assert got["alpha"] == pytest.approx(w["alpha"], abs=1e-6) and got["beta"] == pytest.approx(w["beta"], abs=1e-6)
+        assert set(got["contributions"]) == set(w["contributions"])
+        for label, values in w["contributions"].items():
+            assert got["contributions"][label] == pytest.approx(values, abs=1e-6), label
+
+    status, tei, _ = http_call(server.http_address, "POST", "/predict", {"inputs": [[t] for t in TEXTS[:2]],
+                                                                         "explain": True})
+    assert status == 200 and len(tei) == 2
+    for predictions, w in zip(tei, want):
+        assert "explanation" in predictions[0] and all("explanation" not in p for p in predictions[1:])
+        same_explanation(predictions[0]["explanation"], w)
+    status, vllm, _ = http_call(server.http_address, "POST", "/classify", {"input": TEXTS[:2], "explain": True})
+    assert status == 200
+    for item, w in zip(vllm["data"], want):
+        same_explanation(item["explanation"], w)
+    # Without it, nothing is added; a flag that is not true or false is refused, naming it.
+    status, plain, _ = http_call(server.http_address, "POST", "/predict", {"inputs": TEXTS[0]})
+    assert status == 200 and all(list(p) == ["score", "label"] for p in plain)
+    status, refused, _ = http_call(server.http_address, "POST", "/predict", {"inputs": TEXTS[0], "explain": "yes"})
+    assert status == 422 and refused["error"] == "explain: not true or false"
+
+
 def test_refusals_take_teis_form_and_status(server):
     long_text = " ".join(["good"] * 400)  # more tokens than the demo model reads
     for body, path, status, kind, message in (

@@ -39,7 +39,7 @@ std::pair<int, const char*> OpenAiKind(absl::StatusCode code) {
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 // Each text's answer as vLLM writes it: its top label, and every label's probability in the model's order.
-json Data(const InferenceResponse& answer) {
+json Data(const InferenceResponse& answer, bool explain) {
   const std::vector<std::string>& labels = answer.manifest->labels;
   json data = json::array();
   for (size_t i = 0; i < answer.results.size(); ++i) {
@@ -54,6 +54,7 @@ json Data(const InferenceResponse& answer) {
                         {"label", r.labels.empty() ? json(nullptr) : json(r.labels[0].first)},
                         {"probs", std::move(probs)},
                         {"num_classes", labels.size()}});
+    if (explain) data.back()["explanation"] = Explanation(r);
   }
   return data;
 }
@@ -94,13 +95,14 @@ void ServeOpenAiClassify(Core* core, Calls* calls, const ModelRepository& reposi
   decoded->model = *model;
   decoded->texts = std::move(parsed->texts);
   decoded->options.top_k = 1 << 20;  // every label's probability
-  auto build = [](const InferenceResponse& answer) -> absl::StatusOr<HttpResponse> {
+  if (parsed->explain) AskExplanations(repository, *model, decoded->options);
+  auto build = [explain = parsed->explain](const InferenceResponse& answer) -> absl::StatusOr<HttpResponse> {
     if (answer.manifest == nullptr) return absl::InternalError("the answer has no manifest");
     const json out = {{"id", absl::StrCat("classify-", answer.request_id)},
                       {"object", "list"},
                       {"created", absl::ToUnixSeconds(absl::Now())},
                       {"model", answer.model},
-                      {"data", Data(answer)},
+                      {"data", Data(answer, explain)},
                       {"usage",
                        {{"prompt_tokens", answer.tokens},
                         {"total_tokens", answer.tokens},

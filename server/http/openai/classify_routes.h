@@ -11,6 +11,7 @@
 // limits, priorities, deadlines, the response cache, metrics as method "OpenAiClassify", traces). Errors are
 // OpenAI's {"error": {"message", "type", "param", "code"}} (OpenAiError).
 //
+// "explain": true adds each data item's "explanation" (drop_in.h's Explanation).
 // Not built yet: token ids as input, use_activation: false (logits), truncate_prompt_tokens (refused, naming the
 // field); the chat form (messages); /pooling's token_classify.
 #ifndef QVI_SERVER_HTTP_OPENAI_CLASSIFY_ROUTES_H_

@@ -97,11 +97,15 @@ void ServeTeiPredict(Core* core, Calls* calls, const ModelRepository& repository
   decoded->texts = std::move(parsed->texts);
   decoded->options.top_k = 1 << 20;  // every label: TEI answers them all, sorted
   decoded->options.error_on_truncation = parsed->refuse_truncation;
+  if (parsed->explain) AskExplanations(repository, *model, decoded->options);
   // (A tagger is refused by the core, as Classify on it is, before its model runs.)
-  auto build = [batch = parsed->batch, nested = parsed->nested,
-                top_k = parsed->top_k](const InferenceResponse& answer) -> absl::StatusOr<HttpResponse> {
+  auto build = [batch = parsed->batch, nested = parsed->nested, top_k = parsed->top_k,
+                explain = parsed->explain](const InferenceResponse& answer) -> absl::StatusOr<HttpResponse> {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
-    for (const TextResult& r : answer.results) out.push_back(Predictions(r, top_k));
+    for (const TextResult& r : answer.results) {
+      out.push_back(Predictions(r, top_k));
+      if (explain && !out.back().empty()) out.back()[0]["explanation"] = Explanation(r);  // the top prediction's
+    }
     const bool one = !batch && !nested && out.size() == 1;
     return HttpResponse{200, "application/json", Dump(one ? out[0] : out), {}};
   };
