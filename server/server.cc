@@ -269,14 +269,8 @@ void Server::StartCore() {
   frontend_core_ = std::make_unique<ServingCore>(core_.get());
 }
 
-absl::Status Server::StartGrpc() {
-  if (absl::Status st = StartTls(); !st.ok()) return st;
-  const ServerOptions::Network& net = options_.network;
-  calls_ = std::make_unique<Calls>(
-      repository_.get(),
-      Calls::Options{options_.logging.access_log, metrics_.get(), options_.limits.max_inflight_request_bytes,
-                     net.max_message_bytes, options_.logging.trace_rate, api_keys_.get(), otlp_.get(),
-                     options_.tracing.sampling_ratio, net.max_metadata_bytes});
+// The gRPC services over the core: the native API, OIP (and its repository extension), TEI's.
+void Server::MakeGrpcServices() {
   oip_api_ = std::make_unique<OipApi>(repository_.get(), core_->limits(), calls_.get(), &serving_);
   service_ = std::make_unique<InferenceServiceImpl>(frontend_core_.get(), repository_.get(), calls_.get(),
                                                     options_.limits.max_stream_inflight);
@@ -285,15 +279,35 @@ absl::Status Server::StartGrpc() {
   repository_service_ =
       std::make_unique<RepositoryService>(oip_repository_.get(), calls_.get(), DefaultWireCaps(core_->limits()));
 
+  tei_ = std::make_unique<TeiGrpc>(TeiGrpc{frontend_core_.get(), calls_.get(), repository_.get(),
+                                           options_.models.default_model, DefaultWireCaps(core_->limits())});
+  tei_info_ = std::make_unique<TeiInfoService>(tei_.get());
+  tei_predict_ = std::make_unique<TeiPredictService>(tei_.get());
+  tei_tokenize_ = std::make_unique<TeiTokenizeService>(tei_.get());
+}
+
+absl::Status Server::StartGrpc() {
+  if (absl::Status st = StartTls(); !st.ok()) return st;
+  const ServerOptions::Network& net = options_.network;
+  calls_ = std::make_unique<Calls>(
+      repository_.get(),
+      Calls::Options{options_.logging.access_log, metrics_.get(), options_.limits.max_inflight_request_bytes,
+                     net.max_message_bytes, options_.logging.trace_rate, api_keys_.get(), otlp_.get(),
+                     options_.tracing.sampling_ratio, net.max_metadata_bytes});
+  MakeGrpcServices();
   grpc::EnableDefaultHealthCheckService(true);
   // gRPC's health service carries no descriptor, so reflection could list but not describe it (and grpcurl
   // would refuse it); touching the generated health.proto links its descriptor in, where reflection finds it.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
   // Reflection of our own (reflection_service.h): gRPC's plugin parses what it is sent unbounded.
-  const std::vector<std::string> services = {
-      qvi::serving::v1::Inference::service_full_name(), inference::GRPCInferenceService::service_full_name(),
-      "grpc.health.v1.Health", reflection_v1::ServerReflection::service_full_name(),
-      reflection_v1alpha::ServerReflection::service_full_name()};
+  const std::vector<std::string> services = {qvi::serving::v1::Inference::service_full_name(),
+                                             inference::GRPCInferenceService::service_full_name(),
+                                             tei::v1::Info::service_full_name(),
+                                             tei::v1::Predict::service_full_name(),
+                                             tei::v1::Tokenize::service_full_name(),
+                                             "grpc.health.v1.Health",
+                                             reflection_v1::ServerReflection::service_full_name(),
+                                             reflection_v1alpha::ServerReflection::service_full_name()};
   reflection_ = std::make_unique<ReflectionV1>(services);
   reflection_alpha_ = std::make_unique<ReflectionV1Alpha>(services);
   grpc::ServerBuilder builder;
@@ -328,6 +342,9 @@ absl::Status Server::StartGrpc() {
   }
   builder.RegisterService(service_.get());
   builder.RegisterService(oip_.get());
+  builder.RegisterService(tei_info_.get());
+  builder.RegisterService(tei_predict_.get());
+  builder.RegisterService(tei_tokenize_.get());
   builder.RegisterCallbackGenericService(repository_service_.get());  // the methods no service above has
   builder.RegisterService(reflection_.get());
   builder.RegisterService(reflection_alpha_.get());

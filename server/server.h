@@ -25,6 +25,7 @@
 #include "server/grpc/oip/oip_service.h"
 #include "server/grpc/oip/repository_service.h"
 #include "server/grpc/reflection_service.h"
+#include "server/grpc/tei/tei_service.h"
 #include "server/http/http_api.h"
 #include "server/http/http_server.h"
 #include "server/metrics/metrics.h"
@@ -74,6 +75,7 @@ class Server {
   absl::Status StartTls();
   absl::Status StartApiKeys();  // server_security.cc, as StartTls
   absl::Status StartTracing();  // server_tracing.cc: --otlp-endpoint's exporter and batch spans
+  void MakeGrpcServices();
   absl::Status StartGrpc();
   absl::Status StartHttp();
   void LogServing() const;
@@ -102,6 +104,10 @@ class Server {
   std::unique_ptr<OipServiceImpl> oip_;
   std::unique_ptr<OipRepository> oip_repository_;          // OIP's repository extension (model control)
   std::unique_ptr<RepositoryService> repository_service_;  // ... over gRPC, by method name
+  std::unique_ptr<TeiGrpc> tei_;                           // TEI's gRPC services (tei.v1), and what they share
+  std::unique_ptr<TeiInfoService> tei_info_;
+  std::unique_ptr<TeiPredictService> tei_predict_;
+  std::unique_ptr<TeiTokenizeService> tei_tokenize_;
   std::unique_ptr<ReflectionV1> reflection_;
   std::unique_ptr<ReflectionV1Alpha> reflection_alpha_;
   std::atomic<bool> serving_{false};              // OIP's ServerReady follows the overall health status

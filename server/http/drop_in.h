@@ -10,14 +10,9 @@
 #include "server/core/outputs/answer.h"
 #include "server/core/repository/model_repository.h"
 #include "server/core/request/request.h"
+#include "server/frontend/drop_in_model.h"
 
 namespace qvi {
-
-// A drop-in route names a model in its path or body, or not at all: the named one; else --default-model; else
-// the store's only model. Several and none named: INVALID_ARGUMENT saying how to name one (`how_to_name`); none
-// in the store yet: UNAVAILABLE.
-absl::StatusOr<std::string> ChooseModel(const std::string& named, const std::string& default_model,
-                                        const ModelRepository& repository, const char* how_to_name);
 
 // What "explain": true asks of a classifier (QVI's addition to the drop-in shapes): the words with α, β and
 // every returned label's exact contributions — each that `model`'s outputs have (a model not loaded yet: α and

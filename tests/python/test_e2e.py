@@ -355,8 +355,9 @@ def test_reflection_answers_both_versions_on_one_stream_and_goes_on_after_not_fo
         assert len(answers) == len(requests)
         assert answers[0].valid_host == "h" and answers[0].original_request == requests[0]
         assert {s.name for s in answers[0].list_services_response.service} == {
-            "qvi.serving.v1.Inference", "inference.GRPCInferenceService", "grpc.health.v1.Health",
-            "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"}
+            "qvi.serving.v1.Inference", "inference.GRPCInferenceService", "tei.v1.Info", "tei.v1.Predict",
+            "tei.v1.Tokenize", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+            "grpc.reflection.v1alpha.ServerReflection"}
         files = [descriptor_pb2.FileDescriptorProto.FromString(b)
                  for b in answers[1].file_descriptor_response.file_descriptor_proto]
         assert files[0].name == "inference/open_inference_grpc.proto"

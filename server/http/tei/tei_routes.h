@@ -17,8 +17,8 @@
 // token-classification pipeline shape (hf/pipeline_routes.h; a tagger not loaded yet, under load on demand, is
 // taken for a classifier and refused as one).
 // Not built yet (docs/serving.md says so): raw_scores (TEI answers logits; refused), text pairs, left
-// truncation, TEI's gRPC service. /tokenize and /decode: tokenize_routes.h. "explain": true adds the top
-// prediction's "explanation" (drop_in.h's Explanation).
+// truncation. TEI's gRPC service: server/grpc/tei/tei_service.h. /tokenize and /decode: tokenize_routes.h. "explain":
+// true adds the top prediction's "explanation" (drop_in.h's Explanation).
 #ifndef QVI_SERVER_HTTP_TEI_TEI_ROUTES_H_
 #define QVI_SERVER_HTTP_TEI_TEI_ROUTES_H_
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "server/core/base/exception_text.h"
-#include "server/core/text/vocabulary.h"
+#include "server/frontend/tei/tokens.h"
 #include "server/http/drop_in.h"
 #include "server/http/http_call.h"
 #include "server/http/tei/tei_routes.h"
@@ -21,36 +21,12 @@ using ordered = nlohmann::ordered_json;
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-ordered Token(int64_t id, const std::string& text, bool special, uint32_t start, uint32_t stop) {
-  return ordered{{"id", id},
-                 {"text", text},
-                 {"special", special},
-                 {"start", special ? ordered(nullptr) : ordered(start)},
-                 {"stop", special ? ordered(nullptr) : ordered(stop)}};
-}
-
-// One text's tokens as TEI writes them: a sub-word model's tokenizer.json's, or a word-level model's words.
-absl::StatusOr<ordered> Tokens(const Model& model, const std::string& text, bool add_special_tokens) {
-  ordered out = ordered::array();
-  if (const hf::HfTokenizer* subwords = model.subword_tokenizer(); subwords != nullptr) {
-    absl::StatusOr<std::vector<hf::SubwordToken>> tokens = subwords->Encode(text, add_special_tokens);
-    if (!tokens.ok()) return tokens.status();
-    for (const hf::SubwordToken& t : *tokens) {
-      // Special as the reference's special_tokens_mask is, which TEI answers: the post-processor's tokens
-      // (they belong to no word); an added token typed in the text is the text's.
-      const bool special = t.special && t.word < 0;
-      out.push_back(Token(t.id, special ? t.token : text.substr(t.byte_start, t.byte_end - t.byte_start), special,
-                          t.byte_start, t.byte_end));
-    }
-    return out;
-  }
-  absl::StatusOr<std::vector<TextToken>> words = model.tokenizer().Tokenize(text);
-  if (!words.ok()) return words.status();
-  for (const TextToken& t : *words) {
-    out.push_back(
-        Token(TokenId(model.vocabulary(), model.tokenizer().options(), t), t.text, false, t.byte_start, t.byte_end));
-  }
-  return out;
+ordered Token(const TeiToken& t) {
+  return ordered{{"id", t.id},
+                 {"text", t.text},
+                 {"special", t.special},
+                 {"start", t.special ? ordered(nullptr) : ordered(t.start)},
+                 {"stop", t.special ? ordered(nullptr) : ordered(t.stop)}};
 }
 
 std::string Dump(const ordered& j) { return j.dump(-1, ' ', false, ordered::error_handler_t::replace); }
@@ -77,20 +53,17 @@ absl::StatusOr<std::string> Answer(const Model& model, const TeiTokenize* tokeni
                                    int64_t max_bytes) {
   if (tokenize != nullptr) {
     return List(tokenize->texts.size(), max_bytes, [&](size_t i) -> absl::StatusOr<std::string> {
-      absl::StatusOr<ordered> tokens = Tokens(model, tokenize->texts[i], tokenize->add_special_tokens);
+      absl::StatusOr<std::vector<TeiToken>> tokens = TeiTokens(model, tokenize->texts[i], tokenize->add_special_tokens);
       if (!tokens.ok()) {
         return absl::Status(tokens.status().code(), absl::StrCat("inputs[", i, "]: ", tokens.status().message()));
       }
-      return Dump(*tokens);
+      ordered out = ordered::array();
+      for (const TeiToken& t : *tokens) out.push_back(Token(t));
+      return Dump(out);
     });
   }
-  const hf::HfTokenizer* subwords = model.subword_tokenizer();
-  if (subwords == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model '", model.manifest().name, "' reads words, not sub-words: /decode needs a tokenizer.json's decoder"));
-  }
   return List(decode->ids.size(), max_bytes, [&](size_t i) -> absl::StatusOr<std::string> {
-    absl::StatusOr<std::string> text = subwords->DecodeIds(decode->ids[i], decode->skip_special_tokens);
+    absl::StatusOr<std::string> text = TeiDecodeIds(model, decode->ids[i], decode->skip_special_tokens);
     if (!text.ok()) {
       // "[3]: ..." from DecodeIds (an id by its position) names the field here: ids[3], or ids[1][3] in a batch.
       const std::string field = decode->batch ? absl::StrCat("ids[", i, "]") : "ids";
