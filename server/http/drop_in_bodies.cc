@@ -316,4 +316,28 @@ absl::StatusOr<OpenAiClassify> ParseOpenAiClassify(const std::string& body, int 
   return out;
 }
 
+absl::StatusOr<OpenAiPooling> ParseOpenAiPooling(const std::string& body, int max_texts) {
+  absl::StatusOr<OpenAiClassify> request = ParseOpenAiClassify(body, max_texts);  // scanned, model, input
+  if (!request.ok()) return request.status();
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  OpenAiPooling out{*std::move(request), ""};
+  if (j.contains("task") && !j["task"].is_null()) {
+    const json& task = j["task"];
+    if (task != "token_classify" && task != "classify") {
+      return Invalid("task: \"token_classify\" or \"classify\" (these models make no embeddings)");
+    }
+    out.task = task.get<std::string>();
+  }
+  if (j.contains("encoding_format") && !j["encoding_format"].is_null() && j["encoding_format"] != "float") {
+    return Invalid("encoding_format: only \"float\"");
+  }
+  if (j.contains("dimensions") && !j["dimensions"].is_null()) {
+    return Invalid("dimensions: not read here (an embedding's; these models make none)");
+  }
+  if (out.request.explain && out.task == "token_classify") {
+    return Invalid("explain: for classify (a tagger's entities and words come with token_classify's answer)");
+  }
+  return out;
+}
+
 }  // namespace qvi

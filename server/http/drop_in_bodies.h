@@ -66,6 +66,13 @@ struct OpenAiClassify {
 };
 absl::StatusOr<OpenAiClassify> ParseOpenAiClassify(const std::string& body, int max_texts);
 
+// vLLM's /pooling (openai/classify_routes.h): /classify's body and a task.
+struct OpenAiPooling {
+  OpenAiClassify request;
+  std::string task;  // "token_classify" or "classify"; "": the model's (a tagger's token_classify)
+};
+absl::StatusOr<OpenAiPooling> ParseOpenAiPooling(const std::string& body, int max_texts);
+
 }  // namespace qvi
 
 #endif  // QVI_SERVER_HTTP_DROP_IN_BODIES_H_

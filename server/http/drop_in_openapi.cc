@@ -200,6 +200,44 @@ void AddTeiPaths(json& paths, json& schemas) {
   AddTokenPaths(paths, schemas, tei_error, model);
 }
 
+// vLLM's /pooling for token_classify and classify (openai/pooling_routes.h).
+void AddPoolingPath(json& paths, json& schemas) {
+  json request = schemas["openai.ClassifyRequest"];
+  request["properties"]["task"] = {{"type", {"string", "null"}}, {"enum", {"token_classify", "classify", nullptr}}};
+  request["properties"]["encoding_format"] = {{"type", {"string", "null"}}, {"enum", {"float", nullptr}}};
+  schemas["openai.PoolingRequest"] = std::move(request);
+  const json numbers = {{"type", "array"}, {"items", {{"type", "number"}}}};
+  const json item = {
+      {"type", "object"},
+      {"required", {"index", "object", "data"}},
+      {"properties",
+       {{"index", {{"type", "integer"}}},
+        {"object", {{"const", "pooling"}}},
+        {"data", {{"anyOf", {numbers, {{"type", "array"}, {"items", numbers}}}}}},
+        {"words", {{"type", "array"}, {"description", "token_classify: the rows' words, with their tags"}}},
+        {"entities", {{"type", "array"}, {"description", "token_classify: the entities, Hugging Face's shape"}}},
+        {"explanation", Ref("qvi.Explanation")}}}};
+  schemas["openai.PoolingResponse"] = {
+      {"type", "object"},
+      {"required", {"id", "object", "created", "model", "data", "usage"}},
+      {"properties",
+       {{"id", {{"type", "string"}}},
+        {"object", {{"const", "list"}}},
+        {"created", {{"type", "integer"}}},
+        {"model", {{"type", "string"}}},
+        {"data", {{"type", "array"}, {"items", item}}},
+        {"usage", {{"type", "object"}}},
+        {"labels", {{"type", "array"}, {"items", {{"type", "string"}}}, {"description", "the columns' names"}}}}}};
+  json o = Operation(
+      "vLLM's /pooling: token_classify (each word's tag probabilities, with the words and entities) "
+      "or classify",
+      "the pooling answer", Ref("openai.PoolingResponse"));
+  o["responses"]["default"] = {{"description", "OpenAI's error"}, {"content", JsonBody(Ref("openai.Error"))}};
+  o["parameters"] = InferenceHeaders();
+  o["requestBody"] = {{"required", true}, {"content", JsonBody(Ref("openai.PoolingRequest"))}};
+  paths["/pooling"]["post"] = std::move(o);
+}
+
 // OpenAI-style classification as vLLM serves it (openai/classify_routes.h).
 void AddOpenAiPaths(json& paths, json& schemas) {
   schemas["openai.ClassifyRequest"] = {
@@ -239,6 +277,7 @@ void AddOpenAiPaths(json& paths, json& schemas) {
           {"required", {"message", "type", "code"}},
           {"properties",
            {{"message", {{"type", "string"}}}, {"type", {{"type", "string"}}}, {"code", {{"type", "integer"}}}}}}}}}};
+  AddPoolingPath(paths, schemas);
   for (const char* path : {"/classify", "/v1/classify"}) {
     json o = Operation(
         "OpenAI-style classification (vLLM's /classify): each text's label and every label's "

@@ -10,6 +10,7 @@
 #include "server/http/native/json_body.h"
 #include "server/http/native/native_routes.h"
 #include "server/http/openai/classify_routes.h"
+#include "server/http/openai/pooling_routes.h"
 #include "server/http/openapi.h"
 #include "server/http/tei/tei_routes.h"
 #include "server/http/tei/tokenize_routes.h"
@@ -110,6 +111,9 @@ HttpResponse HttpApi::Describe(const HttpRoute& route) const {
 void HttpApi::ServeDropIn(const HttpRoute& route, HttpRequest request, HttpServer::Reply reply) {
   using Kind = HttpRoute::Kind;
   switch (route.kind) {
+    case Kind::kOpenAiPooling:
+      return ServeOpenAiPooling(core_, calls_, *repository_, options_.default_model, std::move(request),
+                                std::move(reply));
     case Kind::kOpenAiClassify:
       return ServeOpenAiClassify(core_, calls_, *repository_, options_.default_model, std::move(request),
                                  std::move(reply));

@@ -155,6 +155,7 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_vie
                 {"/decode", Kind::kTeiDecode, "POST"},
                 {"/v2/repository/index", Kind::kRepositoryIndex, "POST"},
                 {"/classify", Kind::kOpenAiClassify, "POST"},
+                {"/pooling", Kind::kOpenAiPooling, "POST"},
                 {"/v1/classify", Kind::kOpenAiClassify, "POST"}};
   for (const auto& fixed : kFixed) {
     if (path == fixed.path) return want(fixed.kind, fixed.method);

@@ -33,6 +33,7 @@ struct HttpRoute {
     kTeiTokenize,     // POST /tokenize, /models/{m}/tokenize (tei/tokenize_routes.h)
     kTeiDecode,       // POST /decode, /models/{m}/decode
     kOpenAiClassify,  // POST /classify, /v1/classify (openai/classify_routes.h)
+    kOpenAiPooling,   // POST /pooling (openai/pooling_routes.h)
     kRepositoryIndex,
     kRepositoryLoad,
     kRepositoryUnload
@@ -49,8 +50,8 @@ struct HttpRoute {
 // TEI's routes and OpenAI-style /classify: their own error forms, the model chosen as drop_in.h says.
 inline bool IsDropIn(HttpRoute::Kind kind) {
   using Kind = HttpRoute::Kind;
-  return kind == Kind::kOpenAiClassify || kind == Kind::kTeiPredict || kind == Kind::kTeiInfo ||
-         kind == Kind::kTeiTokenize || kind == Kind::kTeiDecode;
+  return kind == Kind::kOpenAiClassify || kind == Kind::kOpenAiPooling || kind == Kind::kTeiPredict ||
+         kind == Kind::kTeiInfo || kind == Kind::kTeiTokenize || kind == Kind::kTeiDecode;
 }
 
 // The route of `target` (its query ignored): NOT_FOUND for a path no route has, FAILED_PRECONDITION

@@ -182,6 +182,46 @@ def test_explain_adds_the_words_alpha_beta_and_contributions_the_native_answer_h
     assert status == 422 and refused["error"] == "explain: not true or false"
 
 
+def test_pooling_answers_each_words_tag_probabilities_with_the_entities_they_make(api, server):
+    """vLLM's /pooling with task token_classify: a row per word of its probability of every tag (the CRF's
+    marginals, calibrated), which sums to 1, and from which each entity's score is the mean over its words of its tags' — the native Tag's spans exactly; the words and
+    entities ride beside vLLM's fields. classify: every label's probability, the native Classify's."""
+    import numpy as np
+    pb, pbg = api
+    native_tag = pbg.InferenceStub(server.channel).Tag(
+        pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=SENTENCES), timeout=30)
+    for body in ({"model": "ner", "input": SENTENCES, "task": "token_classify"}, {"model": "ner", "input": SENTENCES}):
+        status, got, _ = http_call(server.http_address, "POST", "/pooling", body)
+        assert status == 200, got
+        assert got["id"].startswith("pooling-") and got["object"] == "list" and got["model"] == "ner"
+        tags = got["labels"]
+        for item, want in zip(got["data"], native_tag.results):
+            rows = np.array(item["data"])
+            assert item["object"] == "pooling" and rows.shape == (len(item["words"]), len(tags))
+            assert np.allclose(rows.sum(axis=1), 1.0, atol=1e-4)
+            assert [(w["text"], w["start"], w["end"]) for w in item["words"]] == \
+                [(t.text, t.start, t.end) for t in want.tokens]
+            assert [w["tag"] for w in item["words"]] == [t.tag for t in want.tokens]
+            assert [(e["entity_group"], e["word"], e["start"], e["end"]) for e in item["entities"]] == \
+                [(s.label, s.text, s.start, s.end) for s in want.spans]
+            for e, span in zip(item["entities"], want.spans):
+                decoded = [tags.index(item["words"][k]["tag"]) for k in range(span.token_start, span.token_end)]
+                mean = np.mean([rows[k, d] for k, d in zip(range(span.token_start, span.token_end), decoded)])
+                assert e["score"] == pytest.approx(span.score, abs=1e-6) and mean == pytest.approx(span.score, abs=1e-5)
+    status, got, _ = http_call(server.http_address, "POST", "/pooling", {"model": "topics", "input": TEXTS[0]})
+    assert status == 200 and got["labels"] and len(got["data"][0]["data"]) == len(got["labels"])
+    want = dict(native(api, server, "topics", TEXTS[:1])[0])
+    assert got["data"][0]["data"] == pytest.approx([want[label] for label in got["labels"]], abs=1e-6)
+    for body, message in (({"input": "a", "task": "embed"}, "task: \"token_classify\" or \"classify\""),
+                          ({"input": "a", "encoding_format": "base64"}, "encoding_format: only \"float\""),
+                          ({"input": "a", "dimensions": 8}, "dimensions: not read here"),
+                          ({"model": "ner", "input": "a", "task": "token_classify", "explain": True}, "explain:"),
+                          ({"model": "sentiment", "input": "a", "task": "token_classify"}, "classification model")):
+        status, refused, _ = http_call(server.http_address, "POST", "/pooling", body)
+        assert status == 400 and refused["error"]["type"] == "BadRequestError", refused
+        assert message in refused["error"]["message"], refused
+
+
 def test_refusals_take_teis_form_and_status(server):
     long_text = " ".join(["good"] * 400)  # more tokens than the demo model reads
     for body, path, status, kind, message in (

@@ -34,6 +34,8 @@ struct TokenOutput {
   // options.occlusion (Classify): the drop in each returned label's probability without this token.
   std::vector<float> occlusion;
   std::string tag;
+  // options.tag_probabilities (Tag): p(tag k here) for each of the manifest's tags.
+  std::vector<float> tag_probabilities;
   // A sub-word model's sub-word (options.subwords): the word of the text it belongs to, -1 for a
   // special token; its vocabulary spelling is token.normalized. Unset for a word.
   std::optional<int32_t> word;

@@ -50,6 +50,9 @@ struct OutputOptions {
   std::optional<double> coverage;
   // Mark answers whose calibrated probability is below this abstained (trust.h); unset = none.
   std::optional<double> abstain_below;
+  // Tag: each token's probability of every tag, in the manifest's order (the CRF's marginals, calibrated as
+  // the spans' scores; TokenOutput::tag_probabilities). vLLM's /pooling token_classify asks for it.
+  bool tag_probabilities = false;
 
   // Asks for every output `on` turns on (options.attention: α and the sentence α, say).
   void Ask(OutputSwitch on) { outputs |= SwitchedBy(on); }

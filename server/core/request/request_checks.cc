@@ -158,6 +158,8 @@ int64_t EstimateResponseBytes(Method method, const Manifest& m, const InferenceR
         }
         // options.contributions: a float per returned label, for the token and for its sentence.
         if (o.Asks(OutputSwitch::kContributions)) bytes += 2 * (4 + 4 * labels);
+        // options.tag_probabilities (Tag): a float per tag.
+        if (method == Method::kTag && o.tag_probabilities) bytes += 5 * static_cast<int64_t>(m.tags.size());
         // options.occlusion (Classify): a float per returned label.
         if (method == Method::kClassify && o.Asks(OutputSwitch::kOcclusion)) bytes += 4 + 4 * labels;
       }

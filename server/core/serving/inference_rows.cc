@@ -109,7 +109,7 @@ void InferenceService::PostProcessTokens(Method method, const Model& model, cons
     FillLabelTrust(m, o, probabilities, result);
   } else {
     DecodeTagging(m, outputs.at(Output::kTags), outputs.at(Output::kEmissions), row, text, result, model.crf(),
-                  temperature);
+                  temperature, o.tag_probabilities);
     FillSpanTrust(o, result);
   }
   if (o.faithfulness_top_k > 0) result.faithfulness = CheckOutput(m, outputs, row, temperature);

@@ -101,7 +101,8 @@ std::vector<std::pair<std::string, float>> TopK(const std::vector<float>& probs,
 }
 
 void DecodeTagging(const Manifest& manifest, const at::Tensor& tags, const at::Tensor& emissions, int64_t row,
-                   const std::string& text, TextResult& result, const CrfScores* crf, double temperature) {
+                   const std::string& text, TextResult& result, const CrfScores* crf, double temperature,
+                   bool tag_probabilities) {
   const int64_t n = static_cast<int64_t>(result.tokens.size());
   const at::Tensor tag_all = OnCpuAs(tags, at::kLong), emission_all = OnCpuAs(emissions, at::kFloat);
   CheckDims(tag_all, 2, "tags");
@@ -127,6 +128,9 @@ void DecodeTagging(const Manifest& manifest, const at::Tensor& tags, const at::T
     ids[static_cast<size_t>(t)] = id;
     names[t] = (id >= 0 && id < static_cast<int64_t>(manifest.tags.size())) ? manifest.tags[id] : "O";
     result.tokens[t].tag = names[t];
+    if (tag_probabilities) {
+      result.tokens[t].tag_probabilities.assign(marginals.begin() + t * k, marginals.begin() + (t + 1) * k);
+    }
   }
   for (const TagSpan& s : DecodeSpans(names)) {
     SpanOutput span;

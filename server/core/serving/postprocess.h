@@ -41,9 +41,11 @@ std::vector<std::pair<std::string, float>> TopK(const std::vector<float>& probs,
                                                 int k);
 
 // Tags of row `row` over the result's tokens and the spans they make; also sets TokenOutput::tag. Each
-// span's score is its EntityProbability under `crf` (null: the model has none) at `temperature`.
+// span's score is its EntityProbability under `crf` (null: the model has none) at `temperature`; with
+// `tag_probabilities` each token keeps its marginals too (TokenOutput::tag_probabilities).
 void DecodeTagging(const Manifest& manifest, const at::Tensor& tags, const at::Tensor& emissions, int64_t row,
-                   const std::string& text, TextResult& result, const CrfScores* crf, double temperature);
+                   const std::string& text, TextResult& result, const CrfScores* crf, double temperature,
+                   bool tag_probabilities = false);
 
 // Fills the per-token explanations asked for from the [B,T] outputs present in `outputs`.
 void FillTokenExplanations(const ModelOutputs& outputs, const OutputOptions& options, int64_t row, TextResult& result);

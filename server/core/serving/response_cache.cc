@@ -36,7 +36,8 @@ std::string ResponseCache::OptionsKey(Method method, const OutputOptions& o) {
                       "|reduction=", static_cast<int>(o.layers.reduction), "|faithfulness=", o.faithfulness_top_k,
                       "|subwords=", o.subwords, "|raw_scores=", o.raw_scores,
                       "|coverage=", o.coverage ? absl::StrFormat("%a", *o.coverage) : "none",
-                      "|abstain_below=", o.abstain_below ? absl::StrFormat("%a", *o.abstain_below) : "none");
+                      "|abstain_below=", o.abstain_below ? absl::StrFormat("%a", *o.abstain_below) : "none",
+                      "|tag_probabilities=", o.tag_probabilities);
 }
 
 ResponseCache::Key ResponseCache::KeyOf(const std::string& model, uint64_t generation, const std::string& options_key,
@@ -69,7 +70,8 @@ int64_t ResponseCache::Bytes(const TextResult& r) {
   }
   for (const TokenOutput& t : r.tokens) {
     bytes += static_cast<int64_t>(t.token.text.capacity() + t.token.normalized.capacity() + t.tag.capacity()) +
-             VectorBytes(t.contribution) + VectorBytes(t.sentence_contribution) + VectorBytes(t.occlusion);
+             VectorBytes(t.contribution) + VectorBytes(t.sentence_contribution) + VectorBytes(t.occlusion) +
+             VectorBytes(t.tag_probabilities);
   }
   for (const LayerMapOutput& l : r.layers) {
     bytes += VectorBytes(l.gates) + VectorBytes(l.lambda_q) + VectorBytes(l.lambda_k) + VectorBytes(l.attention);

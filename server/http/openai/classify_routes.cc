@@ -63,7 +63,7 @@ json Data(const InferenceResponse& answer, bool explain) {
 
 bool IsOpenAiTarget(std::string_view target) {
   const std::string_view path = target.substr(0, target.find('?'));
-  return path == "/classify" || path == "/v1/classify";
+  return path == "/classify" || path == "/v1/classify" || path == "/pooling";
 }
 
 std::string OpenAiErrorBody(absl::string_view message, const char* type, int code) {
