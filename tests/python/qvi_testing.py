@@ -95,6 +95,21 @@ def post_json(address, path, body, headers=None, timeout=30):
 
 
 @functools.cache
+def tei_stubs():
+    """(tei_pb2, tei_pb2_grpc): the modules protoc makes of the vendored proto/tei/v1/tei.proto (TEI's gRPC API),
+    generated once per process into a temporary folder removed at exit."""
+    from grpc_tools import protoc
+    out = tempfile.mkdtemp(prefix="qvi_tei_stubs_")
+    atexit.register(shutil.rmtree, out, True)
+    proto = os.path.join(REPO, "proto")
+    assert protoc.main(["protoc", f"-I{proto}", f"--python_out={out}", f"--grpc_python_out={out}",
+                        os.path.join(proto, "tei", "v1", "tei.proto")]) == 0, "protoc failed on proto/tei/v1/tei.proto"
+    sys.path.insert(0, out)
+    from tei.v1 import tei_pb2, tei_pb2_grpc
+    return tei_pb2, tei_pb2_grpc
+
+
+@functools.cache
 def api_stubs():
     """(inference_pb2, inference_pb2_grpc): the native API's modules, generated from proto/ once per process
     into a temporary folder (removed at exit), as the package `qvi_api` rather than under the proto's path

@@ -167,12 +167,12 @@ def test_explain_adds_the_words_alpha_beta_and_contributions_the_native_answer_h
 
     status, tei, _ = http_call(server.http_address, "POST", "/predict", {"inputs": [[t] for t in TEXTS[:2]],
                                                                          "explain": True})
-    assert status == 200 and len(tei) == 2
+    assert status == 200 and len(tei) == len(want) == 2
     for predictions, w in zip(tei, want):
         assert "explanation" in predictions[0] and all("explanation" not in p for p in predictions[1:])
         same_explanation(predictions[0]["explanation"], w)
     status, vllm, _ = http_call(server.http_address, "POST", "/classify", {"input": TEXTS[:2], "explain": True})
-    assert status == 200
+    assert status == 200 and len(vllm["data"]) == 2
     for item, w in zip(vllm["data"], want):
         same_explanation(item["explanation"], w)
     # Without it, nothing is added; a flag that is not true or false is refused, naming it.
@@ -195,6 +195,7 @@ def test_pooling_answers_each_words_tag_probabilities_with_the_entities_they_mak
         assert status == 200, got
         assert got["id"].startswith("pooling-") and got["object"] == "list" and got["model"] == "ner"
         tags = got["labels"]
+        assert len(got["data"]) == len(native_tag.results) == len(SENTENCES)
         for item, want in zip(got["data"], native_tag.results):
             rows = np.array(item["data"])
             assert item["object"] == "pooling" and rows.shape == (len(item["words"]), len(tags))
@@ -216,6 +217,7 @@ def test_pooling_answers_each_words_tag_probabilities_with_the_entities_they_mak
                           ({"input": "a", "encoding_format": "base64"}, "encoding_format: only \"float\""),
                           ({"input": "a", "dimensions": 8}, "dimensions: not read here"),
                           ({"model": "ner", "input": "a", "task": "token_classify", "explain": True}, "explain:"),
+                          ({"model": "ner", "input": "a", "explain": True}, "explain: for classify"),
                           ({"model": "sentiment", "input": "a", "task": "token_classify"}, "classification model")):
         status, refused, _ = http_call(server.http_address, "POST", "/pooling", body)
         assert status == 400 and refused["error"]["type"] == "BadRequestError", refused

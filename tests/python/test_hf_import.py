@@ -24,7 +24,7 @@ from conftest import oip_calls
 from selenium.webdriver.common.keys import Keys
 from test_explain_page import ask, browser, open_page  # noqa: F401 (browser: the page tests' fixture)
 from test_hf_tokenizer import sentencepiece_converted
-from qvi_testing import REPO, ServerProcess, http_call, post_json, wait_until
+from qvi_testing import REPO, ServerProcess, http_call, post_json, tei_stubs, wait_until
 
 import torch
 import transformers
@@ -316,6 +316,22 @@ def test_teis_tokenize_and_decode_answer_as_the_models_own_tokenizer(imported):
         assert (got, answer["error_type"]) == (status, kind) and message in answer["error"], (str(body)[:60], answer)
     got, answer, _ = http_call(proc.http_address, "POST", "/models/nope/tokenize", {"inputs": "a"})
     assert got == 404 and "nope" in answer["error"]
+    # TEI's gRPC Tokenize and Decode (tei.v1) answer the same, a text or a list of ids a call — a long one too.
+    pb2, pb2_grpc = tei_stubs()
+    stub = pb2_grpc.TokenizeStub(proc.channel)
+    tokenizer = Tokenizer.from_str(models_["xlmr_tok"][1].to_str())
+    tokenizer.no_truncation()
+    long_text = " ".join(["unbelievably moving"] * 80)
+    assert len(tokenizer.encode(long_text).ids) > 64  # more ids than a default wire cap of a repeated field
+    for text in HOSTILE + [long_text]:
+        metadata = (("qvi-model", "xlmr_tok"),)
+        tokens = stub.Tokenize(pb2.EncodeRequest(inputs=text, add_special_tokens=True), metadata=metadata,
+                               timeout=30).tokens
+        ids = tokenizer.encode(text).ids
+        assert [t.id for t in tokens] == ids, text
+        for skip in (True, False):
+            decoded = stub.Decode(pb2.DecodeRequest(ids=ids, skip_special_tokens=skip), metadata=metadata, timeout=30)
+            assert decoded.text == tokenizer.decode(ids, skip_special_tokens=skip), (text, skip)
 
 
 def test_occlusion_deletes_whole_words_and_maps_are_per_word(api, imported):

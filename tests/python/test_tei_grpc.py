@@ -6,31 +6,20 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import tempfile
 
 import grpc
 import pytest
 
-from qvi_testing import REPO, STORE, ServerProcess, http_call, metric_sum, wait_until
+from qvi_testing import REPO, STORE, ServerProcess, http_call, metric_sum, tei_stubs, wait_until
 
 GRPCURL = os.path.join(REPO, ".venv", "bin", "grpcurl")
-TEXT = "a wonderful , moving film with a terrible ending"
+TEXT = "a wonderful , moving film with a terrible ending , Zoë"
 
 
 @pytest.fixture(scope="module")
 def tei():
     """The modules protoc makes of proto/tei/v1/tei.proto: (tei_pb2, tei_pb2_grpc)."""
-    from grpc_tools import protoc
-    out = tempfile.mkdtemp(prefix="qvi_tei_stubs_")
-    proto = os.path.join(REPO, "proto")
-    assert protoc.main(["protoc", f"-I{proto}", f"--python_out={out}", f"--grpc_python_out={out}",
-                        os.path.join(proto, "tei", "v1", "tei.proto")]) == 0
-    sys.path.insert(0, out)
-    from tei.v1 import tei_pb2, tei_pb2_grpc
-    yield tei_pb2, tei_pb2_grpc
-    sys.path.remove(out)
-    shutil.rmtree(out, ignore_errors=True)
+    return tei_stubs()
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +50,8 @@ def test_predict_answers_every_label_best_first_with_teis_metadata(api, tei, ser
         want = native(api, server, model, TEXT)
         assert [label for label, _ in got] == [label for label, _ in want], model
         assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-6)
-        assert answer.metadata.compute_chars == len(TEXT.encode()) and answer.metadata.compute_tokens == 9
+        # characters, as TEI counts them (ë is one, of two bytes)
+        assert answer.metadata.compute_chars == len(TEXT) < len(TEXT.encode()) and answer.metadata.compute_tokens == 11
     before = metric_sum(server.metrics(), "qvi_requests_total", 'method="TeiPredict"', 'code="OK"')
     stub.Predict(pb2.PredictRequest(inputs=TEXT, truncate=True), timeout=30)
     wait_until(lambda: metric_sum(server.metrics(), "qvi_requests_total", 'method="TeiPredict"', 'code="OK"')
@@ -80,6 +70,8 @@ def test_predict_refuses_in_grpcs_codes_naming_the_field(tei, server):
             (pb2.PredictRequest(inputs="a", truncation_direction=pb2.TRUNCATION_DIRECTION_LEFT), (),
              grpc.StatusCode.INVALID_ARGUMENT, "truncation_direction: only RIGHT"),
             (pb2.PredictRequest(inputs="a"), (("qvi-model", "nope"),), grpc.StatusCode.NOT_FOUND, "nope"),
+            (pb2.PredictRequest(inputs="a"), (("qvi-model", "m" * 300),), grpc.StatusCode.INVALID_ARGUMENT,
+             "qvi-model: a name of 300 bytes, over the limit of 256"),
             (pb2.PredictRequest(inputs="Anna went to Paris"), (("qvi-model", "ner"),),
              grpc.StatusCode.INVALID_ARGUMENT, "model 'ner' is a tagging model")):
         with pytest.raises(grpc.RpcError) as refused:
@@ -100,10 +92,13 @@ def test_info_tokenize_and_decode(tei, server):
         pb2_grpc.InfoStub(server.channel).Info(pb2.InfoRequest(), metadata=(("qvi-model", "ner"),), timeout=30)
     assert tagger.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "is a tagger" in tagger.value.details()
     tokenize = pb2_grpc.TokenizeStub(server.channel)
+    before = metric_sum(server.metrics(), "qvi_requests_total", 'method="TeiTokenize"', 'code="OK"')
     got = tokenize.Tokenize(pb2.EncodeRequest(inputs="Zoë's café", add_special_tokens=True), timeout=30).tokens
     _, http, _ = http_call(server.http_address, "POST", "/tokenize", {"inputs": "Zoë's café"})
     assert [(t.id, t.text, t.special, t.start, t.stop) for t in got] == \
         [(t["id"], t["text"], t["special"], t["start"], t["stop"]) for t in http[0]]
+    wait_until(lambda: metric_sum(server.metrics(), "qvi_requests_total", 'method="TeiTokenize"', 'code="OK"')
+               == before + 1, "the call counted")
     for call, request, code, message in (
             (tokenize.Tokenize, pb2.EncodeRequest(inputs=""), grpc.StatusCode.INVALID_ARGUMENT, "cannot be empty"),
             (tokenize.Tokenize, pb2.EncodeRequest(inputs="x" * 70000), grpc.StatusCode.INVALID_ARGUMENT,

@@ -38,7 +38,14 @@ absl::Status Empty(const std::string& text) {
                       : absl::OkStatus();
 }
 
-// TEI's Metadata of an answer: the text's characters (bytes, as TEI counts them) and tokens, and the times.
+// The text's characters (Unicode code points), as TEI's compute_chars counts them.
+size_t Characters(const std::string& text) {
+  size_t n = 0;
+  for (const char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+// TEI's Metadata of an answer: the text's characters and tokens, and the times.
 void FillMetadata(const InferenceResponse& answer, size_t chars, tv1::Metadata* m) {
   m->set_compute_chars(static_cast<uint32_t>(chars));
   m->set_compute_tokens(static_cast<uint32_t>(answer.tokens));
@@ -57,6 +64,7 @@ grpc::ServerUnaryReactor* ServeTokens(const TeiGrpc& tei, const char* method, gr
   try {
     Request request;
     absl::StatusOr<std::string> model = TeiModel(ctx, tei);
+    if (model.ok()) call->call().model = *model;
     if (status.ok()) status = model.status();
     if (status.ok()) status = DecodeRequest(*raw, tei.caps, &request);
     InferenceRequest counted;  // what the call layer counts and limits: the model and one text
@@ -71,6 +79,14 @@ grpc::ServerUnaryReactor* ServeTokens(const TeiGrpc& tei, const char* method, gr
     if (status.ok()) status = servable.status();
     Response response;
     if (status.ok()) status = handle(request, *(*servable)->model, &response);
+    // The answer's size against the send limit, and its bytes held in flight, as every answer's are.
+    const int64_t bytes = status.ok() ? static_cast<int64_t>(response.ByteSizeLong()) : 0;
+    const int64_t limit = tei.core->limits().max_response_bytes;
+    if (status.ok() && limit > 0 && bytes > limit) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat("the answer would be ", bytes, " bytes, over the limit of ", limit, " (--max-message-bytes)"));
+    }
+    if (status.ok()) status = counted.hold_answer_bytes(bytes);
     if (status.ok()) {
       bool own = false;
       status = FromGrpcStatus(grpc::SerializationTraits<Response>::Serialize(response, raw_response, &own));
@@ -138,7 +154,8 @@ grpc::ServerUnaryReactor* TeiPredictService::Predict(grpc::CallbackServerContext
         planned.request.texts = {request.inputs()};
         planned.request.options.top_k = 1 << 20;  // every label, best first, as TEI answers
         planned.request.options.error_on_truncation = !request.truncate();
-        planned.build = [chars = request.inputs().size()](const InferenceResponse& answer, tv1::PredictResponse* out) {
+        planned.build = [chars = Characters(request.inputs())](const InferenceResponse& answer,
+                                                               tv1::PredictResponse* out) {
           if (answer.results.size() != 1) return absl::InternalError("the answer is not one text's");
           for (const auto& [label, score] : answer.results[0].labels) {
             tv1::Prediction* p = out->add_predictions();

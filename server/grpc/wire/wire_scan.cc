@@ -231,6 +231,8 @@ WireCaps DefaultWireCaps(const RequestLimits& limits) {
       {"inference.ModelInferRequest.outputs", {64, "outputs"}},
       {"inference.ModelInferRequest.raw_input_contents", {16, "raw input buffers"}},
       {"inference.ModelInferRequest.InferInputTensor.shape", {16, "dimensions"}},
+      // TEI's Decode: a list of ids, as long as HTTP's /decode reads in a whole request (drop_in_bodies.h).
+      {"tei.v1.DecodeRequest.ids", {limits.max_texts * 128, "ids"}},
   };
   for (const auto& [name, cap] : named) caps.fields.emplace(name, cap);
   return caps;

@@ -82,16 +82,30 @@ void ServeOpenAiPooling(Core* core, Calls* calls, const ModelRepository& reposit
   call->call().model = *model;
   request.body.clear();
   const bool tokens = TokenTask(*parsed, repository, *model);
+  if (tokens && parsed->request.explain) {
+    return call->Fail(absl::InvalidArgumentError(
+        "explain: for classify (a tagger's words and entities come with token_classify's answer)"));
+  }
   auto decoded = std::make_shared<InferenceRequest>();
   decoded->model = *model;
   decoded->texts = std::move(parsed->request.texts);
   decoded->options.top_k = 1 << 20;  // a classifier: every label's probability
   decoded->options.tag_probabilities = tokens;
   if (parsed->request.explain) AskExplanations(repository, *model, decoded->options);
-  auto build = [tokens, explain = parsed->request.explain](const InferenceResponse& answer) -> absl::StatusOr<HttpResponse> {
+  auto build = [tokens,
+                explain = parsed->request.explain](const InferenceResponse& answer) -> absl::StatusOr<HttpResponse> {
     if (answer.manifest == nullptr) return absl::InternalError("the answer has no manifest");
     const std::vector<std::string>& labels = tokens ? answer.manifest->tags : answer.manifest->labels;
     json data = json::array();
+    for (const TextResult& r : answer.results) {
+      for (const TokenOutput& t : r.tokens) {
+        if (tokens && t.tag_probabilities.size() != labels.size()) {
+          return absl::InternalError(absl::StrCat("the model answered ", t.tag_probabilities.size(),
+                                                  " tag probabilities a word; its manifest has ", labels.size(),
+                                                  " tags"));
+        }
+      }
+    }
     for (size_t i = 0; i < answer.results.size(); ++i) {
       data.push_back(tokens ? TokenItem(answer.results[i], i) : ClassifyItem(answer.results[i], i, labels, explain));
     }
@@ -108,10 +122,9 @@ void ServeOpenAiPooling(Core* core, Calls* calls, const ModelRepository& reposit
                       {"labels", labels}};
     return HttpResponse{200, "application/json", out.dump(-1, ' ', false, json::error_handler_t::replace), {}};
   };
-  PlanAndSubmit(core, DecodedSteps<decltype(build)>{std::move(call), core,
-                                                    std::make_shared<const HttpRequest>(std::move(request)),
-                                                    tokens ? Method::kTag : Method::kClassify, std::move(decoded),
-                                                    build});
+  PlanAndSubmit(core, DecodedSteps<decltype(build)>{
+                          std::move(call), core, std::make_shared<const HttpRequest>(std::move(request)),
+                          tokens ? Method::kTag : Method::kClassify, std::move(decoded), build});
 }
 
 }  // namespace qvi
