@@ -18,7 +18,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "grpc/health/v1/health.pb.h"
 #include "server/core/alloc/allocator.h"
 #include "server/core/base/env.h"
 #include "server/core/model/model.h"
@@ -269,23 +268,6 @@ void Server::StartCore() {
   frontend_core_ = std::make_unique<ServingCore>(core_.get());
 }
 
-// The gRPC services over the core: the native API, OIP (and its repository extension), TEI's.
-void Server::MakeGrpcServices() {
-  oip_api_ = std::make_unique<OipApi>(repository_.get(), core_->limits(), calls_.get(), &serving_);
-  service_ = std::make_unique<InferenceServiceImpl>(frontend_core_.get(), repository_.get(), calls_.get(),
-                                                    options_.limits.max_stream_inflight);
-  oip_ = std::make_unique<OipServiceImpl>(frontend_core_.get(), oip_api_.get(), calls_.get());
-  oip_repository_ = std::make_unique<OipRepository>(repository_.get());
-  repository_service_ =
-      std::make_unique<RepositoryService>(oip_repository_.get(), calls_.get(), DefaultWireCaps(core_->limits()));
-
-  tei_ = std::make_unique<TeiGrpc>(TeiGrpc{frontend_core_.get(), calls_.get(), repository_.get(),
-                                           options_.models.default_model, DefaultWireCaps(core_->limits())});
-  tei_info_ = std::make_unique<TeiInfoService>(tei_.get());
-  tei_predict_ = std::make_unique<TeiPredictService>(tei_.get());
-  tei_tokenize_ = std::make_unique<TeiTokenizeService>(tei_.get());
-}
-
 absl::Status Server::StartGrpc() {
   if (absl::Status st = StartTls(); !st.ok()) return st;
   const ServerOptions::Network& net = options_.network;
@@ -295,21 +277,6 @@ absl::Status Server::StartGrpc() {
                      net.max_message_bytes, options_.logging.trace_rate, api_keys_.get(), otlp_.get(),
                      options_.tracing.sampling_ratio, net.max_metadata_bytes});
   MakeGrpcServices();
-  grpc::EnableDefaultHealthCheckService(true);
-  // gRPC's health service carries no descriptor, so reflection could list but not describe it (and grpcurl
-  // would refuse it); touching the generated health.proto links its descriptor in, where reflection finds it.
-  (void)grpc::health::v1::HealthCheckRequest::descriptor();
-  // Reflection of our own (reflection_service.h): gRPC's plugin parses what it is sent unbounded.
-  const std::vector<std::string> services = {qvi::serving::v1::Inference::service_full_name(),
-                                             inference::GRPCInferenceService::service_full_name(),
-                                             tei::v1::Info::service_full_name(),
-                                             tei::v1::Predict::service_full_name(),
-                                             tei::v1::Tokenize::service_full_name(),
-                                             "grpc.health.v1.Health",
-                                             reflection_v1::ServerReflection::service_full_name(),
-                                             reflection_v1alpha::ServerReflection::service_full_name()};
-  reflection_ = std::make_unique<ReflectionV1>(services);
-  reflection_alpha_ = std::make_unique<ReflectionV1Alpha>(services);
   grpc::ServerBuilder builder;
   const std::string address = net.host + ":" + std::to_string(net.port);
   builder.AddListeningPort(address, tls_ ? tls_->credentials() : grpc::InsecureServerCredentials(), &port_);

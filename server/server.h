@@ -75,6 +75,7 @@ class Server {
   absl::Status StartTls();
   absl::Status StartApiKeys();  // server_security.cc, as StartTls
   absl::Status StartTracing();  // server_tracing.cc: --otlp-endpoint's exporter and batch spans
+  // server_services.cc: every gRPC service, and the reflection that lists them.
   void MakeGrpcServices();
   absl::Status StartGrpc();
   absl::Status StartHttp();
