@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "server/core/outputs/outputs.h"
 
 namespace qvi {
@@ -40,6 +42,29 @@ nlohmann::ordered_json Explanation(const TextResult& result) {
   if (!beta.empty()) out["beta"] = std::move(beta);
   if (!result.tokens.empty() && !result.tokens[0].contribution.empty()) out["contributions"] = std::move(contributions);
   return out;
+}
+
+nlohmann::ordered_json ProbabilitiesInOrder(const TextResult& result, const std::vector<std::string>& labels) {
+  const absl::flat_hash_map<std::string, float> score_of(result.labels.begin(), result.labels.end());
+  nlohmann::ordered_json probs = nlohmann::ordered_json::array();
+  for (const std::string& label : labels) {
+    const auto it = score_of.find(label);
+    probs.push_back(it == score_of.end() ? 0.0 : ShortestDouble(it->second));
+  }
+  return probs;
+}
+
+nlohmann::ordered_json OpenAiList(const char* prefix, const InferenceResponse& answer, nlohmann::ordered_json data) {
+  return {{"id", absl::StrCat(prefix, "-", answer.request_id)},
+          {"object", "list"},
+          {"created", absl::ToUnixSeconds(absl::Now())},
+          {"model", answer.model},
+          {"data", std::move(data)},
+          {"usage",
+           {{"prompt_tokens", answer.tokens},
+            {"total_tokens", answer.tokens},
+            {"completion_tokens", 0},
+            {"completion_tokens_details", nullptr}}}};
 }
 
 double ShortestDouble(float v) {

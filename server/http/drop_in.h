@@ -23,6 +23,14 @@ void AskExplanations(const ModelRepository& repository, const std::string& model
 // "alpha": [...], "beta": [...], "contributions": {label: [one per word], ...}}, each key only when answered.
 nlohmann::ordered_json Explanation(const TextResult& result);
 
+// A classifier's answer's probabilities in the model's label order (`labels`), 0 for a label the answer left
+// out, each written shortest: vLLM's `probs` and /pooling's classify data.
+nlohmann::ordered_json ProbabilitiesInOrder(const TextResult& result, const std::vector<std::string>& labels);
+
+// vLLM's list envelope of an answer: {"id": "<prefix>-<request id>", "object": "list", "created", "model",
+// "data", "usage"}.
+nlohmann::ordered_json OpenAiList(const char* prefix, const InferenceResponse& answer, nlohmann::ordered_json data);
+
 // A float score as the double of the shortest decimal that reads back as it, so that JSON shows 0.98, not
 // 0.9800000190734863 (as TEI and vLLM write their f32 scores).
 double ShortestDouble(float v);

@@ -94,6 +94,15 @@ def post_json(address, path, body, headers=None, timeout=30):
     return answer
 
 
+def drop_in_server(work):
+    """qvi-server over copies of the three GloVe demo models in `work`, `sentiment` the default model of the routes
+    that name none (TEI's, vLLM's): the drop-in tests' server, which the caller stops."""
+    store = os.path.join(work, "store")
+    for name in ("sentiment", "topics", "ner"):
+        shutil.copytree(os.path.join(STORE, name), os.path.join(store, name))
+    return ServerProcess(store, str(work), "--default-model", "sentiment")
+
+
 @functools.cache
 def tei_stubs():
     """(tei_pb2, tei_pb2_grpc): the modules protoc makes of the vendored proto/tei/v1/tei.proto (TEI's gRPC API),

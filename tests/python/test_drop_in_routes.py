@@ -10,18 +10,14 @@ import shutil
 
 import pytest
 
-from qvi_testing import STORE, ServerProcess, http_call, metric_sum, wait_until
+from qvi_testing import STORE, ServerProcess, drop_in_server, http_call, metric_sum, wait_until
 
 TEXTS = ["a wonderful , moving film", "terrible acting and a boring plot", "it was fine"]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    work = tmp_path_factory.mktemp("tei")
-    store = work / "store"
-    for name in ("sentiment", "topics", "ner"):
-        shutil.copytree(os.path.join(STORE, name), store / name)
-    proc = ServerProcess(str(store), str(work), "--default-model", "sentiment")
+    proc = drop_in_server(tmp_path_factory.mktemp("tei"))
     yield proc
     proc.stop()
 

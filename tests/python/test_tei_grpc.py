@@ -4,13 +4,12 @@ from the vendored file and with grpcurl through the server's reflection — the 
 TEI's literal `truncate`, the model from the qvi-model metadata, refusals naming the field, every call counted."""
 import json
 import os
-import shutil
 import subprocess
 
 import grpc
 import pytest
 
-from qvi_testing import REPO, STORE, ServerProcess, http_call, metric_sum, tei_stubs, wait_until
+from qvi_testing import REPO, drop_in_server, http_call, metric_sum, tei_stubs, wait_until
 
 GRPCURL = os.path.join(REPO, ".venv", "bin", "grpcurl")
 TEXT = "a wonderful , moving film with a terrible ending , Zoë"
@@ -24,11 +23,7 @@ def tei():
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    work = tmp_path_factory.mktemp("tei_grpc")
-    store = work / "store"
-    for name in ("sentiment", "topics", "ner"):
-        shutil.copytree(os.path.join(STORE, name), store / name)
-    proc = ServerProcess(str(store), str(work), "--default-model", "sentiment")
+    proc = drop_in_server(tmp_path_factory.mktemp("tei_grpc"))
     yield proc
     proc.stop()
 

@@ -3,9 +3,7 @@
 #include <memory>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "server/http/drop_in.h"
 #include "server/http/http_call.h"
@@ -44,15 +42,9 @@ json Data(const InferenceResponse& answer, bool explain) {
   json data = json::array();
   for (size_t i = 0; i < answer.results.size(); ++i) {
     const TextResult& r = answer.results[i];
-    absl::flat_hash_map<std::string, float> score_of(r.labels.begin(), r.labels.end());
-    json probs = json::array();
-    for (const std::string& label : labels) {
-      const auto it = score_of.find(label);
-      probs.push_back(it == score_of.end() ? 0.0 : ShortestDouble(it->second));
-    }
     data.push_back(json{{"index", i},
                         {"label", r.labels.empty() ? json(nullptr) : json(r.labels[0].first)},
-                        {"probs", std::move(probs)},
+                        {"probs", ProbabilitiesInOrder(r, labels)},
                         {"num_classes", labels.size()}});
     if (explain) data.back()["explanation"] = Explanation(r);
   }
@@ -98,16 +90,7 @@ void ServeOpenAiClassify(Core* core, Calls* calls, const ModelRepository& reposi
   if (parsed->explain) AskExplanations(repository, *model, decoded->options);
   auto build = [explain = parsed->explain](const InferenceResponse& answer) -> absl::StatusOr<HttpResponse> {
     if (answer.manifest == nullptr) return absl::InternalError("the answer has no manifest");
-    const json out = {{"id", absl::StrCat("classify-", answer.request_id)},
-                      {"object", "list"},
-                      {"created", absl::ToUnixSeconds(absl::Now())},
-                      {"model", answer.model},
-                      {"data", Data(answer, explain)},
-                      {"usage",
-                       {{"prompt_tokens", answer.tokens},
-                        {"total_tokens", answer.tokens},
-                        {"completion_tokens", 0},
-                        {"completion_tokens_details", nullptr}}}};
+    const json out = OpenAiList("classify", answer, Data(answer, explain));
     return HttpResponse{200, "application/json", Dump(out), {}};
   };
   PlanAndSubmit(core, DecodedSteps<decltype(build)>{std::move(call), core,

@@ -4,9 +4,7 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "server/http/drop_in.h"
 #include "server/http/drop_in_bodies.h"
@@ -47,13 +45,7 @@ json TokenItem(const TextResult& r, size_t index) {
 
 // A classify item: every label's probability in the model's order.
 json ClassifyItem(const TextResult& r, size_t index, const std::vector<std::string>& labels, bool explain) {
-  const absl::flat_hash_map<std::string, float> score_of(r.labels.begin(), r.labels.end());
-  json probs = json::array();
-  for (const std::string& label : labels) {
-    const auto it = score_of.find(label);
-    probs.push_back(it == score_of.end() ? 0.0 : ShortestDouble(it->second));
-  }
-  json item = {{"index", index}, {"object", "pooling"}, {"data", std::move(probs)}};
+  json item = {{"index", index}, {"object", "pooling"}, {"data", ProbabilitiesInOrder(r, labels)}};
   if (explain) item["explanation"] = Explanation(r);
   return item;
 }
@@ -109,17 +101,8 @@ void ServeOpenAiPooling(Core* core, Calls* calls, const ModelRepository& reposit
     for (size_t i = 0; i < answer.results.size(); ++i) {
       data.push_back(tokens ? TokenItem(answer.results[i], i) : ClassifyItem(answer.results[i], i, labels, explain));
     }
-    const json out = {{"id", absl::StrCat("pooling-", answer.request_id)},
-                      {"object", "list"},
-                      {"created", absl::ToUnixSeconds(absl::Now())},
-                      {"model", answer.model},
-                      {"data", std::move(data)},
-                      {"usage",
-                       {{"prompt_tokens", answer.tokens},
-                        {"total_tokens", answer.tokens},
-                        {"completion_tokens", 0},
-                        {"completion_tokens_details", nullptr}}},
-                      {"labels", labels}};
+    json out = OpenAiList("pooling", answer, std::move(data));
+    out["labels"] = labels;
     return HttpResponse{200, "application/json", out.dump(-1, ' ', false, json::error_handler_t::replace), {}};
   };
   PlanAndSubmit(core, DecodedSteps<decltype(build)>{
