@@ -20,7 +20,8 @@ void Server::MakeGrpcServices() {
       std::make_unique<RepositoryService>(oip_repository_.get(), calls_.get(), DefaultWireCaps(core_->limits()));
 
   tei_ = std::make_unique<TeiGrpc>(TeiGrpc{frontend_core_.get(), calls_.get(), repository_.get(),
-                                           options_.models.default_model, DefaultWireCaps(core_->limits())});
+                                           options_.models.default_model, DefaultWireCaps(core_->limits()),
+                                           options_.limits.max_stream_inflight});
   tei_info_ = std::make_unique<TeiInfoService>(tei_.get());
   tei_predict_ = std::make_unique<TeiPredictService>(tei_.get());
   tei_tokenize_ = std::make_unique<TeiTokenizeService>(tei_.get());

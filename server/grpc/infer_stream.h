@@ -12,6 +12,14 @@
 // max_inflight requests and their answers. gRPC allows one write at a time: answers wait in a queue
 // (at most max_inflight of them) for their turn.
 //
+// Two kinds of stream, by the answer's message: one with `index`, `request_id` and `error` (qvi.serving.v1's
+// ClassifyStreamResponse, TagStreamResponse) is answered as above. One without (TEI's PredictResponse,
+// EncodeResponse, DecodeResponse: tei.v1's PredictStream, TokenizeStream, DecodeStream) is answered as TEI
+// answers it: in the order the requests came, and the first request that fails ends the stream with its
+// status (the requests after it are cancelled; what was answered before it was written).
+// A request is answered by the core (Options::plan) or, for work the core has no part in (tokenizing),
+// on the stream's own thread as it is read (Options::answer).
+//
 // Lifetime: the reactor lives until gRPC is done with it (OnDone) *and* the core has answered every
 // request it took (the core answers each exactly once, cancelled or not); whichever comes last deletes
 // it. After OnDone the context is gone, so requests read the stream's cancellation from a flag of
@@ -24,10 +32,12 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -45,6 +55,12 @@ namespace qvi {
 // The default of --max-stream-inflight.
 inline constexpr int kDefaultMaxStreamInflight = 64;
 
+// Whether a stream's answer message carries a request's error of its own (infer_stream.h's first kind).
+template <typename Message, typename = void>
+struct HasStreamError : std::false_type {};
+template <typename Message>
+struct HasStreamError<Message, std::void_t<decltype(std::declval<Message&>().mutable_error())>> : std::true_type {};
+
 template <typename StreamResponse>
 class InferStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
@@ -52,13 +68,19 @@ class InferStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   // plan, with an answer that is a StreamResponse.
   using Plan =
       std::function<absl::StatusOr<PlannedCall<StreamResponse>>(const grpc::ByteBuffer&, Call*, int64_t index)>;
+  // Answers request `bytes` at once into `response` (serialised), within `deadline`: the status is its answer.
+  using AnswerNow = std::function<absl::Status(const grpc::ByteBuffer& bytes, Call*, absl::Time deadline,
+                                               grpc::ByteBuffer* response)>;
   struct Options {
     Core* core = nullptr;
     Calls* calls = nullptr;
     const char* method = "";  // the metrics' and the access log's name of each request's call
     int max_inflight = kDefaultMaxStreamInflight;
-    Plan plan;
+    Plan plan;         // a request the core answers
+    AnswerNow answer;  // or, when set, one answered as it is read
   };
+  // Answers in the order read; the first error ends the stream (TEI's streams).
+  static constexpr bool kInOrder = !HasStreamError<StreamResponse>::value;
 
   // Refuses the stream at once when the caller's key cannot call inference (UNAUTHENTICATED,
   // PERMISSION_DENIED; rate limits are per request); else starts reading.
@@ -76,11 +98,15 @@ class InferStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
     grpc::ByteBuffer* write = nullptr;
     bool read = false;
     bool finish = false;
+    Item* failed = nullptr;    // kInOrder: the request whose error ends the stream (Finish sends it)
+    std::deque<Item*> unsent;  // kInOrder: the answers after it, retired unwritten
   };
 
   // Item's answer is serialised in its `response`: queue it for writing (or retire it when the stream
   // cannot be written to any more).
   void Deliver(Item* item);
+  // Every answer waiting to be written, taken out of the queues.
+  std::deque<Item*> TakeUnsentLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next write, the next read, or the end of the stream, as far as the state allows.
   Step NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Take(const Step& step);
@@ -96,6 +122,9 @@ class InferStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
 
   Mutex mu_;
   std::deque<Item*> ready_ ABSL_GUARDED_BY(mu_);  // answered, waiting for their write
+  // kInOrder: answered before an earlier request, by index; and the index whose answer is written next.
+  std::map<int64_t, Item*> early_ ABSL_GUARDED_BY(mu_);
+  int64_t next_write_ ABSL_GUARDED_BY(mu_) = 0;
   Item* writing_ ABSL_GUARDED_BY(mu_) = nullptr;
   int inflight_ ABSL_GUARDED_BY(mu_) = 0;  // read and not yet retired
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
@@ -125,6 +154,8 @@ class InferStream<StreamResponse>::Item {
   }
 
   Call& call() { return call_; }
+  int64_t index() const { return index_; }
+  const absl::Status& status() const { return status_; }
   absl::Time deadline() const { return deadline_; }
   std::function<bool()> is_cancelled() const {
     return [flag = &stream_->cancelled_] { return flag->load(std::memory_order_relaxed); };
@@ -136,7 +167,9 @@ class InferStream<StreamResponse>::Item {
     status_ = status;
     if (answer != nullptr) summary_ = *answer;
     has_summary_ = answer != nullptr;
-    if (!status.ok()) SerializeError(status);
+    if constexpr (!kInOrder) {
+      if (!status.ok()) SerializeError(status);
+    }
     stream_->Deliver(this);
   }
   template <typename Message, typename Build>
@@ -154,8 +187,9 @@ class InferStream<StreamResponse>::Item {
   }
 
  private:
+  template <typename Message = StreamResponse>
   void SerializeError(const absl::Status& status) {
-    StreamResponse message;
+    Message message;
     message.set_index(index_);
     message.set_request_id(call_.request_id());
     auto* error = message.mutable_error();
@@ -166,7 +200,7 @@ class InferStream<StreamResponse>::Item {
     }
     response_.Clear();
     bool own = false;
-    (void)grpc::SerializationTraits<StreamResponse>::Serialize(message, &response_, &own);
+    (void)grpc::SerializationTraits<Message>::Serialize(message, &response_, &own);
   }
 
   InferStream* const stream_;
@@ -231,6 +265,14 @@ void InferStream<StreamResponse>::OnReadDone(bool ok) {
   // under this reaction.
   if (absl::Status admitted = item->call().Admission(Authorization(ctx_, *options_.calls)); !admitted.ok()) {
     item->Answer(admitted);
+  } else if (options_.answer) {
+    absl::Status answered;
+    try {
+      answered = options_.answer(*item->request(), &item->call(), item->deadline(), item->response());
+    } catch (...) {
+      answered = absl::InternalError(absl::StrCat("answering failed: ", CurrentExceptionText()));
+    }
+    item->Answer(answered);
   } else {
     // The stream's plan by address, not copied per message: the stream outlives every item it took
     // (it is deleted only when none is in flight), and an item is planned before it is answered.
@@ -258,7 +300,15 @@ void InferStream<StreamResponse>::Deliver(Item* item) {
     MutexLock lock(&mu_);
     writable = !finished_ && !cancelled_.load();
     if (writable) {
-      ready_.push_back(item);
+      if constexpr (kInOrder) {
+        early_.emplace(item->index(), item);
+        for (auto next = early_.find(next_write_); next != early_.end(); next = early_.find(++next_write_)) {
+          ready_.push_back(next->second);
+          early_.erase(next);
+        }
+      } else {
+        ready_.push_back(item);
+      }
       step = NextLocked();
     }
   }
@@ -276,7 +326,7 @@ void InferStream<StreamResponse>::OnWriteDone(bool ok) {
     writing_ = nullptr;
     if (!ok) {  // the stream is broken: nothing more can be written
       cancelled_.store(true);
-      unsent.swap(ready_);
+      unsent = TakeUnsentLocked();
     }
   }
   // `written` still counts in flight, so the stream outlives these; its own Retire comes last.
@@ -291,11 +341,20 @@ void InferStream<StreamResponse>::OnCancel() {
   Step step;
   {
     MutexLock lock(&mu_);
-    unsent.swap(ready_);
+    unsent = TakeUnsentLocked();
     step = NextLocked();
   }
   Take(step);  // may finish; the unsent items still count in flight, so the stream outlives the loop
   for (Item* item : unsent) Retire(item, /*written=*/false);
+}
+
+template <typename StreamResponse>
+std::deque<typename InferStream<StreamResponse>::Item*> InferStream<StreamResponse>::TakeUnsentLocked() {
+  std::deque<Item*> unsent;
+  unsent.swap(ready_);
+  for (const auto& [index, item] : early_) unsent.push_back(item);
+  early_.clear();
+  return unsent;
 }
 
 template <typename StreamResponse>
@@ -304,6 +363,17 @@ typename InferStream<StreamResponse>::Step InferStream<StreamResponse>::NextLock
   if (finished_) return step;
   const bool cancelled = cancelled_.load();
   if (writing_ == nullptr && !ready_.empty() && !cancelled) {
+    if (kInOrder && !ready_.front()->status().ok()) {
+      // Its turn has come: its status ends the stream, even with a read outstanding (gRPC then fails that
+      // read). The requests still in the core see the stream cancelled and are retired as they come back.
+      step.failed = ready_.front();
+      ready_.pop_front();
+      step.unsent = TakeUnsentLocked();
+      cancelled_.store(true);
+      finished_ = true;
+      step.finish = true;
+      return step;
+    }
     writing_ = ready_.front();
     ready_.pop_front();
     step.write = writing_->response();
@@ -325,6 +395,13 @@ template <typename StreamResponse>
 void InferStream<StreamResponse>::Take(const Step& step) {
   if (step.write != nullptr) StartWrite(step.write);
   if (step.read) StartRead(&read_);
+  if (step.failed != nullptr) {
+    // Each retired request still counts in flight until its Retire: the stream outlives these.
+    Finish(ToGrpcStatus(step.failed->status()));
+    for (Item* item : step.unsent) Retire(item, /*written=*/false);
+    Retire(step.failed, /*written=*/true);
+    return;
+  }
   if (step.finish) Finish(cancelled_.load() ? grpc::Status::CANCELLED : grpc::Status::OK);
 }
 

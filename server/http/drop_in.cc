@@ -24,6 +24,32 @@ void AskExplanations(const ModelRepository& repository, const std::string& model
   }
 }
 
+void AskEntityExplanations(const ModelRepository& repository, const std::string& model, OutputOptions& options) {
+  AskExplanations(repository, model, options);
+  options.Ask(OutputSwitch::kOcclusion);
+}
+
+nlohmann::ordered_json HfEntities(const TextResult& result, const std::vector<std::string>& ignore, bool explain) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  const nlohmann::ordered_json text = explain ? Explanation(result) : nlohmann::ordered_json();
+  for (const SpanOutput& span : result.spans) {
+    if (std::find(ignore.begin(), ignore.end(), span.label) != ignore.end()) continue;
+    nlohmann::ordered_json entity = {{"entity_group", span.label},
+                                     {"score", ShortestDouble(span.score)},
+                                     {"word", span.text},
+                                     {"start", span.start},
+                                     {"end", span.end}};
+    if (explain) {
+      nlohmann::ordered_json why = text;
+      why["occlusion"] = nlohmann::ordered_json::array();
+      for (const float drop : span.occlusion) why["occlusion"].push_back(ShortestDouble(drop));
+      entity["explanation"] = std::move(why);
+    }
+    out.push_back(std::move(entity));
+  }
+  return out;
+}
+
 nlohmann::ordered_json Explanation(const TextResult& result) {
   using json = nlohmann::ordered_json;
   json words = json::array(), alpha = json::array(), beta = json::array();

@@ -4,6 +4,7 @@
 #define QVI_SERVER_HTTP_DROP_IN_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -18,6 +19,17 @@ namespace qvi {
 // every returned label's exact contributions — each that `model`'s outputs have (a model not loaded yet: α and
 // the contributions, which the zoo's attention-pooling classifiers answer).
 void AskExplanations(const ModelRepository& repository, const std::string& model, OutputOptions& options);
+
+// What "explain": true asks of a tagger: AskExplanations' (the words, with α and β where the model has them) and
+// occlusion — each entity's probability without each word of its text, the one explanation of an entity there is
+// (it costs a forward pass a word: bounded by --max-occlusion-tokens).
+void AskEntityExplanations(const ModelRepository& repository, const std::string& model, OutputOptions& options);
+
+// A text's entities in Hugging Face's token-classification pipeline shape: [{"entity_group", "score", "word",
+// "start", "end"}, ...] (characters), leaving out the types in `ignore`; with `explain`, each entity's
+// "explanation": Explanation(result)'s words, α and β, and "occlusion": its probability's drop without each word
+// (0 on its own words).
+nlohmann::ordered_json HfEntities(const TextResult& result, const std::vector<std::string>& ignore, bool explain);
 
 // A text's explanation as the drop-in answers carry it: {"words": [{"text", "start", "end"}, ...] (characters),
 // "alpha": [...], "beta": [...], "contributions": {label: [one per word], ...}}, each key only when answered.

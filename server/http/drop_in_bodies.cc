@@ -277,6 +277,7 @@ absl::StatusOr<TokenClassification> ParseTokenClassification(const std::string& 
   if (j.is_discarded() || !j.is_object()) return Invalid("the body is not a JSON object");
   if (!j.contains("inputs")) return Invalid("inputs: missing");
   TokenClassification out;
+  if (absl::Status s = ReadFlag(j, "explain", out.explain); !s.ok()) return s;
   if (absl::Status s = ReadInputs(j["inputs"], max_texts, out); !s.ok()) return s;
   if (j.contains("parameters") && !j["parameters"].is_null()) {
     if (absl::Status s = ReadParameters(j["parameters"], out); !s.ok()) return s;

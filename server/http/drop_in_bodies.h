@@ -54,6 +54,7 @@ struct TokenClassification {
   std::vector<std::string> texts;
   bool batch = false;               // "inputs" was a list: a list of entities per text
   std::vector<std::string> ignore;  // parameters.ignore_labels: entity types left out ("O" is never one)
+  bool explain = false;             // "explain": true (QVI's addition: each entity's "explanation")
 };
 absl::StatusOr<TokenClassification> ParseTokenClassification(const std::string& body, int max_texts);
 

@@ -3,6 +3,7 @@
 #include "server/http/drop_in_openapi.h"
 
 #include <string>
+#include <utility>
 
 #include "server/http/openapi.h"
 
@@ -70,7 +71,8 @@ json TokenClassificationSchemas(json& schemas) {
                                 {"score", {{"type", "number"}}},
                                 {"word", {{"type", "string"}}},
                                 {"start", {{"type", "integer"}, {"description", "characters (code points)"}}},
-                                {"end", {{"type", "integer"}}}}}}}};
+                                {"end", {{"type", "integer"}}},
+                                {"explanation", Ref("qvi.Explanation")}}}}}};
   // anyOf: a text with no entities answers [], which both shapes (and TEI's) hold.
   return {{"anyOf", {Ref("hf.Entities"), {{"type", "array"}, {"items", Ref("hf.Entities")}}}}};
 }
@@ -83,7 +85,9 @@ json ExplanationSchema(json& schemas) {
   schemas["qvi.Explanation"] = {
       {"type", "object"},
       {"required", {"words"}},
-      {"description", "the text's words (characters) with α, β and each label's exact contributions, one a word"},
+      {"description",
+       "the text's words (characters) with α, β and each label's exact contributions (a tagger's entity: its "
+       "occlusion), one a word"},
       {"properties",
        {{"words",
          {{"type", "array"},
@@ -93,13 +97,17 @@ json ExplanationSchema(json& schemas) {
              {{"text", {{"type", "string"}}}, {"start", {{"type", "integer"}}}, {"end", {{"type", "integer"}}}}}}}}},
         {"alpha", numbers},
         {"beta", numbers},
-        {"contributions", {{"type", "object"}, {"additionalProperties", numbers}}}}}};
+        {"contributions", {{"type", "object"}, {"additionalProperties", numbers}}},
+        {"occlusion",
+         {{"allOf", {numbers}}, {"description", "an entity's: its probability's drop without each word"}}}}}};
   return Ref("qvi.Explanation");
 }
 
 json ExplainFlag() {
   return {{"type", {"boolean", "null"}},
-          {"description", "QVI's addition: the answer carries the words' α, β and contributions"}};
+          {"description",
+           "QVI's addition: the answer carries the words' α, β and contributions (a tagger's entities: α, β and "
+           "occlusion)"}};
 }
 
 // TEI's request and answer schemas.
@@ -239,6 +247,32 @@ void AddPoolingPath(json& paths, json& schemas) {
 }
 
 // OpenAI-style classification as vLLM serves it (openai/classify_routes.h).
+// GET /v1/models answers the native listing and vLLM's (openai/model_list.h): its body, both schemas at once.
+void AddModelListFields(json& paths, json& schemas) {
+  schemas["openai.ModelList"] = {{"type", "object"},
+                                 {"required", {"object", "data"}},
+                                 {"properties",
+                                  {{"object", {{"const", "list"}}},
+                                   {"data",
+                                    {{"type", "array"},
+                                     {"items",
+                                      {{"type", "object"},
+                                       {"required", {"id", "object", "created", "owned_by"}},
+                                       {"properties",
+                                        {{"id", {{"type", "string"}}},
+                                         {"object", {{"const", "model"}}},
+                                         {"created", {{"type", "integer"}}},
+                                         {"owned_by", {{"type", "string"}}},
+                                         {"root", {{"type", "string"}}},
+                                         {"parent", {{"type", "null"}}},
+                                         {"max_model_len", {{"type", "integer"}}}}}}}}}}}};
+  json& schema = paths["/v1/models"]["get"]["responses"]["200"]["content"]["application/json"]["schema"];
+  json native = std::move(schema);
+  schema = {{"allOf", {std::move(native), Ref("openai.ModelList")}}};
+  paths["/v1/models"]["get"]["summary"] =
+      "ListModels: every model and the state of its versions; beside them, OpenAI's model list (vLLM's)";
+}
+
 void AddOpenAiPaths(json& paths, json& schemas) {
   schemas["openai.ClassifyRequest"] = {
       {"type", "object"},
@@ -278,6 +312,7 @@ void AddOpenAiPaths(json& paths, json& schemas) {
           {"properties",
            {{"message", {{"type", "string"}}}, {"type", {{"type", "string"}}}, {"code", {{"type", "integer"}}}}}}}}}};
   AddPoolingPath(paths, schemas);
+  AddModelListFields(paths, schemas);
   for (const char* path : {"/classify", "/v1/classify"}) {
     json o = Operation(
         "OpenAI-style classification (vLLM's /classify): each text's label and every label's "

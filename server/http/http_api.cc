@@ -10,6 +10,7 @@
 #include "server/http/native/json_body.h"
 #include "server/http/native/native_routes.h"
 #include "server/http/openai/classify_routes.h"
+#include "server/http/openai/model_list.h"
 #include "server/http/openai/pooling_routes.h"
 #include "server/http/openapi.h"
 #include "server/http/tei/tei_routes.h"
@@ -91,7 +92,8 @@ HttpResponse HttpApi::Describe(const HttpRoute& route) const {
       return serving_->load() ? HttpResponse{200, "application/json", R"({"ready":true})", {}}
                               : HttpResponse{503, "application/json", R"({"ready":false})", {}};
     case Kind::kListModels:
-      return ListModelsRoute(*repository_);
+      // The native listing and OpenAI's (vLLM's GET /v1/models) share the path: one body holds both.
+      return WithOpenAiModelList(ListModelsRoute(*repository_), repository_->List());
     case Kind::kGetModel:
       return GetModelRoute(*repository_, core_->limits(), route);
     case Kind::kOpenApi:

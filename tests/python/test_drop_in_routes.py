@@ -116,6 +116,42 @@ def test_hugging_faces_inference_client_tags_unchanged_in_the_pipelines_shape(ap
         assert (got, answer["error_type"]) == (status, kind) and message in answer["error"], answer
 
 
+def test_explain_gives_each_entity_the_words_and_its_occlusion_as_the_native_tag(api, server):
+    """"explain": true in a token-classification body (POST /models/{m}) or a /pooling token_classify body gives
+    each entity an "explanation": the text's words, α and β where the tagger has them, and "occlusion" — the
+    entity's probability drop without each word (0 on its own) — the native Tag's numbers for the same options."""
+    pb, pbg = api
+    native_tag = pbg.InferenceStub(server.channel).Tag(pb.TagRequest(
+        model=pb.ModelSpec(name="ner"), texts=SENTENCES,
+        options=pb.OutputOptions(tokens=True, attention=True, gates=True, occlusion=True)), timeout=30)
+    status, hf, _ = http_call(server.http_address, "POST", "/models/ner", {"inputs": SENTENCES, "explain": True})
+    assert status == 200, hf
+    status, pooled, _ = http_call(server.http_address, "POST", "/pooling",
+                                  {"model": "ner", "input": SENTENCES, "explain": True})
+    assert status == 200, pooled
+    for entities in (hf, [item["entities"] for item in pooled["data"]]):
+        for got, want in zip(entities, native_tag.results):
+            assert [(e["entity_group"], e["start"], e["end"]) for e in got] == \
+                [(s.label, s.start, s.end) for s in want.spans] and got
+            for e, span in zip(got, want.spans):
+                why = e["explanation"]
+                assert [(w["text"], w["start"], w["end"]) for w in why["words"]] == \
+                    [(t.text, t.start, t.end) for t in want.tokens]
+                assert why["occlusion"] == pytest.approx(list(span.occlusion), abs=1e-5)
+                assert len(why["occlusion"]) == len(want.tokens) and any(d != 0 for d in why["occlusion"])
+                assert all(why["occlusion"][k] == 0 for k in range(span.token_start, span.token_end))
+                for key, field in (("alpha", "attention"), ("beta", "gate")):
+                    has = all(t.HasField(field) for t in want.tokens)
+                    assert (key in why) == has, key
+                    if has:
+                        assert why[key] == pytest.approx([getattr(t, field) for t in want.tokens], abs=1e-5)
+    # Without it the shapes are the pipeline's and vLLM's alone.
+    assert all("explanation" not in e for e in http_call(server.http_address, "POST", "/models/ner",
+                                                         {"inputs": SENTENCES[0]})[1])
+    status, refused, _ = http_call(server.http_address, "POST", "/models/ner", {"inputs": "a", "explain": "yes"})
+    assert (status, refused["error_type"]) == (422, "Validation") and "explain:" in refused["error"], refused
+
+
 def test_tokenize_answers_a_word_level_models_words_and_ids(api, server):
     """TEI's /tokenize on a GloVe model: its words, their vocabulary ids and byte offsets — the native answer's
     tokens — always a list per text; /decode needs a sub-word tokenizer (test_hf_import.py has those)."""
@@ -212,8 +248,6 @@ def test_pooling_answers_each_words_tag_probabilities_with_the_entities_they_mak
     for body, message in (({"input": "a", "task": "embed"}, "task: \"token_classify\" or \"classify\""),
                           ({"input": "a", "encoding_format": "base64"}, "encoding_format: only \"float\""),
                           ({"input": "a", "dimensions": 8}, "dimensions: not read here"),
-                          ({"model": "ner", "input": "a", "task": "token_classify", "explain": True}, "explain:"),
-                          ({"model": "ner", "input": "a", "explain": True}, "explain: for classify"),
                           ({"model": "sentiment", "input": "a", "task": "token_classify"}, "classification model")):
         status, refused, _ = http_call(server.http_address, "POST", "/pooling", body)
         assert status == 400 and refused["error"]["type"] == "BadRequestError", refused
@@ -330,6 +364,29 @@ def test_classify_answers_as_vllm_does_with_the_native_scores(api, server):
         assert "completion_tokens_details" in usage and usage["completion_tokens_details"] is None
     status, one, _ = http_call(server.http_address, "POST", "/classify", {"input": TEXTS[0]})  # the default model
     assert status == 200 and one["model"] == "sentiment" and len(one["data"]) == 1
+
+
+def test_v1_models_answers_vllms_model_list_beside_the_native_one(api, server):
+    """GET /v1/models is both ListModels' path and vLLM's: the one body holds the native "models" and OpenAI's
+    {"object": "list", "data": [{"id", "object": "model", "created", "owned_by", "root", "parent",
+    "max_model_len"}]}, one card per model a request reaches (a READY version)."""
+    import time
+    pb, pbg = api
+    t0 = int(time.time())
+    status, got, _ = http_call(server.http_address, "GET", "/v1/models")
+    assert status == 200, got
+    ready = {m["name"]: m["versions"] for m in got["models"]
+             if any(v["state"] == "MODEL_STATE_READY" for v in m["versions"])}
+    assert got["object"] == "list" and [c["id"] for c in got["data"]] == sorted(ready) and len(ready) >= 3
+    for card in got["data"]:
+        assert list(card) == ["id", "object", "created", "owned_by", "root", "parent", "max_model_len"]
+        assert card["object"] == "model" and card["owned_by"] == "qvi-serve" and card["parent"] is None
+        assert t0 <= card["created"] <= time.time() + 1
+        newest = pbg.InferenceStub(server.channel).GetModel(
+            pb.GetModelRequest(model=pb.ModelSpec(name=card["id"])), timeout=10).model.versions[0].metadata
+        assert card["max_model_len"] == newest.tokenizer.max_tokens > 0
+        info = http_call(server.http_address, "GET", f"/models/{card['id']}/info")[1]
+        assert card["root"] == info["model_id"] and info["served_model_name"] == card["id"]
 
 
 def test_classify_refuses_in_openais_form(server):

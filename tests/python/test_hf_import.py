@@ -332,6 +332,15 @@ def test_teis_tokenize_and_decode_answer_as_the_models_own_tokenizer(imported):
         for skip in (True, False):
             decoded = stub.Decode(pb2.DecodeRequest(ids=ids, skip_special_tokens=skip), metadata=metadata, timeout=30)
             assert decoded.text == tokenizer.decode(ids, skip_special_tokens=skip), (text, skip)
+    # Their streams (TokenizeStream, DecodeStream) answer the same, in order.
+    texts = HOSTILE + [long_text]
+    streamed = stub.TokenizeStream(iter([pb2.EncodeRequest(inputs=t, add_special_tokens=True) for t in texts]),
+                                   metadata=(("qvi-model", "xlmr_tok"),), timeout=60)
+    assert [[t.id for t in answer.tokens] for answer in streamed] == [tokenizer.encode(t).ids for t in texts]
+    decoded = stub.DecodeStream(iter([pb2.DecodeRequest(ids=tokenizer.encode(t).ids, skip_special_tokens=True)
+                                      for t in texts]), metadata=(("qvi-model", "xlmr_tok"),), timeout=60)
+    assert [d.text for d in decoded] == [tokenizer.decode(tokenizer.encode(t).ids, skip_special_tokens=True)
+                                         for t in texts]
 
 
 def test_occlusion_deletes_whole_words_and_maps_are_per_word(api, imported):

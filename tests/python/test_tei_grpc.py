@@ -1,6 +1,7 @@
 """Text Embeddings Inference's gRPC API (tei.v1; server/grpc/tei/tei_service.h, proto/tei/v1/tei.proto vendored
-from TEI): Info, Predict, Tokenize and Decode on the gRPC port beside the native API, called with stubs generated
+from TEI): Info, Predict, Tokenize and Decode and the streams on the gRPC port beside the native API, called with stubs generated
 from the vendored file and with grpcurl through the server's reflection — the native answer's scores and tokens,
+their streams in order (the first failing request ends one),
 TEI's literal `truncate`, the model from the qvi-model metadata, refusals naming the field, every call counted."""
 import json
 import os
@@ -73,8 +74,8 @@ def test_predict_refuses_in_grpcs_codes_naming_the_field(tei, server):
             stub.Predict(request, metadata=metadata, timeout=30)
         assert refused.value.code() == code and message in refused.value.details(), refused.value.details()
     assert stub.Predict(pb2.PredictRequest(inputs=long_text, truncate=True), timeout=30).predictions
-    with pytest.raises(grpc.RpcError) as unbuilt:  # the streams are not built: gRPC's UNIMPLEMENTED
-        list(stub.PredictStream(iter([pb2.PredictRequest(inputs="a")]), timeout=30))
+    with pytest.raises(grpc.RpcError) as unbuilt:  # text pairs are not built: gRPC's UNIMPLEMENTED
+        stub.PredictPair(pb2.PredictPairRequest(inputs=["a", "b"]), timeout=30)
     assert unbuilt.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
@@ -104,6 +105,66 @@ def test_info_tokenize_and_decode(tei, server):
         with pytest.raises(grpc.RpcError) as refused:
             call(request, timeout=30)
         assert refused.value.code() == code and message in refused.value.details(), refused.value.details()
+
+
+STREAM_TEXTS = ["a wonderful , moving film", "terrible acting and a boring plot", "it was fine",
+                "the best thing i have seen this year", "dull"] * 4
+
+
+def test_predict_stream_answers_each_request_in_order_as_predict_does(api, tei, server):
+    """TEI's PredictStream: one answer per request, in the order sent, each the unary Predict's (the native
+    scores); every request a call counted as "TeiPredictStream"."""
+    pb2, pb2_grpc = tei
+    stub = pb2_grpc.PredictStub(server.channel)
+    before = metric_sum(server.metrics(), "qvi_requests_total", 'method="TeiPredictStream"', 'code="OK"')
+    for model, metadata in (("sentiment", ()), ("topics", (("qvi-model", "topics"),))):
+        answers = list(stub.PredictStream(iter([pb2.PredictRequest(inputs=t, truncate=True) for t in STREAM_TEXTS]),
+                                          metadata=metadata, timeout=60))
+        assert len(answers) == len(STREAM_TEXTS)
+        for text, answer in zip(STREAM_TEXTS, answers):
+            want = native(api, server, model, text)
+            assert [p.label for p in answer.predictions] == [label for label, _ in want], (model, text)
+            assert [p.score for p in answer.predictions] == pytest.approx([s for _, s in want], abs=1e-5)
+            assert answer.metadata.compute_chars == len(text)
+    wait_until(lambda: metric_sum(server.metrics(), "qvi_requests_total", 'method="TeiPredictStream"', 'code="OK"')
+               == before + 2 * len(STREAM_TEXTS), "every request of the streams counted")
+
+
+def test_a_streams_first_failing_request_ends_it_with_its_status(tei, server):
+    """As TEI's streams do: the answers before the failing request arrive, then the stream ends with that
+    request's status — while the client still holds its side open (a read outstanding on the server)."""
+    import threading
+    pb2, pb2_grpc = tei
+    release = threading.Event()
+
+    def requests(texts):
+        for text in texts:
+            yield pb2.PredictRequest(inputs=text, truncate=True)
+        release.wait(60)  # the client does not half-close until the test is over
+
+    before = metric_sum(server.metrics(), "qvi_requests_total", 'method="TeiPredictStream"', 'code="INVALID_ARGUMENT"')
+    answers = pb2_grpc.PredictStub(server.channel).PredictStream(requests(["good", "bad", "", "fine"]), timeout=30)
+    got = []
+    try:
+        with pytest.raises(grpc.RpcError) as ended:
+            for answer in answers:
+                got.append(answer)
+    finally:
+        release.set()
+    assert ended.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "`inputs` cannot be empty" in \
+        ended.value.details(), ended.value.details()
+    assert len(got) == 2 and all(a.predictions for a in got)
+    wait_until(lambda: metric_sum(server.metrics(), "qvi_requests_total", 'method="TeiPredictStream"',
+                                  'code="INVALID_ARGUMENT"') == before + 1, "the failing request counted")
+    # A word-level model decodes nothing: DecodeStream's first request ends it; TokenizeStream answers in order.
+    tokenize = pb2_grpc.TokenizeStub(server.channel)
+    with pytest.raises(grpc.RpcError) as refused:
+        list(tokenize.DecodeStream(iter([pb2.DecodeRequest(ids=[5, 6])] * 3), timeout=30))
+    assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "reads words" in refused.value.details()
+    texts = ["Zoë's café", "a moving film", "x"]
+    streamed = list(tokenize.TokenizeStream(iter([pb2.EncodeRequest(inputs=t) for t in texts]), timeout=30))
+    unary = [tokenize.Tokenize(pb2.EncodeRequest(inputs=t), timeout=30) for t in texts]
+    assert streamed == unary
 
 
 def test_grpcurl_finds_tei_by_reflection_and_calls_it(api, server):

@@ -9,6 +9,7 @@
 #include "server/frontend/drop_in_model.h"
 #include "server/frontend/tei/tokens.h"
 #include "server/grpc/infer_call.h"
+#include "server/grpc/infer_stream.h"
 #include "server/grpc/raw_unary.h"
 
 namespace qvi {
@@ -54,48 +55,149 @@ void FillMetadata(const InferenceResponse& answer, size_t chars, tv1::Metadata* 
   m->set_total_time_ns(static_cast<uint64_t>(absl::ToInt64Nanoseconds(answer.queue_time + answer.compute_time)));
 }
 
-// A unary call the core has no part in (Tokenize, Decode): admitted and prepared as every call is, then
-// answered here with `handle(request, model, &response)`.
+// A request the core has no part in (Tokenize, Decode; a unary call's or a stream's), admitted: prepared as
+// every call is, then answered here with `handle(request, model, &response)`, serialised into `raw_response`.
+template <typename Request, typename Response, typename Handle>
+absl::Status AnswerTokens(const TeiGrpc& tei, const absl::StatusOr<std::string>& model, Call& call,
+                          const grpc::ByteBuffer& raw, absl::Time deadline, grpc::ByteBuffer* raw_response,
+                          const Handle& handle) {
+  if (model.ok()) call.model = *model;
+  if (!model.ok()) return model.status();
+  Request request;
+  if (absl::Status s = DecodeRequest(raw, tei.caps, &request); !s.ok()) return s;
+  InferenceRequest counted;  // what the call layer counts and limits: the model and one text
+  counted.model = *model;
+  counted.texts.resize(1);
+  if (absl::Status s =
+          call.Prepare(counted, "", MonotonicDeadline(tei.core->env(), deadline), absl::InfiniteDuration(), nullptr);
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<ServableHandle> servable = tei.repository->Resolve(*model, 0);
+  if (!servable.ok()) return servable.status();
+  Response response;
+  if (absl::Status s = handle(request, *(*servable)->model, &response); !s.ok()) return s;
+  // The answer's size against the send limit, and its bytes held in flight, as every answer's are.
+  const int64_t bytes = static_cast<int64_t>(response.ByteSizeLong());
+  const int64_t limit = tei.core->limits().max_response_bytes;
+  if (limit > 0 && bytes > limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the answer would be ", bytes, " bytes, over the limit of ", limit, " (--max-message-bytes)"));
+  }
+  if (absl::Status s = counted.hold_answer_bytes(bytes); !s.ok()) return s;
+  bool own = false;
+  return FromGrpcStatus(grpc::SerializationTraits<Response>::Serialize(response, raw_response, &own));
+}
+
+// A unary Tokenize or Decode: admitted as every call is, then AnswerTokens.
 template <typename Request, typename Response, typename Handle>
 grpc::ServerUnaryReactor* ServeTokens(const TeiGrpc& tei, const char* method, grpc::CallbackServerContext* ctx,
                                       const grpc::ByteBuffer* raw, grpc::ByteBuffer* raw_response, Handle&& handle) {
   auto* call = new InferCall(tei.calls, ctx, method, static_cast<int64_t>(raw->Length()));
   absl::Status status = call->call().Admission(Authorization(ctx, *tei.calls));
   try {
-    Request request;
-    absl::StatusOr<std::string> model = TeiModel(ctx, tei);
+    const absl::StatusOr<std::string> model = TeiModel(ctx, tei);
     if (model.ok()) call->call().model = *model;
-    if (status.ok()) status = model.status();
-    if (status.ok()) status = DecodeRequest(*raw, tei.caps, &request);
-    InferenceRequest counted;  // what the call layer counts and limits: the model and one text
     if (status.ok()) {
-      counted.model = *model;
-      counted.texts.resize(1);
-      status = call->call().Prepare(counted, "", MonotonicDeadline(tei.core->env(), Deadline(ctx)),
-                                    absl::InfiniteDuration(), nullptr);
-    }
-    absl::StatusOr<ServableHandle> servable = absl::UnavailableError("");
-    if (status.ok()) servable = tei.repository->Resolve(*model, 0);
-    if (status.ok()) status = servable.status();
-    Response response;
-    if (status.ok()) status = handle(request, *(*servable)->model, &response);
-    // The answer's size against the send limit, and its bytes held in flight, as every answer's are.
-    const int64_t bytes = status.ok() ? static_cast<int64_t>(response.ByteSizeLong()) : 0;
-    const int64_t limit = tei.core->limits().max_response_bytes;
-    if (status.ok() && limit > 0 && bytes > limit) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("the answer would be ", bytes, " bytes, over the limit of ", limit, " (--max-message-bytes)"));
-    }
-    if (status.ok()) status = counted.hold_answer_bytes(bytes);
-    if (status.ok()) {
-      bool own = false;
-      status = FromGrpcStatus(grpc::SerializationTraits<Response>::Serialize(response, raw_response, &own));
+      status = AnswerTokens<Request, Response>(tei, model, call->call(), *raw, Deadline(ctx), raw_response, handle);
     }
   } catch (...) {
     status = absl::InternalError(absl::StrCat("answering failed: ", CurrentExceptionText()));
   }
   call->Answer(status);
   return call;
+}
+
+// The same requests as a stream (TokenizeStream, DecodeStream): each answered as it is read, in order; the first
+// that fails ends the stream (infer_stream.h). The model is the stream's metadata's, chosen once.
+template <typename Request, typename Response, typename Handle>
+RawStreamReactor* StreamTokens(const TeiGrpc& tei, const char* method, grpc::CallbackServerContext* ctx,
+                               Handle handle) {
+  typename InferStream<Response>::Options options;
+  options.core = tei.core;
+  options.calls = tei.calls;
+  options.method = method;
+  options.max_inflight = tei.max_stream_inflight;
+  options.answer = [tei = &tei, model = TeiModel(ctx, tei), handle = std::move(handle)](
+                       const grpc::ByteBuffer& raw, Call* call, absl::Time deadline, grpc::ByteBuffer* response) {
+    return AnswerTokens<Request, Response>(*tei, model, *call, raw, deadline, response, handle);
+  };
+  return new InferStream<Response>(std::move(options), ctx);
+}
+
+// Tokenize's answer: the text's tokens (frontend/tei/tokens.h), byte offsets.
+struct Encode {
+  int64_t max_bytes;  // --max-text-bytes
+  absl::Status operator()(const tv1::EncodeRequest& request, const Model& model, tv1::EncodeResponse* out) const {
+    if (absl::Status s = Empty(request.inputs()); !s.ok()) return s;
+    if (static_cast<int64_t>(request.inputs().size()) > max_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("inputs: ", request.inputs().size(), " bytes, over the limit of ",
+                                                     max_bytes, " (--max-text-bytes)"));
+    }
+    if (request.has_prompt_name()) {
+      return absl::InvalidArgumentError("prompt_name: these models have no prompts (an embedding model's, in TEI)");
+    }
+    absl::StatusOr<std::vector<TeiToken>> tokens = TeiTokens(model, request.inputs(), request.add_special_tokens());
+    if (!tokens.ok()) return tokens.status();
+    for (const TeiToken& t : *tokens) {
+      tv1::SimpleToken* token = out->add_tokens();
+      token->set_id(static_cast<uint32_t>(t.id));
+      token->set_text(t.text);
+      token->set_special(t.special);
+      if (!t.special) {
+        token->set_start(t.start);
+        token->set_stop(t.stop);
+      }
+    }
+    return absl::OkStatus();
+  }
+};
+
+// Decode's answer: the ids back to text.
+absl::Status DecodeIds(const tv1::DecodeRequest& request, const Model& model, tv1::DecodeResponse* out) {
+  if (request.ids().empty()) return absl::InvalidArgumentError("Input validation error: `input_ids` cannot be empty");
+  const std::vector<int64_t> ids(request.ids().begin(), request.ids().end());
+  absl::StatusOr<std::string> text = TeiDecodeIds(model, ids, request.skip_special_tokens());
+  if (!text.ok()) {
+    const bool positioned = absl::StartsWith(text.status().message(), "[");
+    return absl::Status(text.status().code(), absl::StrCat("ids", positioned ? "" : ": ", text.status().message()));
+  }
+  out->set_text(*std::move(text));
+  return absl::OkStatus();
+}
+
+// A Predict request (a unary call's or a stream's) for the core: every label, best first, and TEI's Metadata.
+absl::StatusOr<PlannedCall<tv1::PredictResponse>> PlanPredict(const TeiGrpc& tei,
+                                                              const absl::StatusOr<std::string>& model,
+                                                              const grpc::ByteBuffer& bytes, Call* call) {
+  tv1::PredictRequest request;
+  if (absl::Status s = DecodeRequest(bytes, tei.caps, &request); !s.ok()) return s;
+  if (!model.ok()) return model.status();
+  call->model = *model;
+  if (absl::Status s = Empty(request.inputs()); !s.ok()) return s;
+  if (request.raw_scores()) {
+    return absl::InvalidArgumentError("raw_scores: the models' logits are not answered here (only probabilities)");
+  }
+  if (request.truncation_direction() != tv1::TRUNCATION_DIRECTION_RIGHT) {
+    return absl::InvalidArgumentError("truncation_direction: only RIGHT (texts are cut at their end)");
+  }
+  PlannedCall<tv1::PredictResponse> planned;
+  planned.method = Method::kClassify;
+  planned.request.model = *model;
+  planned.request.texts = {request.inputs()};
+  planned.request.options.top_k = 1 << 20;  // every label, best first, as TEI answers
+  planned.request.options.error_on_truncation = !request.truncate();
+  planned.build = [chars = Characters(request.inputs())](const InferenceResponse& answer, tv1::PredictResponse* out) {
+    if (answer.results.size() != 1) return absl::InternalError("the answer is not one text's");
+    for (const auto& [label, score] : answer.results[0].labels) {
+      tv1::Prediction* p = out->add_predictions();
+      p->set_label(label);
+      p->set_score(score);
+    }
+    FillMetadata(answer, chars, out->mutable_metadata());
+    return absl::OkStatus();
+  };
+  return planned;
 }
 
 }  // namespace
@@ -131,92 +233,42 @@ grpc::ServerUnaryReactor* TeiInfoService::Info(grpc::CallbackServerContext* ctx,
 
 grpc::ServerUnaryReactor* TeiPredictService::Predict(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
                                                      grpc::ByteBuffer* raw_response) {
-  using Planned = PlannedCall<tv1::PredictResponse>;
-  return StartInferCall<tv1::PredictResponse>(
-      tei_->calls, tei_->core, "TeiPredict", ctx, raw, raw_response,
-      [tei = tei_, ctx](const grpc::ByteBuffer& bytes, Call* call) -> absl::StatusOr<Planned> {
-        tv1::PredictRequest request;
-        if (absl::Status s = DecodeRequest(bytes, tei->caps, &request); !s.ok()) return s;
-        absl::StatusOr<std::string> model = TeiModel(ctx, *tei);
-        if (!model.ok()) return model.status();
-        call->model = *model;
-        if (absl::Status s = Empty(request.inputs()); !s.ok()) return s;
-        if (request.raw_scores()) {
-          return absl::InvalidArgumentError(
-              "raw_scores: the models' logits are not answered here (only probabilities)");
-        }
-        if (request.truncation_direction() != tv1::TRUNCATION_DIRECTION_RIGHT) {
-          return absl::InvalidArgumentError("truncation_direction: only RIGHT (texts are cut at their end)");
-        }
-        Planned planned;
-        planned.method = Method::kClassify;
-        planned.request.model = *model;
-        planned.request.texts = {request.inputs()};
-        planned.request.options.top_k = 1 << 20;  // every label, best first, as TEI answers
-        planned.request.options.error_on_truncation = !request.truncate();
-        planned.build = [chars = Characters(request.inputs())](const InferenceResponse& answer,
-                                                               tv1::PredictResponse* out) {
-          if (answer.results.size() != 1) return absl::InternalError("the answer is not one text's");
-          for (const auto& [label, score] : answer.results[0].labels) {
-            tv1::Prediction* p = out->add_predictions();
-            p->set_label(label);
-            p->set_score(score);
-          }
-          FillMetadata(answer, chars, out->mutable_metadata());
-          return absl::OkStatus();
-        };
-        return planned;
-      });
+  return StartInferCall<tv1::PredictResponse>(tei_->calls, tei_->core, "TeiPredict", ctx, raw, raw_response,
+                                              [tei = tei_, ctx](const grpc::ByteBuffer& bytes, Call* call) {
+                                                return PlanPredict(*tei, TeiModel(ctx, *tei), bytes, call);
+                                              });
+}
+
+RawStreamReactor* TeiPredictService::PredictStream(grpc::CallbackServerContext* ctx) {
+  InferStream<tv1::PredictResponse>::Options options;
+  options.core = tei_->core;
+  options.calls = tei_->calls;
+  options.method = "TeiPredictStream";
+  options.max_inflight = tei_->max_stream_inflight;
+  options.plan = [tei = tei_, model = TeiModel(ctx, *tei_)](const grpc::ByteBuffer& bytes, Call* call, int64_t) {
+    return PlanPredict(*tei, model, bytes, call);
+  };
+  return new InferStream<tv1::PredictResponse>(std::move(options), ctx);
 }
 
 grpc::ServerUnaryReactor* TeiTokenizeService::Tokenize(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
                                                        grpc::ByteBuffer* raw_response) {
-  return ServeTokens<tv1::EncodeRequest, tv1::EncodeResponse>(
-      *tei_, "TeiTokenize", ctx, raw, raw_response,
-      [max_bytes = tei_->core->limits().max_text_bytes](const tv1::EncodeRequest& request, const Model& model,
-                                                        tv1::EncodeResponse* out) -> absl::Status {
-        if (absl::Status s = Empty(request.inputs()); !s.ok()) return s;
-        if (static_cast<int64_t>(request.inputs().size()) > max_bytes) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "inputs: ", request.inputs().size(), " bytes, over the limit of ", max_bytes, " (--max-text-bytes)"));
-        }
-        if (request.has_prompt_name()) {
-          return absl::InvalidArgumentError("prompt_name: these models have no prompts (an embedding model's, in TEI)");
-        }
-        absl::StatusOr<std::vector<TeiToken>> tokens = TeiTokens(model, request.inputs(), request.add_special_tokens());
-        if (!tokens.ok()) return tokens.status();
-        for (const TeiToken& t : *tokens) {
-          tv1::SimpleToken* token = out->add_tokens();
-          token->set_id(static_cast<uint32_t>(t.id));
-          token->set_text(t.text);
-          token->set_special(t.special);
-          if (!t.special) {
-            token->set_start(t.start);
-            token->set_stop(t.stop);
-          }
-        }
-        return absl::OkStatus();
-      });
+  return ServeTokens<tv1::EncodeRequest, tv1::EncodeResponse>(*tei_, "TeiTokenize", ctx, raw, raw_response,
+                                                              Encode{tei_->core->limits().max_text_bytes});
 }
 
 grpc::ServerUnaryReactor* TeiTokenizeService::Decode(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
                                                      grpc::ByteBuffer* raw_response) {
-  return ServeTokens<tv1::DecodeRequest, tv1::DecodeResponse>(
-      *tei_, "TeiDecode", ctx, raw, raw_response,
-      [](const tv1::DecodeRequest& request, const Model& model, tv1::DecodeResponse* out) -> absl::Status {
-        if (request.ids().empty()) {
-          return absl::InvalidArgumentError("Input validation error: `input_ids` cannot be empty");
-        }
-        const std::vector<int64_t> ids(request.ids().begin(), request.ids().end());
-        absl::StatusOr<std::string> text = TeiDecodeIds(model, ids, request.skip_special_tokens());
-        if (!text.ok()) {
-          const bool positioned = absl::StartsWith(text.status().message(), "[");
-          return absl::Status(text.status().code(),
-                              absl::StrCat("ids", positioned ? "" : ": ", text.status().message()));
-        }
-        out->set_text(*std::move(text));
-        return absl::OkStatus();
-      });
+  return ServeTokens<tv1::DecodeRequest, tv1::DecodeResponse>(*tei_, "TeiDecode", ctx, raw, raw_response, DecodeIds);
+}
+
+RawStreamReactor* TeiTokenizeService::TokenizeStream(grpc::CallbackServerContext* ctx) {
+  return StreamTokens<tv1::EncodeRequest, tv1::EncodeResponse>(*tei_, "TeiTokenizeStream", ctx,
+                                                               Encode{tei_->core->limits().max_text_bytes});
+}
+
+RawStreamReactor* TeiTokenizeService::DecodeStream(grpc::CallbackServerContext* ctx) {
+  return StreamTokens<tv1::DecodeRequest, tv1::DecodeResponse>(*tei_, "TeiDecodeStream", ctx, DecodeIds);
 }
 
 }  // namespace qvi

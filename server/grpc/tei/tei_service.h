@@ -10,8 +10,12 @@
 // The model: the `qvi-model` metadata's, else --default-model, else the store's only one (frontend/drop_in_model.h).
 // Predict, Tokenize and Decode run through the call layer as every call does (API keys, limits, deadlines,
 // metrics as "TeiPredict", "TeiTokenize", "TeiDecode"); Info is read as GetModel is (the read scope). Every
-// request is walked on the wire before it is parsed (wire_scan.h). Not built: the streams (PredictStream,
-// TokenizeStream, DecodeStream), PredictPair, Embed and Rerank (UNIMPLEMENTED, as gRPC answers an RPC not served).
+// request is walked on the wire before it is parsed (wire_scan.h).
+//   tei.v1.Predict/PredictStream, tei.v1.Tokenize/TokenizeStream and /DecodeStream: the same requests as a stream,
+//                                answered in order; the first that fails ends the stream with its status, as
+//                                TEI's do (infer_stream.h); each request a call of its own ("TeiPredictStream", ...),
+//                                at most --max-stream-inflight of a stream read and not yet answered
+// Not built: PredictPair (text pairs), Embed and Rerank (UNIMPLEMENTED, as gRPC answers an RPC not served).
 #ifndef QVI_SERVER_GRPC_TEI_TEI_SERVICE_H_
 #define QVI_SERVER_GRPC_TEI_TEI_SERVICE_H_
 
@@ -20,6 +24,7 @@
 #include "server/core/repository/model_repository.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
+#include "server/grpc/native/native_service.h"
 #include "server/grpc/wire/wire_scan.h"
 #include "tei/v1/tei.grpc.pb.h"
 
@@ -32,6 +37,7 @@ struct TeiGrpc {
   const ModelRepository* repository;
   std::string default_model;
   WireCaps caps;
+  int max_stream_inflight;  // --max-stream-inflight
 };
 
 class TeiInfoService final : public tei::v1::Info::WithRawCallbackMethod_Info<tei::v1::Info::CallbackService> {
@@ -45,11 +51,14 @@ class TeiInfoService final : public tei::v1::Info::WithRawCallbackMethod_Info<te
 };
 
 class TeiPredictService final
-    : public tei::v1::Predict::WithRawCallbackMethod_Predict<tei::v1::Predict::CallbackService> {
+    : public tei::v1::Predict::WithRawCallbackMethod_Predict<
+          tei::v1::Predict::WithRawCallbackMethod_PredictStream<tei::v1::Predict::WithCallbackMethod_PredictPair<
+              tei::v1::Predict::WithCallbackMethod_PredictPairStream<tei::v1::Predict::Service>>>> {
  public:
   explicit TeiPredictService(const TeiGrpc* tei) : tei_(tei) {}
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override;
+  RawStreamReactor* PredictStream(grpc::CallbackServerContext* ctx) override;
 
  private:
   const TeiGrpc* tei_;
@@ -57,13 +66,16 @@ class TeiPredictService final
 
 class TeiTokenizeService final
     : public tei::v1::Tokenize::WithRawCallbackMethod_Tokenize<
-          tei::v1::Tokenize::WithRawCallbackMethod_Decode<tei::v1::Tokenize::CallbackService>> {
+          tei::v1::Tokenize::WithRawCallbackMethod_Decode<tei::v1::Tokenize::WithRawCallbackMethod_TokenizeStream<
+              tei::v1::Tokenize::WithRawCallbackMethod_DecodeStream<tei::v1::Tokenize::Service>>>> {
  public:
   explicit TeiTokenizeService(const TeiGrpc* tei) : tei_(tei) {}
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Decode(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                    grpc::ByteBuffer* response) override;
+  RawStreamReactor* TokenizeStream(grpc::CallbackServerContext* ctx) override;
+  RawStreamReactor* DecodeStream(grpc::CallbackServerContext* ctx) override;
 
  private:
   const TeiGrpc* tei_;

@@ -11,6 +11,8 @@
 // calibrated confidence. "none" (a row per sub-word, its own softmax), "average" and "max" (word scores fused
 // from sub-word scores) and "stride" (windows over a long text) describe scores this tagger does not compute:
 // refused, naming the field. Errors take TEI's form (tei_routes.h), as the routes' other answers do.
+// QVI's addition, which the pipeline's clients ignore: "explain": true in the body gives each entity an
+// "explanation" (drop_in.h's HfEntities: the words, α and β where the model has them, and the entity's occlusion).
 #ifndef QVI_SERVER_HTTP_HF_PIPELINE_ROUTES_H_
 #define QVI_SERVER_HTTP_HF_PIPELINE_ROUTES_H_
 
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/core/repository/model_repository.h"
 #include "server/frontend/core.h"
 #include "server/http/drop_in_bodies.h"
 #include "server/http/http_call.h"
@@ -26,8 +29,8 @@
 namespace qvi {
 
 // Answers `call` (admitted, for `model`, a tagger) with the tagger's entities in the pipeline's shape.
-void ServeTokenClassification(Core* core, std::shared_ptr<HttpCall> call, const std::string& model,
-                              HttpRequest request);
+void ServeTokenClassification(Core* core, const ModelRepository& repository, std::shared_ptr<HttpCall> call,
+                              const std::string& model, HttpRequest request);
 
 }  // namespace qvi
 

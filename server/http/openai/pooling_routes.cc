@@ -22,25 +22,19 @@ json Numbers(const std::vector<float>& values) {
   return out;
 }
 
-// A token_classify item: each word's tag probabilities, the words and the entities.
-json TokenItem(const TextResult& r, size_t index) {
-  json rows = json::array(), words = json::array(), entities = json::array();
+// A token_classify item: each word's tag probabilities, the words and the entities (with `explain`, each
+// entity's explanation).
+json TokenItem(const TextResult& r, size_t index, bool explain) {
+  json rows = json::array(), words = json::array();
   for (const TokenOutput& t : r.tokens) {
     rows.push_back(Numbers(t.tag_probabilities));
     words.push_back(json{{"text", t.token.text}, {"start", t.token.start}, {"end", t.token.end}, {"tag", t.tag}});
-  }
-  for (const SpanOutput& s : r.spans) {
-    entities.push_back(json{{"entity_group", s.label},
-                            {"score", ShortestDouble(s.score)},
-                            {"word", s.text},
-                            {"start", s.start},
-                            {"end", s.end}});
   }
   return json{{"index", index},
               {"object", "pooling"},
               {"data", std::move(rows)},
               {"words", std::move(words)},
-              {"entities", std::move(entities)}};
+              {"entities", HfEntities(r, {}, explain)}};
 }
 
 // A classify item: every label's probability in the model's order.
@@ -74,16 +68,15 @@ void ServeOpenAiPooling(Core* core, Calls* calls, const ModelRepository& reposit
   call->call().model = *model;
   request.body.clear();
   const bool tokens = TokenTask(*parsed, repository, *model);
-  if (tokens && parsed->request.explain) {
-    return call->Fail(absl::InvalidArgumentError(
-        "explain: for classify (a tagger's words and entities come with token_classify's answer)"));
-  }
   auto decoded = std::make_shared<InferenceRequest>();
   decoded->model = *model;
   decoded->texts = std::move(parsed->request.texts);
   decoded->options.top_k = 1 << 20;  // a classifier: every label's probability
   decoded->options.tag_probabilities = tokens;
-  if (parsed->request.explain) AskExplanations(repository, *model, decoded->options);
+  if (parsed->request.explain) {
+    tokens ? AskEntityExplanations(repository, *model, decoded->options)
+           : AskExplanations(repository, *model, decoded->options);
+  }
   auto build = [tokens,
                 explain = parsed->request.explain](const InferenceResponse& answer) -> absl::StatusOr<HttpResponse> {
     if (answer.manifest == nullptr) return absl::InternalError("the answer has no manifest");
@@ -99,7 +92,8 @@ void ServeOpenAiPooling(Core* core, Calls* calls, const ModelRepository& reposit
       }
     }
     for (size_t i = 0; i < answer.results.size(); ++i) {
-      data.push_back(tokens ? TokenItem(answer.results[i], i) : ClassifyItem(answer.results[i], i, labels, explain));
+      data.push_back(tokens ? TokenItem(answer.results[i], i, explain)
+                            : ClassifyItem(answer.results[i], i, labels, explain));
     }
     json out = OpenAiList("pooling", answer, std::move(data));
     out["labels"] = labels;

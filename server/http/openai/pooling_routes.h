@@ -5,7 +5,8 @@
 //      word's probability of every tag ([words][tags], the CRF's marginals, calibrated as the entities' scores)
 //      and a classify item's every label's probability; QVI's additions, which vLLM's clients ignore: "labels"
 //      (the columns' names), each token_classify item's "words" ({"text", "start", "end", "tag"}, characters) and
-//      "entities" (Hugging Face's entity_group/score/word/start/end), a classify item's "explanation" on request.
+//      "entities" (Hugging Face's entity_group/score/word/start/end); on request ("explain": true) a classify
+//      item's "explanation", or each entity's (drop_in.h's HfEntities).
 // No "task": the model's (a tagger's token_classify, a classifier's classify). vLLM answers one row per prompt
 // token, special tokens included; here a row is a word, as every answer of this server is (a sub-word model's
 // words are its pre-tokenizer's pieces). Errors take OpenAI's form (classify_routes.h); metrics "OpenAiPooling".

@@ -88,7 +88,7 @@ void ServeTeiPredict(Core* core, Calls* calls, const ModelRepository& repository
     return call->Fail(admitted);
   }
   if (!model.ok()) return call->Fail(model.status());
-  if (tagger) return ServeTokenClassification(core, std::move(call), *model, std::move(request));
+  if (tagger) return ServeTokenClassification(core, repository, std::move(call), *model, std::move(request));
   absl::StatusOr<TeiPredict> parsed = ParseTeiPredict(request.body, core->limits().max_texts);
   if (!parsed.ok()) return call->Fail(parsed.status());
   request.body.clear();

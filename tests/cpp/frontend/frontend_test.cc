@@ -30,7 +30,9 @@
 #include "server/frontend/oip/api.h"
 #include "server/grpc/native/native_service.h"
 #include "server/grpc/oip/oip_service.h"
+#include "server/grpc/tei/tei_service.h"
 #include "server/http/http_api.h"
+#include "tei/v1/tei.grpc.pb.h"
 #include "tests/cpp/test_util/run.h"
 #include "tests/cpp/test_util/store.h"
 
@@ -120,13 +122,14 @@ class FakeCore final : public Core {
     MutexLock lock(&mu_);
     holding_ = true;
   }
-  // Answers every request kept so far; how many.
-  int ReleaseHeld() {
+  // Answers every request kept so far (the last first with `reverse`); how many.
+  int ReleaseHeld(bool reverse = false) {
     std::vector<Done> waiting;
     {
       MutexLock lock(&mu_);
       waiting.swap(waiting_);
     }
+    if (reverse) std::reverse(waiting.begin(), waiting.end());
     for (Done& done : waiting) Answer(std::move(done));
     return static_cast<int>(waiting.size());
   }
@@ -210,16 +213,21 @@ class FrontendTest : public ::testing::Test {
     native_ = std::make_unique<InferenceServiceImpl>(&core_, repo_, calls_.get(), max_stream_inflight);
     oip_ = std::make_unique<OipServiceImpl>(&core_, oip_api_.get(), calls_.get());
     http_ = std::make_unique<HttpApi>(&core_, repo_, calls_.get(), oip_api_.get(), &ready_, HttpApi::Options{});
+    tei_ = std::make_unique<TeiGrpc>(
+        TeiGrpc{&core_, calls_.get(), repo_, "", DefaultWireCaps(core_.limits()), max_stream_inflight});
+    tei_predict_ = std::make_unique<TeiPredictService>(tei_.get());
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
     builder.RegisterService(native_.get());
     builder.RegisterService(oip_.get());
+    builder.RegisterService(tei_predict_.get());
     server_ = builder.BuildAndStart();
     ASSERT_NE(port, 0);
     auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
     native_stub_ = v1::Inference::NewStub(channel);
     oip_stub_ = inference::GRPCInferenceService::NewStub(channel);
+    tei_stub_ = tei::v1::Predict::NewStub(channel);
   }
   void TearDown() override {
     if (server_) server_->Shutdown();
@@ -283,6 +291,9 @@ class FrontendTest : public ::testing::Test {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::Inference::Stub> native_stub_;
   std::unique_ptr<inference::GRPCInferenceService::Stub> oip_stub_;
+  std::unique_ptr<TeiGrpc> tei_;
+  std::unique_ptr<TeiPredictService> tei_predict_;
+  std::unique_ptr<tei::v1::Predict::Stub> tei_stub_;
 };
 
 testing::TempStore* FrontendTest::store_ = nullptr;
@@ -509,6 +520,53 @@ TEST_F(FrontendTest, ACancelledStreamCancelsTheRequestsItHasInTheCore) {
   // otherwise).
   EXPECT_EQ(core_.ReleaseHeld(), 2);
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+tei::v1::PredictRequest TeiRequest(const std::string& text) {
+  tei::v1::PredictRequest r;
+  r.set_inputs(text);
+  r.set_truncate(true);
+  return r;
+}
+
+TEST_F(FrontendTest, TeisStreamAnswersInTheOrderOfItsRequestsWhateverOrderTheCoreAnswersIn) {
+  Start();
+  core_.HoldAnswers();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = tei_stub_->PredictStream(&ctx);
+  // Each answer's compute_chars tells whose it is: 1, 2, 3 characters.
+  for (const char* text : {"a", "bb", "ccc"}) ASSERT_TRUE(stream->Write(TeiRequest(text)));
+  ASSERT_TRUE(stream->WritesDone());
+  ASSERT_TRUE(Eventually([&] { return core_.calls() == 3; }));
+  EXPECT_EQ(core_.ReleaseHeld(/*reverse=*/true), 3);
+  tei::v1::PredictResponse answer;
+  std::vector<uint32_t> order;
+  while (stream->Read(&answer)) {
+    order.push_back(answer.metadata().compute_chars());
+    EXPECT_EQ(answer.predictions(0).label(), "positive");
+  }
+  EXPECT_EQ(order, (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_TRUE(stream->Finish().ok());
+}
+
+TEST_F(FrontendTest, TeisStreamEndsWithTheFirstFailingRequestsStatusAndDropsWhatCameAfter) {
+  Start();
+  core_.HoldAnswers();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  auto stream = tei_stub_->PredictStream(&ctx);
+  // The empty text is refused at once, before the first is answered; the third is answered before the first.
+  for (const char* text : {"a", "", "ccc"}) ASSERT_TRUE(stream->Write(TeiRequest(text)));
+  ASSERT_TRUE(Eventually([&] { return core_.calls() == 2; }));
+  EXPECT_EQ(core_.ReleaseHeld(/*reverse=*/true), 2);
+  tei::v1::PredictResponse answer;
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_EQ(answer.metadata().compute_chars(), 1u);
+  EXPECT_FALSE(stream->Read(&answer)) << "an answer after the failing request was written";
+  const grpc::Status s = stream->Finish();  // the client never half-closed: the server ended the stream
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("`inputs` cannot be empty"), std::string::npos) << s.error_message();
 }
 
 // Keeps every span it is given.
