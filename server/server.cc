@@ -335,6 +335,7 @@ absl::Status Server::StartHttp() {
   api.explain_page = net.http_explain_page;
   api.repository_control = oip_repository_.get();
   api.default_model = options_.models.default_model;
+  api.tokenization_workers = options_.threads.inference;
   http_api_ = std::make_unique<HttpApi>(frontend_core_.get(), repository_.get(), calls_.get(), oip_api_.get(),
                                         &serving_, std::move(api));
   HttpServer::Options o;

@@ -127,7 +127,8 @@ void HttpApi::ServeDropIn(const HttpRoute& route, HttpRequest request, HttpServe
       if (absl::Status s = calls_->Authorize(request.Header("Authorization"), Scope::kRead); !s.ok()) {
         return reply(TeiError(s));
       }
-      return reply(TeiInfoRoute(*repository_, core_->limits(), options_.default_model, route));
+      return reply(
+          TeiInfoRoute(*repository_, core_->limits(), options_.default_model, options_.tokenization_workers, route));
     case Kind::kTeiTokenize:
     case Kind::kTeiDecode:
       return ServeTeiTokens(core_, calls_, *repository_, options_.default_model, route, std::move(request),

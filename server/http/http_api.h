@@ -52,6 +52,8 @@ class HttpApi {
     const OipRepository* repository_control = nullptr;
     // The model of the routes that name none (TEI's); "": the store's only model.
     std::string default_model;
+    // The threads that tokenise (--inference-threads): TEI's /info tokenization_workers.
+    int tokenization_workers = 0;
   };
   HttpApi(Core* core, const ModelRepository* repository, Calls* calls, const OipApi* oip,
           const std::atomic<bool>* serving, Options options)

@@ -118,6 +118,37 @@ def tei_stubs():
     return tei_pb2, tei_pb2_grpc
 
 
+def _openapi30_to_json_schema(node):
+    """An OpenAPI 3.0 schema as JSON Schema: `nullable: true` becomes null allowed; examples and defaults (TEI
+    writes some as strings) dropped."""
+    if isinstance(node, list):
+        return [_openapi30_to_json_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _openapi30_to_json_schema(v) for k, v in node.items() if k not in ("nullable", "example", "default")}
+    if node.get("nullable"):
+        if "type" in out:
+            out["type"] = [out["type"], "null"]
+        else:
+            out = {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+@functools.cache
+def _tei_openapi_components():
+    with open(os.path.join(REPO, "proto", "tei", "openapi.json")) as f:
+        return _openapi30_to_json_schema(json.load(f)["components"])
+
+
+def tei_schema_errors(name, instance):
+    """What of `instance` TEI's own OpenAPI document (proto/tei/openapi.json, vendored from TEI 1.9.3) refuses
+    under its schema `name` (e.g. "PredictResponse"): a list of messages, empty when it validates."""
+    import jsonschema
+    schema = {"$ref": f"#/components/schemas/{name}", "components": _tei_openapi_components()}
+    validator = jsonschema.Draft202012Validator(schema)
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(instance)]
+
+
 @functools.cache
 def api_stubs():
     """(inference_pb2, inference_pb2_grpc): the native API's modules, generated from proto/ once per process

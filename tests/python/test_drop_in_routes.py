@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from qvi_testing import STORE, ServerProcess, drop_in_server, http_call, metric_sum, wait_until
+from qvi_testing import STORE, ServerProcess, drop_in_server, http_call, metric_sum, tei_schema_errors, wait_until
 
 TEXTS = ["a wonderful , moving film", "terrible acting and a boring plot", "it was fine"]
 
@@ -150,6 +150,37 @@ def test_explain_gives_each_entity_the_words_and_its_occlusion_as_the_native_tag
                                                          {"inputs": SENTENCES[0]})[1])
     status, refused, _ = http_call(server.http_address, "POST", "/models/ner", {"inputs": "a", "explain": "yes"})
     assert (status, refused["error_type"]) == (422, "Validation") and "explain:" in refused["error"], refused
+
+
+def test_answers_validate_against_teis_own_openapi_schemas(server):
+    """TEI's OpenAPI document (proto/tei/openapi.json, vendored from TEI 1.9.3) is what a client generated for TEI
+    reads: each request sent here is one of its requests, and each answer — predictions, info, tokens, errors —
+    validates against the schema TEI declares for that route and status."""
+    calls = (("/predict", {"inputs": TEXTS[0]}, "PredictRequest", 200, "PredictResponse"),
+             ("/predict", {"inputs": [[t] for t in TEXTS], "truncate": True}, "PredictRequest", 200, "PredictResponse"),
+             ("/predict", {"inputs": TEXTS[0], "truncation_direction": "Right", "raw_scores": False},
+              "PredictRequest", 200, "PredictResponse"),
+             ("/", {"inputs": TEXTS[1]}, "PredictRequest", 200, "PredictResponse"),
+             ("/tokenize", {"inputs": TEXTS[0]}, "TokenizeRequest", 200, "TokenizeResponse"),
+             ("/tokenize", {"inputs": TEXTS, "add_special_tokens": False}, "TokenizeRequest", 200, "TokenizeResponse"),
+             ("/predict", {"inputs": ""}, "PredictRequest", 400, "ErrorResponse"),
+             ("/predict", {"inputs": ["a", "b"]}, "PredictRequest", 422, "ErrorResponse"),
+             ("/predict", {"inputs": TEXTS[0], "raw_scores": True}, "PredictRequest", 422, "ErrorResponse"),
+             ("/tokenize", {"inputs": ""}, "TokenizeRequest", 400, "ErrorResponse"),
+             # The GloVe models decode nothing (test_hf_import.py validates a sub-word model's /decode answer).
+             ("/decode", {"ids": [5, 6]}, "DecodeRequest", 422, "ErrorResponse"),
+             ("/decode", {"ids": [[]]}, "DecodeRequest", 400, "ErrorResponse"))
+    for path, body, request_schema, want_status, answer_schema in calls:
+        assert tei_schema_errors(request_schema, body) == [], (path, body)
+        status, answer, _ = http_call(server.http_address, "POST", path, body)
+        assert status == want_status, (path, body, answer)
+        assert tei_schema_errors(answer_schema, answer) == [], (path, body, answer)
+    status, info, _ = http_call(server.http_address, "GET", "/info")
+    assert status == 200 and tei_schema_errors("Info", info) == [], info
+    assert info["tokenization_workers"] >= 1
+    # The check can fail: a TEI answer with a field of the wrong type is refused.
+    assert tei_schema_errors("PredictResponse", [{"score": "high", "label": "positive"}])
+    assert tei_schema_errors("Info", {**info, "tokenization_workers": None})
 
 
 def test_tokenize_answers_a_word_level_models_words_and_ids(api, server):

@@ -24,7 +24,7 @@ from conftest import oip_calls
 from selenium.webdriver.common.keys import Keys
 from test_explain_page import ask, browser, open_page  # noqa: F401 (browser: the page tests' fixture)
 from test_hf_tokenizer import sentencepiece_converted
-from qvi_testing import REPO, ServerProcess, http_call, post_json, tei_stubs, wait_until
+from qvi_testing import REPO, ServerProcess, http_call, post_json, tei_schema_errors, tei_stubs, wait_until
 
 import torch
 import transformers
@@ -293,6 +293,9 @@ def test_teis_tokenize_and_decode_answer_as_the_models_own_tokenizer(imported):
             status, texts, _ = http_call(proc.http_address, "POST", f"/models/{name}/decode",
                                          {"ids": ids, "skip_special_tokens": skip})
             assert status == 200 and texts == [tokenizer.decode(i, skip_special_tokens=skip) for i in ids], (name, skip)
+            # TEI's own OpenAPI schemas (proto/tei/openapi.json) hold the request and the answer.
+            assert tei_schema_errors("DecodeRequest", {"ids": ids, "skip_special_tokens": skip}) == []
+            assert tei_schema_errors("DecodeResponse", texts) == [] and tei_schema_errors("TokenizeResponse", got) == []
         status, one, _ = http_call(proc.http_address, "POST", f"/models/{name}/decode", {"ids": ids[0]})
         assert status == 200 and one == [tokenizer.decode(ids[0])]  # one list of ids: a list of one text
     size = models_["bert_seq"][1].get_vocab_size()

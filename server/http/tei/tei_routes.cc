@@ -115,7 +115,7 @@ void ServeTeiPredict(Core* core, Calls* calls, const ModelRepository& repository
 }
 
 HttpResponse TeiInfoRoute(const ModelRepository& repository, const RequestLimits& limits,
-                          const std::string& default_model, const HttpRoute& route) {
+                          const std::string& default_model, int tokenization_workers, const HttpRoute& route) {
   absl::StatusOr<std::string> model = TeiModel(route, default_model, repository);
   if (!model.ok()) return TeiError(model.status());
   absl::StatusOr<ServableHandle> servable = repository.Resolve(*model, 0);
@@ -141,7 +141,7 @@ HttpResponse TeiInfoRoute(const ModelRepository& repository, const RequestLimits
                                        {"max_batch_requests", (*servable)->serving.max_batch_size},
                                        {"max_client_batch_size", limits.max_texts},
                                        {"auto_truncate", true},
-                                       {"tokenization_workers", nullptr},
+                                       {"tokenization_workers", tokenization_workers},
                                        {"version", QVI_VERSION},
                                        {"sha", nullptr},
                                        {"docker_label", nullptr},

@@ -53,8 +53,9 @@ HttpResponse TeiError(const absl::Status& status);
 
 void ServeTeiPredict(Core* core, Calls* calls, const ModelRepository& repository, const std::string& default_model,
                      const HttpRoute& route, HttpRequest request, HttpServer::Reply reply);
+// GET /info: `tokenization_workers` the threads that tokenise (--inference-threads).
 HttpResponse TeiInfoRoute(const ModelRepository& repository, const RequestLimits& limits,
-                          const std::string& default_model, const HttpRoute& route);
+                          const std::string& default_model, int tokenization_workers, const HttpRoute& route);
 
 }  // namespace qvi
 
