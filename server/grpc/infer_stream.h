@@ -110,6 +110,10 @@ class InferStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   // The next write, the next read, or the end of the stream, as far as the state allows.
   Step NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Take(const Step& step);
+  // Finish, after which no read is started: a read planned under mu_ before the stream ended (kInOrder ends it
+  // from any thread, a read outstanding or not) is dropped rather than started after Finish. Touches nothing
+  // of the stream after Finish.
+  void FinishOnce(const grpc::Status& status);
   // Counts and logs `item` (`written`: its answer reached gRPC) and forgets it. Deletes the stream
   // when it was the last thing keeping it.
   void Retire(Item* item, bool written);
@@ -131,6 +135,8 @@ class InferStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc:
   bool read_closed_ ABSL_GUARDED_BY(mu_) = false;  // the client half-closed, or the stream broke
   bool finished_ ABSL_GUARDED_BY(mu_) = false;     // Finish was called
   bool done_ ABSL_GUARDED_BY(mu_) = false;         // OnDone ran
+  Mutex start_mu_;  // orders StartRead against Finish; never held with mu_, nor across Finish
+  bool finish_called_ ABSL_GUARDED_BY(start_mu_) = false;
 };
 
 // One request of a stream, from its message to its answer's write: what GrpcSteps (infer_call.h) and
@@ -231,7 +237,7 @@ InferStream<StreamResponse>::InferStream(Options options, grpc::CallbackServerCo
       finished_ = true;
       read_closed_ = true;
     }
-    Finish(ToGrpcStatus(refused));
+    FinishOnce(ToGrpcStatus(refused));
     return;
   }
   Step step;
@@ -253,6 +259,13 @@ void InferStream<StreamResponse>::OnReadDone(bool ok) {
       step = NextLocked();
     }
     return Take(step);
+  }
+  {
+    MutexLock lock(&mu_);
+    if (finished_) {  // kInOrder: the stream ended while this read was outstanding; its message is not answered
+      reading_ = false;
+      return;
+    }
   }
   const int64_t index = next_index_++;
   auto* item = new Item(this, index, &read_);
@@ -364,8 +377,9 @@ typename InferStream<StreamResponse>::Step InferStream<StreamResponse>::NextLock
   const bool cancelled = cancelled_.load();
   if (writing_ == nullptr && !ready_.empty() && !cancelled) {
     if (kInOrder && !ready_.front()->status().ok()) {
-      // Its turn has come: its status ends the stream, even with a read outstanding (gRPC then fails that
-      // read). The requests still in the core see the stream cancelled and are retired as they come back.
+      // Its turn has come: its status ends the stream, even with a read outstanding (which then completes,
+      // and whose message is dropped). The requests still in the core see the stream cancelled and are
+      // retired as they come back.
       step.failed = ready_.front();
       ready_.pop_front();
       step.unsent = TakeUnsentLocked();
@@ -392,17 +406,34 @@ typename InferStream<StreamResponse>::Step InferStream<StreamResponse>::NextLock
 }
 
 template <typename StreamResponse>
+void InferStream<StreamResponse>::FinishOnce(const grpc::Status& status) {
+  {
+    MutexLock lock(&start_mu_);
+    finish_called_ = true;
+  }
+  // Last: once it is called, OnDone may run and delete the stream. A read started before the flag was set
+  // was started before this Finish; none starts after it.
+  Finish(status);
+}
+
+template <typename StreamResponse>
 void InferStream<StreamResponse>::Take(const Step& step) {
   if (step.write != nullptr) StartWrite(step.write);
-  if (step.read) StartRead(&read_);
+  if (step.read) {
+    // gRPC never runs OnReadDone inline from StartRead, so holding start_mu_ here cannot deadlock.
+    MutexLock lock(&start_mu_);
+    if (!finish_called_) StartRead(&read_);
+  }
   if (step.failed != nullptr) {
+    // A refusal for a rate limit says when to retry, as a unary call's does.
+    AddRetryPushback(ctx_, step.failed->status());
+    FinishOnce(ToGrpcStatus(step.failed->status()));
     // Each retired request still counts in flight until its Retire: the stream outlives these.
-    Finish(ToGrpcStatus(step.failed->status()));
     for (Item* item : step.unsent) Retire(item, /*written=*/false);
     Retire(step.failed, /*written=*/true);
     return;
   }
-  if (step.finish) Finish(cancelled_.load() ? grpc::Status::CANCELLED : grpc::Status::OK);
+  if (step.finish) FinishOnce(cancelled_.load() ? grpc::Status::CANCELLED : grpc::Status::OK);
 }
 
 template <typename StreamResponse>
