@@ -18,6 +18,7 @@
 #include "server/core/repository/model_repository.h"
 #include "server/core/sched/executor.h"
 #include "server/core/serving/inference_service.h"
+#include "server/core/serving/shadow.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
 #include "server/frontend/oip/api.h"
@@ -96,6 +97,7 @@ class Server {
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ResponseCache> cache_;  // --response-cache-bytes; outlives core_, which uses it
+  std::unique_ptr<ShadowMirror> shadow_;  // outlives core_, which mirrors through it
   std::unique_ptr<InferenceService> core_;
   std::unique_ptr<ServingCore> frontend_core_;  // what the front ends call core_ through
   std::shared_ptr<ApiKeys> api_keys_;           // before calls_, which reads it

@@ -284,9 +284,12 @@ void AddLimitOptions(CLI::App& app, ServerOptions& o) {
          "(its answer). 0: no limit")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->group("Limits");
+  app.add_option("--shadow-max-inflight-texts", o.limits.shadow_max_inflight_texts,
+                 "texts mirrored to shadow candidates in the core at once; more are dropped and counted")
+      ->check(CLI::Range(1, 1 << 20))
+      ->group("Limits");
   app.add_option("--max-stream-inflight", o.limits.max_stream_inflight,
-                 "requests of one ClassifyStream/TagStream read and not yet answered; the stream's next message is "
-                 "read only below it (flow control)")
+                 "requests of one stream read and not yet answered; its next message is read only below it")
       ->check(CLI::Range(1, 1 << 16))
       ->group("Limits");
   app.add_option("--max-queued-texts", o.limits.max_queued_texts,

@@ -88,7 +88,8 @@ struct ServerOptions {
     int max_queued_texts = 0;  // texts waiting in one model version's batch queue; 0: by device (defaults.h)
     int64_t max_inflight_request_bytes = int64_t{256}
                                          << 20;  // inference request bytes (Classify, Tag, ModelInfer) not yet answered
-    int max_stream_inflight = 64;  // a stream's requests read and not yet answered (ClassifyStream, TagStream)
+    int max_stream_inflight = 64;        // a stream's requests read and not yet answered (ClassifyStream, TagStream)
+    int shadow_max_inflight_texts = 64;  // texts mirrored to shadow candidates in the core at once
   } limits;
   struct Threads {
     int inference = 2;                    // request threads: check and tokenise, then queue for the model

@@ -7,6 +7,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -38,6 +39,8 @@ class Core {
   virtual void WhenLoaded(const std::string& model, absl::Time /*deadline*/, ModelRepository::LoadedDone ready) {
     ready(absl::UnavailableError(absl::StrCat("model '", Capped(model), "' is not loaded")));
   }
+  // The comparisons of `model`'s shadow candidates so far (ShadowMirror::Summaries); none without a mirror.
+  virtual std::vector<ShadowSummary> ShadowSummaries(const std::string& /*model*/) const { return {}; }
 };
 
 // The server's core.
@@ -52,6 +55,9 @@ class ServingCore final : public Core {
   bool TryRun(std::function<void()> work) override { return service_->TryRun(std::move(work)); }
   void WhenLoaded(const std::string& model, absl::Time deadline, ModelRepository::LoadedDone ready) override {
     service_->WhenLoaded(model, deadline, std::move(ready));
+  }
+  std::vector<ShadowSummary> ShadowSummaries(const std::string& model) const override {
+    return service_->shadow() == nullptr ? std::vector<ShadowSummary>{} : service_->shadow()->Summaries(model);
   }
 
  private:

@@ -95,7 +95,9 @@ HttpResponse HttpApi::Describe(const HttpRoute& route) const {
       // The native listing and OpenAI's (vLLM's GET /v1/models) share the path: one body holds both.
       return WithOpenAiModelList(ListModelsRoute(*repository_), repository_->List());
     case Kind::kGetModel:
-      return GetModelRoute(*repository_, core_->limits(), route);
+      return GetModelRoute(*repository_, *core_, route);
+    case Kind::kGetShadow:
+      return GetShadowRoute(*repository_, *core_, route);
     case Kind::kOpenApi:
       return HttpResponse{200, "application/json", OpenApiDocument(), {}};
     case Kind::kPage:
@@ -157,6 +159,7 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
   switch (route->kind) {
     case Kind::kListModels:
     case Kind::kGetModel:
+    case Kind::kGetShadow:
     case Kind::kServerMetadata:
     case Kind::kModelMetadata:
       // What the models are: the `read` scope with --api-keys. The probes (live, ready, a model's

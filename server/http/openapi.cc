@@ -185,6 +185,12 @@ void AddModelPaths(json& paths, json& schemas) {
     add("/v1" + base, "get",
         Operation("GetModel", "its versions, states and metadata",
                   MessageSchemaRef(v1::GetModelResponse::descriptor(), schemas)));
+    if (!with_version) {
+      add("/v1" + base + "/shadow", "get",
+          Operation("the model's shadow candidate compared with its serving version (serving.json's shadow)",
+                    "one comparison per pair of versions, newest first",
+                    MessageSchemaRef(v1::GetShadowResponse::descriptor(), schemas)));
+    }
     add("/v1" + base + ":classify", "post",
         Operation("Classify (the model from the path)", "labels, and tokens with alpha and beta when asked",
                   MessageSchemaRef(v1::ClassifyResponse::descriptor(), schemas)),

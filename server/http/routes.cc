@@ -56,8 +56,15 @@ absl::StatusOr<HttpRoute> ParseV1ModelRoute(absl::string_view path, absl::string
     verb = path.substr(colon + 1);
     path = path.substr(0, colon);
   }
+  const bool shadow = verb.empty() && absl::ConsumeSuffix(&path, "/shadow");
   if (absl::Status s = ParseModelPath(path, target, route); !s.ok()) return s;
-  if (verb.empty()) {
+  if (shadow && route.version != 0) {
+    return absl::NotFoundError(absl::StrCat("no route for ", target.substr(0, 200), ": a model's shadow is ",
+                                            "/v1/models/{m}/shadow (it names both versions)"));
+  }
+  if (shadow) {
+    route.kind = Kind::kGetShadow;
+  } else if (verb.empty()) {
     route.kind = Kind::kGetModel;
   } else if (verb == "classify" || verb == "tag") {
     route.kind = verb == "classify" ? Kind::kClassify : Kind::kTag;
@@ -65,7 +72,7 @@ absl::StatusOr<HttpRoute> ParseV1ModelRoute(absl::string_view path, absl::string
     return absl::NotFoundError(
         absl::StrCat("no route for ", target.substr(0, 200), ": the verbs are :classify and :tag"));
   }
-  route.allow = route.kind == Kind::kGetModel ? "GET" : "POST";
+  route.allow = route.kind == Kind::kGetModel || route.kind == Kind::kGetShadow ? "GET" : "POST";
   return route;
 }
 

@@ -20,6 +20,7 @@ struct HttpRoute {
     kReady,
     kListModels,
     kGetModel,
+    kGetShadow,  // GET /v1/models/{m}/shadow
     kClassify,
     kTag,
     kServerMetadata,

@@ -68,6 +68,12 @@ class Metrics final : public ServingObserver, public ResponseCache::Events {
   void OnAnswers(const std::string& model, int64_t version, const AnswerReport& answers) override;
   // From the thread that enqueued the request that took their place.
   void OnShed(const std::string& model, int64_t version, int level, size_t texts) override;
+  // Shadow versions (shadow_metrics.cc): per model, serving version and candidate.
+  void OnShadowCompared(const std::string& model, int64_t live, int64_t shadow,
+                        const TextComparison& comparison) override;
+  void OnShadowLatency(const std::string& model, int64_t live, int64_t shadow, absl::Duration difference) override;
+  void OnShadowDropped(const std::string& model, int64_t live, int64_t shadow, const char* reason,
+                       int64_t texts) override;
 
   // A counter read at each scrape from `read` (for counts kept elsewhere, such as the access log's
   // dropped lines). Call before the first scrape.
@@ -164,6 +170,19 @@ class Metrics final : public ServingObserver, public ResponseCache::Events {
     prometheus::Family<prometheus::Counter>& abstained;
   };
   AnswerMix answer_mix_;
+  // Shadow versions' comparisons (shadow_metrics.cc).
+  struct Shadow {
+    explicit Shadow(prometheus::Registry& registry);
+    prometheus::Family<prometheus::Counter>& compared;
+    prometheus::Family<prometheus::Counter>& agreed;
+    prometheus::Family<prometheus::Counter>& flips;
+    prometheus::Family<prometheus::Counter>& spans;
+    prometheus::Family<prometheus::Counter>& dropped;
+    prometheus::Family<prometheus::Histogram>& rank_correlation;
+    prometheus::Family<prometheus::Histogram>& score_difference;
+    prometheus::Family<prometheus::Histogram>& latency_difference;
+  };
+  Shadow shadow_{*registry_};  // registry_ is declared (so made) before
 
   struct ScrapedCounter {
     std::string name, help;

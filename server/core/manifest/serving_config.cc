@@ -117,6 +117,37 @@ std::string VersionPolicy::ToString() const {
   return "";
 }
 
+namespace {
+
+// serving.json's "shadow": {"version": V, "fraction": F, "keep_texts": B}.
+absl::StatusOr<ShadowSettings> ParseShadow(const nlohmann::json& j) {
+  if (!j.is_object()) return Bad("shadow", "must be an object: {\"version\": 2, \"fraction\": 0.1}");
+  ShadowSettings s;
+  std::optional<int64_t> version;
+  std::optional<double> fraction;
+  for (const auto& [key, value] : j.items()) {
+    absl::Status status;
+    if (key == "version") {
+      status = ReadNumber<int64_t>(value, "shadow.version", 1, int64_t{1} << 53, version);
+    } else if (key == "fraction") {
+      status = ReadNumber(value, "shadow.fraction", 0.0, 1.0, fraction);
+    } else if (key == "keep_texts") {
+      if (!value.is_boolean()) return Bad("shadow.keep_texts", "must be true or false");
+      s.keep_texts = value.get<bool>();
+    } else {
+      return Bad(absl::StrCat("shadow.", key), "is not a shadow setting; allowed: version, fraction, keep_texts");
+    }
+    if (!status.ok()) return status;
+  }
+  if (!version) return Bad("shadow.version", "is missing: the candidate version to mirror texts to");
+  if (!fraction || *fraction <= 0) return Bad("shadow.fraction", "must be in (0, 1]: the share of texts mirrored");
+  s.version = *version;
+  s.fraction = *fraction;
+  return s;
+}
+
+}  // namespace
+
 absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("serving.json is not a JSON object");
@@ -164,6 +195,10 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
       o.cuda_graphs = *std::move(graphs);
     } else if (key == "abstain_below") {
       s = ReadNumber(value, key, 0.0, 1.0, o.abstain_below);
+    } else if (key == "shadow") {
+      absl::StatusOr<ShadowSettings> shadow = ParseShadow(value);
+      if (!shadow.ok()) return shadow.status();
+      o.shadow = *shadow;
     } else if (key == "version_policy") {
       if (!value.is_string()) return Bad(key, "must be a string: \"latest:N\", \"all\" or \"specific:V1,V2\"");
       absl::StatusOr<VersionPolicy> policy = VersionPolicy::Parse(value.get<std::string>());
@@ -173,7 +208,7 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
       return Bad(key,
                  "is not a serving setting; allowed: max_batch_size, max_batch_tokens, max_queue_delay_ms, "
                  "max_queued_texts, max_queued_tokens, priority_aging_ms, instances, device, format, cpu_package, "
-                 "version_policy, batch_when_idle, cuda_graphs, memory_bytes, abstain_below");
+                 "version_policy, batch_when_idle, cuda_graphs, memory_bytes, abstain_below, shadow");
     }
     if (!s.ok()) return s;
   }

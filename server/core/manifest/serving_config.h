@@ -4,7 +4,7 @@
 //   3. the operator's file beside the versions, <store>/<model>/serving.json, which may set
 //      max_batch_size, max_batch_tokens, max_queue_delay_ms, max_queued_texts, max_queued_tokens,
 //      instances, device, format, cpu_package, version_policy, batch_when_idle, cuda_graphs, memory_bytes,
-//      abstain_below.
+//      abstain_below, shadow.
 // The file never changes the model's own facts (labels, tokenizer, outputs). An unknown key or a
 // value out of range is an error naming the key, so a typo cannot pass silently.
 #ifndef QVI_SERVER_CORE_MANIFEST_SERVING_CONFIG_H_
@@ -97,6 +97,20 @@ struct ServingConfig {
   std::optional<double> abstain_below;
 };
 
+// A candidate version tried on live traffic (docs/serving.md, "Shadow versions"): serving.json's
+// "shadow": {"version": 2, "fraction": 0.25, "keep_texts": false}. A sampled `fraction` of the texts that
+// requests without a version send to the model is mirrored to `version` and compared with the answer the
+// serving version gives them; `version` never answers a request that names no version. `keep_texts`: the
+// texts that disagree most are kept in the comparison's summary as they are (else as a hash).
+struct ShadowSettings {
+  int64_t version = 0;
+  double fraction = 0;
+  bool keep_texts = false;
+  bool operator==(const ShadowSettings& o) const {
+    return version == o.version && fraction == o.fraction && keep_texts == o.keep_texts;
+  }
+};
+
 // What a serving.json sets; unset fields keep the value from the sources before it.
 struct ServingOverrides {
   std::optional<int> max_batch_size, max_batch_tokens, max_queued_texts, instances;
@@ -111,6 +125,7 @@ struct ServingOverrides {
   std::optional<double> abstain_below;  // in [0, 1]
   // A version's footprint as the memory budget counts it, instead of the one measured at its load.
   std::optional<int64_t> memory_bytes;
+  std::optional<ShadowSettings> shadow;  // per model, as version_policy
 
   static absl::StatusOr<ServingOverrides> Parse(const std::string& json);
   // Reads <model_dir>/serving.json; no file means no overrides.

@@ -41,7 +41,7 @@ std::vector<ModelStatus> Catalog::Index() const {
   std::map<std::string, StoreModel> disk = s_.source.Scan();
   std::map<std::string, ModelStatus> all;
   for (ModelStatus& m : List()) all.emplace(m.name, std::move(m));
-  for (const auto& [name, _] : disk) all.try_emplace(name, ModelStatus{name, "", {}, ""});
+  for (const auto& [name, _] : disk) all.try_emplace(name, ModelStatus{name, "", {}, "", std::nullopt});
   MutexLock lock(&s_.mu);
   for (auto& [name, m] : all) {
     auto rest = s_.resting.find(name);
@@ -81,8 +81,10 @@ absl::StatusOr<ServableHandle> Catalog::Resolve(const std::string& name, int64_t
   const bool wait = s_.options.load_on_demand && s_.busy.count(name) > 0;
   const std::map<int64_t, Record>& versions = it->second.versions;
   if (version == 0) {
+    // The newest ready version, a shadow candidate aside: it answers only the requests that name it.
+    const int64_t shadow = it->second.shadow ? it->second.shadow->version : 0;
     for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
-      if (v->second.status.state == ModelState::kReady) return s_.Used(v->second.servable);
+      if (v->first != shadow && v->second.status.state == ModelState::kReady) return s_.Used(v->second.servable);
     }
     if (wait) return LoadsOnDemand(name);
     std::vector<std::string> why;
@@ -113,11 +115,17 @@ std::vector<ModelStatus> Catalog::List() const {
   MutexLock lock(&s_.mu);
   std::vector<ModelStatus> out;
   for (const auto& [name, entry] : s_.models) {
-    ModelStatus m{name, entry.policy.ToString(), {}, ""};
+    ModelStatus m{name, entry.policy.ToString(), {}, "", entry.shadow};
     for (auto v = entry.versions.rbegin(); v != entry.versions.rend(); ++v) m.versions.push_back(v->second.status);
     out.push_back(std::move(m));
   }
   return out;
+}
+
+std::optional<ShadowSettings> Catalog::Shadow(const std::string& name) const {
+  MutexLock lock(&s_.mu);
+  const auto it = s_.models.find(name);
+  return it == s_.models.end() ? std::nullopt : it->second.shadow;
 }
 
 bool Catalog::Has(const std::string& name) const {

@@ -27,6 +27,7 @@ class Catalog {
   std::vector<ModelStatus> Index() const ABSL_LOCKS_EXCLUDED(s_.mu);
   bool Has(const std::string& name) const ABSL_LOCKS_EXCLUDED(s_.mu);
   absl::StatusOr<ModelStatus> Get(const std::string& name) const ABSL_LOCKS_EXCLUDED(s_.mu);
+  std::optional<ShadowSettings> Shadow(const std::string& name) const ABSL_LOCKS_EXCLUDED(s_.mu);
 
   // UNAVAILABLE with WaitsForLoad's mark: Resolve()'s answer for a model that loads on demand (a front
   // end's tests plan with it too).

@@ -240,6 +240,7 @@ void ModelRepository::PollModel(const std::string& name, const StoreModel* found
     // fail with its error, so the problem shows in ListModels.
     if (found != nullptr && found->overrides.ok()) {
       entry->second.policy = found->overrides->version_policy.value_or(s_.options.version_policy);
+      entry->second.shadow = found->overrides->shadow;
     }
     policy = entry->second.policy;
   }

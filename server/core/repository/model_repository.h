@@ -124,6 +124,10 @@ class ModelRepository {
   }
 
   std::vector<ModelStatus> List() const ABSL_LOCKS_EXCLUDED(s_.mu) { return catalog_.List(); }
+  // The model's shadow candidate (serving.json's "shadow"; docs/serving.md, "Shadow versions"), if any.
+  std::optional<ShadowSettings> Shadow(const std::string& name) const ABSL_LOCKS_EXCLUDED(s_.mu) {
+    return catalog_.Shadow(name);
+  }
   // Every model the store holds or the repository serves, by name; a model not loaded has no versions.
   std::vector<ModelStatus> Index() const ABSL_LOCKS_EXCLUDED(s_.mu) { return catalog_.Index(); }
 

@@ -43,6 +43,7 @@ class RepositoryState {
   struct Entry {
     std::map<int64_t, Record> versions;
     VersionPolicy policy;
+    std::optional<ShadowSettings> shadow;  // serving.json's: that version answers no request without a version
   };
   // One model for a poll worker: what the scan found of it, none when its folder (or its last
   // version) is gone.

@@ -30,8 +30,9 @@ enum class ModelControl { kPoll, kExplicit };
 struct ModelStatus {
   std::string name;
   std::string version_policy;
-  std::vector<VersionStatus> versions;  // newest first
-  std::string not_loaded;               // Index(): why a model with no versions is not loaded ("" not asked)
+  std::vector<VersionStatus> versions;   // newest first
+  std::string not_loaded;                // Index(): why a model with no versions is not loaded ("" not asked)
+  std::optional<ShadowSettings> shadow;  // serving.json's shadow candidate, if any
 };
 
 // Why a model was loaded (a poll of the store, an admin's RequestLoad, a request with load-on-demand)

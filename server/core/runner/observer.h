@@ -39,6 +39,8 @@ struct AnswerReport {
   absl::Duration run;   // rows and completions of this share
 };
 
+struct TextComparison;  // shadow_compare.h
+
 class ServingObserver {
  public:
   virtual ~ServingObserver() = default;
@@ -50,6 +52,15 @@ class ServingObserver {
   // `texts` queued texts of priority `level` (1 high, 2 normal, 3 low) were shed, their requests
   // failed, to make room for a request of a higher priority; called from the thread that enqueued it.
   virtual void OnShed(const std::string& /*model*/, int64_t /*version*/, int /*level*/, size_t /*texts*/) {}
+  // Shadow versions (serving/shadow.h): one text answered by the serving version `live` and its candidate
+  // `shadow`, compared; once per mirrored request, the candidate's compute time less the serving version's.
+  virtual void OnShadowCompared(const std::string& /*model*/, int64_t /*live*/, int64_t /*shadow*/,
+                                const TextComparison& /*comparison*/) {}
+  virtual void OnShadowLatency(const std::string& /*model*/, int64_t /*live*/, int64_t /*shadow*/,
+                               absl::Duration /*difference*/) {}
+  // `texts` mirrored texts dropped: "busy", "shed" or "failed".
+  virtual void OnShadowDropped(const std::string& /*model*/, int64_t /*live*/, int64_t /*shadow*/,
+                               const char* /*reason*/, int64_t /*texts*/) {}
 };
 
 }  // namespace qvi

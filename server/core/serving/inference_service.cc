@@ -233,6 +233,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
 }
 
 void InferenceService::Submit(Method method, InferenceRequest request, Done done, ServableHandle servable) {
+  if (shadow_ != nullptr) done = WithShadow(method, request, std::move(done));
   if (limits_.inline_prepare_bytes > 0) {
     int64_t bytes = 0;
     for (const std::string& t : request.texts) bytes += static_cast<int64_t>(t.size());
@@ -251,6 +252,28 @@ void InferenceService::Submit(Method method, InferenceRequest request, Done done
     Dispatch(method, std::move(work->request), std::move(work->done), std::move(work->servable));
   });
   if (!queued) work->done(absl::ResourceExhaustedError("the server's request queue is full; retry with backoff"));
+}
+
+InferenceService::Done InferenceService::WithShadow(Method method, const InferenceRequest& request, Done done) {
+  std::optional<ShadowSettings> settings = shadow_->Wants(request.model, request.version);
+  if (!settings) return done;
+  return [this, method, settings = *settings, texts = request.texts,
+          done = std::move(done)](absl::StatusOr<InferenceResponse> out) {
+    if (!out.ok()) return done(std::move(out));
+    // What the mirror needs of the answer, kept: the caller's answer is sent first, and not waited on after.
+    InferenceResponse head;
+    head.model = out->model;
+    head.version = out->version;
+    head.manifest = out->manifest;
+    head.request_id = out->request_id;
+    done(std::move(out));
+    shadow_->Mirror(method, settings, texts, head, env().Now(), [this](Method m, InferenceRequest r, Done d) {
+      auto work = std::make_shared<std::pair<InferenceRequest, Done>>(std::move(r), std::move(d));
+      return executor_->TrySubmit([this, m, work] {
+        Dispatch(m, std::move(work->first), std::move(work->second), nullptr, false, /*cached=*/true);
+      });
+    });
+  };
 }
 
 bool InferenceService::WaitHere(const absl::Status& prepared, bool resolves, bool waited) {

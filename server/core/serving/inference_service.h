@@ -30,6 +30,7 @@
 #include "server/core/runner/model_runner.h"
 #include "server/core/sched/executor.h"
 #include "server/core/serving/response_cache.h"
+#include "server/core/serving/shadow.h"
 
 namespace qvi {
 
@@ -49,6 +50,10 @@ class InferenceService {
       : repository_(repository), executor_(executor), limits_(limits), cache_(cache) {}
 
   void Submit(Method method, InferenceRequest request, Done done, ServableHandle servable = nullptr);
+  // Shadow versions (shadow.h): a request that names no version, for a model with a candidate, has a sample of
+  // its texts mirrored once it is answered. Null (the default): none are. Set before the first Submit.
+  void SetShadow(ShadowMirror* shadow) { shadow_ = shadow; }
+  const ShadowMirror* shadow() const { return shadow_; }
 
   const RequestLimits& limits() const { return limits_; }
   // Runs `work` on a request thread, as a large request's preparation runs; false when their queue is full
@@ -83,6 +88,9 @@ class InferenceService {
   // Whether a request whose preparation ended so is to wait for its model's load on demand: it was
   // resolved here (not by its API), and has not waited before.
   static bool WaitHere(const absl::Status& prepared, bool resolves, bool waited);
+  // `done`, which once the request is answered mirrors a sample of its texts to the model's shadow candidate,
+  // if it has one and the request names no version (shadow.h); else `done` itself.
+  Done WithShadow(Method method, const InferenceRequest& request, Done done);
   // Dispatch again once the request's model has loaded on demand, or answers why it has not.
   void DispatchWhenLoaded(Method method, InferenceRequest request, Done done);
   // One text's answer from its row of checked outputs. May throw c10::Error. A sub-word model's row is
@@ -102,6 +110,7 @@ class InferenceService {
   Executor* executor_;
   const RequestLimits limits_;
   ResponseCache* const cache_;
+  ShadowMirror* shadow_ = nullptr;
 };
 
 }  // namespace qvi

@@ -273,8 +273,45 @@ void ListModelsAnswer(const ModelRepository& repository, v1::ListModelsResponse*
   for (const ModelStatus& m : repository.List()) ToProto(m, response->add_models());
 }
 
+void ToProto(const ShadowSummary& s, v1::ShadowComparison* out) {
+  out->set_live_version(s.live_version);
+  out->set_shadow_version(s.shadow_version);
+  out->set_fraction(s.fraction);
+  out->set_keep_texts(s.keep_texts);
+  out->set_mirrored_texts(s.mirrored);
+  out->set_compared_texts(s.compared);
+  for (const auto& [reason, texts] : s.dropped) (*out->mutable_dropped_texts())[reason] = texts;
+  out->set_label_agreement(s.label_agreement());
+  for (const auto& [labels, texts] : s.flips) {
+    v1::ShadowComparison::Flip* flip = out->add_flips();
+    flip->set_from(labels.first);
+    flip->set_to(labels.second);
+    flip->set_texts(texts);
+  }
+  if (std::optional<double> f1 = s.span_f1()) out->set_span_f1(*f1);
+  if (std::optional<double> rho = s.mean_rank_correlation()) out->set_mean_rank_correlation(*rho);
+  if (std::optional<double> d = s.mean_score_difference()) {
+    out->set_mean_score_difference(*d);
+    out->set_mean_abs_score_difference(s.abs_score_difference_sum / static_cast<double>(s.score_differences));
+  }
+  if (std::optional<double> ms = s.mean_latency_difference_ms()) out->set_mean_latency_difference_ms(*ms);
+  for (const ShadowSummary::Disagreement& d : s.disagreements) {
+    v1::ShadowComparison::Disagreement* w = out->add_disagreements();
+    w->set_text(d.text);
+    w->set_text_sha256(d.text_sha256);
+    w->set_live_label(d.live_label);
+    w->set_shadow_label(d.shadow_label);
+    if (d.score_difference) w->set_score_difference(*d.score_difference);
+    if (d.rank_correlation) w->set_rank_correlation(*d.rank_correlation);
+    w->set_live_spans(d.live_spans);
+    w->set_shadow_spans(d.shadow_spans);
+    w->set_same_spans(d.same_spans);
+  }
+}
+
 absl::Status GetModelAnswer(const ModelRepository& repository, const RequestLimits& limits,
-                            const v1::GetModelRequest& request, v1::GetModelResponse* response) {
+                            const v1::GetModelRequest& request, v1::GetModelResponse* response,
+                            const std::vector<ShadowSummary>& shadow) {
   const std::string& name = request.model().name();
   if (absl::Status s = CheckModelNameBytes("model.name", name, limits); !s.ok()) return s;
   absl::StatusOr<ModelStatus> m = repository.Get(name);
@@ -288,6 +325,7 @@ absl::Status GetModelAnswer(const ModelRepository& repository, const RequestLimi
     m->versions = std::move(keep);
   }
   ToProto(*m, response->mutable_model());
+  for (const ShadowSummary& s : shadow) ToProto(s, response->add_shadow());
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include "server/core/repository/model_repository.h"
 #include "server/core/request/request.h"
 #include "server/core/request/request_checks.h"
+#include "server/core/serving/shadow.h"
 #include "server/frontend/native/request.h"
 
 namespace qvi {
@@ -24,8 +25,12 @@ std::vector<Output> OutputsWithProtoFields();
 
 // ListModels' and GetModel's answers (GetModel: NOT_FOUND for an unknown model or version).
 void ListModelsAnswer(const ModelRepository& repository, v1::ListModelsResponse* response);
+// With `shadow`, the model's shadow comparisons (Core::ShadowSummaries) in the answer's `shadow`.
 absl::Status GetModelAnswer(const ModelRepository& repository, const RequestLimits& limits,
-                            const v1::GetModelRequest& request, v1::GetModelResponse* response);
+                            const v1::GetModelRequest& request, v1::GetModelResponse* response,
+                            const std::vector<ShadowSummary>& shadow = {});
+// A shadow comparison as the wire carries it (GetModel's `shadow`, GET /v1/models/{m}/shadow).
+void ToProto(const ShadowSummary& summary, v1::ShadowComparison* out);
 
 }  // namespace qvi
 

@@ -93,7 +93,7 @@ grpc::ServerUnaryReactor* InferenceServiceImpl::GetModel(grpc::CallbackServerCon
   return RawUnary<v1::GetModelRequest, v1::GetModelResponse>(
       ctx, request, response, caps_, calls_->Authorize(Authorization(ctx, *calls_), Scope::kRead),
       [this](const v1::GetModelRequest& r, v1::GetModelResponse* out) {
-        return GetModelAnswer(*repository_, core_->limits(), r, out);
+        return GetModelAnswer(*repository_, core_->limits(), r, out, core_->ShadowSummaries(r.model().name()));
       });
 }
 

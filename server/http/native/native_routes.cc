@@ -21,6 +21,7 @@ namespace {
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
   std::string out;
   if (WriteProtoJson(message, &out)) return out;  // protobuf's bytes, written directly (proto_json.h)
+  out.clear();  // what the direct writer wrote before it met what it does not write (a map): protobuf's appends
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;  // a token at offset 0 says "start": 0
   const auto status = google::protobuf::util::MessageToJsonString(message, &out, options);
@@ -83,13 +84,30 @@ HttpResponse ListModelsRoute(const ModelRepository& repository) {
   return JsonAnswer(out);
 }
 
-HttpResponse GetModelRoute(const ModelRepository& repository, const RequestLimits& limits, const HttpRoute& route) {
+HttpResponse GetModelRoute(const ModelRepository& repository, const Core& core, const HttpRoute& route) {
   v1::GetModelRequest in;
   in.mutable_model()->set_name(route.model);
   in.mutable_model()->set_version(route.version);
   v1::GetModelResponse out;
-  if (absl::Status s = GetModelAnswer(repository, limits, in, &out); !s.ok()) return ErrorResponse(s);
+  if (absl::Status s = GetModelAnswer(repository, core.limits(), in, &out, core.ShadowSummaries(route.model));
+      !s.ok()) {
+    return ErrorResponse(s);
+  }
   return JsonAnswer(out);
+}
+
+HttpResponse GetShadowRoute(const ModelRepository& repository, const Core& core, const HttpRoute& route) {
+  v1::GetModelRequest in;
+  in.mutable_model()->set_name(route.model);
+  v1::GetModelResponse out;
+  if (absl::Status s = GetModelAnswer(repository, core.limits(), in, &out, core.ShadowSummaries(route.model));
+      !s.ok()) {
+    return ErrorResponse(s);
+  }
+  v1::GetShadowResponse shadow;
+  shadow.set_model(out.model().name());
+  *shadow.mutable_comparisons() = out.shadow();
+  return JsonAnswer(shadow);
 }
 
 }  // namespace qvi

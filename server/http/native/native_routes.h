@@ -20,7 +20,9 @@ namespace qvi {
 void ServeNativeInfer(Core* core, Calls* calls, const HttpRoute& route, HttpRequest request, HttpServer::Reply reply);
 // GET /v1/models and /v1/models/{m}[/versions/{v}].
 HttpResponse ListModelsRoute(const ModelRepository& repository);
-HttpResponse GetModelRoute(const ModelRepository& repository, const RequestLimits& limits, const HttpRoute& route);
+HttpResponse GetModelRoute(const ModelRepository& repository, const Core& core, const HttpRoute& route);
+// GET /v1/models/{m}/shadow: the model's shadow comparisons ({"model", "comparisons": [ShadowComparison]}).
+HttpResponse GetShadowRoute(const ModelRepository& repository, const Core& core, const HttpRoute& route);
 
 }  // namespace qvi
 
