@@ -1,6 +1,8 @@
 #include "client/input.h"
 
+#include <iostream>
 #include <string>
+#include <utility>
 
 namespace qvi::client {
 
@@ -54,6 +56,37 @@ StdinTexts ReadTexts(std::istream& in) {
     out.texts.push_back(std::move(line));
   }
   return out;
+}
+
+namespace {
+
+int ReadStandardInput(std::vector<std::string>& texts) {
+  if (texts.size() != 1 || texts[0] != "-") return -1;
+  StdinTexts in = ReadTexts(std::cin);
+  if (!in.error.empty()) {
+    std::cerr << "qvi-client: " << in.error << "\n";
+    return 2;
+  }
+  if (in.blank_lines > 0) std::cerr << "qvi-client: skipped " << in.blank_lines << " blank line(s) of standard input\n";
+  if (in.texts.empty()) {
+    std::cerr << "qvi-client: standard input held no text\n";
+    return 2;
+  }
+  texts = std::move(in.texts);
+  return -1;
+}
+
+}  // namespace
+
+int TextsToSend(std::vector<std::string>& texts) {
+  if (const int rc = ReadStandardInput(texts); rc >= 0) return rc;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    if (const size_t at = InvalidUtf8At(texts[i]); at != std::string_view::npos) {
+      std::cerr << "qvi-client: text " << i + 1 << " is not valid UTF-8 (byte " << at + 1 << ")\n";
+      return 2;
+    }
+  }
+  return -1;
 }
 
 }  // namespace qvi::client

@@ -22,6 +22,11 @@ StdinTexts ReadTexts(std::istream& in);
 // (overlong forms, surrogates and code points past U+10FFFF included), or npos when there is none.
 size_t InvalidUtf8At(std::string_view s);
 
+// qvi-client's texts: "-", as the only text, is replaced by the lines of standard input (ReadTexts), standard
+// error told of blank lines skipped; then each is checked to be UTF-8. An exit code (after a message on standard
+// error) when they cannot be sent, else -1.
+int TextsToSend(std::vector<std::string>& texts);
+
 }  // namespace qvi::client
 
 #endif  // QVI_CLIENT_INPUT_H_

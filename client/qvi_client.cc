@@ -31,6 +31,7 @@
 #include "client/html_report.h"
 #include "client/input.h"
 #include "client/output_names.h"
+#include "client/shadow.h"
 #include "client/terminal.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "qvi/serving/v1/inference.grpc.pb.h"
@@ -321,6 +322,14 @@ int Model(v1::Inference::Stub& stub, const Common& c) {
   return 0;
 }
 
+// `shadow`: the model's shadow comparisons (client/shadow.h).
+int Shadow(v1::Inference::Stub& stub, const Common& c) {
+  v1::GetModelResponse resp;
+  if (grpc::Status s = GetModel(stub, c, resp); !s.ok()) return Fail(s, c);
+  if (c.json) std::cout << Json(resp);
+  return c.json ? 0 : qvi::client::PrintShadow(resp, std::cout);
+}
+
 int Models(v1::Inference::Stub& stub, const Common& c) {
   if (!c.model.empty()) return Model(stub, c);
   v1::ListModelsResponse resp;
@@ -397,23 +406,6 @@ void AddInferOptions(CLI::App* sub, Common& common, Explain& explain, std::vecto
       ->required();
 }
 
-// Replaces "-" by the lines of standard input; an exit code when they cannot be sent, else -1.
-int ReadStandardInput(std::vector<std::string>& texts) {
-  if (texts.size() != 1 || texts[0] != "-") return -1;
-  qvi::client::StdinTexts in = qvi::client::ReadTexts(std::cin);
-  if (!in.error.empty()) {
-    std::cerr << "qvi-client: " << in.error << "\n";
-    return 2;
-  }
-  if (in.blank_lines > 0) std::cerr << "qvi-client: skipped " << in.blank_lines << " blank line(s) of standard input\n";
-  if (in.texts.empty()) {
-    std::cerr << "qvi-client: standard input held no text\n";
-    return 2;
-  }
-  texts = std::move(in.texts);
-  return -1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -450,6 +442,8 @@ int main(int argc, char** argv) {
       "explanations were measured to be");
   models->add_option("--model", common.model, "model name: show its details");
   models->add_option("--version", common.version, "with --model: this version only (0 = all)");
+  CLI::App* shadow = app.add_subcommand("shadow", "a model's shadow candidate against its serving version");
+  shadow->add_option("--model", common.model, "model name")->required();
   CLI::App* health = app.add_subcommand("health", "grpc.health.v1 status, of the server or of one model");
   health->add_option("--model", common.model, "model name (empty: the whole server)");
   qvi::client::BatchOptions batch_options;
@@ -460,8 +454,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const std::string unknown =
-        qvi::client::UnknownSubcommand({argv + 1, argv + argc}, {"classify", "tag", "models", "health", "batch"});
+    const std::string unknown = qvi::client::UnknownSubcommand(
+        {argv + 1, argv + argc}, {"classify", "tag", "models", "shadow", "health", "batch"});
     if (e.get_exit_code() != 0 && !unknown.empty()) {
       std::cerr << unknown << "\n";
       return e.get_exit_code();
@@ -469,13 +463,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
-  if (const int rc = ReadStandardInput(texts); rc >= 0) return rc;
-  for (size_t i = 0; i < texts.size(); ++i) {
-    if (const size_t at = qvi::client::InvalidUtf8At(texts[i]); at != std::string_view::npos) {
-      std::cerr << "qvi-client: text " << i + 1 << " is not valid UTF-8 (byte " << at + 1 << ")\n";
-      return 2;
-    }
-  }
+  if (const int rc = qvi::client::TextsToSend(texts); rc >= 0) return rc;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
   std::shared_ptr<grpc::Channel> channel;
@@ -489,6 +477,7 @@ int main(int argc, char** argv) {
   if (*classify) return Classify(*stub, common, explain, texts);
   if (*tag) return Tag(*stub, common, explain, texts);
   if (*models) return Models(*stub, common);
+  if (*shadow) return Shadow(*stub, common);
   if (*health) return Health(channel, common);
   if (*batch) {
     batch_options.api_key = common.api_key;

@@ -157,7 +157,16 @@ std::vector<std::string> Server::LoadsStillRunning() const {
   return repository == nullptr ? std::vector<std::string>{} : repository->LoadsStillRunning();
 }
 
-Server::~Server() = default;
+Server::~Server() {
+  // Mirrored work (shadow.h) belongs to no call, so a gRPC server that let its calls finish leaves no proof that
+  // none runs: whatever the way out (Drain did this already; a Start() that failed while serving did not), the
+  // threads that may run it stop before the core and the mirror they call are destroyed. Each Shutdown() is a
+  // no-op the second time.
+  if (shadow_) shadow_->Stop();
+  if (executor_) executor_->Shutdown();
+  if (repository_) repository_->Shutdown();
+  if (answers_) answers_->Shutdown();
+}
 
 absl::Status Server::StartMetrics() {
   const ServerOptions::Network& net = options_.network;
@@ -394,6 +403,7 @@ int Server::Drain(int signal, const sigset_t& signals) {
   spdlog::info("received signal {}: reporting NOT_SERVING, finishing accepted requests (grace {} s)", signal,
                options_.shutdown_grace_seconds);
   serving_ = false;
+  if (shadow_) shadow_->Stop();  // nothing more mirrored into the queues being drained
   server_->GetHealthCheckService()->Shutdown();
   if (options_.shutdown_delay_seconds > 0) {
     spdlog::info("NOT_SERVING for {} s while still taking calls", options_.shutdown_delay_seconds);

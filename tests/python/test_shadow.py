@@ -46,7 +46,8 @@ def store(tmp_path_factory):
                               cwd=MODEL_STORE, env=env, capture_output=True, text=True, timeout=600)
     assert exported.returncode == 0, exported.stderr
     with open(os.path.join(store, "sentiment", "serving.json"), "w") as f:
-        json.dump({"version_policy": "specific:1,2", "format": "torchscript", "shadow": SHADOW}, f)
+        # The default policy (latest:1) chooses among the others: v1 serves, and the candidate loads beside it.
+        json.dump({"format": "torchscript", "shadow": SHADOW}, f)
     return work, store
 
 
@@ -140,6 +141,16 @@ def test_callers_get_the_serving_versions_answers_and_the_comparison_matches_an_
     assert metric_sum(samples, "qvi_shadow_compared_texts_total", *pair) == len(texts)
     assert metric_sum(samples, "qvi_shadow_agreed_texts_total", *pair) == agree
     assert metric_sum(samples, "qvi_shadow_rank_correlation_count", *pair) == len(rhos)
+    # qvi-client shadow prints the same comparison.
+    client = os.environ.get("QVI_CLIENT", os.path.join(REPO, "build", "qvi-client"))
+    printed = subprocess.run([client, "shadow", "--model", "sentiment", "--server", server.address],
+                             capture_output=True, text=True, timeout=60)
+    assert printed.returncode == 0, printed.stderr
+    assert "version 1 serving, version 2 its candidate" in printed.stdout
+    assert f"compared {len(texts)}" in printed.stdout and f"label agreement {agree / len(texts):.3f}" in printed.stdout
+    for (a, b), n in flips.items():
+        assert f"{a} -> {b}: {n}" in printed.stdout, printed.stdout
+    assert worst[0]["text"][:40] in printed.stdout
 
 
 def test_under_overload_the_mirrored_work_is_dropped_and_every_caller_answered(api, store):
@@ -180,3 +191,10 @@ def test_a_bad_shadow_setting_fails_the_model_naming_the_field(api, tmp_path):
             models = get_json(proc.http_address, "/v1/models")["models"]
             reason = models[0]["versions"][0].get("reason", "")
             assert message in reason, models
+    # A model without a candidate: qvi-client shadow says so (exit 3).
+    os.remove(os.path.join(store, "sentiment", "serving.json"))
+    with ServerProcess(store, str(tmp_path)) as proc:
+        client = os.environ.get("QVI_CLIENT", os.path.join(REPO, "build", "qvi-client"))
+        printed = subprocess.run([client, "shadow", "--model", "sentiment", "--server", proc.address],
+                                 capture_output=True, text=True, timeout=60)
+        assert printed.returncode == 3 and "no shadow candidate" in printed.stdout, printed

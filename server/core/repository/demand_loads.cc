@@ -62,8 +62,10 @@ void DemandLoads::Answer(const std::string& name, uint64_t load, const absl::Sta
     if (s_.waiters.LoadOf(name) != load) return;  // answered at READY, or not this load's
     ServableHandle newest;
     if (auto entry = s_.models.find(name); entry != s_.models.end() && result.ok() && s_.resting.count(name) == 0) {
-      for (const auto& [_, r] : entry->second.versions) {
-        if (r.status.state == ModelState::kReady) newest = r.servable;  // the versions ascend
+      const int64_t shadow = entry->second.shadow ? entry->second.shadow->version : 0;
+      for (const auto& [version, r] : entry->second.versions) {
+        // the versions ascend; a shadow candidate serves no request that names no version
+        if (r.status.state == ModelState::kReady && version != shadow) newest = r.servable;
       }
     }
     const bool live = s_.waiters.AnyAfter(name, s_.env->Now());

@@ -231,6 +231,7 @@ std::map<int64_t, KnownVersion> ModelRepository::Known(const std::string& name, 
 
 void ModelRepository::PollModel(const std::string& name, const StoreModel* found, LoadCause cause) {
   VersionPolicy policy;
+  int64_t candidate = 0;  // a shadow candidate, loaded beside what the policy chooses
   {
     MutexLock lock(&s_.mu);
     if (s_.stopped) return;
@@ -243,6 +244,7 @@ void ModelRepository::PollModel(const std::string& name, const StoreModel* found
       entry->second.shadow = found->overrides->shadow;
     }
     policy = entry->second.policy;
+    candidate = entry->second.shadow ? entry->second.shadow->version : 0;
   }
   const std::vector<int64_t> on_disk = found == nullptr ? std::vector<int64_t>{} : found->versions;
 
@@ -251,7 +253,7 @@ void ModelRepository::PollModel(const std::string& name, const StoreModel* found
   // stamp of this scan, so no version is loaded twice and the rounds end.
   VersionActions actions;
   while (true) {
-    actions = SelectVersions(policy, on_disk, Known(name, found));
+    actions = SelectVersionsBeside(policy, on_disk, Known(name, found), candidate);
     if (actions.load.empty()) break;
     for (int64_t version : actions.load) {
       if (Load(name, version, *found, cause) == LoadResult::kShuttingDown) return;

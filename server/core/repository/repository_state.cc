@@ -81,6 +81,12 @@ void RepositoryState::WakeLocked(const std::string& name) {
 void RepositoryState::HandOverLocked(const std::string& name, const ServableHandle& servable,
                                      std::vector<std::pair<LoadWaiters::Waiter, ServableHandle>>* answered) {
   if (!waiters.Waiting(name)) return;
+  // A shadow candidate answers no request that names no version, which is what the waiters are handed
+  // (Serving()): they wait on for the version that serves.
+  if (const auto entry = models.find(name);
+      entry != models.end() && entry->second.shadow && entry->second.shadow->version == servable->version) {
+    return;
+  }
   for (LoadWaiters::Waiter& w : waiters.Take(name)) answered->emplace_back(std::move(w), Used(servable));
   room_freed.SignalAll();  // one load on demand fewer (max_waiting_loads)
 }

@@ -95,7 +95,7 @@ const char* DropReason(const absl::Status& status) {
 
 void ShadowMirror::Mirror(Method method, const ShadowSettings& settings, const std::vector<std::string>& texts,
                           const InferenceResponse& live, absl::Time now, const Dispatch& dispatch) {
-  if (live.version == settings.version || live.manifest == nullptr) return;
+  if (stopped_.load() || live.version == settings.version || live.manifest == nullptr) return;
   const Key key{live.model, live.version, settings.version};
   auto pair = std::make_shared<Pair>();
   pair->key = key;
@@ -148,7 +148,9 @@ void ShadowMirror::Mirror(Method method, const ShadowSettings& settings, const s
     r.version = is_live ? live.version : settings.version;
     r.texts = pair->texts;
     r.options = options;
-    r.request_id = absl::StrCat("shadow-", live.request_id);
+    // The caller's id names it, within any id limit (a long one is named by its hash's start).
+    r.request_id = absl::StrCat(
+        "shadow-", live.request_id.size() <= 64 ? live.request_id : TextSha256(live.request_id).substr(0, 32));
     r.priority = Priority::kLow;
     r.deadline = now + options_.timeout;
     Done done = [answer, is_live](absl::StatusOr<InferenceResponse> out) { answer(is_live, std::move(out)); };

@@ -15,6 +15,7 @@
 #ifndef QVI_SERVER_CORE_SERVING_SHADOW_H_
 #define QVI_SERVER_CORE_SERVING_SHADOW_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -99,6 +100,9 @@ class ShadowMirror {
   // Every comparison of `model` so far (one per serving version and candidate pair), the newest pair first.
   std::vector<ShadowSummary> Summaries(const std::string& model) const;
 
+  // Mirrors nothing more (the server is draining); what is in flight finishes.
+  void Stop() { stopped_.store(true); }
+
  private:
   struct Pair;  // the two mirrored answers of one sample, joined
   using Key = std::tuple<std::string, int64_t, int64_t>;
@@ -111,6 +115,7 @@ class ShadowMirror {
   const ModelRepository* const repository_;
   ServingObserver* const observer_;
   const Options options_;
+  std::atomic<bool> stopped_{false};
   mutable Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
   int64_t inflight_ ABSL_GUARDED_BY(mu_) = 0;

@@ -59,6 +59,8 @@ std::vector<double> Attention(const TextResult& r) {
 
 std::optional<double> SpearmanCorrelation(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size() || a.size() < 2) return std::nullopt;
+  const auto finite = [](double v) { return std::isfinite(v); };
+  if (!std::all_of(a.begin(), a.end(), finite) || !std::all_of(b.begin(), b.end(), finite)) return std::nullopt;
   const std::vector<double> ra = Ranks(a), rb = Ranks(b);
   const double n = static_cast<double>(a.size());
   const double mean = (n + 1) / 2;
@@ -78,13 +80,21 @@ TextComparison CompareTexts(const TextResult& live, const TextResult& shadow) {
   if (!shadow.labels.empty()) c.shadow_label = shadow.labels[0].first;
   if (!c.live_label.empty()) {
     const std::optional<float> mine = ScoreOf(live, c.live_label), theirs = ScoreOf(shadow, c.live_label);
-    if (mine && theirs) c.score_difference = static_cast<double>(*theirs) - static_cast<double>(*mine);
+    if (mine && theirs && std::isfinite(*mine) && std::isfinite(*theirs)) {
+      c.score_difference = static_cast<double>(*theirs) - static_cast<double>(*mine);
+    }
   }
   c.live_spans = static_cast<int64_t>(live.spans.size());
   c.shadow_spans = static_cast<int64_t>(shadow.spans.size());
+  std::vector<bool> matched(shadow.spans.size(), false);  // each of the candidate's spans matches once
   for (const SpanOutput& a : live.spans) {
-    for (const SpanOutput& b : shadow.spans) {
-      if (std::tie(a.label, a.start, a.end) == std::tie(b.label, b.start, b.end)) ++c.same_spans;
+    for (size_t k = 0; k < shadow.spans.size(); ++k) {
+      const SpanOutput& b = shadow.spans[k];
+      if (!matched[k] && std::tie(a.label, a.start, a.end) == std::tie(b.label, b.start, b.end)) {
+        matched[k] = true;
+        ++c.same_spans;
+        break;
+      }
     }
   }
   std::vector<double> mine = Contributions(live, c.live_label), theirs = Contributions(shadow, c.live_label);

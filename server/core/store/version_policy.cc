@@ -57,4 +57,23 @@ VersionActions SelectVersions(const VersionPolicy& policy, const std::vector<int
   return actions;
 }
 
+VersionActions SelectVersionsBeside(const VersionPolicy& policy, const std::vector<int64_t>& on_disk,
+                                    const std::map<int64_t, KnownVersion>& known, int64_t candidate) {
+  if (candidate == 0 || std::find(on_disk.begin(), on_disk.end(), candidate) == on_disk.end()) {
+    return SelectVersions(policy, on_disk, known);
+  }
+  std::vector<int64_t> others;
+  for (const int64_t v : on_disk) {
+    if (v != candidate) others.push_back(v);
+  }
+  std::map<int64_t, KnownVersion> known_others = known;
+  known_others.erase(candidate);
+  VersionActions actions = SelectVersions(policy, others, known_others);
+  const auto it = known.find(candidate);
+  if (it == known.end() || it->second == KnownVersion::kFailedFilesChanged || it->second == KnownVersion::kUnloading) {
+    actions.load.push_back(candidate);
+  }
+  return actions;
+}
+
 }  // namespace qvi

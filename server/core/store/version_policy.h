@@ -43,6 +43,12 @@ struct VersionActions {
 VersionActions SelectVersions(const VersionPolicy& policy, const std::vector<int64_t>& on_disk,
                               const std::map<int64_t, KnownVersion>& known);
 
+// The same with a shadow candidate (`candidate`, 0: none; docs/serving.md, "Shadow versions"): the policy
+// chooses among the other versions (so latest:1 keeps the newest version that is not the candidate serving),
+// and the candidate, when it is on disk, is loaded and kept beside them.
+VersionActions SelectVersionsBeside(const VersionPolicy& policy, const std::vector<int64_t>& on_disk,
+                                    const std::map<int64_t, KnownVersion>& known, int64_t candidate);
+
 }  // namespace qvi
 
 #endif  // QVI_SERVER_CORE_STORE_VERSION_POLICY_H_

@@ -11,9 +11,10 @@ namespace qvi {
 nlohmann::ordered_json OpenAiModelCards(const std::vector<ModelStatus>& models, int64_t created) {
   nlohmann::ordered_json data = nlohmann::ordered_json::array();
   for (const ModelStatus& m : models) {
-    // Newest first: the first READY version is the one a request without a version reaches.
+    // Newest first: the first READY version is the one a request without a version reaches (a shadow
+    // candidate aside: it answers only the requests that name it).
     for (const VersionStatus& v : m.versions) {
-      if (v.state != ModelState::kReady || v.model == nullptr) continue;
+      if (v.state != ModelState::kReady || v.model == nullptr || (m.shadow && m.shadow->version == v.version)) continue;
       const Manifest& manifest = v.model->manifest();
       data.push_back({{"id", m.name},
                       {"object", "model"},

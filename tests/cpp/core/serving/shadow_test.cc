@@ -28,6 +28,7 @@ TEST(SpearmanCorrelationTest, RanksWithTiesAndRefusesWhatHasNone) {
   EXPECT_FALSE(SpearmanCorrelation({1, 1, 1}, {1, 2, 3}));  // a constant series
   EXPECT_FALSE(SpearmanCorrelation({1}, {1}));
   EXPECT_FALSE(SpearmanCorrelation({1, 2}, {1, 2, 3}));
+  EXPECT_FALSE(SpearmanCorrelation({1, std::nan(""), 3}, {1, 2, 3}));  // no sort over a NaN
 }
 
 TokenOutput Word(float attention, std::vector<float> contribution = {}) {
@@ -79,6 +80,9 @@ TEST(CompareTextsTest, CountsTheSpansBothFindAlike) {
   shadow.spans.resize(1);
   live.spans.resize(1);
   EXPECT_TRUE(CompareTexts(live, shadow).agrees());
+  // A span found twice by one side matches the other's once: F1 stays within 1.
+  live.spans.push_back(live.spans[0]);
+  EXPECT_EQ(CompareTexts(live, shadow).same_spans, 1);
 }
 
 // A repository with the demo sentiment model as versions 1 and 2, version 2 the shadow candidate.
@@ -198,6 +202,10 @@ TEST_F(ShadowMirrorTest, MirrorsBothVersionsAlikeAtTheLowestPriorityAndSumsTheCo
   EXPECT_EQ(s.disagreements[0].live_label, "negative");
   EXPECT_EQ(s.disagreements[0].text, "a dull film");
   EXPECT_EQ(s.disagreements[0].text_sha256, TextSha256("a dull film"));
+  mirror.Stop();  // draining: nothing more is mirrored
+  std::vector<Sent> after;
+  mirror.Mirror(Method::kClassify, settings, texts, LiveAnswer(), absl::Now(), Keep(&after));
+  EXPECT_TRUE(after.empty());
   EXPECT_EQ(TextSha256("a dull film").size(), 64u);
 }
 

@@ -93,6 +93,23 @@ TEST(SelectVersions, SpecificServesExactlyItsVersions) {
                                            {4, "not selected by the version policy specific:1,3"}}));
 }
 
+TEST(SelectVersions, AShadowCandidateIsKeptBesideWhatThePolicyChoosesAmongTheOthers) {
+  // latest:1 with version 3 the candidate: 2 serves (not replaced by 3), 3 is loaded beside it.
+  const VersionActions a = SelectVersionsBeside(Policy("latest:1"), {1, 2, 3}, {{2, K::kReady}}, 3);
+  EXPECT_EQ(a.load, (std::vector<int64_t>{3}));
+  EXPECT_TRUE(a.unload.empty());
+  const VersionActions b = SelectVersionsBeside(Policy("latest:1"), {1, 2, 3}, {{2, K::kReady}, {3, K::kReady}}, 3);
+  EXPECT_TRUE(b.load.empty());
+  EXPECT_TRUE(b.unload.empty());
+  // A failed candidate is not retried until its files change; one not on disk is no candidate.
+  EXPECT_TRUE(SelectVersionsBeside(Policy("latest:1"), {2, 3}, {{2, K::kReady}, {3, K::kFailed}}, 3).load.empty());
+  const VersionActions gone = SelectVersionsBeside(Policy("latest:1"), {1, 2}, {{2, K::kReady}}, 3);
+  EXPECT_TRUE(gone.load.empty() && gone.unload.empty());
+  // Without a candidate, the policy alone: 3 replaces 2.
+  const VersionActions none = SelectVersionsBeside(Policy("latest:1"), {2, 3}, {{2, K::kReady}, {3, K::kReady}}, 0);
+  EXPECT_EQ(none.unload, (std::vector<Unload>{{2, "replaced by version 3 (version policy latest:1)"}}));
+}
+
 TEST(SelectVersions, ALatestPolicyWithNothingToServeTakesOutWhatTheNewPolicyDropped) {
   // Switching latest:2 → latest:1 with 1 and 2 READY: 1 leaves, replaced by the newest kept.
   const VersionActions a = SelectVersions(Policy("latest:1"), {1, 2}, {{1, K::kReady}, {2, K::kReady}});
