@@ -136,6 +136,7 @@ absl::Status Server::Start() {
   if (absl::Status st = StartApiKeys(); !st.ok()) return st;  // a bad file stops us before any load
   if (absl::Status st = StartTracing(); !st.ok()) return st;
   if (absl::Status st = StartModels(); !st.ok()) return st;
+  if (absl::Status st = StartDecisionLog(); !st.ok()) return st;
   // Abort() may have come while the models loaded: their loads were abandoned, the store shut down.
   if (aborted_) return aborted();
   if (absl::Status st = StartGrpc(); !st.ok()) return st;
@@ -288,7 +289,7 @@ absl::Status Server::StartGrpc() {
       repository_.get(),
       Calls::Options{options_.logging.access_log, metrics_.get(), options_.limits.max_inflight_request_bytes,
                      net.max_message_bytes, options_.logging.trace_rate, api_keys_.get(), otlp_.get(),
-                     options_.tracing.sampling_ratio, net.max_metadata_bytes});
+                     options_.tracing.sampling_ratio, net.max_metadata_bytes, decisions_.get()});
   MakeGrpcServices();
   grpc::ServerBuilder builder;
   const std::string address = net.host + ":" + std::to_string(net.port);

@@ -21,6 +21,7 @@
 #include "server/core/serving/shadow.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
+#include "server/frontend/decision_log.h"
 #include "server/frontend/oip/api.h"
 #include "server/grpc/native/native_service.h"
 #include "server/grpc/oip/oip_service.h"
@@ -74,8 +75,9 @@ class Server {
   // After the first poll: the request threads, the response cache and the core the front ends call.
   void StartCore();
   absl::Status StartTls();
-  absl::Status StartApiKeys();  // server_security.cc, as StartTls
-  absl::Status StartTracing();  // server_tracing.cc: --otlp-endpoint's exporter and batch spans
+  absl::Status StartApiKeys();      // server_security.cc, as StartTls
+  absl::Status StartTracing();      // server_tracing.cc: --otlp-endpoint's exporter and batch spans
+  absl::Status StartDecisionLog();  // server_decisions.cc: --decision-log
   // server_services.cc: every gRPC service, and the reflection that lists them.
   void MakeGrpcServices();
   absl::Status StartGrpc();
@@ -101,6 +103,7 @@ class Server {
   std::unique_ptr<InferenceService> core_;
   std::unique_ptr<ServingCore> frontend_core_;  // what the front ends call core_ through
   std::shared_ptr<ApiKeys> api_keys_;           // before calls_, which reads it
+  std::unique_ptr<DecisionLog> decisions_;      // before calls_, which writes to it; after the repository it reads
   std::unique_ptr<Calls> calls_;
   std::unique_ptr<OipApi> oip_api_;
   std::unique_ptr<InferenceServiceImpl> service_;

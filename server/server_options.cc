@@ -418,9 +418,9 @@ absl::StatusOr<ServerOptions> ParseServerOptions(int argc, char** argv) {
       defaults::kGpuMaxBatchSize, " max_batch_tokens=", defaults::kGpuMaxBatchTokens,
       " max_queued_texts=", defaults::kGpuMaxQueuedTexts, " max_queued_tokens=", defaults::kGpuMaxQueuedTokens));
 
-  for (auto* add :
-       {&AddModelOptions, &AddMemoryOptions, &AddNetworkOptions, &AddHttpOptions, &AddTlsOptions, &AddAuthOptions,
-        &AddLimitOptions, &AddThreadOptions, &AddLoggingAndLifecycleOptions, &AddTracingOptions}) {
+  for (auto* add : {&AddModelOptions, &AddMemoryOptions, &AddNetworkOptions, &AddHttpOptions, &AddTlsOptions,
+                    &AddAuthOptions, &AddLimitOptions, &AddThreadOptions, &AddLoggingAndLifecycleOptions,
+                    &AddTracingOptions, &AddDecisionLogOptions}) {
     add(app, o);
   }
 

@@ -116,6 +116,15 @@ struct ServerOptions {
     int queue_spans = 2048;
     double timeout_seconds = 5;
   } tracing;
+  struct Decisions {   // the decision log (server_decisions.cc, server/frontend/decision_log.h)
+    std::string path;  // empty: none
+    double rate = 1.0;
+    std::vector<std::string> model_rates, key_rates;  // NAME=RATE
+    int64_t max_bytes = int64_t{64} << 20;
+    int keep = 5;
+    bool texts = false;
+    int queue_lines = 4096;
+  } decisions;
   double shutdown_grace_seconds = 30;
   // On SIGTERM/SIGINT: health reads NOT_SERVING this long while calls are still taken, so that a
   // load balancer (a Kubernetes readiness probe) stops routing here before the server refuses calls.
@@ -132,6 +141,8 @@ CLI::Validator FiniteRange(double min, double max);
 
 // The Tracing group's flags (server_tracing.cc).
 void AddTracingOptions(CLI::App& app, ServerOptions& o);
+// The Decision log group's flags (server_decisions.cc).
+void AddDecisionLogOptions(CLI::App& app, ServerOptions& o);
 
 // --unload-idle-after: "10m", "90s" (absl::ParseDuration) or a number of seconds; 0 to a year.
 absl::StatusOr<absl::Duration> ParseIdleDuration(const std::string& text);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/core/request/request_checks.h"
+#include "server/core/serving/shadow.h"
 #include "server/logging.h"
 
 namespace qvi {
@@ -204,8 +205,30 @@ absl::Status Call::Prepare(InferenceRequest& r, std::string_view fallback_id, ab
   priority_ = r.priority;
   explain_ = ExplainLabel(r.options);
   if (span_.sampled) r.span = SpanRef{span_.trace_id, span_.span_id};
+  if (DecisionLog* log = calls_->options_.decisions; log != nullptr && log->Sample(model, key_ ? key_->name : "")) {
+    decision_sha256_.clear();
+    for (const std::string& text : r.texts) decision_sha256_.push_back(TextSha256(text));
+    if (log->options().texts) decision_texts_ = r.texts;
+  }
   if (!key_) return absl::OkStatus();
   return calls_->limiter_.TakeTexts(key_->bucket(), texts_, start_);
+}
+
+void Call::LogDecision(const InferenceResponse& answer) const {
+  DecisionLog::Call c;
+  c.answer = &answer;
+  c.text_sha256 = decision_sha256_;
+  c.texts = decision_texts_;
+  c.key = key_ ? key_->name : "";
+  c.request_id = request_id_;
+  if (span_.sampled) {
+    c.trace_id = ToHex(span_.trace_id);
+  } else {
+    c.trace_id = trace_.trace_id;
+  }
+  c.time = absl::Now();
+  c.latency = calls_->env().Now() - start_;
+  calls_->options_.decisions->Offer(c);
 }
 
 absl::Status Call::HoldAnswer(int64_t answer_bytes) {

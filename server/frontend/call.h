@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -31,6 +32,7 @@
 #include "server/core/base/exception_text.h"
 #include "server/core/repository/model_repository.h"
 #include "server/core/request/request.h"
+#include "server/frontend/decision_log.h"
 #include "server/metrics/metrics.h"
 #include "server/tracing/span.h"
 #include "server/tracing/trace_context.h"
@@ -92,6 +94,8 @@ class Calls {
     // over it is refused alone (the transport's own limit, far above it, resets its connection).
     // 0: no limit but the transport's.
     int64_t max_metadata_bytes = 0;
+    // Where a sampled record of each call's decision goes (--decision-log); null: none is kept.
+    DecisionLog* decisions = nullptr;
   };
 
   Calls(const ModelRepository* repository, Options options);
@@ -230,6 +234,10 @@ class Call {
   int64_t texts_ = 0;
   Priority priority_ = Priority::kDefault;  // the request's, once Prepare resolved it
   std::string explain_ = "none";            // the explanations it asked for (ExplainLabel), once prepared
+  // Sampled for the decision log (Prepare): its texts' SHA-256 (and, with --decision-log-texts, the texts).
+  std::vector<std::string> decision_sha256_, decision_texts_;
+  // Queues the call's line in the decision log (decision_log.h).
+  void LogDecision(const InferenceResponse& answer) const;
 };
 
 // options.abstain_below's counts of an answer (AnswerSummary::judged, abstained): a classifier's texts, a
@@ -258,6 +266,7 @@ absl::Status Call::BuildAnswer(const InferenceResponse& answer, Build&& build, A
                              answer.compute_time,     answer.queued_at,     answer.forward_time,
                              answer.postprocess_time, env.Now() - building, *bytes};
     if (answer.abstain_below) CountAbstentions(answer, summary);
+    if (!decision_sha256_.empty()) LogDecision(answer);
   }
   return status;
 }

@@ -327,7 +327,8 @@ TEST_F(EndToEnd, QviClientChunksStandardInputAndNamesItsErrors) {
   EXPECT_NE(missing.find("hint: qvi-client models lists the models"), std::string::npos) << missing;
   auto [rc4, typo] = run(base + "clasify --model sentiment x 2>&1");
   EXPECT_NE(rc4, 0);
-  EXPECT_NE(typo.find("'clasify' is not a subcommand: use classify, tag, models, health or batch"), std::string::npos)
+  EXPECT_NE(typo.find("'clasify' is not a subcommand: use classify, tag, models, shadow, health or batch"),
+            std::string::npos)
       << typo;
   auto [rc5, nobody] = run(std::string(QVI_CLIENT_BINARY) + " --server 127.0.0.1:1 --timeout 5 health 2>&1");
   EXPECT_EQ(rc5, 1);

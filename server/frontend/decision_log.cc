@@ -1,0 +1,209 @@
+#include "server/frontend/decision_log.h"
+
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace qvi {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+double Shortest(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  return std::strtod(buf, nullptr);
+}
+
+// The words of `r` that contributed most to its top label, else those with the most α; [] when it has neither.
+json TopWords(const TextResult& r, int k) {
+  std::vector<std::pair<float, const TokenOutput*>> scored;
+  const bool by_contribution = !r.tokens.empty() && !r.tokens[0].contribution.empty();
+  for (const TokenOutput& t : r.tokens) {
+    if (by_contribution && !t.contribution.empty()) scored.emplace_back(t.contribution[0], &t);
+    if (!by_contribution && t.attention) scored.emplace_back(*t.attention, &t);
+  }
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  json out = json::array();
+  for (size_t i = 0; i < scored.size() && static_cast<int>(i) < k; ++i) {
+    out.push_back({{"word", scored[i].second->token.text},
+                   {by_contribution ? "contribution" : "alpha", Shortest(scored[i].first)}});
+  }
+  return out;
+}
+
+json TextEntry(const TextResult& r, const std::string& sha256, const std::string* text, int top_words) {
+  json t = {{"sha256", sha256}};
+  if (text != nullptr) t["text"] = *text;
+  if (!r.labels.empty()) {
+    json labels = json::array();
+    for (const auto& [label, score] : r.labels) labels.push_back({{"label", label}, {"score", Shortest(score)}});
+    t["labels"] = std::move(labels);
+  } else {
+    json spans = json::array();
+    for (const SpanOutput& s : r.spans) {
+      spans.push_back({{"type", s.label}, {"start", s.start}, {"end", s.end}, {"score", Shortest(s.score)}});
+    }
+    t["spans"] = std::move(spans);
+  }
+  t["abstained"] = r.abstained;
+  t["top_words"] = TopWords(r, top_words);
+  return t;
+}
+
+std::string FileSha256(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return "";
+  SHA256_CTX ctx;
+  SHA256_Init(&ctx);
+  std::array<char, 1 << 16> buf;
+  while (in) {
+    in.read(buf.data(), buf.size());
+    if (in.gcount() > 0) SHA256_Update(&ctx, buf.data(), static_cast<size_t>(in.gcount()));
+  }
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> digest;
+  SHA256_Final(digest.data(), &ctx);
+  std::string hex;
+  for (const unsigned char b : digest) absl::StrAppendFormat(&hex, "%02x", b);
+  return hex;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DecisionLog>> DecisionLog::Open(Options options, const ModelRepository* repository) {
+  std::unique_ptr<DecisionLog> log(new DecisionLog(std::move(options), repository));
+  log->out_.open(log->options_.path, std::ios::app | std::ios::binary);
+  if (!log->out_) {
+    return absl::InvalidArgumentError(absl::StrCat("--decision-log: cannot open ", log->options_.path));
+  }
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(log->options_.path, ec);
+  log->bytes_ = ec ? 0 : static_cast<int64_t>(size);
+  log->writer_ = std::thread([raw = log.get()] { raw->Run(); });
+  return log;
+}
+
+DecisionLog::DecisionLog(Options options, const ModelRepository* repository)
+    : options_(std::move(options)), repository_(repository), rng_(options_.seed) {}
+
+DecisionLog::~DecisionLog() {
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    changed_.SignalAll();
+  }
+  if (writer_.joinable()) writer_.join();
+}
+
+bool DecisionLog::Sample(const std::string& model, const std::string& key) {
+  double rate = options_.rate;
+  if (auto m = options_.model_rates.find(model); m != options_.model_rates.end()) rate = m->second;
+  if (auto k = options_.key_rates.find(key); !key.empty() && k != options_.key_rates.end()) rate = k->second;
+  if (rate >= 1) return true;
+  if (rate <= 0) return false;
+  MutexLock lock(&sample_mu_);
+  return std::bernoulli_distribution(rate)(rng_);
+}
+
+void DecisionLog::Offer(const Call& call) {
+  const InferenceResponse& a = *call.answer;
+  json line = {{"time", absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", call.time, absl::UTCTimeZone())},
+               {"model", a.model},
+               {"version", a.version},
+               {"artifact_sha256", ""},
+               {"key", call.key},
+               {"request_id", call.request_id},
+               {"trace_id", call.trace_id},
+               {"latency_ms", absl::ToDoubleMilliseconds(call.latency)}};
+  json texts = json::array();
+  for (size_t i = 0; i < a.results.size() && i < call.text_sha256.size(); ++i) {
+    texts.push_back(TextEntry(a.results[i], call.text_sha256[i], i < call.texts.size() ? &call.texts[i] : nullptr,
+                              options_.top_words));
+  }
+  line["texts"] = std::move(texts);
+  std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace);
+  MutexLock lock(&mu_);
+  if (static_cast<int>(queue_.size()) >= options_.queue_lines || stopping_) {
+    dropped_.fetch_add(1);
+    return;
+  }
+  queue_.push_back(Queued{a.model, a.version, std::move(text)});
+  ++queued_;
+  changed_.SignalAll();
+}
+
+void DecisionLog::Flush() {
+  MutexLock lock(&mu_);
+  const int64_t target = queued_;
+  while (written_ < target) changed_.Wait(&mu_);
+}
+
+void DecisionLog::Run() {
+  while (true) {
+    Queued next;
+    {
+      MutexLock lock(&mu_);
+      while (queue_.empty() && !stopping_) changed_.Wait(&mu_);
+      if (queue_.empty()) return;
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Write(next.model, next.version, std::move(next.line));
+    MutexLock lock(&mu_);
+    ++written_;
+    changed_.SignalAll();
+  }
+}
+
+std::string DecisionLog::ArtifactSha256(const std::string& model, int64_t version) {
+  absl::StatusOr<ServableHandle> servable = repository_->Resolve(model, version);
+  if (!servable.ok()) return "";
+  const std::string& path = (*servable)->model->file();
+  std::error_code ec;
+  const auto stamp = std::filesystem::last_write_time(path, ec);
+  const std::string key = absl::StrCat(path, "@", ec ? 0 : stamp.time_since_epoch().count());
+  auto it = digests_.find(key);
+  if (it == digests_.end()) it = digests_.emplace(key, FileSha256(path)).first;
+  return it->second;
+}
+
+void DecisionLog::Write(const std::string& model, int64_t version, std::string line) {
+  // The digest goes into the empty string the line was made with ("artifact_sha256":"").
+  const std::string hole = "\"artifact_sha256\":\"\"";
+  if (const size_t at = line.find(hole); at != std::string::npos) {
+    line.replace(at, hole.size(), absl::StrCat("\"artifact_sha256\":\"", ArtifactSha256(model, version), "\""));
+  }
+  line.push_back('\n');
+  if (bytes_ > 0 && bytes_ + static_cast<int64_t>(line.size()) > options_.max_bytes) Rotate();
+  out_.write(line.data(), static_cast<std::streamsize>(line.size()));
+  out_.flush();
+  bytes_ += static_cast<int64_t>(line.size());
+  lines_.fetch_add(1);
+}
+
+void DecisionLog::Rotate() {
+  out_.close();
+  std::error_code ec;
+  const std::string& p = options_.path;
+  std::filesystem::remove(absl::StrCat(p, ".", options_.keep), ec);
+  for (int i = options_.keep - 1; i >= 1; --i) {
+    std::filesystem::rename(absl::StrCat(p, ".", i), absl::StrCat(p, ".", i + 1), ec);
+  }
+  if (options_.keep > 0) {
+    std::filesystem::rename(p, absl::StrCat(p, ".1"), ec);
+  } else {
+    std::filesystem::remove(p, ec);
+  }
+  out_.open(p, std::ios::trunc | std::ios::binary);
+  bytes_ = 0;
+}
+
+}  // namespace qvi

@@ -1,0 +1,106 @@
+// The decision log (docs/observability.md, "The decision log"): for audit and drift, a sampled record of what
+// the server decided — one JSON line per sampled Classify or Tag call, whatever its protocol:
+//   {"time": "2026-12-07T12:00:00.123Z", "model": "sentiment", "version": 1, "artifact_sha256": "…",
+//    "key": "team-a", "request_id": "…", "trace_id": "…", "latency_ms": 3.1,
+//    "texts": [{"sha256": "…", "text": "…" (--decision-log-texts only), "labels": [{"label", "score"}, …] |
+//               "spans": [{"type", "start", "end", "score"}, …], "abstained": false,
+//               "top_words": [{"word", "contribution" | "alpha"}, …]}]}
+// The scores are the calibrated ones the caller got; top_words are the words that contributed most to the top
+// label (or, with no contributions in the answer, those with the most α), when the answer carries them.
+// Sampled per call at --decision-log-rate, or a model's or a key's own rate (--decision-log-model-rate M=R,
+// --decision-log-key-rate K=R; a key's wins). Written by a thread of its own from a bounded queue: a call never
+// waits for the disk, and a line that finds the queue full is dropped and counted. The file is rotated once it
+// would pass --decision-log-max-bytes (PATH.1 the newest of the --decision-log-keep older files); a line is
+// never split across files. `artifact_sha256` is the SHA-256 of the version's artifact file, computed by the
+// writer once per file.
+#ifndef QVI_SERVER_FRONTEND_DECISION_LOG_H_
+#define QVI_SERVER_FRONTEND_DECISION_LOG_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/core/base/sync.h"
+#include "server/core/outputs/answer.h"
+#include "server/core/repository/model_repository.h"
+
+namespace qvi {
+
+class DecisionLog {
+ public:
+  struct Options {
+    std::string path;
+    double rate = 1.0;
+    std::map<std::string, double> model_rates, key_rates;
+    int64_t max_bytes = int64_t{64} << 20;
+    int keep = 5;
+    bool texts = false;
+    int queue_lines = 4096;
+    int top_words = 5;
+    uint64_t seed = 0x5eed;
+  };
+  // Opens (appends to) `options.path`; the error names the path.
+  static absl::StatusOr<std::unique_ptr<DecisionLog>> Open(Options options, const ModelRepository* repository);
+  ~DecisionLog();  // writes what is queued, then stops
+
+  const Options& options() const { return options_; }
+  // Whether a call for `model` by `key` ("" without keys) is logged.
+  bool Sample(const std::string& model, const std::string& key);
+
+  // One sampled call, answered: its line is made here (the caller's thread) and queued.
+  struct Call {
+    const InferenceResponse* answer = nullptr;
+    std::vector<std::string> text_sha256, texts;  // per text; `texts` only with Options::texts
+    std::string key, request_id, trace_id;
+    absl::Time time;
+    absl::Duration latency;
+  };
+  void Offer(const Call& call);
+
+  int64_t lines() const { return lines_.load(); }      // written
+  int64_t dropped() const { return dropped_.load(); }  // the queue was full
+  // Waits until every line queued so far is written (tests, shutdown).
+  void Flush();
+
+ private:
+  DecisionLog(Options options, const ModelRepository* repository);
+  void Run();
+  void Write(const std::string& model, int64_t version, std::string line);
+  void Rotate();
+  std::string ArtifactSha256(const std::string& model, int64_t version);
+
+  struct Queued {
+    std::string model;
+    int64_t version;
+    std::string line;  // without the artifact's digest, which the writer adds
+  };
+
+  const Options options_;
+  const ModelRepository* const repository_;
+  std::atomic<int64_t> lines_{0}, dropped_{0};
+  Mutex sample_mu_;
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(sample_mu_);
+  Mutex mu_;
+  CondVar changed_;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t queued_ ABSL_GUARDED_BY(mu_) = 0, written_ ABSL_GUARDED_BY(mu_) = 0;
+  // The writer's own.
+  std::ofstream out_;
+  int64_t bytes_ = 0;
+  std::map<std::string, std::string> digests_;  // artifact path and stamp -> SHA-256
+  std::thread writer_;
+};
+
+}  // namespace qvi
+
+#endif  // QVI_SERVER_FRONTEND_DECISION_LOG_H_

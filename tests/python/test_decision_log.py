@@ -1,0 +1,127 @@
+"""The decision log (server/frontend/decision_log.h; docs/observability.md, "The decision log"): sampled JSON lines
+of what each call decided, read back here — the caller's labels or spans with their scores, the words that
+contributed most when the answer has them, the texts' SHA-256 (and the texts with --decision-log-texts), the
+artifact's digest, the request id — rotated at --decision-log-max-bytes with --decision-log-keep files, never a
+line split; a model's own rate chooses which calls are logged."""
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from qvi_testing import SERVER, STORE, ServerProcess, metric_sum, wait_until
+
+TEXTS = ["a wonderful , moving film", "terrible acting and a boring plot", "it was fine", "a dull , lifeless mess"]
+SENTENCES = ["Angela Merkel met Barack Obama in Berlin on Tuesday .", "Apple opened an office in Paris ."]
+
+
+def store_copy(work):
+    store = os.path.join(work, "store")
+    for name in ("sentiment", "ner"):
+        os.makedirs(os.path.join(store, name, "1"))
+        shutil.copy(os.path.join(STORE, name, "1", "model.pt"), os.path.join(store, name, "1"))
+        with open(os.path.join(store, name, "serving.json"), "w") as f:
+            json.dump({"format": "torchscript"}, f)
+    return store
+
+
+def lines_of(path):
+    out = []
+    for file in sorted(glob.glob(path + "*")):
+        with open(file, "rb") as f:
+            data = f.read()
+        assert data.endswith(b"\n"), f"{file}: a line cut at its end"
+        out += [json.loads(line) for line in data.decode().splitlines()]
+    return out
+
+
+def sha256(text):
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_each_call_is_logged_with_its_decision_and_the_files_rotate(api, tmp_path):
+    pb, pbg = api
+    store = store_copy(str(tmp_path))
+    log = os.path.join(tmp_path, "decisions.jsonl")
+    with ServerProcess(store, str(tmp_path), "--decision-log", log, "--decision-log-max-bytes", "4096",
+                       "--decision-log-keep", "2", "--decision-log-texts") as proc:
+        stub = pbg.InferenceStub(proc.channel)
+        answers = {}
+        for i in range(30):
+            explain = i % 2 == 0
+            rid = f"call-{i}"
+            answers[rid] = ("classify", TEXTS, stub.Classify(pb.ClassifyRequest(
+                model=pb.ModelSpec(name="sentiment"), texts=TEXTS, request_id=rid,
+                options=pb.OutputOptions(top_k=2, tokens=explain, contributions=explain)), timeout=30))
+        for i in range(6):
+            rid = f"tag-{i}"
+            answers[rid] = ("tag", SENTENCES, stub.Tag(pb.TagRequest(
+                model=pb.ModelSpec(name="ner"), texts=SENTENCES, request_id=rid), timeout=30))
+        wait_until(lambda: metric_sum(proc.metrics(), "qvi_decision_log_lines_total") == len(answers),
+                   "every call's line written")
+        assert metric_sum(proc.metrics(), "qvi_decision_log_dropped_lines_total") == 0
+    files = sorted(glob.glob(log + "*"))
+    assert files == [log, log + ".1", log + ".2"], files  # rotated, two older files kept
+    assert all(os.path.getsize(f) <= 4096 for f in files)
+    lines = lines_of(log)
+    assert 0 < len(lines) < len(answers)  # the oldest went with the rotation
+    digests = {name: hashlib.sha256(open(os.path.join(store, name, "1", "model.pt"), "rb").read()).hexdigest()
+               for name in ("sentiment", "ner")}
+    seen = set()
+    for line in lines:
+        rid = line["request_id"]
+        assert rid in answers and rid not in seen, rid
+        seen.add(rid)
+        kind, texts, answer = answers[rid]
+        assert list(line)[:8] == ["time", "model", "version", "artifact_sha256", "key", "request_id", "trace_id",
+                                  "latency_ms"]
+        assert line["model"] == ("sentiment" if kind == "classify" else "ner") and line["version"] == 1
+        assert line["artifact_sha256"] == digests[line["model"]] and line["key"] == "" and line["latency_ms"] > 0
+        assert [t["sha256"] for t in line["texts"]] == [sha256(t) for t in texts]
+        assert [t["text"] for t in line["texts"]] == texts
+        for logged, result in zip(line["texts"], answer.results):
+            if kind == "classify":
+                assert [(x["label"], x["score"]) for x in logged["labels"]] == \
+                    [(s.label, pytest.approx(s.score, abs=1e-6)) for s in result.labels]
+                if result.tokens:  # explained: the words that contributed most to the top label
+                    best = max(result.tokens, key=lambda t: t.contribution[0])
+                    assert logged["top_words"][0] == {"word": best.text,
+                                                      "contribution": pytest.approx(best.contribution[0], abs=1e-6)}
+                    assert len(logged["top_words"]) == min(5, len(result.tokens))
+                else:
+                    assert logged["top_words"] == []
+            else:
+                assert [(x["type"], x["start"], x["end"]) for x in logged["spans"]] == \
+                    [(s.label, s.start, s.end) for s in result.spans]
+                assert [x["score"] for x in logged["spans"]] == pytest.approx([s.score for s in result.spans],
+                                                                              abs=1e-6)
+
+
+def test_a_models_own_rate_chooses_what_is_logged_and_texts_stay_out_by_default(api, tmp_path):
+    pb, pbg = api
+    store = store_copy(str(tmp_path))
+    log = os.path.join(tmp_path, "decisions.jsonl")
+    with ServerProcess(store, str(tmp_path), "--decision-log", log, "--decision-log-rate", "0",
+                       "--decision-log-model-rate", "ner=1") as proc:
+        stub = pbg.InferenceStub(proc.channel)
+        for _ in range(5):
+            stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=TEXTS), timeout=30)
+            stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=SENTENCES), timeout=30)
+        wait_until(lambda: metric_sum(proc.metrics(), "qvi_decision_log_lines_total") == 5, "the tagger's lines")
+    lines = lines_of(log)
+    assert len(lines) == 5 and {line["model"] for line in lines} == {"ner"}
+    assert all("text" not in t and len(t["sha256"]) == 64 for line in lines for t in line["texts"])
+
+
+def test_a_bad_rate_or_path_stops_the_server_naming_the_flag(tmp_path):
+    store = store_copy(str(tmp_path))
+    for args, message in ((["--decision-log", os.path.join(tmp_path, "d.jsonl"), "--decision-log-model-rate",
+                            "ner=2"], "--decision-log-model-rate: 'ner=2' is not NAME=RATE"),
+                          (["--decision-log", os.path.join(tmp_path, "no", "such", "dir", "d.jsonl")],
+                           "--decision-log: cannot open")):
+        out = subprocess.run([SERVER, "--model-store", store, "--port", "0", "--metrics-port", "-1",
+                              "--http-port", "-1", *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode != 0 and message in out.stdout + out.stderr, out.stderr[-2000:]
