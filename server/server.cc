@@ -135,8 +135,9 @@ absl::Status Server::Start() {
   if (absl::Status st = StartMetrics(); !st.ok()) return st;
   if (absl::Status st = StartApiKeys(); !st.ok()) return st;  // a bad file stops us before any load
   if (absl::Status st = StartTracing(); !st.ok()) return st;
+  if (absl::Status st = StartDecisionLog(); !st.ok()) return st;  // a bad flag stops us before any load
   if (absl::Status st = StartModels(); !st.ok()) return st;
-  if (absl::Status st = StartDecisionLog(); !st.ok()) return st;
+  if (decisions_) decisions_->SetRepository(repository_.get());
   // Abort() may have come while the models loaded: their loads were abandoned, the store shut down.
   if (aborted_) return aborted();
   if (absl::Status st = StartGrpc(); !st.ok()) return st;
@@ -428,6 +429,7 @@ int Server::Drain(int signal, const sigset_t& signals) {
     spdlog::debug("request threads drained");
     repository_->Shutdown();
     answers_->Shutdown();
+    if (decisions_) decisions_->Flush();  // every answered call's line on disk before the process may _Exit
     spdlog::debug("model queues drained, models unloaded");
     if (otlp_) otlp_->Stop();  // the last spans, within --otlp-timeout-seconds
     drained->set_value();

@@ -103,7 +103,8 @@ class Server {
   std::unique_ptr<InferenceService> core_;
   std::unique_ptr<ServingCore> frontend_core_;  // what the front ends call core_ through
   std::shared_ptr<ApiKeys> api_keys_;           // before calls_, which reads it
-  std::unique_ptr<DecisionLog> decisions_;      // before calls_, which writes to it; after the repository it reads
+  // Before calls_, which writes to it; shared with the scrapes of /metrics, which may come during teardown.
+  std::shared_ptr<DecisionLog> decisions_;
   std::unique_ptr<Calls> calls_;
   std::unique_ptr<OipApi> oip_api_;
   std::unique_ptr<InferenceServiceImpl> service_;

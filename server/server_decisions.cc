@@ -73,16 +73,17 @@ absl::Status Server::StartDecisionLog() {
   o.keep = d.keep;
   o.texts = d.texts;
   o.queue_lines = d.queue_lines;
-  absl::StatusOr<std::unique_ptr<DecisionLog>> log = DecisionLog::Open(std::move(o), repository_.get());
+  absl::StatusOr<std::shared_ptr<DecisionLog>> log = DecisionLog::Open(std::move(o));
   if (!log.ok()) return log.status();
   decisions_ = *std::move(log);
   if (metrics_) {
-    DecisionLog* raw = decisions_.get();
+    std::shared_ptr<DecisionLog> held = decisions_;  // a scrape may come while the server is torn down
     metrics_->AddScrapedCounter("qvi_decision_log_lines_total", "Decision-log lines written (--decision-log)",
-                                [raw] { return static_cast<double>(raw->lines()); });
+                                [held] { return static_cast<double>(held->lines()); });
     metrics_->AddScrapedCounter("qvi_decision_log_dropped_lines_total",
-                                "Decision-log lines dropped because the writer's queue was full",
-                                [raw] { return static_cast<double>(raw->dropped()); });
+                                "Decision-log lines dropped: the writer's queue was full, or the file could not "
+                                "be written",
+                                [held] { return static_cast<double>(held->dropped()); });
   }
   spdlog::info("decision log: {} of the calls to {}{}", d.rate, d.path, d.texts ? " (with their texts)" : "");
   return absl::OkStatus();

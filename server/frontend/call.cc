@@ -215,6 +215,13 @@ absl::Status Call::Prepare(InferenceRequest& r, std::string_view fallback_id, ab
 }
 
 void Call::LogDecision(const InferenceResponse& answer) const {
+  try {
+    LogDecisionOrThrow(answer);
+  } catch (...) {  // (std::bad_alloc) the decision is not logged; the answer goes out as it is
+  }
+}
+
+void Call::LogDecisionOrThrow(const InferenceResponse& answer) const {
   DecisionLog::Call c;
   c.answer = &answer;
   c.text_sha256 = decision_sha256_;

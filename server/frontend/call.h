@@ -236,8 +236,9 @@ class Call {
   std::string explain_ = "none";            // the explanations it asked for (ExplainLabel), once prepared
   // Sampled for the decision log (Prepare): its texts' SHA-256 (and, with --decision-log-texts, the texts).
   std::vector<std::string> decision_sha256_, decision_texts_;
-  // Queues the call's line in the decision log (decision_log.h).
+  // Queues the call's line in the decision log (decision_log.h); throws nothing.
   void LogDecision(const InferenceResponse& answer) const;
+  void LogDecisionOrThrow(const InferenceResponse& answer) const;
 };
 
 // options.abstain_below's counts of an answer (AnswerSummary::judged, abstained): a classifier's texts, a

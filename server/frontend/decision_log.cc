@@ -1,9 +1,10 @@
 #include "server/frontend/decision_log.h"
 
-#include <openssl/sha.h>
+#include <openssl/evp.h>
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <utility>
@@ -27,9 +28,11 @@ double Shortest(float v) {
 json TopWords(const TextResult& r, int k) {
   std::vector<std::pair<float, const TokenOutput*>> scored;
   const bool by_contribution = !r.tokens.empty() && !r.tokens[0].contribution.empty();
-  for (const TokenOutput& t : r.tokens) {
-    if (by_contribution && !t.contribution.empty()) scored.emplace_back(t.contribution[0], &t);
-    if (!by_contribution && t.attention) scored.emplace_back(*t.attention, &t);
+  for (const TokenOutput& t : r.tokens) {  // a value that is not finite ranks nowhere
+    if (by_contribution && !t.contribution.empty() && std::isfinite(t.contribution[0])) {
+      scored.emplace_back(t.contribution[0], &t);
+    }
+    if (!by_contribution && t.attention && std::isfinite(*t.attention)) scored.emplace_back(*t.attention, &t);
   }
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   json out = json::array();
@@ -50,7 +53,11 @@ json TextEntry(const TextResult& r, const std::string& sha256, const std::string
   } else {
     json spans = json::array();
     for (const SpanOutput& s : r.spans) {
-      spans.push_back({{"type", s.label}, {"start", s.start}, {"end", s.end}, {"score", Shortest(s.score)}});
+      spans.push_back({{"type", s.label},
+                       {"start", s.start},
+                       {"end", s.end},
+                       {"score", Shortest(s.score)},
+                       {"abstained", s.abstained}});
     }
     t["spans"] = std::move(spans);
   }
@@ -59,27 +66,30 @@ json TextEntry(const TextResult& r, const std::string& sha256, const std::string
   return t;
 }
 
+// The file's SHA-256 in hex; "" when it cannot be read.
 std::string FileSha256(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return "";
-  SHA256_CTX ctx;
-  SHA256_Init(&ctx);
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  if (ctx == nullptr || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) return "";
   std::array<char, 1 << 16> buf;
   while (in) {
     in.read(buf.data(), buf.size());
-    if (in.gcount() > 0) SHA256_Update(&ctx, buf.data(), static_cast<size_t>(in.gcount()));
+    if (in.gcount() > 0) EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(in.gcount()));
   }
-  std::array<unsigned char, SHA256_DIGEST_LENGTH> digest;
-  SHA256_Final(digest.data(), &ctx);
+  if (in.bad()) return "";
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest;
+  unsigned int n = 0;
+  if (EVP_DigestFinal_ex(ctx.get(), digest.data(), &n) != 1) return "";
   std::string hex;
-  for (const unsigned char b : digest) absl::StrAppendFormat(&hex, "%02x", b);
+  for (unsigned int i = 0; i < n; ++i) absl::StrAppendFormat(&hex, "%02x", digest[i]);
   return hex;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DecisionLog>> DecisionLog::Open(Options options, const ModelRepository* repository) {
-  std::unique_ptr<DecisionLog> log(new DecisionLog(std::move(options), repository));
+absl::StatusOr<std::shared_ptr<DecisionLog>> DecisionLog::Open(Options options) {
+  std::shared_ptr<DecisionLog> log(new DecisionLog(std::move(options)));
   log->out_.open(log->options_.path, std::ios::app | std::ios::binary);
   if (!log->out_) {
     return absl::InvalidArgumentError(absl::StrCat("--decision-log: cannot open ", log->options_.path));
@@ -91,8 +101,7 @@ absl::StatusOr<std::unique_ptr<DecisionLog>> DecisionLog::Open(Options options, 
   return log;
 }
 
-DecisionLog::DecisionLog(Options options, const ModelRepository* repository)
-    : options_(std::move(options)), repository_(repository), rng_(options_.seed) {}
+DecisionLog::DecisionLog(Options options) : options_(std::move(options)), rng_(options_.seed) {}
 
 DecisionLog::~DecisionLog() {
   {
@@ -129,13 +138,24 @@ void DecisionLog::Offer(const Call& call) {
                               options_.top_words));
   }
   line["texts"] = std::move(texts);
-  std::string text = line.dump(-1, ' ', false, json::error_handler_t::replace);
+  Queued queued;
+  queued.line = line.dump(-1, ' ', false, json::error_handler_t::replace);
+  // The artifact as it is now: the version may be gone (unloaded, replaced) by the time the writer gets here.
+  if (const ModelRepository* repository = repository_.load(); repository != nullptr) {
+    absl::StatusOr<ServableHandle> servable = repository->Resolve(a.model, a.version);
+    if (servable.ok()) {
+      queued.artifact = (*servable)->model->file();
+      std::error_code ec;
+      const auto stamp = std::filesystem::last_write_time(queued.artifact, ec);
+      queued.stamp = ec ? "" : absl::StrCat(stamp.time_since_epoch().count());
+    }
+  }
   MutexLock lock(&mu_);
   if (static_cast<int>(queue_.size()) >= options_.queue_lines || stopping_) {
     dropped_.fetch_add(1);
     return;
   }
-  queue_.push_back(Queued{a.model, a.version, std::move(text)});
+  queue_.push_back(std::move(queued));
   ++queued_;
   changed_.SignalAll();
 }
@@ -156,35 +176,48 @@ void DecisionLog::Run() {
       next = std::move(queue_.front());
       queue_.pop_front();
     }
-    Write(next.model, next.version, std::move(next.line));
+    try {
+      Write(std::move(next));
+    } catch (...) {  // (std::bad_alloc) the line is lost, and counted; the writer goes on
+      dropped_.fetch_add(1);
+    }
     MutexLock lock(&mu_);
     ++written_;
     changed_.SignalAll();
   }
 }
 
-std::string DecisionLog::ArtifactSha256(const std::string& model, int64_t version) {
-  absl::StatusOr<ServableHandle> servable = repository_->Resolve(model, version);
-  if (!servable.ok()) return "";
-  const std::string& path = (*servable)->model->file();
-  std::error_code ec;
-  const auto stamp = std::filesystem::last_write_time(path, ec);
-  const std::string key = absl::StrCat(path, "@", ec ? 0 : stamp.time_since_epoch().count());
-  auto it = digests_.find(key);
-  if (it == digests_.end()) it = digests_.emplace(key, FileSha256(path)).first;
-  return it->second;
+std::string DecisionLog::ArtifactSha256(const std::string& path, const std::string& stamp) {
+  if (path.empty()) return "";
+  const std::string key = absl::StrCat(path, "@", stamp);
+  if (auto it = digests_.find(key); it != digests_.end()) return it->second;
+  std::string digest = FileSha256(path);
+  if (!digest.empty()) digests_.emplace(key, digest);  // a file that could not be read is tried again
+  return digest;
 }
 
-void DecisionLog::Write(const std::string& model, int64_t version, std::string line) {
-  // The digest goes into the empty string the line was made with ("artifact_sha256":"").
+void DecisionLog::Write(Queued queued) {
+  std::string& line = queued.line;
+  // The digest goes into the empty string the line was made with ("artifact_sha256":""): the first match, as
+  // only time, model and version come before it and a JSON string holds no bare quote.
   const std::string hole = "\"artifact_sha256\":\"\"";
   if (const size_t at = line.find(hole); at != std::string::npos) {
-    line.replace(at, hole.size(), absl::StrCat("\"artifact_sha256\":\"", ArtifactSha256(model, version), "\""));
+    line.replace(at, hole.size(),
+                 absl::StrCat("\"artifact_sha256\":\"", ArtifactSha256(queued.artifact, queued.stamp), "\""));
   }
   line.push_back('\n');
   if (bytes_ > 0 && bytes_ + static_cast<int64_t>(line.size()) > options_.max_bytes) Rotate();
+  if (!out_.is_open() || !out_) {  // a disk that failed before: try the file again
+    out_.clear();
+    out_.close();
+    out_.open(options_.path, std::ios::app | std::ios::binary);
+  }
   out_.write(line.data(), static_cast<std::streamsize>(line.size()));
   out_.flush();
+  if (!out_) {  // not written (a full disk): counted as dropped, and the stream tried again next time
+    dropped_.fetch_add(1);
+    return;
+  }
   bytes_ += static_cast<int64_t>(line.size());
   lines_.fetch_add(1);
 }
@@ -193,17 +226,19 @@ void DecisionLog::Rotate() {
   out_.close();
   std::error_code ec;
   const std::string& p = options_.path;
-  std::filesystem::remove(absl::StrCat(p, ".", options_.keep), ec);
-  for (int i = options_.keep - 1; i >= 1; --i) {
-    std::filesystem::rename(absl::StrCat(p, ".", i), absl::StrCat(p, ".", i + 1), ec);
-  }
+  bool rotated = true;
   if (options_.keep > 0) {
+    std::filesystem::remove(absl::StrCat(p, ".", options_.keep), ec);
+    for (int i = options_.keep - 1; i >= 1; --i) {
+      std::filesystem::rename(absl::StrCat(p, ".", i), absl::StrCat(p, ".", i + 1), ec);
+    }
     std::filesystem::rename(p, absl::StrCat(p, ".1"), ec);
-  } else {
-    std::filesystem::remove(p, ec);
+    rotated = !ec;
   }
-  out_.open(p, std::ios::trunc | std::ios::binary);
-  bytes_ = 0;
+  // A file that could not be moved aside is appended to, not emptied: its lines are kept, and the rotation is
+  // tried again at the next line.
+  out_.open(p, (rotated ? std::ios::trunc : std::ios::app) | std::ios::binary);
+  if (rotated) bytes_ = 0;
 }
 
 }  // namespace qvi

@@ -11,8 +11,8 @@
 // --decision-log-key-rate K=R; a key's wins). Written by a thread of its own from a bounded queue: a call never
 // waits for the disk, and a line that finds the queue full is dropped and counted. The file is rotated once it
 // would pass --decision-log-max-bytes (PATH.1 the newest of the --decision-log-keep older files); a line is
-// never split across files. `artifact_sha256` is the SHA-256 of the version's artifact file, computed by the
-// writer once per file.
+// never split across files. `artifact_sha256` is the SHA-256 of the version's artifact file as it is on disk when
+// the call is answered (its path and time stamp taken then; hashed by the writer, once per file and stamp).
 #ifndef QVI_SERVER_FRONTEND_DECISION_LOG_H_
 #define QVI_SERVER_FRONTEND_DECISION_LOG_H_
 
@@ -48,8 +48,10 @@ class DecisionLog {
     int top_words = 5;
     uint64_t seed = 0x5eed;
   };
-  // Opens (appends to) `options.path`; the error names the path.
-  static absl::StatusOr<std::unique_ptr<DecisionLog>> Open(Options options, const ModelRepository* repository);
+  // Opens (appends to) `options.path`; the error names the path. The repository (which answers what a version's
+  // artifact is) is set before the first call is offered.
+  static absl::StatusOr<std::shared_ptr<DecisionLog>> Open(Options options);
+  void SetRepository(const ModelRepository* repository) { repository_.store(repository); }
   ~DecisionLog();  // writes what is queued, then stops
 
   const Options& options() const { return options_; }
@@ -67,25 +69,23 @@ class DecisionLog {
   void Offer(const Call& call);
 
   int64_t lines() const { return lines_.load(); }      // written
-  int64_t dropped() const { return dropped_.load(); }  // the queue was full
+  int64_t dropped() const { return dropped_.load(); }  // the queue was full, or the file could not be written
   // Waits until every line queued so far is written (tests, shutdown).
   void Flush();
 
  private:
-  DecisionLog(Options options, const ModelRepository* repository);
+  explicit DecisionLog(Options options);
   void Run();
-  void Write(const std::string& model, int64_t version, std::string line);
-  void Rotate();
-  std::string ArtifactSha256(const std::string& model, int64_t version);
-
   struct Queued {
-    std::string model;
-    int64_t version;
-    std::string line;  // without the artifact's digest, which the writer adds
+    std::string artifact, stamp;  // the version's artifact file and its time stamp when the call was answered
+    std::string line;             // without the artifact's digest, which the writer adds
   };
+  void Write(Queued queued);
+  void Rotate();
+  std::string ArtifactSha256(const std::string& path, const std::string& stamp);
 
   const Options options_;
-  const ModelRepository* const repository_;
+  std::atomic<const ModelRepository*> repository_{nullptr};
   std::atomic<int64_t> lines_{0}, dropped_{0};
   Mutex sample_mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(sample_mu_);
