@@ -160,10 +160,9 @@ std::vector<std::string> Server::LoadsStillRunning() const {
 }
 
 Server::~Server() {
-  // Mirrored work (shadow.h) belongs to no call, so a gRPC server that let its calls finish leaves no proof that
-  // none runs: whatever the way out (Drain did this already; a Start() that failed while serving did not), the
-  // threads that may run it stop before the core and the mirror they call are destroyed. Each Shutdown() is a
-  // no-op the second time.
+  // Mirrored work (shadow.h) belongs to no call: whatever the way out (Drain did this; a Start() that failed while
+  // serving did not), the threads that may run it stop before the core and the mirror they call are destroyed.
+  // Each Shutdown() is a no-op the second time.
   if (shadow_) shadow_->Stop();
   if (executor_) executor_->Shutdown();
   if (repository_) repository_->Shutdown();
