@@ -140,6 +140,17 @@ void HttpApi::ServeDropIn(const HttpRoute& route, HttpRequest request, HttpServe
   }
 }
 
+// An admin's shadow candidate (PUT, DELETE /v1/models/{m}/shadow): the `admin` scope, as model control.
+HttpResponse HttpApi::ChangeShadow(const HttpRoute& route, const HttpRequest& request) const {
+  if (absl::Status s = calls_->Authorize(request.Header("Authorization"), Scope::kAdmin); !s.ok()) {
+    return ErrorResponse(s);
+  }
+  if (options_.repository_control == nullptr) {
+    return ErrorResponse(absl::UnimplementedError("this server has no model control"));
+  }
+  return SetShadowRoute(*options_.repository_control, *repository_, *core_, route, request.body);
+}
+
 void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
   // CORS: an answer to an allowed origin says so (whichever thread writes it).
   reply = WithCors(request, std::move(reply));
@@ -156,6 +167,7 @@ void HttpApi::Handle(HttpRequest request, HttpServer::Reply reply) {
   if (!route.ok()) return reply(RouteRefusal(route.status(), request.target, refuse));
   using Kind = HttpRoute::Kind;
   if (IsDropIn(route->kind)) return ServeDropIn(*route, std::move(request), std::move(reply));
+  if (route->kind == Kind::kSetShadow || route->kind == Kind::kClearShadow) return reply(ChangeShadow(*route, request));
   switch (route->kind) {
     case Kind::kListModels:
     case Kind::kGetModel:

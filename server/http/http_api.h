@@ -72,6 +72,7 @@ class HttpApi {
   // `reply`, adding the CORS headers when the request's origin is allowed.
   HttpServer::Reply WithCors(const HttpRequest& request, HttpServer::Reply reply) const;
   HttpResponse Describe(const HttpRoute& route) const;
+  HttpResponse ChangeShadow(const HttpRoute& route, const HttpRequest& request) const;
   // TEI's routes, Hugging Face's shape on them and OpenAI-style /classify (docs/serving.md, "Drop-in routes").
   void ServeDropIn(const HttpRoute& route, HttpRequest request, HttpServer::Reply reply);
 

@@ -186,10 +186,24 @@ void AddModelPaths(json& paths, json& schemas) {
         Operation("GetModel", "its versions, states and metadata",
                   MessageSchemaRef(v1::GetModelResponse::descriptor(), schemas)));
     if (!with_version) {
+      const json shadow = MessageSchemaRef(v1::GetShadowResponse::descriptor(), schemas);
       add("/v1" + base + "/shadow", "get",
           Operation("the model's shadow candidate compared with its serving version (serving.json's shadow)",
-                    "one comparison per pair of versions, newest first",
-                    MessageSchemaRef(v1::GetShadowResponse::descriptor(), schemas)));
+                    "one comparison per pair of versions, newest first", shadow));
+      json put = Operation("an admin names the model's shadow candidate (over serving.json's, until a restart)",
+                           "the comparisons so far", shadow);
+      put["requestBody"] = {
+          {"required", true},
+          {"content", JsonBody({{"type", "object"},
+                                {"required", {"version", "fraction"}},
+                                {"properties",
+                                 {{"version", {{"type", "integer"}, {"minimum", 1}}},
+                                  {"fraction", {{"type", "number"}, {"exclusiveMinimum", 0}, {"maximum", 1}}},
+                                  {"keep_texts", {{"type", "boolean"}}}}}})}};
+      add("/v1" + base + "/shadow", "put", std::move(put));
+      add("/v1" + base + "/shadow", "delete",
+          Operation("an admin removes the model's shadow candidate (the newest version serves again: promotion)",
+                    "the comparisons so far", shadow));
     }
     add("/v1" + base + ":classify", "post",
         Operation("Classify (the model from the path)", "labels, and tokens with alpha and beta when asked",

@@ -181,6 +181,13 @@ absl::StatusOr<HttpRoute> ParseRoute(std::string_view method_sv, std::string_vie
   }
   if (!model.ok()) return model.status();
   route = *std::move(model);
+  if (route.kind == Kind::kGetShadow) {  // read with GET, set by an admin with PUT, cleared with DELETE
+    route.allow = "GET, PUT, DELETE";
+    if (method == "PUT" || method == "DELETE") route.kind = method == "PUT" ? Kind::kSetShadow : Kind::kClearShadow;
+    if (method == "GET" || method == "PUT" || method == "DELETE") return route;
+    return absl::FailedPreconditionError(
+        absl::StrCat("method ", method, " is not allowed on ", full_path, "; use GET, PUT or DELETE"));
+  }
   return want(route.kind, route.allow == "POST" ? "POST" : "GET");
 }
 
@@ -219,9 +226,11 @@ int HttpStatus(absl::StatusCode code) {
 absl::StatusOr<std::string> AllowedMethods(const std::string& target) {
   absl::StatusOr<HttpRoute> get = ParseRoute("GET", target);
   absl::StatusOr<HttpRoute> post = ParseRoute("POST", target);
-  if (get.ok() && post.ok()) return std::string("GET, POST, OPTIONS");
-  if (get.ok()) return std::string("GET, OPTIONS");
-  if (post.ok()) return std::string("POST, OPTIONS");
+  std::string allowed;
+  for (const char* method : {"GET", "POST", "PUT", "DELETE"}) {  // PUT and DELETE: a model's shadow candidate
+    if (ParseRoute(method, target).ok()) absl::StrAppend(&allowed, method, ", ");
+  }
+  if (!allowed.empty()) return absl::StrCat(allowed, "OPTIONS");
   return get.status().code() == absl::StatusCode::kFailedPrecondition ? post.status() : get.status();
 }
 

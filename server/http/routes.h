@@ -20,7 +20,9 @@ struct HttpRoute {
     kReady,
     kListModels,
     kGetModel,
-    kGetShadow,  // GET /v1/models/{m}/shadow
+    kGetShadow,    // GET /v1/models/{m}/shadow
+    kSetShadow,    // PUT /v1/models/{m}/shadow (an admin's candidate)
+    kClearShadow,  // DELETE /v1/models/{m}/shadow
     kClassify,
     kTag,
     kServerMetadata,

@@ -152,6 +152,13 @@ def test_the_http_routes_want_a_key_and_say_so(keyed):
     assert status == 401
     status, answer, _ = http_call(keyed.http_address, "GET", "/v1/models", headers={"Authorization": f"Bearer {READER}"})
     assert status == 200 and answer["models"]
+    # A shadow candidate is an admin's to name (docs/serving.md, "Shadow versions"); reading it is the read scope's.
+    status, answer, _ = http_call(keyed.http_address, "PUT", "/v1/models/sentiment/shadow",
+                                  {"version": 2, "fraction": 0.1}, {"Authorization": f"Bearer {READER}"})
+    assert status == 403 and "lacks the scope 'admin'" in answer["error"], answer
+    status, answer, _ = http_call(keyed.http_address, "GET", "/v1/models/sentiment/shadow",
+                                  headers={"Authorization": f"Bearer {READER}"})
+    assert status == 200 and answer["comparisons"] == [], answer
     status, _, _ = http_call(keyed.http_address, "GET", "/v2/models/ner", headers={"Authorization": "Basic eDp5"})
     assert status == 401
     # TEI's routes want the same keys (TEI's Authorization: Bearer), and refuse in TEI's form

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from qvi_testing import REPO, STORE, ServerProcess, get_json, metric_sum, wait_until
+from qvi_testing import REPO, STORE, ServerProcess, get_json, http_call, metric_sum, wait_until
 
 MODEL_STORE = os.path.join(REPO, "model_store")
 SHADOW = {"version": 2, "fraction": 1.0, "keep_texts": True}
@@ -176,6 +176,37 @@ def test_under_overload_the_mirrored_work_is_dropped_and_every_caller_answered(a
             int(c["droppedTexts"]["busy"])
     finally:
         proc.stop()
+
+
+def test_an_admin_names_the_candidate_over_the_wire_and_promotes_it_by_removing_it(api, store, tmp_path):
+    """PUT /v1/models/{m}/shadow (the admin scope) makes v2 the candidate at once — v1, the policy's other
+    version, answers the callers and the texts are compared — and DELETE promotes v2 back to serving."""
+    work, path = store
+    copy = os.path.join(tmp_path, "store")
+    shutil.copytree(path, copy)
+    with open(os.path.join(copy, "sentiment", "serving.json"), "w") as f:
+        json.dump({"format": "torchscript", "version_policy": "latest:2"}, f)
+    with ServerProcess(copy, str(tmp_path), "--poll-store-seconds", "60") as proc:
+        texts = corpus_texts(20)
+        assert classify(api, proc, texts[:2]).model.version == 2  # no candidate: the newest serves
+        for body, message in (({"fraction": 0.5}, "body: 'shadow.version' is missing"),
+                              ({"version": 2, "fraction": 2}, "body: 'shadow.fraction' must be in (0, 1]")):
+            status, answer, _ = http_call(proc.http_address, "PUT", "/v1/models/sentiment/shadow", body)
+            assert status == 400 and message in answer["error"], answer
+        status, answer, _ = http_call(proc.http_address, "PUT", "/v1/models/nope/shadow",
+                                      {"version": 2, "fraction": 1.0})
+        assert status == 404, answer
+        status, answer, _ = http_call(proc.http_address, "PUT", "/v1/models/sentiment/shadow",
+                                      {"version": 2, "fraction": 1.0})
+        assert status == 200, answer
+        assert classify(api, proc, texts).model.version == 1  # at once: v2 answers no caller now
+        wait_until(lambda: (lambda c: c and int(c[0]["comparedTexts"]) == len(texts))(shadow_of(proc)),
+                   "the texts compared")
+        status, answer, _ = http_call(proc.http_address, "DELETE", "/v1/models/sentiment/shadow")
+        assert status == 200 and answer["comparisons"][0]["shadowVersion"] == "2", answer
+        assert classify(api, proc, texts[:2]).model.version == 2  # promoted
+        status, _, headers = http_call(proc.http_address, "POST", "/v1/models/sentiment/shadow", {})
+        assert status == 405 and headers["Allow"] == "GET, PUT, DELETE, OPTIONS", headers
 
 
 def test_a_bad_shadow_setting_fails_the_model_naming_the_field(api, tmp_path):

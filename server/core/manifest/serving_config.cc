@@ -117,36 +117,37 @@ std::string VersionPolicy::ToString() const {
   return "";
 }
 
-namespace {
-
-// serving.json's "shadow": {"version": V, "fraction": F, "keep_texts": B}.
-absl::StatusOr<ShadowSettings> ParseShadow(const nlohmann::json& j) {
-  if (!j.is_object()) return Bad("shadow", "must be an object: {\"version\": 2, \"fraction\": 0.1}");
+absl::StatusOr<ShadowSettings> ParseShadowSettings(const nlohmann::json& j, const std::string& source) {
+  const auto bad = [&](const std::string& key, const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": '", key, "' ", what));
+  };
+  if (!j.is_object()) return bad("shadow", "must be an object: {\"version\": 2, \"fraction\": 0.1}");
   ShadowSettings s;
   std::optional<int64_t> version;
   std::optional<double> fraction;
   for (const auto& [key, value] : j.items()) {
-    absl::Status status;
     if (key == "version") {
-      status = ReadNumber<int64_t>(value, "shadow.version", 1, int64_t{1} << 53, version);
+      if (!value.is_number_integer() || value.get<int64_t>() < 1)
+        return bad("shadow.version", "must be a version, 1 or more");
+      version = value.get<int64_t>();
     } else if (key == "fraction") {
-      status = ReadNumber(value, "shadow.fraction", 0.0, 1.0, fraction);
+      if (!value.is_number() || !(value.get<double>() > 0 && value.get<double>() <= 1)) {
+        return bad("shadow.fraction", "must be in (0, 1]: the share of texts mirrored");
+      }
+      fraction = value.get<double>();
     } else if (key == "keep_texts") {
-      if (!value.is_boolean()) return Bad("shadow.keep_texts", "must be true or false");
+      if (!value.is_boolean()) return bad("shadow.keep_texts", "must be true or false");
       s.keep_texts = value.get<bool>();
     } else {
-      return Bad(absl::StrCat("shadow.", key), "is not a shadow setting; allowed: version, fraction, keep_texts");
+      return bad(absl::StrCat("shadow.", key), "is not a shadow setting; allowed: version, fraction, keep_texts");
     }
-    if (!status.ok()) return status;
   }
-  if (!version) return Bad("shadow.version", "is missing: the candidate version to mirror texts to");
-  if (!fraction || *fraction <= 0) return Bad("shadow.fraction", "must be in (0, 1]: the share of texts mirrored");
+  if (!version) return bad("shadow.version", "is missing: the candidate version to mirror texts to");
+  if (!fraction) return bad("shadow.fraction", "must be in (0, 1]: the share of texts mirrored");
   s.version = *version;
   s.fraction = *fraction;
   return s;
 }
-
-}  // namespace
 
 absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text) {
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -196,7 +197,7 @@ absl::StatusOr<ServingOverrides> ServingOverrides::Parse(const std::string& text
     } else if (key == "abstain_below") {
       s = ReadNumber(value, key, 0.0, 1.0, o.abstain_below);
     } else if (key == "shadow") {
-      absl::StatusOr<ShadowSettings> shadow = ParseShadow(value);
+      absl::StatusOr<ShadowSettings> shadow = ParseShadowSettings(value, "serving.json");
       if (!shadow.ok()) return shadow.status();
       o.shadow = *shadow;
     } else if (key == "version_policy") {

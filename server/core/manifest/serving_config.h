@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "absl/status/statusor.h"
 #include "server/core/manifest/manifest.h"
 #include "server/core/sched/defaults.h"
@@ -110,6 +112,10 @@ struct ShadowSettings {
     return version == o.version && fraction == o.fraction && keep_texts == o.keep_texts;
   }
 };
+
+// A shadow object ({"version": V, "fraction": F, "keep_texts": B}) as `source` gives it (serving.json's "shadow",
+// an admin call's body): INVALID_ARGUMENT naming `source` and the key that is wrong.
+absl::StatusOr<ShadowSettings> ParseShadowSettings(const nlohmann::json& j, const std::string& source);
 
 // What a serving.json sets; unset fields keep the value from the sources before it.
 struct ServingOverrides {

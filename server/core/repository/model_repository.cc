@@ -97,8 +97,9 @@ void ModelRepository::StartPolling(absl::Duration interval) {
     for (absl::Time due = first;; due = s_.env->Now() + interval) {
       {
         MutexLock lock(&s_.mu);
-        while (!s_.stopped && s_.env->Now() < due) s_.env->WaitUntil(&s_.poll_wake, &s_.mu, due);
+        while (!s_.stopped && !s_.poll_soon && s_.env->Now() < due) s_.env->WaitUntil(&s_.poll_wake, &s_.mu, due);
         if (s_.stopped) return;
+        s_.poll_soon = false;
       }
       Dispatch();  // not waited for: a stuck load must not hold up the next poll of the others
     }
@@ -244,7 +245,7 @@ void ModelRepository::PollModel(const std::string& name, const StoreModel* found
       entry->second.shadow = found->overrides->shadow;
     }
     policy = entry->second.policy;
-    candidate = entry->second.shadow ? entry->second.shadow->version : 0;
+    candidate = s_.ShadowLocked(name, entry->second);
   }
   const std::vector<int64_t> on_disk = found == nullptr ? std::vector<int64_t>{} : found->versions;
 

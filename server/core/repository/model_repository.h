@@ -124,7 +124,14 @@ class ModelRepository {
   }
 
   std::vector<ModelStatus> List() const ABSL_LOCKS_EXCLUDED(s_.mu) { return catalog_.List(); }
-  // The model's shadow candidate (serving.json's "shadow"; docs/serving.md, "Shadow versions"), if any.
+  // An admin's shadow candidate for `name` (docs/serving.md, "Shadow versions"), over its serving.json's until the
+  // server restarts: a candidate, or nullopt for none. Takes effect at once for requests that name no version, and
+  // the store is polled at once so that the candidate loads (with --poll-store-seconds 0, at no poll: load it
+  // with the policy). NOT_FOUND for a model the repository does not serve.
+  absl::Status SetShadow(const std::string& name, std::optional<ShadowSettings> shadow) ABSL_LOCKS_EXCLUDED(s_.mu) {
+    return s_.SetShadow(name, shadow);
+  }
+  // The model's shadow candidate (serving.json's "shadow", or an admin's; docs/serving.md, "Shadow versions").
   std::optional<ShadowSettings> Shadow(const std::string& name) const ABSL_LOCKS_EXCLUDED(s_.mu) {
     return catalog_.Shadow(name);
   }

@@ -3,7 +3,9 @@
 #include <iterator>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "server/core/model/model.h"
+#include "server/core/request/request_checks.h"
 
 namespace qvi {
 
@@ -89,6 +91,23 @@ void RepositoryState::HandOverLocked(const std::string& name, const ServableHand
   }
   for (LoadWaiters::Waiter& w : waiters.Take(name)) answered->emplace_back(std::move(w), Used(servable));
   room_freed.SignalAll();  // one load on demand fewer (max_waiting_loads)
+}
+
+int64_t RepositoryState::ShadowLocked(const std::string& name, Entry& entry) {
+  if (const auto o = shadow_overrides.find(name); o != shadow_overrides.end()) entry.shadow = o->second;
+  return entry.shadow ? entry.shadow->version : 0;
+}
+
+absl::Status RepositoryState::SetShadow(const std::string& name, std::optional<ShadowSettings> shadow) {
+  MutexLock lock(&mu);
+  if (stopped) return absl::UnavailableError("the server is shutting down");
+  const auto it = models.find(name);
+  if (it == models.end()) return absl::NotFoundError(absl::StrCat("model '", Capped(name), "' is not served"));
+  shadow_overrides[name] = shadow;
+  it->second.shadow = shadow;  // requests that name no version see it at once; the next poll loads the candidate
+  poll_soon = true;
+  poll_wake.SignalAll();
+  return absl::OkStatus();
 }
 
 }  // namespace qvi

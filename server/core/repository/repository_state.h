@@ -61,6 +61,11 @@ class RepositoryState {
 
   explicit RepositoryState(RepositoryOptions o);
 
+  // `entry`'s shadow candidate with an admin's override applied (SetShadow wins over serving.json's): its version,
+  // 0 for none.
+  int64_t ShadowLocked(const std::string& name, Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // ModelRepository::SetShadow.
+  absl::Status SetShadow(const std::string& name, std::optional<ShadowSettings> shadow) ABSL_LOCKS_EXCLUDED(mu);
   // Tells the listener of one state change, or of what left service; outside the lock.
   void Notify(const std::string& name, const VersionStatus& status) const;
   void Announce(const Leaving& leaving) const ABSL_LOCKS_EXCLUDED(mu);
@@ -93,7 +98,10 @@ class RepositoryState {
   std::map<std::string, Entry> models ABSL_GUARDED_BY(mu);
   uint64_t next_generation ABSL_GUARDED_BY(mu) = 1;
   bool stopped ABSL_GUARDED_BY(mu) = false;
-  CondVar poll_wake;     // the poll interval's end, or the stop
+  CondVar poll_wake;                           // the poll interval's end, or the stop
+  bool poll_soon ABSL_GUARDED_BY(mu) = false;  // poll now, not at the interval's end (SetShadow)
+  // An admin's shadow candidate per model (ModelRepository::SetShadow), over serving.json's: nullopt, none.
+  std::map<std::string, std::optional<ShadowSettings>> shadow_overrides ABSL_GUARDED_BY(mu);
   CondVar jobs_changed;  // a job queued, a model no longer busy, or the stop
   // A charge dropped, a turn or a job ended, a waiter came or left, or the stop.
   CondVar room_freed;

@@ -14,6 +14,7 @@
 #define QVI_SERVER_FRONTEND_OIP_REPOSITORY_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -33,6 +34,10 @@ class OipRepository {
   // `done` runs once: at once for a refused request, else when the repository has finished.
   void Load(const inference::RepositoryModelLoadRequest& request, Done done) const;
   void Unload(const inference::RepositoryModelUnloadRequest& request, Done done) const;
+  // ModelRepository::SetShadow: an admin's shadow candidate for `model`, or none.
+  absl::Status SetShadow(const std::string& model, std::optional<ShadowSettings> shadow) const {
+    return repository_->SetShadow(model, shadow);
+  }
 
  private:
   ModelRepository* repository_;

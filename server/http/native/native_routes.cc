@@ -7,6 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "server/core/manifest/serving_config.h"
 #include "server/frontend/native/api.h"
 #include "server/http/http_call.h"
 #include "server/http/native/json_body.h"
@@ -94,6 +96,22 @@ HttpResponse GetModelRoute(const ModelRepository& repository, const Core& core, 
     return ErrorResponse(s);
   }
   return JsonAnswer(out);
+}
+
+HttpResponse SetShadowRoute(const OipRepository& control, const ModelRepository& repository, const Core& core,
+                            const HttpRoute& route, const std::string& body) {
+  std::optional<ShadowSettings> shadow;
+  if (route.kind == HttpRoute::Kind::kSetShadow) {
+    // Scanned first, as every body is: its nesting and size are bounded before it is parsed.
+    if (absl::Status s = ScanBody(body, core.limits().max_texts); !s.ok()) return ErrorResponse(s);
+    const nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return ErrorResponse(absl::InvalidArgumentError("the body is not JSON"));
+    absl::StatusOr<ShadowSettings> parsed = ParseShadowSettings(j, "body");
+    if (!parsed.ok()) return ErrorResponse(parsed.status());
+    shadow = *parsed;
+  }
+  if (absl::Status s = control.SetShadow(route.model, shadow); !s.ok()) return ErrorResponse(s);
+  return GetShadowRoute(repository, core, route);
 }
 
 HttpResponse GetShadowRoute(const ModelRepository& repository, const Core& core, const HttpRoute& route) {

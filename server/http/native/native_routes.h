@@ -11,6 +11,7 @@
 #include "server/core/repository/model_repository.h"
 #include "server/frontend/call.h"
 #include "server/frontend/core.h"
+#include "server/frontend/oip/repository.h"
 #include "server/http/http_server.h"
 #include "server/http/routes.h"
 
@@ -23,6 +24,10 @@ HttpResponse ListModelsRoute(const ModelRepository& repository);
 HttpResponse GetModelRoute(const ModelRepository& repository, const Core& core, const HttpRoute& route);
 // GET /v1/models/{m}/shadow: the model's shadow comparisons ({"model", "comparisons": [ShadowComparison]}).
 HttpResponse GetShadowRoute(const ModelRepository& repository, const Core& core, const HttpRoute& route);
+// PUT /v1/models/{m}/shadow ({"version", "fraction", "keep_texts"}) and DELETE: an admin's shadow candidate, or
+// none, over serving.json's until the server restarts (ModelRepository::SetShadow); answers as GET does.
+HttpResponse SetShadowRoute(const OipRepository& control, const ModelRepository& repository, const Core& core,
+                            const HttpRoute& route, const std::string& body);
 
 }  // namespace qvi
 

@@ -2,9 +2,11 @@
 // answers from another thread, keep-alive, and a shutdown that lets a request in flight finish.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
 #include <functional>
 #include <future>
 #include <limits>
@@ -325,7 +327,8 @@ TEST(HttpRouteTest, TheOpenApiDocumentListsEveryRouteAndOnlyRoutes) {
       if (const size_t at = target.find(from); at != std::string::npos) target.replace(at, from.size(), to);
     }
     for (const auto& [method, operation] : operations.items()) {
-      const std::string upper = method == "get" ? "GET" : "POST";
+      std::string upper = method;
+      std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char c) { return std::toupper(c); });
       absl::StatusOr<HttpRoute> r = ParseRoute(upper, target);
       ASSERT_TRUE(r.ok()) << upper << " " << target << ": " << r.status();
       documented.insert(r->kind);
