@@ -275,10 +275,7 @@ void Server::StartCore() {
     spdlog::info("response cache: up to {} of answers", FormatBytes(options_.models.response_cache_bytes));
   }
   core_ = std::make_unique<InferenceService>(repository_.get(), executor_.get(), limits, cache_.get());
-  ShadowMirror::Options shadow;
-  shadow.max_inflight_texts = options_.limits.shadow_max_inflight_texts;
-  shadow_ = std::make_unique<ShadowMirror>(repository_.get(), metrics_.get(), shadow);
-  core_->SetShadow(shadow_.get());
+  StartShadowAndDrift();
   frontend_core_ = std::make_unique<ServingCore>(core_.get());
 }
 

@@ -78,6 +78,7 @@ class Server {
   absl::Status StartApiKeys();      // server_security.cc, as StartTls
   absl::Status StartTracing();      // server_tracing.cc: --otlp-endpoint's exporter and batch spans
   absl::Status StartDecisionLog();  // server_decisions.cc: --decision-log
+  void StartShadowAndDrift();       // server_decisions.cc: the core's shadow mirror and drift gauges
   // server_services.cc: every gRPC service, and the reflection that lists them.
   void MakeGrpcServices();
   absl::Status StartGrpc();
@@ -100,6 +101,7 @@ class Server {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<ResponseCache> cache_;  // --response-cache-bytes; outlives core_, which uses it
   std::unique_ptr<ShadowMirror> shadow_;  // outlives core_, which mirrors through it
+  std::unique_ptr<DriftMonitor> drift_;   // --drift-window-texts; outlives core_, which observes through it
   std::unique_ptr<InferenceService> core_;
   std::unique_ptr<ServingCore> frontend_core_;  // what the front ends call core_ through
   std::shared_ptr<ApiKeys> api_keys_;           // before calls_, which reads it

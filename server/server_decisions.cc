@@ -1,5 +1,6 @@
-// The server's decision log (--decision-log, docs/observability.md "The decision log"): the flags, and the log
-// opened before the first call, its lines and drops counted in Prometheus.
+// What the server records of its decisions (docs/observability.md): the decision log (--decision-log; the
+// flags, and the log opened before the first call, its lines and drops counted in Prometheus), the shadow
+// mirror (docs/serving.md, "Shadow versions") and the drift gauges (--drift-window-texts).
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -55,6 +56,21 @@ void AddDecisionLogOptions(CLI::App& app, ServerOptions& o) {
   app.add_option("--decision-log-queue", d.queue_lines, "lines waiting for the writer; beyond it dropped, counted")
       ->check(CLI::Range(1, 1 << 24))
       ->group("Decision log");
+  app.add_option("--drift-window-texts", d.drift_window_texts,
+                 "the drift gauges compare each model version's last N callers' texts with its card's reference "
+                 "(qvi_drift_*); 0: no gauges")
+      ->check(CLI::Range(0, 1 << 20))
+      ->group("Drift");
+}
+
+void Server::StartShadowAndDrift() {
+  ShadowMirror::Options shadow;
+  shadow.max_inflight_texts = options_.limits.shadow_max_inflight_texts;
+  shadow_ = std::make_unique<ShadowMirror>(repository_.get(), metrics_.get(), shadow);
+  core_->SetShadow(shadow_.get());
+  if (options_.decisions.drift_window_texts <= 0) return;
+  drift_ = std::make_unique<DriftMonitor>(options_.decisions.drift_window_texts, metrics_.get());
+  core_->SetDrift(drift_.get());
 }
 
 absl::Status Server::StartDecisionLog() {

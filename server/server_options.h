@@ -124,6 +124,7 @@ struct ServerOptions {
     int keep = 5;
     bool texts = false;
     int queue_lines = 4096;
+    int drift_window_texts = 1000;  // the drift gauges' window per model version (serving/drift.h); 0: none
   } decisions;
   double shutdown_grace_seconds = 30;
   // On SIGTERM/SIGINT: health reads NOT_SERVING this long while calls are still taken, so that a
@@ -141,7 +142,7 @@ CLI::Validator FiniteRange(double min, double max);
 
 // The Tracing group's flags (server_tracing.cc).
 void AddTracingOptions(CLI::App& app, ServerOptions& o);
-// The Decision log group's flags (server_decisions.cc).
+// The Decision log group's flags and --drift-window-texts (server_decisions.cc).
 void AddDecisionLogOptions(CLI::App& app, ServerOptions& o);
 
 // --unload-idle-after: "10m", "90s" (absl::ParseDuration) or a number of seconds; 0 to a year.

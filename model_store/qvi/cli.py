@@ -8,6 +8,7 @@
     python -m qvi results  --seeds 5                               (model_store/README.md's table)
     python -m qvi faithfulness --artifact model.pt --test TEST --out f.json   (how faithful α, β and peers are)
     python -m qvi calibrate --artifact model.pt --dev DEV --test TEST [--write]  (temperature, ECE, conformal sets)
+    python -m qvi drift-reference --artifact model.pt --test TEST [--write]  (the reference of the drift gauges)
     python -m qvi bench-model --dtype bfloat16                     (UNTRAINED BERT-base size, benchmarks only)
     python -m qvi null     --artifact store/sentiment/1/model.pt --out DIR   (DIR/model.null: no math, benchmarks only)
     python -m qvi import   --from FOLDER --store model_store/store --name NAME   (a fine-tuned BERT/RoBERTa/DistilBERT)
@@ -121,9 +122,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--out", required=True, help="the version folder to write model.null into")
     p.set_defaults(func=cmd_null)
     demo.add_commands(sub)
-    from qvi import bench_model, calibration, faithfulness, finetune, finetune_packages, finetune_study, hf_import
+    from qvi import (bench_model, calibration, drift, faithfulness, finetune, finetune_packages, finetune_study,
+                     hf_import)
     faithfulness.add_commands(sub)
     calibration.add_commands(sub)
+    drift.add_commands(sub)
     hf_import.add_commands(sub)
     finetune.add_commands(sub)
     finetune_packages.add_commands(sub)

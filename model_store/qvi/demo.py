@@ -100,7 +100,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
         else:
             if os.path.exists(target) and not args.force:
                 print(f"{target} exists (use --force to rebuild, --reexport to export it again)")
-                _demo_finish(name, target, path, corpus, args)
+                _demo_finish(name, target, corpus, args)
                 continue
             ckpt = train_pinned(argv, path)
         card = _demo_card(description, corpus, argv, args.g)
@@ -110,6 +110,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
         if not args.no_faithfulness:
             card["faithfulness"] = _demo_faithfulness(name, out, test)
         card["calibration"] = _demo_calibration(name, out, corpus, args.corpora)
+        card["drift_reference"] = _demo_drift(out, test, card)
         if args.no_pt2:
             export_checkpoint(path, args.store, name, 1, card)
             continue
@@ -147,29 +148,28 @@ def _demo_card(description: str, corpus: str, argv: Sequence[str], g: str) -> Di
     return card
 
 
-def _demo_finish(name: str, target: str, ckpt: str, corpus: str, args: argparse.Namespace) -> None:
-    """A model already in the store gets what it lacks: the faithfulness figures on its card (a model
-    exported with --no-faithfulness, as scripts/run.sh does to serve it sooner; model.pt is written
-    again from its checkpoint, atomically, and the server loads it again) and its native package."""
+def _demo_finish(name: str, target: str, corpus: str, args: argparse.Namespace) -> None:
+    """A model already in the store gets what its card lacks (the faithfulness figures of a model exported with
+    --no-faithfulness, as scripts/run.sh does to serve it sooner; the calibration; the drift reference), measured
+    on its model.pt and written on its card there (artifact.update_card: the same weights, written again
+    atomically; the server loads it again), then its native package, compiled again to carry the card."""
     from qvi import artifact
     card = artifact.load(target)[1]["model_card"]
     assert isinstance(card, dict)
-    lacks = [k for k in ("faithfulness", "calibration") if k not in card and not (
+    lacks = [k for k in ("faithfulness", "calibration", "drift_reference") if k not in card and not (
         k == "faithfulness" and args.no_faithfulness)]
     if not lacks:
         _demo_package(target, args, force=False)
         return
-    if not os.path.exists(ckpt):
-        print(f"{target}: its card has no {' and no '.join(lacks)} figures, and its checkpoint {ckpt} is not here "
-              f"to add them (`python -m qvi demo --force --models {name}` trains it again)")
-        _demo_package(target, args, force=False)
-        return
     test = os.path.join(args.corpora, corpus, f"test.{EXTENSIONS[corpus]}")
+    added: Dict[str, object] = {}
     if "faithfulness" in lacks:
-        card["faithfulness"] = _demo_faithfulness(name, target, test)
+        added["faithfulness"] = _demo_faithfulness(name, target, test)
     if "calibration" in lacks:
-        card["calibration"] = _demo_calibration(name, target, corpus, args.corpora)
-    export_checkpoint(ckpt, args.store, name, 1, card)
+        card["calibration"] = added["calibration"] = _demo_calibration(name, target, corpus, args.corpora)
+    if "drift_reference" in lacks:
+        added["drift_reference"] = _demo_drift(target, test, card)
+    artifact.update_card(target, added)
     print(f"{target}: its card carries the {' and '.join(lacks)} figures now")
     _demo_package(target, args, force=True)  # the package carries the card too
 
@@ -202,6 +202,14 @@ def _demo_calibration(name: str, model_pt: str, corpus: str, corpora: str) -> Di
     print(f"{name}: calibrated, T {card['temperature']:.3f}, ECE {card['before']['ece']} -> {after['ece']} "  # type: ignore[index]
           f"({time.time() - t0:.0f} s)")
     return card
+
+
+def _demo_drift(model_pt: str, test: str, card: Dict[str, object]) -> Dict[str, object]:
+    """The drift reference each demo card carries (qvi/drift.py): the test split at the card's temperature."""
+    from qvi import drift
+    calibration = card.get("calibration", {})
+    assert isinstance(calibration, dict)
+    return drift.reference(model_pt, test, root=HERE, temperature=float(calibration.get("temperature", 1.0)))
 
 
 def _current_package(package: str) -> bool:

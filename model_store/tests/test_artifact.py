@@ -216,8 +216,8 @@ def test_the_paired_t_pairs_seeds_in_order():
 
 def test_demo_adds_the_faithfulness_figures_a_card_was_exported_without(tmp_path, capsys):
     """scripts/run.sh serves the demo models before their figures are measured (`qvi demo --no-faithfulness
-    --no-pt2`); the next `qvi demo` finds such a card, measures it and writes model.pt again, atomically,
-    with the same weights; once the card has them it leaves the file alone."""
+    --no-pt2`); the next `qvi demo` finds such a card, measures it on model.pt (no checkpoint needed) and writes
+    model.pt again, atomically, with the same weights; once the card has them it leaves the file alone."""
     corpora = tmp_path / "corpora"
     (corpora / "sentiment").mkdir(parents=True)
     write_corpora(corpora / "sentiment")
@@ -231,22 +231,24 @@ def test_demo_adds_the_faithfulness_figures_a_card_was_exported_without(tmp_path
     before = os.stat(target)
     module_before = artifact.load(target)[0]
 
-    demo._demo_finish("sentiment", target, str(tmp_path / "missing.ckpt"), "sentiment", args)
-    assert "its checkpoint" in capsys.readouterr().out and os.stat(target).st_ino == before.st_ino
-
-    demo._demo_finish("sentiment", target, ckpt, "sentiment", args)
-    assert f"{target}: its card carries the faithfulness and calibration figures now" in capsys.readouterr().out
+    os.remove(ckpt)  # a store copied from the model cache has no checkpoints beside it
+    demo._demo_finish("sentiment", target, "sentiment", args)
+    assert f"{target}: its card carries the faithfulness and calibration and drift_reference figures now" in \
+        capsys.readouterr().out
     module, manifest, _ = artifact.load(target)
     card = manifest["model_card"]
     assert card["description"] == "toy" and card["faithfulness"]["answers"] == 30, card
     assert card["calibration"]["test_answers"] == 30 and card["calibration"]["dev_answers"] == 30, card
     assert card["calibration"]["fitted_on"] == os.path.relpath(str(corpora / "sentiment/dev.tsv"), demo.HERE)
     assert card["faithfulness"]["split"] == os.path.relpath(str(corpora / "sentiment/test.tsv"), demo.HERE)
+    # the drift reference at the temperature just fitted
+    assert card["drift_reference"]["texts"] == 30
+    assert card["drift_reference"]["confidence"]["temperature"] == pytest.approx(card["calibration"]["temperature"])
     assert os.stat(target).st_ino != before.st_ino, "written to a new file and renamed over the old one"
     assert os.listdir(os.path.dirname(target)) == ["model.pt"]
     for k, v in module_before.state_dict().items():
         assert torch.equal(v, module.state_dict()[k]), k
 
     measured = os.stat(target)
-    demo._demo_finish("sentiment", target, ckpt, "sentiment", args)
+    demo._demo_finish("sentiment", target, "sentiment", args)
     assert os.stat(target).st_ino == measured.st_ino and os.stat(target).st_mtime_ns == measured.st_mtime_ns

@@ -74,6 +74,8 @@ class Metrics final : public ServingObserver, public ResponseCache::Events {
   void OnShadowLatency(const std::string& model, int64_t live, int64_t shadow, absl::Duration difference) override;
   void OnShadowDropped(const std::string& model, int64_t live, int64_t shadow, const char* reason,
                        int64_t texts) override;
+  // Drift gauges (drift_metrics.cc): per model and version.
+  void OnDrift(const std::string& model, int64_t version, const DriftReading& reading) override;
 
   // A counter read at each scrape from `read` (for counts kept elsewhere, such as the access log's
   // dropped lines). Call before the first scrape.
@@ -183,6 +185,20 @@ class Metrics final : public ServingObserver, public ResponseCache::Events {
     prometheus::Family<prometheus::Histogram>& latency_difference;
   };
   Shadow shadow_{*registry_};  // registry_ is declared (so made) before
+  // Drift gauges (drift_metrics.cc).
+  struct Drift {
+    explicit Drift(prometheus::Registry& registry);
+    prometheus::Family<prometheus::Gauge>& psi;
+    prometheus::Family<prometheus::Gauge>& unknown;
+    prometheus::Family<prometheus::Gauge>& below;
+    prometheus::Family<prometheus::Gauge>& texts;
+    // One version's series: the three PSIs, the live and reference shares, the window's texts and answers.
+    struct Series {
+      prometheus::Gauge *label, *length, *confidence, *unknown, *unknown_reference, *below, *below_reference, *texts,
+          *answers;
+    };
+  };
+  Drift drift_{*registry_};
 
   struct ScrapedCounter {
     std::string name, help;
@@ -208,6 +224,7 @@ class Metrics final : public ServingObserver, public ResponseCache::Events {
   std::map<std::pair<std::string, int64_t>, std::pair<prometheus::Gauge*, prometheus::Gauge*>> state_
       ABSL_GUARDED_BY(mu_);  // (state gauge, info gauge)
   std::map<std::pair<std::string, int64_t>, prometheus::Gauge*> memory_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int64_t>, Drift::Series> drift_series_ ABSL_GUARDED_BY(mu_);
   // AnswerMix's histograms by (model, explain): (bytes, seconds).
   std::map<std::pair<std::string, std::string>, std::pair<prometheus::Histogram*, prometheus::Histogram*>> answers_
       ABSL_GUARDED_BY(mu_);

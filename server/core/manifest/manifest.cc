@@ -235,6 +235,55 @@ absl::Status ParseCalibration(const json& j, CalibrationCard& c) {
   return absl::OkStatus();
 }
 
+absl::Status ParseBinned(const json& j, const std::string& path, bool probabilities, BinnedShares& b) {
+  if (!j.is_object()) return Bad(path, "is not an object");
+  QVI_RETURN_IF_ERROR(Get(j, "edges", path + ".", b.edges));
+  QVI_RETURN_IF_ERROR(Get(j, "shares", path + ".", b.shares));
+  if (b.shares.size() != b.edges.size() + 1) {
+    return Bad(path + ".shares", absl::StrCat("has ", b.shares.size(), " bins; its ", b.edges.size(), " edges make ",
+                                              b.edges.size() + 1));
+  }
+  for (size_t i = 0; i < b.edges.size(); ++i) {
+    if (!std::isfinite(b.edges[i]) || (i > 0 && b.edges[i] <= b.edges[i - 1]) ||
+        (probabilities && (b.edges[i] < 0 || b.edges[i] > 1))) {
+      return Bad(absl::StrCat(path, ".edges[", i, "]"),
+                 probabilities ? "must be in [0, 1] and above the one before" : "must be above the one before");
+    }
+  }
+  for (size_t i = 0; i < b.shares.size(); ++i) {
+    if (!(b.shares[i] >= 0 && b.shares[i] <= 1))
+      return Bad(absl::StrCat(path, ".shares[", i, "]"), "must be in [0, 1]");
+  }
+  return absl::OkStatus();
+}
+
+// model_card.drift_reference: a card without it has no drift gauges.
+absl::Status ParseDriftReference(const json& j, DriftReference& d) {
+  const std::string path = "model_card.drift_reference";
+  if (!j.is_object()) return Bad(path, "is not an object");
+  QVI_RETURN_IF_ERROR(Get(j, "split", path + ".", d.split));
+  QVI_RETURN_IF_ERROR(Get(j, "texts", path + ".", d.texts));
+  QVI_RETURN_IF_ERROR(Get(j, "labels", path + ".", d.labels));
+  for (const auto& [label, share] : d.labels) {
+    if (!(share >= 0 && share <= 1)) return Bad(absl::StrCat(path, ".labels.", label), "must be in [0, 1]");
+  }
+  QVI_RETURN_IF_ERROR(Get(j, "unknown", path + ".", d.unknown));
+  if (!(d.unknown >= 0 && d.unknown <= 1)) return Bad(path + ".unknown", "must be in [0, 1]");
+  if (!j.contains("length")) return Bad(path + ".length", "is missing");
+  QVI_RETURN_IF_ERROR(ParseBinned(j["length"], path + ".length", false, d.length));
+  if (!j.contains("confidence")) return Bad(path + ".confidence", "is missing");
+  QVI_RETURN_IF_ERROR(ParseBinned(j["confidence"], path + ".confidence", true, d.confidence));
+  QVI_RETURN_IF_ERROR(Get(j["confidence"], "temperature", path + ".confidence.", d.temperature));
+  if (!(d.temperature > 0) || !std::isfinite(d.temperature))
+    return Bad(path + ".confidence.temperature", "must be above 0");
+  if (!j.contains("below") || !j["below"].is_object()) return Bad(path + ".below", "is missing");
+  QVI_RETURN_IF_ERROR(Get(j["below"], "threshold", path + ".below.", d.below_threshold));
+  QVI_RETURN_IF_ERROR(Get(j["below"], "share", path + ".below.", d.below_share));
+  if (!(d.below_threshold > 0 && d.below_threshold <= 1)) return Bad(path + ".below.threshold", "must be in (0, 1]");
+  if (!(d.below_share >= 0 && d.below_share <= 1)) return Bad(path + ".below.share", "must be in [0, 1]");
+  return absl::OkStatus();
+}
+
 // One batching block (the manifest's `serving`, or its `cuda`): the keys it has, over `b`'s values.
 absl::Status ParseBatching(const json& s, const char* prefix, BatchingDefaults& b) {
   if (s.contains("max_batch_size")) QVI_RETURN_IF_ERROR(Get(s, "max_batch_size", prefix, b.max_batch_size));
@@ -264,6 +313,9 @@ absl::Status ParseServingAndCard(const json& j, Manifest& m) {
     }
     if (card.is_object() && card.contains("calibration")) {
       QVI_RETURN_IF_ERROR(ParseCalibration(card["calibration"], m.calibration.emplace()));
+    }
+    if (card.is_object() && card.contains("drift_reference")) {
+      QVI_RETURN_IF_ERROR(ParseDriftReference(card["drift_reference"], m.drift_reference.emplace()));
     }
   }
   return absl::OkStatus();

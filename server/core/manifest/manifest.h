@@ -2,6 +2,7 @@
 #ifndef QVI_SERVER_CORE_MANIFEST_MANIFEST_H_
 #define QVI_SERVER_CORE_MANIFEST_MANIFEST_H_
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -87,6 +88,27 @@ struct CalibrationCard {
   std::vector<ConformalLevel> conformal;  // classifiers; ascending coverage
 };
 
+// Shares of a split in bins: bin b holds the values with exactly b of the (ascending) `edges` at or below them.
+struct BinnedShares {
+  std::vector<double> edges;
+  std::vector<double> shares;  // edges.size() + 1
+  size_t Bin(double x) const { return std::upper_bound(edges.begin(), edges.end(), x) - edges.begin(); }
+};
+
+// model_card.drift_reference, written at export by `python -m qvi drift-reference` (model_store/qvi/drift.py):
+// how the model's inputs and answers look on its test split, which the drift gauges (serving/drift.h) compare
+// live traffic with.
+struct DriftReference {
+  std::string split;
+  int64_t texts = 0;
+  std::map<std::string, double> labels;  // a classifier's top labels; a tagger's entities by type
+  BinnedShares length;                   // tokens read per text
+  BinnedShares confidence;               // each answer's calibrated probability, at `temperature`
+  double temperature = 1.0;
+  double unknown = 0;  // the share of the tokens read that the vocabulary does not know
+  double below_threshold = 0, below_share = 0;
+};
+
 struct Manifest {
   // 2 added sub-word tokenizers (tokenizer.level "subword", its file inside the artifact); a server
   // reads every version up to kFormatVersion.
@@ -118,8 +140,9 @@ struct Manifest {
   BatchingDefaults serving;                      // on the CPU
   std::optional<BatchingDefaults> serving_cuda;  // on a GPU; absent: GpuBatchingDefaults()
   std::string model_card_json;
-  std::optional<FaithfulnessCard> faithfulness;  // absent: not measured
-  std::optional<CalibrationCard> calibration;    // absent: scores are the raw softmax (marginals)
+  std::optional<FaithfulnessCard> faithfulness;   // absent: not measured
+  std::optional<CalibrationCard> calibration;     // absent: scores are the raw softmax (marginals)
+  std::optional<DriftReference> drift_reference;  // absent: no drift gauges
 
   // The temperature an answer's scores are computed at: the card's, or 1 with `raw` or without one.
   double ScoreTemperature(bool raw) const { return raw || !calibration ? 1.0 : calibration->temperature; }

@@ -99,6 +99,9 @@ struct TextResult {
   std::vector<WordPieces> words;
   bool truncated = false;
   uint32_t num_tokens = 0;
+  // Of the tokens the model reads, those its vocabulary does not know ([UNK]; a word-level model's): the
+  // drift gauges' (serving/drift.h).
+  uint32_t unknown_tokens = 0;
   std::vector<LayerMapOutput> layers;
   std::optional<FaithfulnessCheckOutput> faithfulness;
   std::optional<LabelSetOutput> label_set;

@@ -40,6 +40,7 @@ struct AnswerReport {
 };
 
 struct TextComparison;  // shadow_compare.h
+struct DriftReading;    // serving/drift.h
 
 class ServingObserver {
  public:
@@ -61,6 +62,9 @@ class ServingObserver {
   // `texts` mirrored texts dropped: "busy", "shed" or "failed".
   virtual void OnShadowDropped(const std::string& /*model*/, int64_t /*live*/, int64_t /*shadow*/,
                                const char* /*reason*/, int64_t /*texts*/) {}
+  // Drift gauges (serving/drift.h): a version's window of callers' texts against its card's reference, after
+  // each answer; called from the thread that answered.
+  virtual void OnDrift(const std::string& /*model*/, int64_t /*version*/, const DriftReading& /*reading*/) {}
 };
 
 }  // namespace qvi

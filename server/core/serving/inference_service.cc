@@ -173,6 +173,8 @@ absl::Status ReadText(Method method, const Model& model, const InferenceRequest&
   for (TextToken& t : *tokens) {
     TokenOutput out;
     out.id = TokenId(model.vocabulary(), m.tokenizer, t);
+    // (A cased model's id is the vocabulary's plus its size times the case class.)
+    result.unknown_tokens += out.id % static_cast<int64_t>(model.vocabulary().size()) == Vocabulary::kUnkId ? 1 : 0;
     out.token = std::move(t);
     ids.push_back(out.id);
     result.tokens.push_back(std::move(out));
@@ -233,6 +235,7 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
 }
 
 void InferenceService::Submit(Method method, InferenceRequest request, Done done, ServableHandle servable) {
+  if (drift_ != nullptr) done = WithDrift(request.options.raw_scores, std::move(done));
   if (shadow_ != nullptr) done = WithShadow(method, request, std::move(done));
   if (limits_.inline_prepare_bytes > 0) {
     int64_t bytes = 0;
@@ -273,6 +276,25 @@ InferenceService::Done InferenceService::WithShadow(Method method, const Inferen
         Dispatch(m, std::move(work->first), std::move(work->second), nullptr, false, /*cached=*/true);
       });
     });
+  };
+}
+
+InferenceService::Done InferenceService::WithDrift(bool raw_scores, Done done) {
+  return [this, raw_scores, done = std::move(done)](absl::StatusOr<InferenceResponse> out) {
+    if (!out.ok()) return done(std::move(out));
+    std::vector<DriftMonitor::Text> texts;
+    try {
+      texts = DriftMonitor::Read(*out, raw_scores);
+    } catch (...) {  // (std::bad_alloc) the gauges miss this answer; the caller does not
+    }
+    const std::string model = out->model;
+    const int64_t version = out->version;
+    const std::shared_ptr<const Manifest> manifest = out->manifest;
+    done(std::move(out));
+    try {
+      drift_->Observe(model, version, manifest, texts);
+    } catch (...) {
+    }
   };
 }
 

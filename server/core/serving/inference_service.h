@@ -29,6 +29,7 @@
 #include "server/core/request/request_checks.h"
 #include "server/core/runner/model_runner.h"
 #include "server/core/sched/executor.h"
+#include "server/core/serving/drift.h"
 #include "server/core/serving/response_cache.h"
 #include "server/core/serving/shadow.h"
 
@@ -54,6 +55,10 @@ class InferenceService {
   // its texts mirrored once it is answered. Null (the default): none are. Set before the first Submit.
   void SetShadow(ShadowMirror* shadow) { shadow_ = shadow; }
   const ShadowMirror* shadow() const { return shadow_; }
+  // Drift gauges (drift.h): each answer to a caller is added to its version's window. Null (the default): none
+  // is. Set before the first Submit.
+  void SetDrift(DriftMonitor* drift) { drift_ = drift; }
+  const DriftMonitor* drift() const { return drift_; }
 
   const RequestLimits& limits() const { return limits_; }
   // Runs `work` on a request thread, as a large request's preparation runs; false when their queue is full
@@ -91,6 +96,9 @@ class InferenceService {
   // `done`, which once the request is answered mirrors a sample of its texts to the model's shadow candidate,
   // if it has one and the request names no version (shadow.h); else `done` itself.
   Done WithShadow(Method method, const InferenceRequest& request, Done done);
+  // `done`, which adds the answer's texts to the drift gauges' window of its version (drift.h), after the caller's
+  // answer is sent.
+  Done WithDrift(bool raw_scores, Done done);
   // Dispatch again once the request's model has loaded on demand, or answers why it has not.
   void DispatchWhenLoaded(Method method, InferenceRequest request, Done done);
   // One text's answer from its row of checked outputs. May throw c10::Error. A sub-word model's row is
@@ -111,6 +119,7 @@ class InferenceService {
   const RequestLimits limits_;
   ResponseCache* const cache_;
   ShadowMirror* shadow_ = nullptr;
+  DriftMonitor* drift_ = nullptr;
 };
 
 }  // namespace qvi

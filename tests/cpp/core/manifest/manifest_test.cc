@@ -155,6 +155,31 @@ TEST(ManifestTest, ReadsTheCardsCalibration) {
   EXPECT_EQ(m->calibration->conformal[1].min_probability, 0.22);
 }
 
+// A card's drift reference as model_store/qvi/drift.py writes it.
+nlohmann::json Drift() {
+  return nlohmann::json::parse(R"({"split": "data/sentiment/test.tsv", "texts": 1276, "answers": 1276,
+    "labels": {"negative": 0.48, "positive": 0.52}, "unknown": 0.018,
+    "length": {"edges": [8, 12.5, 20], "shares": [0.1, 0.3, 0.4, 0.2]},
+    "confidence": {"edges": [0.6, 0.9], "shares": [0.2, 0.5, 0.3], "temperature": 1.8},
+    "below": {"threshold": 0.9, "share": 0.7}})");
+}
+
+TEST(ManifestTest, ReadsTheCardsDriftReference) {
+  EXPECT_FALSE(Manifest::Parse(Valid().dump())->drift_reference.has_value());
+  nlohmann::json j = Valid();
+  j["model_card"]["drift_reference"] = Drift();
+  absl::StatusOr<Manifest> m = Manifest::Parse(j.dump());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const DriftReference& d = *m->drift_reference;
+  EXPECT_EQ(d.texts, 1276);
+  EXPECT_EQ(d.labels.at("positive"), 0.52);
+  EXPECT_EQ(d.length.Bin(3), 0u);
+  EXPECT_EQ(d.length.Bin(12.5), 2u) << "a value on an edge is past it";
+  EXPECT_EQ(d.length.Bin(400), 3u);
+  EXPECT_EQ(d.temperature, 1.8);
+  EXPECT_EQ(d.below_share, 0.7);
+}
+
 struct BadCase {
   const char* name;
   std::function<void(nlohmann::json&)> edit;
@@ -239,6 +264,24 @@ TEST(ManifestTest, ErrorsNameTheField) {
          j["model_card"]["calibration"]["temperature"] = 0;
        },
        "field 'model_card.calibration.temperature' must be above 0"},
+      {"drift bins",
+       [](auto& j) {
+         j["model_card"]["drift_reference"] = Drift();
+         j["model_card"]["drift_reference"]["length"]["shares"] = {0.5, 0.5};
+       },
+       "field 'model_card.drift_reference.length.shares' has 2 bins; its 3 edges make 4"},
+      {"drift edges",
+       [](auto& j) {
+         j["model_card"]["drift_reference"] = Drift();
+         j["model_card"]["drift_reference"]["confidence"]["edges"] = {0.9, 0.6};
+       },
+       "field 'model_card.drift_reference.confidence.edges[1]' must be in [0, 1] and above the one before"},
+      {"drift threshold",
+       [](auto& j) {
+         j["model_card"]["drift_reference"] = Drift();
+         j["model_card"]["drift_reference"].erase("below");
+       },
+       "field 'model_card.drift_reference.below' is missing"},
       {"calibration's ECE",
        [](auto& j) {
          j["model_card"]["calibration"] = Calibration();
