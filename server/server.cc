@@ -275,7 +275,7 @@ void Server::StartCore() {
     spdlog::info("response cache: up to {} of answers", FormatBytes(options_.models.response_cache_bytes));
   }
   core_ = std::make_unique<InferenceService>(repository_.get(), executor_.get(), limits, cache_.get());
-  StartShadowAndDrift();
+  StartRecorders();
   frontend_core_ = std::make_unique<ServingCore>(core_.get());
 }
 
@@ -427,7 +427,8 @@ int Server::Drain(int signal, const sigset_t& signals) {
     answers_->Shutdown();
     if (decisions_) decisions_->Flush();  // every answered call's line on disk before the process may _Exit
     spdlog::debug("model queues drained, models unloaded");
-    if (otlp_) otlp_->Stop();  // the last spans, within --otlp-timeout-seconds
+    if (otlp_) otlp_->Stop();                    // the last spans, within --otlp-timeout-seconds
+    if (decision_otlp_) decision_otlp_->Stop();  // and the decision log's last records
     drained->set_value();
   });
   if (drained_future.wait_until(grace + kDrainAllowance) != std::future_status::ready) {

@@ -75,10 +75,12 @@ class Server {
   // After the first poll: the request threads, the response cache and the core the front ends call.
   void StartCore();
   absl::Status StartTls();
-  absl::Status StartApiKeys();      // server_security.cc, as StartTls
-  absl::Status StartTracing();      // server_tracing.cc: --otlp-endpoint's exporter and batch spans
-  absl::Status StartDecisionLog();  // server_decisions.cc: --decision-log
-  void StartShadowAndDrift();       // server_decisions.cc: the core's shadow mirror and drift gauges
+  absl::Status StartApiKeys();            // server_security.cc, as StartTls
+  absl::Status StartTracing();            // server_tracing.cc: --otlp-endpoint's exporter and batch spans
+  absl::Status StartDecisionLog();        // server_decisions.cc: --decision-log
+  absl::Status StartDecisionLogExport();  // and --decision-log-otlp-endpoint
+  // server_decisions.cc: the core's shadow mirror and drift gauges, the decision log's redaction through the core.
+  void StartRecorders();
   // server_services.cc: every gRPC service, and the reflection that lists them.
   void MakeGrpcServices();
   absl::Status StartGrpc();
@@ -89,7 +91,8 @@ class Server {
   std::unique_ptr<Metrics> metrics_;
   // Before everything that exports spans (the calls, the repository's runners): destroyed after them.
   std::unique_ptr<OtlpExporter> otlp_;
-  std::unique_ptr<TracingObserver> tracing_;  // the repository's observer when spans are exported
+  std::shared_ptr<OtlpLogExporter> decision_otlp_;  // --decision-log-otlp-endpoint; the decision log's sink holds it
+  std::unique_ptr<TracingObserver> tracing_;        // the repository's observer when spans are exported
   absl::StatusOr<GraphBackend*> graph_backend_ = nullptr;
   // Set once the repository and then the gRPC server exist; the repository's threads read them.
   std::atomic<ModelRepository*> repository_ptr_{nullptr};

@@ -124,6 +124,9 @@ struct ServerOptions {
     int keep = 5;
     bool texts = false;
     int queue_lines = 4096;
+    std::string otlp_endpoint;  // OTLP/HTTP logs; empty: none
+    std::string redact_with;    // a tagger that masks the texts; empty: none
+    std::vector<std::string> redact_types{"PER", "LOC", "ORG"};
     int drift_window_texts = 1000;  // the drift gauges' window per model version (serving/drift.h); 0: none
   } decisions;
   double shutdown_grace_seconds = 30;

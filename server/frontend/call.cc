@@ -28,9 +28,11 @@ std::string Calls::NextRequestId() { return absl::StrCat("req-", next_id_.fetch_
 
 CallTrace Calls::TraceOf(std::string_view traceparent) const {
   CallTrace trace;
-  if (!options_.access_log) return trace;
-  // A caller's valid traceparent traces the call under its trace id; otherwise the draw decides.
+  if (!options_.access_log && options_.decisions == nullptr) return trace;
+  // A caller's valid traceparent traces the call under its trace id; otherwise the draw decides (the access log's:
+  // the decision log names the caller's trace alone).
   if (std::optional<TraceParent> parent = ParseTraceParent(traceparent)) return CallTrace{parent->trace_id, true};
+  if (!options_.access_log) return trace;
   trace.trace_id = tracer_.Draw();
   trace.traced = !trace.trace_id.empty();
   return trace;

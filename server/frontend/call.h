@@ -151,9 +151,11 @@ class Call {
   Call(const Call&) = delete;
   Call& operator=(const Call&) = delete;
 
-  // Whether the access log or the span export wants the caller's address and trace (SetOrigin): a
+  // Whether the access log, the span export or the decision log wants the caller's address and trace (SetOrigin): a
   // front end need not look them up otherwise.
-  bool wants_origin() const { return calls_->options_.access_log || calls_->options_.spans != nullptr; }
+  bool wants_origin() const {
+    return calls_->options_.access_log || calls_->options_.spans != nullptr || calls_->options_.decisions != nullptr;
+  }
   void SetOrigin(std::string peer, std::string_view traceparent);
 
   // The checks before anything of the request is parsed: the caller's API key (`authorization`, the

@@ -43,9 +43,10 @@ json TopWords(const TextResult& r, int k) {
   return out;
 }
 
-json TextEntry(const TextResult& r, const std::string& sha256, const std::string* text, int top_words) {
+// With `with_text`, the text (null until it is known: a redaction to come).
+json TextEntry(const TextResult& r, const std::string& sha256, bool with_text, const std::string* text, int top_words) {
   json t = {{"sha256", sha256}};
-  if (text != nullptr) t["text"] = *text;
+  if (with_text) t["text"] = text != nullptr ? json(*text) : json(nullptr);
   if (!r.labels.empty()) {
     json labels = json::array();
     for (const auto& [label, score] : r.labels) labels.push_back({{"label", label}, {"score", Shortest(score)}});
@@ -90,13 +91,15 @@ std::string FileSha256(const std::string& path) {
 
 absl::StatusOr<std::shared_ptr<DecisionLog>> DecisionLog::Open(Options options) {
   std::shared_ptr<DecisionLog> log(new DecisionLog(std::move(options)));
-  log->out_.open(log->options_.path, std::ios::app | std::ios::binary);
-  if (!log->out_) {
-    return absl::InvalidArgumentError(absl::StrCat("--decision-log: cannot open ", log->options_.path));
+  if (!log->options_.path.empty()) {
+    log->out_.open(log->options_.path, std::ios::app | std::ios::binary);
+    if (!log->out_) {
+      return absl::InvalidArgumentError(absl::StrCat("--decision-log: cannot open ", log->options_.path));
+    }
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(log->options_.path, ec);
+    log->bytes_ = ec ? 0 : static_cast<int64_t>(size);
   }
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(log->options_.path, ec);
-  log->bytes_ = ec ? 0 : static_cast<int64_t>(size);
   log->writer_ = std::thread([raw = log.get()] { raw->Run(); });
   return log;
 }
@@ -132,14 +135,19 @@ void DecisionLog::Offer(const Call& call) {
                {"request_id", call.request_id},
                {"trace_id", call.trace_id},
                {"latency_ms", absl::ToDoubleMilliseconds(call.latency)}};
+  const bool redact = options_.texts && redactor_ != nullptr && !call.texts.empty();
   json texts = json::array();
   for (size_t i = 0; i < a.results.size() && i < call.text_sha256.size(); ++i) {
-    texts.push_back(TextEntry(a.results[i], call.text_sha256[i], i < call.texts.size() ? &call.texts[i] : nullptr,
-                              options_.top_words));
+    const std::string* text = !redact && i < call.texts.size() ? &call.texts[i] : nullptr;
+    texts.push_back(TextEntry(a.results[i], call.text_sha256[i], options_.texts, text, options_.top_words));
   }
   line["texts"] = std::move(texts);
   Queued queued;
-  queued.line = line.dump(-1, ' ', false, json::error_handler_t::replace);
+  queued.time = call.time;
+  queued.trace_id = call.trace_id;
+  queued.model = a.model;
+  queued.version = a.version;
+  queued.request_id = call.request_id;
   // The artifact as it is now: the version may be gone (unloaded, replaced) by the time the writer gets here.
   if (const ModelRepository* repository = repository_.load(); repository != nullptr) {
     absl::StatusOr<ServableHandle> servable = repository->Resolve(a.model, a.version);
@@ -150,6 +158,42 @@ void DecisionLog::Offer(const Call& call) {
       queued.stamp = ec ? "" : absl::StrCat(stamp.time_since_epoch().count());
     }
   }
+  if (!redact) {
+    queued.line = line.dump(-1, ' ', false, json::error_handler_t::replace);
+    return Enqueue(std::move(queued));
+  }
+  // At most a queue's worth of lines waiting for their redaction, as for the writer.
+  if (redacting_.fetch_add(1) >= options_.queue_lines) {
+    redacting_.fetch_sub(1);
+    dropped_.fetch_add(1);
+    return;
+  }
+  redactor_(call.texts, [self = shared_from_this(), line = std::move(line),
+                         queued = std::move(queued)](absl::StatusOr<std::vector<std::string>> masked) mutable {
+    self->redacting_.fetch_sub(1);
+    try {
+      self->Redacted(std::move(line), std::move(queued), masked);
+    } catch (...) {  // (std::bad_alloc) the line is lost, and counted
+      self->dropped_.fetch_add(1);
+    }
+  });
+}
+
+void DecisionLog::Redacted(json line, Queued queued, const absl::StatusOr<std::vector<std::string>>& masked) {
+  json& texts = line["texts"];
+  if (masked.ok() && masked->size() == texts.size()) {
+    for (size_t i = 0; i < texts.size(); ++i) texts[i]["text"] = (*masked)[i];
+    line["redacted_with"] = redact_with_;
+  } else {  // the texts stay null: never written unmasked
+    redaction_failures_.fetch_add(1);
+    line["redaction_error"] = masked.ok() ? std::string("the redaction answered another number of texts")
+                                          : std::string(masked.status().message());
+  }
+  queued.line = line.dump(-1, ' ', false, json::error_handler_t::replace);
+  Enqueue(std::move(queued));
+}
+
+void DecisionLog::Enqueue(Queued queued) {
   MutexLock lock(&mu_);
   if (static_cast<int>(queue_.size()) >= options_.queue_lines || stopping_) {
     dropped_.fetch_add(1);
@@ -205,21 +249,28 @@ void DecisionLog::Write(Queued queued) {
     line.replace(at, hole.size(),
                  absl::StrCat("\"artifact_sha256\":\"", ArtifactSha256(queued.artifact, queued.stamp), "\""));
   }
-  line.push_back('\n');
-  if (bytes_ > 0 && bytes_ + static_cast<int64_t>(line.size()) > options_.max_bytes) Rotate();
+  if (!options_.path.empty() && !WriteFile(line)) {
+    dropped_.fetch_add(1);  // not written (a full disk): counted, and the stream tried again next time
+  } else {
+    lines_.fetch_add(1);
+  }
+  if (sink_) sink_(Written{line, queued.time, queued.trace_id, queued.model, queued.version, queued.request_id});
+}
+
+bool DecisionLog::WriteFile(const std::string& line) {
+  const int64_t size = static_cast<int64_t>(line.size()) + 1;
+  if (bytes_ > 0 && bytes_ + size > options_.max_bytes) Rotate();
   if (!out_.is_open() || !out_) {  // a disk that failed before: try the file again
     out_.clear();
     out_.close();
     out_.open(options_.path, std::ios::app | std::ios::binary);
   }
   out_.write(line.data(), static_cast<std::streamsize>(line.size()));
+  out_.put('\n');
   out_.flush();
-  if (!out_) {  // not written (a full disk): counted as dropped, and the stream tried again next time
-    dropped_.fetch_add(1);
-    return;
-  }
-  bytes_ += static_cast<int64_t>(line.size());
-  lines_.fetch_add(1);
+  if (!out_) return false;
+  bytes_ += size;
+  return true;
 }
 
 void DecisionLog::Rotate() {

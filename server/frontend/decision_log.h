@@ -13,6 +13,11 @@
 // would pass --decision-log-max-bytes (PATH.1 the newest of the --decision-log-keep older files); a line is
 // never split across files. `artifact_sha256` is the SHA-256 of the version's artifact file as it is on disk when
 // the call is answered (its path and time stamp taken then; hashed by the writer, once per file and stamp).
+// Other destinations (OTLP logs, --decision-log-otlp-endpoint) take each line from the writer too (SetSink); the
+// file is then optional. With --decision-log-texts and a redactor (SetRedactor: --redact-texts-with, the
+// server's own tagger), each text is written with the entities of the chosen types masked ("[PER] flew to
+// [LOC]"); a text that could not be redacted is written as null, never as it was, and the line says why
+// ("redaction_error").
 #ifndef QVI_SERVER_FRONTEND_DECISION_LOG_H_
 #define QVI_SERVER_FRONTEND_DECISION_LOG_H_
 
@@ -20,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -29,16 +35,18 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "nlohmann/json_fwd.hpp"
 #include "server/core/base/sync.h"
 #include "server/core/outputs/answer.h"
 #include "server/core/repository/model_repository.h"
+#include "server/core/serving/redaction.h"
 
 namespace qvi {
 
-class DecisionLog {
+class DecisionLog : public std::enable_shared_from_this<DecisionLog> {
  public:
   struct Options {
-    std::string path;
+    std::string path;  // empty: no file (a sink alone)
     double rate = 1.0;
     std::map<std::string, double> model_rates, key_rates;
     int64_t max_bytes = int64_t{64} << 20;
@@ -52,6 +60,24 @@ class DecisionLog {
   // artifact is) is set before the first call is offered.
   static absl::StatusOr<std::shared_ptr<DecisionLog>> Open(Options options);
   void SetRepository(const ModelRepository* repository) { repository_.store(repository); }
+
+  // Another destination for each line (OTLP logs): called from the writer thread, after the file.
+  struct Written {
+    const std::string& line;  // without its newline
+    absl::Time time;
+    const std::string& trace_id;  // hex; empty without one
+    const std::string& model;
+    int64_t version;
+    const std::string& request_id;
+  };
+  using Sink = std::function<void(const Written& written)>;
+  // Both set before the first call is offered. The redactor masks a call's texts before its line is written
+  // (Options::texts; serving/redaction.h), called on the answering thread.
+  void SetSink(Sink sink) { sink_ = std::move(sink); }
+  void SetRedactor(std::string model, TextRedactor redactor) {
+    redact_with_ = std::move(model);
+    redactor_ = std::move(redactor);
+  }
   ~DecisionLog();  // writes what is queued, then stops
 
   const Options& options() const { return options_; }
@@ -70,6 +96,7 @@ class DecisionLog {
 
   int64_t lines() const { return lines_.load(); }      // written
   int64_t dropped() const { return dropped_.load(); }  // the queue was full, or the file could not be written
+  int64_t redaction_failures() const { return redaction_failures_.load(); }  // lines written with null texts
   // Waits until every line queued so far is written (tests, shutdown).
   void Flush();
 
@@ -79,14 +106,24 @@ class DecisionLog {
   struct Queued {
     std::string artifact, stamp;  // the version's artifact file and its time stamp when the call was answered
     std::string line;             // without the artifact's digest, which the writer adds
+    absl::Time time;
+    std::string trace_id, model, request_id;
+    int64_t version = 0;
   };
+  void Enqueue(Queued queued);
+  // A line whose texts were (or could not be) redacted: filled in and queued.
+  void Redacted(nlohmann::ordered_json line, Queued queued, const absl::StatusOr<std::vector<std::string>>& masked);
+  bool WriteFile(const std::string& line);
   void Write(Queued queued);
   void Rotate();
   std::string ArtifactSha256(const std::string& path, const std::string& stamp);
 
   const Options options_;
   std::atomic<const ModelRepository*> repository_{nullptr};
-  std::atomic<int64_t> lines_{0}, dropped_{0};
+  std::atomic<int64_t> lines_{0}, dropped_{0}, redaction_failures_{0}, redacting_{0};
+  Sink sink_;
+  std::string redact_with_;
+  TextRedactor redactor_;
   Mutex sample_mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(sample_mu_);
   Mutex mu_;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "opentelemetry/proto/collector/logs/v1/logs_service.pb.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.pb.h"
 #include "server/core/base/exception_text.h"
 #include "spdlog/spdlog.h"
@@ -18,19 +19,19 @@ namespace qvi {
 
 namespace otlp = ::opentelemetry::proto;
 
-absl::StatusOr<OtlpTarget> ParseOtlpEndpoint(const std::string& endpoint) {
+absl::StatusOr<OtlpTarget> ParseOtlpEndpoint(const std::string& endpoint, const char* flag, const char* default_path) {
   static const std::regex kUrl(R"(^http://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})(/[^\s?#]*)?$)");
   std::smatch m;
   int port = 0;
   if (!std::regex_match(endpoint, m, kUrl) || !absl::SimpleAtoi(m[2].str(), &port) || port < 1 || port > 65535) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--otlp-endpoint: '", endpoint.substr(0, 128),
+        absl::StrCat(flag, ": '", endpoint.substr(0, 128),
                      "' is not http://host:port[/path] (OTLP/HTTP; for https, run a collector beside the server)"));
   }
   OtlpTarget target;
   target.host = m[1].str();
   target.port = port;
-  target.path = m[3].matched && m[3].str() != "/" ? m[3].str() : "/v1/traces";
+  target.path = m[3].matched && m[3].str() != "/" ? m[3].str() : default_path;
   return target;
 }
 
@@ -77,16 +78,20 @@ std::string Bytes(const std::array<uint8_t, N>& id) {
   return std::string(reinterpret_cast<const char*>(id.data()), N);
 }
 
+void FillResource(const OtlpOptions& options, otlp::resource::v1::Resource* resource) {
+  auto* attributes = resource->mutable_attributes();
+  AddAttribute(attributes, "service.name", options.service_name);
+  for (const auto& [key, value] : options.resource) {
+    if (key != "service.name") AddAttribute(attributes, key, value);
+  }
+}
+
 }  // namespace
 
 std::string EncodeSpans(const OtlpOptions& options, const std::vector<Span>& spans) {
   otlp::collector::trace::v1::ExportTraceServiceRequest request;
   otlp::trace::v1::ResourceSpans* resource = request.add_resource_spans();
-  auto* attributes = resource->mutable_resource()->mutable_attributes();
-  AddAttribute(attributes, "service.name", options.service_name);
-  for (const auto& [key, value] : options.resource) {
-    if (key != "service.name") AddAttribute(attributes, key, value);
-  }
+  FillResource(options, resource->mutable_resource());
   otlp::trace::v1::ScopeSpans* scope = resource->add_scope_spans();
   scope->mutable_scope()->set_name("qvi-server");
   for (const Span& s : spans) {
@@ -112,6 +117,41 @@ std::string EncodeSpans(const OtlpOptions& options, const std::vector<Span>& spa
   return request.SerializeAsString();
 }
 
+std::string EncodeLogs(const OtlpOptions& options, const std::vector<LogRecord>& records) {
+  otlp::collector::logs::v1::ExportLogsServiceRequest request;
+  otlp::logs::v1::ResourceLogs* resource = request.add_resource_logs();
+  FillResource(options, resource->mutable_resource());
+  otlp::logs::v1::ScopeLogs* scope = resource->add_scope_logs();
+  scope->mutable_scope()->set_name("qvi-server");
+  for (const LogRecord& r : records) {
+    otlp::logs::v1::LogRecord* out = scope->add_log_records();
+    out->set_time_unix_nano(UnixNanos(r.time));
+    out->set_observed_time_unix_nano(UnixNanos(r.time));
+    out->set_severity_number(otlp::logs::v1::SEVERITY_NUMBER_INFO);
+    out->set_severity_text("INFO");
+    out->set_event_name(r.event_name);
+    out->mutable_body()->set_string_value(r.body);
+    if (r.trace_id) out->set_trace_id(Bytes(*r.trace_id));
+    for (const auto& [key, value] : r.attributes) AddAttribute(out->mutable_attributes(), key, value);
+  }
+  return request.SerializeAsString();
+}
+
+absl::StatusOr<std::unique_ptr<OtlpLogExporter>> OtlpLogExporter::Create(OtlpOptions options, const char* flag,
+                                                                         Counter counter) {
+  absl::StatusOr<OtlpTarget> target = ParseOtlpEndpoint(options.endpoint, flag, "/v1/logs");
+  if (!target.ok()) return target.status();
+  return std::unique_ptr<OtlpLogExporter>(
+      new OtlpLogExporter(std::move(options), *std::move(target), std::move(counter)));
+}
+
+OtlpLogExporter::OtlpLogExporter(OtlpOptions options, OtlpTarget target, Counter counter)
+    : batcher_(std::move(options), std::move(target), EncodeLogs, std::move(counter),
+               [](const OtlpOptions& o, int64_t records, const absl::Status& why) {
+                 spdlog::warn("OTLP export of {} log record(s) to {} failed: {}", records, o.endpoint,
+                              std::string(why.message()));
+               }) {}
+
 absl::StatusOr<std::unique_ptr<OtlpExporter>> OtlpExporter::Create(OtlpOptions options, Counter counter) {
   absl::StatusOr<OtlpTarget> target = ParseOtlpEndpoint(options.endpoint);
   if (!target.ok()) return target.status();
@@ -122,95 +162,28 @@ absl::StatusOr<std::unique_ptr<OtlpExporter>> OtlpExporter::Create(OtlpOptions o
 }
 
 OtlpExporter::OtlpExporter(OtlpOptions options, OtlpTarget target, Counter counter)
-    : options_(std::move(options)), target_(std::move(target)), counter_(std::move(counter)) {
-  if (options_.background) thread_ = std::thread([this] { Loop(); });
-}
+    : batcher_(std::move(options), std::move(target), EncodeSpans, std::move(counter),
+               [](const OtlpOptions& o, int64_t spans, const absl::Status& why) {
+                 spdlog::warn("OTLP export of {} span(s) to {} failed: {}", spans, o.endpoint,
+                              std::string(why.message()));
+               }) {}
 
-OtlpExporter::~OtlpExporter() { Stop(); }
-
-void OtlpExporter::Export(Span span) {
-  bool taken = false, full_batch = false;
-  {
-    MutexLock lock(&mu_);
-    if (queue_.size() < options_.max_queue && !stopping_) {
-      queue_.push_back(std::move(span));
-      taken = true;
-      full_batch = queue_.size() == options_.max_batch;
-    }
-  }
-  if (!taken) return Count("dropped", 1);
-  if (full_batch) wake_.Signal();
-}
-
-absl::Status OtlpExporter::ExportQueued() {
-  MutexLock post(&post_mu_);
-  absl::Status status;
-  while (true) {
-    std::vector<Span> batch;
-    {
-      MutexLock lock(&mu_);
-      while (!queue_.empty() && batch.size() < options_.max_batch) {
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
-      }
-    }
-    if (batch.empty()) return status;
-    const auto n = static_cast<int64_t>(batch.size());
-    absl::Status posted = Post(batch);
-    Count(posted.ok() ? "exported" : "failed", n);
-    if (!posted.ok()) {
-      // Said once per failed POST, at most a line per flush: a collector that is down for an hour
-      // costs an hour of these lines, not one per span.
-      spdlog::warn("OTLP export of {} span(s) to {} failed: {}", n, options_.endpoint, std::string(posted.message()));
-      status = posted;
-    }
-  }
-}
-
-absl::Status OtlpExporter::Post(const std::vector<Span>& spans) const {
+absl::Status PostOtlp(const OtlpTarget& target, absl::Duration timeout, const std::string& body) {
   try {
-    const std::string body = EncodeSpans(options_, spans);
-    httplib::Client client(target_.host, target_.port);
-    const auto timeout = absl::ToChronoMicroseconds(options_.timeout);
-    client.set_connection_timeout(timeout);
-    client.set_read_timeout(timeout);
-    client.set_write_timeout(timeout);
-    httplib::Result result = client.Post(target_.path.c_str(), body, "application/x-protobuf");
+    httplib::Client client(target.host, target.port);
+    const auto t = absl::ToChronoMicroseconds(timeout);
+    client.set_connection_timeout(t);
+    client.set_read_timeout(t);
+    client.set_write_timeout(t);
+    httplib::Result result = client.Post(target.path.c_str(), body, "application/x-protobuf");
     if (!result) return absl::UnavailableError(absl::StrCat("no answer (", httplib::to_string(result.error()), ")"));
     if (result->status < 200 || result->status >= 300) {
       return absl::UnavailableError(absl::StrCat("HTTP ", result->status, " ", result->body.substr(0, 200)));
     }
     return absl::OkStatus();
   } catch (...) {
-    return absl::InternalError(absl::StrCat("encoding or posting failed: ", CurrentExceptionText()));
+    return absl::InternalError(absl::StrCat("posting failed: ", CurrentExceptionText()));
   }
-}
-
-void OtlpExporter::Loop() {
-  while (true) {
-    {
-      MutexLock lock(&mu_);
-      if (!stopping_ && queue_.size() < options_.max_batch) wake_.WaitWithTimeout(&mu_, options_.flush_every);
-      if (stopping_) return;  // Stop() sends the rest
-    }
-    (void)ExportQueued();
-  }
-}
-
-void OtlpExporter::Stop() {
-  {
-    MutexLock lock(&mu_);
-    if (stopping_) return;
-    stopping_ = true;
-  }
-  wake_.SignalAll();
-  if (thread_.joinable()) thread_.join();
-  (void)ExportQueued();
-}
-
-size_t OtlpExporter::queued() const {
-  MutexLock lock(&mu_);
-  return queue_.size();
 }
 
 }  // namespace qvi

@@ -4,6 +4,7 @@ a child process on free ports (ServerProcess). conftest.py turns these into pyte
 import atexit
 import functools
 import http.client
+import http.server
 import re
 import json
 import os
@@ -291,6 +292,58 @@ class Traffic(Background):
         for c, vs in self.versions.items():
             assert vs, f"client {c} got no answers"
         assert self.tagged > 0, "the other model's client got no answers"
+
+
+def masked(text, spans, types=("PER", "LOC", "ORG")):
+    """`text` with its entities of `types` replaced by "[TYPE]", from a Tag answer's spans (code points): what
+    --redact-texts-with should keep of it."""
+    out, at = "", 0
+    for s in sorted(spans, key=lambda s: s.start):
+        if s.label in types and s.start >= at:
+            out += text[at:s.start] + f"[{s.label}]"
+            at = s.end
+    return out + text[at:]
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP receiver on a free port (self.endpoint): decodes every POST's body as `request_type` (an
+    opentelemetry-proto message class: OpenTelemetry's own package, not the server's copies); `delay` seconds
+    before answering (a slow collector)."""
+
+    def __init__(self, request_type, delay=0.0):
+        self.requests, self.paths, self.delay = [], [], delay
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                time.sleep(receiver.delay)
+                request = request_type()
+                request.ParseFromString(body)
+                with receiver.lock:
+                    receiver.requests.append(request)
+                    receiver.paths.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def received(self):
+        with self.lock:
+            return list(self.requests)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class ServerProcess:

@@ -2,7 +2,9 @@
 of what each call decided, read back here — the caller's labels or spans with their scores, the words that
 contributed most when the answer has them, the texts' SHA-256 (and the texts with --decision-log-texts), the
 artifact's digest, the request id — rotated at --decision-log-max-bytes with --decision-log-keep files, never a
-line split; a model's own rate chooses which calls are logged."""
+line split; a model's own rate chooses which calls are logged; the texts masked by the server's own tagger
+(--redact-texts-with), never written unmasked; the lines sent to an OTLP collector as log records, decoded
+with OpenTelemetry's own package."""
 import glob
 import hashlib
 import json
@@ -12,7 +14,7 @@ import subprocess
 
 import pytest
 
-from qvi_testing import SERVER, STORE, ServerProcess, metric_sum, wait_until
+from qvi_testing import SERVER, STORE, OtlpReceiver, ServerProcess, masked, metric_sum, wait_until
 
 TEXTS = ["a wonderful , moving film", "terrible acting and a boring plot", "it was fine", "a dull , lifeless mess"]
 SENTENCES = ["Angela Merkel met Barack Obama in Berlin on Tuesday .", "Apple opened an office in Paris ."]
@@ -121,7 +123,82 @@ def test_a_bad_rate_or_path_stops_the_server_naming_the_flag(tmp_path):
     for args, message in ((["--decision-log", os.path.join(tmp_path, "d.jsonl"), "--decision-log-model-rate",
                             "ner=2"], "--decision-log-model-rate: 'ner=2' is not NAME=RATE"),
                           (["--decision-log", os.path.join(tmp_path, "no", "such", "dir", "d.jsonl")],
-                           "--decision-log: cannot open")):
+                           "--decision-log: cannot open"),
+                          (["--decision-log-otlp-endpoint", "https://collector:4318"],
+                           "--decision-log-otlp-endpoint: 'https://collector:4318' is not http://host:port")):
         out = subprocess.run([SERVER, "--model-store", store, "--port", "0", "--metrics-port", "-1",
                               "--http-port", "-1", *args], capture_output=True, text=True, timeout=120)
         assert out.returncode != 0 and message in out.stdout + out.stderr, out.stderr[-2000:]
+
+
+def test_texts_are_written_with_the_taggers_entities_masked_or_not_at_all(api, tmp_path):
+    pb, pbg = api
+    store = store_copy(str(tmp_path))
+    log = os.path.join(tmp_path, "decisions.jsonl")
+    long_text = "Paris " * 1200  # past the tagger's max_tokens: it cannot vouch for the tail
+    with ServerProcess(store, str(tmp_path), "--decision-log", log, "--decision-log-texts",
+                       "--redact-texts-with", "ner", "--redact-types", "PER,LOC") as proc:
+        stub = pbg.InferenceStub(proc.channel)
+        tagged = stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=SENTENCES), timeout=30)
+        stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=SENTENCES, request_id="c"),
+                      timeout=30)
+        stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=[long_text], request_id="long"),
+                      timeout=30)
+        wait_until(lambda: metric_sum(proc.metrics(), "qvi_decision_log_lines_total") == 3, "three lines")
+        assert metric_sum(proc.metrics(), "qvi_decision_log_redaction_failures_total") == 1
+    lines = {line["request_id"]: line for line in lines_of(log)}
+    expected = [masked(t, r.spans, ("PER", "LOC")) for t, r in zip(SENTENCES, tagged.results)]
+    assert "[PER]" in expected[0] and "[LOC]" in expected[0] and "Apple" in expected[1], expected  # ORG is kept
+    assert [t["text"] for t in lines["c"]["texts"]] == expected
+    assert lines["c"]["redacted_with"] == "ner" and "redaction_error" not in lines["c"]
+    assert [t["sha256"] for t in lines["c"]["texts"]] == [sha256(t) for t in SENTENCES]  # of the text as sent
+    assert lines["long"]["texts"][0]["text"] is None
+    assert "longer than the redaction model 'ner' reads" in lines["long"]["redaction_error"]
+    assert "Merkel" not in open(log).read()
+
+
+def test_each_line_is_an_otlp_log_record_beside_the_file_or_alone(api, tmp_path):
+    logs_pb2 = pytest.importorskip("opentelemetry.proto.collector.logs.v1.logs_service_pb2")
+    pb, pbg = api
+    store = store_copy(str(tmp_path))
+    log = os.path.join(tmp_path, "decisions.jsonl")
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    receiver = OtlpReceiver(logs_pb2.ExportLogsServiceRequest)
+    try:
+        with ServerProcess(store, str(tmp_path), "--decision-log", log, "--decision-log-otlp-endpoint",
+                           receiver.endpoint, "--otlp-resource-attributes", "deployment.environment=test") as proc:
+            stub = pbg.InferenceStub(proc.channel)
+            for i in range(4):
+                stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=TEXTS,
+                                                 request_id=f"r{i}"), timeout=30,
+                              metadata=(("traceparent", f"00-{trace_id}-00f067aa0ba902b7-01"),))
+            stub.Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=SENTENCES, request_id="t"), timeout=30)
+
+            def records():
+                return [(rl, lr) for r in receiver.received() for rl in r.resource_logs for sl in rl.scope_logs
+                        for lr in sl.log_records]
+            wait_until(lambda: len(records()) == 5, "five log records")
+            assert metric_sum(proc.metrics(), "qvi_decision_log_otlp_exported_total") == 5
+        lines = {line["request_id"]: line for line in lines_of(log)}
+        assert set(receiver.paths) == {"/v1/logs"}
+        for resource, record in records():
+            line = json.loads(record.body.string_value)
+            assert line == lines[line["request_id"]]  # the file's line, digest and all
+            assert record.event_name == "qvi.decision" and record.time_unix_nano > 0
+            attributes = {kv.key: kv.value for kv in record.attributes}
+            assert attributes["qvi.model"].string_value == line["model"]
+            assert attributes["qvi.version"].int_value == line["version"]
+            assert attributes["qvi.request_id"].string_value == line["request_id"]
+            assert record.trace_id.hex() == line["trace_id"], line
+            resource_attributes = {kv.key: kv.value.string_value for kv in resource.resource.attributes}
+            assert resource_attributes == {"service.name": "qvi-server", "deployment.environment": "test"}
+        assert lines["r0"]["trace_id"] == trace_id
+        # Alone: no file, the records still go out.
+        before = len(records())
+        with ServerProcess(store, str(tmp_path), "--decision-log-otlp-endpoint", receiver.endpoint,
+                           name="alone") as proc:
+            pbg.InferenceStub(proc.channel).Classify(
+                pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=TEXTS), timeout=30)
+            wait_until(lambda: len(records()) == before + 1, "the record of the server without a file")
+    finally:
+        receiver.close()

@@ -5,6 +5,7 @@ versions off their path; the comparison the server reports (GetModel, GET /v1/mo
 matches the same comparison done here offline from each version's own answers; under overload the mirrored
 work is dropped and counted, and every caller is answered."""
 import concurrent.futures
+import hashlib
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from qvi_testing import REPO, STORE, ServerProcess, get_json, http_call, metric_sum, wait_until
+from qvi_testing import REPO, STORE, ServerProcess, get_json, http_call, masked, metric_sum, wait_until
 
 MODEL_STORE = os.path.join(REPO, "model_store")
 SHADOW = {"version": 2, "fraction": 1.0, "keep_texts": True}
@@ -151,6 +152,38 @@ def test_callers_get_the_serving_versions_answers_and_the_comparison_matches_an_
     for (a, b), n in flips.items():
         assert f"{a} -> {b}: {n}" in printed.stdout, printed.stdout
     assert worst[0]["text"][:40] in printed.stdout
+
+
+def test_the_texts_a_summary_keeps_are_masked_by_the_servers_tagger(api, store, tmp_path):
+    """--redact-texts-with ner: a kept text is the caller's with the tagger's PER/LOC/ORG masked, as the Tag answer
+    of the same text has them; never the text as it was."""
+    work, path = store
+    copy = os.path.join(tmp_path, "store")
+    shutil.copytree(path, copy)
+    os.makedirs(os.path.join(copy, "ner", "1"))
+    shutil.copy(os.path.join(STORE, "ner", "1", "model.pt"), os.path.join(copy, "ner", "1"))
+    with open(os.path.join(copy, "ner", "serving.json"), "w") as f:
+        json.dump({"format": "torchscript"}, f)
+    texts = [f"Tom Hanks in London : {t}" for t in corpus_texts(60)]
+    with ServerProcess(copy, str(tmp_path), "--redact-texts-with", "ner") as proc:
+        for i in range(0, len(texts), 10):
+            classify(api, proc, texts[i:i + 10])
+        pb, pbg = api
+        tagged = pbg.InferenceStub(proc.channel).Tag(pb.TagRequest(model=pb.ModelSpec(name="ner"), texts=texts),
+                                                     timeout=60).results
+
+        def masked_all():
+            c = shadow_of(proc)
+            if not c or int(c[0]["comparedTexts"]) < len(texts):
+                return None
+            kept = c[0]["disagreements"]
+            return kept if kept and all(d.get("text") for d in kept) else None
+        kept = wait_until(masked_all, "the kept texts masked")
+    by_sha = {hashlib.sha256(t.encode()).hexdigest(): (t, r) for t, r in zip(texts, tagged)}
+    for d in kept:
+        text, answer = by_sha[d["textSha256"]]
+        assert d["text"] == masked(text, answer.spans)
+        assert "Tom Hanks" not in d["text"] and d["text"] != text
 
 
 def test_under_overload_the_mirrored_work_is_dropped_and_every_caller_answered(api, store):

@@ -2,60 +2,36 @@
 with OpenTelemetry's own opentelemetry-proto package: a call's span under the caller's traceparent with
 its children, the batch's span linked to it, the attributes; sampling by ratio and by the caller's flag;
 a collector that is down or slow costs the calls nothing and its spans are counted."""
-import http.server
-import threading
 import time
 
 import grpc
 import pytest
 
-from qvi_testing import STORE, ServerProcess, wait_until
+from qvi_testing import STORE, OtlpReceiver, ServerProcess, wait_until
 
 trace_service_pb2 = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
-class Receiver:
-    """An OTLP/HTTP receiver on a free port: decodes each POST to /v1/traces; `delay` seconds before
-    answering (a slow collector)."""
+class Receiver(OtlpReceiver):
+    """Spans: each POST decoded as an ExportTraceServiceRequest; `delay` seconds before answering (a slow
+    collector)."""
 
     def __init__(self, delay=0.0):
-        self.spans, self.resources, self.delay = [], [], delay
-        self.lock = threading.Lock()
-        receiver = self
+        super().__init__(trace_service_pb2.ExportTraceServiceRequest, delay)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server's name)
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                time.sleep(receiver.delay)
-                request = trace_service_pb2.ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                with receiver.lock:
-                    for rs in request.resource_spans:
-                        receiver.resources.append({kv.key: kv.value.string_value for kv in rs.resource.attributes})
-                        for ss in rs.scope_spans:
-                            receiver.spans.extend(ss.spans)
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+    @property
+    def spans(self):
+        return [s for r in self.received() for rs in r.resource_spans for ss in rs.scope_spans for s in ss.spans]
 
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+    @property
+    def resources(self):
+        return [{kv.key: kv.value.string_value for kv in rs.resource.attributes}
+                for r in self.received() for rs in r.resource_spans]
 
     def named(self, name):
-        with self.lock:
-            return [s for s in self.spans if s.name == name]
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        return [s for s in self.spans if s.name == name]
 
 
 def attributes(span):

@@ -160,6 +160,48 @@ void ShadowMirror::Mirror(Method method, const ShadowSettings& settings, const s
   }
 }
 
+namespace {
+
+// One text's comparison into the summary's sums.
+void Tally(const TextComparison& c, ShadowSummary& s) {
+  ++s.compared;
+  s.agreements += c.agrees() ? 1 : 0;
+  if (c.live_label != c.shadow_label) ++s.flips[{c.live_label, c.shadow_label}];
+  s.live_spans += c.live_spans;
+  s.shadow_spans += c.shadow_spans;
+  s.same_spans += c.same_spans;
+  if (c.rank_correlation) {
+    s.rank_correlation_sum += *c.rank_correlation;
+    ++s.rank_correlations;
+  }
+  if (c.score_difference) {
+    s.score_difference_sum += *c.score_difference;
+    s.abs_score_difference_sum += std::abs(*c.score_difference);
+    ++s.score_differences;
+  }
+}
+
+}  // namespace
+
+bool ShadowMirror::Keep(const TextComparison& c, const std::string& text, ShadowSummary& s) const {
+  ShadowSummary::Disagreement d;
+  d.severity = (c.agrees() ? 0.0 : 2.0) + std::abs(c.score_difference.value_or(0.0)) +
+               (c.rank_correlation ? (1.0 - *c.rank_correlation) / 2.0 : 0.0);
+  auto& kept = s.disagreements;
+  if (d.severity <= 0 || options_.keep_disagreements <= 0 ||
+      (static_cast<int>(kept.size()) >= options_.keep_disagreements && kept.back().severity >= d.severity)) {
+    return false;
+  }
+  d.text_sha256 = TextSha256(text);
+  if (s.keep_texts && redactor_ == nullptr) d.text = text;
+  d.comparison = c;
+  kept.insert(std::upper_bound(kept.begin(), kept.end(), d,
+                               [](const auto& a, const auto& b) { return a.severity > b.severity; }),
+              std::move(d));
+  if (static_cast<int>(kept.size()) > options_.keep_disagreements) kept.pop_back();
+  return s.keep_texts && redactor_ != nullptr;
+}
+
 void ShadowMirror::Compared(const Key& key, const std::vector<std::string>& texts, const InferenceResponse& live,
                             const InferenceResponse& shadow) {
   std::vector<TextComparison> compared;
@@ -167,55 +209,35 @@ void ShadowMirror::Compared(const Key& key, const std::vector<std::string>& text
     compared.push_back(CompareTexts(live.results[i], shadow.results[i]));
   }
   const absl::Duration latency = shadow.compute_time - live.compute_time;
+  std::vector<std::string> to_mask;  // texts kept, to be masked before they are shown
   {
     MutexLock lock(&mu_);
     ShadowSummary& s = summaries_[key];
     s.latency_difference_ms_sum += absl::ToDoubleMilliseconds(latency);
     ++s.latencies;
     for (size_t i = 0; i < compared.size(); ++i) {
-      const TextComparison& c = compared[i];
-      ++s.compared;
-      s.agreements += c.agrees() ? 1 : 0;
-      if (c.live_label != c.shadow_label) ++s.flips[{c.live_label, c.shadow_label}];
-      s.live_spans += c.live_spans;
-      s.shadow_spans += c.shadow_spans;
-      s.same_spans += c.same_spans;
-      if (c.rank_correlation) {
-        s.rank_correlation_sum += *c.rank_correlation;
-        ++s.rank_correlations;
-      }
-      if (c.score_difference) {
-        s.score_difference_sum += *c.score_difference;
-        s.abs_score_difference_sum += std::abs(*c.score_difference);
-        ++s.score_differences;
-      }
-      ShadowSummary::Disagreement d;
-      d.severity = (c.agrees() ? 0.0 : 2.0) + std::abs(c.score_difference.value_or(0.0)) +
-                   (c.rank_correlation ? (1.0 - *c.rank_correlation) / 2.0 : 0.0);
-      if (d.severity <= 0 || options_.keep_disagreements <= 0) continue;
-      auto& kept = s.disagreements;
-      if (static_cast<int>(kept.size()) >= options_.keep_disagreements && kept.back().severity >= d.severity) {
-        continue;
-      }
-      d.text_sha256 = TextSha256(texts[i]);
-      if (s.keep_texts) d.text = texts[i];
-      d.live_label = c.live_label;
-      d.shadow_label = c.shadow_label;
-      d.score_difference = c.score_difference;
-      d.rank_correlation = c.rank_correlation;
-      d.live_spans = c.live_spans;
-      d.shadow_spans = c.shadow_spans;
-      d.same_spans = c.same_spans;
-      kept.insert(std::upper_bound(kept.begin(), kept.end(), d,
-                                   [](const auto& a, const auto& b) { return a.severity > b.severity; }),
-                  std::move(d));
-      if (static_cast<int>(kept.size()) > options_.keep_disagreements) kept.pop_back();
+      Tally(compared[i], s);
+      if (Keep(compared[i], texts[i], s)) to_mask.push_back(texts[i]);
     }
+  }
+  for (std::string& text : to_mask) {
+    redactor_({text}, [this, key, sha256 = TextSha256(text)](absl::StatusOr<std::vector<std::string>> masked) {
+      Masked(key, sha256, masked);
+    });
   }
   if (observer_ == nullptr) return;
   const auto& [model, live_version, shadow_version] = key;
   for (const TextComparison& c : compared) observer_->OnShadowCompared(model, live_version, shadow_version, c);
   observer_->OnShadowLatency(model, live_version, shadow_version, latency);
+}
+
+void ShadowMirror::Masked(const Key& key, const std::string& sha256,
+                          const absl::StatusOr<std::vector<std::string>>& masked) {
+  if (!masked.ok() || masked->size() != 1) return;  // not kept: its SHA-256 alone
+  MutexLock lock(&mu_);
+  for (ShadowSummary::Disagreement& d : summaries_[key].disagreements) {
+    if (d.text_sha256 == sha256 && d.text.empty()) d.text = (*masked)[0];
+  }
 }
 
 void ShadowMirror::Dropped(const Key& key, const char* reason, int64_t texts) {

@@ -33,6 +33,7 @@
 #include "server/core/repository/model_repository.h"
 #include "server/core/request/request.h"
 #include "server/core/runner/observer.h"
+#include "server/core/serving/redaction.h"
 #include "server/core/serving/shadow_compare.h"
 
 namespace qvi {
@@ -56,11 +57,9 @@ struct ShadowSummary {
   double latency_difference_ms_sum = 0;  // candidate's compute time − the serving version's, per mirrored request
   int64_t latencies = 0;
   struct Disagreement {
-    std::string text;         // with keep_texts; else ""
+    std::string text;         // with keep_texts (masked with a redactor); else ""
     std::string text_sha256;  // hex, always
-    std::string live_label, shadow_label;
-    std::optional<double> score_difference, rank_correlation;
-    int64_t live_spans = 0, shadow_spans = 0, same_spans = 0;
+    TextComparison comparison;
     double severity = 0;  // what orders them: a flipped label or a missed span first, then the least alike
   };
   std::vector<Disagreement> disagreements;  // the most severe first, at most Options::keep_disagreements
@@ -100,6 +99,10 @@ class ShadowMirror {
   // Every comparison of `model` so far (one per serving version and candidate pair), the newest pair first.
   std::vector<ShadowSummary> Summaries(const std::string& model) const;
 
+  // The texts a summary keeps (keep_texts) are masked first (redaction.h); one that cannot be is not kept (its
+  // SHA-256 alone). Set before the first Mirror.
+  void SetRedactor(TextRedactor redactor) { redactor_ = std::move(redactor); }
+
   // Mirrors nothing more (the server is draining); what is in flight finishes.
   void Stop() { stopped_.store(true); }
 
@@ -109,12 +112,19 @@ class ShadowMirror {
 
   void Compared(const Key& key, const std::vector<std::string>& texts, const InferenceResponse& live,
                 const InferenceResponse& shadow);
+  // Keeps `text`'s disagreement in the summary if it is among the most severe; true when its text is to be masked
+  // (keep_texts with a redactor) before it is shown.
+  bool Keep(const TextComparison& c, const std::string& text, ShadowSummary& s) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Dropped(const Key& key, const char* reason, int64_t texts);
   void Release(int64_t texts);
 
   const ModelRepository* const repository_;
   ServingObserver* const observer_;
   const Options options_;
+  TextRedactor redactor_;
+  // A kept text, masked: into its disagreement, if it is still kept.
+  void Masked(const Key& key, const std::string& sha256, const absl::StatusOr<std::vector<std::string>>& masked);
   std::atomic<bool> stopped_{false};
   mutable Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);

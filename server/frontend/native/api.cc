@@ -299,13 +299,14 @@ void ToProto(const ShadowSummary& s, v1::ShadowComparison* out) {
     v1::ShadowComparison::Disagreement* w = out->add_disagreements();
     w->set_text(d.text);
     w->set_text_sha256(d.text_sha256);
-    w->set_live_label(d.live_label);
-    w->set_shadow_label(d.shadow_label);
-    if (d.score_difference) w->set_score_difference(*d.score_difference);
-    if (d.rank_correlation) w->set_rank_correlation(*d.rank_correlation);
-    w->set_live_spans(d.live_spans);
-    w->set_shadow_spans(d.shadow_spans);
-    w->set_same_spans(d.same_spans);
+    const TextComparison& c = d.comparison;
+    w->set_live_label(c.live_label);
+    w->set_shadow_label(c.shadow_label);
+    if (c.score_difference) w->set_score_difference(*c.score_difference);
+    if (c.rank_correlation) w->set_rank_correlation(*c.rank_correlation);
+    w->set_live_spans(c.live_spans);
+    w->set_shadow_spans(c.shadow_spans);
+    w->set_same_spans(c.same_spans);
   }
 }
 

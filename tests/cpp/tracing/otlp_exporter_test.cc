@@ -15,7 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "opentelemetry/proto/collector/logs/v1/logs_service.pb.h"
 #include "opentelemetry/proto/collector/trace/v1/trace_service.pb.h"
 #include "server/core/base/sync.h"
 #include "server/tracing/tracing_observer.h"
@@ -301,6 +303,40 @@ TEST(BatchSpanTest, ABatchSpanLinksItsCallsInATraceOfItsOwn) {
   EXPECT_EQ(s.status, Span::Status::kUnset);
   r.ok = false;
   EXPECT_EQ(BatchSpan("sentiment", 2, r).status, Span::Status::kError);
+}
+
+TEST(OtlpLogsTest, EncodesEachRecordWithItsTraceAndAttributesUnderTheResource) {
+  OtlpOptions o;
+  o.resource = {{"deployment.environment", "test"}};
+  LogRecord r;
+  r.time = absl::FromUnixSeconds(1700000000);
+  r.event_name = "qvi.decision";
+  r.body = R"({"model":"sentiment"})";
+  r.trace_id = TraceIdFromHex("4bf92f3577b34da6a3ce929d0e0e4736");
+  r.attributes = {{"qvi.model", std::string("sentiment")}, {"qvi.version", int64_t{2}}};
+  LogRecord untraced = r;
+  untraced.trace_id.reset();
+  otlp::collector::logs::v1::ExportLogsServiceRequest request;
+  ASSERT_TRUE(request.ParseFromString(EncodeLogs(o, {r, untraced})));
+  ASSERT_EQ(request.resource_logs_size(), 1);
+  const auto& resource = request.resource_logs(0);
+  ASSERT_EQ(resource.resource().attributes_size(), 2);
+  EXPECT_EQ(resource.resource().attributes(0).value().string_value(), "qvi-server");
+  const auto& records = resource.scope_logs(0).log_records();
+  ASSERT_EQ(records.size(), 2);
+  EXPECT_EQ(records[0].time_unix_nano(), 1700000000ull * 1000000000ull);
+  EXPECT_EQ(records[0].event_name(), "qvi.decision");
+  EXPECT_EQ(records[0].body().string_value(), r.body);
+  EXPECT_EQ(records[0].trace_id(), std::string(reinterpret_cast<const char*>(r.trace_id->data()), 16));
+  EXPECT_EQ(records[0].attributes(1).value().int_value(), 2);
+  EXPECT_TRUE(records[1].trace_id().empty());
+}
+
+TEST(OtlpLogsTest, TheEndpointsPathIsTheLogsRouteByDefaultAndTheErrorNamesTheFlag) {
+  EXPECT_EQ(ParseOtlpEndpoint("http://c:4318", "--decision-log-otlp-endpoint", "/v1/logs")->path, "/v1/logs");
+  absl::StatusOr<OtlpTarget> bad = ParseOtlpEndpoint("c:4318", "--decision-log-otlp-endpoint", "/v1/logs");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StartsWith(bad.status().message(), "--decision-log-otlp-endpoint: 'c:4318'")) << bad.status();
 }
 
 }  // namespace

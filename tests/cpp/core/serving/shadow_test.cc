@@ -199,7 +199,7 @@ TEST_F(ShadowMirrorTest, MirrorsBothVersionsAlikeAtTheLowestPriorityAndSumsTheCo
   EXPECT_NEAR(*s.mean_score_difference(), (0 + 0 - 0.5 - 0.5) / 4.0, 1e-6);
   EXPECT_NEAR(*s.mean_latency_difference_ms(), 2.0, 1e-9);
   ASSERT_EQ(s.disagreements.size(), 2u);  // at most keep_disagreements, the flipped texts
-  EXPECT_EQ(s.disagreements[0].live_label, "negative");
+  EXPECT_EQ(s.disagreements[0].comparison.live_label, "negative");
   EXPECT_EQ(s.disagreements[0].text, "a dull film");
   EXPECT_EQ(s.disagreements[0].text_sha256, TextSha256("a dull film"));
   mirror.Stop();  // draining: nothing more is mirrored
