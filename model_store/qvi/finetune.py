@@ -221,12 +221,14 @@ def hold_out(examples: List[Example], share: float, seed: int) -> Tuple[List[Exa
 
 def export(model: Encoder, c: EncoderConfig, labels: List[str], report: Dict[str, object], pretrained: str,
            store: str, name: str, version: int, pt2_cache: Optional[str] = None, package: bool = False,
-           faithfulness: Optional[Dict[str, object]] = None, calibration: Optional[Dict[str, object]] = None) -> str:
+           faithfulness: Optional[Dict[str, object]] = None, calibration: Optional[Dict[str, object]] = None,
+           drift_reference: Optional[Dict[str, object]] = None) -> str:
     """model.pt of the fine-tuned model with its manifest (format 2) and a card that says what it is (and, given,
-    the faithfulness figures of its explanations and its calibration); `package`: its AOTInductor package
-    (model.cpu.pt2) beside it, which the server prefers."""
+    the faithfulness figures of its explanations, its calibration and its drift reference); `package`: its
+    AOTInductor package (model.cpu.pt2) beside it, which the server prefers."""
     manifest, tokenizer_text = finetuned_manifest(model, c, labels, report, pretrained, name)
-    for key, figures in (("faithfulness", faithfulness), ("calibration", calibration)):
+    for key, figures in (("faithfulness", faithfulness), ("calibration", calibration),
+                         ("drift_reference", drift_reference)):
         if figures is not None:
             manifest["model_card"][key] = figures  # type: ignore[index]
     path = artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, store, version)
@@ -325,9 +327,12 @@ def cmd_demo(a: argparse.Namespace) -> None:
                                                task, a.data)
         calibration = measure_calibration(model, finetuned_manifest(model, c, labels, report, pretrained, name),
                                           task, a.data)
+        with tempfile.TemporaryDirectory(prefix="qvi_drift_") as scratch:
+            reference = measure_drift(export(model, c, labels, report, pretrained, scratch, name, 1), task, a.data,
+                                      float(calibration["temperature"]))  # type: ignore[arg-type]
         t1 = time.perf_counter()  # model.pt, then its package: each file written once
         export(model, c, labels, report, pretrained, a.store, name, 1, a.pt2_cache, package=True,
-               faithfulness=figures, calibration=calibration)
+               faithfulness=figures, calibration=calibration, drift_reference=reference)
         print(f"{package} ({time.perf_counter() - t1:.0f} s)", flush=True)
 
 
@@ -376,14 +381,25 @@ def measure_calibration(model: Encoder, written: Tuple[Dict[str, object], str], 
     return {**names, **card}
 
 
+def measure_drift(model_pt: str, task: str, data: str, temperature: float) -> Dict[str, object]:
+    """A card's drift reference (qvi/drift.py): the task's test split, answered at the card's temperature."""
+    from qvi import drift
+    t0 = time.perf_counter()
+    split = os.path.join(data, TASKS[task][1], TASKS[task][2].format("test"))
+    reference = drift.reference(model_pt, split, root=HERE, temperature=temperature)
+    print(f"{os.path.basename(os.path.dirname(os.path.dirname(model_pt)))}: drift reference of {reference['texts']} "
+          f"texts ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return reference
+
+
 def _complete(target: str, package: str, a: argparse.Namespace) -> None:
-    """A pretrained demo model trained before gets what it lacks: the faithfulness figures or the calibration on
-    its card (then model.pt and its package are written again: the package carries the card too), or its package."""
+    """A pretrained demo model trained before gets what it lacks: the faithfulness figures, the calibration or the
+    drift reference on its card (then model.pt and its package are written again: the package carries the card too), or its package."""
     model, manifest, tokenizer_text = load_finetuned(target)
     card: Dict[str, object] = manifest["model_card"]  # type: ignore[assignment]
     task = str(card["training"]["task"])  # type: ignore[index]
-    lacks = [k for k in ("faithfulness", "calibration") if k not in card and not (k == "faithfulness" and
-                                                                                   a.no_faithfulness)]
+    lacks = [k for k in ("faithfulness", "calibration", "drift_reference")
+             if k not in card and not (k == "faithfulness" and a.no_faithfulness)]
     if not lacks and os.path.exists(package):
         print(f"{target} exists")
         return
@@ -392,6 +408,9 @@ def _complete(target: str, package: str, a: argparse.Namespace) -> None:
             card["faithfulness"] = measure_faithfulness(target, task, a.data)
         if "calibration" in lacks:
             card["calibration"] = measure_calibration(model, (manifest, tokenizer_text), task, a.data)
+        if "drift_reference" in lacks:
+            card["drift_reference"] = measure_drift(target, task, a.data,
+                                                    float(card["calibration"]["temperature"]))  # type: ignore[index]
         artifact.export_files(model, manifest, {TOKENIZER_FILE: tokenizer_text}, os.path.dirname(os.path.dirname(
             os.path.dirname(target))), 1)
         print(f"{target}: its card carries the {' and '.join(lacks)} figures now", flush=True)

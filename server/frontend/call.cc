@@ -210,7 +210,7 @@ absl::Status Call::Prepare(InferenceRequest& r, std::string_view fallback_id, ab
   if (DecisionLog* log = calls_->options_.decisions; log != nullptr && log->Sample(model, key_ ? key_->name : "")) {
     decision_sha256_.clear();
     for (const std::string& text : r.texts) decision_sha256_.push_back(TextSha256(text));
-    if (log->options().texts) decision_texts_ = r.texts;
+    if (log->keeps_texts()) decision_texts_ = r.texts;
   }
   if (!key_) return absl::OkStatus();
   return calls_->limiter_.TakeTexts(key_->bucket(), texts_, start_);

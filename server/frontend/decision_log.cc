@@ -25,7 +25,8 @@ double Shortest(float v) {
 }
 
 // The words of `r` that contributed most to its top label, else those with the most α; [] when it has neither.
-json TopWords(const TextResult& r, int k) {
+// `ranges` (may be null) gets each one's bytes in the text.
+json TopWords(const TextResult& r, int k, std::vector<std::pair<uint32_t, uint32_t>>* ranges) {
   std::vector<std::pair<float, const TokenOutput*>> scored;
   const bool by_contribution = !r.tokens.empty() && !r.tokens[0].contribution.empty();
   for (const TokenOutput& t : r.tokens) {  // a value that is not finite ranks nowhere
@@ -37,14 +38,16 @@ json TopWords(const TextResult& r, int k) {
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   json out = json::array();
   for (size_t i = 0; i < scored.size() && static_cast<int>(i) < k; ++i) {
-    out.push_back({{"word", scored[i].second->token.text},
-                   {by_contribution ? "contribution" : "alpha", Shortest(scored[i].first)}});
+    const TextToken& word = scored[i].second->token;
+    out.push_back({{"word", word.text}, {by_contribution ? "contribution" : "alpha", Shortest(scored[i].first)}});
+    if (ranges != nullptr) ranges->emplace_back(word.byte_start, word.byte_end);
   }
   return out;
 }
 
 // With `with_text`, the text (null until it is known: a redaction to come).
-json TextEntry(const TextResult& r, const std::string& sha256, bool with_text, const std::string* text, int top_words) {
+json TextEntry(const TextResult& r, const std::string& sha256, bool with_text, const std::string* text, int top_words,
+               std::vector<std::pair<uint32_t, uint32_t>>* ranges) {
   json t = {{"sha256", sha256}};
   if (with_text) t["text"] = text != nullptr ? json(*text) : json(nullptr);
   if (!r.labels.empty()) {
@@ -63,7 +66,7 @@ json TextEntry(const TextResult& r, const std::string& sha256, bool with_text, c
     t["spans"] = std::move(spans);
   }
   t["abstained"] = r.abstained;
-  t["top_words"] = TopWords(r, top_words);
+  t["top_words"] = TopWords(r, top_words, ranges);
   return t;
 }
 
@@ -135,12 +138,16 @@ void DecisionLog::Offer(const Call& call) {
                {"request_id", call.request_id},
                {"trace_id", call.trace_id},
                {"latency_ms", absl::ToDoubleMilliseconds(call.latency)}};
-  const bool redact = options_.texts && redactor_ != nullptr && !call.texts.empty();
+  // Redacted: the texts, when they are written, and the top words, which are the texts' own words.
+  bool redact = redactor_ != nullptr && !call.texts.empty();
   json texts = json::array();
+  TopWordRanges ranges(a.results.size());
   for (size_t i = 0; i < a.results.size() && i < call.text_sha256.size(); ++i) {
     const std::string* text = !redact && i < call.texts.size() ? &call.texts[i] : nullptr;
-    texts.push_back(TextEntry(a.results[i], call.text_sha256[i], options_.texts, text, options_.top_words));
+    texts.push_back(TextEntry(a.results[i], call.text_sha256[i], options_.texts, text, options_.top_words, &ranges[i]));
   }
+  redact =
+      redact && (options_.texts || std::any_of(ranges.begin(), ranges.end(), [](const auto& r) { return !r.empty(); }));
   line["texts"] = std::move(texts);
   Queued queued;
   queued.time = call.time;
@@ -168,24 +175,48 @@ void DecisionLog::Offer(const Call& call) {
     dropped_.fetch_add(1);
     return;
   }
-  redactor_(call.texts, [self = shared_from_this(), line = std::move(line),
-                         queued = std::move(queued)](absl::StatusOr<std::vector<std::string>> masked) mutable {
-    self->redacting_.fetch_sub(1);
+  auto redacted = [self = shared_from_this(), line = std::move(line), queued = std::move(queued),
+                   ranges = std::move(ranges)](absl::StatusOr<std::vector<RedactedText>> masked) mutable {
     try {
-      self->Redacted(std::move(line), std::move(queued), masked);
+      self->Redacted(std::move(line), std::move(queued), ranges, masked);
     } catch (...) {  // (std::bad_alloc) the line is lost, and counted
       self->dropped_.fetch_add(1);
     }
-  });
+    self->RedactionDone();
+  };
+  try {
+    redactor_(call.texts, std::move(redacted));
+  } catch (...) {  // (std::bad_alloc) before the redaction was queued: the line is lost, and counted
+    dropped_.fetch_add(1);
+    RedactionDone();
+  }
 }
 
-void DecisionLog::Redacted(json line, Queued queued, const absl::StatusOr<std::vector<std::string>>& masked) {
+void DecisionLog::RedactionDone() {
+  MutexLock lock(&mu_);
+  redacting_.fetch_sub(1);
+  changed_.SignalAll();
+}
+
+void DecisionLog::Redacted(json line, Queued queued, const TopWordRanges& ranges,
+                           const absl::StatusOr<std::vector<RedactedText>>& masked) {
   json& texts = line["texts"];
   if (masked.ok() && masked->size() == texts.size()) {
-    for (size_t i = 0; i < texts.size(); ++i) texts[i]["text"] = (*masked)[i];
+    for (size_t i = 0; i < texts.size(); ++i) {
+      if (options_.texts) texts[i]["text"] = (*masked)[i].text;
+      // A top word inside a masked entity is masked as the entity is.
+      for (size_t w = 0; w < ranges[i].size() && w < texts[i]["top_words"].size(); ++w) {
+        for (const RedactedText::Masked& m : (*masked)[i].masked) {
+          if (ranges[i][w].first < m.byte_end && m.byte_start < ranges[i][w].second) {
+            texts[i]["top_words"][w]["word"] = absl::StrCat("[", m.type, "]");
+          }
+        }
+      }
+    }
     line["redacted_with"] = redact_with_;
-  } else {  // the texts stay null: never written unmasked
+  } else {  // the texts stay null and the top words go: never written unmasked
     redaction_failures_.fetch_add(1);
+    for (json& t : texts) t["top_words"] = json::array();
     line["redaction_error"] = masked.ok() ? std::string("the redaction answered another number of texts")
                                           : std::string(masked.status().message());
   }
@@ -206,6 +237,7 @@ void DecisionLog::Enqueue(Queued queued) {
 
 void DecisionLog::Flush() {
   MutexLock lock(&mu_);
+  while (redacting_.load() > 0) changed_.Wait(&mu_);  // their lines are queued when their redaction ends
   const int64_t target = queued_;
   while (written_ < target) changed_.Wait(&mu_);
 }

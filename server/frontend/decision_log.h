@@ -17,7 +17,8 @@
 // file is then optional. With --decision-log-texts and a redactor (SetRedactor: --redact-texts-with, the
 // server's own tagger), each text is written with the entities of the chosen types masked ("[PER] flew to
 // [LOC]"); a text that could not be redacted is written as null, never as it was, and the line says why
-// ("redaction_error").
+// ("redaction_error"). The top words are the texts' own words: with a redactor, one inside a masked entity is masked
+// as it is ("[PER]"), whether the texts are written or not, and a line whose redaction failed has none.
 #ifndef QVI_SERVER_FRONTEND_DECISION_LOG_H_
 #define QVI_SERVER_FRONTEND_DECISION_LOG_H_
 
@@ -81,6 +82,9 @@ class DecisionLog : public std::enable_shared_from_this<DecisionLog> {
   ~DecisionLog();  // writes what is queued, then stops
 
   const Options& options() const { return options_; }
+  // Whether a sampled call's texts are kept for its line: written (Options::texts), or redacted to mask its top
+  // words (a redactor).
+  bool keeps_texts() const { return options_.texts || redactor_ != nullptr; }
   // Whether a call for `model` by `key` ("" without keys) is logged.
   bool Sample(const std::string& model, const std::string& key);
 
@@ -111,8 +115,12 @@ class DecisionLog : public std::enable_shared_from_this<DecisionLog> {
     int64_t version = 0;
   };
   void Enqueue(Queued queued);
+  // Per text, the bytes of each of its top words (the line's order).
+  using TopWordRanges = std::vector<std::vector<std::pair<uint32_t, uint32_t>>>;
   // A line whose texts were (or could not be) redacted: filled in and queued.
-  void Redacted(nlohmann::ordered_json line, Queued queued, const absl::StatusOr<std::vector<std::string>>& masked);
+  void Redacted(nlohmann::ordered_json line, Queued queued, const TopWordRanges& ranges,
+                const absl::StatusOr<std::vector<RedactedText>>& masked);
+  void RedactionDone();
   bool WriteFile(const std::string& line);
   void Write(Queued queued);
   void Rotate();

@@ -20,9 +20,10 @@ Metrics::Drift::Drift(prometheus::Registry& registry)
                     "Below 0.1: nothing moved; 0.1-0.25: something did; above 0.25: not the split's traffic")
               .Register(registry)),
       unknown(prometheus::BuildGauge()
-                  .Name("qvi_drift_unknown_token_share")
-                  .Help("Share of the tokens read that the model's vocabulary does not know, in the window (side=live) "
-                        "and on the card's test split (side=reference)")
+                  .Name("qvi_drift_unknown_share")
+                  .Help("Share of the tokens read that the model's vocabulary does not know ([UNK]; a sub-word model: "
+                        "of the words read, those it does not hold whole), in the window (side=live) and on the "
+                        "card's test split (side=reference)")
                   .Register(registry)),
       below(prometheus::BuildGauge()
                 .Name("qvi_drift_low_confidence_share")

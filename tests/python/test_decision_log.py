@@ -144,8 +144,14 @@ def test_texts_are_written_with_the_taggers_entities_masked_or_not_at_all(api, t
                       timeout=30)
         stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"), texts=[long_text], request_id="long"),
                       timeout=30)
-        wait_until(lambda: metric_sum(proc.metrics(), "qvi_decision_log_lines_total") == 3, "three lines")
+        explained = stub.Classify(pb.ClassifyRequest(
+            model=pb.ModelSpec(name="sentiment"), texts=SENTENCES, request_id="x",
+            options=pb.OutputOptions(tokens=True, contributions=True)), timeout=30)
+        wait_until(lambda: metric_sum(proc.metrics(), "qvi_decision_log_lines_total") == 4, "four lines")
         assert metric_sum(proc.metrics(), "qvi_decision_log_redaction_failures_total") == 1
+        # The redactions are the server's own requests, not callers' traffic: the tagger's drift window holds the
+        # texts of the one Tag call above alone.
+        assert metric_sum(proc.metrics(), "qvi_drift_window", 'model="ner"', 'what="texts"') == len(SENTENCES)
     lines = {line["request_id"]: line for line in lines_of(log)}
     expected = [masked(t, r.spans, ("PER", "LOC")) for t, r in zip(SENTENCES, tagged.results)]
     assert "[PER]" in expected[0] and "[LOC]" in expected[0] and "Apple" in expected[1], expected  # ORG is kept
@@ -154,7 +160,24 @@ def test_texts_are_written_with_the_taggers_entities_masked_or_not_at_all(api, t
     assert [t["sha256"] for t in lines["c"]["texts"]] == [sha256(t) for t in SENTENCES]  # of the text as sent
     assert lines["long"]["texts"][0]["text"] is None
     assert "longer than the redaction model 'ner' reads" in lines["long"]["redaction_error"]
+    # A top word inside a masked entity is masked as the entity is.
+    for text, answer, tagged_text, entry in zip(SENTENCES, explained.results, tagged.results, lines["x"]["texts"]):
+        masked_words = {t.text for t in answer.tokens
+                        if any(s.label in ("PER", "LOC") and s.start <= t.start < s.end for s in tagged_text.spans)}
+        assert entry["top_words"], entry
+        for w in entry["top_words"]:
+            assert w["word"] not in masked_words, (w, masked_words)
+    assert any(w["word"] in ("[PER]", "[LOC]") for e in lines["x"]["texts"] for w in e["top_words"]), lines["x"]
     assert "Merkel" not in open(log).read()
+    # A type the tagger does not have fails the redaction, naming the types it has.
+    with ServerProcess(store, str(tmp_path), "--decision-log", log + ".typo", "--decision-log-texts",
+                       "--redact-texts-with", "ner", "--redact-types", "PERSON", name="typo") as proc:
+        pbg.InferenceStub(proc.channel).Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="sentiment"),
+                                                                    texts=SENTENCES), timeout=30)
+        wait_until(lambda: metric_sum(proc.metrics(), "qvi_decision_log_lines_total") == 1, "the line")
+    typo = lines_of(log + ".typo")[0]
+    assert "--redact-types: 'PERSON' is not one of 'ner''s entity types" in typo["redaction_error"], typo
+    assert [t["text"] for t in typo["texts"]] == [None, None]
 
 
 def test_each_line_is_an_otlp_log_record_beside_the_file_or_alone(api, tmp_path):

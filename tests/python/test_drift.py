@@ -79,8 +79,8 @@ def test_the_models_own_test_split_reads_as_no_drift_and_as_computed_offline(ser
     split.write_text("".join(f"{label}\t{text}\n" for label, text in rows))
     offline = drift.reference(os.path.join(STORE, "sentiment", "1", "model.pt"), str(split),
                               temperature=card["confidence"]["temperature"])
-    assert g["qvi_drift_unknown_token_share:live"] == pytest.approx(offline["unknown"], abs=1e-5)
-    assert g["qvi_drift_unknown_token_share:reference"] == pytest.approx(card["unknown"], abs=1e-9)
+    assert g["qvi_drift_unknown_share:live"] == pytest.approx(offline["unknown"], abs=1e-5)
+    assert g["qvi_drift_unknown_share:reference"] == pytest.approx(card["unknown"], abs=1e-9)
     assert g["qvi_drift_low_confidence_share:live"] == pytest.approx(offline["below"]["share"], abs=1e-5)
     assert g["qvi_drift_low_confidence_share:reference"] == pytest.approx(card["below"]["share"], abs=1e-9)
     labels = sorted(card["labels"])
@@ -96,7 +96,7 @@ def test_another_corpus_moves_the_gauges(server):
     # Articles of hundreds of words against critics' one-line snippets: every text in the top length bin.
     assert g["qvi_drift_psi:length"] > 1, g
     # News is not what a film critic writes: more words the vocabulary lacks, answers less sure of themselves.
-    assert g["qvi_drift_unknown_token_share:live"] > g["qvi_drift_unknown_token_share:reference"], g
+    assert g["qvi_drift_unknown_share:live"] > g["qvi_drift_unknown_share:reference"], g
     assert g["qvi_drift_psi:confidence"] > 0.25, g
 
     send(server, "ner", "tag", conll_sentences(os.path.join(DATA, "conll2003", "test.conll"), WINDOW))
@@ -104,5 +104,5 @@ def test_another_corpus_moves_the_gauges(server):
     assert news["qvi_drift_psi:length"] < 0.1 and news["qvi_drift_psi:label"] < 0.1, news
     send(server, "ner", "tag", conll_sentences(os.path.join(DATA, "wnut16", "train.conll"), WINDOW))
     tweets = gauges(server, "ner")
-    assert tweets["qvi_drift_unknown_token_share:live"] > 1.5 * tweets["qvi_drift_unknown_token_share:reference"]
+    assert tweets["qvi_drift_unknown_share:live"] > 1.5 * tweets["qvi_drift_unknown_share:reference"]
     assert max(tweets[f"qvi_drift_psi:{f}"] for f in ("label", "length", "confidence")) > 0.25, tweets

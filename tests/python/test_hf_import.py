@@ -24,7 +24,8 @@ from conftest import oip_calls
 from selenium.webdriver.common.keys import Keys
 from test_explain_page import ask, browser, open_page  # noqa: F401 (browser: the page tests' fixture)
 from test_hf_tokenizer import sentencepiece_converted
-from qvi_testing import REPO, ServerProcess, http_call, post_json, tei_schema_errors, tei_stubs, wait_until
+from qvi_testing import (REPO, ServerProcess, http_call, metric_sum, post_json, tei_schema_errors, tei_stubs,
+                         wait_until)
 
 import torch
 import transformers
@@ -606,3 +607,55 @@ def test_qvi_faithfulness_measures_an_imported_model_word_by_word_and_its_card_c
     wait_until(lambda: card() is not None, "version 2 to be served")
     assert card().measured and card().answers == 24
     assert {m.method for m in card().methods} == set(report["methods"])
+
+
+def test_a_subword_models_drift_gauges_measure_what_its_card_records(api, imported, tmp_path):
+    """`qvi drift-reference` on an imported sub-word classifier (a word its vocabulary does not hold whole stands
+    where a word-level model's unknown token does); served, its gauges over texts of the card's split are the same
+    measure offline (tests/python/test_drift.py: the GloVe models)."""
+    from qvi import drift  # qvi_testing puts model_store on the path
+    pb, pbg = api
+    proc, _ = imported
+    store = tmp_path / "store"
+    (store / "bert_seq" / "1").mkdir(parents=True)
+    target = str(store / "bert_seq" / "1" / "model.pt")
+    shutil.copy(os.path.join(proc.work, "store", "bert_seq", "1", "model.pt"), target)
+    out = qvi_cli("drift-reference", "--artifact", target, "--test", os.path.join(DATA, "sentiment", "test.tsv"),
+                  "--write")
+    assert out.returncode == 0, out.stderr
+    extra = {"manifest.json": ""}
+    torch.jit.load(target, _extra_files=extra)
+    card = json.loads(extra["manifest.json"])["model_card"]["drift_reference"]
+    assert card["unknown_of"] == "words" and 0 < card["unknown"] < 1 and card["texts"] == 1276
+    with open(os.path.join(DATA, "sentiment", "test.tsv")) as f:
+        rows = [line.rstrip("\n").split("\t", 1) for line in f][:200]
+    window = tmp_path / "window.tsv"
+    window.write_text("".join(f"{label}\t{text}\n" for label, text in rows))
+    offline = drift.reference(target, str(window))
+    with ServerProcess(str(store), str(tmp_path), "--drift-window-texts", "500") as served:
+        stub = pbg.InferenceStub(served.channel)
+        for i in range(0, len(rows), 50):
+            stub.Classify(pb.ClassifyRequest(model=pb.ModelSpec(name="bert_seq"),
+                                             texts=[t for _, t in rows[i:i + 50]]), timeout=60)
+        samples = served.metrics()
+    series = lambda name, *parts: metric_sum(samples, name, 'model="bert_seq"', *parts)  # noqa: E731
+    assert series("qvi_drift_window", 'what="texts"') == len(rows)
+    assert series("qvi_drift_unknown_share", 'side="live"') == pytest.approx(offline["unknown"], abs=1e-5)
+    assert series("qvi_drift_unknown_share", 'side="reference"') == pytest.approx(card["unknown"], abs=1e-9)
+    assert series("qvi_drift_low_confidence_share", 'side="live"') == pytest.approx(offline["below"]["share"],
+                                                                                      abs=1e-5)
+    def psi(live, reference):
+        live, reference = (np.maximum(np.asarray(x, dtype=float), 1e-4) for x in (live, reference))
+        return float(((live - reference) * np.log(live / reference)).sum())
+    labels = sorted(card["labels"])
+    assert series("qvi_drift_psi", 'feature="label"') == pytest.approx(
+        psi([offline["labels"][k] for k in labels] + [0], [card["labels"][k] for k in labels] + [0]), abs=1e-4)
+    # The lengths count the special tokens the model reads, as the server's tokens read do.
+    tok = Tokenizer.from_file(MINILM)
+    tok.no_padding()
+    tok.enable_truncation(json.loads(extra["manifest.json"])["tokenizer"]["max_tokens"])
+    lengths = [len(e.ids) for e in tok.encode_batch([t for _, t in rows])]
+    edges = card["length"]["edges"]
+    shares = np.bincount(np.searchsorted(edges, lengths, side="right"), minlength=len(edges) + 1) / len(rows)
+    assert series("qvi_drift_psi", 'feature="length"') == pytest.approx(psi(shares, card["length"]["shares"]),
+                                                                       abs=1e-4)

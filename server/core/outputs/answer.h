@@ -99,9 +99,10 @@ struct TextResult {
   std::vector<WordPieces> words;
   bool truncated = false;
   uint32_t num_tokens = 0;
-  // Of the tokens the model reads, those its vocabulary does not know ([UNK]; a word-level model's): the
-  // drift gauges' (serving/drift.h).
-  uint32_t unknown_tokens = 0;
+  // What the vocabulary makes of the text, for the drift gauges (serving/drift.h): a word-level model's tokens
+  // read and those it does not know ([UNK]); a sub-word model's words read and those it does not hold whole
+  // (split into two or more sub-words).
+  uint32_t vocab_units = 0, vocab_unknown = 0;
   std::vector<LayerMapOutput> layers;
   std::optional<FaithfulnessCheckOutput> faithfulness;
   std::optional<LabelSetOutput> label_set;

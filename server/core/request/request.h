@@ -99,6 +99,9 @@ struct InferenceRequest {
   std::function<absl::Status(int64_t answer_bytes)> hold_answer_bytes;
   // Set when the call's trace is sampled for export: the batch spans link to it.
   std::optional<SpanRef> span;
+  // The server's own request (a redaction's, serving/redaction.h), not a caller's: it joins no drift window and
+  // is never mirrored to a shadow candidate.
+  bool internal = false;
 };
 
 }  // namespace qvi

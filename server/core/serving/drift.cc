@@ -29,7 +29,7 @@ struct DriftMonitor::Window {
   }
 
   struct Kept {
-    uint32_t tokens = 0, unknown = 0;
+    uint32_t units = 0, unknown = 0;
     size_t length_bin = 0;
     struct Answer {
       size_t label = 0;     // its label's bin
@@ -40,7 +40,7 @@ struct DriftMonitor::Window {
   };
 
   Kept Keep(const Text& t) const {
-    Kept k{t.tokens, t.unknown, ref.length.Bin(t.tokens), {}};
+    Kept k{t.units, t.unknown, ref.length.Bin(t.tokens), {}};
     k.answers.reserve(t.answers.size());
     for (const auto& [label, score] : t.answers) {
       auto it = index.find(label);
@@ -54,7 +54,7 @@ struct DriftMonitor::Window {
   }
 
   void Add(const Kept& k, int64_t sign) {
-    tokens += sign * k.tokens;
+    units += sign * k.units;
     unknown += sign * k.unknown;
     length_counts[k.length_bin] += sign;
     for (const Kept::Answer& a : k.answers) {
@@ -77,7 +77,7 @@ struct DriftMonitor::Window {
       r.confidence_psi = PopulationStability(confidence_counts, scored, ref.confidence.shares);
       r.below = static_cast<double>(below) / static_cast<double>(scored);
     }
-    if (tokens > 0) r.unknown = static_cast<double>(unknown) / static_cast<double>(tokens);
+    if (units > 0) r.unknown = static_cast<double>(unknown) / static_cast<double>(units);
     r.unknown_reference = ref.unknown;
     r.below_reference = ref.below_share;
     r.below_threshold = ref.below_threshold;
@@ -90,7 +90,7 @@ struct DriftMonitor::Window {
   std::vector<double> labels;           // the reference's share of each bin
   std::deque<Kept> texts;
   std::vector<int64_t> label_counts, length_counts, confidence_counts;
-  int64_t tokens = 0, unknown = 0, answers = 0, scored = 0, below = 0;
+  int64_t units = 0, unknown = 0, answers = 0, scored = 0, below = 0;
 };
 
 DriftMonitor::DriftMonitor(int window_texts, ServingObserver* observer)
@@ -99,8 +99,7 @@ DriftMonitor::~DriftMonitor() = default;
 
 std::vector<DriftMonitor::Text> DriftMonitor::Read(const InferenceResponse& answer, bool raw_scores) {
   std::vector<Text> texts;
-  // A sub-word model's reference is not written yet (model_store/qvi/drift.py): its tokens are not counted so.
-  if (answer.manifest == nullptr || !answer.manifest->drift_reference || answer.manifest->subwords()) return texts;
+  if (answer.manifest == nullptr || !answer.manifest->drift_reference) return texts;
   const Manifest& m = *answer.manifest;
   const double t = m.drift_reference->temperature;
   const bool scored = std::abs(m.ScoreTemperature(raw_scores) - t) <= 1e-6 * t;
@@ -108,7 +107,8 @@ std::vector<DriftMonitor::Text> DriftMonitor::Read(const InferenceResponse& answ
   for (const TextResult& r : answer.results) {
     Text& text = texts.emplace_back();
     text.tokens = std::min<uint32_t>(r.num_tokens, static_cast<uint32_t>(std::max(0, m.tokenizer.max_tokens)));
-    text.unknown = r.unknown_tokens;
+    text.units = r.vocab_units;
+    text.unknown = r.vocab_unknown;
     if (m.task == Task::kClassification && !r.labels.empty()) {
       text.answers.emplace_back(r.labels.front().first,
                                 scored ? std::optional<float>(r.labels.front().second) : std::nullopt);
@@ -123,18 +123,24 @@ std::vector<DriftMonitor::Text> DriftMonitor::Read(const InferenceResponse& answ
 void DriftMonitor::Observe(const std::string& model, int64_t version, const std::shared_ptr<const Manifest>& manifest,
                            const std::vector<Text>& texts) {
   if (texts.empty()) return;
-  MutexLock lock(&mu_);
-  std::unique_ptr<Window>& w = windows_[{model, version}];
-  if (w == nullptr || w->manifest != manifest) w = std::make_unique<Window>(manifest);
-  for (const Text& t : texts) {
-    w->texts.push_back(w->Keep(t));
-    w->Add(w->texts.back(), 1);
-    if (w->texts.size() > window_) {
-      w->Add(w->texts.front(), -1);
-      w->texts.pop_front();
+  DriftReading reading;
+  {
+    MutexLock lock(&mu_);
+    std::unique_ptr<Window>& w = windows_[{model, version}];
+    if (w == nullptr || w->manifest != manifest) w = std::make_unique<Window>(manifest);
+    for (const Text& t : texts) {
+      w->texts.push_back(w->Keep(t));
+      w->Add(w->texts.back(), 1);
+      if (w->texts.size() > window_) {
+        w->Add(w->texts.front(), -1);
+        w->texts.pop_front();
+      }
     }
+    reading = w->Read();
   }
-  if (observer_ != nullptr) observer_->OnDrift(model, version, w->Read());
+  // Told outside the lock, which every answer thread takes (two answers told out of order: the older reading
+  // may show until the next answer).
+  if (observer_ != nullptr) observer_->OnDrift(model, version, reading);
 }
 
 std::optional<DriftReading> DriftMonitor::Reading(const std::string& model, int64_t version) const {

@@ -3,14 +3,16 @@
 // `window_texts` texts callers sent it, compared with that reference:
 //   label        the mix of a classifier's top labels, of a tagger's entity types: population stability index
 //   length       the tokens the model read of each text, in the reference's decile bins: PSI
-//   unknown      the share of those tokens its vocabulary does not know, beside the reference's share
+//   unknown      the share of those tokens its vocabulary does not know (a sub-word model: of the words it reads,
+//                those it does not hold whole), beside the reference's share
 //   confidence   each answer's calibrated probability in the reference's bins (PSI), and the share below the
 //                reference's threshold beside the reference's share; answers scored at another temperature
 //                than the reference's (options.raw_scores) are left out of these two
 // PSI = Σ (live − ref) · ln(live / ref) over the bins, each share floored at 1e-4. Only callers' requests are
 // seen (a shadow mirror's are not: InferenceService wraps Submit alone), a text answered from the response
-// cache included — it is traffic all the same. The work per answer is a pass over its texts and a few sums,
-// made after the caller's answer is sent.
+// cache included — it is traffic all the same; the server's own requests (redaction.h) are not. The work per
+// answer is a pass over its texts before the caller's answer is sent (their labels and scores, copied) and a few
+// sums after. A version's window stays until the server stops (at most window_texts texts a version served).
 #ifndef QVI_SERVER_CORE_SERVING_DRIFT_H_
 #define QVI_SERVER_CORE_SERVING_DRIFT_H_
 
@@ -35,7 +37,7 @@ struct DriftReading {
   int64_t texts = 0;    // in the window
   int64_t answers = 0;  // of their answers (a classifier's texts, a tagger's entities), those scored alike
   double label_psi = 0, length_psi = 0, confidence_psi = 0;
-  double unknown = 0, unknown_reference = 0;
+  double unknown = 0, unknown_reference = 0;  // shares of the vocabulary's units (tokens; a sub-word model's words)
   double below = 0, below_reference = 0, below_threshold = 0;
 };
 
@@ -51,7 +53,8 @@ class DriftMonitor {
 
   // One text of an answer, as the monitor keeps it.
   struct Text {
-    uint32_t tokens = 0, unknown = 0;
+    uint32_t tokens = 0;                                                // read
+    uint32_t units = 0, unknown = 0;                                    // TextResult::vocab_units, vocab_unknown
     std::vector<std::pair<std::string, std::optional<float>>> answers;  // label or type, and its score if scored
   };
   // What `answer` (OK, to a caller that asked raw_scores or not) tells of its texts; empty when its version

@@ -151,6 +151,8 @@ absl::Status ReadText(Method method, const Model& model, const InferenceRequest&
     if (result.words.empty() && method == Method::kClassify) {
       return absl::InvalidArgumentError(absl::StrCat("texts[", i, "]: has no words; Classify needs at least one word"));
     }
+    result.vocab_units = static_cast<uint32_t>(result.words.size());
+    for (const WordPieces& w : result.words) result.vocab_unknown += w.end - w.first > 1 ? 1 : 0;
     return absl::OkStatus();
   }
   absl::StatusOr<std::vector<TextToken>> tokens = model.tokenizer().Tokenize(r.texts[i]);
@@ -170,11 +172,12 @@ absl::Status ReadText(Method method, const Model& model, const InferenceRequest&
   }
   result.tokens.reserve(tokens->size());
   ids.reserve(tokens->size());
+  result.vocab_units = static_cast<uint32_t>(tokens->size());
   for (TextToken& t : *tokens) {
     TokenOutput out;
     out.id = TokenId(model.vocabulary(), m.tokenizer, t);
     // (A cased model's id is the vocabulary's plus its size times the case class.)
-    result.unknown_tokens += out.id % static_cast<int64_t>(model.vocabulary().size()) == Vocabulary::kUnkId ? 1 : 0;
+    result.vocab_unknown += out.id % static_cast<int64_t>(model.vocabulary().size()) == Vocabulary::kUnkId ? 1 : 0;
     out.token = std::move(t);
     ids.push_back(out.id);
     result.tokens.push_back(std::move(out));
@@ -235,8 +238,8 @@ absl::StatusOr<InferenceService::Prepared> InferenceService::Prepare(Method meth
 }
 
 void InferenceService::Submit(Method method, InferenceRequest request, Done done, ServableHandle servable) {
-  if (drift_ != nullptr) done = WithDrift(request.options.raw_scores, std::move(done));
-  if (shadow_ != nullptr) done = WithShadow(method, request, std::move(done));
+  if (drift_ != nullptr && !request.internal) done = WithDrift(request.options.raw_scores, std::move(done));
+  if (shadow_ != nullptr && !request.internal) done = WithShadow(method, request, std::move(done));
   if (limits_.inline_prepare_bytes > 0) {
     int64_t bytes = 0;
     for (const std::string& t : request.texts) bytes += static_cast<int64_t>(t.size());

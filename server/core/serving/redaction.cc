@@ -5,22 +5,25 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/core/manifest/manifest.h"
 #include "server/core/serving/inference_service.h"
 
 namespace qvi {
 
-std::string MaskSpans(const std::string& text, std::vector<SpanOutput> spans, const std::set<std::string>& types) {
+RedactedText MaskSpans(const std::string& text, std::vector<SpanOutput> spans, const std::set<std::string>& types) {
   std::sort(spans.begin(), spans.end(),
             [](const SpanOutput& a, const SpanOutput& b) { return a.byte_start < b.byte_start; });
-  std::string out;
+  RedactedText out;
   size_t at = 0;  // bytes of `text` written or masked so far
   for (const SpanOutput& s : spans) {
     if (types.count(s.label) == 0 || s.byte_start < at || s.byte_start >= text.size()) continue;
-    out.append(text, at, s.byte_start - at);
-    absl::StrAppend(&out, "[", s.label, "]");
+    out.text.append(text, at, s.byte_start - at);
+    absl::StrAppend(&out.text, "[", s.label, "]");
     at = std::min<size_t>(std::max<size_t>(s.byte_end, s.byte_start), text.size());
+    out.masked.push_back({s.byte_start, static_cast<uint32_t>(at), s.label});
   }
-  out.append(text, std::min(at, text.size()), std::string::npos);
+  out.text.append(text, std::min(at, text.size()), std::string::npos);
   return out;
 }
 
@@ -31,10 +34,19 @@ TextRedactor TaggerRedactor(InferenceService* core, std::string model, std::set<
     r.texts = texts;
     r.priority = Priority::kLow;
     r.request_id = "redaction";
+    r.internal = true;
     r.deadline = core->env().Now() + absl::Seconds(30);
     auto masked = [texts = std::move(texts), types, done](absl::StatusOr<InferenceResponse> tagged) {
       if (!tagged.ok()) return done(tagged.status());
-      std::vector<std::string> out;
+      const std::vector<std::string>& known = tagged->manifest->entity_types;
+      for (const std::string& type : types) {
+        if (std::find(known.begin(), known.end(), type) == known.end()) {
+          return done(
+              absl::FailedPreconditionError(absl::StrCat("--redact-types: '", type, "' is not one of '", tagged->model,
+                                                         "''s entity types (", absl::StrJoin(known, ", "), ")")));
+        }
+      }
+      std::vector<RedactedText> out;
       for (size_t i = 0; i < texts.size() && i < tagged->results.size(); ++i) {
         if (tagged->results[i].truncated) {  // its tail was never read: it cannot be vouched for
           return done(absl::FailedPreconditionError(

@@ -221,7 +221,7 @@ void ShadowMirror::Compared(const Key& key, const std::vector<std::string>& text
     }
   }
   for (std::string& text : to_mask) {
-    redactor_({text}, [this, key, sha256 = TextSha256(text)](absl::StatusOr<std::vector<std::string>> masked) {
+    redactor_({text}, [this, key, sha256 = TextSha256(text)](absl::StatusOr<std::vector<RedactedText>> masked) {
       Masked(key, sha256, masked);
     });
   }
@@ -232,11 +232,11 @@ void ShadowMirror::Compared(const Key& key, const std::vector<std::string>& text
 }
 
 void ShadowMirror::Masked(const Key& key, const std::string& sha256,
-                          const absl::StatusOr<std::vector<std::string>>& masked) {
+                          const absl::StatusOr<std::vector<RedactedText>>& masked) {
   if (!masked.ok() || masked->size() != 1) return;  // not kept: its SHA-256 alone
   MutexLock lock(&mu_);
   for (ShadowSummary::Disagreement& d : summaries_[key].disagreements) {
-    if (d.text_sha256 == sha256 && d.text.empty()) d.text = (*masked)[0];
+    if (d.text_sha256 == sha256 && d.text.empty()) d.text = (*masked)[0].text;
   }
 }
 

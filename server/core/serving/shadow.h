@@ -124,7 +124,7 @@ class ShadowMirror {
   const Options options_;
   TextRedactor redactor_;
   // A kept text, masked: into its disagreement, if it is still kept.
-  void Masked(const Key& key, const std::string& sha256, const absl::StatusOr<std::vector<std::string>>& masked);
+  void Masked(const Key& key, const std::string& sha256, const absl::StatusOr<std::vector<RedactedText>>& masked);
   std::atomic<bool> stopped_{false};
   mutable Mutex mu_;
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);

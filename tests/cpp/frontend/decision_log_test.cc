@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -34,14 +35,21 @@ TEST(DecisionLogTest, WritesTheRedactedTextsOrNoneAndHandsEachLineToTheSink) {
   (*log)->SetSink([&sunk](const DecisionLog::Written& w) { sunk.push_back(w.line); });
   (*log)->SetRedactor("tagger", [](std::vector<std::string> texts, RedactDone done) {
     if (texts[0] == "fail") return done(absl::UnavailableError("the tagger is not loaded"));
-    for (std::string& t : texts) t = "[PER] said so";
-    done(texts);
+    done(std::vector<RedactedText>{{"[PER] said so", {{0, 3, "PER"}}}});
   });
   InferenceResponse answer;
   answer.model = "sentiment";
   answer.version = 1;
   answer.results.resize(1);
   answer.results[0].labels = {{"positive", 0.9f}};
+  // Its top words by α: "Ann" (bytes 0-3, inside the entity) and "so" (9-11).
+  for (auto [word, start, alpha] : {std::tuple{"Ann", 0u, 0.7f}, std::tuple{"so", 9u, 0.3f}}) {
+    TokenOutput& t = answer.results[0].tokens.emplace_back();
+    t.token.text = word;
+    t.token.byte_start = start;
+    t.token.byte_end = start + static_cast<uint32_t>(std::string(word).size());
+    t.attention = alpha;
+  }
   for (const std::string text : {"Ann said so", "fail"}) {
     DecisionLog::Call call;
     call.answer = &answer;
@@ -54,8 +62,11 @@ TEST(DecisionLogTest, WritesTheRedactedTextsOrNoneAndHandsEachLineToTheSink) {
   const std::vector<nlohmann::json> lines = Lines(path);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_EQ(lines[0]["texts"][0]["text"], "[PER] said so");
+  EXPECT_EQ(lines[0]["texts"][0]["top_words"][0]["word"], "[PER]") << lines[0];  // the entity's word, masked
+  EXPECT_EQ(lines[0]["texts"][0]["top_words"][1]["word"], "so");
   EXPECT_EQ(lines[0]["redacted_with"], "tagger");
   EXPECT_TRUE(lines[1]["texts"][0]["text"].is_null());
+  EXPECT_TRUE(lines[1]["texts"][0]["top_words"].empty()) << "no redaction, no words of the text";
   EXPECT_EQ(lines[1]["redaction_error"], "the tagger is not loaded");
   EXPECT_EQ((*log)->redaction_failures(), 1);
   ASSERT_EQ(sunk.size(), 2u);

@@ -48,7 +48,8 @@ TextResult Text(const std::string& label, float score, uint32_t tokens, uint32_t
   TextResult t;
   t.labels = {{label, score}, {label == "pos" ? "neg" : "pos", 1 - score}};
   t.num_tokens = tokens;
-  t.unknown_tokens = unknown;
+  t.vocab_units = std::min<uint32_t>(tokens, 20);
+  t.vocab_unknown = unknown;
   return t;
 }
 
