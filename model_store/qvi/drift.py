@@ -149,7 +149,7 @@ def cmd_drift_reference(args: argparse.Namespace) -> None:
 def add_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     p = sub.add_parser("drift-reference", help="record on a model's card how its inputs and answers look on its "
                                                "test split (the server's drift gauges compare live traffic with it)")
-    p.add_argument("--artifact", required=True, help="an exported model.pt (a zoo model)")
+    p.add_argument("--artifact", required=True, help="an exported model.pt (the zoo's, or a sub-word model's)")
     p.add_argument("--test", required=True, help="the test split it was measured on")
     p.add_argument("--conll-join", default=" ", help="how a CoNLL sentence's words are joined into its text")
     p.add_argument("--write", action="store_true", help="put it on the artifact's card (model.pt rewritten)")
