@@ -11,8 +11,9 @@
 // PSI = Σ (live − ref) · ln(live / ref) over the bins, each share floored at 1e-4. Only callers' requests are
 // seen (a shadow mirror's are not: InferenceService wraps Submit alone), a text answered from the response
 // cache included — it is traffic all the same; the server's own requests (redaction.h) are not. The work per
-// answer is a pass over its texts before the caller's answer is sent (their labels and scores, copied) and a few
-// sums after. A version's window stays until the server stops (at most window_texts texts a version served).
+// answer, a pass over its texts' labels and scores and a few sums, is done before the answer is sent, so that a
+// scrape after a caller's answer sees its texts. A version's window stays until the server stops (at most
+// window_texts texts a version served).
 #ifndef QVI_SERVER_CORE_SERVING_DRIFT_H_
 #define QVI_SERVER_CORE_SERVING_DRIFT_H_
 

@@ -284,20 +284,15 @@ InferenceService::Done InferenceService::WithShadow(Method method, const Inferen
 
 InferenceService::Done InferenceService::WithDrift(bool raw_scores, Done done) {
   return [this, raw_scores, done = std::move(done)](absl::StatusOr<InferenceResponse> out) {
-    if (!out.ok()) return done(std::move(out));
-    std::vector<DriftMonitor::Text> texts;
-    try {
-      texts = DriftMonitor::Read(*out, raw_scores);
-    } catch (...) {  // (std::bad_alloc) the gauges miss this answer; the caller does not
+    if (out.ok()) {
+      // Counted before the answer is sent (a pass over its texts' labels and a few sums): a scrape after the
+      // caller's answer sees its texts.
+      try {
+        drift_->Observe(out->model, out->version, out->manifest, DriftMonitor::Read(*out, raw_scores));
+      } catch (...) {  // (std::bad_alloc) the gauges miss this answer; the caller does not
+      }
     }
-    const std::string model = out->model;
-    const int64_t version = out->version;
-    const std::shared_ptr<const Manifest> manifest = out->manifest;
     done(std::move(out));
-    try {
-      drift_->Observe(model, version, manifest, texts);
-    } catch (...) {
-    }
   };
 }
 

@@ -96,8 +96,7 @@ class InferenceService {
   // `done`, which once the request is answered mirrors a sample of its texts to the model's shadow candidate,
   // if it has one and the request names no version (shadow.h); else `done` itself.
   Done WithShadow(Method method, const InferenceRequest& request, Done done);
-  // `done`, which adds the answer's texts to the drift gauges' window of its version (drift.h), after the caller's
-  // answer is sent.
+  // `done`, which adds the answer's texts to the drift gauges' window of its version (drift.h), then answers.
   Done WithDrift(bool raw_scores, Done done);
   // Dispatch again once the request's model has loaded on demand, or answers why it has not.
   void DispatchWhenLoaded(Method method, InferenceRequest request, Done done);
