@@ -17,6 +17,7 @@
 #include "server/core/model/graphs.h"
 #include "server/core/repository/model_repository.h"
 #include "server/core/sched/executor.h"
+#include "server/core/serving/cpu_budget.h"
 #include "server/core/serving/inference_service.h"
 #include "server/core/serving/shadow.h"
 #include "server/frontend/call.h"
@@ -102,9 +103,10 @@ class Server {
   std::unique_ptr<Executor> answers_;
   std::unique_ptr<ModelRepository> repository_;
   std::unique_ptr<Executor> executor_;
-  std::unique_ptr<ResponseCache> cache_;  // --response-cache-bytes; outlives core_, which uses it
-  std::unique_ptr<ShadowMirror> shadow_;  // outlives core_, which mirrors through it
-  std::unique_ptr<DriftMonitor> drift_;   // --drift-window-texts; outlives core_, which observes through it
+  std::unique_ptr<ResponseCache> cache_;   // --response-cache-bytes; outlives core_, which uses it
+  std::unique_ptr<CpuHeadroom> headroom_;  // outlives shadow_, which asks it (--shadow-max-cpu-busy)
+  std::unique_ptr<ShadowMirror> shadow_;   // outlives core_, which mirrors through it
+  std::unique_ptr<DriftMonitor> drift_;    // --drift-window-texts; outlives core_, which observes through it
   std::unique_ptr<InferenceService> core_;
   std::unique_ptr<ServingCore> frontend_core_;  // what the front ends call core_ through
   std::shared_ptr<ApiKeys> api_keys_;           // before calls_, which reads it

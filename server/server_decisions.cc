@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "server/core/serving/cpu_budget.h"
 #include "server/core/serving/redaction.h"
 #include "server/server.h"
 #include "server/server_options.h"
@@ -80,11 +81,21 @@ void AddDecisionLogOptions(CLI::App& app, ServerOptions& o) {
                  "(qvi_drift_*); 0: no gauges")
       ->check(CLI::Range(0, 1 << 20))
       ->group("Drift");
+  app.add_option("--shadow-max-cpu-busy", o.limits.shadow_max_cpu_busy,
+                 "mirror texts to shadow candidates only while the process's CPU time over the last 100 ms is "
+                 "below this share of its usable CPUs; others are dropped and counted (cpu). 1: whenever")
+      ->check(FiniteRange(0.0, 1.0))
+      ->group("Limits");
 }
 
 void Server::StartRecorders() {
   ShadowMirror::Options shadow;
   shadow.max_inflight_texts = options_.limits.shadow_max_inflight_texts;
+  if (options_.limits.shadow_max_cpu_busy < 1) {
+    headroom_ = std::make_unique<CpuHeadroom>(
+        CpuHeadroom::Options{.max_busy = options_.limits.shadow_max_cpu_busy, .cpus = UsableCpus().cpus});
+    shadow.idle = [headroom = headroom_.get()](absl::Time now) { return headroom->Idle(now); };
+  }
   shadow_ = std::make_unique<ShadowMirror>(repository_.get(), metrics_.get(), shadow);
   core_->SetShadow(shadow_.get());
   if (options_.decisions.drift_window_texts > 0) {

@@ -90,6 +90,7 @@ struct ServerOptions {
                                          << 20;  // inference request bytes (Classify, Tag, ModelInfer) not yet answered
     int max_stream_inflight = 64;        // a stream's requests read and not yet answered (ClassifyStream, TagStream)
     int shadow_max_inflight_texts = 64;  // texts mirrored to shadow candidates in the core at once
+    double shadow_max_cpu_busy = 0.5;    // mirror only while the process's CPU is busy less than this share
   } limits;
   struct Threads {
     int inference = 2;                    // request threads: check and tokenise, then queue for the model

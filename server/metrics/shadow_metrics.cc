@@ -45,9 +45,9 @@ Metrics::Shadow::Shadow(prometheus::Registry& registry)
                 .Register(registry)),
       dropped(prometheus::BuildCounter()
                   .Name("qvi_shadow_dropped_texts_total")
-                  .Help("Mirrored texts dropped before their comparison: busy (over "
-                        "--shadow-max-inflight-texts or a full request queue), shed (the batch queue made room "
-                        "for callers), failed")
+                  .Help("Mirrored texts dropped before their comparison: cpu (the process's CPU busier than "
+                        "--shadow-max-cpu-busy), busy (over --shadow-max-inflight-texts or a full request queue), "
+                        "shed (the batch queue made room for callers), failed")
                   .Register(registry)),
       rank_correlation(prometheus::BuildHistogram()
                            .Name("qvi_shadow_rank_correlation")

@@ -55,7 +55,8 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(store):
     work, path = store
-    proc = ServerProcess(path, work, "--shadow-max-inflight-texts", "1024")
+    # --shadow-max-cpu-busy 1: every sampled text compared, however busy the test machine's CPU is
+    proc = ServerProcess(path, work, "--shadow-max-inflight-texts", "1024", "--shadow-max-cpu-busy", "1")
     yield proc
     proc.stop()
 
@@ -165,7 +166,7 @@ def test_the_texts_a_summary_keeps_are_masked_by_the_servers_tagger(api, store, 
     with open(os.path.join(copy, "ner", "serving.json"), "w") as f:
         json.dump({"format": "torchscript"}, f)
     texts = [f"Tom Hanks in London : {t}" for t in corpus_texts(60)]
-    with ServerProcess(copy, str(tmp_path), "--redact-texts-with", "ner") as proc:
+    with ServerProcess(copy, str(tmp_path), "--redact-texts-with", "ner", "--shadow-max-cpu-busy", "1") as proc:
         for i in range(0, len(texts), 10):
             classify(api, proc, texts[i:i + 10])
         pb, pbg = api
@@ -189,7 +190,7 @@ def test_the_texts_a_summary_keeps_are_masked_by_the_servers_tagger(api, store, 
 def test_under_overload_the_mirrored_work_is_dropped_and_every_caller_answered(api, store):
     work, path = store
     proc = ServerProcess(path, work, "--shadow-max-inflight-texts", "4", "--inference-threads", "1",
-                         name="overloaded")
+                         "--shadow-max-cpu-busy", "1", name="overloaded")
     try:
         texts = corpus_texts(200)
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
@@ -211,6 +212,23 @@ def test_under_overload_the_mirrored_work_is_dropped_and_every_caller_answered(a
         proc.stop()
 
 
+def test_a_sample_that_finds_no_idle_cpu_is_dropped_and_counted(api, store):
+    """--shadow-max-cpu-busy: a sample is mirrored only while the process's CPU time over the last 100 ms is below
+    that share of its CPUs (bench/shadow_cost.py measures what that keeps of the callers' latency). At 0 no CPU is
+    idle enough: every sampled text is dropped as "cpu", none is run, and the callers are answered as ever."""
+    work, path = store
+    with ServerProcess(path, work, "--shadow-max-cpu-busy", "0", name="no-headroom") as proc:
+        texts = corpus_texts(30)
+        ran = metric_sum(proc.metrics(), "qvi_batch_size_sum", 'version="2"')  # a warm-up's, if any
+        answers = [classify(api, proc, texts[i:i + 10]) for i in range(0, len(texts), 10)]
+        assert all(len(a.results) == 10 and a.model.version == 1 for a in answers)
+        c = shadow_of(proc)[0]
+        assert int(c["mirroredTexts"]) == len(texts) and int(c["droppedTexts"]["cpu"]) == len(texts), c
+        assert int(c.get("comparedTexts", 0)) == 0, c
+        assert metric_sum(proc.metrics(), "qvi_shadow_dropped_texts_total", 'reason="cpu"') == len(texts)
+        assert metric_sum(proc.metrics(), "qvi_batch_size_sum", 'version="2"') == ran, "the candidate ran texts"
+
+
 def test_an_admin_names_the_candidate_over_the_wire_and_promotes_it_by_removing_it(api, store, tmp_path):
     """PUT /v1/models/{m}/shadow (the admin scope) makes v2 the candidate at once — v1, the policy's other
     version, answers the callers and the texts are compared — and DELETE promotes v2 back to serving."""
@@ -219,7 +237,7 @@ def test_an_admin_names_the_candidate_over_the_wire_and_promotes_it_by_removing_
     shutil.copytree(path, copy)
     with open(os.path.join(copy, "sentiment", "serving.json"), "w") as f:
         json.dump({"format": "torchscript", "version_policy": "latest:2"}, f)
-    with ServerProcess(copy, str(tmp_path), "--poll-store-seconds", "60") as proc:
+    with ServerProcess(copy, str(tmp_path), "--poll-store-seconds", "60", "--shadow-max-cpu-busy", "1") as proc:
         texts = corpus_texts(20)
         assert classify(api, proc, texts[:2]).model.version == 2  # no candidate: the newest serves
         for body, message in (({"fraction": 0.5}, "body: 'shadow.version' is missing"),

@@ -59,7 +59,7 @@ class ServingObserver {
                                 const TextComparison& /*comparison*/) {}
   virtual void OnShadowLatency(const std::string& /*model*/, int64_t /*live*/, int64_t /*shadow*/,
                                absl::Duration /*difference*/) {}
-  // `texts` mirrored texts dropped: "busy", "shed" or "failed".
+  // `texts` mirrored texts dropped: "cpu", "busy", "shed" or "failed".
   virtual void OnShadowDropped(const std::string& /*model*/, int64_t /*live*/, int64_t /*shadow*/,
                                const char* /*reason*/, int64_t /*texts*/) {}
   // Drift gauges (serving/drift.h): a version's window of callers' texts against its card's reference, after

@@ -1,6 +1,7 @@
 #include "server/core/serving/cpu_budget.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -145,6 +147,34 @@ ThreadPlan PlanThreads(int cpus, bool on_gpu) {
   p.instances = std::min(cpus, kMaxCpuInstances);
   p.torch_intra = std::max(1, cpus / p.instances);
   return p;
+}
+
+CpuHeadroom::CpuHeadroom(Options options, CpuTime cpu_time) : options_(options), cpu_time_(std::move(cpu_time)) {}
+
+bool CpuHeadroom::Idle(absl::Time now) {
+  if (options_.max_busy >= 1) return true;
+  MutexLock lock(&mu_);
+  if (!started_ || now - sampled_at_ >= options_.interval) {
+    const absl::Duration cpu = cpu_time_();
+    if (started_ && now > sampled_at_) {
+      busy_ = absl::FDivDuration(cpu - cpu_at_, now - sampled_at_) / std::max(options_.cpus, 1);
+    }
+    started_ = true;
+    sampled_at_ = now;
+    cpu_at_ = cpu;
+  }
+  return busy_ < options_.max_busy;
+}
+
+double CpuHeadroom::busy() const {
+  MutexLock lock(&mu_);
+  return busy_;
+}
+
+absl::Duration CpuHeadroom::ProcessCpuTime() {
+  timespec ts{};
+  if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts) != 0) return absl::ZeroDuration();
+  return absl::DurationFromTimespec(ts);
 }
 
 }  // namespace qvi

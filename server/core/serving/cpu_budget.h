@@ -2,9 +2,13 @@
 #ifndef QVI_SERVER_CORE_SERVING_CPU_BUDGET_H_
 #define QVI_SERVER_CORE_SERVING_CPU_BUDGET_H_
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
+
+#include "absl/time/time.h"
+#include "server/core/base/sync.h"
 
 namespace qvi {
 
@@ -34,6 +38,40 @@ struct ThreadPlan {
   int torch_intra = 1;
 };
 ThreadPlan PlanThreads(int cpus, bool on_gpu);
+
+// Whether the process has idle CPU for work that may wait (shadow mirrors, serving/shadow.h): its CPU time over
+// the last `interval`, as a share of the CPUs it may use, below `max_busy`. On one core a batch cannot be
+// pre-empted, so a caller's text that arrives while a mirrored batch runs waits for it whatever its priority;
+// what keeps the callers' latency is running such work only while the CPU is mostly idle. Every thread counts
+// (request threads, instances, the mirrored work itself, which so limits itself to about max_busy).
+// Thread-safe; a sample (one clock_gettime) is taken at most once an interval, by the caller that finds it due.
+class CpuHeadroom {
+ public:
+  struct Options {
+    double max_busy = 0.5;  // --shadow-max-cpu-busy; 1 or more: never refuses
+    int cpus = 1;           // UsableCpus
+    absl::Duration interval = absl::Milliseconds(100);
+  };
+  using CpuTime = std::function<absl::Duration()>;  // the process's CPU time so far
+  explicit CpuHeadroom(Options options, CpuTime cpu_time = ProcessCpuTime);
+
+  // `now` on the caller's clock (wall time will do). The first call measures nothing: busy() is 0 until the
+  // second sample, an interval later.
+  bool Idle(absl::Time now);
+  // The share measured last (0 before the second sample).
+  double busy() const;
+
+  static absl::Duration ProcessCpuTime();
+
+ private:
+  const Options options_;
+  const CpuTime cpu_time_;
+  mutable Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time sampled_at_ ABSL_GUARDED_BY(mu_);
+  absl::Duration cpu_at_ ABSL_GUARDED_BY(mu_);
+  double busy_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 }  // namespace qvi
 

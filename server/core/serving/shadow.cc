@@ -93,35 +93,41 @@ const char* DropReason(const absl::Status& status) {
 
 }  // namespace
 
+const char* ShadowMirror::Sample(const ShadowSettings& settings, const std::vector<std::string>& texts,
+                                 const InferenceResponse& live, absl::Time now, Pair& pair) {
+  MutexLock lock(&mu_);
+  std::bernoulli_distribution take(settings.fraction);
+  for (const std::string& text : texts) {
+    if (take(rng_)) pair.texts.push_back(text);
+  }
+  if (pair.texts.empty()) return nullptr;
+  auto [it, created] = summaries_.try_emplace(pair.key);
+  if (created) {
+    it->second.model = live.model;
+    it->second.live_version = live.version;
+    it->second.shadow_version = settings.version;
+    order_[pair.key] = next_order_++;
+  }
+  it->second.fraction = settings.fraction;
+  it->second.keep_texts = settings.keep_texts;
+  const auto n = static_cast<int64_t>(pair.texts.size());
+  it->second.mirrored += n;
+  if (options_.idle && !options_.idle(now)) return "cpu";
+  if (inflight_ + n > options_.max_inflight_texts) return "busy";
+  inflight_ += n;
+  return nullptr;
+}
+
 void ShadowMirror::Mirror(Method method, const ShadowSettings& settings, const std::vector<std::string>& texts,
                           const InferenceResponse& live, absl::Time now, const Dispatch& dispatch) {
   if (stopped_.load() || live.version == settings.version || live.manifest == nullptr) return;
   const Key key{live.model, live.version, settings.version};
   auto pair = std::make_shared<Pair>();
   pair->key = key;
-  bool busy = false;
-  {
-    MutexLock lock(&mu_);
-    std::bernoulli_distribution take(settings.fraction);
-    for (const std::string& text : texts) {
-      if (take(rng_)) pair->texts.push_back(text);
-    }
-    if (pair->texts.empty()) return;
-    auto [it, created] = summaries_.try_emplace(key);
-    if (created) {
-      it->second.model = live.model;
-      it->second.live_version = live.version;
-      it->second.shadow_version = settings.version;
-      order_[key] = next_order_++;
-    }
-    it->second.fraction = settings.fraction;
-    it->second.keep_texts = settings.keep_texts;
-    it->second.mirrored += static_cast<int64_t>(pair->texts.size());
-    busy = inflight_ + static_cast<int64_t>(pair->texts.size()) > options_.max_inflight_texts;
-    if (!busy) inflight_ += static_cast<int64_t>(pair->texts.size());
-  }
+  const char* unrun = Sample(settings, texts, live, now, *pair);
   const int64_t n = static_cast<int64_t>(pair->texts.size());
-  if (busy) return Dropped(key, "busy", n);
+  if (n == 0) return;
+  if (unrun != nullptr) return Dropped(key, unrun, n);
   absl::StatusOr<ServableHandle> candidate = repository_->Resolve(live.model, settings.version);
   if (!candidate.ok()) {
     Release(n);

@@ -7,11 +7,13 @@
 // two answers alike in what they carry and the two latencies alike in how they were queued; the caller's own
 // answer is never touched, nor waited for.
 //
-// Shed first: at most Options::max_inflight_texts mirrored texts are in the core at once, a mirror that would
-// pass that is dropped whole ("busy"), a request thread queue that is full drops it too ("busy"), and the batch
-// queue sheds low-priority texts before any other ("shed"); a mirrored answer that fails is "failed". Every
-// drop is counted (ServingObserver::OnShadowDropped) and summed in the summary; no mirrored answer is sent to
-// anyone.
+// Shed first: a sample taken while the process's CPU is busier than --shadow-max-cpu-busy is dropped whole
+// ("cpu": on a busy core a mirrored batch, which cannot be pre-empted, delays the callers' texts that arrive
+// while it runs; Options::idle, a CpuHeadroom), at most Options::max_inflight_texts mirrored texts are in the
+// core at once, a mirror that would pass that is dropped whole ("busy"), a request thread queue that is full
+// drops it too ("busy"), and the batch queue sheds low-priority texts before any other ("shed"); a mirrored
+// answer that fails is "failed". Every drop is counted (ServingObserver::OnShadowDropped) and summed in the
+// summary; no mirrored answer is sent to anyone.
 #ifndef QVI_SERVER_CORE_SERVING_SHADOW_H_
 #define QVI_SERVER_CORE_SERVING_SHADOW_H_
 
@@ -46,7 +48,7 @@ struct ShadowSummary {
   bool keep_texts = false;
   int64_t mirrored = 0;                    // texts sampled for mirroring
   int64_t compared = 0;                    // texts both versions answered, compared
-  std::map<std::string, int64_t> dropped;  // by reason: busy, shed, failed
+  std::map<std::string, int64_t> dropped;  // by reason: cpu, busy, shed, failed
   int64_t agreements = 0;                  // compared texts with the same label (taggers: the same spans)
   std::map<std::pair<std::string, std::string>, int64_t> flips;  // (serving's label, candidate's) -> texts
   int64_t live_spans = 0, shadow_spans = 0, same_spans = 0;      // taggers
@@ -79,6 +81,8 @@ class ShadowMirror {
     absl::Duration timeout = absl::Seconds(30);  // each mirrored request's deadline
     int keep_disagreements = 10;
     uint64_t seed = 0x5eed;  // the sampling's
+    // Whether there is idle CPU for a sample at `now` (CpuHeadroom::Idle); null: always.
+    std::function<bool(absl::Time now)> idle;
   };
   using Done = std::function<void(absl::StatusOr<InferenceResponse>)>;
   // Runs a mirrored request in the core (off the caller's thread); false: it could not be queued.
@@ -110,6 +114,10 @@ class ShadowMirror {
   struct Pair;  // the two mirrored answers of one sample, joined
   using Key = std::tuple<std::string, int64_t, int64_t>;
 
+  // Samples `texts` into `pair`, counts them in its summary and, if they may run, in flight: nullptr, or the
+  // reason they are dropped unrun ("cpu", "busy").
+  const char* Sample(const ShadowSettings& settings, const std::vector<std::string>& texts,
+                     const InferenceResponse& live, absl::Time now, Pair& pair);
   void Compared(const Key& key, const std::vector<std::string>& texts, const InferenceResponse& live,
                 const InferenceResponse& shadow);
   // Keeps `text`'s disagreement in the summary if it is among the most severe; true when its text is to be masked

@@ -113,5 +113,45 @@ TEST(CpuBudgetTest, OnAGpuOneInstanceFeedsTheDevice) {
   EXPECT_EQ(PlanThreads(16, true).torch_intra, 1);
 }
 
+// The headroom's arithmetic on a fake clock and a fake CPU time: the share of the CPUs the process used over the
+// last interval, sampled at most once an interval.
+TEST(CpuHeadroomTest, MeasuresTheLastIntervalsShareOfTheCpus) {
+  absl::Duration cpu = absl::ZeroDuration();
+  int samples = 0;
+  CpuHeadroom h({.max_busy = 0.5, .cpus = 2, .interval = absl::Milliseconds(100)}, [&] {
+    ++samples;
+    return cpu;
+  });
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  EXPECT_TRUE(h.Idle(t0));  // nothing measured yet
+  EXPECT_EQ(samples, 1);
+  cpu += absl::Milliseconds(150);  // 150 ms of CPU in 100 ms on 2 CPUs: 75 % busy
+  EXPECT_TRUE(h.Idle(t0 + absl::Milliseconds(50))) << "sampled before its interval";
+  EXPECT_EQ(samples, 1);
+  EXPECT_FALSE(h.Idle(t0 + absl::Milliseconds(100)));
+  EXPECT_DOUBLE_EQ(h.busy(), 0.75);
+  EXPECT_EQ(samples, 2);
+  cpu += absl::Milliseconds(50);  // 50 ms in the next 200 ms: 12.5 %
+  EXPECT_FALSE(h.Idle(t0 + absl::Milliseconds(150))) << "the last measure holds until the next sample";
+  EXPECT_TRUE(h.Idle(t0 + absl::Milliseconds(300)));
+  EXPECT_DOUBLE_EQ(h.busy(), 0.125);
+  EXPECT_EQ(samples, 3);
+  EXPECT_TRUE(h.Idle(t0 + absl::Milliseconds(250))) << "a clock that went back: the last measure";
+  EXPECT_EQ(samples, 3);
+}
+
+TEST(CpuHeadroomTest, AtOneItNeverRefusesAtZeroAlways) {
+  absl::Duration cpu = absl::ZeroDuration();
+  CpuHeadroom always({.max_busy = 1.0, .cpus = 1}, [&] { return cpu; });
+  CpuHeadroom never({.max_busy = 0.0, .cpus = 1}, [&] { return cpu; });
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  cpu += absl::Seconds(10);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(always.Idle(t0 + absl::Seconds(i)));
+    EXPECT_FALSE(never.Idle(t0 + absl::Seconds(i)));
+  }
+  EXPECT_GT(CpuHeadroom::ProcessCpuTime(), absl::ZeroDuration());  // this test's own CPU time so far
+}
+
 }  // namespace
 }  // namespace qvi

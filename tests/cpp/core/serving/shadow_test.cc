@@ -241,5 +241,34 @@ TEST_F(ShadowMirrorTest, WhatCannotRunIsDroppedAndCounted) {
   EXPECT_EQ(after.size(), 2u);
 }
 
+TEST_F(ShadowMirrorTest, ASampleThatFindsNoIdleCpuIsDroppedUnrun) {
+  ShadowMirror::Options options;
+  std::vector<absl::Time> asked;
+  bool idle = false;
+  options.idle = [&](absl::Time now) {
+    asked.push_back(now);
+    return idle;
+  };
+  ShadowMirror mirror(repo_, nullptr, options);
+  const ShadowSettings settings = *mirror.Wants("sentiment", 0);
+  const absl::Time now = absl::FromUnixSeconds(1000);
+  std::vector<Sent> sent;
+  mirror.Mirror(Method::kClassify, settings, {"a", "b", "c"}, LiveAnswer(), now, Keep(&sent));
+  EXPECT_TRUE(sent.empty());
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0], now);  // asked at the core's time
+  idle = true;
+  mirror.Mirror(Method::kClassify, settings, {"d"}, LiveAnswer(), now, Keep(&sent));
+  ASSERT_EQ(sent.size(), 2u);
+  const ShadowSummary s = mirror.Summaries("sentiment")[0];
+  EXPECT_EQ(s.mirrored, 4);
+  EXPECT_EQ(s.dropped.at("cpu"), 3);
+  EXPECT_EQ(s.dropped.count("busy"), 0u);
+  ShadowSettings none = settings;
+  none.fraction = 1e-12;  // nothing sampled: the CPU is not asked
+  mirror.Mirror(Method::kClassify, none, {"e"}, LiveAnswer(), now, Keep(&sent));
+  EXPECT_EQ(asked.size(), 2u);
+}
+
 }  // namespace
 }  // namespace qvi
