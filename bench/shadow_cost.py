@@ -1,8 +1,8 @@
 """What a shadow candidate costs the callers (docs/serving.md, "Shadow versions"): one qvi-server pinned to one
 core over `sentiment` v1 and v2 (the null backend's twins, or the demo model's TorchScript file twice), callers on
 the other core — `--callers` threads, each sending one test-split text per gRPC Classify and waiting for its answer
-(or, with `--rate`, sending at that pace, as an open stream of callers would) — timed at the caller, in rounds that
-alternate serving.json without a candidate and with v2 as the candidate at each `--fractions` (the server re-reads
+(or, with `--rate`, sending at that pace; a late call goes at once and is timed from its send) — timed at the
+caller, in rounds that alternate serving.json without a candidate and with v2 as the candidate at each `--fractions` (the server re-reads
 it every second; each round waits until the change shows). One server per `--max-cpu-busy` (its
 --shadow-max-cpu-busy: mirror only while its CPU is busy less than that share; 1: whenever). Every caller's labels
 are checked to be the same with and without the candidate. Prints each condition's median round: caller latency

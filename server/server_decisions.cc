@@ -82,8 +82,9 @@ void AddDecisionLogOptions(CLI::App& app, ServerOptions& o) {
       ->check(CLI::Range(0, 1 << 20))
       ->group("Drift");
   app.add_option("--shadow-max-cpu-busy", o.limits.shadow_max_cpu_busy,
-                 "mirror texts to shadow candidates only while the process's CPU time over the last 100 ms is "
-                 "below this share of its usable CPUs; others are dropped and counted (cpu). 1: whenever")
+                 "mirror texts to shadow candidates only while the process's CPU time since its previous measure "
+                 "(at least 100 ms before) is below this share of its usable CPUs; others are dropped and counted "
+                 "(cpu). 1: whenever")
       ->check(FiniteRange(0.0, 1.0))
       ->group("Limits");
 }

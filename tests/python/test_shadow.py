@@ -222,8 +222,10 @@ def test_a_sample_that_finds_no_idle_cpu_is_dropped_and_counted(api, store):
         ran = metric_sum(proc.metrics(), "qvi_batch_size_sum", 'version="2"')  # a warm-up's, if any
         answers = [classify(api, proc, texts[i:i + 10]) for i in range(0, len(texts), 10)]
         assert all(len(a.results) == 10 and a.model.version == 1 for a in answers)
-        c = shadow_of(proc)[0]
-        assert int(c["mirroredTexts"]) == len(texts) and int(c["droppedTexts"]["cpu"]) == len(texts), c
+        # A sample is taken after its caller's answer is sent: wait for the last one.
+        c = wait_until(lambda: (lambda cs: cs[0] if cs and int(cs[0]["mirroredTexts"]) == len(texts) else None)(
+            shadow_of(proc)), "every text sampled")
+        assert int(c["droppedTexts"]["cpu"]) == len(texts), c
         assert int(c.get("comparedTexts", 0)) == 0, c
         assert metric_sum(proc.metrics(), "qvi_shadow_dropped_texts_total", 'reason="cpu"') == len(texts)
         assert metric_sum(proc.metrics(), "qvi_batch_size_sum", 'version="2"') == ran, "the candidate ran texts"

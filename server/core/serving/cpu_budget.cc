@@ -154,7 +154,8 @@ CpuHeadroom::CpuHeadroom(Options options, CpuTime cpu_time) : options_(options),
 bool CpuHeadroom::Idle(absl::Time now) {
   if (options_.max_busy >= 1) return true;
   MutexLock lock(&mu_);
-  if (!started_ || now - sampled_at_ >= options_.interval) {
+  // A clock that went back starts a new baseline (the last measure holds until the next sample).
+  if (!started_ || now < sampled_at_ || now - sampled_at_ >= options_.interval) {
     const absl::Duration cpu = cpu_time_();
     if (started_ && now > sampled_at_) {
       busy_ = absl::FDivDuration(cpu - cpu_at_, now - sampled_at_) / std::max(options_.cpus, 1);

@@ -39,10 +39,12 @@ struct ThreadPlan {
 };
 ThreadPlan PlanThreads(int cpus, bool on_gpu);
 
-// Whether the process has idle CPU for work that may wait (shadow mirrors, serving/shadow.h): its CPU time over
-// the last `interval`, as a share of the CPUs it may use, below `max_busy`. On one core a batch cannot be
-// pre-empted, so a caller's text that arrives while a mirrored batch runs waits for it whatever its priority;
-// what keeps the callers' latency is running such work only while the CPU is mostly idle. Every thread counts
+// Whether the process has idle CPU for work that may wait (shadow mirrors, serving/shadow.h): its CPU time since
+// the previous sample (at least `interval` before), as a share of the CPUs it may use, below `max_busy`. Sampled
+// when asked, not on a timer: after a quiet spell the first sample averages over the spell (idle), so for one
+// interval a burst's samples pass until the next sample sees it (Options::max_inflight_texts bounds them). On one core
+// a batch cannot be pre-empted, so a caller's text that arrives while a mirrored batch runs waits for it whatever its
+// priority; what keeps the callers' latency is running such work only while the CPU is mostly idle. Every thread counts
 // (request threads, instances, the mirrored work itself, which so limits itself to about max_busy).
 // Thread-safe; a sample (one clock_gettime) is taken at most once an interval, by the caller that finds it due.
 class CpuHeadroom {
@@ -55,8 +57,8 @@ class CpuHeadroom {
   using CpuTime = std::function<absl::Duration()>;  // the process's CPU time so far
   explicit CpuHeadroom(Options options, CpuTime cpu_time = ProcessCpuTime);
 
-  // `now` on the caller's clock (wall time will do). The first call measures nothing: busy() is 0 until the
-  // second sample, an interval later.
+  // `now` on a monotonic clock (the core's). The first call measures nothing: busy() is 0 until the second
+  // sample, an interval later.
   bool Idle(absl::Time now);
   // The share measured last (0 before the second sample).
   double busy() const;

@@ -137,7 +137,10 @@ TEST(CpuHeadroomTest, MeasuresTheLastIntervalsShareOfTheCpus) {
   EXPECT_DOUBLE_EQ(h.busy(), 0.125);
   EXPECT_EQ(samples, 3);
   EXPECT_TRUE(h.Idle(t0 + absl::Milliseconds(250))) << "a clock that went back: the last measure";
-  EXPECT_EQ(samples, 3);
+  EXPECT_EQ(samples, 4) << "and a new baseline";
+  cpu += absl::Milliseconds(200);  // 200 ms in the 100 ms since that baseline: 100 %
+  EXPECT_FALSE(h.Idle(t0 + absl::Milliseconds(350)));
+  EXPECT_DOUBLE_EQ(h.busy(), 1.0);
 }
 
 TEST(CpuHeadroomTest, AtOneItNeverRefusesAtZeroAlways) {
